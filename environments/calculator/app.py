@@ -1,0 +1,58 @@
+"""The spec's calculator: one tool, ``/square``; reward 1.0 when the model used it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer, function_call
+
+
+class SquareRequest(BaseModel):
+    value: int
+
+
+class SquareResponse(BaseModel):
+    result: int
+
+
+class CalculatorServer(SimpleResourcesServer):
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/square")(self.square)
+        return app
+
+    async def square(self, body: SquareRequest) -> SquareResponse:
+        return SquareResponse(result=body.value**2)
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        used_square = any(item.type == "function_call" and item.name == "square" for item in body.response.output)
+        return BaseVerifyResponse(
+            responses_create_params=body.responses_create_params,
+            response=body.response,
+            reward=float(used_square),
+        )
+
+
+def policy(request):
+    """Rule-based model: square the first number in the user's message, then report the result."""
+    items = request.input_items()
+    last = items[-1] if items else None
+    if last is not None and last.type == "function_call_output":
+        try:
+            result = json.loads(last.output).get("result")
+        except (ValueError, AttributeError):
+            return f"The tool failed: {last.output}"
+        return f"The answer is {result}."
+    text = " ".join(i.text for i in items if i.type == "message" and i.role == "user")
+    numbers = re.findall(r"-?\d+", text)
+    if numbers and any(t.name == "square" for t in request.tools):
+        return [function_call("square", {"value": int(numbers[-1])})]
+    return "I cannot help with that."
+
+
+if __name__ == "__main__":
+    CalculatorServer.run_webserver()

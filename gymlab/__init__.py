@@ -1,0 +1,78 @@
+"""gymlab: a Jupyter-first research toolkit for LLM environments.
+
+The public API. Names load lazily, so ``import gymlab`` stays light (no pandas, matplotlib,
+ipywidgets, FastAPI or uvicorn until a name that needs them is used).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_NAMES: dict[str, str] = {
+    # wire types
+    "SESSION_ID_KEY": "gymlab.protocol",
+    "AggregateMetrics": "gymlab.protocol",
+    "AggregateMetricsRequest": "gymlab.protocol",
+    "BaseRunRequest": "gymlab.protocol",
+    "BaseSeedSessionRequest": "gymlab.protocol",
+    "BaseSeedSessionResponse": "gymlab.protocol",
+    "BaseVerifyRequest": "gymlab.protocol",
+    "BaseVerifyResponse": "gymlab.protocol",
+    "FunctionCall": "gymlab.protocol",
+    "FunctionCallOutput": "gymlab.protocol",
+    "Message": "gymlab.protocol",
+    "NeMoGymResponse": "gymlab.protocol",
+    "Reasoning": "gymlab.protocol",
+    "ResponseCreateParams": "gymlab.protocol",
+    "Rollout": "gymlab.protocol",
+    "StepRecord": "gymlab.protocol",
+    "Usage": "gymlab.protocol",
+    "assistant_message": "gymlab.protocol",
+    "function_call": "gymlab.protocol",
+    # errors
+    "GymlabError": "gymlab.errors",
+    "ServerError": "gymlab.errors",
+    "ServerStartError": "gymlab.errors",
+    "ConfigError": "gymlab.errors",
+    "DatasetError": "gymlab.errors",
+    # servers
+    "BaseServer": "gymlab.server",
+    "SimpleResourcesServer": "gymlab.resources.simple",
+    "SimpleAgent": "gymlab.agents.simple_agent",
+    "PolicyModel": "gymlab.models.policy",
+    # notebook layer
+    "Lab": "gymlab.lab",
+    "ServerHandle": "gymlab.lab",
+    "AgentHandle": "gymlab.lab",
+    # examples
+    "load_environment": "gymlab.examples",
+}
+
+__all__ = sorted(["__version__", *_NAMES])
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gymlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gymlab.agents.simple_agent import SimpleAgent
+    from gymlab.errors import ConfigError, DatasetError, GymlabError, ServerError, ServerStartError
+    from gymlab.examples import load_environment
+    from gymlab.lab import AgentHandle, Lab, ServerHandle
+    from gymlab.models.policy import PolicyModel
+    from gymlab.protocol import *  # noqa: F403
+    from gymlab.resources.simple import SimpleResourcesServer
+    from gymlab.server import BaseServer

@@ -1,0 +1,1 @@
+"""Server runtime (private): app factory, sessions, uvicorn runner."""

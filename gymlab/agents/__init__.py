@@ -1,0 +1,1 @@
+"""Agent servers: thin HTTP shells around ``gymlab.loop``."""

@@ -1,0 +1,40 @@
+"""The error tree, in one place.
+
+    GymlabError
+    ├── ServerError            a server answered with an error (names server, route, status, cause)
+    │   └── ServerStartError   a server could not start (the real cause attached)
+    ├── ConfigError            a YAML config is wrong (names the file and key)
+    └── DatasetError           a JSONL file is wrong (names the file and line)
+"""
+
+from __future__ import annotations
+
+
+class GymlabError(Exception):
+    """Base of every error gymlab raises on purpose."""
+
+
+class ServerError(GymlabError):
+    """Raised when a server answers a request with an error status."""
+
+    def __init__(self, server: str, route: str, status: int, cause: str, hint: str = ""):
+        self.server, self.route, self.status, self.cause, self.hint = server, route, status, cause, hint
+        msg = f"{server}: {route} failed with HTTP {status}: {cause}"
+        super().__init__(msg + (f" ({hint})" if hint else ""))
+
+
+class ServerStartError(GymlabError):
+    """Raised when a server cannot start; ``__cause__`` holds the real exception."""
+
+
+class ConfigError(GymlabError):
+    """Raised for a config mistake; the message names the file and the key."""
+
+
+class DatasetError(GymlabError):
+    """Raised for a bad dataset or rollouts file; the message names the file and line."""
+
+    def __init__(self, path: str, line: int | None, cause: str):
+        self.path, self.line, self.cause = path, line, cause
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {cause}")

@@ -1,0 +1,165 @@
+"""Lab: start servers in background threads of this process and run episodes against them."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import weakref
+from typing import Any, Callable
+
+from gymlab._runtime.serve import ThreadedServer
+from gymlab._sync import run_sync
+from gymlab.client import post_ok
+from gymlab.protocol import Rollout
+from gymlab.server import BaseServer
+
+
+class ServerHandle:
+    """A running server: ``.url``, ``.server`` (the instance), ``.stop()``; a context manager."""
+
+    def __init__(self, server: BaseServer, runner: ThreadedServer, lab: "Lab | None" = None):
+        self.server, self._runner, self._lab = server, runner, lab
+
+    @property
+    def name(self) -> str:
+        return self.server.name
+
+    @property
+    def url(self) -> str:
+        return self._runner.url
+
+    @property
+    def running(self) -> bool:
+        return self._runner.thread.is_alive()
+
+    def stop(self) -> None:
+        self._runner.stop()
+        if self._lab is not None and self._lab._handles.get(self.name) is self:
+            del self._lab._handles[self.name]
+
+    async def apost(self, path: str, body: Any) -> Any:
+        return await post_ok(self.url, path, body, server=self.name)
+
+    def post(self, path: str, body: Any) -> Any:
+        """POST JSON to this server from sync code; an error status raises ``ServerError``."""
+        return run_sync(self.apost(path, body))
+
+    def __enter__(self) -> "ServerHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<{type(self).__name__} {self.name} {self.url} {state}>"
+
+
+class AgentHandle(ServerHandle):
+    """A running agent server: ``run(row)`` and ``await arun(row)`` return a ``Rollout``."""
+
+    async def arun(self, row: dict[str, Any]) -> Rollout:
+        return Rollout.model_validate(await self.apost("/run", row))
+
+    def run(self, row: dict[str, Any]) -> Rollout:
+        return run_sync(self.arun(row))
+
+    async def arun_many(self, rows: list[dict[str, Any]], concurrency: int = 16) -> list[Rollout]:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(row):
+            async with sem:
+                return await self.arun(row)
+
+        return list(await asyncio.gather(*(one(r) for r in rows)))
+
+
+_labs: "weakref.WeakSet[Lab]" = weakref.WeakSet()
+
+
+class Lab:
+    """Servers in background threads of the current process (a kernel, a script, a test).
+
+    >>> lab = Lab()
+    >>> env = lab.serve(CalculatorServer)
+    >>> model = lab.serve_model(calculator_policy)
+    >>> agent = lab.serve_agent("simple_agent", resources=env, model=model)
+    >>> agent.run(row).reward
+    1.0
+
+    Serving again under a name that is running replaces that server (re-running a cell).
+    """
+
+    def __init__(self, log_level: str = "warning"):
+        self.log_level = log_level
+        self._handles: dict[str, ServerHandle] = {}
+        _labs.add(self)
+
+    @property
+    def servers(self) -> dict[str, ServerHandle]:
+        return dict(self._handles)
+
+    def serve(self, server: type[BaseServer] | BaseServer, *, name: str | None = None,
+              handle_cls: type[ServerHandle] = ServerHandle, **config: Any) -> ServerHandle:
+        """Start ``server`` (a class, built with ``config``, or an instance) in a background thread."""
+        if isinstance(server, type):
+            if name:
+                config["name"] = name
+            instance = server(**config)
+        else:
+            if config:
+                raise TypeError("config keywords apply to a server class; an instance already has its config")
+            instance = server
+            if name:
+                instance.name = name
+        old = self._handles.pop(instance.name, None)
+        if old is not None:
+            old._runner.stop()
+        runner = ThreadedServer(instance.app, instance.host, instance.port, instance.name, self.log_level).start()
+        handle = handle_cls(instance, runner, self)
+        self._handles[instance.name] = handle
+        return handle
+
+    def serve_model(self, policy: Callable | None = None, *, name: str = "policy_model", **config: Any) -> ServerHandle:
+        """Start a model server: a ``PolicyModel`` over ``policy(request)``."""
+        from gymlab.models.policy import PolicyModel
+
+        return self.serve(PolicyModel, name=name, policy=policy, **config)
+
+    def serve_agent(self, agent: str | type[BaseServer] = "simple_agent", *, resources: Any = None,
+                    model: Any = None, name: str | None = None, **config: Any) -> AgentHandle:
+        """Start an agent server bound to ``resources`` and ``model`` (handles or URLs)."""
+        from gymlab.agents.registry import agent_class
+
+        cls = agent_class(agent) if isinstance(agent, str) else agent
+        if resources is not None:
+            config["resources_server"] = _url(resources)
+        if model is not None:
+            config["model_server"] = _url(model)
+        return self.serve(cls, name=name or (agent if isinstance(agent, str) else None),
+                          handle_cls=AgentHandle, **config)
+
+    def close(self) -> None:
+        """Stop every server this lab started."""
+        for handle in list(self._handles.values()):
+            handle._runner.stop()
+        self._handles.clear()
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Lab {', '.join(f'{n}={h.url}' for n, h in self._handles.items()) or 'no servers'}>"
+
+
+def _url(target: Any) -> str:
+    return target if isinstance(target, str) else target.url
+
+
+@atexit.register
+def _close_all() -> None:
+    for lab in list(_labs):
+        lab.close()

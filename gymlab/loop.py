@@ -1,0 +1,145 @@
+"""The model <-> tools loop as plain async functions.
+
+Agent servers and notebook episodes both call these; no HTTP handler lives here. The caller
+passes two coroutines: one asks the model for a response, one runs a tool and returns its output.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from gymlab.protocol import (
+    FunctionCall,
+    FunctionCallOutput,
+    Message,
+    NeMoGymResponse,
+    Reasoning,
+    ResponseCreateParams,
+    StepRecord,
+    Usage,
+    dump_item,
+)
+
+ModelCall = Callable[[dict], Awaitable[NeMoGymResponse]]
+ToolCall = Callable[[str, Any], Awaitable[str]]
+
+
+def model_request(params: ResponseCreateParams, items: list[Any]) -> dict:
+    """The body sent to a model server: the authored request (unset fields left out), ``input`` replaced."""
+    body = params.model_dump(mode="json", exclude_unset=True)
+    body["input"] = [dump_item(i) for i in items]
+    if params.tools:
+        body["tools"] = [dump_item(t) for t in params.tools]
+    return body
+
+
+def parse_arguments(call: FunctionCall) -> tuple[Any, str | None]:
+    """The call's arguments as JSON, or an error output for the model when they are not JSON."""
+    try:
+        return json.loads(call.arguments or "{}"), None
+    except ValueError as exc:
+        return None, json.dumps({"error": f"Invalid tool call arguments: {exc}"})
+
+
+@dataclass
+class TurnResult:
+    response: NeMoGymResponse
+    tool_outputs: list[FunctionCallOutput]
+    done: bool
+    stop_reason: str | None
+    duration_s: float
+
+
+@dataclass
+class LoopState:
+    """The conversation of one episode so far: the authored input plus every item added."""
+
+    params: ResponseCreateParams
+    added: list[Any] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    usage: Usage | None = None
+    last: NeMoGymResponse | None = None
+    stop_reason: str | None = None
+
+    @property
+    def items(self) -> list[Any]:
+        return self.params.input_items() + self.added
+
+    def record(self, turn: TurnResult) -> StepRecord:
+        step = StepRecord(
+            index=len(self.steps),
+            action=list(turn.response.output),
+            tool_outputs=list(turn.tool_outputs),
+            duration_s=turn.duration_s,
+        )
+        self.steps.append(step)
+        return step
+
+    def final_response(self) -> NeMoGymResponse:
+        """The episode's response: the last model response, with every added item and summed usage."""
+        base = self.last or NeMoGymResponse(output=[])
+        update: dict[str, Any] = {"output": list(self.added), "usage": self.usage}
+        if self.stop_reason in ("max_steps", "empty_output"):
+            update["status"] = "incomplete"
+            update["incomplete_details"] = base.incomplete_details or {"reason": self.stop_reason}
+        return base.model_copy(update=update)
+
+
+def stop_reason_of(response: NeMoGymResponse) -> str | None:
+    """Why the loop stops after this response, or None to continue (the wire reference's rules)."""
+    if response.incomplete_details:
+        return "incomplete"
+    if any(isinstance(i, FunctionCall) for i in response.output):
+        return None
+    if not response.output or all(isinstance(i, Reasoning) for i in response.output):
+        return "empty_output"
+    if any(isinstance(i, Message) for i in response.output):
+        return "final_message"
+    return "no_action"
+
+
+async def model_turn(state: LoopState, call_model: ModelCall, call_tool: ToolCall) -> TurnResult:
+    """One model call, then each of its function calls in order; the state is updated."""
+    t0 = time.perf_counter()
+    response = await call_model(model_request(state.params, state.items))
+    state.last = response
+    state.usage = response.usage if state.usage is None else state.usage + response.usage
+    state.added.extend(response.output)
+    outputs = []
+    for call in response.output:
+        if isinstance(call, FunctionCall):
+            outputs.append(await run_tool(call, call_tool))
+    state.added.extend(outputs)
+    reason = stop_reason_of(response)
+    turn = TurnResult(response, outputs, reason is not None, reason, time.perf_counter() - t0)
+    state.record(turn)
+    if reason:
+        state.stop_reason = reason
+    return turn
+
+
+async def run_tool(call: FunctionCall, call_tool: ToolCall) -> FunctionCallOutput:
+    args, error = parse_arguments(call)
+    output = error if error is not None else await call_tool(call.name, args)
+    return FunctionCallOutput(type="function_call_output", call_id=call.call_id, output=output)
+
+
+async def run_loop(
+    params: ResponseCreateParams,
+    call_model: ModelCall,
+    call_tool: ToolCall,
+    max_steps: int | None = None,
+    state: LoopState | None = None,
+) -> LoopState:
+    """Run model turns until a stop rule fires or ``max_steps`` model calls were made."""
+    state = state or LoopState(params)
+    while True:
+        if max_steps is not None and len(state.steps) >= max_steps:
+            state.stop_reason = "max_steps"
+            return state
+        turn = await model_turn(state, call_model, call_tool)
+        if turn.done:
+            return state

@@ -1,0 +1,1 @@
+"""Model servers: anything that answers POST /v1/responses."""

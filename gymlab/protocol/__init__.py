@@ -1,0 +1,56 @@
+"""Wire models only: pydantic, no I/O, no FastAPI."""
+
+from gymlab.protocol.agents import Rollout, StepRecord
+from gymlab.protocol.resources import (
+    SESSION_ID_KEY,
+    AggregateMetrics,
+    AggregateMetricsRequest,
+    BaseRunRequest,
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+)
+from gymlab.protocol.responses import (
+    ContentPart,
+    FunctionCall,
+    FunctionCallOutput,
+    FunctionTool,
+    Item,
+    Message,
+    NeMoGymResponse,
+    Reasoning,
+    ResponseCreateParams,
+    Usage,
+    assistant_message,
+    dump_item,
+    function_call,
+    new_id,
+)
+
+__all__ = [
+    "SESSION_ID_KEY",
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "BaseRunRequest",
+    "BaseSeedSessionRequest",
+    "BaseSeedSessionResponse",
+    "BaseVerifyRequest",
+    "BaseVerifyResponse",
+    "ContentPart",
+    "FunctionCall",
+    "FunctionCallOutput",
+    "FunctionTool",
+    "Item",
+    "Message",
+    "NeMoGymResponse",
+    "Reasoning",
+    "ResponseCreateParams",
+    "Rollout",
+    "StepRecord",
+    "Usage",
+    "assistant_message",
+    "dump_item",
+    "function_call",
+    "new_id",
+]

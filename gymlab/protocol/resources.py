@@ -1,0 +1,53 @@
+"""Request and response bodies of the resources-server protocols (seed/verify, metrics)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gymlab.protocol.responses import NeMoGymResponse, ResponseCreateParams
+
+SESSION_ID_KEY = "session_id"
+
+
+class BaseRunRequest(BaseModel):
+    """A dataset row: the model request plus whatever the subclass declares."""
+
+    responses_create_params: ResponseCreateParams
+
+
+class BaseSeedSessionRequest(BaseModel):
+    """Body of ``/seed_session``; subclasses declare the fields that initialise an episode."""
+
+
+class BaseSeedSessionResponse(BaseModel):
+    pass
+
+
+class BaseVerifyRequest(BaseRunRequest):
+    """Body of ``/verify``: the original request and the completed response.
+
+    Fields a subclass does not declare are dropped, as in the reference.
+    """
+
+    response: NeMoGymResponse
+
+
+class BaseVerifyResponse(BaseVerifyRequest):
+    reward: float
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+
+class AggregateMetricsRequest(BaseModel):
+    verify_responses: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class AggregateMetrics(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    agent_metrics: dict[str, Any] = Field(default_factory=dict)
+    key_metrics: dict[str, Any] = Field(default_factory=dict)
+    group_level_metrics: list[dict[str, Any]] = Field(default_factory=list)

@@ -1,0 +1,224 @@
+"""The Responses-API subset that crosses the wire: request params, response, items, usage.
+
+Pydantic models only (no I/O). Item models keep unknown keys (``extra="allow"``) so items from
+newer clients round-trip; the request params refuse unknown keys, as the reference does.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+
+def new_id(prefix: str) -> str:
+    """A short random id in the reference's style (``msg_…``, ``fc_…``, ``call_…``)."""
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ContentPart(_Open):
+    """One part of a message's content (``input_text``, ``output_text``, ...)."""
+
+    type: str = "output_text"
+    text: str | None = None
+
+
+class Message(_Open):
+    """A chat message; as output it is the assistant's (``output_text`` parts)."""
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"] = "assistant"
+    content: str | list[ContentPart] = ""
+    id: str | None = None
+    status: str | None = None
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text or "" for p in self.content)
+
+
+class FunctionCall(_Open):
+    type: Literal["function_call"] = "function_call"
+    name: str
+    arguments: str = Field(description="A JSON string, as the model wrote it.")
+    call_id: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutput(_Open):
+    type: Literal["function_call_output"] = "function_call_output"
+    call_id: str
+    output: str
+
+
+class SummaryText(_Open):
+    type: str = "summary_text"
+    text: str
+
+
+class Reasoning(_Open):
+    type: Literal["reasoning"] = "reasoning"
+    id: str | None = None
+    summary: list[SummaryText] = Field(default_factory=list)
+    encrypted_content: str | None = None
+
+
+class OtherItem(_Open):
+    """An item of a type this subset does not model; kept as it came."""
+
+    type: str
+
+
+_KNOWN = {"message", "function_call", "function_call_output", "reasoning"}
+
+
+def _item_tag(v: Any) -> str:
+    t = v.get("type", "message") if isinstance(v, dict) else getattr(v, "type", "message")
+    return t if t in _KNOWN else "other"
+
+
+Item = Annotated[
+    Union[
+        Annotated[Message, Tag("message")],
+        Annotated[FunctionCall, Tag("function_call")],
+        Annotated[FunctionCallOutput, Tag("function_call_output")],
+        Annotated[Reasoning, Tag("reasoning")],
+        Annotated[OtherItem, Tag("other")],
+    ],
+    Discriminator(_item_tag),
+]
+
+
+class FunctionTool(_Open):
+    type: str = "function"
+    name: str
+    description: str | None = ""
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = True
+
+
+class ResponseCreateParams(BaseModel):
+    """The model request (``responses_create_params``). Unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str | list[Item]
+    tools: list[FunctionTool] = Field(default_factory=list)
+    tool_choice: Any = "auto"
+    parallel_tool_calls: bool = True
+    model: str | None = None
+    instructions: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    metadata: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    text: dict[str, Any] | None = None
+    truncation: str | None = None
+    user: str | None = None
+    store: bool | None = None
+    previous_response_id: str | None = None
+    include: list[str] | None = None
+    top_logprobs: int | None = None
+    service_tier: str | None = None
+    prompt: dict[str, Any] | None = None
+    background: bool | None = None
+    stream: Literal[False] | None = None
+
+    def input_items(self) -> list[Any]:
+        """The input as a list of items (a string becomes one user message)."""
+        if isinstance(self.input, str):
+            return [Message(role="user", content=self.input)] if self.input else []
+        return list(self.input)
+
+
+class InputTokensDetails(_Open):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(_Open):
+    reasoning_tokens: int = 0
+
+
+class Usage(_Open):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
+    output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
+
+    def __add__(self, other: "Usage | None") -> "Usage":
+        if other is None:
+            return self
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            input_tokens_details=InputTokensDetails(
+                cached_tokens=self.input_tokens_details.cached_tokens
+                + other.input_tokens_details.cached_tokens
+            ),
+            output_tokens_details=OutputTokensDetails(
+                reasoning_tokens=self.output_tokens_details.reasoning_tokens
+                + other.output_tokens_details.reasoning_tokens
+            ),
+        )
+
+
+class NeMoGymResponse(_Open):
+    """A model (or agent) response: the ``response`` object of the wire reference."""
+
+    id: str = Field(default_factory=lambda: new_id("resp"))
+    created_at: float = Field(default_factory=lambda: int(time.time()))
+    model: str = ""
+    object: Literal["response"] = "response"
+    output: list[Item] = Field(default_factory=list)
+    parallel_tool_calls: bool = True
+    tool_choice: Any = "auto"
+    tools: list[FunctionTool] = Field(default_factory=list)
+    usage: Usage | None = None
+    incomplete_details: dict[str, Any] | None = None
+    status: str | None = "completed"
+
+    @property
+    def function_calls(self) -> list[FunctionCall]:
+        return [i for i in self.output if isinstance(i, FunctionCall)]
+
+    @property
+    def output_text(self) -> str:
+        return "".join(i.text for i in self.output if isinstance(i, Message))
+
+
+def assistant_message(text: str) -> Message:
+    return Message(
+        id=new_id("msg"),
+        role="assistant",
+        status="completed",
+        content=[ContentPart(type="output_text", text=text, annotations=[])],
+    )
+
+
+def function_call(name: str, arguments: str | dict, call_id: str | None = None) -> FunctionCall:
+    import json
+
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return FunctionCall(
+        name=name, arguments=args, call_id=call_id or new_id("call"), id=new_id("fc"), status="completed"
+    )
+
+
+def dump_item(item: Any) -> dict:
+    """An item as wire JSON (None fields left out)."""
+    if isinstance(item, BaseModel):
+        return item.model_dump(mode="json", exclude_none=True)
+    return dict(item)

@@ -1,0 +1,1 @@
+"""Resources-server base classes."""

@@ -1,0 +1,89 @@
+"""The base of every gymlab server: configuration as pydantic fields, a FastAPI app, a runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from typing import Any, ClassVar
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
+
+#: ``gymlab serve`` passes each server process its config as JSON in this variable.
+CONFIG_ENV = "GYMLAB_SERVER_CONFIG"
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class _HybridMethod:
+    """A method callable on the class (building an instance from config) or on an instance."""
+
+    def __init__(self, func):
+        self.func = func
+
+    def __get__(self, obj, cls):
+        def bound(*args, **kwargs):
+            target = obj if obj is not None else cls.from_environment()
+            return self.func(target, *args, **kwargs)
+
+        bound.__doc__ = self.func.__doc__
+        return bound
+
+
+class BaseServer(BaseModel):
+    """A server's configuration and behaviour. Subclasses add routes in ``setup_webserver``.
+
+    Fields are the server's config (YAML keys); per-episode state goes in dicts keyed by session id.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", ignored_types=(_HybridMethod,))
+
+    name: str = ""
+    host: str = "127.0.0.1"
+    port: int = 0
+    num_workers: int = 1
+    session_secret: SecretStr = Field(
+        default_factory=lambda: SecretStr(secrets.token_hex(32)),
+        description="Signs session cookies; random per server unless configured.",
+    )
+
+    _app: Any = PrivateAttr(default=None)
+
+    #: Config keys a YAML file may carry that are meant for other layers, not for this class.
+    config_only_keys: ClassVar[frozenset[str]] = frozenset({"entrypoint", "domain", "datasets", "description"})
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self.name:
+            self.name = _snake(type(self).__name__)
+
+    @classmethod
+    def from_environment(cls, **overrides: Any) -> "BaseServer":
+        """Build from the JSON config that ``gymlab serve`` puts in ``GYMLAB_SERVER_CONFIG``."""
+        raw = json.loads(os.environ.get(CONFIG_ENV) or "{}")
+        raw = {k: v for k, v in raw.items() if k not in cls.config_only_keys}
+        raw.update(overrides)
+        return cls(**raw)
+
+    def setup_webserver(self) -> FastAPI:
+        """Return the FastAPI app; subclasses call ``super()`` and add their routes."""
+        from gymlab._runtime.app import build_app
+
+        return build_app(self)
+
+    @property
+    def app(self) -> FastAPI:
+        """The app, built once per instance."""
+        if self._app is None:
+            self._app = self.setup_webserver()
+        return self._app
+
+    @_HybridMethod
+    def run_webserver(self) -> None:
+        """Serve in the foreground on the configured host and port (Ctrl-C stops)."""
+        from gymlab._runtime.serve import run_blocking
+
+        run_blocking(self.app, self.host, self.port)
