@@ -94,11 +94,20 @@ async def post_ok(url: str, path: str, payload: Any, cookies: Cookies | None = N
     """POST JSON and return the parsed answer; an error status raises ``ServerError``."""
     reply = await post(url, path, payload, cookies, server)
     if not reply.ok:
-        raise ServerError(server or url, f"POST {path}", reply.status, error_message(reply.text))
+        raise ServerError(_server_name(reply.text, server or url), f"POST {path}", reply.status, error_message(reply.text))
     try:
         return reply.json()
     except ValueError as exc:
         raise ServerError(server or url, f"POST {path}", reply.status, f"answer is not JSON: {reply.text[:200]!r}") from exc
+
+
+def _server_name(text: str, fallback: str) -> str:
+    """``fallback``, with the server's own name from a gymlab error body when it gave one."""
+    try:
+        name = json.loads(text).get("server")
+    except (ValueError, AttributeError):
+        return fallback
+    return f"{fallback} '{name}'" if isinstance(name, str) and name and name != fallback else fallback
 
 
 def error_message(text: str) -> str:

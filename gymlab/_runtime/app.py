@@ -22,7 +22,10 @@ log = logging.getLogger("gymlab.server")
 def _describe_validation(errors: list[dict]) -> str:
     parts = []
     for e in errors:
-        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
+        path = list(e.get("loc", ()))
+        if path[:1] == ["body"] and len(path) > 1:
+            path = path[1:]
+        loc = ".".join(str(p) for p in path)
         if e.get("type") == "extra_forbidden":
             parts.append(f"unknown key '{loc.rsplit('.', 1)[-1]}' in {loc.rsplit('.', 1)[0] or 'body'}")
         else:
