@@ -1,0 +1,101 @@
+"""Lab: servers in background threads (start, replace, stop, startup errors in the caller)."""
+
+import contextlib
+import socket
+
+import httpx
+import pytest
+
+from gymlab import Lab, ServerStartError, SimpleResourcesServer
+
+
+def test_three_servers_and_stop(calculator):
+    lab = Lab()
+    env = lab.serve(calculator.CalculatorServer)
+    model = lab.serve_model(calculator.policy)
+    agent = lab.serve_agent("simple_agent", resources=env, model=model)
+    assert {env.url, model.url, agent.url} and len({env.url, model.url, agent.url}) == 3
+    assert all(url.startswith("http://127.0.0.1:") for url in (env.url, model.url, agent.url))
+    assert httpx.get(env.url + "/health").json() == {"status": "ok", "server": "calculator_server"}
+    lab.close()
+    assert not env.running
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(env.url + "/health")
+
+
+def test_serving_the_same_name_replaces_the_old_server(lab, calculator):
+    first = lab.serve(calculator.CalculatorServer, name="calc")
+
+    class Redefined(calculator.CalculatorServer):
+        async def square(self, body: calculator.SquareRequest) -> calculator.SquareResponse:
+            return calculator.SquareResponse(result=-1)
+
+    second = lab.serve(Redefined, name="calc", port=first._runner.port)
+    assert not first.running
+    assert second.url == first.url  # the same port, at once (SO_REUSEADDR)
+    assert second.post("/square", {"value": 3}) == {"result": -1}
+    assert list(lab.servers) == ["calc"]
+
+
+def test_handle_is_a_context_manager(lab, calculator):
+    with lab.serve(calculator.CalculatorServer) as env:
+        assert env.post("/square", {"value": 2}) == {"result": 4}
+    assert not env.running and "calculator_server" not in lab.servers
+
+
+def test_startup_failure_raises_the_real_cause(lab):
+    class Broken(SimpleResourcesServer):
+        async def verify(self, body):
+            return None
+
+        def setup_webserver(self):
+            app = super().setup_webserver()
+
+            @contextlib.asynccontextmanager
+            async def lifespan(_app):
+                raise ConnectionRefusedError("judge at 127.0.0.1:9 refused the connection")
+                yield
+
+            app.router.lifespan_context = lifespan
+            return app
+
+    with pytest.raises(ServerStartError, match="broken failed to start"):
+        lab.serve(Broken)
+
+
+def test_port_in_use_is_a_clear_error(lab, calculator):
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    try:
+        with pytest.raises(ServerStartError, match="cannot bind 127.0.0.1:.*port=0"):
+            lab.serve(calculator.CalculatorServer, port=blocker.getsockname()[1])
+    finally:
+        blocker.close()
+
+
+def test_abstract_verify_must_be_written():
+    with pytest.raises(TypeError, match="verify"):
+        SimpleResourcesServer()
+
+
+def test_session_cookie_is_signed_with_a_random_secret(calculator):
+    a, b = calculator.CalculatorServer(), calculator.CalculatorServer()
+    assert a.session_secret.get_secret_value() != b.session_secret.get_secret_value()
+    assert a.session_secret.get_secret_value() not in repr(a)
+
+
+def test_sync_calls_work_inside_a_running_loop(lab, calculator, rows):
+    """As in a Jupyter kernel: a sync helper called while this thread's loop is running."""
+    import asyncio
+
+    env = lab.serve(calculator.CalculatorServer)
+    model = lab.serve_model(calculator.policy)
+    agent = lab.serve_agent("simple_agent", resources=env, model=model)
+
+    async def cell():
+        sync_reward = agent.run(rows("calculator")[0]).reward
+        async_reward = (await agent.arun(rows("calculator")[0])).reward
+        return sync_reward, async_reward
+
+    assert asyncio.run(cell()) == (1.0, 1.0)
