@@ -139,6 +139,16 @@ class Lab:
         return self.serve(cls, name=name or (agent if isinstance(agent, str) else None),
                           handle_cls=AgentHandle, **config)
 
+    def episode(self, target: ServerHandle, row: dict[str, Any], *, model: Any = None,
+                max_steps: int | None = None):
+        """An interactive episode of ``row`` against a resources server or an agent's environment.
+
+        ``model`` (a handle or URL) answers ``model_turn``/``step()``; an agent handle brings its own.
+        """
+        from gymlab.lab.episode import open_episode
+
+        return open_episode(self, target, row, model=model, max_steps=max_steps)
+
     def close(self) -> None:
         """Stop every server this lab started."""
         for handle in list(self._handles.values()):
