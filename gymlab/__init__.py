@@ -42,11 +42,15 @@ _NAMES: dict[str, str] = {
     "BaseServer": "gymlab.server",
     "SimpleResourcesServer": "gymlab.resources.simple",
     "SimpleAgent": "gymlab.agents.simple_agent",
+    "GymnasiumServer": "gymlab.resources.gymnasium",
+    "GymnasiumAgent": "gymlab.agents.gymnasium_agent",
     "PolicyModel": "gymlab.models.policy",
     # notebook layer
     "Lab": "gymlab.lab",
     "ServerHandle": "gymlab.lab",
     "AgentHandle": "gymlab.lab",
+    # submodules
+    "failure_kinds": "gymlab.failure_kinds",
     # examples
     "load_environment": "gymlab.examples",
 }
@@ -58,7 +62,8 @@ def __getattr__(name: str) -> Any:
     module = _NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'gymlab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    imported = importlib.import_module(module)
+    value = imported if module == f"{__name__}.{name}" else getattr(imported, name)
     globals()[name] = value
     return value
 

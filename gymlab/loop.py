@@ -101,13 +101,19 @@ def stop_reason_of(response: NeMoGymResponse) -> str | None:
     return "no_action"
 
 
-async def model_turn(state: LoopState, call_model: ModelCall, call_tool: ToolCall) -> TurnResult:
-    """One model call, then each of its function calls in order; the state is updated."""
-    t0 = time.perf_counter()
+async def ask_model(state: LoopState, call_model: ModelCall) -> NeMoGymResponse:
+    """One model call on the conversation so far; its output items and usage join the state."""
     response = await call_model(model_request(state.params, state.items))
     state.last = response
     state.usage = response.usage if state.usage is None else state.usage + response.usage
     state.added.extend(response.output)
+    return response
+
+
+async def model_turn(state: LoopState, call_model: ModelCall, call_tool: ToolCall) -> TurnResult:
+    """One model call, then each of its function calls in order; the state is updated."""
+    t0 = time.perf_counter()
+    response = await ask_model(state, call_model)
     outputs = []
     for call in response.output:
         if isinstance(call, FunctionCall):

@@ -8,6 +8,7 @@ from gymlab.errors import ConfigError
 
 AGENTS = {
     "simple_agent": "gymlab.agents.simple_agent:SimpleAgent",
+    "gymnasium_agent": "gymlab.agents.gymnasium_agent:GymnasiumAgent",
 }
 
 

@@ -1,0 +1,5 @@
+"""``gymlab.failure_kinds``: the documented failure-kind registry (see ``gymlab.protocol.failure_kinds``)."""
+
+from gymlab.protocol.failure_kinds import FAILURE_KINDS, describe, is_server_kind, validate_failure_kind
+
+__all__ = ["FAILURE_KINDS", "describe", "is_server_kind", "validate_failure_kind"]

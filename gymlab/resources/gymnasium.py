@@ -1,0 +1,153 @@
+"""GymnasiumServer: the environment as a transition function, ``/reset`` and ``/step`` (no ``/verify``).
+
+Subclasses implement ``step()`` (and ``reset()`` when an episode needs state or a first observation).
+The base does the plumbing: session ids, lifting the reserved info keys, and releasing per-episode
+state on every way an episode ends (terminated, truncated, an exception, a new reset, ``/close``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import abstractmethod
+from typing import Any
+
+from fastapi import FastAPI, Request
+from pydantic import Field
+
+from gymlab.protocol import SESSION_ID_KEY, NeMoGymResponse
+from gymlab.protocol.failure_kinds import validate_failure_kind
+from gymlab.protocol.gymnasium import (
+    RESERVED_INFO_KEYS,
+    GymnasiumCloseResponse,
+    GymnasiumResetRequest,
+    GymnasiumResetResponse,
+    GymnasiumStepRequest,
+    GymnasiumStepResponse,
+)
+from gymlab.server import BaseServer
+
+log = logging.getLogger("gymlab.server")
+
+
+class GymnasiumServer(BaseServer):
+    """A Gymnasium-protocol environment; per-episode state goes in ``session_state[session_id]``.
+
+    >>> class Echo(GymnasiumServer):
+    ...     async def step(self, action, metadata, session_id=None):
+    ...         return None, 1.0, True, False, {}
+    """
+
+    session_state: dict[str, Any] = Field(default_factory=dict)
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/reset")(self._reset_route)
+        app.post("/step")(self._step_route)
+        app.post("/close")(self._close_route)
+        return app
+
+    # -- the hooks a subclass writes -------------------------------------------------------------
+
+    async def reset(self, metadata: dict, session_id: str | None = None) -> tuple[str | None, dict]:
+        """Start an episode; returns ``(observation, info)``. The default keeps no state."""
+        return None, {}
+
+    @abstractmethod
+    async def step(
+        self, action: NeMoGymResponse, metadata: dict, session_id: str | None = None
+    ) -> tuple[str | None, float, bool, bool, dict]:
+        """Apply the model's response; returns ``(observation, reward, terminated, truncated, info)``."""
+
+    async def close_session(self, session_id: str) -> None:
+        """Release an episode's state. Override for external resources and ``await super().close_session(...)``."""
+        self.session_state.pop(session_id, None)
+
+    @staticmethod
+    def tool_output(call: Any, result: Any) -> dict[str, str]:
+        """A ``tool_outputs`` entry answering ``call`` (the agent turns it into a function_call_output)."""
+        return {"call_id": call.call_id, "output": json.dumps(result, default=str)}
+
+    # -- the protocol around the hooks, shared by the HTTP routes and in-process use -------------
+
+    async def reset_session(self, metadata: dict, session_id: str) -> GymnasiumResetResponse:
+        """``reset()`` for ``session_id``; a live episode on the same session is closed first."""
+        if session_id in self.session_state:
+            await self._release(session_id)
+        try:
+            result = await self.reset(metadata, session_id)
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise TypeError(f"{type(self).__name__}.reset must return (observation, info), got {result!r:.200}")
+            observation, info = result
+            return GymnasiumResetResponse(observation=_observation(self, observation), info=dict(info or {}))
+        except BaseException as exc:
+            await self._release(session_id, exc)
+            raise
+
+    async def step_session(self, action: NeMoGymResponse, metadata: dict, session_id: str) -> GymnasiumStepResponse:
+        """``step()`` for ``session_id``: reserved info keys lifted, state released when the episode ends."""
+        try:
+            result = await self.step(action, metadata, session_id)
+            if not (isinstance(result, tuple) and len(result) == 5):
+                raise TypeError(
+                    f"{type(self).__name__}.step must return (observation, reward, terminated, truncated, info), "
+                    f"got {result!r:.200}"
+                )
+            observation, reward, terminated, truncated, info = result
+            info = dict(info or {})
+            lifted = {k: info.pop(k) for k in RESERVED_INFO_KEYS if k in info}
+            validate_failure_kind(lifted.get("failure_kind"))
+            answer = GymnasiumStepResponse(
+                observation=_observation(self, observation),
+                reward=float(reward),
+                terminated=bool(terminated),
+                truncated=bool(truncated),
+                info=info,
+                mask_sample=bool(lifted.get("mask_sample", False)),
+                failure_kind=lifted.get("failure_kind"),
+                failure_reason=None if lifted.get("failure_reason") is None else str(lifted["failure_reason"]),
+            )
+        except BaseException as exc:
+            await self._release(session_id, exc)
+            raise
+        if answer.terminated or answer.truncated:
+            await self._release(session_id)
+        return answer
+
+    async def close_episode(self, session_id: str) -> bool:
+        """Release ``session_id``'s episode if it is still held (an agent that ran out of steps)."""
+        held = session_id in self.session_state
+        if held:
+            await self._release(session_id)
+        return held
+
+    async def _release(self, session_id: str, failure: BaseException | None = None) -> None:
+        """Run ``close_session`` once and make sure the entry is gone, even if the override forgot ``super()``."""
+        try:
+            await self.close_session(session_id)
+        except Exception as exc:
+            if failure is None:
+                raise
+            # The episode's own failure is what gets reported; this one travels with it.
+            log.error("%s: close_session(%r) failed while handling %r", self.name, session_id, failure, exc_info=exc)
+            failure.add_note(f"close_session({session_id!r}) also failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.session_state.pop(session_id, None)
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    async def _reset_route(self, request: Request, body: GymnasiumResetRequest) -> GymnasiumResetResponse:
+        return await self.reset_session(body.metadata(), request.session[SESSION_ID_KEY])
+
+    async def _step_route(self, request: Request, body: GymnasiumStepRequest) -> GymnasiumStepResponse:
+        return await self.step_session(body.response, body.metadata(), request.session[SESSION_ID_KEY])
+
+    async def _close_route(self, request: Request) -> GymnasiumCloseResponse:
+        """Release this cookie's episode (gymlab's addition; the reference protocol has no close)."""
+        return GymnasiumCloseResponse(closed=await self.close_episode(request.session[SESSION_ID_KEY]))
+
+
+def _observation(server: GymnasiumServer, observation: Any) -> str | None:
+    if observation is None or isinstance(observation, str):
+        return observation
+    raise TypeError(f"{type(server).__name__}: an observation must be a string or None, got {type(observation).__name__}")
