@@ -38,6 +38,22 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
 
 
+async def on_background_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` from any event loop, running it on gymlab's loop.
+
+    Handles' async methods use this, so a script's ``asyncio.run`` or a kernel's loop never owns a
+    connection pool that outlives it.
+    """
+    loop = background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        return await coro
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
 def _shutdown() -> None:
     global _loop
     loop = _loop

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
 from gymlab._runtime.sessions import SessionIdMiddleware
+from gymlab.errors import ResourcesSessionError
 
 if TYPE_CHECKING:
     from gymlab.server import BaseServer
@@ -52,33 +53,28 @@ def build_app(server: "BaseServer") -> FastAPI:
             },
         )
 
+    @app.exception_handler(ResourcesSessionError)
+    async def _session_refused(request: Request, exc: ResourcesSessionError):
+        route = f"{request.method} {request.url.path}"
+        body = {"detail": f"{name}: {route}: {exc}", "server": name, "route": route,
+                "error": type(exc).__name__, "message": str(exc)}
+        return JSONResponse(status_code=exc.status_code, content=body)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         body = {"detail": exc.detail, "server": name, "route": f"{request.method} {request.url.path}"}
         return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
 
-    @app.exception_handler(Exception)
-    async def _crash(request: Request, exc: Exception):
-        route = f"{request.method} {request.url.path}"
-        log.error("%s: %s raised", name, route, exc_info=exc)
-        return JSONResponse(
-            status_code=500,
-            content={
-                "detail": f"{name}: {route} raised {type(exc).__name__}: {exc}",
-                "server": name,
-                "route": route,
-                "error": type(exc).__name__,
-                "message": str(exc),
-                "hint": "the traceback is in the server's log",
-            },
-        )
+    # Crashes are answered by an ASGI middleware, not an exception handler: Starlette re-raises after
+    # its handler runs, and uvicorn then drops the keep-alive connection the client is about to reuse.
+    app.add_middleware(CrashMiddleware, server_name=name)
 
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", "server": name}
 
     # Added last = outermost: the cookie is decoded before the id is assigned.
-    app.add_middleware(SessionIdMiddleware)
+    app.add_middleware(SessionIdMiddleware, server_name=name)
     app.add_middleware(
         SessionMiddleware,
         secret_key=server.session_secret.get_secret_value(),
@@ -86,6 +82,41 @@ def build_app(server: "BaseServer") -> FastAPI:
         same_site="lax",
     )
     return app
+
+
+class CrashMiddleware:
+    """Turn an uncaught exception into a JSON 500 naming server, route and error; log the traceback."""
+
+    def __init__(self, app, server_name: str):
+        self.app, self.server_name = app, server_name
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            route = f"{scope['method']} {scope['path']}"
+            log.error("%s: %s raised", self.server_name, route, exc_info=exc)
+            if started:
+                raise
+            body = {
+                "detail": f"{self.server_name}: {route} raised {type(exc).__name__}: {exc}",
+                "server": self.server_name,
+                "route": route,
+                "error": type(exc).__name__,
+                "message": str(exc),
+                "hint": "the traceback is in the server's log",
+            }
+            await JSONResponse(status_code=500, content=body)(scope, receive, send)
 
 
 def _cookie_safe(name: str) -> str:
