@@ -17,6 +17,8 @@ from gymlab._sync import run_sync
 DEMOS = {
     "calculator": ("CalculatorServer", "simple_agent"),
     "counter": ("CounterServer", "simple_agent"),
+    "blackjack": ("BlackjackEnv", "gymnasium_agent"),
+    "qa": ("QAEnv", "gymnasium_agent"),
 }
 
 
