@@ -45,6 +45,7 @@ _NAMES: dict[str, str] = {
     "GymnasiumServer": "gymlab.resources.gymnasium",
     "GymnasiumAgent": "gymlab.agents.gymnasium_agent",
     "PolicyModel": "gymlab.models.policy",
+    "OpenAIModel": "gymlab.models.openai",
     # notebook layer
     "Lab": "gymlab.lab",
     "ServerHandle": "gymlab.lab",
@@ -77,6 +78,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gymlab.errors import ConfigError, DatasetError, GymlabError, ServerError, ServerStartError
     from gymlab.examples import load_environment
     from gymlab.lab import AgentHandle, Lab, ServerHandle
+    from gymlab.models.openai import OpenAIModel
     from gymlab.models.policy import PolicyModel
     from gymlab.protocol import *  # noqa: F403
     from gymlab.resources.simple import SimpleResourcesServer

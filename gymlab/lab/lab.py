@@ -120,11 +120,19 @@ class Lab:
         self._handles[instance.name] = handle
         return handle
 
-    def serve_model(self, policy: Callable | None = None, *, name: str = "policy_model", **config: Any) -> ServerHandle:
-        """Start a model server: a ``PolicyModel`` over ``policy(request)``."""
+    def serve_model(self, policy: Callable | None = None, *, name: str | None = None,
+                    openai: dict[str, Any] | None = None, **config: Any) -> ServerHandle:
+        """Start a model server: a ``PolicyModel`` over ``policy(request)``, or with
+        ``openai=dict(base_url=..., model=..., api_key_env=..., mode=...)`` an ``OpenAIModel`` proxy."""
+        if openai is not None:
+            if policy is not None:
+                raise TypeError("serve_model takes a policy or openai=..., not both")
+            from gymlab.models.openai import OpenAIModel
+
+            return self.serve(OpenAIModel, name=name or "openai_model", **{**openai, **config})
         from gymlab.models.policy import PolicyModel
 
-        return self.serve(PolicyModel, name=name, policy=policy, **config)
+        return self.serve(PolicyModel, name=name or "policy_model", policy=policy, **config)
 
     def serve_agent(self, agent: str | type[BaseServer] = "simple_agent", *, resources: Any = None,
                     model: Any = None, name: str | None = None, **config: Any) -> AgentHandle:

@@ -1,0 +1,265 @@
+"""Responses API <-> Chat Completions, as pure functions (no I/O).
+
+``chat_request`` turns a Responses request into a ``/chat/completions`` body; ``response_from_chat``
+turns the answer back into a ``NeMoGymResponse``. ``OpenAIModel`` uses them in ``chat_completions``
+mode, for endpoints (vLLM, SGLang, Ollama, most hosted models) that speak only Chat Completions.
+
+Request direction:
+- ``instructions`` becomes a leading system message; ``developer`` messages become ``system`` ones
+  (not every Chat endpoint knows the developer role).
+- ``function_call`` items join the assistant message before them as ``tool_calls``;
+  ``function_call_output`` items become ``tool`` messages.
+- ``reasoning`` items are left out: Chat endpoints either ignore reasoning in their input or refuse
+  it (DeepSeek answers 400 to ``reasoning_content`` in input messages), and chat templates drop it.
+- ``max_output_tokens`` becomes ``max_tokens`` (what vLLM, SGLang and Ollama all accept),
+  ``reasoning.effort`` ``reasoning_effort``, ``text.format`` ``response_format``, ``top_logprobs``
+  ``logprobs`` + ``top_logprobs``. Bookkeeping-only fields (``store``, ``include``, ``metadata``,
+  ``truncation``, ``max_tool_calls``) have no Chat meaning and are not sent. Fields whose meaning
+  would be lost (``previous_response_id``, ``prompt``, ``background``) and item types with no Chat
+  form raise ``ConversionError``.
+
+Response direction: ``reasoning_content`` (vLLM, SGLang, DeepSeek) or ``reasoning`` (Ollama, newer
+vLLM), or a leading ``<think>...</think>`` in the content, becomes a ``reasoning`` item; the content
+an assistant message; ``tool_calls`` ``function_call`` items; ``finish_reason`` "length" an
+incomplete response (``incomplete_details.reason = "max_output_tokens"``); usage
+``prompt_tokens``/``completion_tokens`` ``input_tokens``/``output_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gymlab.protocol import (
+    ContentPart,
+    FunctionCall,
+    FunctionCallOutput,
+    Message,
+    NeMoGymResponse,
+    Reasoning,
+    ResponseCreateParams,
+    Usage,
+    new_id,
+)
+from gymlab.protocol.responses import InputTokensDetails, OutputTokensDetails, SummaryText
+
+_TEXT_PARTS = {"input_text", "output_text", "text", "summary_text"}
+_DROPPED = ("store", "include", "metadata", "truncation", "max_tool_calls")
+_REFUSED = ("previous_response_id", "prompt", "background")
+_THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
+
+
+class ConversionError(ValueError):
+    """Raised when a request or answer has no faithful form in the other API."""
+
+
+# --- Responses request -> Chat Completions request ----------------------------------------------
+
+
+def _content(message: Message, where: str) -> str | list[dict]:
+    """A message's content in Chat form: a string when it is all text, else Chat content parts."""
+    if isinstance(message.content, str):
+        return message.content
+    parts: list[dict] = []
+    for part in message.content:
+        if part.type in _TEXT_PARTS:
+            parts.append({"type": "text", "text": part.text or ""})
+        elif part.type == "refusal":
+            parts.append({"type": "text", "text": getattr(part, "refusal", None) or part.text or ""})
+        elif part.type == "input_image":
+            url = getattr(part, "image_url", None)
+            if not url:
+                raise ConversionError(f"{where}: an input_image part without image_url has no Chat form")
+            image = {"url": url}
+            if getattr(part, "detail", None):
+                image["detail"] = part.detail
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise ConversionError(f"{where}: content part type {part.type!r} has no Chat Completions form")
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def chat_messages(params: ResponseCreateParams) -> list[dict]:
+    """The conversation of ``params`` as Chat messages."""
+    messages: list[dict] = []
+    if params.instructions:
+        messages.append({"role": "system", "content": params.instructions})
+    for n, item in enumerate(params.input_items()):
+        where = f"input[{n}]"
+        if isinstance(item, Message):
+            role = "system" if item.role == "developer" else item.role
+            messages.append({"role": role, "content": _content(item, where)})
+        elif isinstance(item, FunctionCall):
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), (str, type(None))):
+                last.setdefault("tool_calls", []).append(call)
+                if last.get("content") == "":
+                    last["content"] = None
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif isinstance(item, FunctionCallOutput):
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        elif isinstance(item, Reasoning):
+            continue  # see the module docstring
+        else:
+            raise ConversionError(
+                f"{where}: item type {item.type!r} has no Chat Completions form; "
+                "use mode='responses' with an endpoint that serves /v1/responses"
+            )
+    return messages
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, str) or choice is None:
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        name = choice.get("name") or (choice.get("function") or {}).get("name")
+        return {"type": "function", "function": {"name": name}}
+    raise ConversionError(f"tool_choice {choice!r} has no Chat Completions form")
+
+
+def _response_format(text: dict) -> dict | None:
+    fmt = (text or {}).get("format")
+    if not fmt or fmt.get("type") == "text":
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if fmt.get("type") == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    raise ConversionError(f"text.format type {fmt.get('type')!r} has no Chat Completions form")
+
+
+def chat_request(params: ResponseCreateParams, model: str = "", extra_body: dict | None = None) -> dict:
+    """The ``/chat/completions`` body for ``params``; ``model`` (when set) wins over ``params.model``.
+
+    ``extra_body`` is merged last, so endpoint-specific keys (``top_k``, ``chat_template_kwargs``)
+    reach the endpoint as written.
+    """
+    for key in _REFUSED:
+        if getattr(params, key) is not None:
+            raise ConversionError(f"{key} has no Chat Completions form; use mode='responses'")
+    for n, tool in enumerate(params.tools):
+        if tool.type != "function":
+            raise ConversionError(f"tools[{n}]: tool type {tool.type!r} has no Chat Completions form")
+    body: dict[str, Any] = {"model": model or params.model or "", "messages": chat_messages(params)}
+    if params.tools:
+        body["tools"] = [
+            {"type": "function", "function": {
+                k: v for k, v in (("name", t.name), ("description", t.description),
+                                  ("parameters", t.parameters), ("strict", t.strict)) if v is not None}}
+            for t in params.tools
+        ]
+        body["tool_choice"] = _tool_choice(params.tool_choice)
+        body["parallel_tool_calls"] = params.parallel_tool_calls
+    elif params.tool_choice not in (None, "auto", "none"):
+        raise ConversionError(f"tool_choice {params.tool_choice!r} needs tools, and the request has none")
+    for src, dst in (("temperature", "temperature"), ("top_p", "top_p"), ("max_output_tokens", "max_tokens"),
+                     ("user", "user"), ("service_tier", "service_tier")):
+        value = getattr(params, src)
+        if value is not None:
+            body[dst] = value
+    if params.top_logprobs is not None:
+        body["logprobs"] = True
+        body["top_logprobs"] = params.top_logprobs
+    if params.reasoning and params.reasoning.get("effort"):
+        body["reasoning_effort"] = params.reasoning["effort"]
+    if params.text and (fmt := _response_format(params.text)):
+        body["response_format"] = fmt
+    body.update(extra_body or {})
+    return body
+
+
+# --- Chat Completions response -> Responses response --------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    raise ConversionError(f"message content of type {type(content).__name__} is not text")
+
+
+def _usage(raw: dict | None) -> Usage | None:
+    if not raw:
+        return None
+    i, o = int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0)
+    cached = ((raw.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0
+    reasoning = ((raw.get("completion_tokens_details") or {}).get("reasoning_tokens")) or 0
+    return Usage(
+        input_tokens=i,
+        output_tokens=o,
+        total_tokens=int(raw.get("total_tokens") or i + o),
+        input_tokens_details=InputTokensDetails(cached_tokens=int(cached)),
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=int(reasoning)),
+    )
+
+
+def _function_call(raw: dict, n: int) -> FunctionCall:
+    fn = raw.get("function") or {}
+    if not fn.get("name"):
+        raise ConversionError(f"choices[0].message.tool_calls[{n}] has no function name: {json.dumps(raw)[:200]}")
+    args = fn.get("arguments")
+    if args is None:
+        args = "{}"
+    elif not isinstance(args, str):  # some servers send the arguments as an object
+        args = json.dumps(args)
+    return FunctionCall(name=fn["name"], arguments=args, call_id=raw.get("id") or new_id("call"),
+                        id=new_id("fc"), status="completed")
+
+
+def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -> NeMoGymResponse:
+    """A ``/chat/completions`` answer as a Responses ``response`` (echoing ``params``' tools)."""
+    if not isinstance(body, dict):
+        raise ConversionError(f"the answer is a {type(body).__name__}, not a chat.completion object")
+    choices = body.get("choices")
+    if not choices:
+        raise ConversionError(f"the answer has no choices: {json.dumps(body)[:300]}")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    text = _text_of(message.get("content"))
+    thinking = message.get("reasoning_content") or message.get("reasoning")
+    if not thinking and (m := _THINK.match(text)):
+        thinking, text = m.group(1).strip(), text[m.end():]
+
+    output: list[Any] = []
+    if thinking:
+        output.append(Reasoning(id=new_id("rs"), summary=[SummaryText(type="summary_text", text=thinking)]))
+    if text:
+        output.append(Message(id=new_id("msg"), role="assistant", status="completed",
+                              content=[ContentPart(type="output_text", text=text, annotations=[])]))
+    if message.get("refusal"):
+        output.append(Message(id=new_id("msg"), role="assistant", status="completed",
+                              content=[ContentPart(type="refusal", refusal=message["refusal"])]))
+    calls = list(message.get("tool_calls") or [])
+    if message.get("function_call"):  # the pre-tools form some servers still send
+        calls.append({"id": None, "type": "function", "function": message["function_call"]})
+    output.extend(_function_call(c, n) for n, c in enumerate(calls))
+
+    finish = choice.get("finish_reason")
+    incomplete = None
+    if finish == "length":
+        incomplete = {"reason": "max_output_tokens"}
+    elif finish == "content_filter":
+        incomplete = {"reason": "content_filter"}
+    update: dict[str, Any] = {}
+    if params is not None:
+        update = {"tools": params.tools, "tool_choice": params.tool_choice,
+                  "parallel_tool_calls": params.parallel_tool_calls}
+    return NeMoGymResponse(
+        **({"created_at": int(body["created"])} if body.get("created") else {}),
+        model=body.get("model") or "",
+        output=output,
+        usage=_usage(body.get("usage")),
+        incomplete_details=incomplete,
+        status="incomplete" if incomplete else "completed",
+        **update,
+    )

@@ -1,0 +1,268 @@
+"""OpenAIModel: POST /v1/responses proxied to an OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama).
+
+``mode="responses"`` forwards the request to ``{base_url}/responses`` as it came; ``mode="chat_completions"``
+converts it for ``{base_url}/chat/completions`` and converts the answer back (``chat_convert``).
+``base_url`` is what the official client takes: it ends in ``/v1``.
+
+The API key is read from the environment variable named by ``api_key_env`` on every request; it is
+never a config field, never logged, and it is scrubbed from any upstream text this server passes on.
+
+Retries: 429, 5xx, timeouts and refused connections are retried ``max_retries`` times with exponential
+backoff (``backoff`` seconds, doubling, jittered); a ``Retry-After`` of at most ``max_retry_after_s``
+is waited as asked. Errors answer with a JSON body naming this server, the route, the upstream URL,
+the upstream status and message, and what to do. Status codes:
+
+- the request's own faults at the upstream (400, 413, 422) pass through, as does a 429 that outlived
+  the retries;
+- everything that is this server's or the upstream's problem is 502 (authentication, wrong URL,
+  5xx after the retries, unreadable answers), and a timeout after the retries is 504.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import re
+from typing import Any, Literal
+
+import aiohttp
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from gymlab.client import close_http_session, error_message, http_session
+from gymlab.errors import ConfigError, ServerError
+from gymlab.models.chat_convert import ConversionError, chat_request, response_from_chat
+from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
+from gymlab.server import BaseServer
+
+log = logging.getLogger("gymlab.models.openai")
+
+ROUTE = "POST /v1/responses"
+_PASS_THROUGH = {400, 413, 422, 429}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEYISH = re.compile(r"[A-Za-z0-9_\-]{8,}")
+
+
+class UpstreamError(ServerError):
+    """Raised when the upstream endpoint answered with an error (or not at all) after the retries."""
+
+    def __init__(self, url: str, upstream_status: int, cause: str, hint: str = "", attempts: int = 1,
+                 status: int = 502):
+        super().__init__(url, "POST", upstream_status, cause, hint)
+        self.url, self.upstream_status, self.attempts, self.answer_status = url, upstream_status, attempts, status
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """``text`` with ``secret``, and any 8+ character piece of it, replaced by ``***``."""
+    if not secret or not text:
+        return text
+    text = text.replace(secret, "***")
+    return _KEYISH.sub(lambda m: "***" if m.group(0) in secret else m.group(0), text)
+
+
+class OpenAIModel(BaseServer):
+    """A model server in front of an OpenAI-compatible endpoint.
+
+    >>> OpenAIModel(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-8B", mode="chat_completions")
+    """
+
+    name: str = "openai_model"
+    base_url: str = Field(description="The endpoint's API root, ending in /v1 (as the openai client takes it).")
+    model: str = Field("", description="The upstream model name; when empty the request's `model` is sent.")
+    api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key.")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every upstream request.")
+    mode: Literal["responses", "chat_completions"] = "responses"
+    timeout_s: float = 120.0
+    max_retries: int = Field(3, ge=0)
+    backoff: float = Field(0.5, ge=0, description="First retry delay in seconds; doubles each retry.")
+    max_retry_after_s: float = Field(30.0, ge=0, description="Longest Retry-After honoured as asked.")
+
+    def __init__(self, **config: Any):
+        if "api_key" in config:  # checked before pydantic, whose errors would echo the value
+            raise ConfigError("OpenAIModel reads the API key from the environment: set api_key_env to the "
+                              "name of the variable that holds it (e.g. api_key_env='OPENAI_API_KEY')")
+        env = config.get("api_key_env")
+        if isinstance(env, str) and env and not _ENV_NAME.match(env):
+            raise ConfigError("api_key_env must be the NAME of an environment variable (like OPENAI_API_KEY), "
+                              "not the key itself")
+        super().__init__(**config)
+        self.base_url = self.base_url.rstrip("/")
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_app):
+            yield
+            await close_http_session()
+
+        app.router.lifespan_context = lifespan
+        app.add_exception_handler(UpstreamError, self._upstream_error)
+        app.add_exception_handler(ConversionError, self._conversion_error)
+        app.post("/v1/responses", response_model_exclude_none=True)(self.responses)
+        return app
+
+    # --- the route ------------------------------------------------------------------------------
+
+    async def responses(self, body: ResponseCreateParams) -> NeMoGymResponse:
+        if self.mode == "chat_completions":
+            payload = chat_request(body, self.model, self.extra_body)
+            answer = await self.call_upstream("/chat/completions", payload)
+            try:
+                return response_from_chat(answer, body)
+            except ConversionError as exc:
+                raise UpstreamError(self.base_url + "/chat/completions", 200,
+                                    f"the answer is not a chat.completion: {exc}") from exc
+        payload = body.model_dump(mode="json", exclude_unset=True)
+        if self.model:
+            payload["model"] = self.model
+        payload.update(self.extra_body)
+        answer = await self.call_upstream("/responses", payload)
+        try:
+            return NeMoGymResponse.model_validate(answer)
+        except ValueError as exc:
+            raise UpstreamError(self.base_url + "/responses", 200,
+                                f"the answer is not a Responses API response: {scrub(str(exc), self._key())[:500]}",
+                                "is this endpoint serving the Responses API? mode='chat_completions' "
+                                "talks to /chat/completions instead") from exc
+
+    # --- the upstream call ----------------------------------------------------------------------
+
+    def _key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after is not None:
+            try:
+                asked = float(retry_after)
+            except ValueError:
+                asked = None
+            if asked is not None and 0 <= asked <= self.max_retry_after_s:
+                return asked
+        return self.backoff * (2**attempt) * random.uniform(0.5, 1.0)
+
+    async def call_upstream(self, path: str, payload: dict) -> Any:
+        """POST ``payload`` to ``base_url + path`` with the retries; the parsed JSON answer."""
+        url = self.base_url + path
+        key = self._key()
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        data = json.dumps(payload)
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(30.0, self.timeout_s))
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            retry_after: str | None = None
+            try:
+                async with http_session().post(url, data=data, headers=headers, timeout=timeout) as resp:
+                    text = scrub(await resp.text(), key)
+                    status = resp.status
+                    retry_after = _retry_after(resp.headers)
+            except asyncio.TimeoutError:
+                if last:
+                    raise UpstreamError(url, 0, f"no answer within timeout_s={self.timeout_s:g} s",
+                                        f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load",
+                                        attempts, status=504) from None
+                status, why = 0, f"timed out after {self.timeout_s:g} s"
+            except aiohttp.ClientError as exc:
+                cause = scrub(f"{type(exc).__name__}: {exc}", key)
+                if last:
+                    raise UpstreamError(url, 0, f"cannot reach the endpoint: {cause}",
+                                        f"after {attempts} attempt(s); is it running, and is base_url right?",
+                                        attempts) from None
+                status, why = 0, cause
+            else:
+                if 200 <= status < 300:
+                    try:
+                        return json.loads(text)
+                    except ValueError:
+                        raise UpstreamError(url, status, f"the answer is not JSON: {text[:300]!r}",
+                                            "is base_url the endpoint's API root (ending in /v1)?", attempt + 1) from None
+                if not (status == 429 or status >= 500) or last:
+                    raise self._failure(url, status, text, attempt + 1)
+                why = f"HTTP {status}: {error_message(text)[:200]}"
+            delay = self._delay(attempt, retry_after)
+            log.warning("%s: upstream %s %s (attempt %d of %d); retrying in %.2f s",
+                        self.name, url, why, attempt + 1, attempts, delay)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _failure(self, url: str, status: int, text: str, attempts: int) -> UpstreamError:
+        message = _upstream_message(text)
+        retried = f" after {attempts} attempts" if attempts > 1 else ""
+        if status in (401, 403):
+            env = self.api_key_env
+            if not env:
+                check = "no api_key_env is configured: set it to the name of the variable holding the key"
+            elif self._key() is None:
+                check = f"the environment variable {env} is not set in the model server's process"
+            else:
+                check = f"check the key in the environment variable {env}"
+            hint = f"authentication failed at {self.base_url}; {check}"
+        elif status == 404:
+            hint = (f"is base_url ({self.base_url}) the API root ending in /v1, is the model name "
+                    f"({self.model or 'from the request'}) right, and does the endpoint serve "
+                    f"{url.rsplit('/v1', 1)[-1]} (mode={self.mode!r})?")
+        elif status == 429:
+            hint = f"rate limited{retried}; raise max_retries/backoff or lower the concurrency"
+        elif status >= 500:
+            hint = f"the endpoint failed{retried}; see its logs"
+        else:
+            hint = "the endpoint refused the request as sent"
+        answer = status if status in _PASS_THROUGH else 502
+        return UpstreamError(url, status, message, hint, attempts, status=answer)
+
+    # --- error bodies ---------------------------------------------------------------------------
+
+    async def _upstream_error(self, request: Request, exc: UpstreamError) -> JSONResponse:
+        route = f"{request.method} {request.url.path}"
+        message = f"{self.name}: {route}: upstream POST {exc.url} "
+        message += f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
+        message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
+        log.error("%s", message)
+        return JSONResponse(status_code=exc.answer_status, content={
+            "detail": message,
+            "message": message,
+            "server": self.name,
+            "route": route,
+            "upstream": {"url": exc.url, "status": exc.upstream_status, "message": exc.cause},
+            "attempts": exc.attempts,
+            "hint": exc.hint,
+        })
+
+    async def _conversion_error(self, request: Request, exc: ConversionError) -> JSONResponse:
+        route = f"{request.method} {request.url.path}"
+        message = f"{self.name}: {route}: the request cannot be sent to {self.base_url}/chat/completions: {exc}"
+        return JSONResponse(status_code=400, content={
+            "detail": message, "message": message, "server": self.name, "route": route,
+        })
+
+
+def _retry_after(headers: Any) -> str | None:
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return str(float(ms) / 1000)
+        except ValueError:
+            pass
+    return headers.get("retry-after")
+
+
+def _upstream_message(text: str) -> str:
+    """The upstream's own message: OpenAI's ``{"error": {"message": ...}}``, or the body's text."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text[:500] or "(empty body)"
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"][:1000]
+        if isinstance(err, str):
+            return err[:1000]
+    return error_message(text)
