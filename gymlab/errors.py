@@ -4,7 +4,11 @@
     ├── ServerError            a server answered with an error (names server, route, status, cause)
     │   └── ServerStartError   a server could not start (the real cause attached)
     ├── ConfigError            a YAML config is wrong (names the file and key)
-    └── DatasetError           a JSONL file is wrong (names the file and line)
+    ├── DatasetError           a JSONL file is wrong (names the file and line)
+    ├── ResourcesSessionError  an episode seed or close refused (its HTTP status in ``status_code``)
+    │   ├── ResourcesSeedRejectedError     422: invalid seed input that no retry can fix
+    │   └── ResourcesSessionConflictError  409: the ID is bound to another episode, or closed
+    └── SessionContractError   a server broke a rule of the episode-session contract (an AssertionError)
 """
 
 from __future__ import annotations
@@ -38,3 +42,29 @@ class DatasetError(GymlabError):
         self.path, self.line, self.cause = path, line, cause
         where = f"{path}:{line}" if line is not None else str(path)
         super().__init__(f"{where}: {cause}")
+
+
+class ResourcesSessionError(GymlabError):
+    """Raised by a resources server to refuse an episode seed or close; answered with ``status_code``."""
+
+    status_code = 400
+
+
+class ResourcesSeedRejectedError(ResourcesSessionError):
+    """Raised by ``seed_session`` for invalid input that no retry can fix (HTTP 422)."""
+
+    status_code = 422
+
+
+class ResourcesSessionConflictError(ResourcesSessionError):
+    """Raised when a session ID is bound to another episode or was closed (HTTP 409)."""
+
+    status_code = 409
+
+
+class SessionContractError(GymlabError, AssertionError):
+    """Raised by ``check_resources_session_contract``; ``rule`` names the rule the server broke."""
+
+    def __init__(self, rule: str, detail: str):
+        self.rule, self.detail = rule, detail
+        super().__init__(f"resources session contract, rule '{rule}': {detail}")

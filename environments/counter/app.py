@@ -1,4 +1,10 @@
-"""A stateful seed/verify environment: a counter per session, graded on its final value."""
+"""A stateful seed/verify environment: a counter per session, graded on its final value.
+
+It serves both episode forms: simple_agent's flat row (state keyed by the cookie's session id, released
+in ``verify``) and an environment server's episode session (``ResourcesSeedSessionRequest``, state
+keyed by ``resources_session_id``, released by ``close_resources_session``). A verify for a counter the
+server no longer holds answers with the masked ``lost_session_verification``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import re
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from gymlab import (
     SESSION_ID_KEY,
@@ -15,8 +21,11 @@ from gymlab import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    ResourcesSeedRejectedError,
+    ResourcesSeedSessionRequest,
     SimpleResourcesServer,
     function_call,
+    lost_session_verification,
 )
 
 
@@ -45,9 +54,23 @@ class CounterServer(SimpleResourcesServer):
         app.post("/increment")(self.increment)
         return app
 
-    async def seed_session(self, request: Request, body: CounterSeedRequest) -> BaseSeedSessionResponse:
-        self.session_state[request.session[SESSION_ID_KEY]] = {"count": body.initial_count}
+    async def seed_session(
+        self, request: Request, body: ResourcesSeedSessionRequest | CounterSeedRequest
+    ) -> BaseSeedSessionResponse:
+        if isinstance(body, ResourcesSeedSessionRequest):
+            try:
+                task = CounterSeedRequest.model_validate(body.task_data)
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise ResourcesSeedRejectedError(f"invalid task_data: {problems}") from None
+            session_id = body.resources_session_id
+        else:
+            task, session_id = body, request.session[SESSION_ID_KEY]
+        self.session_state[session_id] = {"count": task.initial_count}
         return BaseSeedSessionResponse()
+
+    async def close_resources_session(self, resources_session_id: str) -> None:
+        self.session_state.pop(resources_session_id, None)
 
     async def increment(self, request: Request, body: IncrementRequest) -> dict:
         state = self.session_state.get(request.session[SESSION_ID_KEY])
@@ -57,14 +80,11 @@ class CounterServer(SimpleResourcesServer):
         return {"count": state["count"]}
 
     async def verify(self, request: Request, body: CounterVerifyRequest) -> CounterVerifyResponse:
-        session_id = request.session[SESSION_ID_KEY]
-        try:
-            final = self.session_state[session_id]["count"]
-            return CounterVerifyResponse(
-                **body.model_dump(), reward=float(final == body.target), final_count=final
-            )
-        finally:
-            self.session_state.pop(session_id, None)
+        state = self.session_state.pop(request.session[SESSION_ID_KEY], None)
+        if state is None:
+            return lost_session_verification(body, reason="no counter is held for this session")
+        final = state["count"]
+        return CounterVerifyResponse(**body.model_dump(), reward=float(final == body.target), final_count=final)
 
 
 def policy(request):

@@ -11,6 +11,16 @@ from gymlab.protocol.resources import (
     BaseVerifyRequest,
     BaseVerifyResponse,
 )
+from gymlab.protocol.sessions import (
+    RESOURCES_COOKIE_HEADER,
+    RESOURCES_SERVER_HEADER,
+    EpisodeId,
+    ResourcesCloseSessionRequest,
+    ResourcesCloseSessionResponse,
+    ResourcesSeedSessionRequest,
+    ResourcesSeedSessionResponse,
+    TaskId,
+)
 from gymlab.protocol.responses import (
     ContentPart,
     FunctionCall,
@@ -29,6 +39,8 @@ from gymlab.protocol.responses import (
 )
 
 __all__ = [
+    "RESOURCES_COOKIE_HEADER",
+    "RESOURCES_SERVER_HEADER",
     "SESSION_ID_KEY",
     "AggregateMetrics",
     "AggregateMetricsRequest",
@@ -38,6 +50,7 @@ __all__ = [
     "BaseVerifyRequest",
     "BaseVerifyResponse",
     "ContentPart",
+    "EpisodeId",
     "FunctionCall",
     "FunctionCallOutput",
     "FunctionTool",
@@ -45,9 +58,14 @@ __all__ = [
     "Message",
     "NeMoGymResponse",
     "Reasoning",
+    "ResourcesCloseSessionRequest",
+    "ResourcesCloseSessionResponse",
+    "ResourcesSeedSessionRequest",
+    "ResourcesSeedSessionResponse",
     "ResponseCreateParams",
     "Rollout",
     "StepRecord",
+    "TaskId",
     "Usage",
     "assistant_message",
     "dump_item",

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import statistics
+import typing
 from abc import abstractmethod
 from collections import defaultdict
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ConfigDict, PrivateAttr, ValidationError
 
+from gymlab._runtime.episodes import EpisodeSessions
+from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS
 from gymlab.protocol import (
     AggregateMetrics,
     AggregateMetricsRequest,
@@ -16,8 +24,15 @@ from gymlab.protocol import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    ResourcesCloseSessionRequest,
+    ResourcesCloseSessionResponse,
+    ResourcesSeedSessionRequest,
+    ResourcesSeedSessionResponse,
 )
 from gymlab.server import BaseServer
+
+#: The failure kind of a verify for a session the server no longer holds.
+SESSION_LOST = "session_lost"
 
 
 def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
@@ -54,18 +69,46 @@ def aggregate_metrics(verify_responses: list[dict[str, Any]]) -> AggregateMetric
 
 
 class SimpleResourcesServer(BaseServer):
-    """Seed/verify environment: override ``verify`` (and ``seed_session`` for state)."""
+    """Seed/verify environment: override ``verify`` (and ``seed_session`` for state).
+
+    Episode sessions: an environment server seeds with a ``ResourcesSeedSessionRequest`` and closes
+    with ``/close_session``. The base keeps the session rules (one seed or close of a session at a
+    time, an idempotent re-seed, 409 for a conflicting or late seed, one release per close); a
+    server with state overrides ``seed_session`` and ``close_resources_session`` and keys its state
+    by ``resources_session_id``. A server without per-rollout state needs no changes.
+    """
+
+    session_close_retry_window_seconds: float = DEFAULT_WINDOW_SECONDS
+
+    _episodes: EpisodeSessions | None = PrivateAttr(default=None)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/seed_session")(self.seed_session)
+        app.post("/seed_session")(_episode_aware(self.seed_session, self.episode_sessions))
+        app.post("/close_session")(self._close_session_route)
         app.post("/verify")(self.verify)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         return app
 
-    async def seed_session(self, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
+    @property
+    def episode_sessions(self) -> EpisodeSessions:
+        """This server's open episode sessions, locks and fences."""
+        if self._episodes is None:
+            self._episodes = EpisodeSessions(self.session_close_retry_window_seconds)
+        return self._episodes
+
+    async def seed_session(
+        self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest
+    ) -> BaseSeedSessionResponse:
         """Initialise an episode; the default does nothing."""
         return BaseSeedSessionResponse()
+
+    async def close_resources_session(self, resources_session_id: str) -> None:
+        """Release an episode session's state (runs once per close; the default does nothing).
+
+        Named apart from the Gymnasium ``close_session`` helper. Release by ``resources_session_id``,
+        not by the cookie: after a lost seed reply the close arrives without one.
+        """
 
     @abstractmethod
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
@@ -73,3 +116,66 @@ class SimpleResourcesServer(BaseServer):
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         return aggregate_metrics(body.verify_responses)
+
+    async def _close_session_route(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+        return await self.episode_sessions.close(body, self.close_resources_session)
+
+
+def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> BaseVerifyResponse:
+    """The masked answer to a ``/verify`` for a session the server no longer holds.
+
+    Reward 0, ``mask_sample`` true, ``failure_kind`` ``session_lost``: the sample is excluded from
+    metrics and training data instead of counting as a real zero. Every field of ``body`` is echoed.
+    """
+    fields = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
+    fields.update(
+        reward=0.0,
+        mask_sample=True,
+        failure_kind=SESSION_LOST,
+        failure_reason=reason or "the server no longer holds this session (closed, expired or restarted)",
+    )
+    return _EchoedVerifyResponse.model_validate(fields)
+
+
+class _EchoedVerifyResponse(BaseVerifyResponse):
+    """A verify answer that keeps the request's own fields, so a subclass response model validates it."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _episode_aware(seed_session, episodes: EpisodeSessions):
+    """``seed_session`` as the ``/seed_session`` endpoint, keeping the episode-session rules.
+
+    FastAPI still sees the hook's own signature (its body type, ``request: Request``), plus a
+    request parameter the wrapper uses to recognise an episode seed in the raw body.
+    """
+    signature = inspect.signature(seed_session)
+    try:
+        hints = typing.get_type_hints(seed_session)
+    except NameError:  # an annotation only its own scope can resolve: leave it to FastAPI
+        hints = {}
+    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
+    request_param = next((p.name for p in params if p.annotation is Request), None)
+    if request_param is None:
+        request_param = "_gymlab_request"
+        params.append(inspect.Parameter(request_param, inspect.Parameter.KEYWORD_ONLY, annotation=Request))
+
+    @functools.wraps(seed_session)
+    async def endpoint(**kwargs):
+        request: Request = kwargs[request_param] if request_param != "_gymlab_request" else kwargs.pop(request_param)
+        try:
+            raw = await request.json()
+        except ValueError:
+            raw = None
+        if not (isinstance(raw, dict) and "resources_session_id" in raw):
+            return await seed_session(**kwargs)
+        try:
+            body = ResourcesSeedSessionRequest.model_validate(raw)
+        except ValidationError as exc:
+            raise RequestValidationError(
+                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+            ) from None
+        return JSONResponse(await episodes.seed(body, lambda: seed_session(**kwargs)))
+
+    endpoint.__signature__ = signature.replace(parameters=params, return_annotation=hints.get("return", signature.return_annotation))
+    return endpoint

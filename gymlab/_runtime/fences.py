@@ -1,0 +1,81 @@
+"""``ResourcesSessionFences``: a closed session is fenced, so a late seed cannot reopen it.
+
+A seed that arrives after its session's close (a retry whose first reply was lost, a delayed
+request) is refused until the fence expires ``window_seconds`` after the close. Use the server's
+``session_close_retry_window_seconds`` (default 300), so the fence expires no later than the
+session's worker ownership and every worker gives a late seed the same answer.
+
+Memory is bounded: expired fences are dropped as new ones are added, and past ``max_fences`` the
+oldest fence is dropped early (logged, never silently).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import Callable
+
+log = logging.getLogger("gymlab.server")
+
+DEFAULT_WINDOW_SECONDS = 300.0
+
+
+class ResourcesSessionFences:
+    """The set of recently closed session IDs, each until ``window_seconds`` after its close.
+
+    >>> fences = ResourcesSessionFences(window_seconds=300)
+    >>> fences.fence("rs-1")
+    >>> "rs-1" in fences
+    True
+    """
+
+    def __init__(
+        self,
+        window_seconds: float = DEFAULT_WINDOW_SECONDS,
+        max_fences: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if window_seconds < 0 or max_fences < 1:
+            raise ValueError(
+                f"expected window_seconds >= 0 and max_fences >= 1, got {window_seconds} and {max_fences}"
+            )
+        self.window_seconds, self.max_fences, self._clock = float(window_seconds), max_fences, clock
+        self._expiry: OrderedDict[str, float] = OrderedDict()  # in expiry order: the window is constant
+        self.evicted_early = 0
+
+    def fence(self, session_id: str) -> None:
+        """Fence ``session_id`` from now until the window ends (a repeated close restarts it)."""
+        now = self._clock()
+        self._purge(now)
+        self._expiry.pop(session_id, None)
+        self._expiry[session_id] = now + self.window_seconds
+        while len(self._expiry) > self.max_fences:
+            dropped, _ = self._expiry.popitem(last=False)
+            self.evicted_early += 1
+            log.warning("session fences full (%d): dropped the fence of %r early", self.max_fences, dropped)
+
+    def remaining(self, session_id: str) -> float | None:
+        """Seconds until ``session_id``'s fence expires, or None when it is not fenced."""
+        expiry = self._expiry.get(session_id)
+        if expiry is None:
+            return None
+        left = expiry - self._clock()
+        if left <= 0:
+            del self._expiry[session_id]
+            return None
+        return left
+
+    def __contains__(self, session_id: object) -> bool:
+        return isinstance(session_id, str) and self.remaining(session_id) is not None
+
+    def __len__(self) -> int:
+        self._purge(self._clock())
+        return len(self._expiry)
+
+    def _purge(self, now: float) -> None:
+        while self._expiry:
+            sid, expiry = next(iter(self._expiry.items()))
+            if expiry > now:
+                return
+            del self._expiry[sid]

@@ -1,0 +1,80 @@
+"""Episode-session bodies: how an environment server seeds and closes one resources-server session.
+
+An episode seed names its session itself (``resources_session_id``); the seed, its close and every
+request in between then name the session by that ID (the cookie carries it after the seed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from gymlab.protocol.resources import BaseSeedSessionRequest, BaseSeedSessionResponse
+
+#: Headers an environment server sends with an agent call, so the agent's tool calls reach the
+#: episode's resources session: the resources server's URL and its session cookie (a Cookie header).
+RESOURCES_SERVER_HEADER = "x-gymlab-resources-server"
+RESOURCES_COOKIE_HEADER = "x-gymlab-resources-cookie"
+
+
+class EpisodeId(BaseModel):
+    """Which rollout, and which retry of it, a session belongs to."""
+
+    rollout_id: str
+    attempt: int = 0
+
+
+class TaskId(BaseModel):
+    """A task's qualified ID, ``<taskset>/<task_id>``."""
+
+    taskset: str = ""
+    task_id: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.taskset}/{self.task_id}" if self.taskset else self.task_id
+
+
+class ResourcesSeedSessionRequest(BaseSeedSessionRequest):
+    """Body of an episode seed: the session's ID, its episode, its task and the task's own fields."""
+
+    resources_session_id: str = Field(min_length=1)
+    episode_id: EpisodeId
+    task_id: TaskId | None = None
+    task_data: dict[str, Any] = Field(default_factory=dict)
+
+    def episode_key(self) -> dict[str, Any]:
+        """What a re-seed must repeat to be the same episode (anything else is a conflict)."""
+        return self.model_dump(mode="json", include={"episode_id", "task_id", "task_data"})
+
+
+class ResourcesSeedSessionResponse(BaseSeedSessionResponse):
+    """Answer to an episode seed; ``observation`` is on the wire only when the server set it.
+
+    Leaving it unset keeps existing seed answers unchanged; an explicit ``None`` or ``""`` stays.
+    Server-specific extra fields are kept.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    resources_session_id: str
+    observation: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_observation(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if "observation" not in self.model_fields_set:
+            data.pop("observation", None)
+        return data
+
+
+class ResourcesCloseSessionRequest(BaseModel):
+    """Body of ``/close_session``."""
+
+    resources_session_id: str = Field(min_length=1)
+    episode_id: EpisodeId | None = None
+
+
+class ResourcesCloseSessionResponse(BaseModel):
+    resources_session_id: str
