@@ -1,6 +1,14 @@
 """Wire models only: pydantic, no I/O, no FastAPI."""
 
 from gymlab.protocol.agents import Rollout, StepRecord
+from gymlab.protocol.gymnasium import (
+    RESERVED_INFO_KEYS,
+    GymnasiumCloseResponse,
+    GymnasiumResetRequest,
+    GymnasiumResetResponse,
+    GymnasiumStepRequest,
+    GymnasiumStepResponse,
+)
 from gymlab.protocol.resources import (
     SESSION_ID_KEY,
     AggregateMetrics,
@@ -54,9 +62,15 @@ __all__ = [
     "FunctionCall",
     "FunctionCallOutput",
     "FunctionTool",
+    "GymnasiumCloseResponse",
+    "GymnasiumResetRequest",
+    "GymnasiumResetResponse",
+    "GymnasiumStepRequest",
+    "GymnasiumStepResponse",
     "Item",
     "Message",
     "NeMoGymResponse",
+    "RESERVED_INFO_KEYS",
     "Reasoning",
     "ResourcesCloseSessionRequest",
     "ResourcesCloseSessionResponse",
