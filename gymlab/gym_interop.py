@@ -5,7 +5,7 @@
 actions (``gymnasium.spaces.Text`` over a printable charset), so Gymnasium's own
 ``check_env`` and ``check_environments_match`` apply to them:
 
->>> env = gymnasium.make("gymlab/Served-v0", server=handle, row=row)     # doctest: +SKIP
+>>> env = gymnasium.make("gymlab/Served-v0", server=handle.url, row=row) # doctest: +SKIP
 >>> obs, info = env.reset(seed=0)                                        # doctest: +SKIP
 >>> obs, reward, terminated, truncated, info = env.step("stand")         # doctest: +SKIP
 
