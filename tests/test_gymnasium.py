@@ -165,6 +165,32 @@ def test_exception_in_step_is_a_json_500_naming_server_and_route(lab):
     assert env.server.session_state == {}
 
 
+class CrashingResetEnv(CountingEnv):
+    async def reset(self, metadata, session_id=None):
+        self.session_state[session_id] = {"n": 0, "half": "built"}
+        raise ValueError("no table free")
+
+
+def test_exception_in_reset_releases_state(lab):
+    env, agent = _serve(lab, CrashingResetEnv, _say("ok"))
+    with pytest.raises(ServerError, match=r"POST /reset failed with HTTP 500: no table free"):
+        agent.run(_row())
+    assert env.server.session_state == {} and len(env.server.closed) == 1
+
+
+def test_model_failure_mid_episode_releases_state(lab):
+    def policy(request):
+        if any(i.type == "message" and i.role == "assistant" for i in request.input_items()):
+            raise RuntimeError("model fell over")
+        return "ok"
+
+    env, agent = _serve(lab, CountingEnv, policy)
+    with pytest.raises(ServerError, match="model fell over"):
+        agent.run(_row(end_at=5))
+    # the environment never ended the episode; the agent's /close released it, once
+    assert env.server.session_state == {} and len(env.server.closed) == 1
+
+
 def test_reset_on_a_live_session_closes_the_old_episode_and_close_releases(lab):
     env = lab.serve(CountingEnv)
     cookies = Cookies()
