@@ -1,6 +1,5 @@
 """The Gymnasium protocol over real loopback HTTP: GymnasiumServer, gymnasium_agent and the examples."""
 
-import asyncio
 import json
 
 import pytest
