@@ -55,6 +55,7 @@ _NAMES: dict[str, str] = {
     # servers
     "BaseServer": "gymlab.server",
     "SimpleResourcesServer": "gymlab.resources.simple",
+    "SingleAgentTurn": "gymlab.envservers.single_agent_turn",
     "SimpleAgent": "gymlab.agents.simple_agent",
     "GymnasiumServer": "gymlab.resources.gymnasium",
     "GymnasiumAgent": "gymlab.agents.gymnasium_agent",

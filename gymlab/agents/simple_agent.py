@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException, Request
 
 from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, upstream_failure
 from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import ServerError
 from gymlab.loop import LoopState, run_loop
-from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
+from gymlab.protocol import RESOURCES_COOKIE_HEADER, RESOURCES_SERVER_HEADER, NeMoGymResponse, ResponseCreateParams
 
 
 class SimpleAgent(BaseAgent):
@@ -25,21 +25,34 @@ class SimpleAgent(BaseAgent):
         app.post("/v1/responses", response_model_exclude_none=True)(self.responses)
         return app
 
-    def tool_caller(self, cookies: Cookies):
+    def tool_caller(self, cookies: Cookies, resources_server: str | None = None):
         """A ``call_tool`` for the loop: POST /{name} with the rollout's cookies; the body is the output."""
+        url = resources_server or self.resources_server
 
         async def call_tool(name: str, args: Any) -> str:
-            return (await post(self.resources_server, f"/{name}", args, cookies, server="resources server")).text
+            return (await post(url, f"/{name}", args, cookies, server="resources server")).text
 
         return call_tool
 
-    async def loop(self, params: ResponseCreateParams, cookies: Cookies) -> LoopState:
-        return await run_loop(params, self.call_model, self.tool_caller(cookies), self.max_steps)
+    async def loop(self, params: ResponseCreateParams, cookies: Cookies, resources_server: str | None = None) -> LoopState:
+        return await run_loop(params, self.call_model, self.tool_caller(cookies, resources_server), self.max_steps)
 
-    async def responses(self, body: ResponseCreateParams) -> NeMoGymResponse:
-        """The agent loop as a Responses endpoint (tools dispatched to the resources server)."""
+    async def responses(self, request: Request, body: ResponseCreateParams) -> NeMoGymResponse:
+        """The agent loop as a Responses endpoint (tools dispatched to the resources server).
+
+        An environment server running an episode session names the session's resources server and
+        cookie in the ``x-gymlab-resources-server`` / ``x-gymlab-resources-cookie`` headers, so the
+        tool calls reach that session. An agent bound to another resources server refuses (409).
+        """
+        url = request.headers.get(RESOURCES_SERVER_HEADER) or self.resources_server
+        if self.resources_server and url != self.resources_server:
+            raise HTTPException(409, f"{self.name}: bound to resources server {self.resources_server}, "
+                                     f"but the episode's resources server is {url}")
+        cookies = Cookies()
+        if cookie := request.headers.get(RESOURCES_COOKIE_HEADER):
+            cookies.by_url[url] = dict(p.split("=", 1) for p in cookie.split("; ") if "=" in p)
         try:
-            return (await self.loop(body, Cookies())).final_response()
+            return (await self.loop(body, cookies, url)).final_response()
         except ServerError as exc:
             raise upstream_failure(self.name, exc) from exc
 

@@ -1,0 +1,275 @@
+"""single_agent_turn: one agent turn inside one episode session of a resources server.
+
+``POST /run`` takes a task, seeds the bound resources server with a fresh ``resources_session_id``,
+invokes the agent (its ``/v1/responses`` loop, whose tool calls reach the same session), grades the
+result with ``/verify`` (the authored request, saying that a close follows), closes the session on
+every path, and returns the rollout with the verify's mask and failure fields.
+
+The task is either ``{"task_id": "<taskset>/<id>", "task_input": {flat row}}`` or a row of the
+``{responses_create_params, task_data}`` shape. Fields of the row besides those two are merged into
+``task_data``; a field whose value differs from ``task_data``'s is refused (422).
+
+A seed's non-empty ``observation`` is appended verbatim as one user message after a copy of the
+authored input; it is kept in the episode's ``EpisodeHandles``, so invoking the agent again from the
+handles (a restore) supplies it once without seeding again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+from fastapi import Body, FastAPI, HTTPException
+from pydantic import BaseModel, ValidationError
+
+from gymlab.client import Cookies, close_http_session, error_message, http_session, post_ok
+from gymlab.errors import ServerError
+from gymlab.protocol import (
+    RESOURCES_COOKIE_HEADER,
+    RESOURCES_SERVER_HEADER,
+    EpisodeId,
+    Message,
+    NeMoGymResponse,
+    ResourcesSeedSessionRequest,
+    ResponseCreateParams,
+    StepRecord,
+    TaskId,
+)
+from gymlab.server import BaseServer
+
+log = logging.getLogger("gymlab.server")
+
+#: Keys of a ``/run`` body that identify the episode rather than belong to the task.
+RUN_KEYS = frozenset({"task_id", "task_input", "episode_id", "rollout_id", "attempt",
+                      "_ng_task_index", "_ng_rollout_index", "agent_ref"})
+
+
+class Task(BaseModel):
+    """A ``/run`` body, normalised: the authored request, the task's own fields, its IDs."""
+
+    responses_create_params: dict[str, Any]
+    params: ResponseCreateParams
+    task_data: dict[str, Any]
+    task_id: TaskId | None
+    episode_id: EpisodeId
+
+
+class EpisodeHandles(BaseModel):
+    """What the episode holds of its resources session; enough to invoke the agent again (restore)."""
+
+    resources_server: str
+    resources_session_id: str
+    episode_id: EpisodeId
+    task_id: TaskId | None = None
+    cookie: str | None = None
+    observation: str | None = None
+
+    def cookies(self) -> Cookies:
+        jar = Cookies()
+        if self.cookie:
+            jar.by_url[self.resources_server] = dict(p.split("=", 1) for p in self.cookie.split("; ") if "=" in p)
+        return jar
+
+
+def parse_task(body: dict[str, Any]) -> Task:
+    """The task of a ``/run`` body; a malformed one raises ``ValueError`` saying what is wrong."""
+    if not isinstance(body, dict):
+        raise ValueError(f"a task must be a JSON object, got {type(body).__name__}")
+    if "task_input" in body:
+        row = body["task_input"]
+        if not isinstance(row, dict):
+            raise ValueError(f"task_input must be an object (the task's flat row), got {type(row).__name__}")
+    else:
+        row = {k: v for k, v in body.items() if k not in RUN_KEYS}
+    if "responses_create_params" not in row:
+        raise ValueError("the task has no responses_create_params (send task_id + task_input, or a row "
+                         "with responses_create_params and task_data)")
+    authored = row["responses_create_params"]
+    try:
+        params = ResponseCreateParams.model_validate(authored)
+    except ValidationError as exc:
+        raise ValueError("responses_create_params: " + "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())) from None
+    task_data = row.get("task_data", {})
+    if not isinstance(task_data, dict):
+        raise ValueError(f"task_data must be an object, got {type(task_data).__name__}")
+    task_data = dict(task_data)
+    for key, value in row.items():
+        if key in ("responses_create_params", "task_data"):
+            continue
+        if key in task_data and task_data[key] != value:
+            raise ValueError(f"field {key!r} is {json.dumps(value)[:80]} in the row but "
+                             f"{json.dumps(task_data[key])[:80]} in task_data; give it once, or the same value")
+        task_data[key] = value
+    return Task(responses_create_params=authored, params=params, task_data=task_data,
+                task_id=_task_id(body), episode_id=_episode_id(body))
+
+
+def _task_id(body: dict[str, Any]) -> TaskId | None:
+    raw = body.get("task_id", body.get("_ng_task_index"))
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        return TaskId.model_validate(raw)
+    taskset, slash, task = str(raw).partition("/")
+    return TaskId(taskset=taskset, task_id=task) if slash else TaskId(task_id=taskset)
+
+
+def _episode_id(body: dict[str, Any]) -> EpisodeId:
+    if isinstance(body.get("episode_id"), dict):
+        return EpisodeId.model_validate(body["episode_id"])
+    return EpisodeId(rollout_id=str(body.get("rollout_id") or f"rollout-{uuid.uuid4().hex}"),
+                     attempt=int(body.get("attempt") or 0))
+
+
+def agent_request(params: ResponseCreateParams, observation: str | None) -> dict[str, Any]:
+    """The agent's request: the authored one, plus a non-empty observation as one last user message.
+
+    A non-empty string input becomes the first user message and ``""`` none; a list keeps its items
+    and order. Model settings and tools stay as authored; without an observation nothing changes.
+    """
+    body = params.model_dump(mode="json", exclude_unset=True)
+    if not observation:
+        return body
+    authored = body.get("input", params.input)
+    items = ([_user(authored)] if authored else []) if isinstance(authored, str) else list(authored)
+    body["input"] = [*items, _user(observation)]
+    return body
+
+
+def _user(text: str) -> dict[str, Any]:
+    return Message(role="user", content=text).model_dump(mode="json", exclude_none=True)
+
+
+class SingleAgentTurn(BaseServer):
+    """The built-in Environment Server: one agent turn per episode session of ``resources_server``."""
+
+    resources_server: str = ""
+    agent_server: str = ""
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/run")(self.run)
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_app):
+            yield
+            await close_http_session()
+
+        app.router.lifespan_context = lifespan
+        return app
+
+    async def run(self, body: dict[str, Any] = Body(...)) -> dict[str, Any]:
+        """One graded episode; the rollout record (verify answer, one step record, duration)."""
+        t0 = time.perf_counter()
+        try:
+            task = parse_task(body)
+        except ValueError as exc:
+            raise HTTPException(422, f"{self.name}: invalid task: {exc}") from None
+        try:
+            handles = await self.seed(task)
+        except ServerError as exc:
+            raise _failure(self.name, exc, passthrough=(409, 422)) from exc
+        try:
+            response = await self.invoke_agent(handles, task.params)
+            result = await self.verify(handles, task, response)
+        except ServerError as exc:
+            await self._close_after_failure(handles, exc)
+            raise _failure(self.name, exc) from exc
+        except BaseException as exc:
+            await self._close_after_failure(handles, exc)
+            raise
+        try:
+            await self.close(handles)
+        except ServerError as exc:
+            raise _failure(self.name, exc) from exc
+        incomplete = response.status == "incomplete"
+        step = StepRecord(index=0, action=list(response.output), reward=float(result.get("reward", 0.0)),
+                          terminated=not incomplete, truncated=incomplete,
+                          info={"observation": handles.observation} if handles.observation else {})
+        result["steps"] = [step.model_dump(mode="json", exclude_none=True)]
+        result["duration_s"] = time.perf_counter() - t0
+        return result
+
+    async def seed(self, task: Task) -> EpisodeHandles:
+        """Seed a fresh session for ``task``; a seed that may have taken effect is closed if it failed."""
+        if not self.resources_server:
+            raise ServerError("resources server", "POST /seed_session", 0, "no resources_server configured",
+                              "set resources_server in the single_agent_turn config")
+        sid = f"rs-{uuid.uuid4().hex}"
+        body = ResourcesSeedSessionRequest(resources_session_id=sid, episode_id=task.episode_id,
+                                           task_id=task.task_id, task_data=task.task_data)
+        cookies = Cookies()
+        try:
+            answer = await post_ok(self.resources_server, "/seed_session", body.model_dump(mode="json"),
+                                   cookies, server="resources server")
+        except ServerError as exc:
+            if exc.status != 409:  # a 409 names a session that is not this episode's to close
+                await self._close_after_failure(EpisodeHandles(
+                    resources_server=self.resources_server, resources_session_id=sid,
+                    episode_id=task.episode_id), exc)
+            raise
+        observation = answer.get("observation") if isinstance(answer, dict) else None
+        return EpisodeHandles(resources_server=self.resources_server, resources_session_id=sid,
+                              episode_id=task.episode_id, task_id=task.task_id,
+                              cookie=cookies.header(self.resources_server), observation=observation)
+
+    async def invoke_agent(self, handles: EpisodeHandles, params: ResponseCreateParams) -> NeMoGymResponse:
+        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed)."""
+        headers = {RESOURCES_SERVER_HEADER: handles.resources_server}
+        if handles.cookie:
+            headers[RESOURCES_COOKIE_HEADER] = handles.cookie
+        answer = await _post_json(self.agent_server, "/v1/responses", agent_request(params, handles.observation),
+                                  headers, server="agent server")
+        return NeMoGymResponse.model_validate(answer)
+
+    async def verify(self, handles: EpisodeHandles, task: Task, response: NeMoGymResponse) -> dict[str, Any]:
+        """``/verify`` with the authored request and the task's fields; says that a close follows."""
+        body = {**task.task_data, "responses_create_params": task.responses_create_params,
+                "response": response.model_dump(mode="json", exclude_none=True), "close_follows": True}
+        return await post_ok(self.resources_server, "/verify", body, handles.cookies(), server="resources server")
+
+    async def close(self, handles: EpisodeHandles) -> None:
+        body = {"resources_session_id": handles.resources_session_id,
+                "episode_id": handles.episode_id.model_dump(mode="json")}
+        await post_ok(self.resources_server, "/close_session", body, handles.cookies(), server="resources server")
+
+    async def _close_after_failure(self, handles: EpisodeHandles, failure: BaseException) -> None:
+        """Close after the episode failed; a close failure travels with the episode's own error."""
+        try:
+            await self.close(handles)
+        except Exception as exc:
+            log.error("%s: closing %s after %r failed", self.name, handles.resources_session_id, failure, exc_info=exc)
+            failure.add_note(f"closing session {handles.resources_session_id!r} also failed: {exc}")
+
+
+def _failure(name: str, exc: ServerError, passthrough: tuple[int, ...] = ()) -> HTTPException:
+    """An upstream error as this server's answer: refusals no retry can fix keep their status, else 502."""
+    status = exc.status if exc.status in passthrough else 502
+    notes = "".join(f"; {n}" for n in getattr(exc, "__notes__", ()))
+    return HTTPException(status_code=status, detail=f"{name}: {exc}{notes}")
+
+
+async def _post_json(url: str, path: str, payload: Any, headers: dict[str, str], server: str) -> Any:
+    """POST JSON with extra headers; an error status or a connection failure raises ``ServerError``."""
+    if not url:
+        raise ServerError(server, f"POST {path}", 0, f"no {server} configured",
+                          f"set {server.replace(' ', '_')} in the single_agent_turn config")
+    try:
+        async with http_session().post(url + path, data=json.dumps(payload),
+                                       headers={"Content-Type": "application/json", **headers}) as resp:
+            status, text = resp.status, await resp.text()
+    except aiohttp.ClientConnectionError as exc:
+        raise ServerError(server, f"POST {path}", 0, f"cannot connect to {url}: {exc}",
+                          "is the server running, and is the URL right?") from exc
+    if not 200 <= status < 300:
+        raise ServerError(server, f"POST {path}", status, error_message(text))
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ServerError(server, f"POST {path}", status, f"answer is not JSON: {text[:200]!r}") from None
