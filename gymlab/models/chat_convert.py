@@ -192,13 +192,15 @@ def _usage(raw: dict | None) -> Usage | None:
     if not raw:
         return None
     i, o = int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0)
-    cached = ((raw.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0
+    prompt = raw.get("prompt_tokens_details") or {}
     reasoning = ((raw.get("completion_tokens_details") or {}).get("reasoning_tokens")) or 0
     return Usage(
         input_tokens=i,
         output_tokens=o,
         total_tokens=int(raw.get("total_tokens") or i + o),
-        input_tokens_details=InputTokensDetails(cached_tokens=int(cached)),
+        # cache_write_tokens: the current Responses usage carries it (the official client requires it)
+        input_tokens_details=InputTokensDetails(cached_tokens=int(prompt.get("cached_tokens") or 0),
+                                                cache_write_tokens=int(prompt.get("cache_write_tokens") or 0)),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=int(reasoning)),
     )
 
