@@ -69,6 +69,8 @@ _NAMES: dict[str, str] = {
     "failure_kinds": "gymlab.failure_kinds",
     # examples
     "load_environment": "gymlab.examples",
+    # entrypoints
+    "is_gymlab_fastapi_entrypoint": "gymlab.utils",
 }
 
 __all__ = sorted(["__version__", *_NAMES])

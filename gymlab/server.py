@@ -51,7 +51,20 @@ class BaseServer(BaseModel):
         description="Signs session cookies; random per server unless configured.",
     )
 
+    session_close_retry_window_seconds: float = Field(
+        default=300.0,
+        description="How long a closed session stays fenced, and owned by its worker, after its last request.",
+    )
+
     _app: Any = PrivateAttr(default=None)
+
+    #: With several workers, route each session's requests to the worker holding it (False: opt out,
+    #: for servers that keep no per-session state or share it outside the process).
+    routes_sessions_to_owner: ClassVar[bool] = True
+    #: Routes besides ``/seed_session`` that open a session's ownership, and besides ``/close_session``
+    #: and ``/verify`` that end it.
+    checkpoint_session_starts: ClassVar[frozenset[str]] = frozenset()
+    checkpoint_session_ended: ClassVar[frozenset[str]] = frozenset()
 
     #: Config keys a YAML file may carry that are meant for other layers, not for this class.
     config_only_keys: ClassVar[frozenset[str]] = frozenset({"entrypoint", "domain", "datasets", "description"})
@@ -81,9 +94,22 @@ class BaseServer(BaseModel):
             self._app = self.setup_webserver()
         return self._app
 
+    def multiple_workers_unsupported_reason(self) -> str | None:
+        """Why this server needs one worker (state that session routing cannot reach), or None."""
+        return None
+
     @_HybridMethod
-    def run_webserver(self) -> None:
-        """Serve in the foreground on the configured host and port (Ctrl-C stops)."""
+    def run_webserver(self) -> FastAPI | None:
+        """Serve in the foreground on the configured host and port (Ctrl-C stops).
+
+        With ``num_workers > 1`` this starts the workers; inside a worker it returns the app instead.
+        """
+        from gymlab._runtime import workers
+
+        if workers.in_worker():
+            return self.app
+        if self.num_workers > 1:
+            return workers.serve_workers(self)
         from gymlab._runtime.serve import run_blocking
 
         run_blocking(self.app, self.host, self.port)

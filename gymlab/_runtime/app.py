@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
+from gymlab._runtime.ownership import install as install_ownership_routing
 from gymlab._runtime.sessions import SessionIdMiddleware
 from gymlab.errors import ResourcesSessionError
 
@@ -81,6 +82,7 @@ def build_app(server: "BaseServer") -> FastAPI:
         session_cookie=f"gymlab_{_cookie_safe(name)}",
         same_site="lax",
     )
+    install_ownership_routing(app, server)  # outermost; only in a worker of several
     return app
 
 

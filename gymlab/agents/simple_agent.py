@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 
 from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, upstream_failure
-from gymlab.client import Cookies, post, post_ok
+from gymlab.client import Cookies, error_message, post, post_ok
 from gymlab.errors import ServerError
 from gymlab.loop import LoopState, run_loop
 from gymlab.protocol import RESOURCES_COOKIE_HEADER, RESOURCES_SERVER_HEADER, NeMoGymResponse, ResponseCreateParams
@@ -30,7 +30,10 @@ class SimpleAgent(BaseAgent):
         url = resources_server or self.resources_server
 
         async def call_tool(name: str, args: Any) -> str:
-            return (await post(url, f"/{name}", args, cookies, server="resources server")).text
+            reply = await post(url, f"/{name}", args, cookies, server="resources server")
+            if reply.status == 410:  # the server lost this session's state: the episode cannot go on
+                raise ServerError("resources server", f"POST /{name}", 410, error_message(reply.text))
+            return reply.text
 
         return call_tool
 
@@ -69,6 +72,8 @@ class SimpleAgent(BaseAgent):
             verify_body = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
             result = await post_ok(res, "/verify", verify_body, cookies, server="resources server")
         except ServerError as exc:
+            if exc.status == 410:
+                return session_lost(row, exc, time.perf_counter() - t0)
             raise upstream_failure(self.name, exc) from exc
         if state.steps:
             state.steps[-1].reward = float(result.get("reward", 0.0))
@@ -77,3 +82,10 @@ class SimpleAgent(BaseAgent):
         result["steps"] = [s.model_dump(mode="json", exclude_none=True) for s in state.steps]
         result["duration_s"] = time.perf_counter() - t0
         return result
+
+
+def session_lost(row: dict[str, Any], exc: ServerError, duration_s: float) -> dict[str, Any]:
+    """The masked rollout of an episode whose resources session is gone (HTTP 410, e.g. a dead worker)."""
+    return {**row, "response": NeMoGymResponse(output=[]).model_dump(mode="json", exclude_none=True),
+            "reward": 0.0, "mask_sample": True, "failure_kind": "session_lost", "failure_reason": str(exc),
+            "steps": [], "duration_s": duration_s}

@@ -1,0 +1,467 @@
+"""Session ownership routing: with several workers, each request runs in the worker holding its session.
+
+One rule, for every request whose handler can see the session: find the request's session ID (the
+signed cookie's ``SESSION_ID_KEY``; for an episode seed or close, the body's ``resources_session_id``
+or ``agent_session_id``), look it up in the ownership table, and forward the request to the owning
+worker; handle it here when this worker owns it or nobody does (and then own it). A route whose
+handler takes no ``Request`` cannot read the session: it runs wherever it lands and takes no
+ownership (health, ``/aggregate_metrics``, stateless tools). Seeds and the routes in
+``checkpoint_session_starts`` always take ownership.
+
+Ownership is open from a successful seed until the close, the verify (unless its body says
+``close_follows``) or a route in ``checkpoint_session_ended``; a closed or never-opened session's
+ownership expires ``session_close_retry_window_seconds`` after its last request, so a retried close
+or a delayed seed still reaches the worker that saw it, and a fence built with the same window
+expires no later. A session whose owner is no longer running (crashed, replaced by uvicorn) answers
+410: its state is gone, and running against an empty one would grade garbage.
+
+The table is a SQLite file in WAL mode in the launcher's private directory: readers never block,
+a lookup is one indexed SELECT (~5 µs), and writes happen only when ownership changes (seed, close,
+verify, first sight) plus at most one touch a second for a closed session; a row is keyed by the
+worker's ``pid-token``, so a reused pid is never taken for the old owner. Shared memory would save
+the few microseconds but needs its own locking and crash recovery, which SQLite already has
+(a killed writer's lock is released by the kernel). Forwarding is one length-prefixed frame each
+way over a private Unix socket per worker (``w<pid>-<token>.sock``), pooled per owner, with the
+ASGI request replayed into the owner's app below this middleware; ``gymlab bench`` measures the cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import struct
+import time
+from base64 import b64decode
+from typing import Any
+
+from gymlab.protocol.resources import SESSION_ID_KEY
+
+#: Every answer a worker gives to a session request names it (``x-gymlab-worker: <pid>``).
+WORKER_HEADER = b"x-gymlab-worker"
+#: A forwarded answer also names the worker that received the request.
+FORWARDED_HEADER = b"x-gymlab-forwarded-by"
+BODY_ID_KEYS = ("resources_session_id", "agent_session_id")
+START_ROUTES = frozenset({"/seed_session", "/reset"})
+END_ROUTES = frozenset({"/close_session"})
+VERIFY_ROUTES = frozenset({"/verify"})
+TOUCH_EVERY_S = 1.0
+TABLE = "owners.sqlite"
+
+NONE, USE, START, END, VERIFY = range(5)
+_FRAME = struct.Struct("!II")
+
+
+def create_table(state_dir: str) -> None:
+    """Create the ownership table (the launcher does this once, before any worker starts)."""
+    import sqlite3
+
+    db = sqlite3.connect(os.path.join(state_dir, TABLE), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS owners (sid TEXT PRIMARY KEY, worker TEXT NOT NULL, "
+        "open INTEGER NOT NULL, seen REAL NOT NULL) WITHOUT ROWID"
+    )
+    db.close()
+
+
+def install(app, server) -> None:
+    """Add the routing middleware outermost when this process is one of several workers."""
+    from gymlab._runtime.workers import worker_context
+
+    ctx = worker_context()
+    if ctx is None or not getattr(type(server), "routes_sessions_to_owner", True):
+        return
+    app.add_middleware(SessionOwnershipMiddleware, server=server, fastapi_app=app, state_dir=ctx["dir"])
+
+
+def worker_alive(worker: str) -> bool:
+    try:
+        os.kill(int(worker.split("-", 1)[0]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
+
+
+class OwnershipTable:
+    """Rows ``sid -> (worker, open, seen)`` shared by the workers of one server."""
+
+    def __init__(self, path: str, window: float):
+        import sqlite3
+
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
+        self.db.execute("PRAGMA synchronous=OFF")  # the table dies with the server: no fsync needed
+        self.window = window
+        self._writes = 0
+
+    def get(self, sid: str) -> tuple[str, int, float] | None:
+        return self.db.execute("SELECT worker, open, seen FROM owners WHERE sid = ?", (sid,)).fetchone()
+
+    def expired(self, row: tuple[str, int, float], now: float) -> bool:
+        worker, open_, seen = row
+        return seen < now - self.window and (not open_ or not worker_alive(worker))
+
+    def claim(self, sid: str, worker: str, now: float) -> tuple[str, int, float]:
+        """The session's owner, made ``worker`` when nobody (or an expired owner) holds it."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            row = self.get(sid)
+            if row is None or self.expired(row, now):
+                row = (worker, 0, now)
+                self.db.execute("INSERT OR REPLACE INTO owners VALUES (?, ?, 0, ?)", (sid, worker, now))
+        finally:
+            self.db.execute("COMMIT")
+        self._wrote(now)
+        return row
+
+    def record(self, sid: str, worker: str, open_: int, now: float) -> None:
+        self.db.execute(
+            "INSERT INTO owners VALUES (?, ?, ?, ?) ON CONFLICT(sid) DO UPDATE SET open = excluded.open, "
+            "seen = excluded.seen WHERE owners.worker = excluded.worker",
+            (sid, worker, open_, now),
+        )
+        self._wrote(now)
+
+    def touch(self, sid: str, now: float) -> None:
+        self.db.execute("UPDATE owners SET seen = ? WHERE sid = ?", (now, sid))
+
+    def _wrote(self, now: float) -> None:
+        self._writes += 1
+        if self._writes % 1000 == 0:
+            self.db.execute("DELETE FROM owners WHERE open = 0 AND seen < ?", (now - self.window,))
+
+
+class SessionOwnershipMiddleware:
+    """Outermost ASGI middleware of a worker: route each session request to its owning worker."""
+
+    def __init__(self, app, server, fastapi_app, state_dir: str):
+        cls = type(server)
+        self.app, self.fastapi_app, self.name, self.dir = app, fastapi_app, server.name, state_dir
+        self.starts = START_ROUTES | frozenset(getattr(cls, "checkpoint_session_starts", ()))
+        self.ends = END_ROUTES | frozenset(getattr(cls, "checkpoint_session_ended", ()))
+        self.window = float(getattr(server, "session_close_retry_window_seconds", 300.0))
+        self.worker = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._pid = str(os.getpid()).encode()
+        self.table: OwnershipTable | None = None
+        self._kinds: dict[tuple[str, str], int] = {}
+        self._cookie: tuple[str, Any, int | None] | None = None
+        self._sids: dict[str, str | None] = {}
+        self._pool: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+        self._rpc: asyncio.base_events.Server | None = None
+        self._rpc_lock: asyncio.Lock | None = None
+
+    # -- the rule ------------------------------------------------------------------------------
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        kind = self._kind(scope)
+        if kind == NONE:
+            return await self.app(scope, receive, send)
+        if self._rpc is None:
+            await self._start()
+        sid, body = self._cookie_sid(scope), None
+        if kind != USE:
+            body = await _read_body(receive)
+            receive = _replay(body, receive)
+            if kind != VERIFY:
+                body_sid = _body_sid(body)
+                if sid and body_sid and sid != body_sid:
+                    return await self._conflict(scope, send, sid, body_sid)
+                sid = sid or body_sid
+        if sid is None:  # a new session: its ID is made here, and recorded before the answer leaves
+            return await self._local(scope, receive, send, kind, None, None, body)
+        now = time.time()
+        row = self.table.get(sid)
+        if row is None or self.table.expired(row, now):
+            row = self.table.claim(sid, self.worker, now)
+        if row[0] == self.worker:
+            return await self._local(scope, receive, send, kind, sid, row, body)
+        if not worker_alive(row[0]):
+            return await self._gone(scope, send, sid, row, now)
+        if body is None:
+            body = await _read_body(receive)
+        try:
+            status, headers, answer = await self._forward(row, scope, body, kind, sid)
+        except (OSError, asyncio.IncompleteReadError):
+            return await self._gone(scope, send, sid, row, now)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*headers, (FORWARDED_HEADER, self._pid)]})
+        await send({"type": "http.response.body", "body": answer})
+
+    async def _local(self, scope, receive, send, kind, sid, row, body):
+        async def settle_then_send(message):
+            if message["type"] == "http.response.start":
+                self._settle(scope, kind, sid, row, message["status"], body)
+                message = {**message, "headers": [*message.get("headers", ()), (WORKER_HEADER, self._pid)]}
+            await send(message)
+
+        await self.app(scope, receive, settle_then_send)
+
+    def _settle(self, scope, kind, sid, row, status, body) -> None:
+        """Record what this answer does to the session's ownership (before the client sees it)."""
+        sid = sid or (scope.get("session") or {}).get(SESSION_ID_KEY)
+        if not sid:
+            return
+        now = time.time()
+        if kind == START:
+            self.table.record(sid, self.worker, int(200 <= status < 300), now)
+        elif kind == END or (kind == VERIFY and not _close_follows(body)):
+            self.table.record(sid, self.worker, 0, now)
+        elif row is None:
+            self.table.record(sid, self.worker, 0, now)
+        elif not row[1] and now - row[2] > TOUCH_EVERY_S:
+            self.table.touch(sid, now)
+
+    # -- which routes use the session ------------------------------------------------------------
+
+    def _kind(self, scope) -> int:
+        key = (scope["method"], scope["path"])
+        kind = self._kinds.get(key)
+        if kind is None:
+            kind = self._classify(scope)
+            if len(self._kinds) < 4096:
+                self._kinds[key] = kind
+        return kind
+
+    def _classify(self, scope) -> int:
+        from starlette.routing import Match
+
+        for route in self.fastapi_app.router.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                path = getattr(route, "path", scope["path"])
+                if path in self.starts:
+                    return START
+                if path in self.ends:
+                    return END
+                if path in VERIFY_ROUTES:
+                    return VERIFY
+                return USE if _uses_session(route) else NONE
+        return NONE
+
+    # -- the session ID from the signed cookie -----------------------------------------------------
+
+    def _cookie_sid(self, scope) -> str | None:
+        raw = next((v for k, v in scope["headers"] if k == b"cookie"), None)
+        if not raw:
+            return None
+        from starlette.requests import cookie_parser
+
+        name, signer, max_age = self._cookie or self._cookie_config()
+        value = cookie_parser(raw.decode("latin-1")).get(name)
+        if not value:
+            return None
+        if value in self._sids:
+            return self._sids[value]
+        try:
+            session = json.loads(b64decode(signer.unsign(value.encode(), max_age=max_age)))
+            sid = session.get(SESSION_ID_KEY) if isinstance(session, dict) else None
+        except Exception:  # a bad signature or garbage: the session middleware starts a fresh session
+            sid = None
+        if len(self._sids) > 65536:
+            self._sids.clear()
+        self._sids[value] = sid if isinstance(sid, str) else None
+        return self._sids[value]
+
+    def _cookie_config(self):
+        import itsdangerous
+        from starlette.middleware.sessions import SessionMiddleware
+
+        for m in self.fastapi_app.user_middleware:
+            if m.cls is SessionMiddleware:
+                kw = m.kwargs
+                self._cookie = (kw.get("session_cookie", "session"), itsdangerous.TimestampSigner(str(kw["secret_key"])),
+                                kw.get("max_age", 14 * 24 * 60 * 60))
+                return self._cookie
+        raise RuntimeError(f"{self.name}: session ownership routing needs the app's SessionMiddleware")
+
+    # -- answers given here -----------------------------------------------------------------------
+
+    async def _gone(self, scope, send, sid, row, now):
+        if now - row[2] > TOUCH_EVERY_S:
+            self.table.touch(sid, now)  # keeps answering 410 until the window passes in silence
+        pid = row[0].split("-", 1)[0]
+        route = f"{scope['method']} {scope['path']}"
+        message = (f"{self.name}: {route}: session {sid} was held by worker {pid}, which is no longer running "
+                   "(it crashed or was replaced), so its state is gone")
+        await _json(send, 410, {"detail": message, "server": self.name, "route": route, "session_id": sid,
+                                "error": "SessionLost", "message": message,
+                                "hint": "this episode cannot continue; start a new one (a new session)"})
+
+    async def _conflict(self, scope, send, cookie_sid, body_sid):
+        route = f"{scope['method']} {scope['path']}"
+        message = (f"{self.name}: {route}: the cookie names session {cookie_sid} but the body names "
+                   f"{body_sid}; send the seed, its requests and its close with one session's cookie")
+        await _json(send, 409, {"detail": message, "server": self.name, "route": route, "session_id": body_sid,
+                                "error": "ResourcesSessionConflictError", "message": message})
+
+    # -- forwarding over the workers' Unix sockets -------------------------------------------------
+
+    def _socket_path(self, worker: str) -> str:
+        return os.path.join(self.dir, f"w{worker}.sock")
+
+    async def _start(self) -> None:
+        if self._rpc_lock is None:
+            self._rpc_lock = asyncio.Lock()
+        async with self._rpc_lock:
+            if self._rpc is None:
+                self.table = OwnershipTable(os.path.join(self.dir, TABLE), self.window)
+                self._rpc = await asyncio.start_unix_server(self._serve_forwarded, self._socket_path(self.worker))
+
+    async def _forward(self, row, scope, body: bytes, kind: int, sid: str):
+        path = self._socket_path(row[0])
+        idle = self._pool.setdefault(path, [])
+        reader, writer = idle.pop() if idle else await asyncio.open_unix_connection(path)
+        meta = {
+            "method": scope["method"], "path": scope["path"], "raw_path": (scope.get("raw_path") or b"").decode("latin-1"),
+            "query_string": scope.get("query_string", b"").decode("latin-1"), "root_path": scope.get("root_path", ""),
+            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]],
+            "client": scope.get("client"), "server": scope.get("server"), "scheme": scope.get("scheme", "http"),
+            "http_version": scope.get("http_version", "1.1"), "kind": kind, "sid": sid, "row": list(row),
+        }
+        head = json.dumps(meta).encode()
+        writer.write(_FRAME.pack(len(head), len(body)) + head + body)
+        await writer.drain()
+        head_len, body_len = _FRAME.unpack(await reader.readexactly(_FRAME.size))
+        answer = json.loads(await reader.readexactly(head_len))
+        content = await reader.readexactly(body_len)
+        if len(idle) < 256:
+            idle.append((reader, writer))
+        else:
+            writer.close()
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer["headers"]]
+        return answer["status"], headers, content
+
+    async def _serve_forwarded(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head_len, body_len = _FRAME.unpack(await reader.readexactly(_FRAME.size))
+                except asyncio.IncompleteReadError:
+                    return
+                meta = json.loads(await reader.readexactly(head_len))
+                body = await reader.readexactly(body_len)
+                try:
+                    status, headers, content = await self._run_forwarded(meta, body)
+                except Exception as exc:  # the handler's own crash, not a lost session
+                    route = f"{meta['method']} {meta['path']}"
+                    status, headers = 500, [["content-type", "application/json"]]
+                    content = json.dumps({"detail": f"{self.name}: {route} raised {type(exc).__name__}: {exc}",
+                                          "server": self.name, "route": route, "error": type(exc).__name__,
+                                          "message": str(exc)}).encode()
+                head = json.dumps({"status": status, "headers": headers}).encode()
+                writer.write(_FRAME.pack(len(head), len(content)) + head + content)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            writer.close()
+
+    async def _run_forwarded(self, meta: dict, body: bytes):
+        scope = {
+            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": meta["http_version"],
+            "method": meta["method"], "scheme": meta["scheme"], "path": meta["path"],
+            "raw_path": meta["raw_path"].encode("latin-1"), "query_string": meta["query_string"].encode("latin-1"),
+            "root_path": meta["root_path"], "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in meta["headers"]],
+            "client": tuple(meta["client"]) if meta["client"] else None,
+            "server": tuple(meta["server"]) if meta["server"] else None, "state": {},
+        }
+        done = asyncio.Event()
+        start: dict = {}
+        chunks: list[bytes] = []
+
+        async def receive():
+            if not sent_body[0]:
+                sent_body[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    done.set()
+
+        sent_body = [False]
+        row = tuple(meta["row"]) if meta["row"] else None
+        await self._local(scope, receive, send, meta["kind"], meta["sid"], row, body)
+        done.set()
+        headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in start.get("headers", ())]
+        return start.get("status", 500), headers, b"".join(chunks)
+
+
+def _uses_session(route) -> bool:
+    """Whether a route's handler (or a dependency of it) takes the Request, and so can see the session."""
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return True
+    stack = [dependant]
+    while stack:
+        d = stack.pop()
+        if d.request_param_name or d.http_connection_param_name or d.websocket_param_name:
+            return True
+        stack.extend(d.dependencies)
+    return False
+
+
+async def _read_body(receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive):
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _body_sid(body: bytes) -> str | None:
+    if b"_session_id" not in body:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(data, dict):
+        for key in BODY_ID_KEYS:
+            if isinstance(data.get(key), str) and data[key]:
+                return data[key]
+    return None
+
+
+def _close_follows(body: bytes | None) -> bool:
+    if not body or b"close_follows" not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("close_follows") is True
+
+
+async def _json(send, status: int, content: dict) -> None:
+    payload = json.dumps(content).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})

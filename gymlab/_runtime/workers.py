@@ -1,0 +1,169 @@
+"""Several uvicorn worker processes for one server (``num_workers > 1``).
+
+The parent binds the listening socket once (``bind_socket``: IPPROTO_TCP, so accepted sockets get
+TCP_NODELAY), writes the server's config, with its session secret, into ``CONFIG_ENV`` so every
+worker signs and reads the same cookies, creates a private directory for the ownership table and
+the workers' forwarding sockets, and runs uvicorn's multiprocess supervisor (which replaces a worker
+that dies). Each worker imports the entrypoint file and serves its module-level ``app``: the
+entrypoint's ``elif is_gymlab_fastapi_entrypoint(__file__): app = Server.run_webserver()`` branch,
+where ``run_webserver`` returns the app instead of serving. Session ownership routing between the
+workers lives in ``ownership.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gymlab.server import BaseServer
+
+#: Set by the launcher for its workers: JSON with the entrypoint file, module name and state dir.
+WORKERS_ENV = "GYMLAB_WORKERS"
+
+#: This process launched workers (it carries ``WORKERS_ENV`` for them, but is not one of them).
+_launcher = False
+
+
+def worker_context() -> dict[str, Any] | None:
+    """The launcher's description of this worker, or None outside a worker process."""
+    if _launcher:
+        return None
+    raw = os.environ.get(WORKERS_ENV)
+    return json.loads(raw) if raw else None
+
+
+def in_worker() -> bool:
+    return worker_context() is not None
+
+
+def is_worker_entrypoint(file: str) -> bool:
+    ctx = worker_context()
+    return ctx is not None and os.path.realpath(file) == ctx["entrypoint"]
+
+
+def entrypoint_of(server_cls: type) -> tuple[str, str]:
+    """(real path, module name) of the file that defines ``server_cls``."""
+    module = sys.modules.get(server_cls.__module__)
+    file = getattr(module, "__file__", None)
+    if not file:
+        raise RuntimeError(
+            f"{server_cls.__name__} is not defined in a file (defined in {server_cls.__module__!r}); "
+            "num_workers > 1 needs an entrypoint file whose module-level `app` each worker serves"
+        )
+    return os.path.realpath(file), server_cls.__module__
+
+
+def check_workers(server_cls: "type[BaseServer] | BaseServer", num_workers: int) -> str | None:
+    """Why ``server_cls`` cannot run with ``num_workers`` workers, or None when it can (for dry runs)."""
+    if num_workers <= 1:
+        return None
+    cls = server_cls if isinstance(server_cls, type) else type(server_cls)
+    instance = server_cls if not isinstance(server_cls, type) else cls.model_construct()
+    reason = instance.multiple_workers_unsupported_reason()
+    if reason:
+        return f"{cls.__name__} cannot run with num_workers={num_workers}: {reason}; set num_workers: 1"
+    try:
+        path, _ = entrypoint_of(cls)
+        source = Path(path).read_text()
+    except (RuntimeError, OSError) as exc:
+        return f"{cls.__name__}: num_workers={num_workers}: {exc}"
+    if "is_gymlab_fastapi_entrypoint" not in source:
+        return (
+            f"{cls.__name__}: num_workers={num_workers} needs {path} to end with\n"
+            f"    if __name__ == \"__main__\":\n        {cls.__name__}.run_webserver()\n"
+            f"    elif is_gymlab_fastapi_entrypoint(__file__):\n        app = {cls.__name__}.run_webserver()\n"
+            "(from gymlab import is_gymlab_fastapi_entrypoint): each worker imports the file and serves `app`"
+        )
+    return None
+
+
+def _worker_config(server: "BaseServer") -> str:
+    raw = json.loads(os.environ.get(_config_env()) or "{}")
+    try:
+        raw.update(server.model_dump(mode="json", include=set(server.model_fields_set) | {"name", "num_workers"}))
+    except Exception as exc:  # a field that only lives in memory cannot reach another process
+        raise _config_error(server, f"its config cannot be sent to the workers as JSON: {exc}") from exc
+    raw["session_secret"] = server.session_secret.get_secret_value()
+    return json.dumps(raw)
+
+
+def _config_env() -> str:
+    from gymlab.server import CONFIG_ENV
+
+    return CONFIG_ENV
+
+
+def _config_error(server: "BaseServer", cause: str) -> Exception:
+    from gymlab.errors import ConfigError
+
+    return ConfigError(f"{server.name}: num_workers={server.num_workers}: {cause}")
+
+
+def serve_workers(server: "BaseServer", log_level: str = "info") -> None:
+    """Run ``server`` as ``server.num_workers`` uvicorn workers on one port until stopped."""
+    global _launcher
+    reason = check_workers(server, server.num_workers)
+    if reason:
+        raise _config_error(server, reason)
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    from gymlab._runtime.ownership import create_table
+    from gymlab._runtime.serve import bind_socket
+
+    path, module = entrypoint_of(type(server))
+    state_dir = tempfile.mkdtemp(prefix="gymlab-workers-")  # mode 0700: only this user reaches the sockets
+    os.environ[_config_env()] = _worker_config(server)
+    os.environ[WORKERS_ENV] = json.dumps({"entrypoint": path, "module": module, "dir": state_dir})
+    _launcher = True
+    try:
+        create_table(state_dir)
+        sock = bind_socket(server.host, server.port)
+        host, port = sock.getsockname()[:2]
+        print(f"gymlab: serving {server.name} on http://{host}:{port} with {server.num_workers} workers", flush=True)
+        config = uvicorn.Config(
+            "gymlab._runtime.workers:app", workers=server.num_workers, log_level=log_level,
+            access_log=False, timeout_keep_alive=30,
+        )
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _load_entrypoint_app() -> Any:
+    """The entrypoint's module-level ``app`` (uvicorn asks for ``gymlab._runtime.workers:app``)."""
+    ctx = worker_context()
+    if ctx is None:
+        raise AttributeError("gymlab._runtime.workers.app exists only inside a gymlab worker process")
+    path = ctx["entrypoint"]
+    # Under multiprocessing's spawn the entrypoint may already run here as __mp_main__.
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and "app" in vars(module) and os.path.realpath(file) == path:
+            return module.app
+    name = ctx["module"]
+    if name in ("__main__", "__mp_main__") or name in sys.modules:
+        name = f"gymlab_entrypoint_{Path(path).stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    if "app" not in vars(module):
+        raise RuntimeError(
+            f"{path} defines no module-level `app` for the worker to serve; end it with "
+            "`elif is_gymlab_fastapi_entrypoint(__file__): app = YourServer.run_webserver()`"
+        )
+    return module.app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _load_entrypoint_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
