@@ -67,6 +67,14 @@ _NAMES: dict[str, str] = {
     "AgentHandle": "gymlab.lab",
     # submodules
     "failure_kinds": "gymlab.failure_kinds",
+    # export and reverification
+    "Dataset": "gymlab.export",
+    "export_rl": "gymlab.export",
+    "export_rollouts": "gymlab.export",
+    "export_sft": "gymlab.export",
+    "load": "gymlab.export",
+    "read_jsonl": "gymlab.export",
+    "reverify": "gymlab.reverification",
     # examples
     "load_environment": "gymlab.examples",
     # entrypoints

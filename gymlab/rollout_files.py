@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 
 def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Any]) -> Path:
@@ -32,3 +32,28 @@ def with_suppressed_unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for every non-blank line of a JSONL file.
+
+    A line that is not JSON, or not an object, raises ``DatasetError`` naming the file and line; a
+    last line cut off mid-record (no newline, not JSON) is reported as torn.
+    """
+    from gymlab.errors import DatasetError
+
+    path = Path(path)
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as exc:
+                if not line.endswith("\n"):
+                    raise DatasetError(str(path), number, f"torn last line: the file ends mid-record ({exc}); "
+                                       "was the write interrupted? re-export it or delete the line") from None
+                raise DatasetError(str(path), number, f"not valid JSON: {exc}") from None
+            if not isinstance(value, dict):
+                raise DatasetError(str(path), number, f"expected a JSON object, got {type(value).__name__}")
+            yield number, value
