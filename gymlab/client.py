@@ -117,7 +117,7 @@ def error_message(text: str) -> str:
     except ValueError:
         return text[:500]
     if isinstance(body, dict):
-        for key in ("message", "detail", "error"):
+        for key in ("detail", "message", "error"):
             if isinstance(body.get(key), str):
                 return body[key]
         if "detail" in body:

@@ -40,5 +40,8 @@ class Rollout(BaseModel):
     mask_sample: bool = False
     failure_kind: str | None = None
     failure_reason: str | None = None
+    terminated: bool | None = Field(None, description="Gymnasium episodes: the final step's flag.")
+    truncated: bool | None = Field(None, description="Gymnasium episodes: the final step's flag.")
+    info: dict[str, Any] | None = Field(None, description="Gymnasium episodes: the final step's info.")
     steps: list[StepRecord] = Field(default_factory=list)
     duration_s: float = 0.0
