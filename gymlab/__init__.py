@@ -77,6 +77,10 @@ _NAMES: dict[str, str] = {
     "reverify": "gymlab.reverification",
     # examples
     "load_environment": "gymlab.examples",
+    # configs and collection
+    "load_config": "gymlab.config",
+    "collect": "gymlab.rollouts",
+    "acollect": "gymlab.rollouts",
     # entrypoints
     "is_gymlab_fastapi_entrypoint": "gymlab.utils",
 }
