@@ -102,3 +102,27 @@ def seed_answer(session_id: str, answer: Any) -> dict[str, Any]:
             f"{session_id!r}; return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)"
         )
     return response.model_dump(mode="json")
+
+
+def mount_episode_routes(
+    app: Any,
+    episodes: EpisodeSessions,
+    seed: Callable[[ResourcesSeedSessionRequest], Awaitable[Any]],
+    release: Callable[[str], Awaitable[Any]],
+) -> None:
+    """Add ``/seed_session`` and ``/close_session`` to a server whose base has no episode sessions.
+
+    ``seed(body)`` starts the episode (its answer may carry an ``observation``); ``release(id)``
+    frees it. A Gymnasium server, for example: ``seed`` runs its reset with ``body.task_data`` as the
+    metadata and returns the reset observation; ``release`` closes the episode.
+    """
+    from fastapi.responses import JSONResponse
+
+    async def seed_session(body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:
+        return JSONResponse(await episodes.seed(body, lambda: seed(body)))
+
+    async def close_session(body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+        return await episodes.close(body, release)
+
+    app.post("/seed_session")(seed_session)
+    app.post("/close_session")(close_session)
