@@ -306,8 +306,18 @@ def test_serve_model_openai_and_policy(lab, calculator):
 # --- the official openai client -------------------------------------------------------------------
 
 
-def _client(url):
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused-by-gymlab", max_retries=0)
+@pytest.fixture
+def client():
+    """The official client, pointed at a gymlab server's ``/v1`` (closed after the test)."""
+    opened = []
+
+    def make(url):
+        opened.append(openai.OpenAI(base_url=url + "/v1", api_key="unused-by-gymlab", max_retries=0))
+        return opened[-1]
+
+    yield make
+    for c in opened:
+        c.close()
 
 
 @pytest.fixture(params=["policy_model", "openai_model-responses", "openai_model-chat_completions"])
@@ -318,9 +328,9 @@ def model_server(request, lab, key, calculator):
     return _proxy(lab, upstream, request.param.split("-")[1])
 
 
-def test_openai_client_creates_and_parses_responses_from_model_servers(model_server, rows):
+def test_openai_client_creates_and_parses_responses_from_model_servers(model_server, rows, client):
     row = rows("calculator")[0]["responses_create_params"]
-    client = _client(model_server.url)
+    client = client(model_server.url)
     first = client.responses.create(model="any", input=row["input"], tools=row["tools"])
     calls = [i for i in first.output if i.type == "function_call"]
     assert len(calls) == 1 and isinstance(calls[0], ResponseFunctionToolCall)
@@ -330,28 +340,29 @@ def test_openai_client_creates_and_parses_responses_from_model_servers(model_ser
         *row["input"], calls[0], {"type": "function_call_output", "call_id": calls[0].call_id, "output": '{"result": 16}'}])
     assert second.output_text == "The answer is 16."
     assert any(isinstance(i, ResponseOutputMessage) for i in second.output)
-    if "chat" in model_server.name:
-        # the answers the proxy builds itself pass the client's strict model too, reasoning items included
+    if model_server.name != "policy_model":
+        # the proxy's answers pass the client's strict model too (in chat mode, reasoning items included)
         raw = client.responses.with_raw_response.create(model="any", input=row["input"], tools=row["tools"])
         strict = Response.model_validate(raw.http_response.json())
-        assert isinstance(strict.output[0], ResponseReasoningItem) and strict.output[0].summary[0].text == "Square it."
+        if "chat" in model_server.name:
+            assert isinstance(strict.output[0], ResponseReasoningItem) and strict.output[0].summary[0].text == "Square it."
 
 
-def test_openai_client_errors_carry_gymlab_s_message(lab, monkeypatch, calculator):
+def test_openai_client_errors_carry_gymlab_s_message(lab, monkeypatch, calculator, client):
     monkeypatch.setenv(KEY_ENV, "sk-wrong-key-1234567890")
     upstream = _upstream(lab, calculator.policy, "sk-right-key-0000")
     with pytest.raises(openai.APIStatusError) as info:
-        _client(_proxy(lab, upstream).url).responses.create(model="any", input="What is 4 squared?")
+        client(_proxy(lab, upstream).url).responses.create(model="any", input="What is 4 squared?")
     assert info.value.status_code == 502
     assert "authentication failed at" in str(info.value) and KEY_ENV in str(info.value)
 
 
-def test_openai_client_against_an_agent_runs_the_tool_loop(lab, key, calculator, rows):
+def test_openai_client_against_an_agent_runs_the_tool_loop(lab, key, calculator, rows, client):
     env = lab.serve(calculator.CalculatorServer)
     upstream = _upstream(lab, calculator.policy, key)
     agent = lab.serve_agent("simple_agent", resources=env, model=_proxy(lab, upstream))
     row = rows("calculator")[1]["responses_create_params"]
-    response = _client(agent.url).responses.create(model="any", input=row["input"], tools=row["tools"])
+    response = client(agent.url).responses.create(model="any", input=row["input"], tools=row["tools"])
     assert [type(i) for i in response.output] == [ResponseFunctionToolCall, ResponseFunctionToolCallOutputItem,
                                                    ResponseOutputMessage]
     call, out, _ = response.output
@@ -359,3 +370,20 @@ def test_openai_client_against_an_agent_runs_the_tool_loop(lab, key, calculator,
     assert json.loads(out.output) == {"result": 49}
     assert response.output_text == "The answer is 49."
     assert response.usage.total_tokens > 0
+
+
+@pytest.mark.parametrize("answer", [{"error": {"message": "model overloaded"}, "output": []}, {"object": "list", "data": []}])
+def test_a_200_that_is_not_a_response_is_an_error_not_an_empty_turn(lab, answer):
+    from fastapi import FastAPI
+
+    from gymlab._runtime.serve import ThreadedServer
+
+    app = FastAPI()
+    app.post("/v1/responses")(lambda: answer)
+    odd = ThreadedServer(app, name="odd").start()
+    try:
+        status, body = _ask(lab.serve_model(openai={"base_url": odd.url + "/v1"}), CALC_BODY)
+    finally:
+        odd.stop()
+    assert status == 502 and body["upstream"]["status"] == 200
+    assert "the answer is not a response" in body["message"] and json.dumps(answer)[:20] in body["message"]

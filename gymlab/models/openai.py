@@ -123,13 +123,16 @@ class OpenAIModel(BaseServer):
             payload["model"] = self.model
         payload.update(self.extra_body)
         answer = await self.call_upstream("/responses", payload)
+        hint = "is this endpoint serving the Responses API? mode='chat_completions' talks to /chat/completions"
+        url = self.base_url + "/responses"
+        if not isinstance(answer, dict) or "output" not in answer or answer.get("error"):
+            # every field of a response has a default, so a 200 error body would validate as empty
+            raise UpstreamError(url, 200, f"the answer is not a response: {json.dumps(answer)[:300]}", hint)
         try:
             return NeMoGymResponse.model_validate(answer)
         except ValueError as exc:
-            raise UpstreamError(self.base_url + "/responses", 200,
-                                f"the answer is not a Responses API response: {scrub(str(exc), self._key())[:500]}",
-                                "is this endpoint serving the Responses API? mode='chat_completions' "
-                                "talks to /chat/completions instead") from exc
+            raise UpstreamError(url, 200, f"the answer is not a Responses API response: "
+                                          f"{scrub(str(exc), self._key())[:500]}", hint) from exc
 
     # --- the upstream call ----------------------------------------------------------------------
 

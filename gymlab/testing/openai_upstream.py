@@ -274,6 +274,7 @@ class OpenAIUpstream(BaseServer):
         response = await self._answer(params)
         out = response.model_dump(mode="json", exclude_none=True)
         out.setdefault("incomplete_details", None)
+        out["usage"]["input_tokens_details"].setdefault("cache_write_tokens", 0)  # as OpenAI's usage has it
         out.update(model=params.model or self.model_name, error=None, instructions=params.instructions,
                    metadata=params.metadata or {}, temperature=params.temperature, top_p=params.top_p)
         return out
