@@ -130,7 +130,7 @@ class EpisodeViewer(w.VBox):
     shows another (or the same episode, further on). ``.step`` is the shown step, counted from 1.
     """
 
-    def __init__(self, source: Any = None, **kwargs: Any):
+    def __init__(self, source: Any = None, step: int | None = None, **kwargs: Any):
         self.prev = w.Button(description="◀ prev", layout=w.Layout(width="80px"))
         self.next = w.Button(description="next ▶", layout=w.Layout(width="80px"))
         self.slider = w.IntSlider(min=0, max=0, value=0, description="step", continuous_update=True)
@@ -149,7 +149,7 @@ class EpisodeViewer(w.VBox):
         self.record: Rollout | None = None
         self.steps: list[StepRecord] = []
         if source is not None:
-            self.load(source)
+            self.load(source, step)
 
     def load(self, source: Any, step: int | None = None) -> "EpisodeViewer":
         """Show ``source`` at ``step`` (from 1; default: its last step)."""
