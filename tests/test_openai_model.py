@@ -387,3 +387,28 @@ def test_a_200_that_is_not_a_response_is_an_error_not_an_empty_turn(lab, answer)
         odd.stop()
     assert status == 502 and body["upstream"]["status"] == 200
     assert "the answer is not a response" in body["message"] and json.dumps(answer)[:20] in body["message"]
+
+
+def test_openai_model_from_yaml(lab, key, calculator, tmp_path):
+    from gymlab.config import load_config
+
+    upstream = _upstream(lab, calculator.policy, key)
+    path = tmp_path / "models.yaml"
+    path.write_text(f"""
+policy_model:
+  responses_api_models:
+    openai_model:
+      base_url: {upstream.url}/v1
+      model: upstream-model
+      api_key_env: {KEY_ENV}
+      mode: chat_completions
+      extra_body: {{top_k: 20}}
+      max_retries: 1
+""")
+    spec = load_config(path).models["policy_model"]
+    spec.check_fields()
+    model = lab.serve(spec.build({}))
+    assert isinstance(model.server, OpenAIModel) and model.name == "policy_model"
+    status, body = _ask(model, CALC_BODY)
+    assert status == 200 and body["output"][0]["name"] == "square"
+    assert upstream.server.requests[-1]["body"]["top_k"] == 20 and upstream.server.requests[-1]["authorized"]
