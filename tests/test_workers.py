@@ -368,3 +368,110 @@ def load_counter_class():
 def test_one_worker_has_no_routing_layer(counter):
     app = counter.CounterServer().app
     assert all(m.cls is not SessionOwnershipMiddleware for m in app.user_middleware)
+
+
+# -- gymlab serve ------------------------------------------------------------------------------------
+
+
+def _config(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "workers.yaml"
+    path.write_text(
+        "counter:\n  resources_servers:\n    counter:\n"
+        f"      entrypoint: {COUNTER}\n      num_workers: 4\n" + extra
+    )
+    return path
+
+
+def test_serve_dry_run_reports_a_server_that_needs_one_worker(tmp_path):
+    registry = tmp_path / "registry.py"
+    registry.write_text(
+        "from gymlab import SimpleResourcesServer\n\n"
+        "class Registry(SimpleResourcesServer):\n"
+        "    async def verify(self, body):\n        raise NotImplementedError\n\n"
+        "    def multiple_workers_unsupported_reason(self):\n"
+        "        return 'its jobs are keyed by job_id in the body'\n"
+    )
+    ok = subprocess.run([sys.executable, "-m", "gymlab.cli", "serve", "--dry-run", str(_config(tmp_path))],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    extra = f"registry:\n  resources_servers:\n    registry:\n      entrypoint: {registry}\n      num_workers: 2\n"
+    refused = subprocess.run([sys.executable, "-m", "gymlab.cli", "serve", "--dry-run", str(_config(tmp_path, extra))],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "registry" in refused.stderr and "keyed by job_id" in refused.stderr and "num_workers: 1" in refused.stderr
+
+
+def test_gymlab_serve_runs_a_config_with_4_workers(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "gymlab.cli", "serve", str(_config(tmp_path))],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        url = None
+        deadline = time.monotonic() + 60
+        while url is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 1)
+            line = proc.stdout.readline() if ready else ""
+            if line.startswith("counter -> "):
+                url = line.split(" -> ", 1)[1].strip()
+        assert url, "gymlab serve did not report the counter's URL"
+
+        async def run():
+            return await asyncio.gather(*(_counter_episode(url, i, 2) for i in range(24)))
+
+        episodes = run_sync(run())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    assert all(e["reward"] == 1.0 and len(e["owners"]) == 1 for e in episodes)
+    assert len({o for e in episodes for o in e["owners"]}) > 1
+
+
+@contextlib.asynccontextmanager
+async def _connection_elsewhere(url: str, not_worker: str):
+    """An aiohttp session whose one keep-alive connection was accepted by a worker other than ``not_worker``."""
+    for _ in range(80):
+        s = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), cookie_jar=aiohttp.DummyCookieJar())
+        async with s.post(url + "/increment", json={"by": 1}) as r:  # a new session: answered where it lands
+            here = r.headers[WORKER_HEADER.decode()]
+        if here != not_worker:
+            try:
+                yield s
+            finally:
+                await s.close()
+            return
+        await s.close()
+    raise AssertionError(f"no connection reached a worker other than {not_worker}")
+
+
+# -- how long ownership lasts ------------------------------------------------------------------------
+
+
+def test_ownership_outlives_a_verify_that_says_a_close_follows_and_expires_after_a_close():
+    window = 1.0
+
+    async def run(url):
+        held, closed = Client(url), Client(url)
+        for c, sid in ((held, "rs-held"), (closed, "rs-closed")):
+            assert (await c.post("/seed_session", _episode_seed(sid)))[0] == 200
+        _, _, h = await held.post("/verify", {**_verify_body(0), "close_follows": True})
+        owner = h[WORKER_HEADER.decode()]
+        assert (await closed.post("/close_session", {"resources_session_id": "rs-closed"}))[0] == 200
+        await asyncio.sleep(2 * window)  # past the window: only the closed session's ownership ends
+        async with _connection_elsewhere(url, owner) as s:  # first arrival at another worker: forwarded
+            cookie = "; ".join(f"{k}={v}" for k, v in held.jar.items())
+            async with s.post(url + "/increment", json={"by": 1}, headers={"Cookie": cookie}) as r:
+                assert r.headers[WORKER_HEADER.decode()] == owner  # (its counter went with the verify: 404)
+                assert FORWARDED_HEADER.decode() in r.headers
+        closes, receivers = await _from_every_worker(url, "/close_session", {"resources_session_id": "rs-held"})
+        status, _, headers = await Client(url).post("/seed_session", _episode_seed("rs-closed"))
+        return owner, closes, receivers, status, headers
+
+    with served(COUNTER, session_close_retry_window_seconds=window) as (url, _):
+        owner, closes, receivers, status, headers = run_sync(run(url))
+    assert len(receivers) == WORKERS and {o for _, _, o in closes} == {owner}  # still routed to its owner
+    # the fence and the ownership have both expired: the seed opens the session where it arrived
+    assert status == 200 and FORWARDED_HEADER.decode() not in headers
