@@ -27,7 +27,6 @@ from gymlab.protocol import (
     ResourcesCloseSessionRequest,
     ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
-    ResourcesSeedSessionResponse,
 )
 from gymlab.server import BaseServer
 
@@ -75,7 +74,8 @@ class SimpleResourcesServer(BaseServer):
     with ``/close_session``. The base keeps the session rules (one seed or close of a session at a
     time, an idempotent re-seed, 409 for a conflicting or late seed, one release per close); a
     server with state overrides ``seed_session`` and ``close_resources_session`` and keys its state
-    by ``resources_session_id``. A server without per-rollout state needs no changes.
+    by ``resources_session_id``. A server without per-rollout state needs no changes. To take
+    both seed forms, annotate the body ``ResourcesSeedSessionRequest | MySeedRequest``.
     """
 
     session_close_retry_window_seconds: float = DEFAULT_WINDOW_SECONDS
@@ -155,14 +155,13 @@ def _episode_aware(seed_session, episodes: EpisodeSessions):
     except NameError:  # an annotation only its own scope can resolve: leave it to FastAPI
         hints = {}
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
-    request_param = next((p.name for p in params if p.annotation is Request), None)
-    if request_param is None:
-        request_param = "_gymlab_request"
-        params.append(inspect.Parameter(request_param, inspect.Parameter.KEYWORD_ONLY, annotation=Request))
+    own = next((p.name for p in params if p.annotation is Request), None)
+    if own is None:
+        params.append(inspect.Parameter("_gymlab_request", inspect.Parameter.KEYWORD_ONLY, annotation=Request))
 
     @functools.wraps(seed_session)
     async def endpoint(**kwargs):
-        request: Request = kwargs[request_param] if request_param != "_gymlab_request" else kwargs.pop(request_param)
+        request: Request = kwargs[own] if own is not None else kwargs.pop("_gymlab_request")
         try:
             raw = await request.json()
         except ValueError:
@@ -177,5 +176,6 @@ def _episode_aware(seed_session, episodes: EpisodeSessions):
             ) from None
         return JSONResponse(await episodes.seed(body, lambda: seed_session(**kwargs)))
 
-    endpoint.__signature__ = signature.replace(parameters=params, return_annotation=hints.get("return", signature.return_annotation))
+    returns = hints.get("return", signature.return_annotation)
+    endpoint.__signature__ = signature.replace(parameters=params, return_annotation=returns)
     return endpoint
