@@ -230,3 +230,36 @@ def test_registered_by_name():
     assert environment_server_class("single_agent_turn") is SingleAgentTurn
     assert json.loads(SingleAgentTurn(resources_server="http://r", agent_server="http://a").model_dump_json(
         include={"resources_server", "agent_server"})) == {"resources_server": "http://r", "agent_server": "http://a"}
+
+
+def test_a_seed_that_failed_after_taking_effect_is_closed_by_its_id(lab, counter, rows):
+    class HalfSeeded(counter.CounterServer):
+        async def seed_session(self, request: Request, body: ResourcesSeedSessionRequest):
+            await super().seed_session(request, body)
+            raise RuntimeError("the reply was lost")
+
+    env = lab.serve(HalfSeeded)
+    turn, _ = serve_turn(lab, env, counter.policy)
+    with pytest.raises(ServerError) as err:
+        turn.run({"task_input": rows("counter")[0]})
+    assert err.value.status == 502 and "the reply was lost" in str(err.value)
+    assert env.server.session_state == {}  # released by the close, which named the ID and sent no cookie
+    assert len(env.server.episode_sessions.fences) == 1
+
+
+def test_100_concurrent_episodes_are_isolated(lab, counter, rows):
+    env = lab.serve(counter.CounterServer)
+    turn, _ = serve_turn(lab, env, counter.policy)
+    base = rows("counter")[0]
+    tasks = []
+    for i in range(100):
+        start, target = i % 5, i % 5 + 1 + i % 3
+        params = json.loads(json.dumps(base["responses_create_params"]))
+        params["input"][0]["content"] = (
+            f"The counter starts at {start}. Use the increment tool, one step at a time, until it reads {target}.")
+        tasks.append({"task_id": f"counter/{i}",
+                      "task_input": {"responses_create_params": params, "initial_count": start, "target": target}})
+    results = run_sync(turn.arun_many(tasks, concurrency=100))
+    assert [r.model_extra["final_count"] for r in results] == [t["task_input"]["target"] for t in tasks]
+    assert all(r.reward == 1.0 for r in results)
+    assert env.server.session_state == {} and len(env.server.episode_sessions) == 0
