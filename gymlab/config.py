@@ -391,10 +391,20 @@ def _check_refs(config: Config, sources: dict[str, Path]) -> None:
                 f"instance of this config; defined: {', '.join(sorted(config.of_type('environment_servers'))) or 'none'}"
             )
     for ds in config.datasets:
-        if ds.taskset is not None and ds.taskset not in config.environment_server_routes:
+        if ds.taskset is None:
+            continue
+        if ds.taskset not in config.environment_server_routes:
             raise ConfigError(
                 f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} is not mapped in "
                 "environment_server_routes; add 'environment_server_routes: {" + f"{ds.taskset}: <environment server>" + "}'"
+            )
+        env = config.servers[config.environment_server_routes[ds.taskset]]
+        bound = {name for _t, name in env.refs.values()}
+        if ds.owner != env.instance and ds.owner not in bound:
+            raise ConfigError(
+                f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} routes to {env.instance}, "
+                f"which does not bind {ds.owner} (it binds {', '.join(sorted(bound)) or 'nothing'}); declare "
+                "the dataset on a server the environment server refers to"
             )
 
 

@@ -25,8 +25,8 @@ from gymlab.errors import ConfigError, DatasetError
 ID_FIELDS = ("task_id", "problem_id", "instance_id")
 
 #: Row fields that belong to the collector, not the task: kept outside ``task_input``.
-COLLECTOR_FIELDS = frozenset({"_ng_task_index", "_ng_rollout_index", "rollout_id", "attempt", "episode_id",
-                              "agent_ref"})
+#: (``agent_ref`` is not one: taskset rows route by taskset, so a row's own agent_ref is task data.)
+COLLECTOR_FIELDS = frozenset({"_ng_task_index", "_ng_rollout_index", "rollout_id", "attempt", "episode_id"})
 
 
 def read_jsonl(path: str | os.PathLike, *, flat: bool = True) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from gymlab.examples import example_rows, load_environment
 from gymlab.rollouts import acollect, collect, output_paths
 from gymlab.resources.simple import aggregate_metrics
 
+ROOT = Path(__file__).resolve().parent.parent
 CalculatorServer = load_environment("calculator").CalculatorServer
 
 
@@ -240,3 +241,46 @@ def test_a_collection_killed_halfway_and_rerun_has_each_pair_exactly_once(tmp_pa
     new, skipped = map(int, re.search(r"\((\d+) new, (\d+) already done\)", rerun.stdout).groups())
     assert new + skipped == n_rows * repeats
     assert skipped - len(survived) in (0, 1)  # 1: the kill fell between a record and its newline
+
+
+def test_a_taskset_dataset_is_collated_and_routed_to_its_environment_server(tmp_path):
+    from gymlab.cli import main
+
+    calc = ROOT / "environments" / "calculator"
+    source = calc / "data" / "example.jsonl"
+    before = source.read_bytes()
+    (tmp_path / "config.yaml").write_text(textwrap.dedent(f"""
+        environment_server_routes:
+          calc: calculator_env
+        calculator_env:
+          environment_servers:
+            single_agent_turn:
+              resources_server: {{type: resources_servers, name: calculator}}
+              agent_server: {{type: responses_api_agents, name: calculator_simple_agent}}
+        calculator:
+          resources_servers:
+            calculator:
+              entrypoint: {calc / "app.py"}
+              datasets:
+              - {{name: calc_bench, type: benchmark, taskset: calc, jsonl_fpath: {source}}}
+        calculator_simple_agent:
+          responses_api_agents:
+            simple_agent:
+              model_server: {{type: responses_api_models, name: policy_model}}
+        policy_model:
+          responses_api_models:
+            policy_model:
+              policy: {calc / "app.py"}:policy
+    """))
+    out = tmp_path / "bench.jsonl"
+    assert main(["collect", str(tmp_path / "config.yaml"), "-o", str(out), "-n", "2", "--no-progress"]) == 0
+    records = lines(out)
+    assert [r["task_id"] for r in records] == [f"calc/{i}" for i in range(5) for _ in range(2)]
+    assert all(r["reward"] == 1.0 for r in records)
+    assert {r["agent_ref"]["name"] for r in records} == {"calculator_env"}
+    sent = lines(output_paths(out)["materialized_inputs"])
+    assert sent[0]["task_input"] == json.loads(before.splitlines()[0])  # the flat row, whole, in task_input
+    assert source.read_bytes() == before
+    # Run-level request overrides are refused for taskset rows, with a one-line error.
+    assert main(["collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress",
+                 "--responses-create-params", '{"temperature": 0}']) == 2

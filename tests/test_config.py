@@ -207,3 +207,21 @@ def test_a_reference_cycle_is_refused(env_dir):
              "b:\n  responses_api_agents:\n    simple_agent:\n      model_server: {type: responses_api_agents, name: a}\n")
     with pytest.raises(ConfigError, match="cycle: a -> b -> a"):
         load_config(base_yaml(env_dir, extra=extra)).launch_order()
+
+
+def test_a_taskset_dataset_must_belong_to_a_server_its_environment_server_binds(env_dir):
+    ts = write(env_dir / "configs" / "ts.yaml", """
+        environment_server_routes: {echo_bench: env}
+        env:
+          environment_servers:
+            single_agent_turn:
+              agent_server: {type: responses_api_agents, name: echo_agent}
+        echo:
+          resources_servers:
+            echo:
+              datasets:
+              - {name: bench, type: benchmark, taskset: echo_bench, jsonl_fpath: ../data/rows.jsonl}
+    """)
+    with pytest.raises(ConfigError, match=r"echo dataset 'bench'\.taskset: 'echo_bench' routes to env, which does "
+                                          r"not bind echo \(it binds echo_agent\)"):
+        load_config(base_yaml(env_dir), ts)

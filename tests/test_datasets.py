@@ -91,7 +91,8 @@ def test_else_the_source_row_index_across_datasets_of_the_same_type(tmp_path):
         environment_server_routes: {bench: env}
         env:
           environment_servers:
-            single_agent_turn: {}
+            single_agent_turn:
+              resources_server: {type: resources_servers, name: res}
         res:
           resources_servers:
             res:
