@@ -44,23 +44,8 @@ def test_calculator_passes_the_stateless_rules(calculator):
     assert rules == ALL_RULES[:6]
 
 
-class _EpisodeBlackjack(load_environment("blackjack").BlackjackEnv):
-    """Blackjack with episode sessions: the seed is its reset (the reset observation is the seed's)."""
-
-    def setup_webserver(self):
-        app = super().setup_webserver()
-
-        async def seed(body):
-            reset = await self.reset_session(body.task_data, body.resources_session_id)
-            return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id,
-                                                observation=reset.observation)
-
-        mount_episode_routes(app, EpisodeSessions(), seed, self.close_episode)
-        return app
-
-
 def test_blackjack_passes_the_rules_without_verify():
-    server = _EpisodeBlackjack()
+    server = load_environment("blackjack").BlackjackEnv()
     rules = check_resources_session_contract(server, {"task_data": {"seed": 7}}, keeps_state=True,
                                              holds_state=lambda sid: sid in server.session_state)
     assert rules == [r for r in ALL_RULES if r != "verify after close masked"]

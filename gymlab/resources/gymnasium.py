@@ -25,6 +25,8 @@ from gymlab.protocol.gymnasium import (
     GymnasiumStepRequest,
     GymnasiumStepResponse,
 )
+from gymlab._runtime.episodes import EpisodeSessions, mount_episode_routes
+from gymlab.protocol.sessions import ResourcesSeedSessionRequest, ResourcesSeedSessionResponse
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.server")
@@ -45,7 +47,16 @@ class GymnasiumServer(BaseServer):
         app.post("/reset")(self._reset_route)
         app.post("/step")(self._step_route)
         app.post("/close")(self._close_route)
+        # Episode sessions (an environment server's seed and close): the seed is a reset whose
+        # observation becomes the seed's; the close releases the state like a terminal step.
+        mount_episode_routes(app, EpisodeSessions(self.session_close_retry_window_seconds),
+                             self._episode_seed, self.close_episode)
         return app
+
+    async def _episode_seed(self, body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:
+        reset = await self.reset_session(body.task_data, body.resources_session_id)
+        return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id,
+                                            observation=reset.observation)
 
     # -- the hooks a subclass writes -------------------------------------------------------------
 
