@@ -2,8 +2,7 @@
 
 import pytest
 
-from gymlab import ResourcesSeedSessionResponse, SessionContractError
-from gymlab._runtime.episodes import EpisodeSessions, mount_episode_routes
+from gymlab import SessionContractError
 from gymlab.examples import example_rows, load_environment
 from gymlab.testing import check_resources_session_contract
 
