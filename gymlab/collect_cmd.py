@@ -113,7 +113,8 @@ def main(args: argparse.Namespace) -> int:
     with Lab() as lab:
         urls: dict[str, str] = {}
         for spec in config.launch_order():
-            urls[spec.instance] = lab.serve(spec.build(urls, host="127.0.0.1", port=0)).url
+            # In-process servers are threads of this process: one worker each, on a free port.
+            urls[spec.instance] = lab.serve(spec.build(urls, host="127.0.0.1", port=0, num_workers=1)).url
         result = collect(rows, args.output, route=config_route(config, urls, args.agent), **options)
     return _report(result)
 

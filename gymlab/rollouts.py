@@ -213,7 +213,7 @@ def _failure_kind(exc: BaseException, agent: str) -> tuple[str, bool]:
     if isinstance(exc, asyncio.TimeoutError):
         return "timeout", True
     text = str(exc)
-    status = getattr(exc, "status", None)
+    status = getattr(exc, "status", None) if isinstance(exc, ServerError) else 0  # 0: the HTTP exchange broke
     retry = status in RETRY_STATUSES
     safe = re.sub(r"[^A-Za-z0-9_.\-]", "_", agent) or "agent"
     if "model server" in text:
@@ -237,6 +237,8 @@ def _failure_kind(exc: BaseException, agent: str) -> tuple[str, bool]:
 
 async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, backoff_s: float,
                    timeout_s: float | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    import aiohttp
+
     from gymlab.client import post_ok
 
     name = str(target.agent_ref.get("name") or target.url)
@@ -254,7 +256,7 @@ async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, bac
                 if k in job and k not in record:
                     record[k] = job[k]
             return record, None
-        except (ServerError, asyncio.TimeoutError) as exc:
+        except (ServerError, asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             kind, retry = _failure_kind(exc, name)
             if not retry or attempt > max_retries:
                 reason = str(exc) or f"no answer within {timeout_s}s"
@@ -337,9 +339,13 @@ async def acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: s
                                 failed=len(new_failures), refresh=False)
                 bar.update(1)
 
+    tasks = [asyncio.ensure_future(worker()) for _ in range(max(1, min(concurrency, len(pending))))]
     try:
-        await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(pending))))))
+        await asyncio.gather(*tasks)
     finally:
+        for task in tasks:  # on an error or a cancel, no worker may write after the files close
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         writer.close()
         fail_writer.close()
         if bar is not None:

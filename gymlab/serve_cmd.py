@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from gymlab.errors import GymlabError
+from gymlab.errors import ConfigError, GymlabError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +39,7 @@ class Planned:
     host: str
     port: int
     config: dict
+    free: bool = False  # the port was chosen here (the config gives none)
 
     @property
     def url(self) -> str:
@@ -60,12 +61,25 @@ def plan(config) -> list[Planned]:
     urls: dict[str, str] = {}
     for spec in config.launch_order():
         spec.check_fields()
+        _check_workers(spec)
         port = spec.port or free_port(spec.host)
-        p = Planned(spec.instance, spec.server_type, spec.target(), spec.where, spec.host, port, {})
+        p = Planned(spec.instance, spec.server_type, spec.target(), spec.where, spec.host, port, {}, not spec.port)
         urls[spec.instance] = p.url
         p.config = spec.launch_config(urls, host=spec.host, port=port)
         planned.append(p)
     return planned
+
+
+def _check_workers(spec) -> None:
+    """Refuse ``num_workers > 1`` for a server that cannot have several, before anything starts."""
+    n = int(spec.fields.get("num_workers", 1) or 1)
+    if n <= 1:
+        return
+    from gymlab._runtime.workers import check_workers
+
+    reason = check_workers(spec.server_cls(), n)
+    if reason:
+        raise ConfigError(f"{spec.where}.num_workers: {reason}")
 
 
 def _healthy(url: str) -> bool:
@@ -105,7 +119,8 @@ def main(args: argparse.Namespace) -> int:
 
         refused = []
         for p, spec in zip(planned, config.launch_order()):
-            print(f"{p.name:<28} {p.server_type:<22} {p.url:<24} {p.target}")
+            url = p.url + (" (a free port)" if p.free else "")
+            print(f"{p.name:<28} {p.server_type:<22} {url:<37} {p.target}")
             if reason := check_workers(spec.server_cls(), int(p.config.get("num_workers") or 1)):
                 refused.append(f"{p.where}: {reason}")
         if refused:

@@ -3,6 +3,7 @@ and collected by ``gymlab collect``; ``--dry-run``; ``gymlab list``; one-line er
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -34,26 +35,26 @@ def port_open(url: str) -> bool:
         return s.connect_ex((host, int(port))) == 0
 
 
-@pytest.fixture
-def served():
-    """``gymlab serve`` of the calculator config: yields {name: url}; always stopped and reaped."""
-    proc = subprocess.Popen([sys.executable, "-m", "gymlab.cli", "serve", str(CALCULATOR_YAML)],
+@contextlib.contextmanager
+def serving(config: Path, n_servers: int):
+    """``gymlab serve CONFIG``: yields (process, {name: url}, stdout lines); always stopped and reaped."""
+    proc = subprocess.Popen([sys.executable, "-m", "gymlab.cli", "serve", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     out: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [out.put(line) for line in proc.stdout], daemon=True).start()
     urls: dict[str, str] = {}
+    lines: list[str] = []
     try:
-        deadline = time.monotonic() + 60
-        while "all 3 servers are up" not in "".join(urls.get("_lines", [])):
+        deadline = time.monotonic() + 90
+        while not any(f"all {n_servers} servers are up" in line for line in lines):
             assert proc.poll() is None, "gymlab serve exited early"
             try:
                 line = out.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
-                pytest.fail("gymlab serve did not come up within 60 s")
-            urls.setdefault("_lines", []).append(line)
+                pytest.fail("gymlab serve did not come up within 90 s")
+            lines.append(line)
             if m := re.fullmatch(r"(\S+) -> (http://\S+)\n", line):
                 urls[m.group(1)] = m.group(2)
-        lines = urls.pop("_lines")
         yield proc, urls, lines
     finally:
         if proc.poll() is None:
@@ -67,6 +68,12 @@ def served():
         except ProcessLookupError:
             pass
         proc.wait(10)
+
+
+@pytest.fixture
+def served():
+    with serving(CALCULATOR_YAML, 3) as running:
+        yield running
 
 
 def test_serve_then_collect_the_calculator_end_to_end(served, tmp_path):
@@ -137,3 +144,44 @@ def test_collect_without_servers_or_config_says_what_to_give(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip() == ("gymlab collect: error: give --agent-url and --input, or a CONFIG whose "
                                    "servers to run")
+
+
+def test_serve_runs_a_server_with_several_workers(tmp_path):
+    counter = ROOT / "environments" / "counter"
+    config = tmp_path / "counter.yaml"
+    config.write_text(f"""
+counter:
+  resources_servers:
+    counter:
+      entrypoint: {counter / "app.py"}
+      num_workers: 2
+counter_simple_agent:
+  responses_api_agents:
+    simple_agent:
+      resources_server: {{type: resources_servers, name: counter}}
+      model_server: {{type: responses_api_models, name: policy_model}}
+policy_model:
+  responses_api_models:
+    policy_model:
+      policy: {counter / "app.py"}:policy
+""")
+    with serving(config, 3) as (_proc, urls, _lines):
+        done = gymlab("collect", "--agent-url", urls["counter_simple_agent"], "--input",
+                      str(counter / "data" / "example.jsonl"), "-o", str(tmp_path / "c.jsonl"), "-n", "4", "-c", "8",
+                      "--no-progress")
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert len(records) == 20 and all(r["reward"] == 1.0 for r in records)  # state found its worker every step
+
+
+def test_dry_run_refuses_workers_for_a_server_that_cannot_have_them(tmp_path):
+    (tmp_path / "app.py").write_text(
+        "from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer\n\n\n"
+        "class Plain(SimpleResourcesServer):\n"
+        "    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:\n"
+        "        return BaseVerifyResponse(**body.model_dump(), reward=1.0)\n")
+    (tmp_path / "c.yaml").write_text("plain:\n  resources_servers:\n    plain:\n      entrypoint: app.py\n"
+                                     "      num_workers: 3\n")
+    done = gymlab("serve", "--dry-run", str(tmp_path / "c.yaml"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "plain.resources_servers.plain.num_workers: Plain: num_workers=3 needs" in done.stderr
