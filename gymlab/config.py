@@ -476,13 +476,13 @@ def load_server_class(target: str, *, where: str = "") -> type:
 def build_server(target: str, cfg: dict[str, Any], *, where: str = ""):
     """A server instance of ``target`` (see ``load_server_class``) with config ``cfg``.
 
-    A ``policy`` given as an import string (``app.py:policy``) is imported here.
+    A ``policy`` given as an import string (``app.py:policy``, ``module:function``) is imported here.
     """
     from pydantic import ValidationError
 
     cls = load_server_class(target, where=where)
     cfg = dict(cfg)
-    if isinstance(cfg.get("policy"), str):
+    if isinstance(cfg.get("policy"), str) and ":" in cfg["policy"]:
         cfg["policy"] = load_object(cfg["policy"], where=f"{where}.policy")
     try:
         return cls(**cfg)

@@ -29,12 +29,13 @@ ID_FIELDS = ("task_id", "problem_id", "instance_id")
 COLLECTOR_FIELDS = frozenset({"_ng_task_index", "_ng_rollout_index", "rollout_id", "attempt", "episode_id"})
 
 
-def read_jsonl(path: str | os.PathLike, *, flat: bool = True) -> list[dict[str, Any]]:
+def read_jsonl(path: str | os.PathLike, *, flat: bool | str = True) -> list[dict[str, Any]]:
     """The rows of a JSONL file. Blank lines are skipped (and only they are).
 
     With ``flat=True`` each row must carry a valid ``responses_create_params`` (checked with
     ``ResponseCreateParams``); taskset rows (``flat=False``) only need to be JSON objects, since
-    each environment server validates its own input.
+    each environment server validates its own input. ``flat="auto"`` checks the rows that are not
+    already collated (without ``task_input``).
     """
     path = Path(path)
     try:
@@ -52,7 +53,7 @@ def read_jsonl(path: str | os.PathLike, *, flat: bool = True) -> list[dict[str, 
                 raise DatasetError(str(path), number, f"not valid JSON: {exc}") from None
             if not isinstance(row, dict):
                 raise DatasetError(str(path), number, f"a row is a JSON object, not {type(row).__name__}")
-            if flat:
+            if flat is True or (flat == "auto" and "task_input" not in row):
                 check_flat_row(row, str(path), number)
             rows.append(row)
     return rows

@@ -286,11 +286,10 @@ async def acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: s
     if isinstance(rows, (str, os.PathLike)):
         from gymlab.datasets import read_jsonl
 
-        source = str(rows)
-        rows = read_jsonl(rows, flat=False)
+        rows = read_jsonl(rows, flat="auto")  # errors name the file's own line numbers
     else:
-        source = "rows"
-    rows = check_rows(list(rows)[:limit] if limit is not None else list(rows), source)
+        rows = check_rows(rows)
+    rows = rows[:limit] if limit is not None else rows
     if (agent_url is None) == (route is None):
         raise ConfigError("give exactly one of agent_url= (one agent server) or route= (row -> Target)")
     if route is None:

@@ -284,3 +284,12 @@ def test_a_taskset_dataset_is_collated_and_routed_to_its_environment_server(tmp_
     # Run-level request overrides are refused for taskset rows, with a one-line error.
     assert main(["collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress",
                  "--responses-create-params", '{"temperature": 0}']) == 2
+
+
+async def test_a_bad_input_file_line_is_named_before_anything_runs(tmp_path):
+    source = tmp_path / "rows.jsonl"
+    good = json.dumps(example_rows("calculator")[0])
+    source.write_text(good + "\n\n" + json.dumps({"responses_create_params": {"input": "x", "tempreture": 1}}) + "\n")
+    with pytest.raises(DatasetError, match=r"rows\.jsonl:3: invalid responses_create_params: unknown key 'tempreture'"):
+        await acollect(source, tmp_path / "out.jsonl", agent_url="http://127.0.0.1:9", progress=False)
+    assert not (tmp_path / "out.jsonl").exists()
