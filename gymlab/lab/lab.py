@@ -157,6 +157,19 @@ class Lab:
 
         return open_episode(self, target, row, model=model, max_steps=max_steps)
 
+    def run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], *, repeats: int = 1,
+                 concurrency: int = 16, on_error: str = "record", progress: bool = False):
+        """Run every row ``repeats`` times ("aabbcc" order) through ``agent``; returns ``Rollouts``."""
+        return run_sync(self.arun_many(agent, rows, repeats=repeats, concurrency=concurrency,
+                                       on_error=on_error, progress=progress))
+
+    async def arun_many(self, agent: AgentHandle, rows: list[dict[str, Any]], *, repeats: int = 1,
+                        concurrency: int = 16, on_error: str = "record", progress: bool = False):
+        from gymlab.lab.runs import arun_many, env_name_of
+
+        return await arun_many(agent, rows, repeats=repeats, concurrency=concurrency,
+                               env_name=env_name_of(self, agent), on_error=on_error, progress=progress)
+
     def close(self) -> None:
         """Stop every server this lab started."""
         for handle in list(self._handles.values()):

@@ -1,0 +1,184 @@
+"""Runs of many episodes: ``lab.run_many(agent, rows, repeats=...)`` and the ``Rollouts`` it returns.
+
+``Rollouts`` is a list of rollout records (``gymlab.protocol.Rollout``) that reads and writes the
+rollouts JSONL of the wire reference, and offers the pandas frames of ``gymlab.lab.frames``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from gymlab.errors import DatasetError, ServerError
+from gymlab.protocol import NeMoGymResponse, ResponseCreateParams, Rollout
+
+
+class Rollouts(list):
+    """Rollout records of one or more runs; ``.episodes``, ``.steps``, ``.calls`` are pandas frames."""
+
+    def __init__(self, records: Iterable[Rollout | dict] = ()):
+        super().__init__(r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in records)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Rollouts":
+        """Read a rollouts JSONL file; a bad line raises ``DatasetError`` naming the file and line."""
+        from pydantic import ValidationError
+
+        records = []
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(Rollout.model_validate_json(line))
+                except ValidationError as exc:
+                    first = exc.errors()[0]
+                    where = ".".join(str(p) for p in first.get("loc", ()))
+                    if first.get("type") == "json_invalid":
+                        raise DatasetError(str(path), number, f"not valid JSON: {first.get('msg')}") from None
+                    raise DatasetError(str(path), number,
+                                       f"not a rollout record: {where or 'record'}: {first.get('msg')}") from None
+        return cls(records)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write one record per line, atomically (a temp file in the same folder, then a rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for record in self:
+                    f.write(record.model_dump_json(exclude_none=True))
+                    f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @property
+    def episodes(self):
+        """One row per episode (``gymlab.lab.frames.episodes_frame``)."""
+        from gymlab.lab.frames import episodes_frame
+
+        return episodes_frame(self)
+
+    @property
+    def steps(self):
+        """One row per step (``gymlab.lab.frames.steps_frame``)."""
+        from gymlab.lab.frames import steps_frame
+
+        return steps_frame(self)
+
+    @property
+    def calls(self):
+        """One row per tool call (``gymlab.lab.frames.calls_frame``)."""
+        from gymlab.lab.frames import calls_frame
+
+        return calls_frame(self)
+
+    @property
+    def mean_reward(self) -> float:
+        """Mean reward of the unmasked episodes (nan when there are none)."""
+        kept = [r.reward for r in self if not r.mask_sample]
+        return sum(kept) / len(kept) if kept else float("nan")
+
+    def __add__(self, other: Iterable[Rollout]) -> "Rollouts":
+        return Rollouts([*self, *other])
+
+    def __getitem__(self, index):
+        item = super().__getitem__(index)
+        return Rollouts(item) if isinstance(index, slice) else item
+
+    def _repr_html_(self) -> str:
+        from gymlab.lab.display import rollouts_html
+
+        return rollouts_html(self)
+
+    def __repr__(self) -> str:
+        return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f}>"
+
+
+def expand(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
+    """Every row ``repeats`` times in "aabbcc" order, with ``_ng_task_index`` and ``_ng_rollout_index``.
+
+    A row's own ``_ng_task_index`` is kept; otherwise it is the row's position.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    out = []
+    for position, row in enumerate(rows):
+        task = row.get("_ng_task_index", position)
+        for repeat in range(repeats):
+            out.append({**row, "_ng_task_index": task, "_ng_rollout_index": repeat})
+    return out
+
+
+def failed_rollout(row: dict[str, Any], agent: str, exc: Exception, duration_s: float) -> Rollout:
+    """A masked record for an episode the agent could not finish, so a run never drops a row."""
+    params = row.get("responses_create_params") or {"input": ""}
+    return Rollout(
+        **{k: v for k, v in row.items() if k != "responses_create_params"},
+        responses_create_params=ResponseCreateParams.model_validate(params),
+        response=NeMoGymResponse(output=[], status="failed"),
+        reward=0.0,
+        mask_sample=True,
+        failure_kind=f"{agent}:run_failed",
+        failure_reason=str(exc),
+        duration_s=duration_s,
+    )
+
+
+async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1, concurrency: int = 16,
+                    env_name: str | None = None, on_error: str = "record", progress: bool = False) -> Rollouts:
+    """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``), ``concurrency`` at a time.
+
+    Records come back in "aabbcc" order, each with the agent's and environment's names. An episode
+    the agent fails is recorded masked with ``failure_kind="<agent>:run_failed"`` (``on_error="raise"``
+    raises instead).
+    """
+    if on_error not in ("record", "raise"):
+        raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
+    jobs = expand(list(rows), repeats)
+    names = {"agent_name": agent.name, "env_name": env_name or agent.name}
+    sem = asyncio.Semaphore(max(1, concurrency))
+    bar = _progress(len(jobs), agent.name) if progress else None
+
+    async def one(row: dict[str, Any]) -> Rollout:
+        async with sem:
+            t0 = time.perf_counter()
+            try:
+                record = await agent.arun(row)
+            except ServerError as exc:
+                if on_error == "raise":
+                    raise
+                record = failed_rollout(row, agent.name, exc, time.perf_counter() - t0)
+            if bar is not None:
+                bar.update(1)
+        ids = {k: row[k] for k in ("_ng_task_index", "_ng_rollout_index")}
+        return record.model_copy(update={**ids, **names})
+
+    try:
+        return Rollouts(await asyncio.gather(*(one(r) for r in jobs)))
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _progress(total: int, name: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=name, unit="episode")
+
+
+def env_name_of(lab: Any, agent: Any) -> str | None:
+    """The name of the resources server an agent handle is bound to, when this lab serves it."""
+    url = getattr(agent.server, "resources_server", None)
+    return next((h.name for h in lab.servers.values() if h.url == url), None)
+
