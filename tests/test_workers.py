@@ -415,6 +415,13 @@ def test_gymlab_serve_runs_a_config_with_4_workers(tmp_path):
         assert url, "gymlab serve did not report the counter's URL"
 
         async def run():
+            seen = set()  # /health answered once one worker was up: wait for all four
+            for _ in range(400):
+                seen.add((await Client(url).post("/increment", {"by": 1}))[2][WORKER_HEADER.decode()])
+                if len(seen) == WORKERS:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(seen) == WORKERS
             return await asyncio.gather(*(_counter_episode(url, i, 2) for i in range(24)))
 
         episodes = run_sync(run())
@@ -475,3 +482,29 @@ def test_ownership_outlives_a_verify_that_says_a_close_follows_and_expires_after
     assert len(receivers) == WORKERS and {o for _, _, o in closes} == {owner}  # still routed to its owner
     # the fence and the ownership have both expired: the seed opens the session where it arrived
     assert status == 200 and FORWARDED_HEADER.decode() not in headers
+
+
+# -- the Gymnasium protocol --------------------------------------------------------------------------
+
+
+def test_blackjack_on_4_workers_plays_as_in_one_process(lab, tmp_path):
+    from gymlab.examples import load_environment
+
+    blackjack = load_environment("blackjack")
+    path = tmp_path / "blackjack_workers.py"
+    path.write_text(
+        "from gymlab.examples import load_environment\n"
+        "from gymlab.utils import is_gymlab_fastapi_entrypoint\n\n"
+        "class Blackjack(load_environment('blackjack').BlackjackEnv):\n    pass\n\n"
+        "if __name__ == '__main__':\n    Blackjack.run_webserver()\n"
+        "elif is_gymlab_fastapi_entrypoint(__file__):\n    app = Blackjack.run_webserver()\n"
+    )
+    rows = example_rows("blackjack") * 8
+    model = lab.serve_model(blackjack.policy)
+    local = lab.serve_agent("gymnasium_agent", name="local", resources=lab.serve(blackjack.BlackjackEnv), model=model)
+    expected = [r.reward for r in run_sync(local.arun_many(rows, concurrency=len(rows)))]
+    with served(path) as (url, _):
+        agent = lab.serve_agent("gymnasium_agent", resources=url, model=model)
+        rollouts = run_sync(agent.arun_many(rows, concurrency=len(rows)))
+    assert [r.reward for r in rollouts] == expected
+    assert not any(r.mask_sample for r in rollouts)

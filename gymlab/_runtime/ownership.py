@@ -44,12 +44,15 @@ WORKER_HEADER = b"x-gymlab-worker"
 FORWARDED_HEADER = b"x-gymlab-forwarded-by"
 BODY_ID_KEYS = ("resources_session_id", "agent_session_id")
 START_ROUTES = frozenset({"/seed_session", "/reset"})
-END_ROUTES = frozenset({"/close_session"})
+END_ROUTES = frozenset({"/close_session", "/close"})
 VERIFY_ROUTES = frozenset({"/verify"})
+#: Gymnasium transitions: the answer that says terminated or truncated ends the session.
+STEP_ROUTES = frozenset({"/step"})
+_DONE = (b'"terminated":true', b'"truncated":true')
 TOUCH_EVERY_S = 1.0
 TABLE = "owners.sqlite"
 
-NONE, USE, START, END, VERIFY = range(5)
+NONE, USE, START, END, VERIFY, STEP = range(6)
 _FRAME = struct.Struct("!II")
 
 
@@ -152,6 +155,8 @@ class SessionOwnershipMiddleware:
         self._pool: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._rpc: asyncio.base_events.Server | None = None
         self._rpc_lock: asyncio.Lock | None = None
+        a = fastapi_app
+        self._doc_routes = {a.openapi_url, a.docs_url, a.redoc_url, a.swagger_ui_oauth2_redirect_url}
 
     # -- the rule ------------------------------------------------------------------------------
 
@@ -164,7 +169,7 @@ class SessionOwnershipMiddleware:
         if self._rpc is None:
             await self._start()
         sid, body = self._cookie_sid(scope), None
-        if kind != USE:
+        if kind not in (USE, STEP):
             body = await _read_body(receive)
             receive = _replay(body, receive)
             if kind != VERIFY:
@@ -197,6 +202,8 @@ class SessionOwnershipMiddleware:
             if message["type"] == "http.response.start":
                 self._settle(scope, kind, sid, row, message["status"], body)
                 message = {**message, "headers": [*message.get("headers", ()), (WORKER_HEADER, self._pid)]}
+            elif kind == STEP and sid and any(done in message.get("body", b"") for done in _DONE):
+                self.table.record(sid, self.worker, 0, time.time())
             await send(message)
 
         await self.app(scope, receive, settle_then_send)
@@ -240,7 +247,9 @@ class SessionOwnershipMiddleware:
                     return END
                 if path in VERIFY_ROUTES:
                     return VERIFY
-                return USE if _uses_session(route) else NONE
+                if not _uses_session(route) or path in self._doc_routes:
+                    return NONE
+                return STEP if path in STEP_ROUTES else USE
         return NONE
 
     # -- the session ID from the signed cookie -----------------------------------------------------
