@@ -508,3 +508,24 @@ def test_blackjack_on_4_workers_plays_as_in_one_process(lab, tmp_path):
         rollouts = run_sync(agent.arun_many(rows, concurrency=len(rows)))
     assert [r.reward for r in rollouts] == expected
     assert not any(r.mask_sample for r in rollouts)
+
+
+def test_sessionless_requests_take_no_ownership_and_entrypoints_build_no_app_outside_a_worker(counter):
+    from gymlab import is_gymlab_fastapi_entrypoint
+
+    assert not is_gymlab_fastapi_entrypoint(str(COUNTER)) and not hasattr(counter, "app")
+
+    async def run(url):
+        c = Client(url)
+        await c.post("/seed_session", {"initial_count": 0})
+        metrics = await c.post("/aggregate_metrics", {"verify_responses": [{"reward": 1.0}]})
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url + "/health", headers={"Cookie": "; ".join(f"{k}={v}" for k, v in c.jar.items())}) as r:
+                health = (r.status, await r.json(), dict(r.headers))
+        return metrics, health
+
+    with served(COUNTER) as (url, _):
+        (status, body, headers), (health_status, _, health_headers) = run_sync(run(url))
+    assert status == 200 and body["agent_metrics"]["mean/reward"] == 1.0 and health_status == 200
+    for h in (headers, health_headers):  # answered where they landed, untouched by the routing layer
+        assert WORKER_HEADER.decode() not in h and FORWARDED_HEADER.decode() not in h and "Set-Cookie" not in h
