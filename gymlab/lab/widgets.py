@@ -157,10 +157,13 @@ class EpisodeViewer(w.VBox):
         self.steps = episode_steps(self.record) if (self.record.steps or self.record.response.output) else []
         n = len(self.steps)
         target = n if step is None else max(1, min(step, n))
-        with self.slider.hold_trait_notifications():
+        # one message to the browser: a value sent before its new max would be clamped there and echoed back
+        with self.slider.hold_sync():
+            if n > self.slider.max:
+                self.slider.max = n
             self.slider.min = 1 if n else 0
-            self.slider.max = n
             self.slider.value = target
+            self.slider.max = n
         self.slider.disabled = n <= 1
         self._render()
         return self

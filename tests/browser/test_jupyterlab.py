@@ -1,0 +1,156 @@
+"""The widgets rendered for real: JupyterLab on 127.0.0.1, driven by Playwright in Debian's Chromium.
+
+Opens a copy of notebooks/06_widgets.ipynb, runs every cell, clicks the viewer and the stepper and
+checks the step and reward they display; screenshots go to tests/browser/screenshots/ (gitignored).
+No browser is downloaded: Chromium comes from the system (``make browser-deps``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+WAIT_MS = 60_000
+
+playwright_sync = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[browser]'")
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)", allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    """A JupyterLab server over a folder holding a copy of the widgets notebook; killed afterwards."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(ROOT / "notebooks" / "06_widgets.ipynb", root / "widgets.ipynb")
+    port, token = free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
+    log = open(tmp_path / "jupyterlab.log", "w")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
+         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"JupyterLab exited with {proc.returncode}: {(tmp_path / 'jupyterlab.log').read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{base}/api/status", params={"token": token}, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("JupyterLab did not answer /api/status within 60 s")
+            time.sleep(0.2)
+        yield base, token
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        log.close()
+
+
+def accept_kernel_dialog(page, wait_ms: int = 30_000) -> None:
+    """Accept JupyterLab's "Select Kernel" dialog (python3 is preselected) when it opens."""
+    try:
+        page.wait_for_selector(".jp-Dialog .jp-mod-accept", timeout=wait_ms)
+    except playwright_sync.TimeoutError:
+        return
+    page.locator(".jp-Dialog .jp-mod-accept").first.click()
+    page.wait_for_selector(".jp-Dialog", state="detached", timeout=wait_ms)
+
+
+def wait_idle(page) -> None:
+    playwright_sync.expect(page.locator(".jp-StatusBar-Item", has_text="| Idle").first).to_be_visible(timeout=WAIT_MS)
+
+
+def test_viewer_and_stepper_render_and_respond(jupyterlab):
+    base, token = jupyterlab
+    SCREENSHOTS.mkdir(exist_ok=True)
+    (SCREENSHOTS / "failure.png").unlink(missing_ok=True)
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(WAIT_MS)
+            page.goto(f"{base}/lab/tree/widgets.ipynb?token={token}")
+            page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
+            accept_kernel_dialog(page)
+            wait_idle(page)
+            news = page.locator(".Toastify__toast", has_text="Jupyter news").get_by_role("button", name="No", exact=True)
+            if news.count():
+                news.first.click()  # the news prompt would cover the widgets in the screenshots
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+
+            viewer = page.locator(".gl-viewer").first  # the standalone viewer (its cell comes first)
+            status = viewer.locator(".gl-status")
+            # the notebook's own last cells click next once and step the stepper twice
+            playwright_sync.expect(status).to_contain_text("step 2 of 4", timeout=WAIT_MS)
+            playwright_sync.expect(status).to_contain_text("reward 0")
+            wait_idle(page)
+            page.locator(".gl-live").first.scroll_into_view_if_needed()
+            playwright_sync.expect(page.locator(".gl-live .gl-summary").first).to_contain_text("20 of 20")
+            viewer.scroll_into_view_if_needed()
+            viewer.screenshot(path=str(SCREENSHOTS / "viewer_step2.png"))
+
+            viewer.locator(".gl-next").click()
+            playwright_sync.expect(status).to_contain_text("step 3 of 4")
+            viewer.locator(".gl-next").click()
+            playwright_sync.expect(status).to_contain_text("step 4 of 4")
+            playwright_sync.expect(status).to_contain_text("reward 1")
+            playwright_sync.expect(viewer.locator(".gl-conversation")).to_contain_text("The counter reads 3.")
+            assert viewer.locator(".gl-next button, button.gl-next").first.is_disabled()
+            viewer.screenshot(path=str(SCREENSHOTS / "viewer_step4.png"))
+
+            stepper = page.locator(".gl-stepper").first
+            stepper.scroll_into_view_if_needed()
+            s_status = stepper.locator(".gl-status")
+            playwright_sync.expect(s_status).to_contain_text("step 2 of 2")
+            stepper.locator(".gl-arguments input").fill('{"by": 1}')
+            stepper.locator(".gl-arguments input").press("Enter")
+            stepper.locator(".gl-step-button").click()
+            playwright_sync.expect(s_status).to_contain_text("step 3 of 3")
+            playwright_sync.expect(stepper.locator(".gl-conversation")).to_contain_text('{"count":3}')
+            stepper.locator(".gl-model-button").click()  # the policy sees 3 and answers
+            playwright_sync.expect(s_status).to_contain_text("step 4 of 4")
+            playwright_sync.expect(s_status).to_contain_text("episode reward 0")
+            stepper.locator(".gl-verify-button").click()
+            playwright_sync.expect(stepper.locator(".gl-message")).to_contain_text("verified: reward 1")
+            playwright_sync.expect(s_status).to_contain_text("reward 1")
+            playwright_sync.expect(s_status).to_contain_text("episode reward 1")
+            stepper.screenshot(path=str(SCREENSHOTS / "stepper_verified.png"))
+            page.screenshot(path=str(SCREENSHOTS / "jupyterlab.png"), full_page=True)
+        except BaseException:
+            page.screenshot(path=str(SCREENSHOTS / "failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
