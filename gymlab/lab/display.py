@@ -31,12 +31,20 @@ def item_row(item: Any) -> tuple[str, str]:
 
 def episode_html(ep: Any) -> str:
     """The conversation so far, each model turn's items next to its step's reward, and the totals."""
+    history = list(ep.history)
+    shown = {id(i) for i in history}
     reward_at: dict[int, tuple[int, float, bool, bool]] = {}
     for step in ep.steps:
-        for item in (step.tool_outputs or step.action)[-1:]:
+        # The marker goes on the step's last item in the conversation (a terminal step's outputs are not).
+        last = [i for i in [*step.action, *step.tool_outputs] if id(i) in shown][-1:]
+        for item in last:
             reward_at[id(item)] = (step.index, step.reward, step.terminated, step.truncated)
+    if ep.done and ep.steps and ep.steps[-1].observation and ep.protocol == "gymnasium":
+        from gymlab.protocol import Message
+
+        history.append(Message(role="user", content=ep.steps[-1].observation))
     rows = []
-    for item in ep.history:
+    for item in history:
         who, what = item_row(item)
         step = reward_at.get(id(item))
         mark = ""
