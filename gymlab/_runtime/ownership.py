@@ -2,27 +2,31 @@
 
 One rule, for every request whose handler can see the session: find the request's session ID (the
 signed cookie's ``SESSION_ID_KEY``; for an episode seed or close, the body's ``resources_session_id``
-or ``agent_session_id``), look it up in the ownership table, and forward the request to the owning
-worker; handle it here when this worker owns it or nobody does (and then own it). A route whose
-handler takes no ``Request`` cannot read the session: it runs wherever it lands and takes no
-ownership (health, ``/aggregate_metrics``, stateless tools). Seeds and the routes in
-``checkpoint_session_starts`` always take ownership.
+or ``agent_session_id``; both naming different sessions is a 409), look it up in the ownership
+table, and forward the request to the owning worker; handle it here when this worker owns it or
+nobody does (and then own it). A route whose handler takes no ``Request`` cannot read the session:
+it runs wherever it lands and takes no ownership (health, ``/aggregate_metrics``, stateless tools).
+Seeds and the routes in ``checkpoint_session_starts`` always take ownership.
 
-Ownership is open from a successful seed until the close, the verify (unless its body says
-``close_follows``) or a route in ``checkpoint_session_ended``; a closed or never-opened session's
-ownership expires ``session_close_retry_window_seconds`` after its last request, so a retried close
-or a delayed seed still reaches the worker that saw it, and a fence built with the same window
-expires no later. A session whose owner is no longer running (crashed, replaced by uvicorn) answers
-410: its state is gone, and running against an empty one would grade garbage.
+Ownership is open from a successful seed (``/seed_session``, ``/reset`` or a route in
+``checkpoint_session_starts``) until the close (``/close_session``, Gymnasium's ``/close``), the
+verify (unless its body says ``close_follows``), a ``/step`` answered terminated or truncated, or a
+route in ``checkpoint_session_ended``. A closed or never-opened session's ownership expires
+``session_close_retry_window_seconds`` after its last request, so a retried close or a delayed seed
+still reaches the worker that saw it, and a fence built with the same window expires no later. A
+session whose owner is no longer running (crashed, replaced by uvicorn) answers 410: its state is
+gone, and running against an empty one would grade garbage.
 
-The table is a SQLite file in WAL mode in the launcher's private directory: readers never block,
-a lookup is one indexed SELECT (~5 µs), and writes happen only when ownership changes (seed, close,
-verify, first sight) plus at most one touch a second for a closed session; a row is keyed by the
-worker's ``pid-token``, so a reused pid is never taken for the old owner. Shared memory would save
-the few microseconds but needs its own locking and crash recovery, which SQLite already has
-(a killed writer's lock is released by the kernel). Forwarding is one length-prefixed frame each
-way over a private Unix socket per worker (``w<pid>-<token>.sock``), pooled per owner, with the
-ASGI request replayed into the owner's app below this middleware; ``gymlab bench`` measures the cost.
+The table is a SQLite file in WAL mode in the launcher's private directory. Measured here (2 cores):
+a lookup is ~4 µs, a write ~12 µs, a claim (BEGIN IMMEDIATE) ~15 µs; readers never block, and
+writes happen only when ownership changes (first sight, seed, close, verify) plus at most one touch
+a second for a closed session. Shared memory would save those microseconds but needs its own
+locking and crash recovery, which SQLite has (a killed writer's lock is released by the kernel).
+Rows name the worker as ``pid-token``, so a reused pid is never taken for the old owner.
+
+Forwarding is one length-prefixed frame each way over the owner's private Unix socket
+(``w<pid>-<token>.sock``, connections pooled per owner); the owner replays the request into its app
+below this middleware. ``gymlab bench`` measures it: ~0.2-0.4 ms a forwarded request over a local one.
 """
 
 from __future__ import annotations
