@@ -8,6 +8,7 @@ rollouts never share a session, while all of them share one connection pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import weakref
 from dataclasses import dataclass, field
@@ -42,6 +43,22 @@ async def close_http_session() -> None:
     session = _sessions.pop(loop, None)
     if session is not None and not session.closed:
         await session.close()
+
+
+@contextlib.asynccontextmanager
+async def http_scope():
+    """Close the running loop's session on exit if this scope created it.
+
+    Entry points that may run on a caller's short-lived loop (``asyncio.run(acollect(...))``) wrap
+    their work in this, so no connection pool outlives its loop.
+    """
+    loop = asyncio.get_running_loop()
+    existed = loop in _sessions and not _sessions[loop].closed
+    try:
+        yield
+    finally:
+        if not existed:
+            await close_http_session()
 
 
 @dataclass
