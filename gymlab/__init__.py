@@ -65,6 +65,9 @@ _NAMES: dict[str, str] = {
     "Lab": "gymlab.lab",
     "ServerHandle": "gymlab.lab",
     "AgentHandle": "gymlab.lab",
+    "Episode": "gymlab.lab.episode",
+    "Rollouts": "gymlab.lab.runs",
+    "ForkDivergedError": "gymlab.lab.episode",
     # submodules
     "failure_kinds": "gymlab.failure_kinds",
     # export and reverification
