@@ -268,7 +268,7 @@ async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, bac
 
 # -- collection --------------------------------------------------------------------------------
 
-async def acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike, *,
+async def _acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike, *,
                    agent_url: str | None = None, route: Callable[[dict[str, Any]], Target] | None = None,
                    agent_name: str | None = None, resources_url: str | None = None, repeats: int = 1,
                    concurrency: int = 16, max_retries: int = 2, backoff_s: float = 0.5,
@@ -360,6 +360,17 @@ async def acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: s
     paths["aggregate_metrics"].write_text(json.dumps(metrics, indent=2, default=str) + "\n", encoding="utf-8")
     return CollectResult(output=paths["rollouts"], rollouts=records, failures=failures, aggregate_metrics=metrics,
                          n_new=n_new, n_skipped=n_skipped, paths=paths, duration_s=time.perf_counter() - t0)
+
+
+async def acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike,
+                   **options: Any) -> CollectResult:
+    from gymlab.client import http_scope
+
+    async with http_scope():
+        return await _acollect(rows, output, **options)
+
+
+acollect.__doc__ = _acollect.__doc__
 
 
 def collect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike,
