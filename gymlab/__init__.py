@@ -78,6 +78,10 @@ _NAMES: dict[str, str] = {
     "load": "gymlab.export",
     "read_jsonl": "gymlab.export",
     "reverify": "gymlab.reverification",
+    # notebook widgets
+    "EpisodeViewer": "gymlab.lab.widgets",
+    "LivePanel": "gymlab.lab.widgets",
+    "Stepper": "gymlab.lab.widgets",
     # examples
     "load_environment": "gymlab.examples",
     # configs and collection

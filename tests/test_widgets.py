@@ -123,3 +123,25 @@ def test_live_panel_runs_a_collection(counter_run, rows):
     assert panel.mean_reward == rollouts.mean_reward == 1.0
     assert panel.progress.value == len(rollouts) and panel.progress.bar_style == "success"
     assert [r._ng_rollout_index for r in rollouts[:2]] == [0, 1]
+
+
+def test_stepper_drives_a_gymnasium_episode(lab, rows):
+    from gymlab.examples import load_environment
+
+    gym = load_environment("calculator_gym")
+    env = lab.serve(gym.CalculatorEnv)
+    model = lab.serve_model(gym.policy)
+    stepper = Stepper(lab.episode(env, rows("calculator_gym")[0], model=model))
+    assert stepper.message.value == "reset" and stepper.verify_button.disabled
+    stepper.arguments.value = '{"value": 4}'
+    stepper.step_button.click()
+    assert "step 1 of 1" in stepper.viewer.status.value and "{&quot;result&quot;: 16}" in stepper.viewer.conversation.value
+    stepper.model_button.click()  # the policy reads 16 and answers: reward 1, terminated
+    assert "the episode terminated" in stepper.message.value
+    assert "step 2 of 2" in stepper.viewer.status.value and "reward 1" in stepper.viewer.status.value
+    assert stepper.step_button.disabled and stepper.model_button.disabled
+    first = stepper.episode
+    stepper.reset_button.click()
+    assert stepper.episode is not first and stepper.message.value == "a new episode"
+    assert not stepper.step_button.disabled and "no steps yet" in stepper.viewer.status.value
+    stepper.episode.close()

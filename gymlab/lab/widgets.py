@@ -209,7 +209,8 @@ class Stepper(w.VBox):
     """Drive a live episode by hand: pick a tool and JSON arguments (or write a message) and step;
     let the model take a step; reset; verify. The viewer below follows the episode.
 
-    ``Stepper(lab.episode(env, row, model=model))``. A seed/verify episode is seeded on creation.
+    ``Stepper(lab.episode(env, row, model=model))``, for either protocol: the episode is seeded
+    (or reset) on creation; a Gymnasium episode has no verify (its rewards come with each step).
     Errors are shown in the widget (a click handler cannot raise into a cell).
     """
 
@@ -222,10 +223,9 @@ class Stepper(w.VBox):
         self.arguments = w.Text(description="arguments", placeholder='{"name": value}')
         self.text = w.Text(description="message", placeholder="assistant text (when action is (message))")
         self.step_button = w.Button(description="step", button_style="primary")
-        self.model_button = w.Button(description="model step", disabled=not getattr(episode, "model_url", None))
+        self.model_button = w.Button(description="model step")
         self.reset_button = w.Button(description="reset")
-        self.verify_button = w.Button(description="verify", button_style="success",
-                                      disabled=getattr(episode, "protocol", "") == "gymnasium")
+        self.verify_button = w.Button(description="verify", button_style="success")
         self.message = w.HTML()
         self.viewer = EpisodeViewer()
         for widget, name in ((self, "gl-stepper"), (self.tool, "gl-tool"), (self.arguments, "gl-arguments"),
@@ -246,13 +246,13 @@ class Stepper(w.VBox):
 
     # actions; each returns a short note for the message line
     def _start(self) -> str:
+        if self.episode.done or self.episode._session.open:
+            return ""
         if self._gymnasium:
             self.episode.reset()
             return "reset"
-        if not self.episode.done and not self.episode._session.open:
-            self.episode.seed()
-            return "seeded"
-        return ""
+        self.episode.seed()
+        return "seeded"
 
     @property
     def _gymnasium(self) -> bool:
@@ -288,21 +288,14 @@ class Stepper(w.VBox):
         return "the model took a step"
 
     def _reset(self) -> str:
-        if self._gymnasium:
-            self.episode.reset()
-        else:
-            old = self.episode
-            self.episode = old._spawn()
-            old.close()
-            self.episode.seed()
-        self.verify_button.disabled = self._gymnasium
-        self.step_button.disabled = self.model_button.disabled = False
-        self.model_button.disabled = not getattr(self.episode, "model_url", None)
+        old = self.episode
+        self.episode = old._spawn()  # the same row, servers and model, in a new session
+        old.close()
+        self._start()
         return "a new episode"
 
     def _verify(self) -> str:
         rollout = self.episode.verify()
-        self.step_button.disabled = self.model_button.disabled = self.verify_button.disabled = True
         return f"verified: reward {rollout.reward:g}"
 
     def _act(self, action: Callable[[], str]) -> None:
@@ -311,7 +304,14 @@ class Stepper(w.VBox):
         except (GymlabError, TypeError, ValueError) as exc:
             self.message.value = f"<span class='gl-err'>{html.escape(str(exc))}</span>"
         else:
+            if self._gymnasium and self.episode.done and self.episode.steps:
+                last = self.episode.steps[-1]
+                note += " · the episode " + ("terminated" if last.terminated else "was truncated")
             self.message.value = html.escape(note)
+        done = self.episode.done
+        self.step_button.disabled = done
+        self.model_button.disabled = done or not getattr(self.episode, "model_url", None)
+        self.verify_button.disabled = done or self._gymnasium
         self.viewer.load(self.episode)
 
     def _prefill(self) -> None:
