@@ -1,0 +1,128 @@
+"""Frames and Rollouts on really collected rollouts: columns, dtypes, rewards, JSONL round trip."""
+
+import json
+
+import pytest
+
+from gymlab import DatasetError, Lab
+from gymlab.examples import example_rows, load_environment
+from gymlab.lab.frames import CALL_COLUMNS, EPISODE_COLUMNS, STEP_COLUMNS, frames_benchmark, synthetic_rollouts
+from gymlab.lab.runs import Rollouts
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Counter (seed/verify, tool calls) and blackjack (gymnasium, per-step rewards), two repeats each,
+    plus a run whose model fails on one task (recorded masked, not dropped)."""
+    counter, blackjack = load_environment("counter"), load_environment("blackjack")
+    with Lab() as lab:
+        counter_env = lab.serve(counter.CounterServer)
+        counter_agent = lab.serve_agent("simple_agent", name="counter_agent", resources=counter_env,
+                                        model=lab.serve_model(counter.policy, name="counter_policy"))
+        bj_env = lab.serve(blackjack.BlackjackEnv)
+        bj_agent = lab.serve_agent("gymnasium_agent", name="blackjack_agent", resources=bj_env,
+                                   model=lab.serve_model(blackjack.policy, name="blackjack_policy"))
+
+        def sometimes_broken(request):
+            if "reads 6" in request.input_items()[0].text:
+                raise RuntimeError("model is down")
+            return counter.policy(request)
+
+        broken_agent = lab.serve_agent("simple_agent", name="broken_agent", resources=counter_env,
+                                       model=lab.serve_model(sometimes_broken, name="broken_policy"))
+        collected = {
+            "counter": lab.run_many(counter_agent, example_rows("counter"), repeats=2, concurrency=4),
+            "blackjack": lab.run_many(bj_agent, example_rows("blackjack"), repeats=2, concurrency=4),
+        }
+        assert counter_env.server.session_state == {}
+        assert bj_env.server.session_state == {}
+        collected["broken"] = lab.run_many(broken_agent, example_rows("counter")[:2])
+        yield collected
+
+
+def test_run_many_orders_repeats_aabbcc_and_names_agent_and_env(runs):
+    rollouts = runs["counter"]
+    n = len(example_rows("counter"))
+    assert [(r._ng_task_index, r._ng_rollout_index) for r in rollouts] == [(t, k) for t in range(n) for k in (0, 1)]
+    assert {r.agent_name for r in rollouts} == {"counter_agent"}
+    assert {r.env_name for r in rollouts} == {"counter_server"}
+
+
+def test_episodes_frame(runs):
+    frame = (runs["counter"] + runs["blackjack"]).episodes
+    assert list(frame.columns) == EPISODE_COLUMNS
+    dtypes = frame.dtypes.astype(str).to_dict()
+    assert dtypes["episode"] == "int64" and dtypes["n_steps"] == "int64"
+    assert dtypes["task"] == "Int64" and dtypes["repeat"] == "Int64" and dtypes["total_tokens"] == "Int64"
+    assert dtypes["reward"] == "float64" and dtypes["mask_sample"] == "bool"
+    for name in ("model", "environment", "agent", "failure_kind"):
+        assert dtypes[name] == "category", name
+    assert set(frame["environment"].cat.categories) == {"counter_server", "blackjack_env"}
+    assert (frame["total_tokens"] > 0).all()
+    assert (frame.loc[frame["environment"] == "counter_server", "reward"] == 1.0).all()
+    assert frame["terminated"].all()
+
+
+def test_steps_frame_rewards_sum_to_the_episode_reward(runs):
+    rollouts = runs["counter"] + runs["blackjack"]
+    steps, episodes = rollouts.steps, rollouts.episodes
+    assert list(steps.columns) == STEP_COLUMNS
+    assert str(steps["action_type"].dtype) == "category" and str(steps["tool"].dtype) == "category"
+    assert str(steps["reward"].dtype) == "float64" and str(steps["step"].dtype) == "int64"
+    assert len(steps) == sum(len(r.steps) for r in rollouts) == episodes["n_steps"].sum()
+    per_episode = steps.groupby("episode")["reward"].sum()
+    assert per_episode.to_dict() == pytest.approx(episodes.set_index("episode")["reward"].to_dict())
+    last = steps.groupby("episode").tail(1).set_index("episode")["cumulative_reward"]
+    assert last.to_dict() == pytest.approx(episodes.set_index("episode")["reward"].to_dict())
+    assert set(steps["tool"].dropna()) == {"increment", "hit", "stand"}
+    # a counter step: the call's arguments and the tool's output
+    first = steps.iloc[0]
+    assert first["action_type"] == "function_call" and first["tool"] == "increment"
+    assert json.loads(first["arguments"]) == {"by": 1} and json.loads(first["output"]) == {"count": 1}
+    # blackjack steps carry observations; only a hand's last step is terminated
+    bj = steps[steps["episode"].isin(episodes.index[episodes["environment"] == "blackjack_env"])]
+    assert bj["observation"].notna().all()
+    assert (bj.groupby("episode")["terminated"].sum() == 1).all()
+
+
+def test_calls_frame(runs):
+    rollouts = runs["counter"]
+    calls = rollouts.calls
+    assert list(calls.columns) == CALL_COLUMNS
+    assert str(calls["tool"].dtype) == "category"
+    assert len(calls) == sum(1 for r in rollouts for s in r.steps for i in s.action if i.type == "function_call")
+    assert calls["output"].notna().all()
+    assert (calls["tool"] == "increment").all()
+
+
+def test_failed_episodes_are_recorded_masked(runs):
+    frame = runs["broken"].episodes
+    assert frame["mask_sample"].tolist() == [False, True]
+    assert frame["failure_kind"].tolist()[1] == "broken_agent:run_failed"
+    assert "model is down" in frame["failure_reason"].iloc[1]
+    assert runs["broken"].mean_reward == 1.0
+
+
+def test_save_load_round_trip(runs, tmp_path):
+    rollouts = runs["counter"] + runs["broken"]
+    path = rollouts.save(tmp_path / "run.jsonl")
+    assert list(tmp_path.iterdir()) == [path]  # the temp file was renamed, none left behind
+    loaded = Rollouts.load(path)
+    assert len(loaded) == len(rollouts)
+    assert loaded.episodes.drop(columns="duration_s").equals(rollouts.episodes.drop(columns="duration_s"))
+    assert loaded.steps.equals(rollouts.steps)
+
+
+def test_load_errors_name_file_and_line(tmp_path):
+    good = synthetic_rollouts(1, 1)[0].model_dump_json()
+    path = tmp_path / "bad.jsonl"
+    path.write_text(good + "\n{not json\n")
+    with pytest.raises(DatasetError, match=r"bad.jsonl:2: not valid JSON"):
+        Rollouts.load(path)
+    path.write_text(good + "\n\n" + json.dumps({"reward": 1.0}) + "\n")
+    with pytest.raises(DatasetError, match=r"bad.jsonl:3: not a rollout record: responses_create_params"):
+        Rollouts.load(path)
+
+
+def test_frames_benchmark_builds_the_rows_it_times():
+    assert frames_benchmark(n_steps=2_000, steps_per_episode=10) >= 0.0
