@@ -145,6 +145,13 @@ async def areverify(environment: Any, rollouts: Iterable[Rollout | dict], *, row
         url = environment if isinstance(environment, str) else environment.url
         name = environment if isinstance(environment, str) else environment.name
         return comparison_frame(records, await areverify_records(url, records, server=name, **options))
+    from gymlab.resources.simple import SimpleResourcesServer
+
+    cls = environment if isinstance(environment, type) else type(environment)
+    if not issubclass(cls, SimpleResourcesServer):
+        raise TypeError(f"reverify grades with a seed/verify environment (a SimpleResourcesServer subclass); "
+                        f"{cls.__name__} is not one. A Gymnasium environment's rewards come from /step: "
+                        "step a replay with lab.episode(...) instead")
     lab = Lab()
     try:
         handle = await asyncio.to_thread(lab.serve, environment, **config)

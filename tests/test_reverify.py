@@ -128,3 +128,13 @@ def test_a_verify_that_fails_is_reported_per_episode(lab, calculator, rows):
     assert frame.new_reward.isna().all() and frame.changed.all()
     assert all("POST /verify failed with HTTP 500" in e and "the judge is down" in e for e in frame.error)
     assert math.isnan(frame.delta[0])
+
+
+def test_a_gymnasium_environment_is_refused_up_front(rows, lab, calculator):
+    from gymlab.examples import load_environment
+
+    env = lab.serve(calculator.CalculatorServer)
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(calculator.policy))
+    rollouts = lab.run_many(agent, rows("calculator")[:1])
+    with pytest.raises(TypeError, match="CalculatorEnv is not one.*rewards come from /step"):
+        reverify(load_environment("calculator_gym").CalculatorEnv, rollouts)
