@@ -48,7 +48,7 @@ def served(entrypoint: Path, workers: int = WORKERS, **config: Any):
         assert "serving" in line, f"{entrypoint} did not start: {line!r} (exit {proc.poll()})"
         url = line.split(" on ", 1)[1].split()[0]
         # every worker accepting before the test starts, so connections spread over all of them
-        _wait_until(lambda: Path(log.name).read_text().count("Application startup complete") >= workers)
+        _wait_until(lambda: Path(log.name).read_text().count("Application startup complete") >= workers, 60)
         yield url, proc
     finally:
         with contextlib.suppress(ProcessLookupError):

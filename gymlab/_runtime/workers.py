@@ -3,11 +3,12 @@
 The parent binds the listening socket once (``bind_socket``: IPPROTO_TCP, so accepted sockets get
 TCP_NODELAY), writes the server's config, with its session secret, into ``CONFIG_ENV`` so every
 worker signs and reads the same cookies, creates a private directory for the ownership table and
-the workers' forwarding sockets, and runs uvicorn's multiprocess supervisor (which replaces a worker
-that dies). Each worker imports the entrypoint file and serves its module-level ``app``: the
-entrypoint's ``elif is_gymlab_fastapi_entrypoint(__file__): app = Server.run_webserver()`` branch,
-where ``run_webserver`` returns the app instead of serving. Session ownership routing between the
-workers lives in ``ownership.py``.
+the workers' forwarding sockets, and runs uvicorn's multiprocess supervisor (it replaces a worker
+that dies, and on SIGHUP all of them; the sessions a replaced worker held answer 410). Each worker
+imports the entrypoint file and serves its module-level ``app``: the entrypoint's
+``elif is_gymlab_fastapi_entrypoint(__file__): app = Server.run_webserver()`` branch, where
+``run_webserver`` returns the app instead of serving. Session ownership routing between the workers
+lives in ``ownership.py``.
 """
 
 from __future__ import annotations
@@ -119,8 +120,10 @@ def serve_workers(server: "BaseServer", log_level: str = "info") -> None:
     from gymlab._runtime.serve import bind_socket
 
     path, module = entrypoint_of(type(server))
+    worker_config = _worker_config(server)
+    saved = {k: os.environ.get(k) for k in (_config_env(), WORKERS_ENV)}
     state_dir = tempfile.mkdtemp(prefix="gymlab-workers-")  # mode 0700: only this user reaches the sockets
-    os.environ[_config_env()] = _worker_config(server)
+    os.environ[_config_env()] = worker_config
     os.environ[WORKERS_ENV] = json.dumps({"entrypoint": path, "module": module, "dir": state_dir})
     _launcher = True
     try:
@@ -135,6 +138,12 @@ def serve_workers(server: "BaseServer", log_level: str = "info") -> None:
         Multiprocess(config, sockets=[sock]).run()
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _launcher = False
 
 
 def _load_entrypoint_app() -> Any:
