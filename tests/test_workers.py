@@ -529,3 +529,17 @@ def test_sessionless_requests_take_no_ownership_and_entrypoints_build_no_app_out
     assert status == 200 and body["agent_metrics"]["mean/reward"] == 1.0 and health_status == 200
     for h in (headers, health_headers):  # answered where they landed, untouched by the routing layer
         assert WORKER_HEADER.decode() not in h and FORWARDED_HEADER.decode() not in h and "Set-Cookie" not in h
+
+
+def test_a_failed_seed_and_an_unseeded_close_are_owned_by_the_worker_that_saw_them():
+    bad = {**_episode_seed("rs-bad"), "task_data": {"initial_count": "many"}}
+
+    async def run(url):
+        return (await _from_every_worker(url, "/seed_session", bad),
+                await _from_every_worker(url, "/close_session", {"resources_session_id": "rs-unseeded"}))
+
+    with served(COUNTER) as (url, _):
+        (seeds, seed_receivers), (closes, close_receivers) = run_sync(run(url))
+    assert len(seed_receivers) == len(close_receivers) == WORKERS
+    assert {s for s, _, _ in seeds} == {422} and len({o for _, _, o in seeds}) == 1
+    assert {s for s, _, _ in closes} == {200} and len({o for _, _, o in closes}) == 1
