@@ -9,6 +9,7 @@ closed, or dropped without closing, releases its server session exactly once.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -16,7 +17,7 @@ import warnings
 import weakref
 from typing import Any, Awaitable, Callable, NamedTuple
 
-from gymlab._sync import background_loop, run_sync
+from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import GymlabError, ServerError
 from gymlab.loop import LoopState, model_turn, run_loop
@@ -58,6 +59,17 @@ def parse_output(text: str) -> Any:
         return json.loads(text)
     except (TypeError, ValueError):
         return text
+
+
+def _on_gymlab_loop(fn):
+    """Run an async method on gymlab's loop whichever loop awaits it (a kernel's, ``asyncio.run``'s),
+    so no caller's loop ends up owning the connection pool."""
+
+    @functools.wraps(fn)
+    async def method(*args, **kwargs):
+        return await on_background_loop(fn(*args, **kwargs))
+
+    return method
 
 
 class _synced:
@@ -203,6 +215,7 @@ class Episode:
 
         return steps_frame([self.rollout])
 
+    @_on_gymlab_loop
     async def aclose(self) -> None:
         """Release the server session now (idempotent); the episode keeps its history."""
         self._closed = True
@@ -223,6 +236,7 @@ class Episode:
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
+    @_on_gymlab_loop
     async def afork(self) -> "Episode":
         """A new session with this episode's actions replayed; it then continues independently.
 
@@ -284,6 +298,7 @@ class SeedVerifyEpisode(Episode):
 
         return call_tool
 
+    @_on_gymlab_loop
     async def aseed(self) -> dict[str, Any]:
         """POST /seed_session with the row; returns the server's answer."""
         if self._session.open or self.done:
@@ -305,6 +320,7 @@ class SeedVerifyEpisode(Episode):
         self._actions.append(("response", response))
         return self.state.steps[-1]
 
+    @_on_gymlab_loop
     async def acall(self, tool: str, /, **arguments: Any) -> Any:
         """Call tool route ``/{tool}`` by hand, as if the model had; returns the output (JSON-decoded).
 
@@ -327,6 +343,7 @@ class SeedVerifyEpisode(Episode):
 
     call = _synced()
 
+    @_on_gymlab_loop
     async def asay(self, text: str, role: str = "assistant") -> Message:
         """Add a message: the assistant's (a final answer, as a model turn) or the user's (a follow-up)."""
         self._require_open("say()")
@@ -340,6 +357,7 @@ class SeedVerifyEpisode(Episode):
 
     say = _synced()
 
+    @_on_gymlab_loop
     async def amodel_turn(self) -> StepRecord:
         """One model call and each of its tool calls (``gymlab.loop.model_turn``); returns the step."""
         self._require_open("model_turn()")
@@ -349,6 +367,7 @@ class SeedVerifyEpisode(Episode):
 
     model_turn = _synced()
 
+    @_on_gymlab_loop
     async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
         """Model turns until the loop's stop rules end the episode (``gymlab.loop.run_loop``)."""
         self._require_open("run()")
@@ -374,6 +393,7 @@ class SeedVerifyEpisode(Episode):
 
         return verify
 
+    @_on_gymlab_loop
     async def averify(self) -> Rollout:
         """POST /verify with the conversation so far; ends the episode and returns its rollout."""
         self._require_open("verify()")
@@ -513,6 +533,7 @@ class GymnasiumEpisode(Episode):
 
         return close
 
+    @_on_gymlab_loop
     async def areset(self) -> tuple[str | None, dict[str, Any]]:
         """POST /reset with the row; returns ``(observation, info)``."""
         from gymlab.agents.gymnasium_agent import with_user_message
@@ -530,6 +551,7 @@ class GymnasiumEpisode(Episode):
 
     reset = _synced()
 
+    @_on_gymlab_loop
     async def astep(self, action: Any = None, *, call: str | None = None, arguments: Any = None) -> Step:
         """One transition: the action (or the model's answer) to ``/step``; returns the ``Step``."""
         from gymlab.agents.gymnasium_agent import tool_outputs
@@ -578,6 +600,7 @@ class GymnasiumEpisode(Episode):
 
     step = _synced()
 
+    @_on_gymlab_loop
     async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
         """Model steps until the episode ends (or ``max_steps`` more steps); returns the new steps."""
         before = len(self.steps)
