@@ -98,7 +98,7 @@ def test_calls_frame(runs):
 def test_failed_episodes_are_recorded_masked(runs):
     frame = runs["broken"].episodes
     assert frame["mask_sample"].tolist() == [False, True]
-    assert frame["failure_kind"].tolist()[1] == "broken_agent:run_failed"
+    assert frame["failure_kind"].tolist()[1] == "model_error"
     assert "model is down" in frame["failure_reason"].iloc[1]
     assert runs["broken"].mean_reward == 1.0
 

@@ -121,7 +121,12 @@ def expand(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
 
 
 def failed_rollout(row: dict[str, Any], agent: str, exc: Exception, duration_s: float) -> Rollout:
-    """A masked record for an episode the agent could not finish, so a run never drops a row."""
+    """A masked record for an episode the agent could not finish, so a run never drops a row.
+
+    Its ``failure_kind`` is the one collection gives the same error (``model_error``, ...).
+    """
+    from gymlab.rollouts import _failure_kind
+
     params = row.get("responses_create_params") or {"input": ""}
     return Rollout(
         **{k: v for k, v in row.items() if k != "responses_create_params"},
@@ -129,7 +134,7 @@ def failed_rollout(row: dict[str, Any], agent: str, exc: Exception, duration_s: 
         response=NeMoGymResponse(output=[], status="failed"),
         reward=0.0,
         mask_sample=True,
-        failure_kind=f"{agent}:run_failed",
+        failure_kind=_failure_kind(exc, agent)[0],
         failure_reason=str(exc),
         duration_s=duration_s,
     )
@@ -140,8 +145,7 @@ async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1,
     """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``), ``concurrency`` at a time.
 
     Records come back in "aabbcc" order, each with the agent's and environment's names. An episode
-    the agent fails is recorded masked with ``failure_kind="<agent>:run_failed"`` (``on_error="raise"``
-    raises instead).
+    the agent fails is recorded masked with a ``failure_kind`` (``on_error="raise"`` raises instead).
     """
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
