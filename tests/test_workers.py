@@ -444,6 +444,7 @@ async def _connection_elsewhere(url: str, not_worker: str):
         s = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), cookie_jar=aiohttp.DummyCookieJar())
         async with s.post(url + "/increment", json={"by": 1}) as r:  # a new session: answered where it lands
             here = r.headers[WORKER_HEADER.decode()]
+            await r.read()  # read to the end, or the connection is not kept for the next request
         if here != not_worker:
             try:
                 yield s
@@ -473,13 +474,13 @@ def test_ownership_outlives_a_verify_that_says_a_close_follows_and_expires_after
             async with s.post(url + "/increment", json={"by": 1}, headers={"Cookie": cookie}) as r:
                 assert r.headers[WORKER_HEADER.decode()] == owner  # (its counter went with the verify: 404)
                 assert FORWARDED_HEADER.decode() in r.headers
-        closes, receivers = await _from_every_worker(url, "/close_session", {"resources_session_id": "rs-held"})
+        close = await held.post("/close_session", {"resources_session_id": "rs-held"})
         status, _, headers = await Client(url).post("/seed_session", _episode_seed("rs-closed"))
-        return owner, closes, receivers, status, headers
+        return owner, close, status, headers
 
     with served(COUNTER, session_close_retry_window_seconds=window) as (url, _):
-        owner, closes, receivers, status, headers = run_sync(run(url))
-    assert len(receivers) == WORKERS and {o for _, _, o in closes} == {owner}  # still routed to its owner
+        owner, close, status, headers = run_sync(run(url))
+    assert close[0] == 200 and close[2][WORKER_HEADER.decode()] == owner  # the close that followed, at its owner
     # the fence and the ownership have both expired: the seed opens the session where it arrived
     assert status == 200 and FORWARDED_HEADER.decode() not in headers
 

@@ -159,6 +159,7 @@ class SessionOwnershipMiddleware:
         self._pool: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._rpc: asyncio.base_events.Server | None = None
         self._rpc_lock: asyncio.Lock | None = None
+        self._state: dict | None = None  # the worker's lifespan state, for the requests forwarded here
         a = fastapi_app
         self._doc_routes = {a.openapi_url, a.docs_url, a.redoc_url, a.swagger_ui_oauth2_redirect_url}
 
@@ -171,6 +172,7 @@ class SessionOwnershipMiddleware:
         if kind == NONE:
             return await self.app(scope, receive, send)
         if self._rpc is None:
+            self._state = scope.get("state")
             await self._start()
         sid, body = self._cookie_sid(scope), None
         if kind not in (USE, STEP):
@@ -337,11 +339,15 @@ class SessionOwnershipMiddleware:
             "http_version": scope.get("http_version", "1.1"), "kind": kind, "sid": sid, "row": list(row),
         }
         head = json.dumps(meta).encode()
-        writer.write(_FRAME.pack(len(head), len(body)) + head + body)
-        await writer.drain()
-        head_len, body_len = _FRAME.unpack(await reader.readexactly(_FRAME.size))
-        answer = json.loads(await reader.readexactly(head_len))
-        content = await reader.readexactly(body_len)
+        try:
+            writer.write(_FRAME.pack(len(head), len(body)) + head + body)
+            await writer.drain()
+            head_len, body_len = _FRAME.unpack(await reader.readexactly(_FRAME.size))
+            answer = json.loads(await reader.readexactly(head_len))
+            content = await reader.readexactly(body_len)
+        except BaseException:  # a half-used connection is never pooled
+            writer.close()
+            raise
         if len(idle) < 256:
             idle.append((reader, writer))
         else:
@@ -381,7 +387,7 @@ class SessionOwnershipMiddleware:
             "raw_path": meta["raw_path"].encode("latin-1"), "query_string": meta["query_string"].encode("latin-1"),
             "root_path": meta["root_path"], "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in meta["headers"]],
             "client": tuple(meta["client"]) if meta["client"] else None,
-            "server": tuple(meta["server"]) if meta["server"] else None, "state": {},
+            "server": tuple(meta["server"]) if meta["server"] else None, "state": dict(self._state or {}),
         }
         done = asyncio.Event()
         start: dict = {}
