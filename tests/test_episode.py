@@ -14,6 +14,7 @@ from gymlab.lab.episode import (
     SeedVerifyEpisode,
     Step,
 )
+from gymlab.lab.runs import Rollouts
 from gymlab.protocol import BaseVerifyRequest, BaseVerifyResponse
 
 
@@ -187,6 +188,11 @@ def test_blackjack_by_hand_fork_counterfactual(lab, blackjack, rows):
     assert env.server.session_state == {}  # terminal steps released both
     assert ep.rollout.reward == -1.0 and branch.rollout.reward == 1.0
     assert json.loads(branch.steps[0].tool_outputs[0].output)["outcome"] == "win"
+    # finished episodes join a run like any collected rollout
+    episodes = Rollouts([ep.rollout, branch.rollout]).episodes
+    assert episodes["reward"].tolist() == [-1.0, 1.0]
+    assert episodes["environment"].tolist() == [env.name, env.name]
+    assert episodes["terminated"].all()
 
 
 def test_blackjack_by_model_rewards_sum_and_fork_mid_episode(lab, blackjack, rows):

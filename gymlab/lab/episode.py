@@ -142,7 +142,9 @@ class Episode:
     """
 
     protocol = ""
+    _start_name = ""  # the method that opens the server session
     _other_protocol_methods: frozenset[str] = frozenset()
+    _closed = False
 
     def __init__(self, env_url: str, row: dict[str, Any], *, env_name: str = "", model_url: str | None = None,
                  model_name: str = "", agent_name: str = "", env_server: Any = None, max_steps: int | None = None):
@@ -195,9 +197,6 @@ class Episode:
                 raise EpisodeError(f"{self.env_name}: the episode is finished; {action} needs a new one "
                                    "(lab.episode(...)) or a branch of this one (ep.fork())")
             raise EpisodeError(f"{self.env_name}: the episode has not started; call {self._start_name}() first")
-
-    _closed = False
-    _start_name = ""
 
     @property
     def reward(self) -> float:
