@@ -58,6 +58,7 @@ def test_03_step_through():
     assert out["counter_branch"] == 0.0 and out["counter_branch_final"] == 11
     assert out["blackjack_hit"] == -1.0 and out["blackjack_stand"] == 1.0
     assert out["blackjack_model_steps"] == 2 and out["blackjack_terminated"] is True
+    assert out["async_terminated"] is True
     assert out["sessions_left"] == 0
     html = _html(outputs)
     assert "calculator_server</b> (seed/verify, finished)" in html and "blackjack_env</b> (gymnasium, finished)" in html
