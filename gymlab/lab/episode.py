@@ -28,7 +28,6 @@ from gymlab.protocol import (
     Rollout,
     StepRecord,
     assistant_message,
-    dump_item,
     function_call,
 )
 

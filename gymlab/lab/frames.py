@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from operator import attrgetter
 from typing import Any, Iterable
 
-from gymlab.protocol import FunctionCall, Message, Rollout
+from gymlab.protocol import FunctionCall, Rollout
 
 EPISODE_COLUMNS = ["episode", "task", "repeat", "reward", "n_steps", "mask_sample", "failure_kind",
                    "failure_reason", "terminated", "truncated", "duration_s", "input_tokens", "output_tokens",
