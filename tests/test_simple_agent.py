@@ -160,3 +160,16 @@ def test_concurrent_rollouts_never_share_a_cookie(lab, counter, rows):
     results = run_sync(agent.arun_many([good, bad] * 20, concurrency=40))
     assert [r.reward for r in results] == [1.0, 0.0] * 20
     assert env.server.session_state == {}
+
+
+def test_a_model_failure_after_seed_releases_the_session(lab, counter, rows):
+    env = lab.serve(counter.CounterServer)
+
+    def broken(request):
+        raise RuntimeError("model crashed")
+
+    model = lab.serve_model(broken)
+    agent = lab.serve_agent("simple_agent", resources=env, model=model)
+    with pytest.raises(ServerError, match="model crashed"):
+        agent.run(rows("counter")[0])
+    assert env.server.session_state == {}

@@ -67,7 +67,11 @@ class SimpleAgent(BaseAgent):
         res = self.resources_server
         try:
             await post_ok(res, "/seed_session", row, cookies, server="resources server")
-            state = await self.loop(body.responses_create_params, cookies)
+            try:
+                state = await self.loop(body.responses_create_params, cookies)
+            except BaseException:
+                await release_seeded_session(res, cookies)
+                raise
             response = state.final_response()
             verify_body = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
             result = await post_ok(res, "/verify", verify_body, cookies, server="resources server")
@@ -82,6 +86,18 @@ class SimpleAgent(BaseAgent):
         result["steps"] = [s.model_dump(mode="json", exclude_none=True) for s in state.steps]
         result["duration_s"] = time.perf_counter() - t0
         return result
+
+
+async def release_seeded_session(url: str, cookies: Cookies) -> None:
+    """Close a seeded session whose episode will never reach ``/verify`` (the model failed).
+
+    ``/close_session`` with no body ID closes the cookie's session; a server without the route
+    (404) or already gone is fine: the rollout's own error is what gets reported.
+    """
+    try:
+        await post(url, "/close_session", {}, cookies, server="resources server")
+    except ServerError:
+        pass
 
 
 def session_lost(row: dict[str, Any], exc: ServerError, duration_s: float) -> dict[str, Any]:

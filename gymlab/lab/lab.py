@@ -8,7 +8,7 @@ import weakref
 from typing import Any, Callable
 
 from gymlab._runtime.serve import ThreadedServer
-from gymlab._sync import run_sync
+from gymlab._sync import on_background_loop, run_sync
 from gymlab.client import post_ok
 from gymlab.protocol import Rollout
 from gymlab.server import BaseServer
@@ -38,7 +38,7 @@ class ServerHandle:
             del self._lab._handles[self.name]
 
     async def apost(self, path: str, body: Any) -> Any:
-        return await post_ok(self.url, path, body, server=self.name)
+        return await on_background_loop(post_ok(self.url, path, body, server=self.name))
 
     def post(self, path: str, body: Any) -> Any:
         """POST JSON to this server from sync code; an error status raises ``ServerError``."""

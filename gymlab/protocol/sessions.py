@@ -70,9 +70,10 @@ class ResourcesSeedSessionResponse(BaseSeedSessionResponse):
 
 
 class ResourcesCloseSessionRequest(BaseModel):
-    """Body of ``/close_session``."""
+    """Body of ``/close_session``. Without ``resources_session_id`` it closes the cookie's session
+    (how simple_agent releases a seeded rollout whose model failed before ``/verify``)."""
 
-    resources_session_id: str = Field(min_length=1)
+    resources_session_id: str | None = Field(None, min_length=1)
     episode_id: EpisodeId | None = None
 
 

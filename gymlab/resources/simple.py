@@ -18,6 +18,7 @@ from pydantic import ConfigDict, PrivateAttr, ValidationError
 from gymlab._runtime.episodes import EpisodeSessions
 from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS
 from gymlab.protocol import (
+    SESSION_ID_KEY,
     AggregateMetrics,
     AggregateMetricsRequest,
     BaseSeedSessionRequest,
@@ -117,7 +118,9 @@ class SimpleResourcesServer(BaseServer):
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         return aggregate_metrics(body.verify_responses)
 
-    async def _close_session_route(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+    async def _close_session_route(self, request: Request, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+        if body.resources_session_id is None:
+            body = body.model_copy(update={"resources_session_id": request.session[SESSION_ID_KEY]})
         return await self.episode_sessions.close(body, self.close_resources_session)
 
 
