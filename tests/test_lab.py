@@ -99,3 +99,8 @@ def test_sync_calls_work_inside_a_running_loop(lab, calculator, rows):
         return sync_reward, async_reward
 
     assert asyncio.run(cell()) == (1.0, 1.0)
+
+
+def test_lab_refuses_several_workers_naming_the_way_to_get_them(lab, calculator):
+    with pytest.raises(ServerStartError, match="num_workers=4.*gymlab serve"):
+        lab.serve(calculator.CalculatorServer, num_workers=4)

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from gymlab._runtime.serve import ThreadedServer
 from gymlab._sync import on_background_loop, run_sync
 from gymlab.client import post_ok
+from gymlab.errors import ServerStartError
 from gymlab.protocol import Rollout
 from gymlab.server import BaseServer
 
@@ -112,6 +113,11 @@ class Lab:
             instance = server
             if name:
                 instance.name = name
+        if instance.num_workers > 1:
+            raise ServerStartError(
+                f"{instance.name}: num_workers={instance.num_workers}, but a Lab serves in threads of this "
+                "process (one worker); run several workers with `gymlab serve CONFIG` and point handles at its URL"
+            )
         old = self._handles.pop(instance.name, None)
         if old is not None:
             old._runner.stop()
