@@ -16,6 +16,7 @@ mode (outside ``action_space``, for programmatic use).
 
 from __future__ import annotations
 
+import abc
 import string
 import uuid
 import warnings
@@ -51,7 +52,7 @@ PRINTABLE = string.printable
 ActionMode = Literal["text", "function_call"]
 
 
-class SessionEnv(gymnasium.Env):
+class SessionEnv(gymnasium.Env, abc.ABC):
     """The shared half: spaces, seeding, action -> response, step answer -> Gymnasium tuple.
 
     ``row`` is the dataset row every ``/reset`` and ``/step`` carries. The episode's ``seed_field``
@@ -83,11 +84,13 @@ class SessionEnv(gymnasium.Env):
         self._steps = 0
 
     # subclasses: one reset and one step of the server, with the wire's bodies and answers
+    @abc.abstractmethod
     def _reset_call(self, row: dict) -> GymnasiumResetResponse:
-        raise NotImplementedError
+        """POST /reset (or its in-process equivalent)."""
 
+    @abc.abstractmethod
     def _step_call(self, body: dict) -> GymnasiumStepResponse:
-        raise NotImplementedError
+        """POST /step (or its in-process equivalent)."""
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start an episode; ``options`` are merged into the row's top-level fields."""

@@ -9,6 +9,7 @@ closed, or dropped without closing, releases its server session exactly once.
 
 from __future__ import annotations
 
+import abc
 import functools
 import json
 import threading
@@ -133,7 +134,7 @@ async def _release_quietly(session: _Session) -> None:
         warnings.warn(f"{session.env}: releasing a dropped episode's session failed: {exc}", RuntimeWarning)
 
 
-class Episode:
+class Episode(abc.ABC):
     """One episode against a served environment, driven by hand or by a model.
 
     Built by ``lab.episode(server_or_agent, row, model=...)``; ``history``, ``steps``, ``frame``
@@ -168,9 +169,9 @@ class Episode:
     def _init_protocol(self) -> None:
         """Set up the protocol's own state (before the session exists)."""
 
+    @abc.abstractmethod
     def _make_release(self) -> Callable[[_Session], Awaitable[Any]]:
         """The coroutine that releases the session; it must not hold the episode (the finalizer runs it)."""
-        raise NotImplementedError
 
     # -- plumbing shared by both protocols ---------------------------------------------------
 
