@@ -56,3 +56,10 @@ def dump_row(body: AgentRunRequest) -> dict[str, Any]:
     row = body.model_dump(mode="json", exclude={"responses_create_params"})
     row["responses_create_params"] = body.responses_create_params.model_dump(mode="json", exclude_none=True)
     return row
+
+
+def session_lost(row: dict[str, Any], exc: ServerError, duration_s: float) -> dict[str, Any]:
+    """The masked rollout of an episode whose resources session is gone (HTTP 410, e.g. a dead worker)."""
+    return {**row, "response": NeMoGymResponse(output=[]).model_dump(mode="json", exclude_none=True),
+            "reward": 0.0, "mask_sample": True, "failure_kind": "session_lost", "failure_reason": str(exc),
+            "steps": [], "duration_s": duration_s}

@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import Field, ValidationError
 
-from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, upstream_failure
+from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, session_lost, upstream_failure
 from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import ServerError
 from gymlab.loop import LoopState, ask_model
@@ -68,6 +68,8 @@ class GymnasiumAgent(BaseAgent):
                 state.stop_reason = "max_steps"
                 state.steps[-1].truncated = True
         except ServerError as exc:
+            if exc.status == 410:  # the session's worker is gone: a masked sample, not a zero reward
+                return session_lost(row, exc, time.perf_counter() - t0)
             raise upstream_failure(self.name, exc) from exc
         finally:
             if not ended:

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 
-from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, upstream_failure
+from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, session_lost, upstream_failure
 from gymlab.client import Cookies, error_message, post, post_ok
 from gymlab.errors import ServerError
 from gymlab.loop import LoopState, run_loop
@@ -98,10 +98,3 @@ async def release_seeded_session(url: str, cookies: Cookies) -> None:
         await post(url, "/close_session", {}, cookies, server="resources server")
     except ServerError:
         pass
-
-
-def session_lost(row: dict[str, Any], exc: ServerError, duration_s: float) -> dict[str, Any]:
-    """The masked rollout of an episode whose resources session is gone (HTTP 410, e.g. a dead worker)."""
-    return {**row, "response": NeMoGymResponse(output=[]).model_dump(mode="json", exclude_none=True),
-            "reward": 0.0, "mask_sample": True, "failure_kind": "session_lost", "failure_reason": str(exc),
-            "steps": [], "duration_s": duration_s}
