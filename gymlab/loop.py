@@ -11,6 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from pydantic import ValidationError
+
+from gymlab.errors import ServerError
 from gymlab.protocol import (
     FunctionCall,
     FunctionCallOutput,
@@ -149,3 +152,34 @@ async def run_loop(
         turn = await model_turn(state, call_model, call_tool)
         if turn.done:
             return state
+
+
+def tool_outputs(step: Any) -> list[FunctionCallOutput]:
+    """A step's ``info["tool_outputs"]`` as function_call_output items; a malformed entry is an error."""
+    raw = step.info.get("tool_outputs") or []
+    try:
+        return [FunctionCallOutput.model_validate({**o, "type": "function_call_output"}) for o in raw]
+    except (ValidationError, TypeError) as exc:
+        raise ServerError("resources server", "POST /step", 200, f"info.tool_outputs must be a list of {{call_id, output}} "
+                          f"objects (use tool_output(call, result)), got {raw!r:.300}") from exc
+
+
+
+def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: Any, duration_s: float) -> StepRecord:
+    """Record one Gymnasium transition (``answer`` is the ``/step`` reply) in ``state``.
+
+    The step record always; for a step that goes on, the tool outputs and the observation the model
+    sees next. Shared by gymnasium_agent and notebook episodes.
+    """
+    outputs = tool_outputs(answer)
+    record = StepRecord(index=len(state.steps), action=list(response.output), reward=answer.reward,
+                        terminated=answer.terminated, truncated=answer.truncated, observation=answer.observation,
+                        info=answer.info, tool_outputs=outputs, duration_s=duration_s)
+    state.steps.append(record)
+    if answer.terminated or answer.truncated:
+        state.stop_reason = "terminated" if answer.terminated else "truncated"
+    else:
+        state.added.extend(outputs)
+        if answer.observation:
+            state.added.append(Message(role="user", content=answer.observation))
+    return record

@@ -11,13 +11,13 @@ import time
 from typing import Any
 
 from fastapi import FastAPI
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, session_lost, upstream_failure
 from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import ServerError
-from gymlab.loop import LoopState, ask_model
-from gymlab.protocol import FunctionCallOutput, Message, ResponseCreateParams, StepRecord
+from gymlab.loop import LoopState, ask_model, gymnasium_transition
+from gymlab.protocol import Message, ResponseCreateParams
 from gymlab.protocol.gymnasium import GymnasiumResetResponse, GymnasiumStepResponse
 
 _RES = "resources server"
@@ -51,19 +51,10 @@ class GymnasiumAgent(BaseAgent):
                 response = await ask_model(state, self.call_model)
                 step_body = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
                 last = GymnasiumStepResponse.model_validate(await self._post("/step", step_body, cookies))
-                outputs = tool_outputs(last)
-                state.steps.append(StepRecord(
-                    index=len(state.steps), action=list(response.output), reward=last.reward,
-                    terminated=last.terminated, truncated=last.truncated, observation=last.observation,
-                    info=last.info, tool_outputs=outputs, duration_s=time.perf_counter() - t1,
-                ))
+                gymnasium_transition(state, response, last, time.perf_counter() - t1)
                 if last.terminated or last.truncated:
                     ended = True
-                    state.stop_reason = "terminated" if last.terminated else "truncated"
                     break
-                state.added.extend(outputs)
-                if last.observation:
-                    state.added.append(Message(role="user", content=last.observation))
             else:
                 state.stop_reason = "max_steps"
                 state.steps[-1].truncated = True
@@ -117,13 +108,3 @@ def with_user_message(params: ResponseCreateParams, observation: str | None) -> 
     if not observation:
         return params
     return params.model_copy(update={"input": [*params.input_items(), Message(role="user", content=observation)]})
-
-
-def tool_outputs(step: GymnasiumStepResponse) -> list[FunctionCallOutput]:
-    """A step's ``info["tool_outputs"]`` as function_call_output items; a malformed entry is an error."""
-    raw = step.info.get("tool_outputs") or []
-    try:
-        return [FunctionCallOutput.model_validate({**o, "type": "function_call_output"}) for o in raw]
-    except (ValidationError, TypeError) as exc:
-        raise ServerError(_RES, "POST /step", 200, f"info.tool_outputs must be a list of {{call_id, output}} "
-                          f"objects (use tool_output(call, result)), got {raw!r:.300}") from exc

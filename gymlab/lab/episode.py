@@ -553,8 +553,7 @@ class GymnasiumEpisode(Episode):
     @_on_gymlab_loop
     async def astep(self, action: Any = None, *, call: str | None = None, arguments: Any = None) -> Step:
         """One transition: the action (or the model's answer) to ``/step``; returns the ``Step``."""
-        from gymlab.agents.gymnasium_agent import tool_outputs
-        from gymlab.loop import ask_model
+        from gymlab.loop import ask_model, gymnasium_transition
         from gymlab.protocol.gymnasium import GymnasiumStepResponse
 
         self._require_open("step()")
@@ -574,22 +573,13 @@ class GymnasiumEpisode(Episode):
             self._session.take()
             self._finalizer.detach()
             raise
-        outputs = tool_outputs(answer)
-        record = StepRecord(index=len(self.steps), action=list(response.output), reward=answer.reward,
-                            terminated=answer.terminated, truncated=answer.truncated,
-                            observation=answer.observation, info=answer.info, tool_outputs=outputs,
-                            duration_s=time.perf_counter() - t0)
-        self.steps.append(record)
+        record = gymnasium_transition(self.state, response, answer, time.perf_counter() - t0)
         self.last_step, self.observation = answer, answer.observation
         if answer.terminated or answer.truncated:
             self._session.take()  # the server released the state itself
             self._finalizer.detach()
-            self.state.stop_reason = "terminated" if answer.terminated else "truncated"
             self.result = {}
         else:
-            self.state.added.extend(outputs)
-            if answer.observation:
-                self.state.added.append(Message(role="user", content=answer.observation))
             if self.max_steps is not None and len(self.steps) >= self.max_steps:
                 record.truncated = True
                 self.state.stop_reason = "max_steps"
