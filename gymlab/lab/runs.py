@@ -105,21 +105,6 @@ class Rollouts(list):
         return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f}>"
 
 
-def expand(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
-    """Every row ``repeats`` times in "aabbcc" order, with ``_ng_task_index`` and ``_ng_rollout_index``.
-
-    A row's own ``_ng_task_index`` is kept; otherwise it is the row's position.
-    """
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    out = []
-    for position, row in enumerate(rows):
-        task = row.get("_ng_task_index", position)
-        for repeat in range(repeats):
-            out.append({**row, "_ng_task_index": task, "_ng_rollout_index": repeat})
-    return out
-
-
 def failed_rollout(row: dict[str, Any], agent: str, exc: Exception, duration_s: float) -> Rollout:
     """A masked record for an episode the agent could not finish, so a run never drops a row.
 
@@ -149,6 +134,8 @@ async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1,
     """
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
+    from gymlab.rollouts import expand  # the one repeat expansion, shared with collection
+
     jobs = expand(list(rows), repeats)
     names = {"agent_name": agent.name, "env_name": env_name or agent.name}
     sem = asyncio.Semaphore(max(1, concurrency))
