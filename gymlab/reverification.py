@@ -18,12 +18,18 @@ from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import ServerError
 from gymlab.protocol import FunctionCall, Rollout
 
-#: Frame columns, one row per stored episode.
-COLUMNS = ["episode", "task", "repeat", "old_reward", "new_reward", "delta", "changed", "old_mask_sample",
-           "new_mask_sample", "new_failure_kind", "replay_matches", "error"]
 _RESULT_KEYS = frozenset({"response", "reward", "mask_sample", "failure_kind", "failure_reason", "steps",
                           "duration_s", "env_name", "agent_name"})
 
+
+#: Frame columns and dtypes, one row per stored episode.
+DTYPES = {
+    "episode": "int64", "task": "Int64", "repeat": "Int64", "old_reward": "float64",
+    "new_reward": "float64", "delta": "float64", "changed": "bool", "old_mask_sample": "bool",
+    "new_mask_sample": "boolean", "new_failure_kind": "category", "replay_matches": "boolean",
+    "error": "str",
+}
+COLUMNS = list(DTYPES)
 
 def row_of(record: Rollout, rows: dict[Any, dict] | None = None) -> dict[str, Any]:
     """The dataset row a record was run from: its fields minus what the run added.
@@ -99,7 +105,6 @@ async def areverify_records(url: str, rollouts: Iterable[Rollout | dict], *, rep
 
 def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | ServerError]):
     """Old vs new reward per episode as a pandas frame (a failed re-verify has NaN and its error)."""
-    import pandas as pd
 
     cols: dict[str, list] = {c: [] for c in COLUMNS}
     for n, (record, answer) in enumerate(zip(records, answers)):
@@ -118,20 +123,9 @@ def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | Serv
         cols["new_failure_kind"].append(None if failed else answer.get("failure_kind"))
         cols["replay_matches"].append(None if failed else answer["replay_matches"])
         cols["error"].append(str(answer) if failed else None)
-    return pd.DataFrame({
-        "episode": pd.array(cols["episode"], dtype="int64"),
-        "task": pd.array(cols["task"], dtype="Int64"),
-        "repeat": pd.array(cols["repeat"], dtype="Int64"),
-        "old_reward": pd.array(cols["old_reward"], dtype="float64"),
-        "new_reward": pd.array(cols["new_reward"], dtype="float64"),
-        "delta": pd.array(cols["delta"], dtype="float64"),
-        "changed": pd.array(cols["changed"], dtype="bool"),
-        "old_mask_sample": pd.array(cols["old_mask_sample"], dtype="bool"),
-        "new_mask_sample": pd.array(cols["new_mask_sample"], dtype="boolean"),
-        "new_failure_kind": pd.Categorical(cols["new_failure_kind"]),
-        "replay_matches": pd.array(cols["replay_matches"], dtype="boolean"),
-        "error": pd.array(cols["error"], dtype="str"),
-    }, columns=COLUMNS)
+    from gymlab.lab.frames import typed_frame
+
+    return typed_frame(cols, DTYPES)
 
 
 async def areverify(environment: Any, rollouts: Iterable[Rollout | dict], *, rows: Any = None,

@@ -15,13 +15,33 @@ from typing import Any, Iterable
 
 from gymlab.protocol import FunctionCall, Rollout
 
-EPISODE_COLUMNS = ["episode", "task", "repeat", "reward", "n_steps", "mask_sample", "failure_kind",
-                   "failure_reason", "terminated", "truncated", "duration_s", "input_tokens", "output_tokens",
-                   "total_tokens", "model", "environment", "agent"]
 STEP_COLUMNS = ["episode", "step", "action_type", "tool", "n_calls", "arguments", "output", "observation",
                 "reward", "cumulative_reward", "terminated", "truncated", "duration_s"]
-CALL_COLUMNS = ["episode", "step", "call", "tool", "call_id", "arguments", "output"]
 
+
+EPISODE_DTYPES = {
+    "episode": "int64", "task": "Int64", "repeat": "Int64", "reward": "float64",
+    "n_steps": "int64", "mask_sample": "bool", "failure_kind": "category", "failure_reason": "str",
+    "terminated": "bool", "truncated": "bool", "duration_s": "float64", "input_tokens": "Int64",
+    "output_tokens": "Int64", "total_tokens": "Int64", "model": "category",
+    "environment": "category", "agent": "category",
+}
+CALL_DTYPES = {
+    "episode": "int64", "step": "int64", "call": "int64", "tool": "category", "call_id": "str",
+    "arguments": "str", "output": "str",
+}
+EPISODE_COLUMNS = list(EPISODE_DTYPES)
+CALL_COLUMNS = list(CALL_DTYPES)
+
+
+def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
+    """A DataFrame from column lists, each with its dtype ("category" makes a Categorical)."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        name: pd.Categorical(cols[name]) if dtype == "category" else pd.array(cols[name], dtype=dtype)
+        for name, dtype in dtypes.items()
+    }, columns=list(dtypes))
 
 def _extra(record: Rollout, key: str) -> Any:
     extra = record.__pydantic_extra__
@@ -49,7 +69,6 @@ def action_type(items: list[Any]) -> str:
 
 def episodes_frame(rollouts: Iterable[Rollout]):
     """One row per episode: ids, reward, steps, failure fields, timing, token usage, names."""
-    import pandas as pd
 
     records = list(rollouts)
     cols: dict[str, list] = {c: [] for c in EPISODE_COLUMNS}
@@ -75,25 +94,7 @@ def episodes_frame(rollouts: Iterable[Rollout]):
         cols["model"].append(r.response.model or None)
         cols["environment"].append(_extra(r, "env_name"))
         cols["agent"].append(_agent_name(r))
-    return pd.DataFrame({
-        "episode": pd.array(cols["episode"], dtype="int64"),
-        "task": pd.array(cols["task"], dtype="Int64"),
-        "repeat": pd.array(cols["repeat"], dtype="Int64"),
-        "reward": pd.array(cols["reward"], dtype="float64"),
-        "n_steps": pd.array(cols["n_steps"], dtype="int64"),
-        "mask_sample": pd.array(cols["mask_sample"], dtype="bool"),
-        "failure_kind": pd.Categorical(cols["failure_kind"]),
-        "failure_reason": pd.array(cols["failure_reason"], dtype="str"),
-        "terminated": pd.array(cols["terminated"], dtype="bool"),
-        "truncated": pd.array(cols["truncated"], dtype="bool"),
-        "duration_s": pd.array(cols["duration_s"], dtype="float64"),
-        "input_tokens": pd.array(cols["input_tokens"], dtype="Int64"),
-        "output_tokens": pd.array(cols["output_tokens"], dtype="Int64"),
-        "total_tokens": pd.array(cols["total_tokens"], dtype="Int64"),
-        "model": pd.Categorical(cols["model"]),
-        "environment": pd.Categorical(cols["environment"]),
-        "agent": pd.Categorical(cols["agent"]),
-    }, columns=EPISODE_COLUMNS)
+    return typed_frame(cols, EPISODE_DTYPES)
 
 
 _FIELDS = ("index", "action", "tool_outputs", "observation", "reward", "terminated", "truncated", "duration_s")
@@ -174,7 +175,6 @@ def _steps_frame(rollouts: Iterable[Rollout]):
 
 def calls_frame(rollouts: Iterable[Rollout]):
     """One row per function call, with the output that answered it (matched by ``call_id``)."""
-    import pandas as pd
 
     cols: dict[str, list] = {c: [] for c in CALL_COLUMNS}
     for position, r in enumerate(rollouts):
@@ -191,15 +191,7 @@ def calls_frame(rollouts: Iterable[Rollout]):
                     cols["arguments"].append(item.arguments)
                     cols["output"].append(outputs.get(item.call_id))
                     n += 1
-    return pd.DataFrame({
-        "episode": pd.array(cols["episode"], dtype="int64"),
-        "step": pd.array(cols["step"], dtype="int64"),
-        "call": pd.array(cols["call"], dtype="int64"),
-        "tool": pd.Categorical(cols["tool"]),
-        "call_id": pd.array(cols["call_id"], dtype="str"),
-        "arguments": pd.array(cols["arguments"], dtype="str"),
-        "output": pd.array(cols["output"], dtype="str"),
-    }, columns=CALL_COLUMNS)
+    return typed_frame(cols, CALL_DTYPES)
 
 
 def synthetic_rollouts(n_episodes: int, steps_per_episode: int) -> list[Rollout]:

@@ -29,7 +29,11 @@ WAIT_MS = 60_000
 
 playwright_sync = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[browser]'")
 if not os.path.exists(CHROMIUM):
-    pytest.skip(f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)", allow_module_level=True)
+    # `make test` installs Chromium first, so under CI a missing browser is a failure, never a skip.
+    message = f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)"
+    if os.environ.get("CI"):
+        raise RuntimeError(message)
+    pytest.skip(message, allow_module_level=True)
 
 
 def free_port() -> int:
