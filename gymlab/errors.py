@@ -1,8 +1,10 @@
 """The error tree, in one place.
 
     GymlabError
-    ├── ServerError            a server answered with an error (names server, route, status, cause)
-    │   └── ServerStartError   a server could not start (the real cause attached)
+    ├── ServerError            a server answered with an error (names server, route, status, cause;
+    │                          ``failure`` holds the typed failure an error body carried)
+    │   └── EpisodeFailed      an agent could not finish an episode: answered 502 with its ``Failure``
+    ├── ServerStartError       a server could not start (the real cause attached)
     ├── ConfigError            a YAML config is wrong (names the file and key)
     ├── DatasetError           a JSONL file is wrong (names the file and line)
     ├── ResourcesSessionError  an episode seed or close refused (its HTTP status in ``status_code``)
@@ -13,6 +15,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from gymlab.protocol.failure_kinds import Failure
+
 
 class GymlabError(Exception):
     """Base of every error gymlab raises on purpose."""
@@ -21,10 +27,20 @@ class GymlabError(Exception):
 class ServerError(GymlabError):
     """Raised when a server answers a request with an error status."""
 
-    def __init__(self, server: str, route: str, status: int, cause: str, hint: str = ""):
+    def __init__(self, server: str, route: str, status: int, cause: str, hint: str = "",
+                 failure: Failure | None = None):
         self.server, self.route, self.status, self.cause, self.hint = server, route, status, cause, hint
-        msg = f"{server}: {route} failed with HTTP {status}: {cause}"
+        self.failure = failure
+        what = f"with HTTP {status}" if status else "with no answer"
+        msg = f"{server}: {route} failed {what}: {cause}"
         super().__init__(msg + (f" ({hint})" if hint else ""))
+
+
+class EpisodeFailed(ServerError):
+    """Raised by an agent that cannot finish an episode; answered 502 with ``failure`` in the body."""
+
+    def __init__(self, server: str, route: str, failure: Failure, hint: str = ""):
+        super().__init__(server, route, 502, failure.message, hint, failure)
 
 
 class ServerStartError(GymlabError):
@@ -68,3 +84,22 @@ class SessionContractError(GymlabError, AssertionError):
     def __init__(self, rule: str, detail: str):
         self.rule, self.detail = rule, detail
         super().__init__(f"resources session contract, rule '{rule}': {detail}")
+
+
+def error_body(server: str, route: str, message: str, *, error: str | None = None, hint: str | None = None,
+               failure: Failure | None = None, **extra: Any) -> dict[str, Any]:
+    """Every JSON error body a gymlab server answers, built here and nowhere else.
+
+    ``detail`` is one line naming the server, the route and the cause; ``message`` is the cause
+    alone; ``failure`` (when an episode failed) is the typed ``Failure`` a client reads the kind from.
+    """
+    body: dict[str, Any] = {"detail": f"{server}: {route}: {message}", "server": server, "route": route,
+                            "message": message}
+    if error:
+        body["error"] = error
+    if hint:
+        body["hint"] = hint
+    if failure is not None:
+        body["failure"] = failure.model_dump(mode="json")
+    body.update(extra)
+    return body

@@ -1,5 +1,12 @@
-"""``gymlab.failure_kinds``: the documented failure-kind registry (see ``gymlab.protocol.failure_kinds``)."""
+"""``gymlab.failure_kinds``: the failure-kind registry (see ``gymlab.protocol.failure_kinds``)."""
 
-from gymlab.protocol.failure_kinds import FAILURE_KINDS, describe, is_server_kind, validate_failure_kind
+from gymlab.protocol.failure_kinds import (
+    FAILURE_KINDS,
+    STAGES,
+    Failure,
+    describe,
+    is_server_kind,
+    validate_failure_kind,
+)
 
-__all__ = ["FAILURE_KINDS", "describe", "is_server_kind", "validate_failure_kind"]
+__all__ = ["FAILURE_KINDS", "STAGES", "Failure", "describe", "is_server_kind", "validate_failure_kind"]

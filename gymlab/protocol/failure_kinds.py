@@ -1,53 +1,110 @@
-"""The registry of failure kinds: why an episode could not be finished by the environment itself.
+"""Failure kinds: why an episode ended without a reward the task alone produced.
 
-A rollout whose ``mask_sample`` is true carries a ``failure_kind`` so infrastructure failures can be
-told apart from a real zero reward. A kind is either a registered plain name below, or a
-server-specific ``<server>:<kind>`` (for example ``blackjack:deck_exhausted``), which needs no
-registration. Anything else is refused, so a typo cannot start a new, silently separate category.
+The vocabulary is NeMo Gym 0.7.0's, so failures mean the same thing on both sides of the wire. A
+masked rollout (``mask_sample`` true) carries a ``failure_kind`` that is either a registered plain
+name below or a server-specific ``<server>:<kind>`` (lowercase, ``[a-z][a-z0-9_]*`` on both sides).
+An unregistered plain name is warned about once per name, never refused: refusing it would turn a
+visible wrong label into an invisible dropped failure.
+
+``Failure`` is the typed form that travels in an error body: the kind, the stage of the episode
+where it happened, which server failed with which status, and the human message.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from types import MappingProxyType
+from typing import Literal
 
-#: Every registered plain name, with what it means.
+from pydantic import BaseModel
+
+#: Every registered plain name, grouped as the reference groups them, with what it means.
 FAILURE_KINDS = MappingProxyType(
     {
-        "session_lost": "The server no longer holds the episode's state (restart, eviction, expired session).",
-        "model_error": "The model server failed or returned something unusable (HTTP error, malformed response).",
-        "environment_error": "The environment's own code failed while resetting or stepping the episode.",
-        "judge_unavailable": "A grader the environment relies on (an LLM judge, an external checker) could not be reached.",
-        "user_simulator_unavailable": "The simulated user that produces observations could not be reached.",
-        "sandbox_error": "The sandbox that runs the episode's actions (container, browser, interpreter) failed.",
-        "tool_unavailable": "An external tool or API the environment calls could not be reached.",
-        "timeout": "The episode, or one call inside it, ran out of its time budget.",
-        "cancelled": "The episode was stopped from outside before it could finish (shutdown, user interrupt).",
+        # transport
+        "transport_unreachable": "A server could not be reached (connection refused, unknown host).",
+        "transport_peer_drop": "A server dropped the connection mid-request (reset, disconnected).",
+        "transport_timeout": "A request got no answer within its time budget.",
+        "transport_local_resource": "This machine ran out of a local resource (file descriptors, ports, memory).",
+        # agent
+        "agent_run_error": "The agent's own code failed while running the episode.",
+        "agent_request_failed": "A request the agent made to the environment failed (an error status).",
+        "agent_timeout": "The whole episode ran out of its time budget.",
+        "agent_command_not_allowed": "The agent was asked to do something it may not (a forbidden route).",
+        # verification
+        "judge_failed": "A grader the environment relies on (an LLM judge) failed.",
+        "judge_unparseable": "A grader's answer could not be read as a grade.",
+        "verifier_error": "The environment's own grading code failed.",
+        # model provider
+        "provider_unavailable": "The model server failed or answered something that is not a response.",
+        "provider_quota_exhausted": "The model provider refused for rate or quota (HTTP 429).",
+        "provider_oom_killed": "The model server ran out of memory.",
+        # session
+        "session_lost": "The server no longer holds the episode's state (restart, dead worker, eviction).",
+        "session_expired": "The episode's session outlived its time to live and was reaped.",
+        "session_release_failed": "Releasing the episode's session failed.",
+        # lifecycle
+        "cancelled": "The episode was stopped from outside (an interrupt, a cancel).",
+        "kill_shaped": "A process died the way a kill looks (SIGKILL, OOM killer).",
+        "shutdown": "The server was shutting down.",
+        # collection
+        "persistence_failed": "The record could not be written (disk full, read-only).",
+        "cohort_incomplete": "A group the record belongs to did not finish.",
     }
 )
 
-_SERVER_KIND = re.compile(r"^[A-Za-z0-9_.\-]+:[A-Za-z0-9_.\-]+$")
+#: Where in an episode a failure can happen.
+Stage = Literal["admission", "seed", "agent", "verification", "cleanup"]
+STAGES: tuple[str, ...] = ("admission", "seed", "agent", "verification", "cleanup")
+
+_SERVER_KIND = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
+_warned: set[str] = set()
 
 
 def is_server_kind(name: str) -> bool:
     """True for a server-specific ``<server>:<kind>`` name."""
-    return bool(_SERVER_KIND.match(name))
+    return isinstance(name, str) and bool(_SERVER_KIND.match(name))
 
 
 def validate_failure_kind(name: str | None) -> str | None:
-    """``name`` itself when it is registered or ``<server>:<kind>`` (None passes); otherwise ``ValueError``."""
-    if name is None or name in FAILURE_KINDS or (isinstance(name, str) and is_server_kind(name)):
+    """``name`` itself; an unregistered plain name is warned about once (never refused)."""
+    if name is None or name in FAILURE_KINDS or is_server_kind(name):
         return name
-    raise ValueError(
-        f"unknown failure_kind {name!r}: expected one of {', '.join(sorted(FAILURE_KINDS))}, "
-        f"or a server-specific '<server>:<kind>' such as 'my_env:{name if isinstance(name, str) else 'kind'}'"
-    )
+    if not isinstance(name, str):
+        raise TypeError(f"failure_kind must be a string, got {type(name).__name__}")
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"unregistered failure_kind {name!r}: use one of {', '.join(FAILURE_KINDS)}, or a "
+            f"server-specific '<server>:<kind>' such as 'my_env:{_snake(name)}'",
+            UserWarning,
+            stacklevel=2,
+        )
+    return name
 
 
 def describe(name: str) -> str:
     """What a failure kind means (server-specific kinds are described by their server)."""
-    validate_failure_kind(name)
-    return FAILURE_KINDS.get(name) or f"specific to the server {name.split(':', 1)[0]!r}"
+    if name in FAILURE_KINDS:
+        return FAILURE_KINDS[name]
+    if is_server_kind(name):
+        return f"specific to the server {name.split(':', 1)[0]!r}"
+    return "unregistered"
 
 
-__all__ = ["FAILURE_KINDS", "describe", "is_server_kind", "validate_failure_kind"]
+def _snake(name: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", name.lower()).strip("_") or "kind"
+
+
+class Failure(BaseModel):
+    """Why an episode failed, as data: what an error body's ``failure`` field carries."""
+
+    kind: str
+    stage: Stage
+    server: str | None = None
+    status: int | None = None
+    message: str = ""
+
+
+__all__ = ["FAILURE_KINDS", "STAGES", "Failure", "Stage", "describe", "is_server_kind", "validate_failure_kind"]
