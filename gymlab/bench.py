@@ -92,7 +92,7 @@ def bench_episodes(n: int) -> dict[str, Any]:
             count = n if conc > 1 else max(n // 4, 20)
             batch = [rows[i % len(rows)] for i in range(count)]
             t = time.perf_counter()
-            results = run_sync(agent.arun_many(batch, concurrency=conc))
+            results = lab.run_many(agent, batch, concurrency=conc)
             elapsed = time.perf_counter() - t
             assert all(r.reward == 1.0 for r in results)
             out[f"calculator episodes/s, concurrency {conc}"] = round(count / elapsed, 1)

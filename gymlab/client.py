@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import weakref
 from dataclasses import dataclass, field
@@ -17,6 +18,11 @@ from typing import Any
 import aiohttp
 
 from gymlab.errors import ServerError
+from gymlab.protocol.failure_kinds import Failure
+from gymlab.protocol.responses import NeMoGymResponse
+
+#: Seconds to open a connection before giving up (every hop).
+CONNECT_TIMEOUT_S = 10.0
 
 _sessions: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession]" = (
     weakref.WeakKeyDictionary()
@@ -91,31 +97,113 @@ class Reply:
         return 200 <= self.status < 300
 
 
-async def post(url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "") -> Reply:
-    """POST JSON and return the status and body, whatever the status."""
+def _dropped(exc: BaseException) -> bool:
+    """True when the peer dropped an established connection (reset, closed before answering)."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError) and (
+        exc.errno in (errno.ECONNRESET, errno.EPIPE, None))
+
+
+def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> ServerError:
+    """A broken exchange as a ``ServerError`` (status 0) whose ``failure`` names the transport kind."""
+    if isinstance(exc, asyncio.TimeoutError):
+        kind, cause, hint = "transport_timeout", f"no answer from {url} within {timeout:g} s", (
+            "the server is slow or stuck; raise the timeout in the server's config or the run's options")
+    elif _dropped(exc):
+        kind, cause, hint = "transport_peer_drop", f"{url} dropped the connection: {exc}", (
+            "the server process may have died or restarted")
+    else:
+        kind, cause, hint = "transport_unreachable", f"cannot connect to {url}: {exc}", (
+            "is the server running, and is the URL right?")
+    failure = Failure(kind=kind, server=server, status=None, message=cause)
+    return ServerError(server, f"POST {path}", 0, cause, hint, failure)
+
+
+async def _send(session: aiohttp.ClientSession, url: str, path: str, data: str, headers: dict[str, str],
+                cookies: Cookies | None, timeout: aiohttp.ClientTimeout) -> Reply:
+    async with session.post(url + path, data=data, headers=headers, timeout=timeout) as resp:
+        text = await resp.text()
+        if cookies is not None:
+            cookies.update(url, resp)
+        return Reply(resp.status, text)
+
+
+async def post(url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "",
+               timeout: float | None = None) -> Reply:
+    """POST JSON and return the status and body, whatever the status.
+
+    ``timeout`` bounds the whole exchange (None: only the connect is bounded). A connection the
+    peer dropped (a kept-open connection to a worker that died) is retried once on a fresh
+    connection, which reaches a live worker. A broken exchange raises ``ServerError`` with status 0
+    and a transport ``failure`` (unreachable, peer drop, timeout).
+    """
     headers = {"Content-Type": "application/json"}
     if cookies is not None and (cookie := cookies.header(url)):
         headers["Cookie"] = cookie
+    data = json.dumps(payload)
+    bound = aiohttp.ClientTimeout(total=timeout, sock_connect=CONNECT_TIMEOUT_S)
+    name = server or url
     try:
-        async with http_session().post(url + path, data=json.dumps(payload), headers=headers) as resp:
-            text = await resp.text()
-            if cookies is not None:
-                cookies.update(url, resp)
-            return Reply(resp.status, text)
-    except aiohttp.ClientConnectionError as exc:
-        raise ServerError(server or url, f"POST {path}", 0, f"cannot connect to {url}: {exc}",
-                          "is the server running, and is the URL right?") from exc
+        try:
+            return await _send(http_session(), url, path, data, headers, cookies, bound)
+        except aiohttp.ClientConnectionError as exc:
+            if not _dropped(exc):
+                raise
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
+                                         cookie_jar=aiohttp.DummyCookieJar()) as fresh:
+            return await _send(fresh, url, path, data, headers, cookies, bound)
+    except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+        raise transport_error(name, url, path, exc, timeout) from exc
 
 
-async def post_ok(url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "") -> Any:
-    """POST JSON and return the parsed answer; an error status raises ``ServerError``."""
-    reply = await post(url, path, payload, cookies, server)
+async def post_ok(url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "",
+                  timeout: float | None = None) -> Any:
+    """POST JSON and return the parsed answer; an error status raises ``ServerError`` carrying the
+    typed ``failure`` the error body gave, if any."""
+    reply = await post(url, path, payload, cookies, server, timeout)
     if not reply.ok:
-        raise ServerError(_server_name(reply.text, server or url), f"POST {path}", reply.status, error_message(reply.text))
+        raise ServerError(_server_name(reply.text, server or url), f"POST {path}", reply.status,
+                          error_message(reply.text), failure=failure_in(reply.text))
     try:
         return reply.json()
     except ValueError as exc:
         raise ServerError(server or url, f"POST {path}", reply.status, f"answer is not JSON: {reply.text[:200]!r}") from exc
+
+
+async def ask_model_server(url: str, body: dict, *, server: str = "model server",
+                           timeout: float | None = None) -> NeMoGymResponse:
+    """``POST /v1/responses``: the model's response. An answer that is not a Responses object
+    (no ``output`` list, or an error object) raises ``ServerError`` with a provider failure: a
+    model's non-answer is never graded as an empty response."""
+    answer = await post_ok(url, "/v1/responses", body, server=server, timeout=timeout)
+    problem = None
+    if not (isinstance(answer, dict) and isinstance(answer.get("output"), list)) or answer.get("error"):
+        problem = "a body that is not a Responses object"
+    else:
+        try:
+            return NeMoGymResponse.model_validate(answer)
+        except ValueError as exc:
+            problem = f"a Responses object that does not validate ({str(exc).splitlines()[0]})"
+    cause = f"the model server answered 200 with {problem}: {json.dumps(answer)[:200]}"
+    failure = Failure(kind="provider_unavailable", server=server, status=200, message=cause)
+    raise ServerError(server, "POST /v1/responses", 200, cause,
+                      "point the model server at an OpenAI-compatible Responses endpoint", failure)
+
+
+def failure_in(text: str) -> Failure | None:
+    """The typed ``failure`` of a gymlab error body, or None."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None
+    raw = raw.get("failure") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return Failure.model_validate(raw)
+    except ValueError:
+        return None
 
 
 def _server_name(text: str, fallback: str) -> str:

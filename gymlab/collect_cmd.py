@@ -20,6 +20,8 @@ from typing import Any
 from gymlab.errors import ConfigError
 
 
+from gymlab.rollouts import DEFAULT_ROLLOUT_TIMEOUT_S  # noqa: E402
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="*", metavar="CONFIG", help="YAML files whose servers to run")
     parser.add_argument("-o", "--output", required=True, help="NAME.jsonl; companion files go next to it")
@@ -33,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--concurrency", type=int, default=16, help="rollouts at once (default 16)")
     parser.add_argument("--limit", type=int, help="only the first N rows")
     parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed rollout (default 2)")
-    parser.add_argument("--timeout", type=float, help="seconds a rollout may take (default: no limit)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_ROLLOUT_TIMEOUT_S,
+                        help=f"seconds one POST /run may take (default {DEFAULT_ROLLOUT_TIMEOUT_S:g})")
     parser.add_argument("--responses-create-params", metavar="JSON",
                         help="run-level overrides merged into each flat row's request, e.g. '{\"temperature\": 0}'")
     parser.add_argument("--num-repeats-add-seed", action="store_true",

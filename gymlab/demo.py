@@ -7,11 +7,9 @@ several times concurrently, prints a summary table and writes the rollouts under
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from pathlib import Path
 
-from gymlab._sync import run_sync
 
 #: example -> (server class attribute, agent kind)
 DEMOS = {
@@ -31,7 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from gymlab.examples import example_rows, load_environment
     from gymlab.lab import Lab
-    from gymlab.rollout_files import write_jsonl_atomic
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -42,28 +39,16 @@ def main(args: argparse.Namespace) -> int:
             env = lab.serve(getattr(module, cls_name))
             model = lab.serve_model(module.policy, name=f"{env_name}_policy")
             agent = lab.serve_agent(agent_kind, resources=env, model=model, name=f"{env_name}_agent")
-            rows = example_rows(env_name)
-            batch = [(t, r, row) for t, row in enumerate(rows) for r in range(args.repeats)]
             t0 = time.perf_counter()
-            results = run_sync(_run_all(agent, [row for _, _, row in batch], args.concurrency))
+            rollouts = lab.run_many(agent, example_rows(env_name), repeats=args.repeats,
+                                    concurrency=args.concurrency)
             elapsed = time.perf_counter() - t0
-            records = []
-            for (task, repeat, _), rollout in zip(batch, results):
-                record = rollout.model_dump(mode="json", exclude_none=True)
-                record.update(_ng_task_index=task, _ng_rollout_index=repeat,
-                              agent_ref={"type": "responses_api_agents", "name": agent.name})
-                records.append(record)
-            path = out / f"{env_name}_rollouts.jsonl"
-            write_jsonl_atomic(path, records)
-            rewards = [r.reward for r in results]
-            summary.append((env_name, agent_kind, len(results), sum(rewards) / len(rewards),
-                            sum(len(r.steps) for r in results) / len(results), len(results) / elapsed, path))
+            path = rollouts.save(out / f"{env_name}_rollouts.jsonl")
+            n = len(rollouts)
+            summary.append((env_name, agent_kind, n, rollouts.mean_reward,
+                            sum(len(r.steps) for r in rollouts) / n, n / elapsed, path))
     _print_table(summary)
     return 0
-
-
-async def _run_all(agent, rows, concurrency):
-    return await agent.arun_many(rows, concurrency=concurrency)
 
 
 def _print_table(summary) -> None:

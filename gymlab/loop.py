@@ -7,6 +7,7 @@ passes two coroutines: one asks the model for a response, one runs a tool and re
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -28,6 +29,33 @@ from gymlab.protocol import (
 
 ModelCall = Callable[[dict], Awaitable[NeMoGymResponse]]
 ToolCall = Callable[[str, Any], Awaitable[str]]
+
+#: Model calls per episode when nothing else is configured: a looping policy ends, truncated.
+DEFAULT_MAX_STEPS = 32
+
+#: Routes of a resources server that are its lifecycle or built-ins, never a model's tool.
+RESERVED_ROUTES = frozenset({"seed_session", "verify", "close_session", "reset", "step", "close",
+                             "aggregate_metrics", "health", "docs", "redoc", "openapi.json", "run",
+                             "v1", "responses"})
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def declared_tools(params: ResponseCreateParams) -> list[str]:
+    """The function tools a row declares, by name."""
+    return [t.name for t in params.tools or () if getattr(t, "type", "function") == "function" and t.name]
+
+
+def refusal(name: str, declared: list[str]) -> str | None:
+    """Why a function call named ``name`` must not reach the server, or None when it may.
+
+    A call reaches ``POST /{name}`` only when ``name`` is a declared tool, a plain route segment,
+    and not a lifecycle or built-in route: a model cannot seed, verify or close its own episode.
+    """
+    if not isinstance(name, str) or not _PLAIN_NAME.match(name) or name in RESERVED_ROUTES:
+        return f"tool {name!r} is not callable; declared: {', '.join(declared) or 'none'}"
+    if name not in declared:
+        return f"unknown tool {name!r}; declared: {', '.join(declared) or 'none'}"
+    return None
 
 
 def model_request(params: ResponseCreateParams, items: list[Any]) -> dict:
@@ -113,26 +141,39 @@ async def ask_model(state: LoopState, call_model: ModelCall) -> NeMoGymResponse:
     return response
 
 
-async def model_turn(state: LoopState, call_model: ModelCall, call_tool: ToolCall) -> TurnResult:
-    """One model call, then each of its function calls in order; the state is updated."""
+async def model_turn(state: LoopState, call_model: ModelCall, call_tool: ToolCall, *,
+                     check_tools: bool = True) -> TurnResult:
+    """One model call, then each of its function calls in order; the state is updated.
+
+    A call of an undeclared or reserved tool is answered with an error output and counted on the
+    step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand.
+    """
     t0 = time.perf_counter()
     response = await ask_model(state, call_model)
-    outputs = []
+    outputs, refused = [], 0
+    declared = declared_tools(state.params)
     for call in response.output:
         if isinstance(call, FunctionCall):
-            outputs.append(await run_tool(call, call_tool))
+            why = refusal(call.name, declared) if check_tools else None
+            refused += why is not None
+            outputs.append(await run_tool(call, call_tool, why))
     state.added.extend(outputs)
     reason = stop_reason_of(response)
     turn = TurnResult(response, outputs, reason is not None, reason, time.perf_counter() - t0)
-    state.record(turn)
+    state.record(turn).tool_errors = refused
     if reason:
         state.stop_reason = reason
     return turn
 
 
-async def run_tool(call: FunctionCall, call_tool: ToolCall) -> FunctionCallOutput:
-    args, error = parse_arguments(call)
-    output = error if error is not None else await call_tool(call.name, args)
+async def run_tool(call: FunctionCall, call_tool: ToolCall, refused: str | None = None) -> FunctionCallOutput:
+    """The call's output: the tool's answer, or an error for the model when the call was refused or
+    its arguments are not JSON (then nothing reaches the server)."""
+    if refused is not None:
+        output = json.dumps({"error": refused})
+    else:
+        args, error = parse_arguments(call)
+        output = error if error is not None else await call_tool(call.name, args)
     return FunctionCallOutput(type="function_call_output", call_id=call.call_id, output=output)
 
 
@@ -140,10 +181,10 @@ async def run_loop(
     params: ResponseCreateParams,
     call_model: ModelCall,
     call_tool: ToolCall,
-    max_steps: int | None = None,
+    max_steps: int | None = DEFAULT_MAX_STEPS,
     state: LoopState | None = None,
 ) -> LoopState:
-    """Run model turns until a stop rule fires or ``max_steps`` model calls were made."""
+    """Run model turns until a stop rule fires or ``max_steps`` model calls were made (None: no limit)."""
     state = state or LoopState(params)
     while True:
         if max_steps is not None and len(state.steps) >= max_steps:
@@ -163,6 +204,13 @@ def tool_outputs(step: Any) -> list[FunctionCallOutput]:
         raise ServerError("resources server", "POST /step", 200, f"info.tool_outputs must be a list of {{call_id, output}} "
                           f"objects (use tool_output(call, result)), got {raw!r:.300}") from exc
 
+
+
+def with_user_message(params: ResponseCreateParams, observation: str | None) -> ResponseCreateParams:
+    """``params`` with ``observation`` appended to its input as a user message (unchanged when empty)."""
+    if not observation:
+        return params
+    return params.model_copy(update={"input": [*params.input_items(), Message(role="user", content=observation)]})
 
 
 def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: Any, duration_s: float) -> StepRecord:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import sys
 import time
 from collections import deque
@@ -30,8 +29,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from gymlab.errors import ConfigError, DatasetError, ServerError
+from gymlab.failures import run_failure
+from gymlab.retry import backoff_delay
 
 Key = tuple[Any, Any]
+
+#: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
+#: (``timeouts.episode``, 1800 s), so the agent's typed failure arrives first.
+DEFAULT_ROLLOUT_TIMEOUT_S = 2000.0
 
 #: HTTP statuses worth retrying (0: no connection).
 RETRY_STATUSES = frozenset({0, 408, 409, 425, 429, 500, 502, 503, 504})
@@ -61,8 +66,10 @@ class CollectResult:
 
     @property
     def mean_reward(self) -> float:
-        kept = [float(r.get("reward", 0.0)) for r in self.rollouts if not r.get("mask_sample")]
-        return sum(kept) / len(kept) if kept else float("nan")
+        """Mean reward of the unmasked rollouts (``gymlab.protocol.record.mean_reward``)."""
+        from gymlab.protocol.record import mean_reward
+
+        return mean_reward(self.rollouts)
 
     def __repr__(self) -> str:
         return (f"<CollectResult {self.output}: {len(self.rollouts)} rollouts ({self.n_new} new, "
@@ -208,33 +215,6 @@ def _write_atomic(path: Path, records: Iterable[dict[str, Any]]) -> None:
 
 # -- one rollout ---------------------------------------------------------------------------------
 
-def _failure_kind(exc: BaseException, agent: str) -> tuple[str, bool]:
-    """(failure_kind, retry?) for an error of ``POST /run``."""
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timeout", True
-    text = str(exc)
-    status = getattr(exc, "status", None) if isinstance(exc, ServerError) else 0  # 0: the HTTP exchange broke
-    retry = status in RETRY_STATUSES
-    safe = re.sub(r"[^A-Za-z0-9_.\-]", "_", agent) or "agent"
-    if "model server" in text:
-        kind = "model_error"
-    elif "resources server" in text or "environment server" in text:
-        kind = "environment_error"
-    elif status == 0:
-        kind = f"{safe}:unreachable"
-    else:
-        kind = f"{safe}:run_failed"
-    try:
-        from gymlab.protocol.failure_kinds import validate_failure_kind
-    except ImportError:
-        return kind, retry
-    try:
-        validate_failure_kind(kind)
-    except ValueError:
-        kind = f"{safe}:run_failed"
-    return kind, retry
-
-
 async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, backoff_s: float,
                    timeout_s: float | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     import aiohttp
@@ -246,8 +226,7 @@ async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, bac
     while True:
         attempt += 1
         try:
-            call = post_ok(target.url, "/run", job, server=name)
-            result = await (asyncio.wait_for(call, timeout_s) if timeout_s else call)
+            result = await post_ok(target.url, "/run", job, server=name, timeout=timeout_s)
             if not isinstance(result, dict):
                 raise ServerError(name, "POST /run", 200, f"answer is not a JSON object: {str(result)[:200]}")
             record = {**result, "_ng_task_index": job["_ng_task_index"],
@@ -257,13 +236,14 @@ async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, bac
                     record[k] = job[k]
             return record, None
         except (ServerError, asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
-            kind, retry = _failure_kind(exc, name)
+            failure = run_failure(exc, name)
+            retry = getattr(exc, "status", 0) in RETRY_STATUSES or isinstance(exc, asyncio.TimeoutError)
             if not retry or attempt > max_retries:
-                reason = str(exc) or f"no answer within {timeout_s}s"
-                return None, {**job, "agent_ref": target.agent_ref, "failure_kind": kind,
-                              "failure_reason": reason, "attempts": attempt,
+                return None, {**job, "agent_ref": target.agent_ref, "failure_kind": failure.kind,
+                              "failure_reason": failure.message or str(exc), "failure_stage": failure.stage,
+                              "failure_server": failure.server, "attempts": attempt,
                               "status": getattr(exc, "status", None)}
-            await asyncio.sleep(backoff_s * 2 ** (attempt - 1))
+            await asyncio.sleep(backoff_delay(backoff_s, attempt))
 
 
 # -- collection --------------------------------------------------------------------------------
@@ -272,7 +252,7 @@ async def _acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: 
                    agent_url: str | None = None, route: Callable[[dict[str, Any]], Target] | None = None,
                    agent_name: str | None = None, resources_url: str | None = None, repeats: int = 1,
                    concurrency: int = 16, max_retries: int = 2, backoff_s: float = 0.5,
-                   timeout_s: float | None = None, responses_create_params: dict | None = None,
+                   timeout_s: float | None = DEFAULT_ROLLOUT_TIMEOUT_S, responses_create_params: dict | None = None,
                    num_repeats_add_seed: bool = False, limit: int | None = None,
                    progress: bool = True) -> CollectResult:
     """Collect rollouts of ``rows`` (dicts, or a JSONL path) into ``output`` (see the module doc).

@@ -153,7 +153,7 @@ async def test_failures_are_retried_then_recorded_with_a_failure_kind(lab, calcu
                             progress=False)
     assert ATTEMPTS["13"] == 3  # one try and two retries
     [failure] = lines(output_paths(tmp_path / "run.jsonl")["failures"])
-    assert failure["_ng_task_index"] == 5 and failure["failure_kind"] == "environment_error"
+    assert failure["_ng_task_index"] == 5 and failure["failure_kind"] == "verifier_error" and failure["failure_stage"] == "verification"
     assert failure["attempts"] == 3 and "verifier crashed" in failure["failure_reason"]
     assert len(result.rollouts) == 5 and result.failures == [failure]
     # A rerun retries only the failure; it fails again, and is still recorded once.
@@ -167,7 +167,7 @@ async def test_an_unreachable_agent_is_recorded_not_raised(tmp_path):
     result = await acollect(rows, tmp_path / "run.jsonl", agent_url="http://127.0.0.1:9", agent_name="gone",
                             max_retries=1, backoff_s=0.01, progress=False)
     [failure] = result.failures
-    assert failure["failure_kind"] == "gone:unreachable" and failure["attempts"] == 2
+    assert failure["failure_kind"] == "transport_unreachable" and failure["failure_stage"] == "admission" and failure["attempts"] == 2
 
 
 SLOW_APP = """

@@ -96,7 +96,7 @@ def test_counter_through_an_agent_handle(lab, counter, rows):
     ep.run()
     rollout = ep.verify()
     assert rollout.reward == 1.0
-    assert rollout.agent_name == agent.name and rollout.env_name == env.name
+    assert rollout.agent == agent.name and rollout.env == env.name
     assert [c.type for c in rollout.steps[0].action] == ["function_call"]
     assert env.server.session_state == {}
 

@@ -44,8 +44,8 @@ def test_run_many_orders_repeats_aabbcc_and_names_agent_and_env(runs):
     rollouts = runs["counter"]
     n = len(example_rows("counter"))
     assert [(r._ng_task_index, r._ng_rollout_index) for r in rollouts] == [(t, k) for t in range(n) for k in (0, 1)]
-    assert {r.agent_name for r in rollouts} == {"counter_agent"}
-    assert {r.env_name for r in rollouts} == {"counter_server"}
+    assert {r.agent for r in rollouts} == {"counter_agent"}
+    assert {r.env for r in rollouts} == {"counter_server"}
 
 
 def test_episodes_frame(runs):
@@ -98,7 +98,7 @@ def test_calls_frame(runs):
 def test_failed_episodes_are_recorded_masked(runs):
     frame = runs["broken"].episodes
     assert frame["mask_sample"].tolist() == [False, True]
-    assert frame["failure_kind"].tolist()[1] == "model_error"
+    assert frame["failure_kind"].tolist()[1] == "provider_unavailable"
     assert "model is down" in frame["failure_reason"].iloc[1]
     assert runs["broken"].mean_reward == 1.0
 

@@ -93,10 +93,11 @@ def test_stateful_environment_is_seeded_and_replayed(lab, counter, rows):
             share = 1.0 if span <= 0 else (answer.final_count - start) / span
             return answer.model_copy(update={"reward": share})
 
-    # the stored verify answers dropped initial_count (CounterVerifyRequest does not declare it):
-    # graded from the records alone, the counter is seeded at 0 and the replayed outputs differ
-    blind = reverify(PartialCredit, rollouts)
-    assert not blind.replay_matches[1]  # seeded at 0 instead of 5
+    # a record keeps its row's own fields (initial_count too, though the verify does not declare it),
+    # so graded from the records alone the counter is seeded as in the run and every replay matches
+    from_records = reverify(PartialCredit, rollouts)
+    assert all(r.model_extra["initial_count"] == row["initial_count"] for r, row in zip(rollouts, data))
+    assert from_records.replay_matches.all()
     frame = reverify(PartialCredit, rollouts, rows=data)
     expected = []
     for r, row in zip(rollouts, data):

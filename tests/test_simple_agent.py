@@ -49,7 +49,7 @@ def _scripted(*turns):
 @pytest.mark.parametrize(
     "call, expect",
     [
-        (function_call("cube", {"value": 2}), lambda out: json.loads(out) == {"detail": "Not Found", "server": "calculator_server", "route": "POST /cube"}),
+        (function_call("cube", {"value": 2}), lambda out: json.loads(out) == {"error": "unknown tool 'cube'; declared: square"}),
         (FunctionCall(name="square", arguments="{not json", call_id="c1"), lambda out: json.loads(out)["error"].startswith("Invalid tool call arguments")),
         (function_call("square", {"value": "four"}), lambda out: json.loads(out)["detail"][0]["loc"] == ["body", "value"]),
     ],
@@ -141,7 +141,7 @@ def test_200_concurrent_counter_rollouts_are_isolated(lab, counter, rows):
         )
         row.update(initial_count=start, target=target)
         batch.append(row)
-    results = run_sync(agent.arun_many(batch, concurrency=200))
+    results = lab.run_many(agent, batch, concurrency=200, on_error="raise")
     assert len(results) == 200
     for row, r in zip(batch, results):
         assert r.reward == 1.0
@@ -157,7 +157,7 @@ def test_concurrent_rollouts_never_share_a_cookie(lab, counter, rows):
     agent = lab.serve_agent("simple_agent", resources=env, model=model)
     good = rows("counter")[0]
     bad = {**good, "target": good["target"] + 100}
-    results = run_sync(agent.arun_many([good, bad] * 20, concurrency=40))
+    results = lab.run_many(agent, [good, bad] * 20, concurrency=40, on_error="raise")
     assert [r.reward for r in results] == [1.0, 0.0] * 20
     assert env.server.session_state == {}
 

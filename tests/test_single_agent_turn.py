@@ -182,14 +182,14 @@ def test_mask_and_failure_fields_pass_through(lab, counter, rows):
     class Judged(counter.CounterServer):
         async def verify(self, request: Request, body: counter.CounterVerifyRequest):
             answer = await super().verify(request, body)
-            return answer.model_copy(update={"mask_sample": True, "failure_kind": "judge_unavailable",
+            return answer.model_copy(update={"mask_sample": True, "failure_kind": "judge_failed",
                                              "failure_reason": "the judge timed out"})
 
     env = lab.serve(Judged)
     turn, _ = serve_turn(lab, env, counter.policy)
     rollout = turn.run({"task_input": rows("counter")[0]})
     assert (rollout.mask_sample, rollout.failure_kind, rollout.failure_reason) == (
-        True, "judge_unavailable", "the judge timed out")
+        True, "judge_failed", "the judge timed out")
 
 
 def test_a_failing_agent_still_closes_the_session(lab, counter, rows):
@@ -201,7 +201,9 @@ def test_a_failing_agent_still_closes_the_session(lab, counter, rows):
     turn, _ = serve_turn(lab, env, broken)
     with pytest.raises(ServerError) as err:
         turn.run({"task_input": rows("counter")[0]})
-    assert err.value.status == 502 and "agent server" in str(err.value) and "/v1/responses" in str(err.value)
+    assert err.value.status == 502 and "/v1/responses" in str(err.value) and "model crashed" in str(err.value)
+    failure = err.value.failure  # typed, from the error body: the model failed during the agent's turn
+    assert (failure.kind, failure.stage, failure.status) == ("provider_unavailable", "agent", 500)
     assert env.server.session_state == {} and len(env.server.episode_sessions) == 0
     assert len(env.server.episode_sessions.fences) == 1
 
@@ -259,7 +261,7 @@ def test_100_concurrent_episodes_are_isolated(lab, counter, rows):
             f"The counter starts at {start}. Use the increment tool, one step at a time, until it reads {target}.")
         tasks.append({"task_id": f"counter/{i}",
                       "task_input": {"responses_create_params": params, "initial_count": start, "target": target}})
-    results = run_sync(turn.arun_many(tasks, concurrency=100))
+    results = lab.run_many(turn, tasks, concurrency=100, on_error="raise")
     assert [r.model_extra["final_count"] for r in results] == [t["task_input"]["target"] for t in tasks]
     assert all(r.reward == 1.0 for r in results)
     assert env.server.session_state == {} and len(env.server.episode_sessions) == 0

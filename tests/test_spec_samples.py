@@ -107,7 +107,7 @@ def test_stateful_server_pattern(lab):
     def row(shown, secret):
         return {"responses_create_params": {"input": f"Repeat the secret {shown}"}, "secret": secret}
 
-    results = run_sync(agent.arun_many([row(i, i) if i % 2 else row(i, -i - 1) for i in range(40)], concurrency=40))
+    results = lab.run_many(agent, [row(i, i) if i % 2 else row(i, -i - 1) for i in range(40)], concurrency=40, on_error="raise")
     assert [r.reward for r in results] == [0.0 if i % 2 == 0 else 1.0 for i in range(40)]
     assert env.server.session_state == {}
 

@@ -503,10 +503,10 @@ def test_blackjack_on_4_workers_plays_as_in_one_process(lab, tmp_path):
     rows = example_rows("blackjack") * 8
     model = lab.serve_model(blackjack.policy)
     local = lab.serve_agent("gymnasium_agent", name="local", resources=lab.serve(blackjack.BlackjackEnv), model=model)
-    expected = [r.reward for r in run_sync(local.arun_many(rows, concurrency=len(rows)))]
+    expected = [r.reward for r in lab.run_many(local, rows, concurrency=len(rows), on_error="raise")]
     with served(path) as (url, _):
         agent = lab.serve_agent("gymnasium_agent", resources=url, model=model)
-        rollouts = run_sync(agent.arun_many(rows, concurrency=len(rows)))
+        rollouts = lab.run_many(agent, rows, concurrency=len(rows), on_error="raise")
     assert [r.reward for r in rollouts] == expected
     assert not any(r.mask_sample for r in rollouts)
 

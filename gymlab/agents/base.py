@@ -1,30 +1,56 @@
-"""What every agent server shares: the run-request body, the model call, the HTTP client's lifetime."""
+"""What every agent server shares: the run-request body, time budgets, typed failures, the model call.
+
+An agent that cannot finish an episode answers 502 with a typed ``failure`` in its error body (the
+kind, the stage, which server failed with which status), so collection and the Lab read the kind
+as data. A lost session (HTTP 410) is the one failure answered with a masked record instead.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
-from pydantic import ConfigDict
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 
-from gymlab.client import close_http_session, post_ok
-from gymlab.errors import ServerError
-from gymlab.protocol import BaseRunRequest, NeMoGymResponse
+from gymlab.client import Cookies, ask_model_server, close_http_session, post, post_ok
+from gymlab.errors import EpisodeFailed, ServerError, error_body
+from gymlab.failures import Role, failure_of
+from gymlab.loop import DEFAULT_MAX_STEPS
+from gymlab.protocol import NeMoGymResponse
+from gymlab.protocol.resources import AgentRunRequest, dump_row  # noqa: F401  (re-exported for agents)
+from gymlab.protocol.failure_kinds import Failure, Stage
+from gymlab.protocol.record import Rollout
 from gymlab.server import BaseServer
 
 
-class AgentRunRequest(BaseRunRequest):
-    """A dataset row: ``responses_create_params`` validated, every other field kept."""
+class Timeouts(BaseModel):
+    """Seconds each hop of an episode may take before it fails with ``transport_timeout``.
 
-    model_config = ConfigDict(extra="allow")
+    ``episode`` bounds a whole ``/run`` (``agent_timeout``); None lifts a bound. Set in a config as
+    ``timeouts: {model: 60}``, or ``lab.serve_agent(..., timeouts={"model": 60})``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: float | None = Field(300.0, gt=0, description="One model call.")
+    tool: float | None = Field(120.0, gt=0, description="One tool call to the resources server.")
+    seed: float | None = Field(120.0, gt=0, description="/seed_session or /reset.")
+    verify: float | None = Field(300.0, gt=0, description="/verify.")
+    step: float | None = Field(120.0, gt=0, description="One Gymnasium /step.")
+    cleanup: float | None = Field(30.0, gt=0, description="Releasing a session after a failure.")
+    episode: float | None = Field(1800.0, gt=0, description="A whole /run.")
 
 
 class BaseAgent(BaseServer):
     """An agent server bound to a model server (and usually a resources server), by URL."""
 
     model_server: str = ""
-    max_steps: int | None = None
+    resources_server: str = ""
+    max_steps: int | None = Field(DEFAULT_MAX_STEPS, ge=1, description="Model calls per episode (None: no limit).")
+    timeouts: Timeouts = Field(default_factory=Timeouts)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -35,31 +61,68 @@ class BaseAgent(BaseServer):
             await close_http_session()
 
         app.router.lifespan_context = lifespan
+        app.exception_handler(EpisodeFailed)(episode_failed)
         return app
 
     async def call_model(self, body: dict) -> NeMoGymResponse:
+        """The model's response to ``body``; a failure carries a model-provider kind."""
         if not self.model_server:
             raise ServerError(self.name, "POST /v1/responses", 0, "no model_server configured",
                               "pass model= to serve_agent or set model_server in the config")
-        return NeMoGymResponse.model_validate(
-            await post_ok(self.model_server, "/v1/responses", body, server="model server")
-        )
+        with typed("model"):
+            return await ask_model_server(self.model_server, body, timeout=self.timeouts.model)
+
+    async def post_resources(self, path: str, body: Any, cookies: Cookies, timeout: float | None) -> Any:
+        """POST to the bound resources server; an error status raises ``ServerError``."""
+        if not self.resources_server:
+            raise ServerError(self.name, f"POST {path}", 0, "no resources_server configured",
+                              "pass resources= to serve_agent or set resources_server in the config")
+        with typed("resources", "verification" if path == "/verify" else None):
+            return await post_ok(self.resources_server, path, body, cookies, server="resources server",
+                                 timeout=timeout)
+
+    async def release(self, path: str, cookies: Cookies) -> None:
+        """Release a session the episode will not end itself (``/close_session`` or ``/close``).
+
+        A server without the route (404) is fine; any other failure is swallowed so it does not
+        hide the error already being reported (the session then ends by the server's TTL).
+        """
+        if not self.resources_server or not cookies.header(self.resources_server):
+            return
+        with contextlib.suppress(ServerError):
+            await asyncio.shield(post(self.resources_server, path, {}, cookies, server="resources server",
+                                      timeout=self.timeouts.cleanup))
+
+    def episode_failed(self, exc: BaseException, stage: Stage) -> EpisodeFailed:
+        """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure."""
+        failure = failure_of(exc, role="agent", stage=stage)
+        if isinstance(exc, TimeoutError) and not isinstance(exc, ServerError):
+            failure = failure.model_copy(update={"message": f"the episode ran past timeouts.episode "
+                                                            f"({self.timeouts.episode:g} s) at stage {stage}"})
+        return EpisodeFailed(self.name, "POST /run", failure)
 
 
-def upstream_failure(agent: str, exc: ServerError) -> HTTPException:
-    """An upstream server's error as this agent's 502, naming both."""
-    return HTTPException(status_code=502, detail=f"{agent}: {exc}")
+@contextlib.contextmanager
+def typed(role: Role, stage: Stage | None = None):
+    """Give a ``ServerError`` raised inside the failure of a request to a ``role`` server."""
+    try:
+        yield
+    except ServerError as exc:
+        exc.failure = failure_of(exc, role=role, stage=stage)
+        raise
 
 
-def dump_row(body: AgentRunRequest) -> dict[str, Any]:
-    """The whole row as sent to seed/verify/reset/step: every field, params fully dumped."""
-    row = body.model_dump(mode="json", exclude={"responses_create_params"})
-    row["responses_create_params"] = body.responses_create_params.model_dump(mode="json", exclude_none=True)
-    return row
+async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:
+    route = f"{request.method} {request.url.path}"
+    return JSONResponse(status_code=502, content=error_body(exc.server, route, exc.cause, error="EpisodeFailed",
+                                                            hint=exc.hint or None, failure=exc.failure))
 
 
-def session_lost(row: dict[str, Any], exc: ServerError, duration_s: float) -> dict[str, Any]:
-    """The masked rollout of an episode whose resources session is gone (HTTP 410, e.g. a dead worker)."""
-    return {**row, "response": NeMoGymResponse(output=[]).model_dump(mode="json", exclude_none=True),
-            "reward": 0.0, "mask_sample": True, "failure_kind": "session_lost", "failure_reason": str(exc),
-            "steps": [], "duration_s": duration_s}
+def record_response(record: Rollout) -> JSONResponse:
+    """A rollout as ``/run``'s answer, serialised once (FastAPI would validate it again)."""
+    return JSONResponse(record.model_dump(mode="json", exclude_none=True))
+
+
+def is_lost(failure: Failure) -> bool:
+    """A lost session ends in a masked record (200), not an error: the episode cannot be replayed."""
+    return failure.kind == "session_lost"

@@ -2,37 +2,44 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 
-from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, session_lost, upstream_failure
-from gymlab.client import Cookies, error_message, post, post_ok
+from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, is_lost, record_response, typed
+from gymlab.client import Cookies, error_message, post
 from gymlab.errors import ServerError
+from gymlab.failures import failure_of
 from gymlab.loop import LoopState, run_loop
 from gymlab.protocol import RESOURCES_COOKIE_HEADER, RESOURCES_SERVER_HEADER, NeMoGymResponse, ResponseCreateParams
+from gymlab.protocol import record as records
+from gymlab.protocol.record import Rollout
 
 
 class SimpleAgent(BaseAgent):
     """The built-in seed/verify agent. ``/run`` grades an episode; ``/v1/responses`` runs the loop."""
 
-    resources_server: str = ""
-
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/run")(self.run)
+        app.post("/run", response_model=Rollout)(self.run)
         app.post("/v1/responses", response_model_exclude_none=True)(self.responses)
         return app
 
     def tool_caller(self, cookies: Cookies, resources_server: str | None = None):
-        """A ``call_tool`` for the loop: POST /{name} with the rollout's cookies; the body is the output."""
+        """A ``call_tool`` for the loop: POST /{name} with the rollout's cookies; the body is the output.
+
+        The loop has already refused undeclared and reserved names, so only declared tools get here.
+        """
         url = resources_server or self.resources_server
 
         async def call_tool(name: str, args: Any) -> str:
-            reply = await post(url, f"/{name}", args, cookies, server="resources server")
-            if reply.status == 410:  # the server lost this session's state: the episode cannot go on
-                raise ServerError("resources server", f"POST /{name}", 410, error_message(reply.text))
+            with typed("resources"):
+                reply = await post(url, f"/{name}", args, cookies, server="resources server",
+                                   timeout=self.timeouts.tool)
+                if reply.status == 410:  # the server lost this session's state: the episode cannot go on
+                    raise ServerError("resources server", f"POST /{name}", 410, error_message(reply.text))
             return reply.text
 
         return call_tool
@@ -56,45 +63,33 @@ class SimpleAgent(BaseAgent):
             cookies.by_url[url] = dict(p.split("=", 1) for p in cookie.split("; ") if "=" in p)
         try:
             return (await self.loop(body, cookies, url)).final_response()
-        except ServerError as exc:
-            raise upstream_failure(self.name, exc) from exc
+        except (ServerError, TimeoutError) as exc:
+            raise self.episode_failed(exc, "agent") from exc
 
-    async def run(self, body: AgentRunRequest) -> dict[str, Any]:
-        """One graded episode: the verify response plus per-step records."""
+    async def run(self, body: AgentRunRequest) -> Rollout:
+        """One graded episode: the verify response plus per-step records (a masked record if the
+        session was lost; a typed 502 for any other failure, after releasing the seeded session)."""
         t0 = time.perf_counter()
         row = dump_row(body)
         cookies = Cookies()
-        res = self.resources_server
+        stage = "seed"
         try:
-            await post_ok(res, "/seed_session", row, cookies, server="resources server")
-            try:
+            async with asyncio.timeout(self.timeouts.episode):
+                await self.post_resources("/seed_session", row, cookies, self.timeouts.seed)
+                stage = "agent"
                 state = await self.loop(body.responses_create_params, cookies)
-            except BaseException:
-                await release_seeded_session(res, cookies)
+                response = state.final_response()
+                stage = "verification"
+                verify = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
+                answer = await self.post_resources("/verify", verify, cookies, self.timeouts.verify)
+        except BaseException as exc:
+            if stage != "seed":  # the seeded session will never be verified: release it now
+                await self.release("/close_session", cookies)
+            if not isinstance(exc, (ServerError, TimeoutError)):
                 raise
-            response = state.final_response()
-            verify_body = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
-            result = await post_ok(res, "/verify", verify_body, cookies, server="resources server")
-        except ServerError as exc:
-            if exc.status == 410:
-                return session_lost(row, exc, time.perf_counter() - t0)
-            raise upstream_failure(self.name, exc) from exc
-        if state.steps:
-            state.steps[-1].reward = float(result.get("reward", 0.0))
-            state.steps[-1].terminated = state.stop_reason == "final_message"
-            state.steps[-1].truncated = state.stop_reason == "max_steps"
-        result["steps"] = [s.model_dump(mode="json", exclude_none=True) for s in state.steps]
-        result["duration_s"] = time.perf_counter() - t0
-        return result
-
-
-async def release_seeded_session(url: str, cookies: Cookies) -> None:
-    """Close a seeded session whose episode will never reach ``/verify`` (the model failed).
-
-    ``/close_session`` with no body ID closes the cookie's session; a server without the route
-    (404) or already gone is fine: the rollout's own error is what gets reported.
-    """
-    try:
-        await post(url, "/close_session", {}, cookies, server="resources server")
-    except ServerError:
-        pass
+            failure = failure_of(exc, role="agent", stage=stage)
+            if is_lost(failure):
+                return record_response(records.failed(row, failure, duration_s=time.perf_counter() - t0))
+            raise self.episode_failed(exc, stage) from exc
+        return record_response(records.verified(answer, state.steps, state.stop_reason, time.perf_counter() - t0,
+                                                row=row))

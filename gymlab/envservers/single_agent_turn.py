@@ -16,6 +16,7 @@ handles (a restore) supplies it once without seeding again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -25,10 +26,14 @@ from typing import Any
 
 import aiohttp
 from fastapi import Body, FastAPI, HTTPException
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from gymlab.client import Cookies, close_http_session, error_message, http_session, post_ok
-from gymlab.errors import ServerError
+from gymlab.agents.base import episode_failed, record_response, typed
+from gymlab.client import Cookies, close_http_session, error_message, failure_in, http_session, post_ok, transport_error
+from gymlab.errors import EpisodeFailed, ServerError
+from gymlab.failures import failure_of
+from gymlab.protocol import record as records
+from gymlab.protocol.record import Rollout
 from gymlab.protocol import (
     RESOURCES_COOKIE_HEADER,
     RESOURCES_SERVER_HEADER,
@@ -151,10 +156,12 @@ class SingleAgentTurn(BaseServer):
 
     resources_server: str = ""
     agent_server: str = ""
+    agent_timeout_s: float | None = Field(1800.0, gt=0, description="The agent's whole turn.")
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/run")(self.run)
+        app.post("/run", response_model=Rollout)(self.run)
+        app.exception_handler(EpisodeFailed)(episode_failed)
 
         @contextlib.asynccontextmanager
         async def lifespan(_app):
@@ -164,37 +171,47 @@ class SingleAgentTurn(BaseServer):
         app.router.lifespan_context = lifespan
         return app
 
-    async def run(self, body: dict[str, Any] = Body(...)) -> dict[str, Any]:
-        """One graded episode; the rollout record (verify answer, one step record, duration)."""
+    async def run(self, body: dict[str, Any] = Body(...)) -> Rollout:
+        """One graded episode; the rollout record (verify answer, one step record, duration).
+
+        A failure answers with this server's typed error (``failure``: kind, stage, server): refusals
+        no retry can fix (a seed's 409/422) keep their status, anything else is a 502.
+        """
         t0 = time.perf_counter()
         try:
             task = parse_task(body)
         except ValueError as exc:
             raise HTTPException(422, f"{self.name}: invalid task: {exc}") from None
+        stage = "seed"
         try:
-            handles = await self.seed(task)
+            with typed("resources"):
+                handles = await self.seed(task)
+            stage = "agent"
+            try:
+                with typed("agent"):
+                    response = await self.invoke_agent(handles, task.params)
+                stage = "verification"
+                with typed("resources", "verification"):
+                    result = await self.verify(handles, task, response)
+            except BaseException as exc:
+                await self._close_after_failure(handles, exc)
+                raise
+            stage = "cleanup"
+            with typed("resources"):
+                await self.close(handles)
         except ServerError as exc:
-            raise _failure(self.name, exc, passthrough=(409, 422)) from exc
-        try:
-            response = await self.invoke_agent(handles, task.params)
-            result = await self.verify(handles, task, response)
-        except ServerError as exc:
-            await self._close_after_failure(handles, exc)
-            raise _failure(self.name, exc) from exc
-        except BaseException as exc:
-            await self._close_after_failure(handles, exc)
-            raise
-        try:
-            await self.close(handles)
-        except ServerError as exc:
-            raise _failure(self.name, exc) from exc
+            failure = failure_of(exc, role="agent", stage=stage)
+            notes = "".join(f"; {n}" for n in getattr(exc, "__notes__", ()))
+            if stage == "seed" and exc.status in (409, 422):
+                raise HTTPException(exc.status, f"{self.name}: {exc}{notes}") from exc
+            failure = failure.model_copy(update={"message": f"{failure.message}{notes}"})
+            raise EpisodeFailed(self.name, "POST /run", failure) from exc
         incomplete = response.status == "incomplete"
-        step = StepRecord(index=0, action=list(response.output), reward=float(result.get("reward", 0.0)),
-                          terminated=not incomplete, truncated=incomplete,
+        step = StepRecord(index=0, action=list(response.output),
                           info={"observation": handles.observation} if handles.observation else {})
-        result["steps"] = [step.model_dump(mode="json", exclude_none=True)]
-        result["duration_s"] = time.perf_counter() - t0
-        return result
+        record = records.verified(result, [step], "max_steps" if incomplete else "final_message",
+                                  time.perf_counter() - t0)
+        return record_response(record)
 
     async def seed(self, task: Task) -> EpisodeHandles:
         """Seed a fresh session for ``task``; a seed that may have taken effect is closed if it failed."""
@@ -225,7 +242,7 @@ class SingleAgentTurn(BaseServer):
         if handles.cookie:
             headers[RESOURCES_COOKIE_HEADER] = handles.cookie
         answer = await _post_json(self.agent_server, "/v1/responses", agent_request(params, handles.observation),
-                                  headers, server="agent server")
+                                  headers, server="agent server", timeout=self.agent_timeout_s)
         return NeMoGymResponse.model_validate(answer)
 
     async def verify(self, handles: EpisodeHandles, task: Task, response: NeMoGymResponse) -> dict[str, Any]:
@@ -248,27 +265,20 @@ class SingleAgentTurn(BaseServer):
             failure.add_note(f"closing session {handles.resources_session_id!r} also failed: {exc}")
 
 
-def _failure(name: str, exc: ServerError, passthrough: tuple[int, ...] = ()) -> HTTPException:
-    """An upstream error as this server's answer: refusals no retry can fix keep their status, else 502."""
-    status = exc.status if exc.status in passthrough else 502
-    notes = "".join(f"; {n}" for n in getattr(exc, "__notes__", ()))
-    return HTTPException(status_code=status, detail=f"{name}: {exc}{notes}")
-
-
-async def _post_json(url: str, path: str, payload: Any, headers: dict[str, str], server: str) -> Any:
+async def _post_json(url: str, path: str, payload: Any, headers: dict[str, str], server: str,
+                     timeout: float | None = None) -> Any:
     """POST JSON with extra headers; an error status or a connection failure raises ``ServerError``."""
     if not url:
         raise ServerError(server, f"POST {path}", 0, f"no {server} configured",
                           f"set {server.replace(' ', '_')} in the single_agent_turn config")
     try:
-        async with http_session().post(url + path, data=json.dumps(payload),
+        async with http_session().post(url + path, data=json.dumps(payload), timeout=aiohttp.ClientTimeout(timeout),
                                        headers={"Content-Type": "application/json", **headers}) as resp:
             status, text = resp.status, await resp.text()
-    except aiohttp.ClientConnectionError as exc:
-        raise ServerError(server, f"POST {path}", 0, f"cannot connect to {url}: {exc}",
-                          "is the server running, and is the URL right?") from exc
+    except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+        raise transport_error(server, url, path, exc, timeout) from exc
     if not 200 <= status < 300:
-        raise ServerError(server, f"POST {path}", status, error_message(text))
+        raise ServerError(server, f"POST {path}", status, error_message(text), failure=failure_in(text))
     try:
         return json.loads(text)
     except ValueError:

@@ -54,7 +54,7 @@ def episode_html(ep: Any) -> str:
     status = "finished" if ep.done else "open"
     extra = ""
     result = ep.result or {}
-    if result.get("mask_sample") or result.get("failure_kind"):
+    if result.get("mask_sample"):
         extra = (f" <span class='fail'>masked={result.get('mask_sample')} "
                  f"failure={html.escape(str(result.get('failure_kind')))}</span>")
     head = (f"<b>{html.escape(ep.env_name)}</b> ({ep.protocol}, {status}): {len(ep.steps)} steps, "
@@ -65,12 +65,12 @@ def episode_html(ep: Any) -> str:
 
 def rollouts_html(rollouts: Any) -> str:
     """A run's size, mean reward, masked and failed counts."""
+    from gymlab.protocol.record import failure_counts, mean_reward
+
     n = len(rollouts)
-    kept = [r.reward for r in rollouts if not r.mask_sample]
-    mean = sum(kept) / len(kept) if kept else float("nan")
-    masked = sum(bool(r.mask_sample) for r in rollouts)
-    failed = sum(r.failure_kind is not None for r in rollouts)
+    counts = failure_counts(rollouts)
+    kinds = ", ".join(f"{html.escape(k)} {v}" for k, v in counts.items())
     steps = sum(len(r.steps) for r in rollouts)
-    return (f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {steps} steps, mean reward {mean:.3f} "
-            f"(unmasked), {masked} masked, {failed} failed. "
+    return (f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {steps} steps, mean reward {mean_reward(rollouts):.3f} "
+            f"over the unmasked; {sum(counts.values())} masked{f' ({kinds})' if kinds else ''}. "
             "<code>.episodes</code>, <code>.steps</code>, <code>.calls</code> are pandas frames.</div>")

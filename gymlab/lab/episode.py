@@ -19,9 +19,9 @@ import weakref
 from typing import Any, Awaitable, Callable, NamedTuple
 
 from gymlab._sync import background_loop, on_background_loop, run_sync
-from gymlab.client import Cookies, post, post_ok
+from gymlab.client import Cookies, ask_model_server, error_message, post, post_ok
 from gymlab.errors import GymlabError, ServerError
-from gymlab.loop import LoopState, model_turn, run_loop
+from gymlab.loop import DEFAULT_MAX_STEPS, RESERVED_ROUTES, LoopState, model_turn, refusal, run_loop, with_user_message
 from gymlab.protocol import (
     Message,
     NeMoGymResponse,
@@ -31,6 +31,8 @@ from gymlab.protocol import (
     assistant_message,
     function_call,
 )
+from gymlab.protocol import record as records
+from gymlab.protocol.resources import AgentRunRequest, dump_row
 
 
 class EpisodeError(GymlabError):
@@ -142,14 +144,14 @@ class Episode(abc.ABC):
     """
 
     protocol = ""
+    #: Seconds one model call may take (the agent servers' default).
+    model_timeout_s: float | None = 300.0
     _start_name = ""  # the method that opens the server session
     _other_protocol_methods: frozenset[str] = frozenset()
     _closed = False
 
     def __init__(self, env_url: str, row: dict[str, Any], *, env_name: str = "", model_url: str | None = None,
                  model_name: str = "", agent_name: str = "", env_server: Any = None, max_steps: int | None = None):
-        from gymlab.agents.base import AgentRunRequest, dump_row
-
         request = AgentRunRequest.model_validate(row)
         self.row = dump_row(request)
         self.params: ResponseCreateParams = request.responses_create_params
@@ -188,8 +190,7 @@ class Episode(abc.ABC):
         if not self.model_url:
             raise EpisodeError(f"{self.env_name}: this episode has no model; pass model= to lab.episode "
                                "(a model server handle or URL) or act by hand")
-        answer = await post_ok(self.model_url, "/v1/responses", body, server=self.model_name)
-        return NeMoGymResponse.model_validate(answer)
+        return await ask_model_server(self.model_url, body, server=self.model_name, timeout=self.model_timeout_s)
 
     def _require_open(self, action: str) -> None:
         if not self._session.open:
@@ -309,14 +310,15 @@ class SeedVerifyEpisode(Episode):
 
     seed = _synced()
 
-    async def _turn(self, response: NeMoGymResponse, call_tool=None) -> StepRecord:
-        """Push ``response`` through the loop as if the model had answered it."""
+    async def _turn(self, response: NeMoGymResponse, call_tool=None, *, by_hand: bool = False) -> StepRecord:
+        """Push ``response`` through the loop as if the model had answered it (``by_hand``: a call the
+        researcher made, which may name a tool the row does not declare)."""
 
         async def canned(_body: dict) -> NeMoGymResponse:
             return response
 
-        await model_turn(self.state, canned, call_tool or self.tool_caller())
-        self._actions.append(("response", response))
+        await model_turn(self.state, canned, call_tool or self.tool_caller(), check_tools=not by_hand)
+        self._actions.append(("call" if by_hand else "response", response))
         return self.state.steps[-1]
 
     @_on_gymlab_loop
@@ -327,17 +329,19 @@ class SeedVerifyEpisode(Episode):
         ``ServerError`` and records nothing.
         """
         self._require_open(f"call({tool!r})")
+        if tool in RESERVED_ROUTES or refusal(tool, [tool]) is not None:
+            raise EpisodeError(f"{self.env_name}: {tool!r} is not a tool route (a lifecycle route, or not a plain "
+                               "name); use the episode's own methods (seed, verify, close) for those")
         reply = await post(self.env_url, f"/{tool}", arguments, self._session.cookies, server=self.env_name)
         if not reply.ok:
-            from gymlab.client import error_message
-
             raise ServerError(self.env_name, f"POST /{tool}", reply.status, error_message(reply.text),
                               "the call was not recorded; check the tool name and arguments")
 
         async def recorded(_name: str, _args: Any) -> str:
             return reply.text
 
-        await self._turn(NeMoGymResponse(model="by hand", output=[function_call(tool, arguments)]), recorded)
+        await self._turn(NeMoGymResponse(model="by hand", output=[function_call(tool, arguments)]), recorded,
+                         by_hand=True)
         return parse_output(reply.text)
 
     call = _synced()
@@ -371,7 +375,7 @@ class SeedVerifyEpisode(Episode):
         """Model turns until the loop's stop rules end the episode (``gymlab.loop.run_loop``)."""
         self._require_open("run()")
         before = len(self.state.steps)
-        limit = max_steps if max_steps is not None else self.max_steps
+        limit = max_steps if max_steps is not None else (self.max_steps or DEFAULT_MAX_STEPS)
         limit = None if limit is None else before + limit
         await run_loop(self.params, self._recording_model, self.tool_caller(), limit, self.state)
         return self.state.steps[before:]
@@ -405,11 +409,6 @@ class SeedVerifyEpisode(Episode):
             self._closed = True
             raise
         self.result = result
-        if self.state.steps:
-            last = self.state.steps[-1]
-            last.reward = float(result.get("reward", 0.0))
-            last.terminated = self.state.stop_reason == "final_message"
-            last.truncated = self.state.stop_reason == "max_steps"
         return self.rollout
 
     verify = _synced()
@@ -417,20 +416,10 @@ class SeedVerifyEpisode(Episode):
     @property
     def rollout(self) -> Rollout:
         """The episode as a rollout record (the verify's answer once verified)."""
-        base = dict(self.result or {})
-        base.pop("steps", None)
-        response = base.pop("response", None) or self.state.final_response().model_dump(mode="json", exclude_none=True)
-        base.pop("responses_create_params", None)
-        extra = {k: v for k, v in self.row.items() if k != "responses_create_params" and k not in base}
-        names = {"env_name": self.env_name, **({"agent_name": self.agent_name} if self.agent_name else {})}
-        return Rollout.model_validate({
-            **extra, **base, **names,
-            "responses_create_params": self.row["responses_create_params"],
-            "response": response,
-            "reward": float(base.get("reward", self.reward)),
-            "steps": [s.model_dump(mode="json", exclude_none=True) for s in self.state.steps],
-            "duration_s": time.perf_counter() - self._started,
-        })
+        record = records.verified(self.result, self.state.steps, self.state.stop_reason,
+                                  time.perf_counter() - self._started, row=self.row,
+                                  response=self.state.final_response())
+        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
     async def _replay(self, original: "SeedVerifyEpisode") -> None:
         await self.aseed()
@@ -439,7 +428,7 @@ class SeedVerifyEpisode(Episode):
                 self.state.added.append(action)
                 self._actions.append((kind, action))
                 continue
-            step = await self._turn(action)
+            step = await self._turn(action, by_hand=kind == "call")
             recorded = original.state.steps[step.index]
             for old, new in zip(recorded.tool_outputs, step.tool_outputs):
                 if old.output != new.output:
@@ -525,8 +514,6 @@ class GymnasiumEpisode(Episode):
                               "until the server reclaims it", RuntimeWarning)
                 return None
             if not reply.ok:
-                from gymlab.client import error_message
-
                 raise ServerError(name, "POST /close", reply.status, error_message(reply.text))
             return reply.json()
 
@@ -535,7 +522,6 @@ class GymnasiumEpisode(Episode):
     @_on_gymlab_loop
     async def areset(self) -> tuple[str | None, dict[str, Any]]:
         """POST /reset with the row; returns ``(observation, info)``."""
-        from gymlab.agents.gymnasium_agent import with_user_message
         from gymlab.protocol.gymnasium import GymnasiumResetResponse
 
         if self._session.open or self.done:
@@ -593,7 +579,8 @@ class GymnasiumEpisode(Episode):
     async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
         """Model steps until the episode ends (or ``max_steps`` more steps); returns the new steps."""
         before = len(self.steps)
-        while not self.done and (max_steps is None or len(self.steps) - before < max_steps):
+        limit = max_steps if max_steps is not None else (self.max_steps or DEFAULT_MAX_STEPS)
+        while not self.done and len(self.steps) - before < limit:
             await self.astep()
         return self.steps[before:]
 
@@ -602,23 +589,10 @@ class GymnasiumEpisode(Episode):
     @property
     def rollout(self) -> Rollout:
         """The episode as a rollout record, with the fields ``gymnasium_agent`` reports."""
-        last = self.last_step
-        names = {"env_name": self.env_name, **({"agent_name": self.agent_name} if self.agent_name else {})}
-        extra = {k: v for k, v in self.row.items() if k != "responses_create_params"}
-        return Rollout.model_validate({
-            **extra, **names,
-            "responses_create_params": self.state.params.model_dump(mode="json", exclude_none=True),
-            "response": self.state.final_response().model_dump(mode="json", exclude_none=True),
-            "reward": self.reward,
-            "terminated": bool(last and last.terminated),
-            "truncated": bool(self.steps and self.steps[-1].truncated),
-            "info": last.info if last else {},
-            "mask_sample": bool(last and last.mask_sample),
-            "failure_kind": last.failure_kind if last else None,
-            "failure_reason": last.failure_reason if last else None,
-            "steps": [s.model_dump(mode="json", exclude_none=True) for s in self.steps],
-            "duration_s": time.perf_counter() - self._started,
-        })
+        record = records.from_transitions(self.state.params, self.state.final_response(), self.steps,
+                                          cut_by_limit=self.state.stop_reason == "max_steps", row=self.row,
+                                          last=self.last_step, duration_s=time.perf_counter() - self._started)
+        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
     async def _replay(self, original: "GymnasiumEpisode") -> None:
         observation, _ = await self.areset()

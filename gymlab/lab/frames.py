@@ -21,7 +21,7 @@ STEP_COLUMNS = ["episode", "step", "action_type", "tool", "n_calls", "arguments"
 
 EPISODE_DTYPES = {
     "episode": "int64", "task": "Int64", "repeat": "Int64", "reward": "float64",
-    "n_steps": "int64", "mask_sample": "bool", "failure_kind": "category", "failure_reason": "str",
+    "n_steps": "int64", "mask_sample": "bool", "failure_kind": "category", "failure_stage": "category", "failure_reason": "str",
     "terminated": "bool", "truncated": "bool", "duration_s": "float64", "input_tokens": "Int64",
     "output_tokens": "Int64", "total_tokens": "Int64", "model": "category",
     "environment": "category", "agent": "category",
@@ -43,18 +43,6 @@ def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
         for name, dtype in dtypes.items()
     }, columns=list(dtypes))
 
-def _extra(record: Rollout, key: str) -> Any:
-    extra = record.__pydantic_extra__
-    return extra.get(key) if extra else None
-
-
-def _agent_name(record: Rollout) -> str | None:
-    name = _extra(record, "agent_name")
-    if name is None and isinstance(ref := _extra(record, "agent_ref"), dict):
-        name = ref.get("name")
-    return name
-
-
 def action_type(items: list[Any]) -> str:
     """What a step's action was: function_call, message, reasoning, mixed (call and message) or empty."""
     kinds = {getattr(i, "type", None) for i in items}
@@ -75,15 +63,15 @@ def episodes_frame(rollouts: Iterable[Rollout]):
     for position, r in enumerate(records):
         usage = r.response.usage
         last = r.steps[-1] if r.steps else None
-        terminated = _extra(r, "terminated")
-        truncated = _extra(r, "truncated")
+        terminated, truncated = r.terminated, r.truncated  # the record's own flags; else its last step's
         cols["episode"].append(position)
-        cols["task"].append(_extra(r, "_ng_task_index"))
-        cols["repeat"].append(_extra(r, "_ng_rollout_index"))
+        cols["task"].append(r.task_index)
+        cols["repeat"].append(r.repeat)
         cols["reward"].append(r.reward)
         cols["n_steps"].append(len(r.steps))
         cols["mask_sample"].append(bool(r.mask_sample))
         cols["failure_kind"].append(r.failure_kind)
+        cols["failure_stage"].append(r.failure_stage)
         cols["failure_reason"].append(r.failure_reason)
         cols["terminated"].append(bool(terminated if terminated is not None else (last and last.terminated)))
         cols["truncated"].append(bool(truncated if truncated is not None else (last and last.truncated)))
@@ -92,8 +80,8 @@ def episodes_frame(rollouts: Iterable[Rollout]):
         cols["output_tokens"].append(usage.output_tokens if usage else None)
         cols["total_tokens"].append(usage.total_tokens if usage else None)
         cols["model"].append(r.response.model or None)
-        cols["environment"].append(_extra(r, "env_name"))
-        cols["agent"].append(_agent_name(r))
+        cols["environment"].append(r.env)
+        cols["agent"].append(r.agent)
     return typed_frame(cols, EPISODE_DTYPES)
 
 

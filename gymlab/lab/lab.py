@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import weakref
 from typing import Any, Callable
@@ -64,15 +63,6 @@ class AgentHandle(ServerHandle):
 
     def run(self, row: dict[str, Any]) -> Rollout:
         return run_sync(self.arun(row))
-
-    async def arun_many(self, rows: list[dict[str, Any]], concurrency: int = 16) -> list[Rollout]:
-        sem = asyncio.Semaphore(concurrency)
-
-        async def one(row):
-            async with sem:
-                return await self.arun(row)
-
-        return list(await asyncio.gather(*(one(r) for r in rows)))
 
 
 _labs: "weakref.WeakSet[Lab]" = weakref.WeakSet()

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gymlab.errors import DatasetError, ServerError
-from gymlab.protocol import NeMoGymResponse, ResponseCreateParams, Rollout
+from gymlab.failures import run_failure
+from gymlab.protocol import record as records
+from gymlab.protocol.record import Rollout, failure_counts, mean_reward
 
 
 class Rollouts(list):
@@ -85,9 +87,13 @@ class Rollouts(list):
 
     @property
     def mean_reward(self) -> float:
-        """Mean reward of the unmasked episodes (nan when there are none)."""
-        kept = [r.reward for r in self if not r.mask_sample]
-        return sum(kept) / len(kept) if kept else float("nan")
+        """Mean reward of the unmasked episodes (nan when there are none); failed episodes are masked."""
+        return mean_reward(self)
+
+    @property
+    def failures(self) -> dict[str, int]:
+        """Masked episodes by failure kind (an environment's own unlabelled mask counts as ``masked``)."""
+        return failure_counts(self)
 
     def __add__(self, other: Iterable[Rollout]) -> "Rollouts":
         return Rollouts([*self, *other])
@@ -102,27 +108,9 @@ class Rollouts(list):
         return rollouts_html(self)
 
     def __repr__(self) -> str:
-        return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f}>"
-
-
-def failed_rollout(row: dict[str, Any], agent: str, exc: Exception, duration_s: float) -> Rollout:
-    """A masked record for an episode the agent could not finish, so a run never drops a row.
-
-    Its ``failure_kind`` is the one collection gives the same error (``model_error``, ...).
-    """
-    from gymlab.rollouts import _failure_kind
-
-    params = row.get("responses_create_params") or {"input": ""}
-    return Rollout(
-        **{k: v for k, v in row.items() if k != "responses_create_params"},
-        responses_create_params=ResponseCreateParams.model_validate(params),
-        response=NeMoGymResponse(output=[], status="failed"),
-        reward=0.0,
-        mask_sample=True,
-        failure_kind=_failure_kind(exc, agent)[0],
-        failure_reason=str(exc),
-        duration_s=duration_s,
-    )
+        failures = self.failures
+        masked = f", {sum(failures.values())} masked ({', '.join(f'{k} {v}' for k, v in failures.items())})" if failures else ""
+        return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
 
 
 async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1, concurrency: int = 16,
@@ -137,7 +125,6 @@ async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1,
     from gymlab.rollouts import expand  # the one repeat expansion, shared with collection
 
     jobs = expand(list(rows), repeats)
-    names = {"agent_name": agent.name, "env_name": env_name or agent.name}
     sem = asyncio.Semaphore(max(1, concurrency))
     bar = _progress(len(jobs), agent.name) if progress else None
 
@@ -149,11 +136,11 @@ async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1,
             except ServerError as exc:
                 if on_error == "raise":
                     raise
-                record = failed_rollout(row, agent.name, exc, time.perf_counter() - t0)
+                record = records.failed(row, run_failure(exc, agent.name), duration_s=time.perf_counter() - t0)
             if bar is not None:
                 bar.update(1)
-        ids = {k: row[k] for k in ("_ng_task_index", "_ng_rollout_index")}
-        return record.model_copy(update={**ids, **names})
+        return records.with_identity(record, task_index=row["_ng_task_index"], repeat=row["_ng_rollout_index"],
+                                     agent=agent.name, env=env_name or agent.name)
 
     try:
         return Rollouts(await asyncio.gather(*(one(r) for r in jobs)))

@@ -357,7 +357,7 @@ class LivePanel(w.VBox):
         """Count one finished episode (masked ones count as failures of their kind, not in the mean)."""
         with self._lock:
             self.done += 1
-            if record.mask_sample or record.failure_kind:
+            if record.mask_sample:
                 self.failed[record.failure_kind or "masked"] += 1
             if not record.mask_sample:
                 self.kept += 1
@@ -385,7 +385,8 @@ class LivePanel(w.VBox):
             self.progress.value = self.done
             mean = "–" if not self.kept else f"{self.mean_reward:.3f}"
             self.summary.value = (f"<span class='gl-done'>{self.done} of {self.total}</span> episodes · "
-                                  f"<span class='gl-mean'>mean reward {mean}</span> over {self.kept} unmasked")
+                                  f"<span class='gl-mean'>mean reward {mean}</span> over {self.kept} unmasked "
+                                  "(masked and failed episodes are left out of the mean)")
             rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{n}</td></tr>" for k, n in self.failed.most_common())
             self.failures.value = (f"<table class='gl-failures-table'><tr><th>failure kind</th><th>episodes</th></tr>"
                                    f"{rows}</table>" if rows else "no failures")
@@ -423,11 +424,12 @@ class _Observed:
 
     async def arun(self, row: dict[str, Any]) -> Rollout:
         from gymlab.errors import ServerError
+        from gymlab.failures import run_failure
 
         try:
             record = await self._agent.arun(row)
-        except ServerError:
-            self._panel.add_failure(f"{self.name}:run_failed")
+        except ServerError as exc:
+            self._panel.add_failure(run_failure(exc, self.name).kind)
             raise
         self._panel.add(record)
         return record

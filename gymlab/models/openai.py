@@ -25,7 +25,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import re
 from typing import Any, Literal
 
@@ -34,6 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from gymlab.retry import backoff_delay
 from gymlab.client import close_http_session, error_message, http_session
 from gymlab.errors import ConfigError, ServerError
 from gymlab.models.chat_convert import ConversionError, chat_request, response_from_chat
@@ -147,7 +147,7 @@ class OpenAIModel(BaseServer):
                 asked = None
             if asked is not None and 0 <= asked <= self.max_retry_after_s:
                 return asked
-        return self.backoff * (2**attempt) * random.uniform(0.5, 1.0)
+        return backoff_delay(self.backoff, attempt + 1, cap_s=float("inf"))
 
     async def call_upstream(self, path: str, payload: dict) -> Any:
         """POST ``payload`` to ``base_url + path`` with the retries; the parsed JSON answer."""

@@ -1,6 +1,6 @@
 """Wire models only: pydantic, no I/O, no FastAPI."""
 
-from gymlab.protocol.agents import Rollout, StepRecord
+from gymlab.protocol.record import Rollout, StepRecord
 from gymlab.protocol.gymnasium import (
     RESERVED_INFO_KEYS,
     GymnasiumCloseResponse,

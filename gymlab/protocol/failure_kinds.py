@@ -101,7 +101,7 @@ class Failure(BaseModel):
     """Why an episode failed, as data: what an error body's ``failure`` field carries."""
 
     kind: str
-    stage: Stage
+    stage: Stage | None = None
     server: str | None = None
     status: int | None = None
     message: str = ""

@@ -17,6 +17,20 @@ class BaseRunRequest(BaseModel):
     responses_create_params: ResponseCreateParams
 
 
+class AgentRunRequest(BaseRunRequest):
+    """A dataset row as an agent's ``/run`` takes it: ``responses_create_params`` validated, every
+    other field kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def dump_row(body: AgentRunRequest) -> dict[str, Any]:
+    """The whole row as sent to seed/verify/reset/step: every field, params fully dumped."""
+    row = body.model_dump(mode="json", exclude={"responses_create_params"})
+    row["responses_create_params"] = body.responses_create_params.model_dump(mode="json", exclude_none=True)
+    return row
+
+
 class BaseSeedSessionRequest(BaseModel):
     """Body of ``/seed_session``; subclasses declare the fields that initialise an episode."""
 

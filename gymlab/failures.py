@@ -1,0 +1,55 @@
+"""Typed failures from errors: which ``Failure`` an error of a hop is, decided from data only.
+
+A failure kind is never read out of an error's text. It comes, in this order, from the typed
+``failure`` an upstream error body carried (an agent's 502), from the transport (the client marks
+unreachable, peer drop and timeout), or from which server failed with which status at which stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from gymlab.errors import ServerError
+from gymlab.protocol.failure_kinds import Failure, Stage
+
+#: Who answered the failed request: the model server, the resources (environment) server, an agent.
+Role = Literal["model", "resources", "agent"]
+
+
+def failure_of(exc: BaseException, *, role: Role, stage: Stage | None) -> Failure:
+    """The ``Failure`` that ``exc`` (raised by a request to a ``role`` server at ``stage``) stands for."""
+    if isinstance(exc, ServerError):
+        if exc.failure is not None:
+            found = exc.failure
+            update = {"stage": found.stage or stage, "server": found.server or exc.server,
+                      "message": found.message or exc.cause}
+            return found.model_copy(update=update)
+        return Failure(kind=_kind(role, stage, exc.status), stage=stage, server=exc.server,
+                       status=exc.status or None, message=str(exc))
+    if isinstance(exc, asyncio.TimeoutError):
+        return Failure(kind="agent_timeout", stage=stage, message=f"no result within the time budget ({exc})")
+    if isinstance(exc, asyncio.CancelledError):
+        return Failure(kind="cancelled", stage=stage, message="cancelled")
+    return Failure(kind="agent_run_error", stage=stage, message=f"{type(exc).__name__}: {exc}")
+
+
+def run_failure(exc: BaseException, agent: str) -> Failure:
+    """The failure of an episode whose ``POST /run`` to ``agent`` raised ``exc``: the kind the
+    agent's error body carried, else the transport's, else ``agent_run_error``."""
+    unreached = isinstance(exc, ServerError) and exc.failure is not None and exc.failure.kind == "transport_unreachable"
+    failure = failure_of(exc, role="agent", stage="admission" if unreached else None)
+    return failure if failure.server else failure.model_copy(update={"server": agent})
+
+
+def _kind(role: Role, stage: Stage | None, status: int) -> str:
+    if status == 410:
+        return "session_lost"
+    if role == "model":
+        return "provider_quota_exhausted" if status == 429 else "provider_unavailable"
+    if role == "resources":
+        return "verifier_error" if stage == "verification" else "agent_request_failed"
+    return "agent_run_error"
+
+
+__all__ = ["Role", "failure_of", "run_failure"]

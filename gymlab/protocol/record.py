@@ -1,0 +1,225 @@
+"""The episode record: ``Rollout`` and ``StepRecord``, and the only functions that build a rollout.
+
+One record type carries an episode end to end: agents return it from ``/run``, collection writes
+it, the Lab, episodes, the demo and export take it from there, frames read it. Every record is
+built here, by one of four builders:
+
+- ``verified``: a seed/verify episode from its loop steps and the verify answer;
+- ``from_transitions``: a Gymnasium episode from its recorded transitions;
+- ``failed``: an episode that could not finish (masked, with a ``Failure``: kind, stage, server);
+- ``with_identity``: a record with the row's identity (task index, repeat, agent, environment).
+
+A row's identity has one set of names: ``_ng_task_index`` and ``_ng_rollout_index`` (the wire
+names), ``agent_ref`` (``{"type": ..., "name": ...}``) and ``env_name``; read them with the
+``Rollout.task_index``/``repeat``/``agent``/``env`` properties.
+
+How records enter a mean: masked records (every failure is masked) are left out; ``mean_reward``
+is the one rule every summary uses.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gymlab.protocol.failure_kinds import Failure
+from gymlab.protocol.responses import Item, NeMoGymResponse, ResponseCreateParams
+
+#: Keys of a record that identify the row rather than describe the episode.
+IDENTITY_KEYS = ("_ng_task_index", "_ng_rollout_index", "agent_ref", "env_name")
+#: Keys the record builders own; a row's own field of the same name never overrides them.
+_RECORD_KEYS = frozenset({"responses_create_params", "response", "reward", "mask_sample", "failure_kind",
+                          "failure_reason", "failure_stage", "terminated", "truncated", "info", "steps",
+                          "duration_s"})
+
+
+class StepRecord(BaseModel):
+    """One step of an episode: a model turn (or Gymnasium transition) and what it caused."""
+
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    action: list[Item] = Field(default_factory=list, description="The model's output items.")
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    observation: str | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+    tool_outputs: list[Item] = Field(default_factory=list)
+    tool_errors: int = Field(0, description="Function calls refused before reaching a server (undeclared tool).")
+    duration_s: float = 0.0
+
+
+class Rollout(BaseModel):
+    """A finished episode, as ``/run`` returns it (plus any fields the verify echoed back)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    responses_create_params: ResponseCreateParams
+    response: NeMoGymResponse
+    reward: float = 0.0
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+    failure_stage: str | None = Field(None, description="Where a failed episode failed: seed, agent, verification, ...")
+    terminated: bool | None = Field(None, description="Whether the episode ended on its own terms.")
+    truncated: bool | None = Field(None, description="Whether a step limit cut the episode.")
+    info: dict[str, Any] | None = Field(None, description="Gymnasium episodes: the final step's info.")
+    steps: list[StepRecord] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+    def _extra(self, key: str) -> Any:
+        extra = self.__pydantic_extra__
+        return extra.get(key) if extra else None
+
+    @property
+    def task_index(self) -> Any:
+        """The row's task index (``_ng_task_index``), or None."""
+        return self._extra("_ng_task_index")
+
+    @property
+    def repeat(self) -> Any:
+        """Which repeat of its task this episode is (``_ng_rollout_index``), or None."""
+        return self._extra("_ng_rollout_index")
+
+    @property
+    def agent(self) -> str | None:
+        """The agent's name (``agent_ref["name"]``; older records: ``agent_name``)."""
+        ref = self._extra("agent_ref")
+        name = ref.get("name") if isinstance(ref, dict) else None
+        return name if name is not None else self._extra("agent_name")
+
+    @property
+    def env(self) -> str | None:
+        """The environment server's name (``env_name``), or None."""
+        return self._extra("env_name")
+
+    @property
+    def failure(self) -> Failure | None:
+        """The typed failure of a failed record."""
+        if not self.failure_kind:
+            return None
+        return Failure(kind=self.failure_kind, stage=self.failure_stage, message=self.failure_reason or "")
+
+
+def _dump(items: Iterable[BaseModel]) -> list[dict[str, Any]]:
+    return [i.model_dump(mode="json", exclude_none=True) for i in items]
+
+
+def _row_fields(row: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (row or {}).items() if k not in _RECORD_KEYS}
+
+
+def verified(answer: dict[str, Any] | None, steps: list[StepRecord], stop_reason: str | None, duration_s: float,
+             *, row: dict[str, Any] | None = None, response: NeMoGymResponse | None = None) -> Rollout:
+    """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps.
+
+    Grading sets the last step's reward to the verify's (in ``steps`` itself, so the episode that
+    holds them sees it); the last step is terminated when the model gave its final message and
+    truncated when the step limit stopped it. ``answer=None`` is an episode not yet verified: the
+    row's request and ``response`` so far, reward summed over the steps.
+    """
+    if answer is None:
+        answer = {"responses_create_params": (row or {}).get("responses_create_params"),
+                  "reward": math.fsum(s.reward for s in steps)}
+    elif steps:
+        last = steps[-1]
+        last.reward = float(answer.get("reward", 0.0))
+        last.terminated = stop_reason == "final_message"
+        last.truncated = stop_reason == "max_steps"
+    fields = {**_row_fields(row), **answer}
+    if response is not None and "response" not in answer:
+        fields["response"] = response.model_dump(mode="json", exclude_none=True)
+    fields.setdefault("terminated", stop_reason == "final_message")
+    fields.setdefault("truncated", stop_reason == "max_steps")
+    fields["steps"] = _dump(steps)
+    fields["duration_s"] = duration_s
+    return Rollout.model_validate(fields)
+
+
+def from_transitions(params: ResponseCreateParams, response: NeMoGymResponse, steps: list[StepRecord], *,
+                     cut_by_limit: bool, duration_s: float, row: dict[str, Any] | None = None,
+                     last: Any = None) -> Rollout:
+    """A Gymnasium episode from its transitions; ``last`` is the final ``/step`` answer (or None).
+
+    The reward is the sum of the step rewards; mask and failure fields come from the final step.
+    """
+    if cut_by_limit and steps:
+        steps[-1].truncated = True
+    return Rollout.model_validate({
+        **_row_fields(row),
+        "responses_create_params": params.model_dump(mode="json", exclude_none=True),
+        "response": response.model_dump(mode="json", exclude_none=True),
+        "reward": math.fsum(s.reward for s in steps),
+        "terminated": bool(last is not None and last.terminated),
+        "truncated": bool(cut_by_limit or (last is not None and last.truncated)),
+        "info": last.info if last is not None else {},
+        "mask_sample": bool(last is not None and last.mask_sample),
+        "failure_kind": last.failure_kind if last is not None else None,
+        "failure_reason": last.failure_reason if last is not None else None,
+        "steps": _dump(steps),
+        "duration_s": duration_s,
+    })
+
+
+def failed(row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: list[StepRecord] = (),
+           response: NeMoGymResponse | None = None) -> Rollout:
+    """A masked record for an episode that could not finish: reward 0, never a graded zero."""
+    params = row.get("responses_create_params") or {"input": ""}
+    return Rollout.model_validate({
+        **_row_fields(row),
+        "responses_create_params": params,
+        "response": (response or NeMoGymResponse(output=[], status="failed")).model_dump(mode="json", exclude_none=True),
+        "reward": 0.0,
+        "mask_sample": True,
+        "failure_kind": failure.kind,
+        "failure_reason": failure.message or failure.kind,
+        "failure_stage": failure.stage,
+        "steps": _dump(steps),
+        "duration_s": duration_s,
+    })
+
+
+def with_identity(record: Rollout | dict[str, Any], *, task_index: Any = None, repeat: Any = None,
+                  agent: str | None = None, env: str | None = None,
+                  extra: dict[str, Any] | None = None) -> Rollout:
+    """``record`` with its row's identity under the one set of names (None leaves a value as it is)."""
+    update: dict[str, Any] = dict(extra or {})
+    if task_index is not None:
+        update["_ng_task_index"] = task_index
+    if repeat is not None:
+        update["_ng_rollout_index"] = repeat
+    if agent is not None:
+        update["agent_ref"] = {"type": "responses_api_agents", "name": agent}
+    if env is not None:
+        update["env_name"] = env
+    if isinstance(record, Rollout):
+        return record.model_copy(update=update)
+    return Rollout.model_validate({**record, **update})
+
+
+def mean_reward(records: Iterable[Any]) -> float:
+    """Mean reward of the unmasked records (nan when there are none). Failed records are masked, so
+    neither they nor an environment's own masked samples enter the mean."""
+    kept = [float(_get(r, "reward") or 0.0) for r in records if not _get(r, "mask_sample")]
+    return math.fsum(kept) / len(kept) if kept else float("nan")
+
+
+def failure_counts(records: Iterable[Any]) -> dict[str, int]:
+    """Masked records by failure kind, most common first (a mask without a kind counts as ``masked``)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if _get(r, "mask_sample"):
+            kind = _get(r, "failure_kind") or "masked"
+            counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _get(record: Any, key: str) -> Any:
+    return record.get(key) if isinstance(record, dict) else getattr(record, key, None)
+
+
+__all__ = ["IDENTITY_KEYS", "Rollout", "StepRecord", "failed", "failure_counts", "from_transitions", "mean_reward", "verified",
+           "with_identity"]
