@@ -183,7 +183,7 @@ async def ask_model_server(url: str, body: dict, *, server: str = "model server"
     else:
         try:
             return NeMoGymResponse.model_validate(answer)
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:  # TypeError: a malformed discriminator (``{"type": {}}``)
             problem = f"a Responses object that does not validate ({str(exc).splitlines()[0]})"
     cause = f"the model server answered 200 with {problem}: {json.dumps(answer)[:200]}"
     failure = Failure(kind="provider_unavailable", server=server, status=200, message=cause)
