@@ -49,7 +49,8 @@ def _scripted(*turns):
 @pytest.mark.parametrize(
     "call, expect",
     [
-        (function_call("cube", {"value": 2}), lambda out: json.loads(out) == {"detail": "Not Found", "server": "calculator_server", "route": "POST /cube"}),
+        (function_call("cube", {"value": 2}), lambda out: json.loads(out) == {"detail": "Not Found", "server": "calculator_server", "route": "POST /cube",
+                                                               "message": "Not Found"}),
         (FunctionCall(name="square", arguments="{not json", call_id="c1"), lambda out: json.loads(out)["error"].startswith("Invalid tool call arguments")),
         (function_call("square", {"value": "four"}), lambda out: json.loads(out)["detail"][0]["loc"] == ["body", "value"]),
     ],
