@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import logging
 
+from gymlab._runtime.sessions import SESSIONLESS_ROUTES
 from gymlab.protocol.resources import SESSION_ID_KEY
 
 log = logging.getLogger("gymlab.server")
+_UNSET = object()
 
 
 def episode_sessions_of(server):
@@ -27,14 +29,14 @@ class SessionActivityMiddleware:
 
     def __init__(self, app, server):
         self.app, self.server = app, server
-        self._episodes = None
+        self._episodes: object = _UNSET
         self._task: asyncio.Task | None = None
 
     @property
     def episodes(self):
-        if self._episodes is None:
-            self._episodes = episode_sessions_of(self.server) or False
-        return self._episodes or None
+        if self._episodes is _UNSET:
+            self._episodes = episode_sessions_of(self.server)  # None for a server without them
+        return self._episodes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -42,7 +44,7 @@ class SessionActivityMiddleware:
         episodes = self.episodes
         session = scope.get("session") if scope["type"] == "http" else None
         sid = session.get(SESSION_ID_KEY) if session else None
-        if episodes is None or not isinstance(sid, str):
+        if episodes is None or not isinstance(sid, str) or scope["path"] in SESSIONLESS_ROUTES:
             return await self.app(scope, receive, send)
         episodes.touch(sid)
         if scope["path"] != "/verify":
@@ -75,7 +77,7 @@ class SessionActivityMiddleware:
 
     def _start(self) -> None:
         episodes = self.episodes
-        if episodes is not None and episodes.ttl_seconds and self._task is None:
+        if episodes is not None and self._task is None:
             self._task = asyncio.get_running_loop().create_task(_reap_forever(episodes, self.server.name))
 
     async def _stop(self) -> None:
@@ -88,8 +90,8 @@ class SessionActivityMiddleware:
 
 async def _reap_forever(episodes, name: str) -> None:
     while True:
-        await asyncio.sleep(episodes.sweep_interval())
+        await asyncio.sleep(min(episodes.sweep_interval(), 1.0))  # a changed ttl_seconds applies within 1 s
         try:
-            await episodes.reap()
+            await episodes.maybe_reap()
         except Exception:  # the next sweep tries again; a crashed reaper would free nothing
             log.exception("%s: the idle-session reaper failed", name)
