@@ -88,6 +88,12 @@ class BaseServer(BaseModel):
         """Build from the JSON config that ``gymlab serve`` puts in ``GYMLAB_SERVER_CONFIG``."""
         raw = json.loads(os.environ.get(CONFIG_ENV) or "{}")
         raw = {k: v for k, v in raw.items() if k not in cls.config_only_keys}
+        if "session_secret" not in raw:
+            from gymlab._runtime.workers import worker_secret
+
+            secret = worker_secret()  # a worker of several: the launcher's secret, from its private file
+            if secret is not None:
+                raw["session_secret"] = secret
         raw.update(overrides)
         return cls(**raw)
 
