@@ -56,6 +56,16 @@ class BaseServer(BaseModel):
         description="How long a closed session stays fenced, and owned by its worker, after its last request.",
     )
 
+    session_ttl_seconds: float | None = Field(
+        default=3600.0,
+        description="An episode session idle this long (no request names it) is released as if closed; "
+        "None or 0: never.",
+    )
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        description="Largest request body accepted; a larger one is answered 413 before it is read in full.",
+    )
+
     _app: Any = PrivateAttr(default=None)
 
     #: With several workers, route each session's requests to the worker holding it (False: opt out,
@@ -78,6 +88,12 @@ class BaseServer(BaseModel):
         """Build from the JSON config that ``gymlab serve`` puts in ``GYMLAB_SERVER_CONFIG``."""
         raw = json.loads(os.environ.get(CONFIG_ENV) or "{}")
         raw = {k: v for k, v in raw.items() if k not in cls.config_only_keys}
+        if "session_secret" not in raw:
+            from gymlab._runtime.workers import worker_secret
+
+            secret = worker_secret()  # a worker of several: the launcher's secret, from its private file
+            if secret is not None:
+                raw["session_secret"] = secret
         raw.update(overrides)
         return cls(**raw)
 

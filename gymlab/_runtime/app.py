@@ -11,9 +11,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
+from gymlab._runtime.bodies import BodyGuardMiddleware
 from gymlab._runtime.ownership import install as install_ownership_routing
+from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_of
 from gymlab._runtime.sessions import SessionIdMiddleware
-from gymlab.errors import ResourcesSessionError
+from gymlab.errors import ResourcesSessionError, error_body
+from gymlab.protocol.failure_kinds import Failure
 
 if TYPE_CHECKING:
     from gymlab.server import BaseServer
@@ -43,27 +46,29 @@ def build_app(server: "BaseServer") -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
         errors = exc.errors()
-        message = _describe_validation(errors)
-        return JSONResponse(
-            status_code=422,
-            content={
-                "detail": _jsonable(errors),
-                "server": name,
-                "route": f"{request.method} {request.url.path}",
-                "message": f"{name}: {request.method} {request.url.path}: invalid request: {message}",
-            },
-        )
+        route = f"{request.method} {request.url.path}"
+        message = f"invalid request: {_describe_validation(errors)}"
+        body = error_body(name, route, message, hint="fix the named fields and send the request again")
+        body["message"] = body["detail"]
+        body["detail"] = _jsonable(errors)
+        return JSONResponse(status_code=422, content=body)
 
     @app.exception_handler(ResourcesSessionError)
     async def _session_refused(request: Request, exc: ResourcesSessionError):
         route = f"{request.method} {request.url.path}"
-        body = {"detail": f"{name}: {route}: {exc}", "server": name, "route": route,
-                "error": type(exc).__name__, "message": str(exc)}
+        kind = getattr(exc, "failure_kind", None)
+        failure = Failure(kind=kind, stage="cleanup", server=name, status=exc.status_code, message=str(exc)) if kind else None
+        body = error_body(name, route, str(exc), error=type(exc).__name__, failure=failure)
         return JSONResponse(status_code=exc.status_code, content=body)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
-        body = {"detail": exc.detail, "server": name, "route": f"{request.method} {request.url.path}"}
+        route = f"{request.method} {request.url.path}"
+        cause = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            cause = "the body is not JSON this server can parse (malformed, or nested too deeply)"
+        body = error_body(name, route, cause)
+        body["detail"] = exc.detail  # what the route raised, as it raised it
         return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
 
     # Crashes are answered by an ASGI middleware, not an exception handler: Starlette re-raises after
@@ -72,8 +77,13 @@ def build_app(server: "BaseServer") -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "server": name}
+        episodes = episode_sessions_of(server)
+        answer = {"status": "ok", "server": name}
+        if episodes is not None:
+            answer["sessions"] = episodes.counts()
+        return answer
 
+    app.add_middleware(SessionActivityMiddleware, server=server)
     # Added last = outermost: the cookie is decoded before the id is assigned.
     app.add_middleware(SessionIdMiddleware, server_name=name)
     app.add_middleware(
@@ -82,7 +92,8 @@ def build_app(server: "BaseServer") -> FastAPI:
         session_cookie=f"gymlab_{_cookie_safe(name)}",
         same_site="lax",
     )
-    install_ownership_routing(app, server)  # outermost; only in a worker of several
+    install_ownership_routing(app, server)  # only in a worker of several
+    app.add_middleware(BodyGuardMiddleware, server_name=name, max_bytes=server.max_body_bytes)  # outermost
     return app
 
 
@@ -110,14 +121,8 @@ class CrashMiddleware:
             log.error("%s: %s raised", self.server_name, route, exc_info=exc)
             if started:
                 raise
-            body = {
-                "detail": f"{self.server_name}: {route} raised {type(exc).__name__}: {exc}",
-                "server": self.server_name,
-                "route": route,
-                "error": type(exc).__name__,
-                "message": str(exc),
-                "hint": "the traceback is in the server's log",
-            }
+            body = error_body(self.server_name, route, f"raised {type(exc).__name__}: {exc}",
+                              error=type(exc).__name__, hint="the traceback is in the server's log")
             await JSONResponse(status_code=500, content=body)(scope, receive, send)
 
 
@@ -135,8 +140,8 @@ def _jsonable(errors: list[dict]) -> list[dict]:
             try:
                 import json
 
-                json.dumps(e["input"])
-            except (TypeError, ValueError):
+                json.dumps(e["input"], allow_nan=False)
+            except (TypeError, ValueError, RecursionError):
                 e["input"] = repr(e["input"])[:200]
         out.append(e)
     return out

@@ -6,16 +6,24 @@
 - a re-seed of an open session by the same episode answers as the first seed did, without seeding
   again (a retry after a lost reply); by another episode it is refused with 409;
 - a close releases the session once, fences it (``ResourcesSessionFences``) and answers every
-  repeat the same way; a seed while the fence holds is refused with 409.
+  repeat the same way; a seed while the fence holds is refused with 409. A release that raises
+  leaves the session open and unfenced, so a retried close runs the release again;
+- a session idle for ``ttl_seconds`` (no request names it) is released by ``reap`` through the same
+  hook, so an episode whose close never arrives cannot hold state forever.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections import OrderedDict
 from typing import Any, Awaitable, Callable
+
+from fastapi import Request
 
 from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS, ResourcesSessionFences
 from gymlab._runtime.locks import ResourcesSessionLocks
-from gymlab.errors import ResourcesSessionConflictError
+from gymlab.errors import ResourcesSessionConflictError, ResourcesSessionError
 from gymlab.protocol.sessions import (
     ResourcesCloseSessionRequest,
     ResourcesCloseSessionResponse,
@@ -23,14 +31,58 @@ from gymlab.protocol.sessions import (
     ResourcesSeedSessionResponse,
 )
 
+log = logging.getLogger("gymlab.server")
+
+Release = Callable[[str], Awaitable[Any]]
+
+
+class ReleaseRequest(str):
+    """The session ID a release hook receives, carrying the close body's fields too.
+
+    A hook written ``close_resources_session(self, resources_session_id: str)`` uses it as the ID; one
+    written as the reference writes it, ``close_resources_session(self, body)``, reads
+    ``body.resources_session_id`` (and ``body.episode_id``).
+    """
+
+    resources_session_id: str
+    episode_id: Any
+
+    def __new__(cls, session_id: str, episode_id: Any = None) -> "ReleaseRequest":
+        obj = super().__new__(cls, session_id)
+        obj.resources_session_id, obj.episode_id = str(session_id), episode_id
+        return obj
+
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        episode = self.episode_id.model_dump(mode="json") if hasattr(self.episode_id, "model_dump") else self.episode_id
+        return {"resources_session_id": self.resources_session_id, "episode_id": episode}
+
+
+class ResourcesReleaseFailedError(ResourcesSessionError):
+    """Raised when a session's release hook raised: the session stays open, a retried close runs it again."""
+
+    status_code = 500
+    failure_kind = "session_release_failed"
+
 
 class EpisodeSessions:
-    """Open episode sessions of one server: ID -> (the episode that seeded it, the seed's answer)."""
+    """Open episode sessions of one server: ID -> (the episode that seeded it, the seed's answer).
 
-    def __init__(self, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> None:
+    ``ttl_seconds`` (None or 0: never) and ``release`` let ``reap`` free sessions nobody closed.
+    Flat-row seeds (no ``resources_session_id``, state keyed by the cookie) are tracked too, from the
+    seed until their verify or close, so the reaper frees them the same way.
+    """
+
+    def __init__(self, window_seconds: float = DEFAULT_WINDOW_SECONDS, ttl_seconds: float | None = None,
+                 release: Release | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.locks = ResourcesSessionLocks()
-        self.fences = ResourcesSessionFences(window_seconds)
+        self.fences = ResourcesSessionFences(window_seconds, clock=clock)
         self._open: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._seen: OrderedDict[str, float] = OrderedDict()  # held sessions, least recently used first
+        self._flat: set[str] = set()
+        self.ttl_seconds = float(ttl_seconds) if ttl_seconds else None
+        self.release, self._clock = release, clock
+        self.reaped = self.reap_failures = 0
+        self._last_sweep = clock()
 
     def is_open(self, session_id: str) -> bool:
         return session_id in self._open
@@ -38,11 +90,45 @@ class EpisodeSessions:
     def __len__(self) -> int:
         return len(self._open)
 
+    def counts(self) -> dict[str, Any]:
+        """What ``/health`` reports: sessions held now and released by the reaper so far."""
+        return {"open": len(self._open), "held": len(self._seen), "reaped": self.reaped,
+                "reap_failures": self.reap_failures, "fenced": len(self.fences), "ttl_seconds": self.ttl_seconds}
+
+    # -- activity ----------------------------------------------------------------------------------
+
+    def touch(self, session_id: str) -> None:
+        """A request named ``session_id``: its idle time starts again."""
+        if session_id in self._seen:
+            self._seen[session_id] = self._clock()
+            self._seen.move_to_end(session_id)
+
+    def track_flat(self, session_id: str) -> None:
+        """A flat-row seed opened ``session_id`` (keyed by the cookie): held until its verify or close."""
+        if session_id not in self._open:
+            self._flat.add(session_id)
+            self._seen[session_id] = self._clock()
+            self._seen.move_to_end(session_id)
+
+    def flat_released(self, session_id: str) -> None:
+        """A flat-row session's state was released by the server (its verify, a terminal step)."""
+        if session_id in self._flat:
+            self.forget(session_id)
+
+    def forget(self, session_id: str) -> None:
+        """The server released ``session_id`` itself (a Gymnasium episode that ended)."""
+        self._open.pop(session_id, None)
+        self._seen.pop(session_id, None)
+        self._flat.discard(session_id)
+
+    # -- seed and close ----------------------------------------------------------------------------
+
     async def seed(
         self, body: ResourcesSeedSessionRequest, run: Callable[[], Awaitable[Any]]
     ) -> dict[str, Any]:
         """Seed ``body``'s session with ``run()`` (its answer normalised); the answer's JSON."""
         sid = body.resources_session_id
+        await self.maybe_reap()
         async with self.locks(sid):
             left = self.fences.remaining(sid)
             if left is not None:
@@ -62,12 +148,16 @@ class EpisodeSessions:
                 return opened[1]
             answer = seed_answer(sid, await run())
             self._open[sid] = (key, answer)
+            self._flat.discard(sid)
+            self._seen[sid] = self._clock()
+            self._seen.move_to_end(sid)
             return answer
 
-    async def close(
-        self, body: ResourcesCloseSessionRequest, release: Callable[[str], Awaitable[Any]]
-    ) -> dict[str, Any]:
-        """Release ``body``'s session with ``release(id)`` once, then fence it; repeats are no-ops."""
+    async def close(self, body: ResourcesCloseSessionRequest, release: Release) -> dict[str, Any]:
+        """Release ``body``'s session with ``release(id)`` once, then fence it; repeats are no-ops.
+
+        A release that raises leaves the session open and unfenced (answered 500), so a retry runs it again.
+        """
         sid = body.resources_session_id
         async with self.locks(sid):
             opened = self._open.get(sid)
@@ -80,11 +170,68 @@ class EpisodeSessions:
                     )
             if sid not in self.fences:
                 try:
-                    await release(sid)
-                finally:
-                    self._open.pop(sid, None)
-                    self.fences.fence(sid)
+                    await release(ReleaseRequest(sid, body.episode_id))
+                except Exception as exc:
+                    log.error("releasing session %r raised", sid, exc_info=exc)
+                    raise ResourcesReleaseFailedError(
+                        f"releasing session {sid!r} raised {type(exc).__name__}: {exc}; the session is still "
+                        "held and not closed: retry the close, which runs the release again"
+                    ) from exc
+                self.forget(sid)
+                self.fences.fence(sid)
             return ResourcesCloseSessionResponse(resources_session_id=sid).model_dump(mode="json")
+
+    # -- the reaper --------------------------------------------------------------------------------
+
+    def sweep_interval(self) -> float:
+        return min(self.ttl_seconds / 4, 30.0) if self.ttl_seconds else 30.0
+
+    async def maybe_reap(self) -> int:
+        """``reap`` when the last sweep is older than ``sweep_interval`` (cheap to call on every seed)."""
+        if not self.ttl_seconds or self._clock() - self._last_sweep < self.sweep_interval():
+            return 0
+        return await self.reap()
+
+    async def reap(self) -> int:
+        """Release every session idle for ``ttl_seconds`` with the release hook; how many were released.
+
+        A reaped session is fenced like a closed one. A release that raises is logged, counted in
+        ``reap_failures`` and tried again after another ``ttl_seconds``.
+        """
+        import asyncio
+
+        if not self.ttl_seconds or self.release is None:
+            return 0
+        now = self._last_sweep = self._clock()
+        cutoff = now - self.ttl_seconds
+        expired = []
+        for sid, seen in self._seen.items():
+            if seen > cutoff:
+                break
+            expired.append(sid)
+        released = 0
+        for i, sid in enumerate(expired):
+            if i % 500 == 499:
+                await asyncio.sleep(0)  # let requests in between
+            async with self.locks(sid):
+                seen = self._seen.get(sid)
+                if seen is None or seen > cutoff:
+                    continue  # closed or used meanwhile
+                try:
+                    await self.release(ReleaseRequest(sid))
+                except Exception as exc:
+                    log.error("reaping idle session %r: its release raised", sid, exc_info=exc)
+                    self.reap_failures += 1
+                    self._seen[sid] = self._clock()
+                    self._seen.move_to_end(sid)
+                    continue
+                self.forget(sid)
+                self.fences.fence(sid)
+                released += 1
+        self.reaped += released
+        if released:
+            log.warning("reaped %d sessions idle for over %.0f s (no close arrived)", released, self.ttl_seconds)
+        return released
 
 
 def seed_answer(session_id: str, answer: Any) -> dict[str, Any]:
@@ -104,6 +251,15 @@ def seed_answer(session_id: str, answer: Any) -> dict[str, Any]:
     return response.model_dump(mode="json")
 
 
+def with_cookie_session(request: Any, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionRequest:
+    """``body`` naming the cookie's session when it names none (``resources_session_id`` null or absent)."""
+    if body.resources_session_id is not None:
+        return body
+    from gymlab.protocol.resources import SESSION_ID_KEY
+
+    return body.model_copy(update={"resources_session_id": request.session[SESSION_ID_KEY]})
+
+
 def mount_episode_routes(
     app: Any,
     episodes: EpisodeSessions,
@@ -121,8 +277,8 @@ def mount_episode_routes(
     async def seed_session(body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:
         return JSONResponse(await episodes.seed(body, lambda: seed(body)))
 
-    async def close_session(body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
-        return await episodes.close(body, release)
+    async def close_session(request: Request, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+        return await episodes.close(with_cookie_session(request, body), release)
 
     app.post("/seed_session")(seed_session)
     app.post("/close_session")(close_session)

@@ -40,7 +40,9 @@ import time
 from base64 import b64decode
 from typing import Any
 
+from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
+from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 
 #: Every answer a worker gives to a session request names it (``x-gymlab-worker: <pid>``).
 WORKER_HEADER = b"x-gymlab-worker"
@@ -301,18 +303,17 @@ class SessionOwnershipMiddleware:
             self.table.touch(sid, now)  # keeps answering 410 until the window passes in silence
         pid = row[0].split("-", 1)[0]
         route = f"{scope['method']} {scope['path']}"
-        message = (f"{self.name}: {route}: session {sid} was held by worker {pid}, which is no longer running "
+        message = (f"session {sid} was held by worker {pid}, which is no longer running "
                    "(it crashed or was replaced), so its state is gone")
-        await _json(send, 410, {"detail": message, "server": self.name, "route": route, "session_id": sid,
-                                "error": "SessionLost", "message": message,
-                                "hint": "this episode cannot continue; start a new one (a new session)"})
+        await _json(send, 410, error_body(self.name, route, message, error="SessionLost", session_id=sid,
+                                          hint="this episode cannot continue; start a new one (a new session)"))
 
     async def _conflict(self, scope, send, cookie_sid, body_sid):
         route = f"{scope['method']} {scope['path']}"
-        message = (f"{self.name}: {route}: the cookie names session {cookie_sid} but the body names "
-                   f"{body_sid}; send the seed, its requests and its close with one session's cookie")
-        await _json(send, 409, {"detail": message, "server": self.name, "route": route, "session_id": body_sid,
-                                "error": "ResourcesSessionConflictError", "message": message})
+        message = (f"the cookie names session {cookie_sid} but the body names {body_sid}; "
+                   "send the seed, its requests and its close with one session's cookie")
+        await _json(send, 409, error_body(self.name, route, message, error="ResourcesSessionConflictError",
+                                          session_id=body_sid))
 
     # -- forwarding over the workers' Unix sockets -------------------------------------------------
 
@@ -369,9 +370,8 @@ class SessionOwnershipMiddleware:
                 except Exception as exc:  # the handler's own crash, not a lost session
                     route = f"{meta['method']} {meta['path']}"
                     status, headers = 500, [["content-type", "application/json"]]
-                    content = json.dumps({"detail": f"{self.name}: {route} raised {type(exc).__name__}: {exc}",
-                                          "server": self.name, "route": route, "error": type(exc).__name__,
-                                          "message": str(exc)}).encode()
+                    content = json.dumps(error_body(self.name, route, f"raised {type(exc).__name__}: {exc}",
+                                                    error=type(exc).__name__)).encode()
                 head = json.dumps({"status": status, "headers": headers}).encode()
                 writer.write(_FRAME.pack(len(head), len(content)) + head + content)
                 await writer.drain()
@@ -460,11 +460,11 @@ def _body_sid(body: bytes) -> str | None:
         return None
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if isinstance(data, dict):
         for key in BODY_ID_KEYS:
-            if isinstance(data.get(key), str) and data[key]:
+            if isinstance(data.get(key), str) and 0 < len(data[key]) <= MAX_SESSION_ID_LENGTH:
                 return data[key]
     return None
 
@@ -474,7 +474,7 @@ def _close_follows(body: bytes | None) -> bool:
         return False
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and data.get("close_follows") is True
 

@@ -16,7 +16,9 @@ import uuid
 
 from starlette.responses import JSONResponse
 
+from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
+from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 
 #: Routes that never read or write a session; they get no id and so no cookie.
 SESSIONLESS_ROUTES = frozenset({"/health", "/aggregate_metrics", "/openapi.json", "/docs"})
@@ -26,13 +28,14 @@ EPISODE_ROUTES = frozenset({"/seed_session", "/close_session"})
 
 
 def body_session_id(body: bytes) -> str | None:
-    """The ``resources_session_id`` a JSON body names, or None (not JSON, not an object, not a string)."""
+    """The ``resources_session_id`` a JSON body names, or None (not JSON, not an object, not a string
+    of 1 to ``MAX_SESSION_ID_LENGTH`` characters: the route's validation then answers 4xx)."""
     try:
         data = json.loads(body) if body else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     sid = data.get("resources_session_id") if isinstance(data, dict) else None
-    return sid if isinstance(sid, str) and sid else None
+    return sid if isinstance(sid, str) and 0 < len(sid) <= MAX_SESSION_ID_LENGTH else None
 
 
 async def read_body(receive) -> tuple[bytes, object]:
@@ -88,15 +91,6 @@ class SessionIdMiddleware:
             f"the session cookie names session {cookie_id!r} but the body names {body_id!r}; "
             "use one cookie jar per episode and send the episode's own resources_session_id"
         )
-        return JSONResponse(
-            status_code=409,
-            content={
-                "detail": f"{self.server_name}: {route}: {message}",
-                "server": self.server_name,
-                "route": route,
-                "error": "ResourcesSessionConflictError",
-                "message": message,
-                "cookie_session_id": cookie_id,
-                "body_session_id": body_id,
-            },
-        )
+        body = error_body(self.server_name, route, message, error="ResourcesSessionConflictError",
+                          cookie_session_id=cookie_id, body_session_id=body_id)
+        return JSONResponse(status_code=409, content=body)

@@ -1,9 +1,10 @@
 """Several uvicorn worker processes for one server (``num_workers > 1``).
 
 The parent binds the listening socket once (``bind_socket``: IPPROTO_TCP, so accepted sockets get
-TCP_NODELAY), writes the server's config, with its session secret, into ``CONFIG_ENV`` so every
-worker signs and reads the same cookies, creates a private directory for the ownership table and
-the workers' forwarding sockets, and runs uvicorn's multiprocess supervisor (it replaces a worker
+TCP_NODELAY), writes the server's config into ``CONFIG_ENV``, creates a private directory (0700) for
+the ownership table and the workers' forwarding sockets, writes the session secret there in a 0600
+file so every worker signs and reads the same cookies (never in the environment, which
+``/proc/PID/environ`` shows; the file stays for workers uvicorn starts as replacements), and runs uvicorn's multiprocess supervisor (it replaces a worker
 that dies, and on SIGHUP all of them; the sessions a replaced worker held answer 410). Each worker
 imports the entrypoint file and serves its module-level ``app``: the entrypoint's
 ``elif is_gymlab_fastapi_entrypoint(__file__): app = Server.run_webserver()`` branch, where
@@ -91,8 +92,27 @@ def _worker_config(server: "BaseServer") -> str:
         raw.update(server.model_dump(mode="json", include=set(server.model_fields_set) | {"name", "num_workers"}))
     except Exception as exc:  # a field that only lives in memory cannot reach another process
         raise _config_error(server, f"its config cannot be sent to the workers as JSON: {exc}") from exc
-    raw["session_secret"] = server.session_secret.get_secret_value()
+    raw.pop("session_secret", None)  # workers read it from SECRET_FILE
     return json.dumps(raw)
+
+
+#: The session secret's file in the launcher's private directory (mode 0600).
+SECRET_FILE = "session_secret"
+
+
+def _write_secret(server: "BaseServer", state_dir: str) -> None:
+    fd = os.open(os.path.join(state_dir, SECRET_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(server.session_secret.get_secret_value())
+
+
+def worker_secret() -> str | None:
+    """The session secret the launcher left for its workers, or None outside a worker."""
+    ctx = worker_context()
+    if ctx is None:
+        return None
+    with open(os.path.join(ctx["dir"], SECRET_FILE)) as f:
+        return f.read()
 
 
 def _config_env() -> str:
@@ -127,6 +147,7 @@ def serve_workers(server: "BaseServer", log_level: str = "info") -> None:
     os.environ[WORKERS_ENV] = json.dumps({"entrypoint": path, "module": module, "dir": state_dir})
     _launcher = True
     try:
+        _write_secret(server, state_dir)
         create_table(state_dir)
         sock = bind_socket(server.host, server.port)
         host, port = sock.getsockname()[:2]

@@ -83,7 +83,7 @@ _KNOWN = {"message", "function_call", "function_call_output", "reasoning"}
 
 def _item_tag(v: Any) -> str:
     t = v.get("type", "message") if isinstance(v, dict) else getattr(v, "type", "message")
-    return t if t in _KNOWN else "other"
+    return t if isinstance(t, str) and t in _KNOWN else "other"  # a non-string type fails OtherItem: 422
 
 
 Item = Annotated[

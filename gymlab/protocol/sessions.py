@@ -17,6 +17,9 @@ from gymlab.protocol.resources import BaseSeedSessionRequest, BaseSeedSessionRes
 RESOURCES_SERVER_HEADER = "x-gymlab-resources-server"
 RESOURCES_COOKIE_HEADER = "x-gymlab-resources-cookie"
 
+#: The longest ``resources_session_id`` a server accepts (it travels in every cookie of the episode).
+MAX_SESSION_ID_LENGTH = 256
+
 
 class EpisodeId(BaseModel):
     """Which rollout, and which retry of it, a session belongs to."""
@@ -39,7 +42,7 @@ class TaskId(BaseModel):
 class ResourcesSeedSessionRequest(BaseSeedSessionRequest):
     """Body of an episode seed: the session's ID, its episode, its task and the task's own fields."""
 
-    resources_session_id: str = Field(min_length=1)
+    resources_session_id: str = Field(min_length=1, max_length=MAX_SESSION_ID_LENGTH)
     episode_id: EpisodeId
     task_id: TaskId | None = None
     task_data: dict[str, Any] = Field(default_factory=dict)
@@ -73,7 +76,7 @@ class ResourcesCloseSessionRequest(BaseModel):
     """Body of ``/close_session``. Without ``resources_session_id`` it closes the cookie's session
     (how simple_agent releases a seeded rollout whose model failed before ``/verify``)."""
 
-    resources_session_id: str | None = Field(None, min_length=1)
+    resources_session_id: str | None = Field(None, min_length=1, max_length=MAX_SESSION_ID_LENGTH)
     episode_id: EpisodeId | None = None
 
 

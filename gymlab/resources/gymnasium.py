@@ -13,7 +13,7 @@ from abc import abstractmethod
 from typing import Any
 
 from fastapi import FastAPI, Request
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from gymlab.protocol import SESSION_ID_KEY, NeMoGymResponse
 from gymlab.protocol.failure_kinds import validate_failure_kind
@@ -42,6 +42,8 @@ class GymnasiumServer(BaseServer):
 
     session_state: dict[str, Any] = Field(default_factory=dict)
 
+    _episodes: EpisodeSessions | None = PrivateAttr(default=None)
+
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/reset")(self._reset_route)
@@ -49,9 +51,16 @@ class GymnasiumServer(BaseServer):
         app.post("/close")(self._close_route)
         # Episode sessions (an environment server's seed and close): the seed is a reset whose
         # observation becomes the seed's; the close releases the state like a terminal step.
-        mount_episode_routes(app, EpisodeSessions(self.session_close_retry_window_seconds),
-                             self._episode_seed, self.close_episode)
+        mount_episode_routes(app, self.episode_sessions, self._episode_seed, self.close_episode)
         return app
+
+    @property
+    def episode_sessions(self) -> EpisodeSessions:
+        """This server's open episode sessions (seeded or reset), locks, fences and idle reaper."""
+        if self._episodes is None:
+            self._episodes = EpisodeSessions(self.session_close_retry_window_seconds, self.session_ttl_seconds,
+                                             self.close_episode)
+        return self._episodes
 
     async def _episode_seed(self, body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:
         reset = await self.reset_session(body.task_data, body.resources_session_id)
@@ -144,11 +153,17 @@ class GymnasiumServer(BaseServer):
             failure.add_note(f"close_session({session_id!r}) also failed: {type(exc).__name__}: {exc}")
         finally:
             self.session_state.pop(session_id, None)
+            if self._episodes is not None:
+                self._episodes.flat_released(session_id)
 
     # -- routes ----------------------------------------------------------------------------------
 
     async def _reset_route(self, request: Request, body: GymnasiumResetRequest) -> GymnasiumResetResponse:
-        return await self.reset_session(body.metadata(), request.session[SESSION_ID_KEY])
+        sid = request.session[SESSION_ID_KEY]
+        answer = await self.reset_session(body.metadata(), sid)
+        if sid in self.session_state:
+            self.episode_sessions.track_flat(sid)  # held until a terminal step or /close
+        return answer
 
     async def _step_route(self, request: Request, body: GymnasiumStepRequest) -> GymnasiumStepResponse:
         return await self.step_session(body.response, body.metadata(), request.session[SESSION_ID_KEY])

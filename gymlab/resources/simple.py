@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, PrivateAttr, ValidationError
 
-from gymlab._runtime.episodes import EpisodeSessions
+from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS
 from gymlab.protocol import (
     SESSION_ID_KEY,
@@ -95,7 +95,8 @@ class SimpleResourcesServer(BaseServer):
     def episode_sessions(self) -> EpisodeSessions:
         """This server's open episode sessions, locks and fences."""
         if self._episodes is None:
-            self._episodes = EpisodeSessions(self.session_close_retry_window_seconds)
+            self._episodes = EpisodeSessions(self.session_close_retry_window_seconds, self.session_ttl_seconds,
+                                             self.close_resources_session)
         return self._episodes
 
     async def seed_session(
@@ -119,9 +120,7 @@ class SimpleResourcesServer(BaseServer):
         return aggregate_metrics(body.verify_responses)
 
     async def _close_session_route(self, request: Request, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
-        if body.resources_session_id is None:
-            body = body.model_copy(update={"resources_session_id": request.session[SESSION_ID_KEY]})
-        return await self.episode_sessions.close(body, self.close_resources_session)
+        return await self.episode_sessions.close(with_cookie_session(request, body), self.close_resources_session)
 
 
 def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> BaseVerifyResponse:
@@ -167,10 +166,12 @@ def _episode_aware(seed_session, episodes: EpisodeSessions):
         request: Request = kwargs[own] if own is not None else kwargs.pop("_gymlab_request")
         try:
             raw = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             raw = None
         if not (isinstance(raw, dict) and "resources_session_id" in raw):
-            return await seed_session(**kwargs)
+            answer = await seed_session(**kwargs)
+            episodes.track_flat(request.session[SESSION_ID_KEY])  # held until its verify or close
+            return answer
         try:
             body = ResourcesSeedSessionRequest.model_validate(raw)
         except ValidationError as exc:

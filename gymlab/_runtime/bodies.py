@@ -1,0 +1,98 @@
+"""``BodyGuardMiddleware``: a request body is bounded in size and holds only standard JSON numbers.
+
+Bytes are counted as they stream in (and a ``Content-Length`` over the limit is refused before any
+is read), so an oversized POST is answered 413 without being held or parsed in full. A JSON body
+with ``NaN`` or ``Infinity`` is refused with 422 naming the field: Python's parser accepts them, but
+no JSON answer can carry them back, so they would otherwise end as a 500 somewhere downstream.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from starlette.responses import JSONResponse
+
+from gymlab.errors import error_body
+
+
+class BodyGuardMiddleware:
+    """Outermost ASGI middleware: 413 past ``max_bytes``, 422 for non-finite JSON numbers."""
+
+    def __init__(self, app, server_name: str, max_bytes: int):
+        self.app, self.server_name, self.max_bytes = app, server_name, int(max_bytes)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"").strip()
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._too_large(scope, int(declared))(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left before its body arrived: nobody to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                return await self._too_large(scope, None)(scope, receive, send)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if (b"NaN" in body or b"Infinity" in body) and _is_json(headers):
+            field = _non_finite_field(body)
+            if field is not None:
+                return await self._non_finite(scope, field)(scope, receive, send)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _too_large(self, scope, declared: int | None) -> JSONResponse:
+        route = f"{scope['method']} {scope['path']}"
+        size = f"{declared} bytes" if declared is not None else f"more than {self.max_bytes} bytes"
+        message = f"the request body ({size}) is over this server's limit of {self.max_bytes} bytes"
+        hint = "send a smaller body, or raise the server's max_body_bytes config"
+        body = error_body(self.server_name, route, message, error="RequestBodyTooLarge", hint=hint,
+                          limit=self.max_bytes)
+        # Connection: close, so the server stops reading the rest of the body.
+        return JSONResponse(status_code=413, content=body, headers={"connection": "close"})
+
+    def _non_finite(self, scope, field: str) -> JSONResponse:
+        route = f"{scope['method']} {scope['path']}"
+        message = f"{field}: NaN and Infinity are not JSON numbers"
+        body = error_body(self.server_name, route, message, error="RequestValidationError",
+                          hint="send a finite number or null", field=field)
+        return JSONResponse(status_code=422, content=body)
+
+
+def _is_json(headers: dict) -> bool:
+    kind = headers.get(b"content-type", b"application/json").split(b";")[0].strip().lower()
+    return kind == b"application/json" or kind.endswith(b"+json")
+
+
+def _non_finite_field(body: bytes) -> str | None:
+    """The dotted path of the first NaN or Infinity in ``body`` ("body" at the top), or None."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # not JSON: the route's own parsing answers it
+    stack = [(data, "body")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return path
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}.{i}") for i, v in reversed(list(enumerate(value))))
+    return None

@@ -1,0 +1,97 @@
+"""``SessionActivityMiddleware``: keeps each held session's idle time and runs the idle-session reaper.
+
+Every request naming a held session restarts its idle time; a flat-row session's answered
+``/verify`` ends it. The reaper (``EpisodeSessions.reap``) runs as a task from the app's lifespan
+startup to its shutdown, on the server's own event loop, so it also runs for a Lab's servers in
+threads; seeds also sweep when a sweep is due, for an app driven without a lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from gymlab._runtime.sessions import SESSIONLESS_ROUTES
+from gymlab.protocol.resources import SESSION_ID_KEY
+
+log = logging.getLogger("gymlab.server")
+_UNSET = object()
+
+
+def episode_sessions_of(server):
+    """The server's ``EpisodeSessions``, or None for a server without episode sessions."""
+    return getattr(server, "episode_sessions", None)
+
+
+class SessionActivityMiddleware:
+    """Inside the session middleware: touch the request's session; start and stop the reaper."""
+
+    def __init__(self, app, server):
+        self.app, self.server = app, server
+        self._episodes: object = _UNSET
+        self._task: asyncio.Task | None = None
+
+    @property
+    def episodes(self):
+        if self._episodes is _UNSET:
+            self._episodes = episode_sessions_of(self.server)  # None for a server without them
+        return self._episodes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            return await self._lifespan(scope, receive, send)
+        episodes = self.episodes
+        session = scope.get("session") if scope["type"] == "http" else None
+        sid = session.get(SESSION_ID_KEY) if session else None
+        if episodes is None or not isinstance(sid, str) or scope["path"] in SESSIONLESS_ROUTES:
+            return await self.app(scope, receive, send)
+        episodes.touch(sid)
+        if scope["path"] != "/verify":
+            return await self.app(scope, receive, send)
+        status = 0
+
+        async def watch(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, watch)
+        if 200 <= status < 300:
+            episodes.flat_released(sid)
+
+    async def _lifespan(self, scope, receive, send):
+        async def on_receive():
+            message = await receive()
+            if message["type"] == "lifespan.shutdown":
+                await self._stop()
+            return message
+
+        async def on_send(message):
+            if message["type"] == "lifespan.startup.complete":
+                self._start()
+            await send(message)
+
+        await self.app(scope, on_receive, on_send)
+
+    def _start(self) -> None:
+        episodes = self.episodes
+        if episodes is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(_reap_forever(episodes, self.server.name))
+
+    async def _stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _reap_forever(episodes, name: str) -> None:
+    while True:
+        await asyncio.sleep(min(episodes.sweep_interval(), 1.0))  # a changed ttl_seconds applies within 1 s
+        try:
+            await episodes.maybe_reap()
+        except Exception:  # the next sweep tries again; a crashed reaper would free nothing
+            log.exception("%s: the idle-session reaper failed", name)

@@ -1,0 +1,112 @@
+"""Malformed or oversized input is answered with a JSON 4xx naming server, route and field, never a 500,
+over real loopback servers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import httpx
+import pytest
+
+from gymlab.examples import load_environment
+
+MB = 1024 * 1024
+
+
+@pytest.fixture
+def counter_env(lab):
+    return lab.serve(load_environment("counter").CounterServer)
+
+
+@pytest.fixture
+def blackjack_env(lab):
+    return lab.serve(load_environment("blackjack").BlackjackEnv)
+
+
+def seed_body(sid: str) -> dict:
+    return {"resources_session_id": sid, "episode_id": {"rollout_id": "r", "attempt": 0}, "task_data": {}}
+
+
+def test_a_300_mb_streamed_post_gets_413_before_it_is_read(counter_env):
+    sent = 0
+
+    async def body():
+        nonlocal sent
+        chunk = b"x" * MB
+        for _ in range(300):
+            sent += len(chunk)
+            yield chunk
+
+    async def post():
+        async with aiohttp.ClientSession() as session:
+            async with session.post(counter_env.url + "/verify", data=body(),
+                                    headers={"content-type": "application/json"}) as reply:
+                return reply.status, await reply.json()
+
+    started = time.monotonic()
+    status, answer = asyncio.run(post())
+    assert status == 413 and answer["server"] == "counter_server" and answer["route"] == "POST /verify"
+    assert answer["limit"] == 8 * MB and "max_body_bytes" in answer["hint"]
+    assert sent < 100 * MB, f"the client streamed {sent // MB} MB before the answer"
+    assert time.monotonic() - started < 20
+
+
+def test_a_declared_content_length_over_the_limit_is_refused_up_front(lab):
+    env = lab.serve(load_environment("counter").CounterServer, max_body_bytes=1000)
+    reply = httpx.post(env.url + "/seed_session", content=b"{" + b" " * 2000 + b"}",
+                       headers={"content-type": "application/json"})
+    assert reply.status_code == 413
+    assert reply.json()["message"] == "the request body (2002 bytes) is over this server's limit of 1000 bytes"
+    assert httpx.post(env.url + "/seed_session", json={"initial_count": 1}).status_code == 200
+
+
+def test_an_overlong_resources_session_id_is_a_422_naming_the_field(counter_env):
+    for path in ("/seed_session", "/close_session"):
+        reply = httpx.post(counter_env.url + path, json={**seed_body("x" * 257)} if path == "/seed_session"
+                           else {"resources_session_id": "x" * 257})
+        assert reply.status_code == 422, reply.text
+        assert "resources_session_id" in reply.json()["message"] and "256" in reply.json()["message"]
+        assert "set-cookie" not in reply.headers or len(reply.headers["set-cookie"]) < 400
+    assert httpx.post(counter_env.url + "/seed_session", json=seed_body("x" * 256)).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/verify", "/step"])
+def test_an_item_with_a_dict_type_is_a_422(counter_env, blackjack_env, path):
+    url = (counter_env if path == "/verify" else blackjack_env).url
+    body = {"responses_create_params": {"input": [{"type": {}}]}, "response": {"output": [{"type": {}}]}, "target": 1}
+    reply = httpx.post(url + path, json=body)
+    assert reply.status_code == 422, reply.text
+    assert "type" in reply.json()["message"] and reply.json()["route"] == f"POST {path}"
+
+
+def test_blackjack_close_with_a_null_id_closes_the_cookies_session(blackjack_env):
+    with httpx.Client(base_url=blackjack_env.url) as client:
+        client.post("/reset", json={"responses_create_params": {"input": []}, "seed": 1})
+        (sid,) = blackjack_env.server.session_state
+        reply = client.post("/close_session", json={"resources_session_id": None})
+        assert reply.status_code == 200 and reply.json() == {"resources_session_id": sid}
+        assert blackjack_env.server.session_state == {}
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_a_422_naming_the_field(counter_env, constant):
+    raw = ('{"responses_create_params": {"input": [], "temperature": %s}, "response": {"output": []}, "target": 1}'
+           % constant)
+    reply = httpx.post(counter_env.url + "/verify", content=raw, headers={"content-type": "application/json"})
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["field"] == "body.responses_create_params.temperature"
+    assert reply.json()["message"].startswith("body.responses_create_params.temperature: NaN and Infinity")
+    bad_type = httpx.post(counter_env.url + "/verify", content='{"target": "NaN"}',
+                          headers={"content-type": "application/json"})
+    assert bad_type.status_code == 422  # the string "NaN" is no constant: ordinary validation answers
+
+
+@pytest.mark.parametrize("path", ["/seed_session", "/close_session", "/verify", "/increment"])
+def test_deeply_nested_json_is_a_json_400(counter_env, path):
+    raw = '{"resources_session_id": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    reply = httpx.post(counter_env.url + path, content=raw, headers={"content-type": "application/json"})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["message"] == "the body is not JSON this server can parse (malformed, or nested too deeply)"
+    assert reply.json()["route"] == f"POST {path}"
