@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gymlab import (
     SESSION_ID_KEY,
@@ -47,7 +46,7 @@ class CounterVerifyResponse(BaseVerifyResponse):
 
 
 class CounterServer(SimpleResourcesServer):
-    session_state: dict[str, Any] = Field(default_factory=dict)
+    """Per-session counters live in ``self.session_state`` (the base's per-episode state dict)."""
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()

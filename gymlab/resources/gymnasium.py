@@ -13,7 +13,7 @@ from abc import abstractmethod
 from typing import Any
 
 from fastapi import FastAPI, Request
-from pydantic import Field, PrivateAttr
+from pydantic import PrivateAttr
 
 from gymlab.protocol import SESSION_ID_KEY, NeMoGymResponse
 from gymlab.protocol.failure_kinds import validate_failure_kind
@@ -39,8 +39,6 @@ class GymnasiumServer(BaseServer):
     ...     async def step(self, action, metadata, session_id=None):
     ...         return None, 1.0, True, False, {}
     """
-
-    session_state: dict[str, Any] = Field(default_factory=dict)
 
     _episodes: EpisodeSessions | None = PrivateAttr(default=None)
 
