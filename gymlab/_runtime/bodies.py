@@ -16,6 +16,41 @@ from starlette.responses import JSONResponse
 from gymlab.errors import error_body
 
 
+#: Where the guard leaves the whole request body for inner middlewares.
+BODY_KEY = "gymlab.body"
+
+
+def replaying(body: bytes, receive, after: dict | None = None):
+    """A ``receive`` that gives ``body`` whole once, then ``after`` (if any), then the real messages."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}, *([after] if after else [])]
+
+    async def replay():
+        return pending.pop(0) if pending else await receive()
+
+    return replay
+
+
+async def request_body(scope, receive) -> tuple[bytes, object]:
+    """The whole request body and the ``receive`` the app should use next.
+
+    Behind the guard the body is already in the scope and ``receive`` is returned untouched;
+    otherwise (an app built without the guard) it is read here and replayed.
+    """
+    if BODY_KEY in scope:
+        return scope[BODY_KEY], receive
+    chunks, after = [], None
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            after = message  # a disconnect: handed on after the body
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    return body, replaying(body, receive, after)
+
+
 class BodyGuardMiddleware:
     """Outermost ASGI middleware: 413 past ``max_bytes``, 422 for non-finite JSON numbers."""
 
@@ -46,16 +81,8 @@ class BodyGuardMiddleware:
             field = _non_finite_field(body)
             if field is not None:
                 return await self._non_finite(scope, field)(scope, receive, send)
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        scope[BODY_KEY] = body  # inner middlewares read it here instead of reading it again
+        await self.app(scope, replaying(body, receive), send)
 
     def _too_large(self, scope, declared: int | None) -> JSONResponse:
         route = f"{scope['method']} {scope['path']}"
@@ -64,8 +91,10 @@ class BodyGuardMiddleware:
         hint = "send a smaller body, or raise the server's max_body_bytes config"
         body = error_body(self.server_name, route, message, error="RequestBodyTooLarge", hint=hint,
                           limit=self.max_bytes)
-        # Connection: close, so the server stops reading the rest of the body.
-        return JSONResponse(status_code=413, content=body, headers={"connection": "close"})
+        # No "Connection: close": closing with unread request bytes makes the kernel reset the
+        # connection, which drops this answer before the client reads it. Kept open, the server
+        # discards the rest of the body unparsed and unheld, and the client sees the 413 at once.
+        return JSONResponse(status_code=413, content=body)
 
     def _non_finite(self, scope, field: str) -> JSONResponse:
         route = f"{scope['method']} {scope['path']}"

@@ -40,6 +40,7 @@ import time
 from base64 import b64decode
 from typing import Any
 
+from gymlab._runtime.bodies import request_body
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
@@ -178,8 +179,7 @@ class SessionOwnershipMiddleware:
             await self._start()
         sid, body = self._cookie_sid(scope), None
         if kind not in (USE, STEP):
-            body = await _read_body(receive)
-            receive = _replay(body, receive)
+            body, receive = await request_body(scope, receive)
             if kind != VERIFY:
                 body_sid = _body_sid(body)
                 if sid and body_sid and sid != body_sid:
@@ -196,7 +196,7 @@ class SessionOwnershipMiddleware:
         if not worker_alive(row[0]):
             return await self._gone(scope, send, sid, row, now)
         if body is None:
-            body = await _read_body(receive)
+            body, receive = await request_body(scope, receive)
         try:
             status, headers, answer = await self._forward(row, scope, body, kind, sid)
         except (OSError, asyncio.IncompleteReadError):
@@ -428,31 +428,6 @@ def _uses_session(route) -> bool:
             return True
         stack.extend(d.dependencies)
     return False
-
-
-async def _read_body(receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive):
-    sent = False
-
-    async def replay():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def _body_sid(body: bytes) -> str | None:

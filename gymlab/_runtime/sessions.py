@@ -17,6 +17,7 @@ import uuid
 from starlette.responses import JSONResponse
 
 from gymlab.errors import error_body
+from gymlab._runtime.bodies import request_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 
@@ -38,33 +39,6 @@ def body_session_id(body: bytes) -> str | None:
     return sid if isinstance(sid, str) and 0 < len(sid) <= MAX_SESSION_ID_LENGTH else None
 
 
-async def read_body(receive) -> tuple[bytes, object]:
-    """The whole request body, and a ``receive`` that replays it to the app."""
-    chunks, more = [], True
-    first_other = None
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            first_other = message  # a disconnect: hand it on after the body
-            break
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    body = b"".join(chunks)
-    replayed = False
-
-    async def replay():
-        nonlocal replayed, first_other
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        if first_other is not None:
-            message, first_other = first_other, None
-            return message
-        return await receive()
-
-    return body, replay
-
-
 class SessionIdMiddleware:
     def __init__(self, app, server_name: str = ""):
         self.app, self.server_name = app, server_name
@@ -74,7 +48,7 @@ class SessionIdMiddleware:
         if session is None or scope["path"] in SESSIONLESS_ROUTES:
             return await self.app(scope, receive, send)
         if scope["path"] in EPISODE_ROUTES and scope["method"] == "POST":
-            body, receive = await read_body(receive)
+            body, receive = await request_body(scope, receive)
             named = body_session_id(body)
             current = session.get(SESSION_ID_KEY)
             if named is not None and current is not None and current != named:
