@@ -25,6 +25,8 @@ CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+#: every wait in this test, Playwright's expect included (its own default is 5 s): on a loaded CI machine
+#: the kernel, JupyterLab and Chromium share two cores, and a widget update can take that long to show
 WAIT_MS = 60_000
 
 playwright_sync = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[browser]'")
@@ -100,6 +102,7 @@ def test_viewer_and_stepper_render_and_respond(jupyterlab):
     base, token = jupyterlab
     SCREENSHOTS.mkdir(exist_ok=True)
     (SCREENSHOTS / "failure.png").unlink(missing_ok=True)
+    playwright_sync.expect.set_options(timeout=WAIT_MS)
     with playwright_sync.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -132,7 +135,7 @@ def test_viewer_and_stepper_render_and_respond(jupyterlab):
             playwright_sync.expect(status).to_contain_text("step 4 of 4")
             playwright_sync.expect(status).to_contain_text("reward 1")
             playwright_sync.expect(viewer.locator(".gl-conversation")).to_contain_text("The counter reads 3.")
-            assert viewer.locator(".gl-next button, button.gl-next").first.is_disabled()
+            playwright_sync.expect(viewer.locator(".gl-next button, button.gl-next").first).to_be_disabled()
             viewer.screenshot(path=str(SCREENSHOTS / "viewer_step4.png"))
 
             stepper = page.locator(".gl-stepper").first
