@@ -182,7 +182,7 @@ class Graded(SimpleResourcesServer):
 
 
 async def policy(request):
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # slow on purpose, so the collection is still running when it is killed
     return "done"
 """
 

@@ -97,7 +97,7 @@ def test_missing_gymnasium_names_the_extra(tmp_path):
     blocker.write_text("raise ImportError('blocked for this test')\n")
     code = "import gymlab.gym_interop"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(tmp_path), "PATH": ""}, timeout=60)
+                          env={"PYTHONPATH": str(tmp_path), "PATH": ""}, timeout=180)
     assert proc.returncode != 0 and "pip install gymlab[gymnasium]" in proc.stderr
 
 
@@ -106,5 +106,5 @@ def test_import_gymlab_does_not_import_gymnasium():
     import sys
 
     code = "import sys, gymlab; gymlab.GymnasiumServer; gymlab.GymnasiumAgent; gymlab.failure_kinds; print('gymnasium' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.stdout.strip() == "False", out.stderr

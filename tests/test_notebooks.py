@@ -13,7 +13,8 @@ def run_notebook(name: str) -> tuple[dict, list[dict]]:
     book = nbformat.read(NOTEBOOKS / name, as_version=4)
     assert all(not c.get("outputs") and c.get("execution_count") is None
                for c in book.cells if c.cell_type == "code"), f"{name} is committed with outputs"
-    NotebookClient(book, timeout=120, kernel_name="python3",
+    # deadlines for a loaded CI machine: per cell, and for the kernel to start
+    NotebookClient(book, timeout=600, startup_timeout=180, kernel_name="python3",
                    resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
     found = [o["data"]["application/json"] for o in outputs

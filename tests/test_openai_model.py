@@ -201,8 +201,9 @@ def test_a_refused_request_passes_through_with_the_upstream_message(lab, key, ca
 
 def test_timeout_is_retried_then_succeeds(lab, key, calculator):
     upstream = _upstream(lab, calculator.policy, key)
-    upstream.server.inject(delay_s=10.0, delay_times=1)
-    status, body = _ask(_proxy(lab, upstream, timeout_s=0.3, max_retries=1), CALC_BODY)
+    upstream.server.inject(delay_s=60.0, delay_times=1)  # the delay ends when the proxy gives up
+    # the retry must answer within timeout_s too: 5 s, not a fraction of one, for a loaded machine
+    status, body = _ask(_proxy(lab, upstream, timeout_s=5.0, max_retries=1), CALC_BODY)
     assert status == 200 and body["output"][0]["type"] == "function_call"
     assert len(upstream.server.requests) == 2
 

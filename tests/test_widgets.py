@@ -39,6 +39,40 @@ def test_viewer_steps_through_a_rollout(counter_run):
     assert viewer.sparkline.value.count("<circle") == 1
 
 
+def test_viewer_never_sends_the_browser_a_slider_value_outside_its_range(counter_run):
+    """The browser's slider handles an update's keys in order and clamps a value outside the range it
+    has so far, sending the clamped value back: the viewer then fell back a step (seen in JupyterLab
+    under load). Replay what the viewer sends on a model of that slider while episodes grow and shrink."""
+    record = counter_run[3][0]
+    viewer = EpisodeViewer()
+    sent = []
+
+    class Comm:  # what the slider sends to the front end
+        kernel, comm_id = "a kernel", "a comm"
+
+        def on_msg(self, callback):
+            pass
+
+        def send(self, data, buffers=None):
+            sent.append(data["state"])
+
+    viewer.slider.comm = Comm()
+    browser = {"min": viewer.slider.min, "max": viewer.slider.max, "value": viewer.slider.value}
+    for k in (1, 2, 3, 4, 2, 0, 4):
+        viewer.load(record.model_copy(update={"steps": record.steps[:k]}))
+        for state in sent:
+            model = {**browser, **state}  # the model takes every key, then each change event runs in order
+            for key in state:
+                if key in ("min", "max"):
+                    browser[key] = state[key]
+                if key in ("min", "max", "value"):
+                    assert browser["min"] <= model["value"] <= browser["max"], (k, state, browser)
+            browser.update(model)
+        sent.clear()
+        assert browser["value"] == viewer.step and f"step {viewer.step} of {len(viewer.steps)}" in viewer.status.value
+    viewer.slider.comm = None
+
+
 def test_sparkline_marks_the_current_step():
     svg = sparkline_svg([0.0, 0.5, 1.0], current=2)
     assert svg.startswith("<svg") and "points='4.0,28.0 80.0,16.0 156.0,4.0'" in svg

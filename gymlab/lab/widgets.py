@@ -157,13 +157,18 @@ class EpisodeViewer(w.VBox):
         self.steps = episode_steps(self.record) if (self.record.steps or self.record.response.output) else []
         n = len(self.steps)
         target = n if step is None else max(1, min(step, n))
-        # one message to the browser: a value sent before its new max would be clamped there and echoed back
-        with self.slider.hold_sync():
-            if n > self.slider.max:
-                self.slider.max = n
-            self.slider.min = 1 if n else 0
-            self.slider.value = target
+        # The browser's slider applies an update's keys one by one, "value" before "max", and clamps a
+        # value outside its current range, sending the clamped value back (continuous_update): one
+        # message {value: 3, max: 3} became value 2 in the kernel, and the viewer fell back a step.
+        # So widen the range in messages of its own first, then move the value, then narrow the range.
+        low = 1 if n else 0
+        if n > self.slider.max:
             self.slider.max = n
+        if low < self.slider.min:
+            self.slider.min = low
+        self.slider.value = target
+        self.slider.min = low
+        self.slider.max = n
         self.slider.disabled = n <= 1
         self._render()
         return self
