@@ -280,7 +280,9 @@ def test_rollout_whose_worker_dies_mid_episode_comes_back_masked(lab, counter, t
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         model = lab.serve_model(policy)
         agent = lab.serve_agent("simple_agent", resources=url, model=model, max_steps=6)
-        rollout = agent.run(example_rows("counter")[0])
+        row = example_rows("counter")[0]
+        row["responses_create_params"]["tools"].append({"type": "function", "name": "whoami", "parameters": {}})
+        rollout = agent.run(row)  # whoami is declared: the agent dispatches only declared tools
         after = lab.serve_agent("simple_agent", name="after", resources=url,
                                 model=lab.serve_model(counter.policy, name="counter_policy"))
         others = [after.run(r) for r in example_rows("counter")]
