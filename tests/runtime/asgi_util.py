@@ -60,9 +60,4 @@ async def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> 
         await asyncio.sleep(0.05)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """``wait_for`` for synchronous tests (the servers run in their own threads)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
-        time.sleep(0.05)
+from gymlab.testing.workers import wait_until  # noqa: E402,F401  (re-exported for these tests)

@@ -77,14 +77,14 @@ def test_reaper_runs_over_loopback_and_health_counts(lab):
 
 def test_a_used_session_is_not_reaped_and_a_verified_one_is_not_held(lab):
     counter = load_environment("counter")
-    env = lab.serve(counter.CounterServer, session_ttl_seconds=1.0)
+    env = lab.serve(counter.CounterServer, session_ttl_seconds=2.0)  # a TTL no busy machine stalls through
     with httpx.Client(base_url=env.url) as busy, httpx.Client(base_url=env.url) as done:
         busy.post("/seed_session", json={"initial_count": 0})
         done.post("/seed_session", json={"initial_count": 0})
         body = {"responses_create_params": {"input": []}, "response": {"output": []}, "target": 0}
         assert done.post("/verify", json=body).json()["reward"] == 1.0
         assert busy.get("/health").json()["sessions"]["held"] == 1  # the verify released the other
-        deadline = time.monotonic() + 3.0  # three TTLs of use, a request every ~0.1 s
+        deadline = time.monotonic() + 4.0  # two TTLs of use, a request every ~0.1 s
         while time.monotonic() < deadline:
             assert busy.post("/increment", json={"by": 1}).status_code == 200
             time.sleep(0.1)
