@@ -71,13 +71,13 @@ _NAMES: dict[str, str] = {
     # submodules
     "failure_kinds": "gymlab.failure_kinds",
     # export and reverification
-    "Dataset": "gymlab.export",
+    "Dataset": "gymlab.collection.dataset",
     "export_rl": "gymlab.export",
     "export_rollouts": "gymlab.export",
     "export_sft": "gymlab.export",
-    "load": "gymlab.export",
-    "read_jsonl": "gymlab.export",
-    "reverify": "gymlab.reverification",
+    "load": "gymlab.lab.runs",
+    "read_jsonl": "gymlab.collection.dataset",
+    "reverify": "gymlab.lab.reverify",
     # notebook widgets
     "EpisodeViewer": "gymlab.lab.widgets",
     "LivePanel": "gymlab.lab.widgets",
@@ -85,9 +85,9 @@ _NAMES: dict[str, str] = {
     # examples
     "load_environment": "gymlab.examples",
     # configs and collection
-    "load_config": "gymlab.config",
-    "collect": "gymlab.rollouts",
-    "acollect": "gymlab.rollouts",
+    "load_config": "gymlab.collection.config",
+    "collect": "gymlab.collection.runner",
+    "acollect": "gymlab.collection.runner",
     # entrypoints
     "is_gymlab_fastapi_entrypoint": "gymlab.utils",
 }

@@ -18,7 +18,8 @@ import pytest
 from gymlab import AggregateMetrics, AggregateMetricsRequest, BaseVerifyRequest, BaseVerifyResponse
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.examples import example_rows, load_environment
-from gymlab.rollouts import acollect, collect, output_paths
+from gymlab.collection import acollect, collect
+from gymlab.collection.files import output_paths
 from gymlab.resources.simple import aggregate_metrics
 
 ROOT = Path(__file__).resolve().parent.parent

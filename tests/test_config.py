@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gymlab.config import load_config
+from gymlab.collection.config import load_config
 from gymlab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

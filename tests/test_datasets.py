@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gymlab.config import load_config
-from gymlab.datasets import collate_taskset, config_rows, read_jsonl
+from gymlab.collection.config import load_config
+from gymlab.collection.datasets import collate_taskset, config_rows, read_rows
 from gymlab.errors import ConfigError, DatasetError
-from gymlab.rollouts import expand
+from gymlab.collection.expand import expand
 
 PARAMS = {"input": [{"role": "user", "content": "What is 4 squared?"}]}
 
@@ -27,34 +27,34 @@ def test_blank_lines_are_the_only_lines_skipped(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps({"responses_create_params": PARAMS}) + "\n\n   \n"
                     + json.dumps({"responses_create_params": {"input": "hi"}, "x": 1}) + "\n")
-    assert [r.get("x") for r in read_jsonl(path)] == [None, 1]
+    assert [r.get("x") for r in read_rows(path)] == [None, 1]
 
 
 def test_bad_json_names_the_line(tmp_path):
     path = jsonl(tmp_path / "rows.jsonl", [{"responses_create_params": PARAMS}], raw="\n{not json\n")
     with pytest.raises(DatasetError, match=r"rows\.jsonl:3: not valid JSON") as err:
-        read_jsonl(path)
+        read_rows(path)
     assert err.value.line == 3
 
 
 def test_a_row_must_be_an_object(tmp_path):
     with pytest.raises(DatasetError, match=r"rows\.jsonl:1: a row is a JSON object, not list"):
-        read_jsonl(jsonl(tmp_path / "rows.jsonl", [[1, 2]]))
+        read_rows(jsonl(tmp_path / "rows.jsonl", [[1, 2]]))
 
 
 def test_a_flat_row_needs_responses_create_params(tmp_path):
     with pytest.raises(DatasetError, match=r"rows\.jsonl:2: missing 'responses_create_params'.*keys present: question"):
-        read_jsonl(jsonl(tmp_path / "rows.jsonl", [{"responses_create_params": PARAMS}, {"question": "?"}]))
+        read_rows(jsonl(tmp_path / "rows.jsonl", [{"responses_create_params": PARAMS}, {"question": "?"}]))
 
 
 def test_an_unknown_request_key_is_named_with_its_line(tmp_path):
     rows = [{"responses_create_params": PARAMS}, {"responses_create_params": {**PARAMS, "temprature": 0.2}}]
     with pytest.raises(DatasetError, match=r"rows\.jsonl:2: invalid responses_create_params: unknown key 'temprature'"):
-        read_jsonl(jsonl(tmp_path / "rows.jsonl", rows))
+        read_rows(jsonl(tmp_path / "rows.jsonl", rows))
 
 
 def test_taskset_rows_need_not_carry_a_request(tmp_path):
-    assert read_jsonl(jsonl(tmp_path / "rows.jsonl", [{"question": "?"}]), flat=False) == [{"question": "?"}]
+    assert read_rows(jsonl(tmp_path / "rows.jsonl", [{"question": "?"}]), flat=False) == [{"question": "?"}]
 
 
 # -- collation: the qualified ID ----------------------------------------------------------------
@@ -125,7 +125,7 @@ def test_task_owned_fields_stay_flat_and_collector_fields_stay_outside():
 def test_collation_never_changes_the_source_file(tmp_path):
     path = jsonl(tmp_path / "data" / "rows.jsonl", [{"q": "a"}, {"q": "b", "task_id": "x"}])
     before = path.read_bytes()
-    rows = read_jsonl(path, flat=False)
+    rows = read_rows(path, flat=False)
     collate_taskset(rows, "ts")
     assert path.read_bytes() == before
     assert rows == [{"q": "a"}, {"q": "b", "task_id": "x"}]  # the rows read are not mutated either

@@ -393,6 +393,6 @@ def test_spec_stateful_env(lab):
 
 
 def test_gymnasium_agent_is_registered():
-    from gymlab.agents.registry import agent_class
+    from gymlab.registry import agent_class
 
     assert agent_class("gymnasium_agent") is gymlab.GymnasiumAgent

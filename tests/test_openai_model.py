@@ -390,7 +390,7 @@ def test_a_200_that_is_not_a_response_is_an_error_not_an_empty_turn(lab, answer)
 
 
 def test_openai_model_from_yaml(lab, key, calculator, tmp_path):
-    from gymlab.config import load_config
+    from gymlab.collection.config import load_config
 
     upstream = _upstream(lab, calculator.policy, key)
     path = tmp_path / "models.yaml"

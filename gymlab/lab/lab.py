@@ -133,7 +133,7 @@ class Lab:
     def serve_agent(self, agent: str | type[BaseServer] = "simple_agent", *, resources: Any = None,
                     model: Any = None, name: str | None = None, **config: Any) -> AgentHandle:
         """Start an agent server bound to ``resources`` and ``model`` (handles or URLs)."""
-        from gymlab.agents.registry import agent_class
+        from gymlab.registry import agent_class
 
         cls = agent_class(agent) if isinstance(agent, str) else agent
         if resources is not None:

@@ -1,7 +1,7 @@
-"""One server of a config, in the foreground: ``python -m gymlab.serve_one`` (``gymlab serve`` runs it).
+"""One server of a config, in the foreground: ``python -m gymlab.cli.serve_one`` (``gymlab serve`` runs it).
 
 The server's config (refs already URLs) comes as JSON in ``gymlab.server.CONFIG_ENV``; what to
-import comes in ``TARGET_ENV`` (an entrypoint path or a ``module:Class``, see ``gymlab.config``).
+import comes in ``TARGET_ENV`` (an entrypoint path or a ``module:Class``, see ``gymlab.collection.imports``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ WHERE_ENV = "GYMLAB_SERVER_WHERE"
 
 
 def main() -> int:
-    from gymlab.config import build_server
+    from gymlab.collection.imports import build_server
     from gymlab.errors import GymlabError
     from gymlab.server import CONFIG_ENV
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any, Iterable
 
 from gymlab.errors import ConfigError, DatasetError
+from gymlab.jsonl import iter_jsonl
 
 #: Where collation looks for a task's own ID, in this order.
 ID_FIELDS = ("task_id", "problem_id", "instance_id")
@@ -29,33 +29,19 @@ ID_FIELDS = ("task_id", "problem_id", "instance_id")
 COLLECTOR_FIELDS = frozenset({"_ng_task_index", "_ng_rollout_index", "rollout_id", "attempt", "episode_id"})
 
 
-def read_jsonl(path: str | os.PathLike, *, flat: bool | str = True) -> list[dict[str, Any]]:
-    """The rows of a JSONL file. Blank lines are skipped (and only they are).
+def read_rows(path: str | os.PathLike, *, flat: bool | str = True) -> list[dict[str, Any]]:
+    """The rows of a dataset JSONL file. Blank lines are skipped (and only they are).
 
     With ``flat=True`` each row must carry a valid ``responses_create_params`` (checked with
     ``ResponseCreateParams``); taskset rows (``flat=False``) only need to be JSON objects, since
     each environment server validates its own input. ``flat="auto"`` checks the rows that are not
     already collated (without ``task_input``).
     """
-    path = Path(path)
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
     rows = []
-    with f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise DatasetError(str(path), number, f"not valid JSON: {exc}") from None
-            if not isinstance(row, dict):
-                raise DatasetError(str(path), number, f"a row is a JSON object, not {type(row).__name__}")
-            if flat is True or (flat == "auto" and "task_input" not in row):
-                check_flat_row(row, str(path), number)
-            rows.append(row)
+    for number, row in iter_jsonl(path, what="row"):
+        if flat is True or (flat == "auto" and "task_input" not in row):
+            check_flat_row(row, str(path), number)
+        rows.append(row)
     return rows
 
 
@@ -129,7 +115,7 @@ def apply_run_overrides(row: dict[str, Any], responses_create_params: dict | Non
     """
     if not responses_create_params and not add_seed:
         return row
-    from gymlab.config import deep_merge
+    from gymlab.collection.config import deep_merge
 
     params = deep_merge(row.get("responses_create_params") or {}, responses_create_params or {})
     if add_seed:
@@ -162,7 +148,7 @@ def config_rows(config, *, dataset: str | None = None, split: str | None = None,
     for d in config.datasets:  # every dataset of a chosen type counts toward positional IDs
         if d.type not in types:
             continue
-        rows = read_jsonl(d.jsonl_fpath, flat=d.taskset is None and d in chosen)
+        rows = read_rows(d.jsonl_fpath, flat=d.taskset is None and d in chosen)
         start = offsets.get(d.type, 0)
         offsets[d.type] = start + len(rows)
         if d not in chosen:

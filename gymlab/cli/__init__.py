@@ -11,10 +11,10 @@ import sys
 
 #: subcommand -> (module, help). Each module has ``add_arguments(parser)`` and ``main(args) -> int``.
 COMMANDS = {
-    "serve": ("gymlab.serve_cmd", "run every server of a YAML config, each in its own process"),
-    "collect": ("gymlab.collect_cmd", "collect rollouts of a dataset into resumable JSONL files"),
-    "list": ("gymlab.list_cmd", "list the environments, agents, datasets and tasksets of a config"),
-    "demo": ("gymlab.demo", "run the example environments with rule-based policies"),
+    "serve": ("gymlab.cli.serve", "run every server of a YAML config, each in its own process"),
+    "collect": ("gymlab.cli.collect", "collect rollouts of a dataset into resumable JSONL files"),
+    "list": ("gymlab.cli.list", "list the environments, agents, datasets and tasksets of a config"),
+    "demo": ("gymlab.cli.demo", "run the example environments with rule-based policies"),
     "bench": ("gymlab.bench", "measure episodes/s, latency and start-up"),
 }
 
@@ -38,6 +38,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gymlab {args.command}: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,37 +19,18 @@ the servers are launched (``ServerSpec.launch_config``). Every error names the f
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gymlab.collection.imports import build_server, load_server_class
 from gymlab.errors import ConfigError
+from gymlab.registry import BUILTINS
 
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
 
 #: Top-level keys that are not server instances.
 TOP_LEVEL_KEYS = frozenset({"environment_server_routes", "environment_routing_mode"})
-
-#: Built-in implementations by (server type, name): "module" (the one server class it defines) or
-#: "module:Class". Imported only when a server is built, so a config naming one still loads without it.
-BUILTINS: dict[str, dict[str, str]] = {
-    "responses_api_agents": {
-        "simple_agent": "gymlab.agents.simple_agent:SimpleAgent",
-        "gymnasium_agent": "gymlab.agents.gymnasium_agent:GymnasiumAgent",
-    },
-    "responses_api_models": {
-        "policy_model": "gymlab.models.policy:PolicyModel",
-        "openai_model": "gymlab.models.openai",
-    },
-    "environment_servers": {
-        "single_agent_turn": "gymlab.envservers.single_agent_turn",
-    },
-    "resources_servers": {},
-}
 
 #: Keys of an implementation block that are for gymlab itself, not fields of the server class.
 LAUNCH_KEYS = frozenset({"entrypoint", "server_class", "domain", "datasets", "description"})
@@ -406,87 +387,3 @@ def _check_refs(config: Config, sources: dict[str, Path]) -> None:
                 f"which does not bind {ds.owner} (it binds {', '.join(sorted(bound)) or 'nothing'}); declare "
                 "the dataset on a server the environment server refers to"
             )
-
-
-# -- importing server classes and policies ------------------------------------------------------
-
-def load_object(target: str, *, where: str = "") -> Any:
-    """``module:attr`` or ``/path/to/file.py:attr`` (without ``:attr``, the module itself)."""
-    prefix = f"{where}: " if where else ""
-    module_part, _, attr = target.rpartition(":") if ":" in target else (target, "", "")
-    module = _import(module_part, prefix)
-    if not attr:
-        return module
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ConfigError(f"{prefix}{module_part} has no {attr!r}") from None
-
-
-def _import(module_part: str, prefix: str):
-    if module_part.endswith(".py") or "/" in module_part:
-        path = Path(module_part)
-        if not path.exists():
-            raise ConfigError(f"{prefix}entrypoint {path} does not exist (paths are relative to the config file)")
-        modname = "gymlab_entry_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
-        if modname in sys.modules:
-            return sys.modules[modname]
-        spec = importlib.util.spec_from_file_location(modname, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[modname] = module
-        sys.path.insert(0, str(path.parent))  # let an entrypoint import its sibling modules
-        try:
-            spec.loader.exec_module(module)
-        except Exception:
-            del sys.modules[modname]
-            raise
-        finally:
-            sys.path.remove(str(path.parent))
-        return module
-    try:
-        return importlib.import_module(module_part)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_part.startswith(exc.name):
-            raise ConfigError(f"{prefix}module {module_part!r} is not available in this installation "
-                              f"({exc}); check the implementation name or give an entrypoint") from None
-        raise
-
-
-def load_server_class(target: str, *, where: str = "") -> type:
-    """The server class of an import target: the named attribute, or the one ``BaseServer``
-    subclass the module itself defines."""
-    from gymlab.server import BaseServer
-
-    obj = load_object(target, where=where)
-    prefix = f"{where}: " if where else ""
-    if inspect.ismodule(obj):
-        found = [v for v in vars(obj).values()
-                 if inspect.isclass(v) and issubclass(v, BaseServer) and v.__module__ == obj.__name__
-                 and not inspect.isabstract(v)]
-        if len(found) != 1:
-            names = ", ".join(c.__name__ for c in found) or "none"
-            raise ConfigError(f"{prefix}{target} defines {len(found)} server classes ({names}); "
-                              "name one with 'server_class: <ClassName>'")
-        obj = found[0]
-    if not (inspect.isclass(obj) and issubclass(obj, BaseServer)):
-        raise ConfigError(f"{prefix}{target} is not a gymlab server class")
-    return obj
-
-
-def build_server(target: str, cfg: dict[str, Any], *, where: str = ""):
-    """A server instance of ``target`` (see ``load_server_class``) with config ``cfg``.
-
-    A ``policy`` given as an import string (``app.py:policy``, ``module:function``) is imported here.
-    """
-    from pydantic import ValidationError
-
-    cls = load_server_class(target, where=where)
-    cfg = dict(cfg)
-    if isinstance(cfg.get("policy"), str) and ":" in cfg["policy"]:
-        cfg["policy"] = load_object(cfg["policy"], where=f"{where}.policy")
-    try:
-        return cls(**cfg)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        raise ConfigError(f"{where or cls.__name__}.{loc}: {first.get('msg')}") from None

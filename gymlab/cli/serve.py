@@ -108,8 +108,8 @@ def _on_sigterm(signum, frame):
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab.config import load_config
-    from gymlab.serve_one import TARGET_ENV, WHERE_ENV
+    from gymlab.collection.config import load_config
+    from gymlab.cli.serve_one import TARGET_ENV, WHERE_ENV
     from gymlab.server import CONFIG_ENV
 
     config = load_config(*args.configs)
@@ -125,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         for p in planned:
             env = {**os.environ, CONFIG_ENV: json.dumps(p.config), TARGET_ENV: p.target, WHERE_ENV: p.where}
-            procs.append((p, subprocess.Popen([sys.executable, "-m", "gymlab.serve_one"], env=env)))
+            procs.append((p, subprocess.Popen([sys.executable, "-m", "gymlab.cli.serve_one"], env=env)))
         for p, proc in procs:
             deadline = time.monotonic() + args.startup_timeout
             while not _healthy(p.url):

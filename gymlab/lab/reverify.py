@@ -53,7 +53,7 @@ def rows_by_task(rows: Iterable[dict] | str | None) -> dict[Any, dict] | None:
     if rows is None:
         return None
     if isinstance(rows, str) or hasattr(rows, "__fspath__"):
-        from gymlab.rollout_files import iter_jsonl
+        from gymlab.jsonl import iter_jsonl
 
         rows = [row for _, row in iter_jsonl(rows)]
     return {row.get("_ng_task_index", n): row for n, row in enumerate(rows)}
@@ -171,7 +171,7 @@ def reverify(environment: Any, rollouts: Iterable[Rollout | dict] | str, *, rows
     from gymlab._sync import run_sync
 
     if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
-        from gymlab.export import read_rollouts
+        from gymlab.collection.dataset import read_rollouts
 
         rollouts = read_rollouts(rollouts)
     return run_sync(areverify(environment, rollouts, rows=rows, replay_tools=replay_tools,

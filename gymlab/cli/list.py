@@ -30,7 +30,7 @@ def describe(config) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab.config import load_config
+    from gymlab.collection.config import load_config
 
     info = describe(load_config(*args.configs))
     if args.json:

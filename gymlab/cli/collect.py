@@ -20,7 +20,7 @@ from typing import Any
 from gymlab.errors import ConfigError
 
 
-from gymlab.rollouts import DEFAULT_ROLLOUT_TIMEOUT_S  # noqa: E402
+from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S  # noqa: E402
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="*", metavar="CONFIG", help="YAML files whose servers to run")
@@ -58,7 +58,7 @@ def _overrides(text: str | None) -> dict | None:
 
 def config_route(config, urls: dict[str, str], agent: str | None):
     """row -> Target for a served config: taskset rows to their environment server, others to an agent."""
-    from gymlab.rollouts import Target
+    from gymlab.collection.runner import Target
 
     agents = config.agents
     if agent is not None and agent not in agents:
@@ -88,7 +88,7 @@ def config_route(config, urls: dict[str, str], agent: str | None):
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab.rollouts import collect
+    from gymlab.collection.runner import collect
 
     options = dict(repeats=args.repeats, concurrency=args.concurrency, max_retries=args.max_retries,
                    timeout_s=args.timeout, responses_create_params=_overrides(args.responses_create_params),
@@ -101,8 +101,8 @@ def main(args: argparse.Namespace) -> int:
                          resources_url=args.resources_url, **options)
         return _report(result)
 
-    from gymlab.config import load_config
-    from gymlab.datasets import config_rows
+    from gymlab.collection.config import load_config
+    from gymlab.collection.datasets import config_rows
 
     config = load_config(*args.configs)
     rows: Any = args.input or config_rows(config, dataset=args.dataset, split=args.split)
