@@ -7,13 +7,9 @@ import uuid
 import pytest
 
 from gymlab import GymnasiumServer, ServerError, SimpleResourcesServer
-from gymlab.lab.episode import (
-    EpisodeError,
-    ForkDivergedError,
-    GymnasiumEpisode,
-    SeedVerifyEpisode,
-    Step,
-)
+from gymlab.lab.episode import EpisodeError, ForkDivergedError
+from gymlab.lab.gymnasium_episode import GymnasiumEpisode, Step
+from gymlab.lab.seed_verify import SeedVerifyEpisode
 from gymlab.lab.runs import Rollouts
 from gymlab.protocol import BaseVerifyRequest, BaseVerifyResponse
 
@@ -264,3 +260,15 @@ def test_gymnasium_fork_refuses_a_diverging_reset(lab, rows):
         ep.fork()
     ep.close()
     assert env.server.session_state == {}
+
+
+def test_sync_forms_keep_the_async_signature_and_docstring(lab, calculator, rows):
+    import inspect
+
+    env = lab.serve(calculator.CalculatorServer)
+    with lab.episode(env, rows("calculator")[0]) as ep:
+        for name in ("seed", "call", "say", "model_turn", "run", "verify", "close", "fork"):
+            sync, coro = getattr(ep, name), getattr(ep, "a" + name)
+            assert inspect.signature(sync) == inspect.signature(coro), name
+            assert sync.__name__ == name and coro.__doc__.strip() in sync.__doc__
+            assert not inspect.iscoroutinefunction(sync)

@@ -13,6 +13,7 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from gymlab._runtime.ownership import install as install_ownership_routing
 from gymlab._runtime.sessions import SessionIdMiddleware
+from gymlab._runtime.workers import worker_context
 from gymlab.errors import ResourcesSessionError
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def build_app(server: "BaseServer") -> FastAPI:
         session_cookie=f"gymlab_{_cookie_safe(name)}",
         same_site="lax",
     )
-    install_ownership_routing(app, server)  # outermost; only in a worker of several
+    install_ownership_routing(app, server, worker_context())  # outermost; only in a worker of several
     return app
 
 

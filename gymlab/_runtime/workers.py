@@ -96,7 +96,7 @@ def _worker_config(server: "BaseServer") -> str:
 
 
 def _config_env() -> str:
-    from gymlab.server import CONFIG_ENV
+    from gymlab._runtime.env import CONFIG_ENV
 
     return CONFIG_ENV
 
