@@ -39,14 +39,13 @@ _NAMES: dict[str, str] = {
     "ResourcesSeedSessionResponse": "gymlab.protocol",
     "ResourcesCloseSessionRequest": "gymlab.protocol",
     "ResourcesCloseSessionResponse": "gymlab.protocol",
-    "ResourcesSessionLocks": "gymlab._runtime.locks",
-    "ResourcesSessionFences": "gymlab._runtime.fences",
     "lost_session_verification": "gymlab.resources.simple",
     # errors
     "GymlabError": "gymlab.errors",
     "ServerError": "gymlab.errors",
     "ServerStartError": "gymlab.errors",
     "ConfigError": "gymlab.errors",
+    "EpisodeFailed": "gymlab.errors",
     "DatasetError": "gymlab.errors",
     "ResourcesSessionError": "gymlab.errors",
     "ResourcesSeedRejectedError": "gymlab.errors",
@@ -68,7 +67,8 @@ _NAMES: dict[str, str] = {
     "Episode": "gymlab.lab.episode",
     "Rollouts": "gymlab.lab.runs",
     "ForkDivergedError": "gymlab.lab.episode",
-    # submodules
+    # failures
+    "Failure": "gymlab.failure_kinds",
     "failure_kinds": "gymlab.failure_kinds",
     # export and reverification
     "Dataset": "gymlab.collection.dataset",

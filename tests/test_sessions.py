@@ -14,11 +14,11 @@ from gymlab import (
     ResourcesSeedRejectedError,
     ResourcesSeedSessionRequest,
     ResourcesSeedSessionResponse,
-    ResourcesSessionFences,
-    ResourcesSessionLocks,
     SimpleResourcesServer,
     lost_session_verification,
 )
+from gymlab._runtime.fences import ResourcesSessionFences
+from gymlab._runtime.locks import ResourcesSessionLocks
 
 
 def seed_body(sid, rollout="r1", **task_data):
