@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
-
+from typing import Any
 
 from gymlab.errors import GymlabError
+from gymlab.jsonl import write_jsonl_atomic
 from gymlab.protocol import (
     FunctionCall,
     FunctionCallOutput,
@@ -28,7 +29,6 @@ from gymlab.protocol import (
     ResponseCreateParams,
     Rollout,
 )
-from gymlab.jsonl import write_jsonl_atomic
 
 #: The keys of a NeMo Gym rollout row, in the order it writes them.
 ROLLOUT_KEYS = ("responses_create_params", "response", "reward", "mask_sample", "failure_kind", "failure_reason",

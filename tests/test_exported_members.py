@@ -100,7 +100,7 @@ def test_every_exported_name_resolves():
 
 
 def test_import_is_light():
-    code = "import sys, gymlab; print(','.join(m for m in %r if m in sys.modules))" % HEAVY
+    code = f"import sys, gymlab; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"import gymlab loaded: {out}"
 

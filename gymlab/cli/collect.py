@@ -17,10 +17,9 @@ import json
 import sys
 from typing import Any
 
+from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S  # noqa: E402
 from gymlab.errors import ConfigError
 
-
-from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S  # noqa: E402
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="*", metavar="CONFIG", help="YAML files whose servers to run")

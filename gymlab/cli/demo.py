@@ -10,7 +10,6 @@ import argparse
 import time
 from pathlib import Path
 
-
 #: example -> (server class attribute, agent kind)
 DEMOS = {
     "calculator": ("CalculatorServer", "simple_agent"),

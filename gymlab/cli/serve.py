@@ -108,8 +108,8 @@ def _on_sigterm(signum, frame):
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab.collection.config import load_config
     from gymlab.cli.serve_one import TARGET_ENV, WHERE_ENV
+    from gymlab.collection.config import load_config
     from gymlab.server import CONFIG_ENV
 
     config = load_config(*args.configs)

@@ -198,7 +198,7 @@ class Dataset:
         return {**row, "responses_create_params": params.model_dump(mode="json", exclude_unset=True)}
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Dataset":
+    def load(cls, path: str | os.PathLike) -> Dataset:
         """Read a task-rows JSONL file (line-numbered errors)."""
         return cls(read_jsonl(path, "task"), name=str(path))
 

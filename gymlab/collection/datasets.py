@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import iter_jsonl

@@ -23,9 +23,10 @@ import json
 import os
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from gymlab.collection.expand import check_rows, expand
 from gymlab.collection.files import Key, key_of, output_paths, sort_key
@@ -99,7 +100,7 @@ async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, bac
                 if k in job and k not in record:
                     record[k] = job[k]
             return record, None
-        except (ServerError, asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, ServerError, aiohttp.ClientError, OSError) as exc:
             failure = run_failure(exc, name)
             retry = getattr(exc, "status", 0) in RETRY_STATUSES or isinstance(exc, asyncio.TimeoutError)
             if not retry or attempt > max_retries:

@@ -18,7 +18,8 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.client import Cookies, ask_model_server, post_ok
@@ -96,7 +97,7 @@ class _synced:
 class _Session:
     """The server-side session of one episode and how to release it; the finalizer holds this, not the episode."""
 
-    def __init__(self, release: Callable[["_Session"], Awaitable[Any]], env: str):
+    def __init__(self, release: Callable[[_Session], Awaitable[Any]], env: str):
         self.cookies = Cookies()
         self.open = False
         self.release_coro = release
@@ -177,7 +178,7 @@ class Episode(abc.ABC):
 
     # -- plumbing shared by both protocols ---------------------------------------------------
 
-    def _spawn(self) -> "Episode":
+    def _spawn(self) -> Episode:
         return type(self)(self.env_url, self.row, env_name=self.env_name, model_url=self.model_url,
                           model_name=self.model_name, agent_name=self.agent_name, env_server=self.env_server,
                           max_steps=self.max_steps)
@@ -224,20 +225,20 @@ class Episode(abc.ABC):
 
     close = _synced()
 
-    def __enter__(self) -> "Episode":
+    def __enter__(self) -> Episode:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    async def __aenter__(self) -> "Episode":
+    async def __aenter__(self) -> Episode:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
     @_on_gymlab_loop
-    async def afork(self) -> "Episode":
+    async def afork(self) -> Episode:
         """A new session with this episode's actions replayed; it then continues independently.
 
         Raises ``ForkDivergedError`` (naming the step) when the replay gives other results.

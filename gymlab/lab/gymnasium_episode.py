@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from gymlab.client import error_message, post
 from gymlab.errors import ServerError
+from gymlab.lab.episode import Episode, EpisodeError, ForkDivergedError, _on_gymlab_loop, _Session, _synced
 from gymlab.loop import DEFAULT_MAX_STEPS, LoopState, with_user_message
 from gymlab.protocol import (
     NeMoGymResponse,
@@ -17,8 +18,6 @@ from gymlab.protocol import (
     function_call,
 )
 from gymlab.protocol import record as records
-
-from gymlab.lab.episode import Episode, EpisodeError, ForkDivergedError, _on_gymlab_loop, _Session, _synced
 
 
 class Step(NamedTuple):
@@ -177,7 +176,7 @@ class GymnasiumEpisode(Episode):
                                           last=self.last_step, duration_s=time.perf_counter() - self._started)
         return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
-    async def _replay(self, original: "GymnasiumEpisode") -> None:
+    async def _replay(self, original: GymnasiumEpisode) -> None:
         observation, _ = await self.areset()
         if observation != original.reset_observation:
             raise ForkDivergedError(self.env_name, 0, "the reset observation", original.reset_observation, observation)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gymlab._runtime.serve import ThreadedServer
 from gymlab._sync import on_background_loop, run_sync
@@ -17,7 +18,7 @@ from gymlab.server import BaseServer
 class ServerHandle:
     """A running server: ``.url``, ``.server`` (the instance), ``.stop()``; a context manager."""
 
-    def __init__(self, server: BaseServer, runner: ThreadedServer, lab: "Lab | None" = None):
+    def __init__(self, server: BaseServer, runner: ThreadedServer, lab: Lab | None = None):
         self.server, self._runner, self._lab = server, runner, lab
 
     @property
@@ -44,7 +45,7 @@ class ServerHandle:
         """POST JSON to this server from sync code; an error status raises ``ServerError``."""
         return run_sync(self.apost(path, body))
 
-    def __enter__(self) -> "ServerHandle":
+    def __enter__(self) -> ServerHandle:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -65,7 +66,7 @@ class AgentHandle(ServerHandle):
         return run_sync(self.arun(row))
 
 
-_labs: "weakref.WeakSet[Lab]" = weakref.WeakSet()
+_labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
 class Lab:
@@ -170,7 +171,7 @@ class Lab:
             handle._runner.stop()
         self._handles.clear()
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         return self
 
     def __exit__(self, *exc: Any) -> None:

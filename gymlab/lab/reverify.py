@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import ServerError

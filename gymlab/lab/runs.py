@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from gymlab.errors import ServerError
 from gymlab.failures import run_failure
@@ -25,7 +26,7 @@ class Rollouts(list):
         super().__init__(r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in records)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Rollouts":
+    def load(cls, path: str | os.PathLike) -> Rollouts:
         """Read a rollouts JSONL file; a bad line raises ``DatasetError`` naming the file and line."""
         from gymlab.collection.dataset import read_rollouts
 
@@ -68,7 +69,7 @@ class Rollouts(list):
         """Masked episodes by failure kind (an environment's own unlabelled mask counts as ``masked``)."""
         return failure_counts(self)
 
-    def __add__(self, other: Iterable[Rollout]) -> "Rollouts":
+    def __add__(self, other: Iterable[Rollout]) -> Rollouts:
         return Rollouts([*self, *other])
 
     def __getitem__(self, index):

@@ -7,6 +7,15 @@ from typing import Any
 
 from gymlab.client import error_message, post, post_ok
 from gymlab.errors import ServerError
+from gymlab.lab.episode import (
+    Episode,
+    EpisodeError,
+    ForkDivergedError,
+    _on_gymlab_loop,
+    _Session,
+    _synced,
+    parse_output,
+)
 from gymlab.loop import DEFAULT_MAX_STEPS, RESERVED_ROUTES, LoopState, model_turn, refusal, run_loop
 from gymlab.protocol import (
     Message,
@@ -17,8 +26,6 @@ from gymlab.protocol import (
     function_call,
 )
 from gymlab.protocol import record as records
-
-from gymlab.lab.episode import Episode, EpisodeError, ForkDivergedError, _on_gymlab_loop, _Session, _synced, parse_output
 
 
 class SeedVerifyEpisode(Episode):
@@ -171,9 +178,9 @@ class SeedVerifyEpisode(Episode):
                                   response=self.state.final_response())
         return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
-    async def _replay(self, original: "SeedVerifyEpisode") -> None:
+    async def _replay(self, original: SeedVerifyEpisode) -> None:
         await self.aseed()
-        for index, (kind, action) in enumerate(original._actions):
+        for kind, action in original._actions:
             if kind == "message":
                 self.state.added.append(action)
                 self._actions.append((kind, action))
