@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CALCULATOR_YAML = ROOT / "environments" / "calculator" / "configs" / "calculator.yaml"
 EXAMPLE_ROWS = ROOT / "environments" / "calculator" / "data" / "example.jsonl"
 

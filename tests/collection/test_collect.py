@@ -22,7 +22,7 @@ from gymlab.collection import acollect, collect
 from gymlab.collection.files import output_paths
 from gymlab.resources.simple import aggregate_metrics
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CalculatorServer = load_environment("calculator").CalculatorServer
 
 

@@ -16,7 +16,7 @@ from gymlab import FunctionCall, Message, Reasoning, ResponseCreateParams
 from gymlab.models.chat_convert import ConversionError, chat_messages, chat_request, response_from_chat
 from gymlab.models.openai import scrub
 
-DATA = Path(__file__).parent / "data" / "chat_completions"
+DATA = Path(__file__).resolve().parents[1] / "data" / "chat_completions"
 ANSWERS = sorted(p.stem for p in DATA.glob("*.json") if not p.stem.startswith("responses_request"))
 
 

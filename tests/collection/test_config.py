@@ -11,7 +11,7 @@ import pytest
 from gymlab.collection.config import load_config
 from gymlab.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CALCULATOR_YAML = ROOT / "environments" / "calculator" / "configs" / "calculator.yaml"
 
 SERVER = """
