@@ -21,6 +21,9 @@ browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 test: $(STAMP) browser-deps
+	# enabled after the format pass:
+	# $(BIN)/ruff check gymlab tests
+	# $(BIN)/ruff format --check gymlab tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

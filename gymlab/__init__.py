@@ -39,14 +39,13 @@ _NAMES: dict[str, str] = {
     "ResourcesSeedSessionResponse": "gymlab.protocol",
     "ResourcesCloseSessionRequest": "gymlab.protocol",
     "ResourcesCloseSessionResponse": "gymlab.protocol",
-    "ResourcesSessionLocks": "gymlab._runtime.locks",
-    "ResourcesSessionFences": "gymlab._runtime.fences",
     "lost_session_verification": "gymlab.resources.simple",
     # errors
     "GymlabError": "gymlab.errors",
     "ServerError": "gymlab.errors",
     "ServerStartError": "gymlab.errors",
     "ConfigError": "gymlab.errors",
+    "EpisodeFailed": "gymlab.errors",
     "DatasetError": "gymlab.errors",
     "ResourcesSessionError": "gymlab.errors",
     "ResourcesSeedRejectedError": "gymlab.errors",
@@ -68,16 +67,17 @@ _NAMES: dict[str, str] = {
     "Episode": "gymlab.lab.episode",
     "Rollouts": "gymlab.lab.runs",
     "ForkDivergedError": "gymlab.lab.episode",
-    # submodules
+    # failures
+    "Failure": "gymlab.failure_kinds",
     "failure_kinds": "gymlab.failure_kinds",
     # export and reverification
-    "Dataset": "gymlab.export",
+    "Dataset": "gymlab.collection.dataset",
     "export_rl": "gymlab.export",
     "export_rollouts": "gymlab.export",
     "export_sft": "gymlab.export",
-    "load": "gymlab.export",
-    "read_jsonl": "gymlab.export",
-    "reverify": "gymlab.reverification",
+    "load": "gymlab.lab.runs",
+    "read_jsonl": "gymlab.collection.dataset",
+    "reverify": "gymlab.lab.reverify",
     # notebook widgets
     "EpisodeViewer": "gymlab.lab.widgets",
     "LivePanel": "gymlab.lab.widgets",
@@ -85,9 +85,9 @@ _NAMES: dict[str, str] = {
     # examples
     "load_environment": "gymlab.examples",
     # configs and collection
-    "load_config": "gymlab.config",
-    "collect": "gymlab.rollouts",
-    "acollect": "gymlab.rollouts",
+    "load_config": "gymlab.collection.config",
+    "collect": "gymlab.collection.runner",
+    "acollect": "gymlab.collection.runner",
     # entrypoints
     "is_gymlab_fastapi_entrypoint": "gymlab.utils",
 }

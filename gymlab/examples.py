@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -21,15 +19,9 @@ def environment_dir(name: str) -> Path:
 
 def load_environment(name: str) -> ModuleType:
     """The module of ``environments/<name>/app.py`` (its server class, policy and rows)."""
-    modname = f"gymlab_env_{name}"
-    if modname in sys.modules:
-        return sys.modules[modname]
-    path = environment_dir(name) / "app.py"
-    spec = importlib.util.spec_from_file_location(modname, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = module
-    spec.loader.exec_module(module)
-    return module
+    from gymlab.utils import import_file
+
+    return import_file(environment_dir(name) / "app.py", f"gymlab_env_{name}")
 
 
 def example_rows(name: str, dataset: str = "example") -> list[dict]:

@@ -5,22 +5,21 @@
 * ``export_sft``: one OpenAI chat-format conversation per episode (``messages`` + ``tools``).
 * ``export_rl``: the prompt, the episode's completion and its reward.
 
-Every file is written atomically (``write_jsonl_atomic``) and every reader validates each line,
-raising ``DatasetError`` with the file and line number. Filters (``select``) are explicit arguments:
+Every file is written atomically (``gymlab.jsonl.write_jsonl_atomic``); ``gymlab.collection.dataset``
+reads each kind back, validated. Filters (``select``) are explicit arguments:
 nothing is dropped unless asked for. No pandas here.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from pydantic import ValidationError
-
-from gymlab.errors import DatasetError, GymlabError
+from gymlab.errors import GymlabError
+from gymlab.jsonl import write_jsonl_atomic
 from gymlab.protocol import (
     FunctionCall,
     FunctionCallOutput,
@@ -30,7 +29,6 @@ from gymlab.protocol import (
     ResponseCreateParams,
     Rollout,
 )
-from gymlab.rollout_files import iter_jsonl, write_jsonl_atomic
 
 #: The keys of a NeMo Gym rollout row, in the order it writes them.
 ROLLOUT_KEYS = ("responses_create_params", "response", "reward", "mask_sample", "failure_kind", "failure_reason",
@@ -50,11 +48,13 @@ class ExportError(GymlabError):
 def as_records(rollouts: Iterable[Rollout | dict] | str | os.PathLike) -> list[Rollout]:
     """Rollout records from records, dicts or a rollouts JSONL path."""
     if isinstance(rollouts, (str, os.PathLike)):
+        from gymlab.collection.dataset import read_rollouts
+
         return read_rollouts(rollouts)
     return [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
 
 
-def task_key(record: Rollout) -> Any:
+def group_key(record: Rollout) -> Any:
     """What identifies a record's task: ``_ng_task_index`` when present, else the request itself."""
     extra = record.__pydantic_extra__ or {}
     if extra.get("_ng_task_index") is not None:
@@ -77,7 +77,7 @@ def select(rollouts: Iterable[Rollout | dict], *, min_reward: float | None = Non
             raise ValueError(f"best_of_n must be at least 1, got {best_of_n}")
         groups: dict[Any, list[tuple[int, Rollout]]] = defaultdict(list)
         for i, r in keep:
-            groups[task_key(r)].append((i, r))
+            groups[group_key(r)].append((i, r))
         chosen = {i for group in groups.values()
                   for i, _ in sorted(group, key=lambda ir: (-ir[1].reward, ir[0]))[:best_of_n]}
         keep = [(i, r) for i, r in keep if i in chosen]
@@ -219,214 +219,3 @@ def export_rl(rollouts: Iterable[Rollout | dict], path: str | os.PathLike, *, mi
     """Write RL rows (prompt, completion, reward) atomically; masked episodes dropped unless asked otherwise."""
     return _export(rl_row, rollouts, path, {"min_reward": min_reward, "drop_masked": drop_masked,
                                             "best_of_n": best_of_n})
-
-
-# -- reading back, validated ------------------------------------------------------------------
-
-def _describe(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first.get("loc", ())) or "row"
-    if first.get("type") == "extra_forbidden":
-        return f"unknown key {loc!r}"
-    return f"{loc}: {first.get('msg')}"
-
-
-def _pydantic_cause(exc: ValidationError, what: str) -> str:
-    return f"not {what}: {_describe(exc)}"
-
-
-def check_chat_messages(messages: Any, key: str = "messages") -> None:
-    """Raise ``ValueError`` unless ``messages`` is a well-formed chat conversation."""
-    if not isinstance(messages, list):
-        raise ValueError(f"{key} must be a list of messages, got {type(messages).__name__}")
-    call_ids: set[str] = set()
-    for n, m in enumerate(messages):
-        at = f"{key}[{n}]"
-        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
-            raise ValueError(f"{at}: expected a message with role one of {sorted(CHAT_ROLES)}, got {m!r:.80}")
-        content = m.get("content")
-        if content is not None and not isinstance(content, str):
-            raise ValueError(f"{at}.content must be a string or null")
-        for c, call in enumerate(m.get("tool_calls") or []):
-            fn = call.get("function") if isinstance(call, dict) else None
-            if (m["role"] != "assistant" or not isinstance(fn, dict) or not isinstance(call.get("id"), str)
-                    or call.get("type") != "function" or not isinstance(fn.get("name"), str)
-                    or not isinstance(fn.get("arguments"), str)):
-                raise ValueError(f"{at}.tool_calls[{c}]: expected an assistant's "
-                                 '{"id", "type": "function", "function": {"name", "arguments": str}}')
-            call_ids.add(call["id"])
-        if m["role"] == "tool" and m.get("tool_call_id") not in call_ids:
-            raise ValueError(f"{at}: tool message answers tool_call_id {m.get('tool_call_id')!r}, "
-                             "which no earlier assistant message called")
-        if m["role"] == "assistant" and content is None and not m.get("tool_calls") and "reasoning_content" not in m:
-            raise ValueError(f"{at}: an assistant message needs content or tool_calls")
-
-
-def _check_tools(tools: Any) -> None:
-    if not isinstance(tools, list) or not all(
-            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
-            and isinstance(t["function"].get("name"), str) for t in tools):
-        raise ValueError('tools must be a list of {"type": "function", "function": {"name", ...}}')
-
-
-def validate_sft_row(row: dict) -> dict:
-    check_chat_messages(row.get("messages"))
-    _check_tools(row.get("tools", []))
-    return row
-
-
-def validate_rl_row(row: dict) -> dict:
-    check_chat_messages(row.get("prompt"), "prompt")
-    check_chat_messages(row.get("completion", []), "completion")
-    _check_tools(row.get("tools", []))
-    reward = row.get("reward")
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-        raise ValueError(f"reward must be a number, got {reward!r}")
-    return row
-
-
-def validate_task_row(row: dict) -> dict:
-    """A task row needs ``responses_create_params`` that ``ResponseCreateParams`` accepts."""
-    if "responses_create_params" not in row:
-        raise ValueError("a task row needs responses_create_params (the model request)")
-    try:
-        ResponseCreateParams.model_validate(row["responses_create_params"])
-    except ValidationError as exc:
-        raise ValueError(f"responses_create_params: {_describe(exc)}") from None
-    return row
-
-
-_VALIDATORS: dict[str, tuple[Callable[[dict], Any], str]] = {
-    "rollout": (Rollout.model_validate, "a rollout row"),
-    "sft": (validate_sft_row, "a chat-format SFT row"),
-    "rl": (validate_rl_row, "an RL row"),
-    "task": (validate_task_row, "a task row"),
-}
-
-
-def kind_of(row: dict) -> str:
-    """Which kind of row this is: rollout, sft, rl or task (from its keys)."""
-    if "messages" in row:
-        return "sft"
-    if "prompt" in row and "reward" in row:
-        return "rl"
-    if "response" in row:
-        return "rollout"
-    return "task"
-
-
-def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
-    """Read and validate every line: ``kind`` is rollout, sft, rl or task (None: from the first row).
-
-    Rollout rows come back as ``Rollout`` records, the others as dicts. A torn, invalid or
-    wrong-shaped line raises ``DatasetError`` with the file and line number.
-    """
-    if kind is not None and kind not in _VALIDATORS:
-        raise ValueError(f"kind must be one of {', '.join(_VALIDATORS)} or None, got {kind!r}")
-    out = []
-    for number, row in iter_jsonl(path):
-        kind = kind or kind_of(row)
-        validate, what = _VALIDATORS[kind]
-        try:
-            value = validate(row)
-        except ValidationError as exc:
-            raise DatasetError(str(path), number, _pydantic_cause(exc, what)) from None
-        except ValueError as exc:
-            raise DatasetError(str(path), number, f"not {what}: {exc}") from None
-        out.append(value)
-    return out
-
-
-def read_rollouts(path: str | os.PathLike) -> list[Rollout]:
-    return read_jsonl(path, "rollout")
-
-
-def load(path: str | os.PathLike, kind: str | None = None):
-    """Read a JSONL file written by gymlab or NeMo Gym; rollout files give ``Rollouts`` (with frames)."""
-    rows = read_jsonl(path, kind)
-    if rows and isinstance(rows[0], Rollout):
-        from gymlab.lab.runs import Rollouts
-
-        return Rollouts(rows)
-    return rows
-
-
-# -- task datasets ----------------------------------------------------------------------------
-
-def _plain(value: Any) -> Any:
-    """pandas/numpy values as JSON values (numpy scalars unwrapped, NaN/NaT/NA as None)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy arrays and scalars
-        return _plain(value.tolist())
-    if isinstance(value, float) and value != value:
-        return None
-    if type(value).__name__ in ("NAType", "NaTType"):
-        return None
-    return value
-
-
-class Dataset:
-    """Task rows (``responses_create_params`` + metadata), validated, ready to run or write.
-
-    Build from a list of dicts or a pandas DataFrame. With ``prompt="column"``, each row's request
-    is built from that column (plus ``system``, ``tools`` and any other request ``params``); the other
-    columns stay as row metadata (what the environment's seed/verify read).
-
-    >>> ds = Dataset(frame, prompt="question", tools=[square_tool])
-    >>> ds.write("data/train.jsonl")
-    """
-
-    def __init__(self, data: Any = (), *, prompt: str | None = None, system: str | None = None,
-                 tools: list[dict] | None = None, name: str = "dataset", **params: Any):
-        self.name = name
-        records = data.to_dict("records") if hasattr(data, "to_dict") and hasattr(data, "columns") else list(data)
-        self.rows: list[dict[str, Any]] = []
-        for n, raw in enumerate(records, 1):
-            row = _plain(dict(raw))
-            if prompt is not None:
-                text = row.pop(prompt, None)
-                if not isinstance(text, (str, list)):
-                    raise DatasetError(name, n, f"column {prompt!r} must hold the prompt text, got {text!r:.80}")
-                items = ([{"role": "system", "content": system}] if system else []) + (
-                    [{"role": "user", "content": text}] if isinstance(text, str) else text)
-                row["responses_create_params"] = {"input": items, **({"tools": tools} if tools else {}), **params}
-            self.rows.append(self._validated(row, n))
-
-    def _validated(self, row: dict, n: int) -> dict:
-        try:
-            validate_task_row(row)
-            json.dumps(row)
-        except (TypeError, ValueError) as exc:
-            raise DatasetError(self.name, n, f"not a task row: {exc}") from None
-        params = ResponseCreateParams.model_validate(row["responses_create_params"])
-        return {**row, "responses_create_params": params.model_dump(mode="json", exclude_unset=True)}
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "Dataset":
-        """Read a task-rows JSONL file (line-numbered errors)."""
-        return cls(read_jsonl(path, "task"), name=str(path))
-
-    def write(self, path: str | os.PathLike) -> Path:
-        """Write the rows atomically, one JSON object a line."""
-        return write_jsonl_atomic(path, self.rows)
-
-    def to_frame(self):
-        """The rows as a pandas DataFrame (one column per top-level key)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __iter__(self):
-        return iter(self.rows)
-
-    def __getitem__(self, index):
-        return self.rows[index]
-
-    def __repr__(self) -> str:
-        return f"<Dataset {self.name}: {len(self.rows)} rows>"

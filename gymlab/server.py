@@ -11,8 +11,7 @@ from typing import Any, ClassVar
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 
-#: ``gymlab serve`` passes each server process its config as JSON in this variable.
-CONFIG_ENV = "GYMLAB_SERVER_CONFIG"
+from gymlab._runtime.env import CONFIG_ENV  # re-exported: entrypoints and tests read it here
 
 
 def _snake(name: str) -> str:

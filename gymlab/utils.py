@@ -1,6 +1,36 @@
-"""Small helpers for server entrypoints."""
+"""Small helpers for server entrypoints: importing an entrypoint file, and knowing who imports it."""
 
 from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+
+def import_file(path: str | Path, modname: str, *, sibling_imports: bool = False) -> ModuleType:
+    """The module of the Python file ``path``, imported once as ``modname`` (``sys.modules`` caches it).
+
+    With ``sibling_imports`` the file's folder is on ``sys.path`` while it runs, so an entrypoint can
+    import the modules next to it. A file that raises is not left half-imported in ``sys.modules``.
+    """
+    if modname in sys.modules:
+        return sys.modules[modname]
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(modname, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    if sibling_imports:
+        sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[modname]
+        raise
+    finally:
+        if sibling_imports:
+            sys.path.remove(str(path.parent))
+    return module
 
 
 def is_gymlab_fastapi_entrypoint(file: str) -> bool:

@@ -15,6 +15,7 @@ from gymlab._runtime.bodies import BodyGuardMiddleware
 from gymlab._runtime.ownership import install as install_ownership_routing
 from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_of
 from gymlab._runtime.sessions import SessionIdMiddleware
+from gymlab._runtime.workers import worker_context
 from gymlab.errors import ResourcesSessionError, error_body
 from gymlab.protocol.failure_kinds import Failure
 
@@ -92,7 +93,7 @@ def build_app(server: "BaseServer") -> FastAPI:
         session_cookie=f"gymlab_{_cookie_safe(name)}",
         same_site="lax",
     )
-    install_ownership_routing(app, server)  # only in a worker of several
+    install_ownership_routing(app, server, worker_context())  # only in a worker of several
     app.add_middleware(BodyGuardMiddleware, server_name=name, max_bytes=server.max_body_bytes)  # outermost
     return app
 

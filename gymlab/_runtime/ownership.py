@@ -76,11 +76,9 @@ def create_table(state_dir: str) -> None:
     db.close()
 
 
-def install(app, server) -> None:
-    """Add the routing middleware outermost when this process is one of several workers."""
-    from gymlab._runtime.workers import worker_context
-
-    ctx = worker_context()
+def install(app, server, ctx: dict[str, Any] | None) -> None:
+    """Add the routing middleware outermost when this process is one of several workers
+    (``ctx``: ``workers.worker_context()``, None outside a worker)."""
     if ctx is None or not getattr(type(server), "routes_sessions_to_owner", True):
         return
     app.add_middleware(SessionOwnershipMiddleware, server=server, fastapi_app=app, state_dir=ctx["dir"])

@@ -116,7 +116,7 @@ def worker_secret() -> str | None:
 
 
 def _config_env() -> str:
-    from gymlab.server import CONFIG_ENV
+    from gymlab._runtime.env import CONFIG_ENV
 
     return CONFIG_ENV
 

@@ -1,8 +1,45 @@
-"""The notebook layer: Lab and server handles (heavier parts are imported lazily)."""
+"""The notebook layer: Lab and server handles, episodes, rollouts, frames, plots and widgets.
 
-from gymlab.lab.episode import Episode, ForkDivergedError, GymnasiumEpisode, SeedVerifyEpisode, Step
-from gymlab.lab.lab import AgentHandle, Lab, ServerHandle
-from gymlab.lab.runs import Rollouts
+Names load lazily, so ``import gymlab.lab.frames`` needs only pandas (and ``gymlab.lab.plots`` only
+matplotlib): the HTTP stack comes with ``Lab`` and the episodes, when they are first used.
+"""
 
-__all__ = ["AgentHandle", "Episode", "ForkDivergedError", "GymnasiumEpisode", "Lab", "Rollouts",
-           "SeedVerifyEpisode", "ServerHandle", "Step"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_NAMES = {
+    "AgentHandle": "gymlab.lab.lab",
+    "Lab": "gymlab.lab.lab",
+    "ServerHandle": "gymlab.lab.lab",
+    "Episode": "gymlab.lab.episode",
+    "ForkDivergedError": "gymlab.lab.episode",
+    "SeedVerifyEpisode": "gymlab.lab.seed_verify",
+    "GymnasiumEpisode": "gymlab.lab.gymnasium_episode",
+    "Step": "gymlab.lab.gymnasium_episode",
+    "Rollouts": "gymlab.lab.runs",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gymlab.lab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *globals()})
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gymlab.lab.episode import Episode, ForkDivergedError
+    from gymlab.lab.gymnasium_episode import GymnasiumEpisode, Step
+    from gymlab.lab.lab import AgentHandle, Lab, ServerHandle
+    from gymlab.lab.runs import Rollouts
+    from gymlab.lab.seed_verify import SeedVerifyEpisode

@@ -1,7 +1,8 @@
 """Interactive episodes: step an environment by hand or by model, fork it, grade it, release it.
 
-``lab.episode(server_or_agent, row)`` returns a ``SeedVerifyEpisode`` or a ``GymnasiumEpisode``
-(chosen from the environment's routes). Model turns go through ``gymlab.loop``, the same code the
+This module is the base (``Episode``, its session and sync forms); ``lab.episode(server_or_agent,
+row)`` returns a ``gymlab.lab.seed_verify.SeedVerifyEpisode`` or a
+``gymlab.lab.gymnasium_episode.GymnasiumEpisode`` (chosen from the environment's routes). Model turns go through ``gymlab.loop``, the same code the
 agent servers run. Every method has a sync form and an ``a``-prefixed async form; sync forms run on
 gymlab's background loop, so they work in a kernel, a script and pytest alike. An episode that is
 closed, or dropped without closing, releases its server session exactly once.
@@ -11,27 +12,23 @@ from __future__ import annotations
 
 import abc
 import functools
+import inspect
 import json
 import threading
 import time
 import warnings
 import weakref
-from typing import Any, Awaitable, Callable, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from gymlab._sync import background_loop, on_background_loop, run_sync
-from gymlab.client import Cookies, ask_model_server, error_message, post, post_ok
-from gymlab.errors import GymlabError, ServerError
-from gymlab.loop import DEFAULT_MAX_STEPS, RESERVED_ROUTES, LoopState, model_turn, refusal, run_loop, with_user_message
+from gymlab.client import Cookies, ask_model_server, post_ok
+from gymlab.errors import GymlabError
 from gymlab.protocol import (
-    Message,
     NeMoGymResponse,
     ResponseCreateParams,
-    Rollout,
     StepRecord,
-    assistant_message,
-    function_call,
 )
-from gymlab.protocol import record as records
 from gymlab.protocol.resources import AgentRunRequest, dump_row
 
 
@@ -75,7 +72,7 @@ def _on_gymlab_loop(fn):
 
 
 class _synced:
-    """``ep.name(...)`` as the sync form of ``ep.aname(...)``."""
+    """``ep.name(...)`` as the sync form of ``ep.aname(...)``: same signature, the async form's docstring."""
 
     def __set_name__(self, owner, name):
         self.name = name
@@ -85,18 +82,22 @@ class _synced:
             return self
         coro_fn = getattr(obj, "a" + self.name)
 
+        @functools.wraps(coro_fn)
         def method(*args, **kwargs):
             return run_sync(coro_fn(*args, **kwargs))
 
         method.__name__ = self.name
-        method.__doc__ = f"Sync form of ``a{self.name}``: {coro_fn.__doc__ or ''}"
+        method.__qualname__ = f"{owner.__qualname__}.{self.name}"
+        method.__doc__ = f"Sync form of ``a{self.name}``. {coro_fn.__doc__ or ''}".rstrip()
+        method.__signature__ = inspect.signature(coro_fn)
+        del method.__wrapped__  # the signature is set; nothing should unwrap to the coroutine function
         return method
 
 
 class _Session:
     """The server-side session of one episode and how to release it; the finalizer holds this, not the episode."""
 
-    def __init__(self, release: Callable[["_Session"], Awaitable[Any]], env: str):
+    def __init__(self, release: Callable[[_Session], Awaitable[Any]], env: str):
         self.cookies = Cookies()
         self.open = False
         self.release_coro = release
@@ -177,7 +178,7 @@ class Episode(abc.ABC):
 
     # -- plumbing shared by both protocols ---------------------------------------------------
 
-    def _spawn(self) -> "Episode":
+    def _spawn(self) -> Episode:
         return type(self)(self.env_url, self.row, env_name=self.env_name, model_url=self.model_url,
                           model_name=self.model_name, agent_name=self.agent_name, env_server=self.env_server,
                           max_steps=self.max_steps)
@@ -224,20 +225,20 @@ class Episode(abc.ABC):
 
     close = _synced()
 
-    def __enter__(self) -> "Episode":
+    def __enter__(self) -> Episode:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    async def __aenter__(self) -> "Episode":
+    async def __aenter__(self) -> Episode:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
     @_on_gymlab_loop
-    async def afork(self) -> "Episode":
+    async def afork(self) -> Episode:
         """A new session with this episode's actions replayed; it then continues independently.
 
         Raises ``ForkDivergedError`` (naming the step) when the replay gives other results.
@@ -269,393 +270,3 @@ class Episode(abc.ABC):
         state = "finished" if self.done else ("open" if self._session.open else "not started")
         return (f"<{type(self).__name__} {self.env_name} {state}, {len(self.steps)} steps, "
                 f"reward {self.reward:g}>")
-
-
-class SeedVerifyEpisode(Episode):
-    """A seed/verify episode: ``seed()``, then ``call``/``say``/``model_turn``/``run``, then ``verify()``."""
-
-    protocol = "seed/verify"
-    _start_name = "seed"
-    _other_protocol_methods = frozenset({"reset", "areset", "step", "astep"})
-
-    def _init_protocol(self) -> None:
-        self.state = LoopState(self.params)
-        self.steps = self.state.steps
-
-    @property
-    def history(self) -> list[Any]:
-        """Every item of the conversation so far: the row's input, then what the episode added."""
-        return self.state.items
-
-    def tool_caller(self, statuses: list[int] | None = None):
-        """A ``call_tool`` for the loop: POST /{name} with the episode's cookie; the body is the output."""
-
-        async def call_tool(name: str, args: Any) -> str:
-            reply = await post(self.env_url, f"/{name}", args, self._session.cookies, server=self.env_name)
-            if statuses is not None:
-                statuses.append(reply.status)
-            return reply.text
-
-        return call_tool
-
-    @_on_gymlab_loop
-    async def aseed(self) -> dict[str, Any]:
-        """POST /seed_session with the row; returns the server's answer."""
-        if self._session.open or self.done:
-            raise EpisodeError(f"{self.env_name}: the episode is already seeded; use ep.fork() or a new lab.episode(...)")
-        answer = await self._env("/seed_session", self.row)
-        self._session.open = True
-        self._started = time.perf_counter()
-        return answer
-
-    seed = _synced()
-
-    async def _turn(self, response: NeMoGymResponse, call_tool=None, *, by_hand: bool = False) -> StepRecord:
-        """Push ``response`` through the loop as if the model had answered it (``by_hand``: a call the
-        researcher made, which may name a tool the row does not declare)."""
-
-        async def canned(_body: dict) -> NeMoGymResponse:
-            return response
-
-        await model_turn(self.state, canned, call_tool or self.tool_caller(), check_tools=not by_hand)
-        self._actions.append(("call" if by_hand else "response", response))
-        return self.state.steps[-1]
-
-    @_on_gymlab_loop
-    async def acall(self, tool: str, /, **arguments: Any) -> Any:
-        """Call tool route ``/{tool}`` by hand, as if the model had; returns the output (JSON-decoded).
-
-        The call and its output join the conversation (and so the verify). An error status raises
-        ``ServerError`` and records nothing.
-        """
-        self._require_open(f"call({tool!r})")
-        if tool in RESERVED_ROUTES or refusal(tool, [tool]) is not None:
-            raise EpisodeError(f"{self.env_name}: {tool!r} is not a tool route (a lifecycle route, or not a plain "
-                               "name); use the episode's own methods (seed, verify, close) for those")
-        reply = await post(self.env_url, f"/{tool}", arguments, self._session.cookies, server=self.env_name)
-        if not reply.ok:
-            raise ServerError(self.env_name, f"POST /{tool}", reply.status, error_message(reply.text),
-                              "the call was not recorded; check the tool name and arguments")
-
-        async def recorded(_name: str, _args: Any) -> str:
-            return reply.text
-
-        await self._turn(NeMoGymResponse(model="by hand", output=[function_call(tool, arguments)]), recorded,
-                         by_hand=True)
-        return parse_output(reply.text)
-
-    call = _synced()
-
-    @_on_gymlab_loop
-    async def asay(self, text: str, role: str = "assistant") -> Message:
-        """Add a message: the assistant's (a final answer, as a model turn) or the user's (a follow-up)."""
-        self._require_open("say()")
-        if role == "assistant":
-            await self._turn(NeMoGymResponse(model="by hand", output=[assistant_message(text)]))
-            return self.state.added[-1]
-        message = Message(role=role, content=text)
-        self.state.added.append(message)
-        self._actions.append(("message", message))
-        return message
-
-    say = _synced()
-
-    @_on_gymlab_loop
-    async def amodel_turn(self) -> StepRecord:
-        """One model call and each of its tool calls (``gymlab.loop.model_turn``); returns the step."""
-        self._require_open("model_turn()")
-        turn = await model_turn(self.state, self.call_model, self.tool_caller())
-        self._actions.append(("response", turn.response))
-        return self.state.steps[-1]
-
-    model_turn = _synced()
-
-    @_on_gymlab_loop
-    async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
-        """Model turns until the loop's stop rules end the episode (``gymlab.loop.run_loop``)."""
-        self._require_open("run()")
-        before = len(self.state.steps)
-        limit = max_steps if max_steps is not None else (self.max_steps or DEFAULT_MAX_STEPS)
-        limit = None if limit is None else before + limit
-        await run_loop(self.params, self._recording_model, self.tool_caller(), limit, self.state)
-        return self.state.steps[before:]
-
-    run = _synced()
-
-    async def _recording_model(self, body: dict) -> NeMoGymResponse:
-        response = await self.call_model(body)
-        self._actions.append(("response", response))
-        return response
-
-    def _make_release(self):
-        url, name, row, state = self.env_url, self.env_name, self.row, self.state
-
-        async def verify(session: _Session) -> dict[str, Any]:
-            response = state.final_response().model_dump(mode="json", exclude_none=True)
-            return await post_ok(url, "/verify", {**row, "response": response}, session.cookies, server=name)
-
-        return verify
-
-    @_on_gymlab_loop
-    async def averify(self) -> Rollout:
-        """POST /verify with the conversation so far; ends the episode and returns its rollout."""
-        self._require_open("verify()")
-        self._finalizer.detach()
-        if not self._session.take():
-            raise EpisodeError(f"{self.env_name}: the episode was closed while verifying")
-        try:
-            result = await self._session.release_coro(self._session)
-        except BaseException:
-            self._closed = True
-            raise
-        self.result = result
-        return self.rollout
-
-    verify = _synced()
-
-    @property
-    def rollout(self) -> Rollout:
-        """The episode as a rollout record (the verify's answer once verified)."""
-        record = records.verified(self.result, self.state.steps, self.state.stop_reason,
-                                  time.perf_counter() - self._started, row=self.row,
-                                  response=self.state.final_response())
-        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
-
-    async def _replay(self, original: "SeedVerifyEpisode") -> None:
-        await self.aseed()
-        for index, (kind, action) in enumerate(original._actions):
-            if kind == "message":
-                self.state.added.append(action)
-                self._actions.append((kind, action))
-                continue
-            step = await self._turn(action, by_hand=kind == "call")
-            recorded = original.state.steps[step.index]
-            for old, new in zip(recorded.tool_outputs, step.tool_outputs):
-                if old.output != new.output:
-                    call = next((c for c in action.function_calls if c.call_id == old.call_id), None)
-                    what = f"the output of tool {call.name if call else '?'}"
-                    raise ForkDivergedError(self.env_name, step.index, what, old.output, new.output)
-
-
-
-class Step(NamedTuple):
-    """What a Gymnasium step returns, in Gymnasium's order."""
-
-    observation: str | None
-    reward: float
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any]
-
-
-def as_response(action: Any = None, call: str | None = None, arguments: Any = None) -> NeMoGymResponse | None:
-    """An action as the model response ``/step`` takes; None means "ask the model".
-
-    Accepted: assistant text, ``(name, arguments)``, ``call=``/``arguments=``, an item or a list of
-    items, a response (or its JSON).
-    """
-    if call is not None:
-        if action is not None:
-            raise TypeError("give the action or call=..., not both")
-        action = (call, arguments or {})
-    if action is None:
-        return None
-    if isinstance(action, NeMoGymResponse):
-        return action
-    if isinstance(action, dict):
-        return NeMoGymResponse.model_validate(action)
-    if isinstance(action, str):
-        items = [assistant_message(action)]
-    elif isinstance(action, tuple) and len(action) == 2 and isinstance(action[0], str):
-        items = [function_call(action[0], action[1] if action[1] is not None else {})]
-    elif isinstance(action, list):
-        items = action
-    elif hasattr(action, "type"):
-        items = [action]
-    else:
-        raise TypeError(f"an action is text, (name, arguments), an item, a list of items or a response; "
-                        f"got {type(action).__name__}")
-    return NeMoGymResponse(model="by hand", output=items)
-
-
-class GymnasiumEpisode(Episode):
-    """A Gymnasium episode: ``reset()``, then ``step(action)`` until terminated or truncated.
-
-    ``step()`` with no action asks the model; each step returns ``Step(observation, reward,
-    terminated, truncated, info)``. Tool outputs and observations join the conversation exactly as
-    ``gymnasium_agent`` adds them, so a model sees the same history here as in a run.
-    """
-
-    protocol = "gymnasium"
-    _start_name = "reset"
-    _other_protocol_methods = frozenset({"seed", "aseed", "call", "acall", "say", "asay", "model_turn",
-                                         "amodel_turn", "verify", "averify"})
-
-    def _init_protocol(self) -> None:
-        self.state = LoopState(self.params)
-        self.steps = self.state.steps
-        self.observation: str | None = None
-        self.reset_info: dict[str, Any] = {}
-        self.reset_observation: str | None = None
-        self.last_step: Any = None
-
-    @property
-    def history(self) -> list[Any]:
-        """Every item of the conversation so far (the reset observation is the first user message)."""
-        return self.state.items
-
-    def _make_release(self):
-        url, name = self.env_url, self.env_name
-
-        async def close(session: _Session) -> Any:
-            reply = await post(url, "/close", {}, session.cookies, server=name)
-            if reply.status == 404:
-                warnings.warn(f"{name}: has no /close route, so an unfinished episode's state stays on the server "
-                              "until the server reclaims it", RuntimeWarning)
-                return None
-            if not reply.ok:
-                raise ServerError(name, "POST /close", reply.status, error_message(reply.text))
-            return reply.json()
-
-        return close
-
-    @_on_gymlab_loop
-    async def areset(self) -> tuple[str | None, dict[str, Any]]:
-        """POST /reset with the row; returns ``(observation, info)``."""
-        from gymlab.protocol.gymnasium import GymnasiumResetResponse
-
-        if self._session.open or self.done:
-            raise EpisodeError(f"{self.env_name}: the episode is already reset; use ep.fork() or a new lab.episode(...)")
-        reset = GymnasiumResetResponse.model_validate(await self._env("/reset", self.row))
-        self._session.open = True
-        self._started = time.perf_counter()
-        self.state.params = with_user_message(self.params, reset.observation)
-        self.observation, self.reset_info = reset.observation, reset.info
-        self.reset_observation = reset.observation
-        return reset.observation, reset.info
-
-    reset = _synced()
-
-    @_on_gymlab_loop
-    async def astep(self, action: Any = None, *, call: str | None = None, arguments: Any = None) -> Step:
-        """One transition: the action (or the model's answer) to ``/step``; returns the ``Step``."""
-        from gymlab.loop import ask_model, gymnasium_transition
-        from gymlab.protocol.gymnasium import GymnasiumStepResponse
-
-        self._require_open("step()")
-        given = as_response(action, call, arguments)
-        t0 = time.perf_counter()
-
-        async def canned(_body: dict) -> NeMoGymResponse:
-            return given
-
-        response = await ask_model(self.state, self.call_model if given is None else canned)
-        self._actions.append(("response", response))
-        body = {**self.row, "response": response.model_dump(mode="json", exclude_none=True)}
-        try:
-            answer = GymnasiumStepResponse.model_validate(await self._env("/step", body))
-        except ServerError:
-            self._closed = True  # the server released the state of a step that raised
-            self._session.take()
-            self._finalizer.detach()
-            raise
-        record = gymnasium_transition(self.state, response, answer, time.perf_counter() - t0)
-        self.last_step, self.observation = answer, answer.observation
-        if answer.terminated or answer.truncated:
-            self._session.take()  # the server released the state itself
-            self._finalizer.detach()
-            self.result = {}
-        else:
-            if self.max_steps is not None and len(self.steps) >= self.max_steps:
-                record.truncated = True
-                self.state.stop_reason = "max_steps"
-                self.result = {}
-                await self.aclose()
-        return Step(answer.observation, answer.reward, record.terminated, record.truncated, answer.info)
-
-    step = _synced()
-
-    @_on_gymlab_loop
-    async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
-        """Model steps until the episode ends (or ``max_steps`` more steps); returns the new steps."""
-        before = len(self.steps)
-        limit = max_steps if max_steps is not None else (self.max_steps or DEFAULT_MAX_STEPS)
-        while not self.done and len(self.steps) - before < limit:
-            await self.astep()
-        return self.steps[before:]
-
-    run = _synced()
-
-    @property
-    def rollout(self) -> Rollout:
-        """The episode as a rollout record, with the fields ``gymnasium_agent`` reports."""
-        record = records.from_transitions(self.state.params, self.state.final_response(), self.steps,
-                                          cut_by_limit=self.state.stop_reason == "max_steps", row=self.row,
-                                          last=self.last_step, duration_s=time.perf_counter() - self._started)
-        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
-
-    async def _replay(self, original: "GymnasiumEpisode") -> None:
-        observation, _ = await self.areset()
-        if observation != original.reset_observation:
-            raise ForkDivergedError(self.env_name, 0, "the reset observation", original.reset_observation, observation)
-        for _kind, response in original._actions:
-            await self.astep(response)
-            old, new = original.steps[len(self.steps) - 1], self.steps[-1]
-            for what, a, b in (("the observation", old.observation, new.observation),
-                               ("the reward", old.reward, new.reward),
-                               ("terminated", old.terminated, new.terminated),
-                               ("truncated", old.truncated, new.truncated),
-                               ("the tool outputs", [o.output for o in old.tool_outputs],
-                                [o.output for o in new.tool_outputs])):
-                if a != b:
-                    raise ForkDivergedError(self.env_name, new.index, what, a, b)
-
-def _protocol_of(server: Any, agent: Any) -> str:
-    """'seed/verify' or 'gymnasium', from the environment's routes (or the agent's kind if it is remote)."""
-    if server is not None:
-        paths = {getattr(r, "path", None) for r in server.app.routes}
-        if "/seed_session" in paths and "/verify" in paths:
-            return "seed/verify"
-        if "/reset" in paths and "/step" in paths:
-            return "gymnasium"
-        raise EpisodeError(f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
-                           "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)")
-    return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
-
-
-def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = None,
-                 max_steps: int | None = None) -> Episode:
-    """The episode ``Lab.episode`` returns: ``target`` is a resources server handle or an agent handle."""
-    from gymlab.lab.lab import AgentHandle, ServerHandle
-
-    by_url = {h.url: h for h in lab.servers.values()}
-    agent, agent_name = None, ""
-    if isinstance(target, AgentHandle):
-        agent, agent_name = target.server, target.name
-        env_url = getattr(agent, "resources_server", "")
-        if not env_url:
-            raise EpisodeError(f"{target.name}: the agent has no resources_server; serve it with resources=...")
-        model = model if model is not None else (getattr(agent, "model_server", "") or None)
-        if max_steps is None:
-            max_steps = getattr(agent, "max_steps", None)
-        env_handle = by_url.get(env_url)
-    elif isinstance(target, ServerHandle):
-        env_url, env_handle = target.url, target
-    else:
-        raise TypeError(f"lab.episode takes a server handle or an agent handle (from lab.serve / lab.serve_agent), "
-                        f"not {type(target).__name__}")
-    if isinstance(model, str):
-        model_url, model_name = model, getattr(by_url.get(model), "name", model)
-    elif model is not None:
-        model_url, model_name = model.url, model.name
-    else:
-        model_url, model_name = None, ""
-    server = env_handle.server if env_handle is not None else None
-    protocol = _protocol_of(server, agent)
-    cls = SeedVerifyEpisode if protocol == "seed/verify" else _gymnasium_episode_class()
-    return cls(env_url, row, env_name=env_handle.name if env_handle else env_url, model_url=model_url,
-               model_name=model_name, agent_name=agent_name, env_server=server, max_steps=max_steps)
-
-
-def _gymnasium_episode_class() -> type[Episode]:
-    return GymnasiumEpisode

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gymlab._runtime.serve import ThreadedServer
 from gymlab._sync import on_background_loop, run_sync
@@ -17,7 +18,7 @@ from gymlab.server import BaseServer
 class ServerHandle:
     """A running server: ``.url``, ``.server`` (the instance), ``.stop()``; a context manager."""
 
-    def __init__(self, server: BaseServer, runner: ThreadedServer, lab: "Lab | None" = None):
+    def __init__(self, server: BaseServer, runner: ThreadedServer, lab: Lab | None = None):
         self.server, self._runner, self._lab = server, runner, lab
 
     @property
@@ -44,7 +45,7 @@ class ServerHandle:
         """POST JSON to this server from sync code; an error status raises ``ServerError``."""
         return run_sync(self.apost(path, body))
 
-    def __enter__(self) -> "ServerHandle":
+    def __enter__(self) -> ServerHandle:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -65,7 +66,7 @@ class AgentHandle(ServerHandle):
         return run_sync(self.arun(row))
 
 
-_labs: "weakref.WeakSet[Lab]" = weakref.WeakSet()
+_labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
 class Lab:
@@ -133,7 +134,7 @@ class Lab:
     def serve_agent(self, agent: str | type[BaseServer] = "simple_agent", *, resources: Any = None,
                     model: Any = None, name: str | None = None, **config: Any) -> AgentHandle:
         """Start an agent server bound to ``resources`` and ``model`` (handles or URLs)."""
-        from gymlab.agents.registry import agent_class
+        from gymlab.registry import agent_class
 
         cls = agent_class(agent) if isinstance(agent, str) else agent
         if resources is not None:
@@ -149,8 +150,6 @@ class Lab:
 
         ``model`` (a handle or URL) answers ``model_turn``/``step()``; an agent handle brings its own.
         """
-        from gymlab.lab.episode import open_episode
-
         return open_episode(self, target, row, model=model, max_steps=max_steps)
 
     def run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], *, repeats: int = 1,
@@ -172,7 +171,7 @@ class Lab:
             handle._runner.stop()
         self._handles.clear()
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -190,3 +189,57 @@ def _url(target: Any) -> str:
 def _close_all() -> None:
     for lab in list(_labs):
         lab.close()
+
+
+# -- lab.episode ----------------------------------------------------------------------------------
+
+def _protocol_of(server: Any, agent: Any) -> str:
+    """'seed/verify' or 'gymnasium', from the environment's routes (or the agent's kind if it is remote)."""
+    from gymlab.lab.episode import EpisodeError
+
+    if server is not None:
+        paths = {getattr(r, "path", None) for r in server.app.routes}
+        if "/seed_session" in paths and "/verify" in paths:
+            return "seed/verify"
+        if "/reset" in paths and "/step" in paths:
+            return "gymnasium"
+        raise EpisodeError(f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
+                           "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)")
+    return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
+
+
+def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = None,
+                 max_steps: int | None = None):
+    """The episode ``Lab.episode`` returns: ``target`` is a resources server handle or an agent handle."""
+    from gymlab.lab.episode import EpisodeError
+    from gymlab.lab.gymnasium_episode import GymnasiumEpisode
+    from gymlab.lab.seed_verify import SeedVerifyEpisode
+
+    by_url = {h.url: h for h in lab.servers.values()}
+    agent, agent_name = None, ""
+    if isinstance(target, AgentHandle):
+        agent, agent_name = target.server, target.name
+        env_url = getattr(agent, "resources_server", "")
+        if not env_url:
+            raise EpisodeError(f"{target.name}: the agent has no resources_server; serve it with resources=...")
+        model = model if model is not None else (getattr(agent, "model_server", "") or None)
+        if max_steps is None:
+            max_steps = getattr(agent, "max_steps", None)
+        env_handle = by_url.get(env_url)
+    elif isinstance(target, ServerHandle):
+        env_url, env_handle = target.url, target
+    else:
+        raise TypeError(f"lab.episode takes a server handle or an agent handle (from lab.serve / lab.serve_agent), "
+                        f"not {type(target).__name__}")
+    if isinstance(model, str):
+        model_url, model_name = model, getattr(by_url.get(model), "name", model)
+    elif model is not None:
+        model_url, model_name = model.url, model.name
+    else:
+        model_url, model_name = None, ""
+    server = env_handle.server if env_handle is not None else None
+    protocol = _protocol_of(server, agent)
+    cls = SeedVerifyEpisode if protocol == "seed/verify" else GymnasiumEpisode
+    return cls(env_url, row, env_name=env_handle.name if env_handle else env_url, model_url=model_url,
+               model_name=model_name, agent_name=agent_name, env_server=server, max_steps=max_steps)
+

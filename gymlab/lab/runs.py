@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from gymlab.errors import DatasetError, ServerError
+from gymlab.errors import ServerError
 from gymlab.failures import run_failure
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward
@@ -26,43 +26,17 @@ class Rollouts(list):
         super().__init__(r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in records)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Rollouts":
+    def load(cls, path: str | os.PathLike) -> Rollouts:
         """Read a rollouts JSONL file; a bad line raises ``DatasetError`` naming the file and line."""
-        from pydantic import ValidationError
+        from gymlab.collection.dataset import read_rollouts
 
-        records = []
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    records.append(Rollout.model_validate_json(line))
-                except ValidationError as exc:
-                    first = exc.errors()[0]
-                    where = ".".join(str(p) for p in first.get("loc", ()))
-                    if first.get("type") == "json_invalid":
-                        raise DatasetError(str(path), number, f"not valid JSON: {first.get('msg')}") from None
-                    raise DatasetError(str(path), number,
-                                       f"not a rollout record: {where or 'record'}: {first.get('msg')}") from None
-        return cls(records)
+        return cls(read_rollouts(path, what="a rollout record"))
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write one record per line, atomically (a temp file in the same folder, then a rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                for record in self:
-                    f.write(record.model_dump_json(exclude_none=True))
-                    f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        from gymlab.jsonl import write_jsonl_atomic
+
+        return write_jsonl_atomic(path, self)
 
     @property
     def episodes(self):
@@ -95,7 +69,7 @@ class Rollouts(list):
         """Masked episodes by failure kind (an environment's own unlabelled mask counts as ``masked``)."""
         return failure_counts(self)
 
-    def __add__(self, other: Iterable[Rollout]) -> "Rollouts":
+    def __add__(self, other: Iterable[Rollout]) -> Rollouts:
         return Rollouts([*self, *other])
 
     def __getitem__(self, index):
@@ -113,6 +87,19 @@ class Rollouts(list):
         return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
 
 
+def load(path: str | os.PathLike, kind: str | None = None):
+    """Read a JSONL file written by gymlab or NeMo Gym; rollout files give ``Rollouts`` (with frames).
+
+    Other kinds (sft, rl, task) come back as ``gymlab.read_jsonl`` gives them.
+    """
+    from gymlab.collection.dataset import read_jsonl
+
+    rows = read_jsonl(path, kind)
+    if rows and isinstance(rows[0], Rollout):
+        return Rollouts(rows)
+    return rows
+
+
 async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1, concurrency: int = 16,
                     env_name: str | None = None, on_error: str = "record", progress: bool = False) -> Rollouts:
     """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``), ``concurrency`` at a time.
@@ -122,7 +109,7 @@ async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1,
     """
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
-    from gymlab.rollouts import expand  # the one repeat expansion, shared with collection
+    from gymlab.collection.expand import expand  # the one repeat expansion, shared with collection
 
     jobs = expand(list(rows), repeats)
     sem = asyncio.Semaphore(max(1, concurrency))

@@ -1,0 +1,232 @@
+"""``gymlab bench``: the figures the README quotes, measured on this machine.
+
+Episodes/s of the calculator at concurrency 1 and 16, per-hop latency, server start-up, import time,
+and the async HTTP clients compared (client in this process, server in another). Sections that
+other layers provide (frames, collection, workers) run when those layers are installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gymlab._sync import run_sync
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--only", nargs="*", help="run only these sections")
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()}"
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def bench_import(n: int) -> dict[str, Any]:
+    def once(code: str) -> float:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - t
+
+    base = statistics.median(once("pass") for _ in range(n))
+    light = statistics.median(once("import gymlab") for _ in range(n))
+    lab = statistics.median(once("import gymlab; gymlab.Lab") for _ in range(n))
+    return {"import gymlab (ms)": _ms(light - base), "import gymlab + Lab (ms)": _ms(lab - base)}
+
+
+def _calculator():
+    from gymlab.examples import example_rows, load_environment
+
+    return load_environment("calculator"), example_rows("calculator")
+
+
+def bench_start(n: int) -> dict[str, Any]:
+    from gymlab.lab import Lab
+
+    calc, _ = _calculator()
+    one, three = [], []
+    for _ in range(n):
+        with Lab() as lab:
+            t = time.perf_counter()
+            env = lab.serve(calc.CalculatorServer)
+            one.append(time.perf_counter() - t)
+            model = lab.serve_model(calc.policy)
+            lab.serve_agent("simple_agent", resources=env, model=model)
+            three.append(time.perf_counter() - t)
+    return {"one server ready (ms)": _ms(statistics.median(one)),
+            "Lab with three servers ready (ms)": _ms(statistics.median(three))}
+
+
+def bench_episodes(n: int) -> dict[str, Any]:
+    from gymlab.client import post_ok
+    from gymlab.lab import Lab
+
+    calc, rows = _calculator()
+    out: dict[str, Any] = {}
+    with Lab() as lab:
+        env = lab.serve(calc.CalculatorServer)
+        model = lab.serve_model(calc.policy)
+        agent = lab.serve_agent("simple_agent", resources=env, model=model)
+        agent.run(rows[0])  # warm up connections
+        for conc in (1, 16):
+            count = n if conc > 1 else max(n // 4, 20)
+            batch = [rows[i % len(rows)] for i in range(count)]
+            t = time.perf_counter()
+            results = lab.run_many(agent, batch, concurrency=conc)
+            elapsed = time.perf_counter() - t
+            assert all(r.reward == 1.0 for r in results)
+            out[f"calculator episodes/s, concurrency {conc}"] = round(count / elapsed, 1)
+
+        async def latency(url: str, path: str, body: Any, k: int) -> list[float]:
+            times = []
+            for _ in range(k):
+                t = time.perf_counter()
+                await post_ok(url, path, body)
+                times.append(time.perf_counter() - t)
+            return times
+
+        k = max(n // 4, 50)
+        hops = {
+            "tool call POST /square": (env.url, "/square", {"value": 4}),
+            "model POST /v1/responses": (model.url, "/v1/responses", rows[0]["responses_create_params"]),
+            "whole episode POST /run": (agent.url, "/run", rows[0]),
+        }
+        for label, (url, path, body) in hops.items():
+            times = run_sync(latency(url, path, body, k))
+            out[f"{label}: median / p90 (ms)"] = f"{_ms(statistics.median(times))} / {_ms(_quantile(times, 0.9))}"
+    return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def bench_clients(n: int) -> dict[str, Any]:
+    """aiohttp vs httpx.AsyncClient POSTing to a calculator served by another process."""
+    import socket
+
+    import aiohttp
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "from gymlab.examples import load_environment as L; "
+        f"L('calculator').CalculatorServer(port={port}).run_webserver()"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/square"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.post(url, json={"value": 1}, timeout=1)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("benchmark server did not start")
+                time.sleep(0.05)
+
+        async def run(post: Callable, conc: int) -> float:
+            sem = asyncio.Semaphore(conc)
+
+            async def one():
+                async with sem:
+                    await post()
+
+            await asyncio.gather(*(one() for _ in range(20)))  # warm-up
+            t = time.perf_counter()
+            await asyncio.gather(*(one() for _ in range(n)))
+            return n / (time.perf_counter() - t)
+
+        async def compare() -> dict[str, Any]:
+            res: dict[str, Any] = {}
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as a:
+                async def ap():
+                    async with a.post(url, json={"value": 3}) as r:
+                        await r.read()
+                for conc in (1, 16):
+                    res[f"aiohttp req/s, concurrency {conc}"] = round(await run(ap, conc))
+            async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None)) as h:
+                async def hp():
+                    (await h.post(url, json={"value": 3})).read()
+                for conc in (1, 16):
+                    res[f"httpx.AsyncClient req/s, concurrency {conc}"] = round(await run(hp, conc))
+            return res
+
+        return asyncio.run(compare())
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+#: Sections provided by other layers: (module, function, kwargs for a full and a quick run).
+OPTIONAL = {
+    "frames": ("gymlab.lab.frames", "frames_benchmark", {"n_steps": 1_000_000}, {"n_steps": 100_000}),
+    "collection": ("gymlab.bench.collection", "collection_throughput", {"n_rows": 10_000}, {"n_rows": 1_000}),
+    "workers": ("gymlab.bench.workers", "workers_benchmark", {}, {"quick": True}),
+}
+
+
+def main(args: argparse.Namespace) -> int:
+    n = 100 if args.quick else 1000
+    sections: dict[str, Callable[[], dict]] = {
+        "import": lambda: bench_import(3 if args.quick else 10),
+        "start": lambda: bench_start(5 if args.quick else 20),
+        "episodes": lambda: bench_episodes(n),
+        "clients": lambda: bench_clients(n),
+    }
+    for name, (module, func, full, quick) in OPTIONAL.items():
+        try:
+            fn = getattr(importlib.import_module(module), func)
+        except (ImportError, AttributeError):
+            continue
+        kwargs = quick if args.quick else full
+        sections[name] = lambda fn=fn, kwargs=kwargs: _as_dict(fn(**kwargs))
+    figures: dict[str, Any] = {"machine": machine()}
+    print(f"gymlab bench on {figures['machine']}")
+    for name, fn in sections.items():
+        if args.only and name not in args.only:
+            continue
+        result = fn()
+        figures[name] = result
+        print(f"\n[{name}]")
+        for key, value in result.items():
+            print(f"  {key:<52} {value}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+    return 0
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"seconds": value}
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    raise SystemExit(main(p.parse_args()))

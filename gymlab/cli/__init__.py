@@ -1,0 +1,40 @@
+"""The ``gymlab`` command. Each subcommand lives in its own module, imported only when used.
+
+User mistakes (``GymlabError``) print one line and exit 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand -> (module, help). Each module has ``add_arguments(parser)`` and ``main(args) -> int``.
+COMMANDS = {
+    "serve": ("gymlab.cli.serve", "run every server of a YAML config, each in its own process"),
+    "collect": ("gymlab.cli.collect", "collect rollouts of a dataset into resumable JSONL files"),
+    "list": ("gymlab.cli.list", "list the environments, agents, datasets and tasksets of a config"),
+    "demo": ("gymlab.cli.demo", "run the example environments with rule-based policies"),
+    "bench": ("gymlab.bench", "measure episodes/s, latency and start-up"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gymlab.errors import GymlabError
+
+    parser = argparse.ArgumentParser(prog="gymlab", description="Research toolkit for LLM environments.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    try:
+        return int(importlib.import_module(args._module).main(args) or 0)
+    except GymlabError as exc:
+        print(f"gymlab {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"gymlab {args.command}: interrupted", file=sys.stderr)
+        return 130
+

@@ -1,0 +1,131 @@
+"""``gymlab collect``: rollouts of a dataset, resumable (rerun the same command to continue).
+
+Two ways to reach the servers:
+
+- ``--agent-url URL --input rows.jsonl``: servers already running (``gymlab serve``);
+- ``CONFIG...``: the config's servers start in threads of this process for the run. Rows come from
+  ``--input`` or the config's datasets (``--dataset``/``--split`` pick some); each row goes to the
+  agent its ``agent_ref`` names (or ``--agent``), a taskset row to its environment server.
+
+Exit status 1 when some rollouts still failed after their retries (they are in NAME_failures.jsonl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S  # noqa: E402
+from gymlab.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("configs", nargs="*", metavar="CONFIG", help="YAML files whose servers to run")
+    parser.add_argument("-o", "--output", required=True, help="NAME.jsonl; companion files go next to it")
+    parser.add_argument("-i", "--input", help="rows JSONL (default: the config's datasets)")
+    parser.add_argument("--agent-url", help="an agent server already running (POST /run)")
+    parser.add_argument("--resources-url", help="with --agent-url: the resources server for /aggregate_metrics")
+    parser.add_argument("--agent", help="send every row to this agent (default: each row's agent_ref)")
+    parser.add_argument("--dataset", help="only this config dataset (by name)")
+    parser.add_argument("--split", help="only the config datasets of this type (example, train, benchmark...)")
+    parser.add_argument("-n", "--repeats", type=int, default=1, help="rollouts per row (default 1)")
+    parser.add_argument("-c", "--concurrency", type=int, default=16, help="rollouts at once (default 16)")
+    parser.add_argument("--limit", type=int, help="only the first N rows")
+    parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed rollout (default 2)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_ROLLOUT_TIMEOUT_S,
+                        help=f"seconds one POST /run may take (default {DEFAULT_ROLLOUT_TIMEOUT_S:g})")
+    parser.add_argument("--responses-create-params", metavar="JSON",
+                        help="run-level overrides merged into each flat row's request, e.g. '{\"temperature\": 0}'")
+    parser.add_argument("--num-repeats-add-seed", action="store_true",
+                        help="give repeat r the seed r (flat rows only)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _overrides(text: str | None) -> dict | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"--responses-create-params: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("--responses-create-params: expected a JSON object")
+    return value
+
+
+def config_route(config, urls: dict[str, str], agent: str | None):
+    """row -> Target for a served config: taskset rows to their environment server, others to an agent."""
+    from gymlab.collection.runner import Target
+
+    agents = config.agents
+    if agent is not None and agent not in agents:
+        raise ConfigError(f"--agent {agent!r}: no such agent in the config; agents: {', '.join(agents) or 'none'}")
+
+    def metrics_url(name: str) -> str | None:
+        ref = config.servers[name].refs.get("resources_server")
+        return urls.get(ref[1]) if ref else None
+
+    def route(row: dict[str, Any]) -> Target:
+        if "task_input" in row and agent is None:
+            taskset = str(row.get("task_id", "")).split("/", 1)[0]
+            env = config.environment_server_routes.get(taskset)
+            if env is None:
+                raise ConfigError(f"row {row.get('task_id')!r}: taskset {taskset!r} is not in "
+                                  "environment_server_routes")
+            return Target(urls[env], {"type": "environment_servers", "name": env})
+        name = agent or (row.get("agent_ref") or {}).get("name")
+        if name is None and len(agents) == 1:
+            name = next(iter(agents))
+        if name not in agents:
+            raise ConfigError(f"row names agent {name!r}, which the config does not define; agents: "
+                              f"{', '.join(agents) or 'none'} (use --agent to choose one)")
+        return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name))
+
+    return route
+
+
+def main(args: argparse.Namespace) -> int:
+    from gymlab.collection.runner import collect
+
+    options = dict(repeats=args.repeats, concurrency=args.concurrency, max_retries=args.max_retries,
+                   timeout_s=args.timeout, responses_create_params=_overrides(args.responses_create_params),
+                   num_repeats_add_seed=args.num_repeats_add_seed, limit=args.limit,
+                   progress=not args.no_progress)
+    if not args.configs:
+        if not args.agent_url or not args.input:
+            raise ConfigError("give --agent-url and --input, or a CONFIG whose servers to run")
+        result = collect(args.input, args.output, agent_url=args.agent_url, agent_name=args.agent,
+                         resources_url=args.resources_url, **options)
+        return _report(result)
+
+    from gymlab.collection.config import load_config
+    from gymlab.collection.datasets import config_rows
+
+    config = load_config(*args.configs)
+    rows: Any = args.input or config_rows(config, dataset=args.dataset, split=args.split)
+    if args.agent_url:
+        result = collect(rows, args.output, agent_url=args.agent_url, agent_name=args.agent,
+                         resources_url=args.resources_url, **options)
+        return _report(result)
+
+    from gymlab.lab import Lab
+
+    with Lab() as lab:
+        urls: dict[str, str] = {}
+        for spec in config.launch_order():
+            # In-process servers are threads of this process: one worker each, on a free port.
+            urls[spec.instance] = lab.serve(spec.build(urls, host="127.0.0.1", port=0, num_workers=1)).url
+        result = collect(rows, args.output, route=config_route(config, urls, args.agent), **options)
+    return _report(result)
+
+
+def _report(result) -> int:
+    print(f"gymlab collect: {len(result.rollouts)} rollouts in {result.output} ({result.n_new} new, "
+          f"{result.n_skipped} already done), mean reward {result.mean_reward:.3f}")
+    if result.failures:
+        print(f"gymlab collect: {len(result.failures)} rollouts failed after retries; see "
+              f"{result.paths['failures']} (rerun the same command to retry them)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,47 @@
+"""``gymlab list CONFIG...``: the environments, agents, models, datasets and tasksets of a config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("configs", nargs="+", metavar="CONFIG", help="YAML files, merged in order")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def describe(config) -> dict:
+    """The config's contents as plain data (what ``gymlab list`` prints)."""
+
+    def refs(spec) -> dict:
+        return {k: name for k, (_t, name) in spec.refs.items()}
+
+    return {
+        "environments": [{"name": n, "type": s.server_type, "implementation": s.implementation,
+                          "domain": s.domain, **({"refs": refs(s)} if s.refs else {})}
+                         for n, s in config.environments.items()],
+        "agents": [{"name": n, "implementation": s.implementation, "refs": refs(s)} for n, s in config.agents.items()],
+        "models": [{"name": n, "implementation": s.implementation} for n, s in config.models.items()],
+        "datasets": [{"name": d.name, "type": d.type, "owner": d.owner, "path": str(d.jsonl_fpath),
+                      **({"taskset": d.taskset} if d.taskset else {})} for d in config.datasets],
+        "tasksets": [{"name": t, "environment_server": env} for t, env in config.tasksets.items()],
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    from gymlab.collection.config import load_config
+
+    info = describe(load_config(*args.configs))
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    for section, items in info.items():
+        print(f"{section}:")
+        if not items:
+            print("  (none)")
+        for item in items:
+            head = item["name"]
+            rest = ", ".join(f"{k}={v}" for k, v in item.items() if k != "name" and v is not None)
+            print(f"  {head}" + (f"  ({rest})" if rest else ""))
+    return 0

@@ -1,0 +1,151 @@
+"""``gymlab serve CONFIG...``: every server of a config as its own process, at its host and port.
+
+Servers start after the servers they refer to (models and resources before agents); a server
+without a port gets a free one, chosen before anything starts, so every reference is a URL from
+the start. Each server's name and URL is printed once it answers ``GET /health``. Ctrl-C or
+SIGTERM stops them all; so does any one of them exiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from gymlab.errors import ConfigError, GymlabError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("configs", nargs="+", metavar="CONFIG", help="YAML files, merged in order")
+    parser.add_argument("--dry-run", action="store_true", help="check the config and print the plan; start nothing")
+    parser.add_argument("--startup-timeout", type=float, default=60.0, metavar="S",
+                        help="seconds each server has to answer /health (default 60)")
+
+
+@dataclass
+class Planned:
+    name: str
+    server_type: str
+    target: str
+    where: str
+    host: str
+    port: int
+    config: dict
+    free: bool = False  # the port was chosen here (the config gives none)
+
+    @property
+    def url(self) -> str:
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)  # reachable, not a wildcard
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}"
+
+
+def free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def plan(config) -> list[Planned]:
+    """Each server in launch order with its port fixed and its references as URLs."""
+    planned: list[Planned] = []
+    urls: dict[str, str] = {}
+    for spec in config.launch_order():
+        spec.check_fields()
+        _check_workers(spec)
+        port = spec.port or free_port(spec.host)
+        p = Planned(spec.instance, spec.server_type, spec.target(), spec.where, spec.host, port, {}, not spec.port)
+        urls[spec.instance] = p.url
+        p.config = spec.launch_config(urls, host=spec.host, port=port)
+        planned.append(p)
+    return planned
+
+
+def _check_workers(spec) -> None:
+    """Refuse ``num_workers > 1`` for a server that cannot have several, before anything starts."""
+    n = int(spec.fields.get("num_workers", 1) or 1)
+    if n <= 1:
+        return
+    from gymlab._runtime.workers import check_workers
+
+    reason = check_workers(spec.server_cls(), n)
+    if reason:
+        raise ConfigError(f"{spec.where}.num_workers: {reason}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _stop(procs: list[tuple[Planned, subprocess.Popen]], timeout: float = 10.0) -> None:
+    for _p, proc in reversed(procs):
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + timeout
+    for _p, proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _on_sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(args: argparse.Namespace) -> int:
+    from gymlab.cli.serve_one import TARGET_ENV, WHERE_ENV
+    from gymlab.collection.config import load_config
+    from gymlab.server import CONFIG_ENV
+
+    config = load_config(*args.configs)
+    planned = plan(config)
+    if args.dry_run:
+        for p in planned:  # plan() has refused any num_workers a server cannot have
+            url = p.url + (" (a free port)" if p.free else "")
+            print(f"{p.name:<28} {p.server_type:<22} {url:<37} {p.target}")
+        print(f"gymlab serve: {len(planned)} servers; config OK (dry run, nothing started)")
+        return 0
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    procs: list[tuple[Planned, subprocess.Popen]] = []
+    try:
+        for p in planned:
+            env = {**os.environ, CONFIG_ENV: json.dumps(p.config), TARGET_ENV: p.target, WHERE_ENV: p.where}
+            procs.append((p, subprocess.Popen([sys.executable, "-m", "gymlab.cli.serve_one"], env=env)))
+        for p, proc in procs:
+            deadline = time.monotonic() + args.startup_timeout
+            while not _healthy(p.url):
+                if proc.poll() is not None:
+                    raise GymlabError(f"{p.where}: server {p.name} exited with code {proc.returncode} before "
+                                      "answering /health (its output is above)")
+                if time.monotonic() > deadline:
+                    raise GymlabError(f"{p.where}: server {p.name} did not answer {p.url}/health within "
+                                      f"{args.startup_timeout:.0f}s")
+                time.sleep(0.05)
+            print(f"{p.name} -> {p.url}", flush=True)
+        print(f"gymlab serve: all {len(procs)} servers are up; Ctrl-C stops them", flush=True)
+        while True:
+            for p, proc in procs:
+                if proc.poll() is not None:
+                    raise GymlabError(f"server {p.name} ({p.url}) exited with code {proc.returncode}; "
+                                      "stopping the others")
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        print("gymlab serve: stopping", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        _stop(procs)

@@ -1,0 +1,37 @@
+"""One server of a config, in the foreground: ``python -m gymlab.cli.serve_one`` (``gymlab serve`` runs it).
+
+The server's config (refs already URLs) comes as JSON in ``gymlab.server.CONFIG_ENV``; what to
+import comes in ``TARGET_ENV`` (an entrypoint path or a ``module:Class``, see ``gymlab.collection.imports``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+#: The import target of the server class (``/abs/app.py``, ``/abs/app.py:Class``, ``module:Class``).
+TARGET_ENV = "GYMLAB_SERVER_TARGET"
+#: Where the server was declared, for error messages (``file: instance.type.implementation``).
+WHERE_ENV = "GYMLAB_SERVER_WHERE"
+
+
+def main() -> int:
+    from gymlab.collection.imports import build_server
+    from gymlab.errors import GymlabError
+    from gymlab.server import CONFIG_ENV
+
+    where = os.environ.get(WHERE_ENV, "")
+    try:
+        server = build_server(os.environ[TARGET_ENV], json.loads(os.environ.get(CONFIG_ENV) or "{}"), where=where)
+        server.run_webserver()
+    except GymlabError as exc:
+        print(f"gymlab serve: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

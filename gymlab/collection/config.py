@@ -1,0 +1,389 @@
+"""YAML configs: instance -> server type -> implementation, merged in order, checked, resolved.
+
+A config is a value (``Config``) that the caller loads and passes down; nothing here is global.
+
+    calculator:                       # instance name
+      resources_servers:              # server type
+        calculator:                   # implementation
+          entrypoint: ../app.py       # relative to this YAML file
+          domain: knowledge
+    calculator_simple_agent:
+      responses_api_agents:
+        simple_agent:                 # a built-in: no entrypoint needed
+          resources_server: {type: resources_servers, name: calculator}
+          model_server: {type: responses_api_models, name: policy_model}
+
+Server references (``{type, name}``) are checked against the merged config and become URLs when
+the servers are launched (``ServerSpec.launch_config``). Every error names the file and the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gymlab.collection.imports import build_server, load_server_class
+from gymlab.errors import ConfigError
+from gymlab.registry import BUILTINS
+
+SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
+
+#: Top-level keys that are not server instances.
+TOP_LEVEL_KEYS = frozenset({"environment_server_routes", "environment_routing_mode"})
+
+#: Keys of an implementation block that are for gymlab itself, not fields of the server class.
+LAUNCH_KEYS = frozenset({"entrypoint", "server_class", "domain", "datasets", "description"})
+
+#: Keys holding a path (resolved relative to the YAML file that sets them).
+_PATH_KEYS = ("entrypoint", "jsonl_fpath", "prepare_script")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One ``datasets:`` entry: a JSONL file of rows for the server that declares it."""
+
+    name: str
+    type: str
+    jsonl_fpath: Path
+    owner: str
+    taskset: str | None = None
+    source: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ServerSpec:
+    """One server instance of a config: what to build, with which fields, bound to which servers."""
+
+    instance: str
+    server_type: str
+    implementation: str
+    fields: dict[str, Any]
+    refs: dict[str, tuple[str, str]]
+    source: Path
+    entrypoint: str | None = None
+    server_class: str | None = None
+    domain: str | None = None
+    datasets: list[DatasetSpec] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}: {self.instance}.{self.server_type}.{self.implementation}"
+
+    @property
+    def host(self) -> str:
+        return str(self.fields.get("host", "127.0.0.1"))
+
+    @property
+    def port(self) -> int:
+        return int(self.fields.get("port", 0) or 0)
+
+    def target(self) -> str:
+        """The import target: ``path/to/app.py[:Class]``, ``module:Class`` or ``module``."""
+        builtin = BUILTINS.get(self.server_type, {}).get(self.implementation)
+        if self.entrypoint is not None and (Path(self.entrypoint).exists() or builtin is None):
+            return self.entrypoint + (f":{self.server_class}" if self.server_class else "")
+        if builtin is not None:
+            return builtin
+        if self.server_class and ":" in self.server_class:
+            return self.server_class
+        raise ConfigError(
+            f"{self.where}: no entrypoint, and {self.implementation!r} is not a built-in {self.server_type} "
+            f"implementation (built-ins: {', '.join(sorted(BUILTINS[self.server_type])) or 'none'}); "
+            "add 'entrypoint: app.py' (relative to the config file)"
+        )
+
+    def server_cls(self) -> type:
+        return load_server_class(self.target(), where=self.where)
+
+    def check_fields(self) -> None:
+        """Refuse keys the server class does not declare (imports the class)."""
+        cls = self.server_cls()
+        known = set(cls.model_fields)
+        for key in self.fields:
+            if key not in known:
+                raise ConfigError(
+                    f"{self.where}.{key}: unknown key for {cls.__name__}; "
+                    f"its fields are: {', '.join(sorted(known))}"
+                )
+
+    def launch_config(self, urls: dict[str, str], **overrides: Any) -> dict[str, Any]:
+        """The server's config as one process gets it: its fields, with refs as URLs."""
+        cfg = {"name": self.instance, **self.fields}
+        for key, (_type, name) in self.refs.items():
+            if name not in urls:
+                raise ConfigError(f"{self.where}.{key}: {name!r} has no URL yet (start it first)")
+            cfg[key] = urls[name]
+        cfg.update(overrides)
+        return cfg
+
+    def build(self, urls: dict[str, str], **overrides: Any):
+        """A server instance, refs bound to ``urls``."""
+        return build_server(self.target(), self.launch_config(urls, **overrides), where=self.where)
+
+
+@dataclass
+class Config:
+    """A merged, checked config: server specs by instance name, plus the taskset routes."""
+
+    servers: dict[str, ServerSpec]
+    environment_server_routes: dict[str, str] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def of_type(self, server_type: str) -> dict[str, ServerSpec]:
+        return {n: s for n, s in self.servers.items() if s.server_type == server_type}
+
+    @property
+    def agents(self) -> dict[str, ServerSpec]:
+        return self.of_type("responses_api_agents")
+
+    @property
+    def environments(self) -> dict[str, ServerSpec]:
+        """Resources servers and environment servers."""
+        return {**self.of_type("resources_servers"), **self.of_type("environment_servers")}
+
+    @property
+    def models(self) -> dict[str, ServerSpec]:
+        return self.of_type("responses_api_models")
+
+    @property
+    def datasets(self) -> list[DatasetSpec]:
+        return [d for s in self.servers.values() for d in s.datasets]
+
+    @property
+    def tasksets(self) -> dict[str, str]:
+        """taskset name -> the environment server instance it routes to."""
+        return dict(self.environment_server_routes)
+
+    def launch_order(self) -> list[ServerSpec]:
+        """Every server after the servers it refers to (models and resources before agents)."""
+        rank = {t: i for i, t in enumerate(("responses_api_models", "resources_servers",
+                                               "responses_api_agents", "environment_servers"))}
+        ordered: list[ServerSpec] = []
+        state: dict[str, str] = {}
+
+        def visit(name: str, chain: tuple[str, ...]) -> None:
+            if state.get(name) == "done":
+                return
+            if state.get(name) == "visiting":
+                spec = self.servers[name]
+                raise ConfigError(f"{spec.where}: server references form a cycle: {' -> '.join((*chain, name))}")
+            state[name] = "visiting"
+            for _t, ref in self.servers[name].refs.values():
+                visit(ref, (*chain, name))
+            state[name] = "done"
+            ordered.append(self.servers[name])
+
+        for name in sorted(self.servers, key=lambda n: (rank[self.servers[n].server_type], list(self.servers).index(n))):
+            visit(name, ())
+        return ordered
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` merged into a copy of ``base``: dicts merge key by key, anything else is replaced."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    if not path.exists():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config is a mapping of instance names, not a {type(data).__name__}")
+    return data
+
+
+def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Path keys of every implementation block (and its datasets) made absolute against ``base``."""
+
+    def fix(block: dict[str, Any]) -> dict[str, Any]:
+        block = dict(block)
+        for key in _PATH_KEYS:
+            if isinstance(block.get(key), str) and not _is_import_path(block[key]):
+                block[key] = str((base / block[key]).resolve())
+        if isinstance(block.get("policy"), str):
+            block["policy"] = _absolutize_import(block["policy"], base)
+        if isinstance(block.get("datasets"), list):
+            block["datasets"] = [fix(d) if isinstance(d, dict) else d for d in block["datasets"]]
+        return block
+
+    out = {}
+    for inst, body in data.items():
+        if isinstance(body, dict) and inst not in TOP_LEVEL_KEYS:
+            body = {
+                st: ({impl: fix(b) if isinstance(b, dict) else b for impl, b in impls.items()}
+                     if isinstance(impls, dict) else impls)
+                for st, impls in body.items()
+            }
+        out[inst] = body
+    return out
+
+
+def _is_import_path(value: str) -> bool:
+    """``pkg.module:attr`` (no slash, no ``.py``) rather than a file path."""
+    return ":" in value and "/" not in value and ".py" not in value
+
+
+def _absolutize_import(value: str, base: Path) -> str:
+    if ":" in value:
+        module, attr = value.rsplit(":", 1)
+        if module.endswith(".py") or "/" in module:
+            return f"{(base / module).resolve()}:{attr}"
+    return value
+
+
+def load_config(*paths: str | Path) -> Config:
+    """Load YAML files, deep-merged in order (later files win), and check them.
+
+    Relative paths (``entrypoint``, ``jsonl_fpath``, ``policy: app.py:fn``) are relative to the file
+    that sets them.
+    """
+    if not paths:
+        raise ConfigError("no config file given")
+    merged: dict[str, Any] = {}
+    sources: dict[str, Path] = {}
+    files = []
+    for p in paths:
+        path = Path(p).resolve()
+        files.append(path)
+        data = _absolutize(_read_yaml(path), path.parent)
+        for key in data:
+            sources[key] = path
+        merged = deep_merge(merged, data)
+    return parse_config(merged, sources, files)
+
+
+def parse_config(merged: dict[str, Any], sources: dict[str, Path], files: list[Path]) -> Config:
+    """Build and check a ``Config`` from an already-merged mapping (``sources``: key -> file)."""
+    servers: dict[str, ServerSpec] = {}
+    settings: dict[str, Any] = {}
+    routes: dict[str, str] = {}
+    for inst, body in merged.items():
+        src = sources.get(inst, files[-1])
+        if inst == "environment_server_routes":
+            if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
+                raise ConfigError(f"{src}: environment_server_routes: expected a mapping of taskset -> "
+                                  "environment server instance name")
+            routes = dict(body)
+            continue
+        if not isinstance(body, dict) or inst in TOP_LEVEL_KEYS:
+            settings[inst] = body
+            continue
+        servers[inst] = _parse_instance(inst, body, src)
+    config = Config(servers=servers, environment_server_routes=routes, files=files, settings=settings)
+    _check_refs(config, sources)
+    return config
+
+
+def _parse_instance(inst: str, body: dict[str, Any], src: Path) -> ServerSpec:
+    unknown = [k for k in body if k not in SERVER_TYPES]
+    if unknown:
+        raise ConfigError(f"{src}: {inst}.{unknown[0]}: unknown server type {unknown[0]!r}; "
+                          f"expected one of {', '.join(SERVER_TYPES)}")
+    if len(body) != 1:
+        raise ConfigError(f"{src}: {inst}: an instance has exactly one server type, found "
+                          f"{', '.join(body) or 'none'}")
+    (stype, impls), = body.items()
+    if not isinstance(impls, dict) or len(impls) != 1:
+        raise ConfigError(f"{src}: {inst}.{stype}: expected exactly one implementation name "
+                          f"(such as simple_agent), found {list(impls) if isinstance(impls, dict) else impls!r}")
+    (impl, block), = impls.items()
+    if block is not None and not isinstance(block, dict):
+        raise ConfigError(f"{src}: {inst}.{stype}.{impl}: expected a mapping of fields, got {block!r}")
+    block = dict(block or {})
+    where = f"{src}: {inst}.{stype}.{impl}"
+    refs: dict[str, tuple[str, str]] = {}
+    fields: dict[str, Any] = {}
+    for key, value in block.items():
+        if key in LAUNCH_KEYS:
+            continue
+        if isinstance(value, dict) and set(value) == {"type", "name"}:
+            if value["type"] not in SERVER_TYPES:
+                raise ConfigError(f"{where}.{key}.type: unknown server type {value['type']!r}; "
+                                  f"expected one of {', '.join(SERVER_TYPES)}")
+            refs[key] = (value["type"], str(value["name"]))
+        else:
+            fields[key] = value
+    spec = ServerSpec(
+        instance=inst, server_type=stype, implementation=impl, fields=fields, refs=refs, source=src,
+        entrypoint=block.get("entrypoint"), server_class=block.get("server_class"), domain=block.get("domain"),
+    )
+    spec.datasets = _parse_datasets(block.get("datasets"), spec)
+    return spec
+
+
+def _parse_datasets(raw: Any, spec: ServerSpec) -> list[DatasetSpec]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{spec.where}.datasets: expected a list of datasets")
+    out = []
+    for i, d in enumerate(raw):
+        key = f"{spec.where}.datasets[{i}]"
+        if not isinstance(d, dict):
+            raise ConfigError(f"{key}: expected a mapping with name, type and jsonl_fpath")
+        for need in ("name", "jsonl_fpath"):
+            if not d.get(need):
+                raise ConfigError(f"{key}.{need}: missing")
+        taskset = d.get("taskset")
+        if taskset is not None and (not isinstance(taskset, str) or "/" in taskset or not taskset):
+            raise ConfigError(f"{key}.taskset: a taskset name is a non-empty string without '/', got {taskset!r}")
+        extra = {k: v for k, v in d.items() if k not in ("name", "type", "jsonl_fpath", "taskset")}
+        out.append(DatasetSpec(name=str(d["name"]), type=str(d.get("type", "example")),
+                               jsonl_fpath=Path(d["jsonl_fpath"]), owner=spec.instance, taskset=taskset,
+                               source=spec.source, extra=extra))
+    return out
+
+
+def _check_refs(config: Config, sources: dict[str, Path]) -> None:
+    for spec in config.servers.values():
+        for key, (stype, name) in spec.refs.items():
+            target = config.servers.get(name)
+            if target is None or target.server_type != stype:
+                defined = sorted(config.of_type(stype))
+                extra = f" ({name!r} is a {target.server_type} instance)" if target is not None else ""
+                raise ConfigError(
+                    f"{spec.where}.{key}.name: refers to {stype} {name!r}, which this config does not "
+                    f"define{extra}; defined {stype}: {', '.join(defined) or 'none'}"
+                )
+    route_src = sources.get("environment_server_routes")
+    for taskset, env in config.environment_server_routes.items():
+        target = config.servers.get(env)
+        if target is None or target.server_type != "environment_servers":
+            raise ConfigError(
+                f"{route_src}: environment_server_routes.{taskset}: {env!r} is not an environment_servers "
+                f"instance of this config; defined: {', '.join(sorted(config.of_type('environment_servers'))) or 'none'}"
+            )
+    for ds in config.datasets:
+        if ds.taskset is None:
+            continue
+        if ds.taskset not in config.environment_server_routes:
+            raise ConfigError(
+                f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} is not mapped in "
+                "environment_server_routes; add 'environment_server_routes: {" + f"{ds.taskset}: <environment server>" + "}'"
+            )
+        env = config.servers[config.environment_server_routes[ds.taskset]]
+        bound = {name for _t, name in env.refs.values()}
+        if ds.owner != env.instance and ds.owner not in bound:
+            raise ConfigError(
+                f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} routes to {env.instance}, "
+                f"which does not bind {ds.owner} (it binds {', '.join(sorted(bound)) or 'nothing'}); declare "
+                "the dataset on a server the environment server refers to"
+            )

@@ -1,0 +1,225 @@
+"""JSONL rows back in, validated by kind (rollout, SFT, RL, task), and ``Dataset``: task rows to run or write.
+
+Every reader validates each line, raising ``DatasetError`` with the file and line number. No pandas
+here (``Dataset.to_frame`` imports it when called).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gymlab.errors import DatasetError
+from gymlab.jsonl import iter_jsonl, write_jsonl_atomic
+from gymlab.protocol import ResponseCreateParams, Rollout
+
+CHAT_ROLES = {"system", "user", "assistant", "tool"}
+
+
+def _describe(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first.get("loc", ())) or "row"
+    if first.get("type") == "extra_forbidden":
+        return f"unknown key {loc!r}"
+    return f"{loc}: {first.get('msg')}"
+
+
+def _pydantic_cause(exc: ValidationError, what: str) -> str:
+    return f"not {what}: {_describe(exc)}"
+
+
+def check_chat_messages(messages: Any, key: str = "messages") -> None:
+    """Raise ``ValueError`` unless ``messages`` is a well-formed chat conversation."""
+    if not isinstance(messages, list):
+        raise ValueError(f"{key} must be a list of messages, got {type(messages).__name__}")
+    call_ids: set[str] = set()
+    for n, m in enumerate(messages):
+        at = f"{key}[{n}]"
+        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
+            raise ValueError(f"{at}: expected a message with role one of {sorted(CHAT_ROLES)}, got {m!r:.80}")
+        content = m.get("content")
+        if content is not None and not isinstance(content, str):
+            raise ValueError(f"{at}.content must be a string or null")
+        for c, call in enumerate(m.get("tool_calls") or []):
+            fn = call.get("function") if isinstance(call, dict) else None
+            if (m["role"] != "assistant" or not isinstance(fn, dict) or not isinstance(call.get("id"), str)
+                    or call.get("type") != "function" or not isinstance(fn.get("name"), str)
+                    or not isinstance(fn.get("arguments"), str)):
+                raise ValueError(f"{at}.tool_calls[{c}]: expected an assistant's "
+                                 '{"id", "type": "function", "function": {"name", "arguments": str}}')
+            call_ids.add(call["id"])
+        if m["role"] == "tool" and m.get("tool_call_id") not in call_ids:
+            raise ValueError(f"{at}: tool message answers tool_call_id {m.get('tool_call_id')!r}, "
+                             "which no earlier assistant message called")
+        if m["role"] == "assistant" and content is None and not m.get("tool_calls") and "reasoning_content" not in m:
+            raise ValueError(f"{at}: an assistant message needs content or tool_calls")
+
+
+def _check_tools(tools: Any) -> None:
+    if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
+            and isinstance(t["function"].get("name"), str) for t in tools):
+        raise ValueError('tools must be a list of {"type": "function", "function": {"name", ...}}')
+
+
+def validate_sft_row(row: dict) -> dict:
+    check_chat_messages(row.get("messages"))
+    _check_tools(row.get("tools", []))
+    return row
+
+
+def validate_rl_row(row: dict) -> dict:
+    check_chat_messages(row.get("prompt"), "prompt")
+    check_chat_messages(row.get("completion", []), "completion")
+    _check_tools(row.get("tools", []))
+    reward = row.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        raise ValueError(f"reward must be a number, got {reward!r}")
+    return row
+
+
+def validate_task_row(row: dict) -> dict:
+    """A task row needs ``responses_create_params`` that ``ResponseCreateParams`` accepts."""
+    if "responses_create_params" not in row:
+        raise ValueError("a task row needs responses_create_params (the model request)")
+    try:
+        ResponseCreateParams.model_validate(row["responses_create_params"])
+    except ValidationError as exc:
+        raise ValueError(f"responses_create_params: {_describe(exc)}") from None
+    return row
+
+
+_VALIDATORS: dict[str, tuple[Callable[[dict], Any], str]] = {
+    "rollout": (Rollout.model_validate, "a rollout row"),
+    "sft": (validate_sft_row, "a chat-format SFT row"),
+    "rl": (validate_rl_row, "an RL row"),
+    "task": (validate_task_row, "a task row"),
+}
+
+
+def kind_of(row: dict) -> str:
+    """Which kind of row this is: rollout, sft, rl or task (from its keys)."""
+    if "messages" in row:
+        return "sft"
+    if "prompt" in row and "reward" in row:
+        return "rl"
+    if "response" in row:
+        return "rollout"
+    return "task"
+
+
+def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
+    """Read and validate every line: ``kind`` is rollout, sft, rl or task (None: from the first row).
+
+    Rollout rows come back as ``Rollout`` records, the others as dicts. A torn, invalid or
+    wrong-shaped line raises ``DatasetError`` with the file and line number.
+    """
+    if kind is not None and kind not in _VALIDATORS:
+        raise ValueError(f"kind must be one of {', '.join(_VALIDATORS)} or None, got {kind!r}")
+    return _read(path, kind)
+
+
+def _read(path: str | os.PathLike, kind: str | None, what: str | None = None) -> list[Any]:
+    out = []
+    for number, row in iter_jsonl(path):
+        kind = kind or kind_of(row)
+        validate, what = _VALIDATORS[kind][0], what or _VALIDATORS[kind][1]
+        try:
+            value = validate(row)
+        except ValidationError as exc:
+            raise DatasetError(str(path), number, _pydantic_cause(exc, what)) from None
+        except ValueError as exc:
+            raise DatasetError(str(path), number, f"not {what}: {exc}") from None
+        out.append(value)
+    return out
+
+
+def read_rollouts(path: str | os.PathLike, *, what: str = "a rollout row") -> list[Rollout]:
+    """The ``Rollout`` records of a rollouts JSONL file (a bad line: ``not {what}: ...``)."""
+    return _read(path, "rollout", what)
+
+
+# -- task datasets ----------------------------------------------------------------------------
+
+def _plain(value: Any) -> Any:
+    """pandas/numpy values as JSON values (numpy scalars unwrapped, NaN/NaT/NA as None)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy arrays and scalars
+        return _plain(value.tolist())
+    if isinstance(value, float) and value != value:
+        return None
+    if type(value).__name__ in ("NAType", "NaTType"):
+        return None
+    return value
+
+
+class Dataset:
+    """Task rows (``responses_create_params`` + metadata), validated, ready to run or write.
+
+    Build from a list of dicts or a pandas DataFrame. With ``prompt="column"``, each row's request
+    is built from that column (plus ``system``, ``tools`` and any other request ``params``); the other
+    columns stay as row metadata (what the environment's seed/verify read).
+
+    >>> ds = Dataset(frame, prompt="question", tools=[square_tool])
+    >>> ds.write("data/train.jsonl")
+    """
+
+    def __init__(self, data: Any = (), *, prompt: str | None = None, system: str | None = None,
+                 tools: list[dict] | None = None, name: str = "dataset", **params: Any):
+        self.name = name
+        records = data.to_dict("records") if hasattr(data, "to_dict") and hasattr(data, "columns") else list(data)
+        self.rows: list[dict[str, Any]] = []
+        for n, raw in enumerate(records, 1):
+            row = _plain(dict(raw))
+            if prompt is not None:
+                text = row.pop(prompt, None)
+                if not isinstance(text, (str, list)):
+                    raise DatasetError(name, n, f"column {prompt!r} must hold the prompt text, got {text!r:.80}")
+                items = ([{"role": "system", "content": system}] if system else []) + (
+                    [{"role": "user", "content": text}] if isinstance(text, str) else text)
+                row["responses_create_params"] = {"input": items, **({"tools": tools} if tools else {}), **params}
+            self.rows.append(self._validated(row, n))
+
+    def _validated(self, row: dict, n: int) -> dict:
+        try:
+            validate_task_row(row)
+            json.dumps(row)
+        except (TypeError, ValueError) as exc:
+            raise DatasetError(self.name, n, f"not a task row: {exc}") from None
+        params = ResponseCreateParams.model_validate(row["responses_create_params"])
+        return {**row, "responses_create_params": params.model_dump(mode="json", exclude_unset=True)}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Dataset:
+        """Read a task-rows JSONL file (line-numbered errors)."""
+        return cls(read_jsonl(path, "task"), name=str(path))
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write the rows atomically, one JSON object a line."""
+        return write_jsonl_atomic(path, self.rows)
+
+    def to_frame(self):
+        """The rows as a pandas DataFrame (one column per top-level key)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index]
+
+    def __repr__(self) -> str:
+        return f"<Dataset {self.name}: {len(self.rows)} rows>"

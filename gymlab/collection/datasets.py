@@ -1,0 +1,164 @@
+"""Dataset JSONL files: reading with line-numbered errors, and taskset collation.
+
+Two row formats:
+
+- **flat rows** (NeMo Gym's): ``responses_create_params`` plus any fields of the environment's own,
+  sent to an agent as they are;
+- **taskset rows**: a dataset declared with ``taskset: <name>`` is collated for an environment
+  server: each flat row becomes ``{"task_id": "<taskset>/<id>", "task_input": {...the row's own
+  fields, flat...}}``, keeping collector bookkeeping (``_ng_*``, rollout IDs, attempts) outside.
+
+Blank lines are the only thing skipped; anything else that is not a valid row is an error naming
+the file and line. Source files are only ever read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from gymlab.errors import ConfigError, DatasetError
+from gymlab.jsonl import iter_jsonl
+
+#: Where collation looks for a task's own ID, in this order.
+ID_FIELDS = ("task_id", "problem_id", "instance_id")
+
+#: Row fields that belong to the collector, not the task: kept outside ``task_input``.
+#: (``agent_ref`` is not one: taskset rows route by taskset, so a row's own agent_ref is task data.)
+COLLECTOR_FIELDS = frozenset({"_ng_task_index", "_ng_rollout_index", "rollout_id", "attempt", "episode_id"})
+
+
+def read_rows(path: str | os.PathLike, *, flat: bool | str = True) -> list[dict[str, Any]]:
+    """The rows of a dataset JSONL file. Blank lines are skipped (and only they are).
+
+    With ``flat=True`` each row must carry a valid ``responses_create_params`` (checked with
+    ``ResponseCreateParams``); taskset rows (``flat=False``) only need to be JSON objects, since
+    each environment server validates its own input. ``flat="auto"`` checks the rows that are not
+    already collated (without ``task_input``).
+    """
+    rows = []
+    for number, row in iter_jsonl(path, what="row"):
+        if flat is True or (flat == "auto" and "task_input" not in row):
+            check_flat_row(row, str(path), number)
+        rows.append(row)
+    return rows
+
+
+def check_flat_row(row: dict[str, Any], path: str, line: int | None) -> None:
+    """Raise ``DatasetError`` unless ``row["responses_create_params"]`` is a valid model request."""
+    from pydantic import ValidationError
+
+    from gymlab.protocol import ResponseCreateParams
+
+    if "responses_create_params" not in row:
+        raise DatasetError(path, line, "missing 'responses_create_params' (the model request of the row); "
+                                       f"keys present: {', '.join(sorted(row)) or 'none'}")
+    try:
+        ResponseCreateParams.model_validate(row["responses_create_params"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        what = (f"unknown key {loc.rsplit('.', 1)[-1]!r}" if first.get("type") == "extra_forbidden"
+                else f"{loc or 'value'}: {first.get('msg')}")
+        raise DatasetError(path, line, f"invalid responses_create_params: {what}") from None
+
+
+def task_key(row: dict[str, Any]) -> str | None:
+    """The row's own ID (``task_id``, ``problem_id``, ``instance_id``, first present), as a string."""
+    for key in ID_FIELDS:
+        value = row.get(key)
+        if value is not None and value != "":
+            return str(value)
+    return None
+
+
+def collate_taskset(rows: Iterable[dict[str, Any]], taskset: str, *, start: int = 0,
+                    source: str = "", responses_create_params: dict | None = None,
+                    num_repeats_add_seed: bool = False, skills: Any = None) -> list[dict[str, Any]]:
+    """Flat rows of one taskset dataset as ``task_id``/``task_input`` rows.
+
+    The ID: ``task_id``, ``problem_id``, ``instance_id`` in that order; else an existing
+    ``_ng_task_index``; else ``start`` + the row's position (``start`` is where this dataset begins
+    among all datasets of its type). Task-owned fields stay flat in ``task_input``; collector fields
+    stay outside it. Run-level request overrides, ``num_repeats_add_seed`` and skills are refused:
+    set response parameters in the source row instead.
+    """
+    refusals = [(responses_create_params, "run-level responses_create_params overrides"),
+                (num_repeats_add_seed, "num_repeats_add_seed"), (skills, "run-level skills")]
+    for value, what in refusals:
+        if value:
+            raise ConfigError(
+                f"{source or 'dataset'}: taskset {taskset!r} rows refuse {what}: they route to an environment "
+                "server that owns its task input; set response parameters in the source rows before collation"
+            )
+    out = []
+    for position, row in enumerate(rows):
+        if "task_input" in row:
+            raise DatasetError(source, None, f"row {position} of taskset {taskset!r} is already collated "
+                                             "(has task_input); pass such rows directly with --input")
+        own = task_key(row)
+        if own is None:
+            own = str(row["_ng_task_index"]) if row.get("_ng_task_index") is not None else str(start + position)
+        collated = {k: row[k] for k in row if k in COLLECTOR_FIELDS}
+        collated["task_id"] = f"{taskset}/{own}"
+        collated["task_input"] = {k: v for k, v in row.items() if k not in COLLECTOR_FIELDS}
+        out.append(collated)
+    return out
+
+
+def apply_run_overrides(row: dict[str, Any], responses_create_params: dict | None, repeat: int,
+                        add_seed: bool) -> dict[str, Any]:
+    """A flat row with run-level request overrides merged in, and ``seed=repeat`` when asked.
+
+    The seed goes in ``metadata.extra_body`` (the request schema has no ``seed`` key), as NeMo Gym does.
+    """
+    if not responses_create_params and not add_seed:
+        return row
+    from gymlab.collection.config import deep_merge
+
+    params = deep_merge(row.get("responses_create_params") or {}, responses_create_params or {})
+    if add_seed:
+        metadata = dict(params.get("metadata") or {})
+        extra = json.loads(metadata.get("extra_body") or "{}")
+        extra["seed"] = repeat
+        metadata["extra_body"] = json.dumps(extra)
+        params["metadata"] = metadata
+    return {**row, "responses_create_params": params}
+
+
+def config_rows(config, *, dataset: str | None = None, split: str | None = None,
+                limit: int | None = None) -> list[dict[str, Any]]:
+    """The rows of a config's datasets, collated: flat rows get ``agent_ref`` (the declaring agent)
+    unless they name one; taskset rows become ``task_id``/``task_input`` rows.
+
+    ``dataset`` picks one dataset by name, ``split`` every dataset of one type; ``limit`` keeps the
+    first rows of each dataset (positional task IDs still count the whole dataset).
+    """
+    chosen = [d for d in config.datasets
+              if (dataset is None or d.name == dataset) and (split is None or d.type == split)]
+    if not chosen:
+        known = ", ".join(f"{d.name} ({d.type})" for d in config.datasets) or "none"
+        raise ConfigError(f"{', '.join(map(str, config.files))}: no dataset matches "
+                          f"{'name ' + repr(dataset) if dataset else ''}{' type ' + repr(split) if split else ''}; "
+                          f"datasets: {known}")
+    types = {d.type for d in chosen}
+    offsets: dict[str, int] = {}
+    out: list[dict[str, Any]] = []
+    for d in config.datasets:  # every dataset of a chosen type counts toward positional IDs
+        if d.type not in types:
+            continue
+        rows = read_rows(d.jsonl_fpath, flat=d.taskset is None and d in chosen)
+        start = offsets.get(d.type, 0)
+        offsets[d.type] = start + len(rows)
+        if d not in chosen:
+            continue
+        rows = rows[:limit] if limit is not None else rows
+        if d.taskset is not None:
+            out.extend(collate_taskset(rows, d.taskset, start=start, source=str(d.jsonl_fpath)))
+        else:
+            spec = config.servers[d.owner]
+            ref = {"type": spec.server_type, "name": spec.instance}
+            out.extend(row if "agent_ref" in row else {**row, "agent_ref": ref} for row in rows)
+    return out

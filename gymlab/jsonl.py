@@ -1,0 +1,131 @@
+"""JSONL files, one JSON object a line: the one reader, the one atomic writer, the one appender.
+
+- ``iter_jsonl``: ``(line number, object)`` per non-blank line; anything else is a ``DatasetError``
+  naming the file and line (a last line cut off mid-record is reported as torn).
+- ``read_appendable``: the records of a file a run appends to (collection's outputs); a partial last
+  line left by a crash is cut off with a message so the run can redo it.
+- ``write_jsonl_atomic``: a whole file, atomically (temp file in the same folder, then a rename).
+- ``LineWriter``: appends whole lines, one ``os.write`` each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gymlab.errors import DatasetError
+
+
+def iter_jsonl(path: str | os.PathLike, *, what: str = "row") -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every non-blank line of a JSONL file; blank lines are the only
+    ones skipped. An unreadable file, a torn last line, a line that is not JSON or not an object
+    (``a {what} is a JSON object``) raises ``DatasetError`` with the file and line."""
+    path = Path(path)
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+    with f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as exc:
+                if not line.endswith("\n"):
+                    raise DatasetError(str(path), number, f"torn last line: the file ends mid-record ({exc}); "
+                                       "was the write interrupted? re-export it or delete the line") from None
+                raise DatasetError(str(path), number, f"not valid JSON: {exc}") from None
+            if not isinstance(value, dict):
+                raise DatasetError(str(path), number, f"a {what} is a JSON object, not {type(value).__name__}")
+            yield number, value
+
+
+def read_appendable(path: Path, *, repair: bool = True, what: str = "rollouts") -> list[dict[str, Any]]:
+    """The records of a JSONL file a run appends to ([] when it does not exist yet).
+
+    A partial last line (a crash mid-write) is cut off with a message, or a whole last record missing
+    only its newline gets one (``repair=False`` leaves the file alone); a bad complete line is an
+    error naming its line number, never dropped.
+    """
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    records = []
+    complete_end = data.rfind(b"\n") + 1
+    for number, line in enumerate(data[:complete_end].split(b"\n")[:-1], 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise DatasetError(str(path), number, f"damaged {what} line ({exc}); fix or delete that line, "
+                                                  "then rerun to redo its rollout") from None
+        if not isinstance(record, dict):
+            raise DatasetError(str(path), number, f"a {what} line is a JSON object, not {type(record).__name__}")
+        records.append(record)
+    tail = data[complete_end:]
+    if tail.strip():
+        try:
+            record = json.loads(tail)
+            complete = isinstance(record, dict)
+        except ValueError:
+            complete = False
+        if complete:  # whole record, only its newline missing
+            records.append(record)
+            if repair:
+                with open(path, "ab") as f:
+                    f.write(b"\n")
+        elif repair:
+            print(f"gymlab collect: {path}: removed a partial last line ({len(tail)} bytes) left by an "
+                  "interrupted run; its rollout will run again", file=sys.stderr)
+            with open(path, "r+b") as f:
+                f.truncate(complete_end)
+    return records
+
+
+def json_line(record: Any) -> str:
+    """One record as JSON text: a pydantic model without its None fields, anything else as JSON."""
+    if hasattr(record, "model_dump_json"):
+        return record.model_dump_json(exclude_none=True)
+    return json.dumps(record, ensure_ascii=False)
+
+
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Any],
+                       to_line: Callable[[Any], str] = json_line) -> Path:
+    """Write one record a line to ``path`` atomically: readers see the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for record in records:
+                f.write(to_line(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+class LineWriter:
+    """Appends whole lines with one ``os.write`` each (no user-space buffer to lose on a kill)."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, record: dict[str, Any]) -> None:
+        data = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def close(self) -> None:
+        os.close(self.fd)

@@ -1,0 +1,193 @@
+"""Gymnasium episodes: reset, then step with an action (or the model's), each step a transition record."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, NamedTuple
+
+from gymlab.client import error_message, post
+from gymlab.errors import ServerError
+from gymlab.lab.episode import Episode, EpisodeError, ForkDivergedError, _on_gymlab_loop, _Session, _synced
+from gymlab.loop import DEFAULT_MAX_STEPS, LoopState, with_user_message
+from gymlab.protocol import (
+    NeMoGymResponse,
+    Rollout,
+    StepRecord,
+    assistant_message,
+    function_call,
+)
+from gymlab.protocol import record as records
+
+
+class Step(NamedTuple):
+    """What a Gymnasium step returns, in Gymnasium's order."""
+
+    observation: str | None
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+def as_response(action: Any = None, call: str | None = None, arguments: Any = None) -> NeMoGymResponse | None:
+    """An action as the model response ``/step`` takes; None means "ask the model".
+
+    Accepted: assistant text, ``(name, arguments)``, ``call=``/``arguments=``, an item or a list of
+    items, a response (or its JSON).
+    """
+    if call is not None:
+        if action is not None:
+            raise TypeError("give the action or call=..., not both")
+        action = (call, arguments or {})
+    if action is None:
+        return None
+    if isinstance(action, NeMoGymResponse):
+        return action
+    if isinstance(action, dict):
+        return NeMoGymResponse.model_validate(action)
+    if isinstance(action, str):
+        items = [assistant_message(action)]
+    elif isinstance(action, tuple) and len(action) == 2 and isinstance(action[0], str):
+        items = [function_call(action[0], action[1] if action[1] is not None else {})]
+    elif isinstance(action, list):
+        items = action
+    elif hasattr(action, "type"):
+        items = [action]
+    else:
+        raise TypeError(f"an action is text, (name, arguments), an item, a list of items or a response; "
+                        f"got {type(action).__name__}")
+    return NeMoGymResponse(model="by hand", output=items)
+
+
+class GymnasiumEpisode(Episode):
+    """A Gymnasium episode: ``reset()``, then ``step(action)`` until terminated or truncated.
+
+    ``step()`` with no action asks the model; each step returns ``Step(observation, reward,
+    terminated, truncated, info)``. Tool outputs and observations join the conversation exactly as
+    ``gymnasium_agent`` adds them, so a model sees the same history here as in a run.
+    """
+
+    protocol = "gymnasium"
+    _start_name = "reset"
+    _other_protocol_methods = frozenset({"seed", "aseed", "call", "acall", "say", "asay", "model_turn",
+                                         "amodel_turn", "verify", "averify"})
+
+    def _init_protocol(self) -> None:
+        self.state = LoopState(self.params)
+        self.steps = self.state.steps
+        self.observation: str | None = None
+        self.reset_info: dict[str, Any] = {}
+        self.reset_observation: str | None = None
+        self.last_step: Any = None
+
+    @property
+    def history(self) -> list[Any]:
+        """Every item of the conversation so far (the reset observation is the first user message)."""
+        return self.state.items
+
+    def _make_release(self):
+        url, name = self.env_url, self.env_name
+
+        async def close(session: _Session) -> Any:
+            reply = await post(url, "/close", {}, session.cookies, server=name)
+            if reply.status == 404:
+                warnings.warn(f"{name}: has no /close route, so an unfinished episode's state stays on the server "
+                              "until the server reclaims it", RuntimeWarning)
+                return None
+            if not reply.ok:
+                raise ServerError(name, "POST /close", reply.status, error_message(reply.text))
+            return reply.json()
+
+        return close
+
+    @_on_gymlab_loop
+    async def areset(self) -> tuple[str | None, dict[str, Any]]:
+        """POST /reset with the row; returns ``(observation, info)``."""
+        from gymlab.protocol.gymnasium import GymnasiumResetResponse
+
+        if self._session.open or self.done:
+            raise EpisodeError(f"{self.env_name}: the episode is already reset; use ep.fork() or a new lab.episode(...)")
+        reset = GymnasiumResetResponse.model_validate(await self._env("/reset", self.row))
+        self._session.open = True
+        self._started = time.perf_counter()
+        self.state.params = with_user_message(self.params, reset.observation)
+        self.observation, self.reset_info = reset.observation, reset.info
+        self.reset_observation = reset.observation
+        return reset.observation, reset.info
+
+    reset = _synced()
+
+    @_on_gymlab_loop
+    async def astep(self, action: Any = None, *, call: str | None = None, arguments: Any = None) -> Step:
+        """One transition: the action (or the model's answer) to ``/step``; returns the ``Step``."""
+        from gymlab.loop import ask_model, gymnasium_transition
+        from gymlab.protocol.gymnasium import GymnasiumStepResponse
+
+        self._require_open("step()")
+        given = as_response(action, call, arguments)
+        t0 = time.perf_counter()
+
+        async def canned(_body: dict) -> NeMoGymResponse:
+            return given
+
+        response = await ask_model(self.state, self.call_model if given is None else canned)
+        self._actions.append(("response", response))
+        body = {**self.row, "response": response.model_dump(mode="json", exclude_none=True)}
+        try:
+            answer = GymnasiumStepResponse.model_validate(await self._env("/step", body))
+        except ServerError:
+            self._closed = True  # the server released the state of a step that raised
+            self._session.take()
+            self._finalizer.detach()
+            raise
+        record = gymnasium_transition(self.state, response, answer, time.perf_counter() - t0)
+        self.last_step, self.observation = answer, answer.observation
+        if answer.terminated or answer.truncated:
+            self._session.take()  # the server released the state itself
+            self._finalizer.detach()
+            self.result = {}
+        else:
+            if self.max_steps is not None and len(self.steps) >= self.max_steps:
+                record.truncated = True
+                self.state.stop_reason = "max_steps"
+                self.result = {}
+                await self.aclose()
+        return Step(answer.observation, answer.reward, record.terminated, record.truncated, answer.info)
+
+    step = _synced()
+
+    @_on_gymlab_loop
+    async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
+        """Model steps until the episode ends (or ``max_steps`` more steps); returns the new steps."""
+        before = len(self.steps)
+        limit = max_steps if max_steps is not None else (self.max_steps or DEFAULT_MAX_STEPS)
+        while not self.done and len(self.steps) - before < limit:
+            await self.astep()
+        return self.steps[before:]
+
+    run = _synced()
+
+    @property
+    def rollout(self) -> Rollout:
+        """The episode as a rollout record, with the fields ``gymnasium_agent`` reports."""
+        record = records.from_transitions(self.state.params, self.state.final_response(), self.steps,
+                                          cut_by_limit=self.state.stop_reason == "max_steps", row=self.row,
+                                          last=self.last_step, duration_s=time.perf_counter() - self._started)
+        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
+
+    async def _replay(self, original: GymnasiumEpisode) -> None:
+        observation, _ = await self.areset()
+        if observation != original.reset_observation:
+            raise ForkDivergedError(self.env_name, 0, "the reset observation", original.reset_observation, observation)
+        for _kind, response in original._actions:
+            await self.astep(response)
+            old, new = original.steps[len(self.steps) - 1], self.steps[-1]
+            for what, a, b in (("the observation", old.observation, new.observation),
+                               ("the reward", old.reward, new.reward),
+                               ("terminated", old.terminated, new.terminated),
+                               ("truncated", old.truncated, new.truncated),
+                               ("the tool outputs", [o.output for o in old.tool_outputs],
+                                [o.output for o in new.tool_outputs])):
+                if a != b:
+                    raise ForkDivergedError(self.env_name, new.index, what, a, b)

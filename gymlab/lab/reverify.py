@@ -1,0 +1,179 @@
+"""Re-grade stored rollouts with a (possibly edited) environment: iterate on a reward, no model calls.
+
+``reverify(MyServer, rollouts)`` serves the class in a background thread (real HTTP, its lifespan
+run), and for each record: ``/seed_session`` with the record's row (its fields, completed from the
+dataset rows when given), the recorded tool calls replayed
+in order (stateful environments grade the state those calls built; a replayed output that differs
+from the recorded one is flagged), then ``/verify`` with the row and the recorded response, all
+under one session cookie. Only the environment is called: never a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from gymlab.client import Cookies, post, post_ok
+from gymlab.errors import ServerError
+from gymlab.protocol import FunctionCall, Rollout
+
+_RESULT_KEYS = frozenset({"response", "reward", "mask_sample", "failure_kind", "failure_reason", "steps",
+                          "duration_s", "env_name", "agent_name"})
+
+
+#: Frame columns and dtypes, one row per stored episode.
+DTYPES = {
+    "episode": "int64", "task": "Int64", "repeat": "Int64", "old_reward": "float64",
+    "new_reward": "float64", "delta": "float64", "changed": "bool", "old_mask_sample": "bool",
+    "new_mask_sample": "boolean", "new_failure_kind": "category", "replay_matches": "boolean",
+    "error": "str",
+}
+COLUMNS = list(DTYPES)
+
+def row_of(record: Rollout, rows: dict[Any, dict] | None = None) -> dict[str, Any]:
+    """The dataset row a record was run from: its fields minus what the run added.
+
+    A verify drops the row fields its request model does not declare (wire reference), so a record
+    may lack some (a seed field, say); ``rows`` (by ``_ng_task_index``) supplies the originals.
+    """
+    data = record.model_dump(mode="json", exclude_none=True)
+    row = {k: v for k, v in data.items() if k not in _RESULT_KEYS}
+    if rows is not None:
+        task = row.get("_ng_task_index")
+        if task not in rows:
+            raise KeyError(f"no dataset row for _ng_task_index {task!r} (rows has {len(rows)}); pass the rows the "
+                           "rollouts were collected from, in the same order")
+        row.update({k: v for k, v in rows[task].items() if k not in ("_ng_task_index", "_ng_rollout_index")})
+    return row
+
+
+def rows_by_task(rows: Iterable[dict] | str | None) -> dict[Any, dict] | None:
+    """Dataset rows (or a materialized-inputs JSONL path) keyed by ``_ng_task_index`` (else position)."""
+    if rows is None:
+        return None
+    if isinstance(rows, str) or hasattr(rows, "__fspath__"):
+        from gymlab.jsonl import iter_jsonl
+
+        rows = [row for _, row in iter_jsonl(rows)]
+    return {row.get("_ng_task_index", n): row for n, row in enumerate(rows)}
+
+
+def recorded_calls(record: Rollout) -> list[tuple[FunctionCall, str | None]]:
+    """Every function call of the episode, in order, with the output recorded for it (if any)."""
+    outputs = {o.call_id: o.output for s in record.steps for o in s.tool_outputs}
+    outputs.update({i.call_id: i.output for i in record.response.output if getattr(i, "type", "") == "function_call_output"})
+    return [(i, outputs.get(i.call_id)) for i in record.response.output if isinstance(i, FunctionCall)]
+
+
+async def averify_one(url: str, record: Rollout, *, replay_tools: bool = True, server: str = "",
+                       rows: dict[Any, dict] | None = None) -> dict[str, Any]:
+    """Seed, replay the tool calls, verify one record; returns the new verify answer plus ``replay_matches``."""
+    cookies = Cookies()
+    row = row_of(record, rows)
+    await post_ok(url, "/seed_session", row, cookies, server=server)
+    matches = True
+    if replay_tools:
+        for call, recorded in recorded_calls(record):
+            try:
+                args = json.loads(call.arguments or "{}")
+            except ValueError:
+                continue  # the loop never sent these to the server either (wire reference)
+            reply = await post(url, f"/{call.name}", args, cookies, server=server)
+            matches = matches and (recorded is None or reply.text == recorded)
+    response = record.response.model_dump(mode="json", exclude_none=True)
+    answer = await post_ok(url, "/verify", {**row, "response": response}, cookies, server=server)
+    return {**answer, "replay_matches": matches}
+
+
+async def areverify_records(url: str, rollouts: Iterable[Rollout | dict], *, replay_tools: bool = True,
+                            concurrency: int = 8, server: str = "",
+                            rows: dict[Any, dict] | None = None) -> list[dict[str, Any] | ServerError]:
+    """The new verify answer for every record (a ``ServerError`` in its place when the server refused)."""
+    records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(record: Rollout):
+        async with sem:
+            try:
+                return await averify_one(url, record, replay_tools=replay_tools, server=server, rows=rows)
+            except ServerError as exc:
+                return exc
+
+    return list(await asyncio.gather(*(one(r) for r in records)))
+
+
+def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | ServerError]):
+    """Old vs new reward per episode as a pandas frame (a failed re-verify has NaN and its error)."""
+
+    cols: dict[str, list] = {c: [] for c in COLUMNS}
+    for n, (record, answer) in enumerate(zip(records, answers)):
+        extra = record.__pydantic_extra__ or {}
+        failed = isinstance(answer, ServerError)
+        new = float("nan") if failed else float(answer.get("reward", 0.0))
+        cols["episode"].append(n)
+        cols["task"].append(extra.get("_ng_task_index"))
+        cols["repeat"].append(extra.get("_ng_rollout_index"))
+        cols["old_reward"].append(record.reward)
+        cols["new_reward"].append(new)
+        cols["delta"].append(new - record.reward)
+        cols["changed"].append(failed or new != record.reward)
+        cols["old_mask_sample"].append(bool(record.mask_sample))
+        cols["new_mask_sample"].append(None if failed else bool(answer.get("mask_sample", False)))
+        cols["new_failure_kind"].append(None if failed else answer.get("failure_kind"))
+        cols["replay_matches"].append(None if failed else answer["replay_matches"])
+        cols["error"].append(str(answer) if failed else None)
+    from gymlab.lab.frames import typed_frame
+
+    return typed_frame(cols, DTYPES)
+
+
+async def areverify(environment: Any, rollouts: Iterable[Rollout | dict], *, rows: Any = None,
+                    replay_tools: bool = True, concurrency: int = 8, **config: Any):
+    """Async form of ``reverify``."""
+    from gymlab.lab.lab import Lab, ServerHandle
+
+    records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
+    options = {"replay_tools": replay_tools, "concurrency": concurrency, "rows": rows_by_task(rows)}
+    if isinstance(environment, (ServerHandle, str)):
+        url = environment if isinstance(environment, str) else environment.url
+        name = environment if isinstance(environment, str) else environment.name
+        return comparison_frame(records, await areverify_records(url, records, server=name, **options))
+    from gymlab.resources.simple import SimpleResourcesServer
+
+    cls = environment if isinstance(environment, type) else type(environment)
+    if not issubclass(cls, SimpleResourcesServer):
+        raise TypeError(f"reverify grades with a seed/verify environment (a SimpleResourcesServer subclass); "
+                        f"{cls.__name__} is not one. A Gymnasium environment's rewards come from /step: "
+                        "step a replay with lab.episode(...) instead")
+    lab = Lab()
+    try:
+        handle = await asyncio.to_thread(lab.serve, environment, **config)
+        answers = await areverify_records(handle.url, records, server=handle.name, **options)
+    finally:
+        await asyncio.to_thread(lab.close)
+    return comparison_frame(records, answers)
+
+
+def reverify(environment: Any, rollouts: Iterable[Rollout | dict] | str, *, rows: Any = None,
+             replay_tools: bool = True, concurrency: int = 8, **config: Any):
+    """Grade stored rollouts again with ``environment``; returns old vs new reward per episode (a frame).
+
+    ``environment`` is a ``SimpleResourcesServer`` subclass (built with ``config``) or instance,
+    served for the duration of the call, or a running server's handle or URL. ``rollouts`` is a
+    ``Rollouts``, a list of records or a rollouts JSONL path. ``rows`` (the dataset rows, or a
+    materialized-inputs JSONL path) restores row fields the stored verify answers dropped; a
+    stateful environment needs them to be seeded as it was. Nothing is asked of any model.
+
+    >>> frame = reverify(StricterCalculator, rollouts, rows=rows)
+    >>> frame[frame.changed]
+    """
+    from gymlab._sync import run_sync
+
+    if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
+        from gymlab.collection.dataset import read_rollouts
+
+        rollouts = read_rollouts(rollouts)
+    return run_sync(areverify(environment, rollouts, rows=rows, replay_tools=replay_tools,
+                              concurrency=concurrency, **config))

@@ -1,0 +1,194 @@
+"""Seed/verify episodes: seed a session, call tools or let the model act, then verify for the reward."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gymlab.client import error_message, post, post_ok
+from gymlab.errors import ServerError
+from gymlab.lab.episode import (
+    Episode,
+    EpisodeError,
+    ForkDivergedError,
+    _on_gymlab_loop,
+    _Session,
+    _synced,
+    parse_output,
+)
+from gymlab.loop import DEFAULT_MAX_STEPS, RESERVED_ROUTES, LoopState, model_turn, refusal, run_loop
+from gymlab.protocol import (
+    Message,
+    NeMoGymResponse,
+    Rollout,
+    StepRecord,
+    assistant_message,
+    function_call,
+)
+from gymlab.protocol import record as records
+
+
+class SeedVerifyEpisode(Episode):
+    """A seed/verify episode: ``seed()``, then ``call``/``say``/``model_turn``/``run``, then ``verify()``."""
+
+    protocol = "seed/verify"
+    _start_name = "seed"
+    _other_protocol_methods = frozenset({"reset", "areset", "step", "astep"})
+
+    def _init_protocol(self) -> None:
+        self.state = LoopState(self.params)
+        self.steps = self.state.steps
+
+    @property
+    def history(self) -> list[Any]:
+        """Every item of the conversation so far: the row's input, then what the episode added."""
+        return self.state.items
+
+    def tool_caller(self, statuses: list[int] | None = None):
+        """A ``call_tool`` for the loop: POST /{name} with the episode's cookie; the body is the output."""
+
+        async def call_tool(name: str, args: Any) -> str:
+            reply = await post(self.env_url, f"/{name}", args, self._session.cookies, server=self.env_name)
+            if statuses is not None:
+                statuses.append(reply.status)
+            return reply.text
+
+        return call_tool
+
+    @_on_gymlab_loop
+    async def aseed(self) -> dict[str, Any]:
+        """POST /seed_session with the row; returns the server's answer."""
+        if self._session.open or self.done:
+            raise EpisodeError(f"{self.env_name}: the episode is already seeded; use ep.fork() or a new lab.episode(...)")
+        answer = await self._env("/seed_session", self.row)
+        self._session.open = True
+        self._started = time.perf_counter()
+        return answer
+
+    seed = _synced()
+
+    async def _turn(self, response: NeMoGymResponse, call_tool=None, *, by_hand: bool = False) -> StepRecord:
+        """Push ``response`` through the loop as if the model had answered it (``by_hand``: a call the
+        researcher made, which may name a tool the row does not declare)."""
+
+        async def canned(_body: dict) -> NeMoGymResponse:
+            return response
+
+        await model_turn(self.state, canned, call_tool or self.tool_caller(), check_tools=not by_hand)
+        self._actions.append(("call" if by_hand else "response", response))
+        return self.state.steps[-1]
+
+    @_on_gymlab_loop
+    async def acall(self, tool: str, /, **arguments: Any) -> Any:
+        """Call tool route ``/{tool}`` by hand, as if the model had; returns the output (JSON-decoded).
+
+        The call and its output join the conversation (and so the verify). An error status raises
+        ``ServerError`` and records nothing.
+        """
+        self._require_open(f"call({tool!r})")
+        if tool in RESERVED_ROUTES or refusal(tool, [tool]) is not None:
+            raise EpisodeError(f"{self.env_name}: {tool!r} is not a tool route (a lifecycle route, or not a plain "
+                               "name); use the episode's own methods (seed, verify, close) for those")
+        reply = await post(self.env_url, f"/{tool}", arguments, self._session.cookies, server=self.env_name)
+        if not reply.ok:
+            raise ServerError(self.env_name, f"POST /{tool}", reply.status, error_message(reply.text),
+                              "the call was not recorded; check the tool name and arguments")
+
+        async def recorded(_name: str, _args: Any) -> str:
+            return reply.text
+
+        await self._turn(NeMoGymResponse(model="by hand", output=[function_call(tool, arguments)]), recorded,
+                         by_hand=True)
+        return parse_output(reply.text)
+
+    call = _synced()
+
+    @_on_gymlab_loop
+    async def asay(self, text: str, role: str = "assistant") -> Message:
+        """Add a message: the assistant's (a final answer, as a model turn) or the user's (a follow-up)."""
+        self._require_open("say()")
+        if role == "assistant":
+            await self._turn(NeMoGymResponse(model="by hand", output=[assistant_message(text)]))
+            return self.state.added[-1]
+        message = Message(role=role, content=text)
+        self.state.added.append(message)
+        self._actions.append(("message", message))
+        return message
+
+    say = _synced()
+
+    @_on_gymlab_loop
+    async def amodel_turn(self) -> StepRecord:
+        """One model call and each of its tool calls (``gymlab.loop.model_turn``); returns the step."""
+        self._require_open("model_turn()")
+        turn = await model_turn(self.state, self.call_model, self.tool_caller())
+        self._actions.append(("response", turn.response))
+        return self.state.steps[-1]
+
+    model_turn = _synced()
+
+    @_on_gymlab_loop
+    async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
+        """Model turns until the loop's stop rules end the episode (``gymlab.loop.run_loop``)."""
+        self._require_open("run()")
+        before = len(self.state.steps)
+        limit = max_steps if max_steps is not None else (self.max_steps or DEFAULT_MAX_STEPS)
+        limit = None if limit is None else before + limit
+        await run_loop(self.params, self._recording_model, self.tool_caller(), limit, self.state)
+        return self.state.steps[before:]
+
+    run = _synced()
+
+    async def _recording_model(self, body: dict) -> NeMoGymResponse:
+        response = await self.call_model(body)
+        self._actions.append(("response", response))
+        return response
+
+    def _make_release(self):
+        url, name, row, state = self.env_url, self.env_name, self.row, self.state
+
+        async def verify(session: _Session) -> dict[str, Any]:
+            response = state.final_response().model_dump(mode="json", exclude_none=True)
+            return await post_ok(url, "/verify", {**row, "response": response}, session.cookies, server=name)
+
+        return verify
+
+    @_on_gymlab_loop
+    async def averify(self) -> Rollout:
+        """POST /verify with the conversation so far; ends the episode and returns its rollout."""
+        self._require_open("verify()")
+        self._finalizer.detach()
+        if not self._session.take():
+            raise EpisodeError(f"{self.env_name}: the episode was closed while verifying")
+        try:
+            result = await self._session.release_coro(self._session)
+        except BaseException:
+            self._closed = True
+            raise
+        self.result = result
+        return self.rollout
+
+    verify = _synced()
+
+    @property
+    def rollout(self) -> Rollout:
+        """The episode as a rollout record (the verify's answer once verified)."""
+        record = records.verified(self.result, self.state.steps, self.state.stop_reason,
+                                  time.perf_counter() - self._started, row=self.row,
+                                  response=self.state.final_response())
+        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
+
+    async def _replay(self, original: SeedVerifyEpisode) -> None:
+        await self.aseed()
+        for kind, action in original._actions:
+            if kind == "message":
+                self.state.added.append(action)
+                self._actions.append((kind, action))
+                continue
+            step = await self._turn(action, by_hand=kind == "call")
+            recorded = original.state.steps[step.index]
+            for old, new in zip(recorded.tool_outputs, step.tool_outputs):
+                if old.output != new.output:
+                    call = next((c for c in action.function_calls if c.call_id == old.call_id), None)
+                    what = f"the output of tool {call.name if call else '?'}"
+                    raise ForkDivergedError(self.env_name, step.index, what, old.output, new.output)

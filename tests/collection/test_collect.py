@@ -1,0 +1,296 @@
+"""Rollout collection over real loopback servers: the four files, NeMo Gym rows unchanged, resume after
+a torn line or a SIGKILL (none lost, none duplicated), bounded retries recorded with a failure_kind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from gymlab import AggregateMetrics, AggregateMetricsRequest, BaseVerifyRequest, BaseVerifyResponse
+from gymlab.errors import ConfigError, DatasetError
+from gymlab.examples import example_rows, load_environment
+from gymlab.collection import acollect, collect
+from gymlab.collection.files import output_paths
+from gymlab.resources.simple import aggregate_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+CalculatorServer = load_environment("calculator").CalculatorServer
+
+
+class MarkedCalculator(CalculatorServer):
+    """The calculator whose /aggregate_metrics says it answered (so the file provably came from it)."""
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        metrics = aggregate_metrics(body.verify_responses)
+        metrics.key_metrics["answered_by"] = self.name
+        return metrics
+
+
+ATTEMPTS: dict[str, int] = {}
+
+
+class FlakyCalculator(CalculatorServer):
+    """Fails /verify for the question about 13, counting every attempt in ``ATTEMPTS``."""
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        text = " ".join(i.text for i in body.responses_create_params.input_items() if i.type == "message")
+        if "13" in text:
+            ATTEMPTS["13"] = ATTEMPTS.get("13", 0) + 1
+            raise RuntimeError("verifier crashed")
+        return await super().verify(body)
+
+
+@pytest.fixture
+def calc_agent(lab, calculator):
+    env = lab.serve(MarkedCalculator, name="calculator")
+    model = lab.serve_model(calculator.policy)
+    agent = lab.serve_agent("simple_agent", resources=env, model=model, name="calculator_simple_agent")
+    return agent, env
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_collect_writes_the_four_files_in_aabbcc_order(calc_agent, tmp_path):
+    agent, env = calc_agent
+    rows = example_rows("calculator")
+    result = collect(rows, tmp_path / "run.jsonl", agent_url=agent.url, resources_url=env.url, repeats=2,
+                     concurrency=4, progress=False)
+    paths = output_paths(tmp_path / "run.jsonl")
+    records = lines(paths["rollouts"])
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records] == [(t, k) for t in range(5) for k in range(2)]
+    assert all(r["reward"] == 1.0 and r["agent_ref"]["name"] == "calculator_simple_agent" for r in records)
+    assert {"responses_create_params", "response", "reward", "mask_sample", "steps"} <= set(records[0])
+    assert lines(paths["failures"]) == []
+    assert [(m["_ng_task_index"], m["_ng_rollout_index"]) for m in lines(paths["materialized_inputs"])] == [
+        (r["_ng_task_index"], r["_ng_rollout_index"]) for r in records]
+    metrics = json.loads(paths["aggregate_metrics"].read_text())["calculator_simple_agent"]
+    assert metrics["key_metrics"]["answered_by"] == "calculator"  # from the server's /aggregate_metrics
+    assert metrics["agent_metrics"]["mean/reward"] == 1.0 and metrics["agent_metrics"]["num_samples"] == 10
+    assert result.rollouts == records and result.n_new == 10 and result.mean_reward == 1.0
+
+
+def test_nemo_gym_rows_are_collected_unchanged(calc_agent, tmp_path):
+    agent, env = calc_agent
+    # Wire-reference rows: the request, an agent_ref, and the environment's own extra fields.
+    source = tmp_path / "nemo.jsonl"
+    rows = [{**row, "expected_answer": str(n * n), "metadata_field": {"difficulty": "easy", "tags": ["a", "b"]}}
+            for row, n in zip(example_rows("calculator"), (4, 7, 12, 3, 9))]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = source.read_bytes()
+    collect(source, tmp_path / "out.jsonl", agent_url=agent.url, resources_url=env.url, progress=False)
+    assert source.read_bytes() == before
+    sent = lines(output_paths(tmp_path / "out.jsonl")["materialized_inputs"])
+    assert sent == [{**row, "_ng_task_index": i, "_ng_rollout_index": 0} for i, row in enumerate(rows)]
+    out = lines(tmp_path / "out.jsonl")
+    assert [r["agent_ref"] for r in out] == [row["agent_ref"] for row in rows]
+    assert all(r["reward"] == 1.0 for r in out)
+
+
+async def test_a_rerun_skips_finished_pairs(calc_agent, tmp_path):
+    agent, env = calc_agent
+    rows = example_rows("calculator")
+    first = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, repeats=2, limit=2, progress=False)
+    assert first.n_new == 4
+    second = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, repeats=2, progress=False)
+    assert (second.n_new, second.n_skipped) == (6, 4)
+    records = lines(tmp_path / "run.jsonl")
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records] == [(t, k) for t in range(5) for k in range(2)]
+    assert records[:4] == first.rollouts  # the earlier rollouts are kept, not redone
+
+
+async def test_a_torn_last_line_is_cut_off_with_a_message_and_rerun(calc_agent, tmp_path, capsys):
+    agent, _env = calc_agent
+    rows = example_rows("calculator")[:3]
+    first = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
+    path = tmp_path / "run.jsonl"
+    text = path.read_text().splitlines(keepends=True)
+    path.write_text(text[0] + text[1] + text[2][: len(text[2]) // 2])  # a crash mid-write of the third line
+    again = await acollect(rows, path, agent_url=agent.url, progress=False)
+    assert "removed a partial last line" in capsys.readouterr().err
+    assert (again.n_new, again.n_skipped) == (1, 2)
+    assert lines(path)[:2] == first.rollouts[:2]
+    assert [r["_ng_task_index"] for r in lines(path)] == [0, 1, 2]
+
+
+async def test_a_damaged_complete_line_is_an_error_not_a_loss(calc_agent, tmp_path):
+    agent, _env = calc_agent
+    rows = example_rows("calculator")[:2]
+    await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
+    path = tmp_path / "run.jsonl"
+    good = path.read_text().splitlines()
+    path.write_text("{broken\n" + good[1] + "\n")
+    with pytest.raises(DatasetError, match=r"run\.jsonl:1: damaged rollouts line"):
+        await acollect(rows, path, agent_url=agent.url, progress=False)
+    assert path.read_text() == "{broken\n" + good[1] + "\n"
+
+
+async def test_resuming_onto_other_inputs_is_refused(calc_agent, tmp_path):
+    agent, _env = calc_agent
+    rows = example_rows("calculator")
+    await acollect(rows[:1], tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
+    with pytest.raises(ConfigError, match="task 0 repeat 0 was collected from a different input row"):
+        await acollect(rows[1:2], tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
+
+
+async def test_failures_are_retried_then_recorded_with_a_failure_kind(lab, calculator, tmp_path):
+    ATTEMPTS.clear()
+    env = lab.serve(FlakyCalculator, name="flaky")
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(calculator.policy))
+    rows = example_rows("calculator")
+    rows.append({**rows[0], "responses_create_params": {**rows[0]["responses_create_params"], "input": [
+        {"role": "user", "content": "What is 13 squared?"}]}})
+    result = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=2, backoff_s=0.01,
+                            progress=False)
+    assert ATTEMPTS["13"] == 3  # one try and two retries
+    [failure] = lines(output_paths(tmp_path / "run.jsonl")["failures"])
+    assert failure["_ng_task_index"] == 5 and failure["failure_kind"] == "verifier_error" and failure["failure_stage"] == "verification"
+    assert failure["attempts"] == 3 and "verifier crashed" in failure["failure_reason"]
+    assert len(result.rollouts) == 5 and result.failures == [failure]
+    # A rerun retries only the failure; it fails again, and is still recorded once.
+    again = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=0, progress=False)
+    assert (again.n_new, again.n_skipped, len(again.failures)) == (0, 5, 1)
+    assert ATTEMPTS["13"] == 4
+
+
+async def test_an_unreachable_agent_is_recorded_not_raised(tmp_path):
+    rows = example_rows("calculator")[:1]
+    result = await acollect(rows, tmp_path / "run.jsonl", agent_url="http://127.0.0.1:9", agent_name="gone",
+                            max_retries=1, backoff_s=0.01, progress=False)
+    [failure] = result.failures
+    assert failure["failure_kind"] == "transport_unreachable" and failure["failure_stage"] == "admission" and failure["attempts"] == 2
+
+
+SLOW_APP = """
+import asyncio
+
+from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
+
+
+class Graded(SimpleResourcesServer):
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+async def policy(request):
+    await asyncio.sleep(0.05)  # slow on purpose, so the collection is still running when it is killed
+    return "done"
+"""
+
+SLOW_CONFIG = """
+graded:
+  resources_servers:
+    graded:
+      entrypoint: app.py
+slow_agent:
+  responses_api_agents:
+    simple_agent:
+      resources_server: {type: resources_servers, name: graded}
+      model_server: {type: responses_api_models, name: slow_model}
+      datasets:
+      - {name: rows, type: example, jsonl_fpath: rows.jsonl}
+slow_model:
+  responses_api_models:
+    policy_model:
+      policy: app.py:policy
+"""
+
+
+def test_a_collection_killed_halfway_and_rerun_has_each_pair_exactly_once(tmp_path):
+    (tmp_path / "app.py").write_text(textwrap.dedent(SLOW_APP))
+    (tmp_path / "config.yaml").write_text(textwrap.dedent(SLOW_CONFIG))
+    n_rows, repeats = 40, 2
+    (tmp_path / "rows.jsonl").write_text("".join(
+        json.dumps({"responses_create_params": {"input": f"task {i}"}}) + "\n" for i in range(n_rows)))
+    out = tmp_path / "out" / "run.jsonl"
+    cmd = [sys.executable, "-m", "gymlab.cli", "collect", str(tmp_path / "config.yaml"), "-o", str(out),
+           "-n", str(repeats), "-c", "4", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.read_text().count("\n") >= 6):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the collection wrote nothing within 60 s"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+    survived = [json.loads(line) for line in out.read_bytes().split(b"\n")[:-1]]  # complete lines only
+    assert 6 <= len(survived) < n_rows * repeats
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    records = lines(out)
+    keys = [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records]
+    assert keys == [(t, k) for t in range(n_rows) for k in range(repeats)]  # none lost, none duplicated
+    by_key = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in records}
+    for record in survived:  # what finished before the kill is kept as it was, not redone
+        assert by_key[(record["_ng_task_index"], record["_ng_rollout_index"])] == record
+    new, skipped = map(int, re.search(r"\((\d+) new, (\d+) already done\)", rerun.stdout).groups())
+    assert new + skipped == n_rows * repeats
+    assert skipped - len(survived) in (0, 1)  # 1: the kill fell between a record and its newline
+
+
+def test_a_taskset_dataset_is_collated_and_routed_to_its_environment_server(tmp_path):
+    from gymlab.cli import main
+
+    calc = ROOT / "environments" / "calculator"
+    source = calc / "data" / "example.jsonl"
+    before = source.read_bytes()
+    (tmp_path / "config.yaml").write_text(textwrap.dedent(f"""
+        environment_server_routes:
+          calc: calculator_env
+        calculator_env:
+          environment_servers:
+            single_agent_turn:
+              resources_server: {{type: resources_servers, name: calculator}}
+              agent_server: {{type: responses_api_agents, name: calculator_simple_agent}}
+        calculator:
+          resources_servers:
+            calculator:
+              entrypoint: {calc / "app.py"}
+              datasets:
+              - {{name: calc_bench, type: benchmark, taskset: calc, jsonl_fpath: {source}}}
+        calculator_simple_agent:
+          responses_api_agents:
+            simple_agent:
+              model_server: {{type: responses_api_models, name: policy_model}}
+        policy_model:
+          responses_api_models:
+            policy_model:
+              policy: {calc / "app.py"}:policy
+    """))
+    out = tmp_path / "bench.jsonl"
+    assert main(["collect", str(tmp_path / "config.yaml"), "-o", str(out), "-n", "2", "--no-progress"]) == 0
+    records = lines(out)
+    assert [r["task_id"] for r in records] == [f"calc/{i}" for i in range(5) for _ in range(2)]
+    assert all(r["reward"] == 1.0 for r in records)
+    assert {r["agent_ref"]["name"] for r in records} == {"calculator_env"}
+    sent = lines(output_paths(out)["materialized_inputs"])
+    assert sent[0]["task_input"] == json.loads(before.splitlines()[0])  # the flat row, whole, in task_input
+    assert source.read_bytes() == before
+    # Run-level request overrides are refused for taskset rows, with a one-line error.
+    assert main(["collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress",
+                 "--responses-create-params", '{"temperature": 0}']) == 2
+
+
+async def test_a_bad_input_file_line_is_named_before_anything_runs(tmp_path):
+    source = tmp_path / "rows.jsonl"
+    good = json.dumps(example_rows("calculator")[0])
+    source.write_text(good + "\n\n" + json.dumps({"responses_create_params": {"input": "x", "tempreture": 1}}) + "\n")
+    with pytest.raises(DatasetError, match=r"rows\.jsonl:3: invalid responses_create_params: unknown key 'tempreture'"):
+        await acollect(source, tmp_path / "out.jsonl", agent_url="http://127.0.0.1:9", progress=False)
+    assert not (tmp_path / "out.jsonl").exists()

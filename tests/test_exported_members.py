@@ -1,0 +1,118 @@
+"""The public surface: ``__all__`` pinned, every name resolves, nothing private, ``import gymlab`` stays light."""
+
+import inspect
+import subprocess
+import sys
+
+import gymlab
+
+HEAVY = ["pandas", "matplotlib", "ipywidgets", "gymnasium", "openai", "fastapi", "uvicorn", "aiohttp"]
+
+
+#: The public API, sorted. Adding or removing a name is a decision: change it here on purpose.
+EXPORTED = [
+    "AgentHandle",
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "BaseRunRequest",
+    "BaseSeedSessionRequest",
+    "BaseSeedSessionResponse",
+    "BaseServer",
+    "BaseVerifyRequest",
+    "BaseVerifyResponse",
+    "ConfigError",
+    "Dataset",
+    "DatasetError",
+    "Episode",
+    "EpisodeFailed",
+    "EpisodeId",
+    "EpisodeViewer",
+    "Failure",
+    "ForkDivergedError",
+    "FunctionCall",
+    "FunctionCallOutput",
+    "GymlabError",
+    "GymnasiumAgent",
+    "GymnasiumServer",
+    "Lab",
+    "LivePanel",
+    "Message",
+    "NeMoGymResponse",
+    "OpenAIModel",
+    "PolicyModel",
+    "Reasoning",
+    "ResourcesCloseSessionRequest",
+    "ResourcesCloseSessionResponse",
+    "ResourcesSeedRejectedError",
+    "ResourcesSeedSessionRequest",
+    "ResourcesSeedSessionResponse",
+    "ResourcesSessionConflictError",
+    "ResourcesSessionError",
+    "ResponseCreateParams",
+    "Rollout",
+    "Rollouts",
+    "SESSION_ID_KEY",
+    "ServerError",
+    "ServerHandle",
+    "ServerStartError",
+    "SessionContractError",
+    "SimpleAgent",
+    "SimpleResourcesServer",
+    "SingleAgentTurn",
+    "StepRecord",
+    "Stepper",
+    "TaskId",
+    "Usage",
+    "__version__",
+    "acollect",
+    "assistant_message",
+    "collect",
+    "export_rl",
+    "export_rollouts",
+    "export_sft",
+    "failure_kinds",
+    "function_call",
+    "is_gymlab_fastapi_entrypoint",
+    "load",
+    "load_config",
+    "load_environment",
+    "lost_session_verification",
+    "read_jsonl",
+    "reverify",
+]
+
+
+def test_all_is_pinned():
+    assert gymlab.__all__ == EXPORTED
+    assert sorted(dir(gymlab)) == sorted(EXPORTED)
+
+
+def test_no_exported_name_comes_from_a_private_module():
+    for name in EXPORTED:
+        value = getattr(gymlab, name)
+        module = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None) or "gymlab"
+        assert not any(part.startswith("_") for part in module.split(".")), f"{name} comes from {module}"
+
+
+def test_every_exported_name_resolves():
+    for name in gymlab.__all__:
+        assert getattr(gymlab, name) is not None, name
+
+
+def test_import_is_light():
+    code = f"import sys, gymlab; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"import gymlab loaded: {out}"
+
+
+def test_lab_import_leaves_data_and_plot_libraries_unloaded():
+    code = "import sys, gymlab; gymlab.Lab; print(','.join(m for m in ('pandas','matplotlib','ipywidgets') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
+
+
+def test_unknown_name_is_an_attribute_error():
+    import pytest
+
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        gymlab.Nope  # noqa: B018
