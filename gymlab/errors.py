@@ -7,6 +7,7 @@
     ├── ServerStartError       a server could not start (the real cause attached)
     ├── ConfigError            a YAML config is wrong (names the file and key)
     ├── DatasetError           a JSONL file is wrong (names the file and line)
+    ├── PersistenceError       a file could not be written (disk full, read-only): path, cause, what to do
     ├── ResourcesSessionError  an episode seed or close refused (its HTTP status in ``status_code``)
     │   ├── ResourcesSeedRejectedError     422: invalid seed input that no retry can fix
     │   └── ResourcesSessionConflictError  409: the ID is bound to another episode, or closed
@@ -58,6 +59,23 @@ class DatasetError(GymlabError):
         self.path, self.line, self.cause = path, line, cause
         where = f"{path}:{line}" if line is not None else str(path)
         super().__init__(f"{where}: {cause}")
+
+
+class PersistenceError(GymlabError):
+    """Raised when records cannot be written (disk full, read-only, no permission); nothing is left
+    half-written. ``failure_kind`` is ``persistence_failed``."""
+
+    failure_kind = "persistence_failed"
+
+    def __init__(self, path: str, cause: OSError):
+        import errno as _errno
+
+        self.path, self.cause = path, cause
+        full = cause.errno in (_errno.ENOSPC, _errno.EFBIG, _errno.EDQUOT)
+        todo = ("free space on that disk, or write to another place" if full else
+                "make the folder writable, or write to another place")
+        super().__init__(f"cannot write {path}: {cause.strerror or cause} (nothing was half-written; {todo}, "
+                         "then run the same command again)")
 
 
 class ResourcesSessionError(GymlabError):

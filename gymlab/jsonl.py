@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gymlab.errors import DatasetError
+from gymlab.errors import DatasetError, PersistenceError
 
 
 def iter_jsonl(path: str | os.PathLike, *, what: str = "row") -> Iterator[tuple[int, dict[str, Any]]]:
@@ -100,32 +100,51 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Any],
                        to_line: Callable[[Any], str] = json_line) -> Path:
     """Write one record a line to ``path`` atomically: readers see the old file or the new one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for record in records:
                 f.write(to_line(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise PersistenceError(str(path), exc) from exc
         raise
     return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (a JSON summary beside the JSONL files)."""
+    return write_jsonl_atomic(path, [text], to_line=lambda t: t.rstrip("\n"))
 
 
 class LineWriter:
     """Appends whole lines with one ``os.write`` each (no user-space buffer to lose on a kill)."""
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise PersistenceError(str(path), exc) from exc
 
     def write(self, record: dict[str, Any]) -> None:
+        """Append one line; a write that fails part-way is cut back off, so no line is left torn."""
         data = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
-        while data:
-            data = data[os.write(self.fd, data):]
+        start = os.lseek(self.fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+        except OSError as exc:
+            os.ftruncate(self.fd, start)
+            raise PersistenceError(str(self.path), exc) from exc
 
     def close(self) -> None:
         os.close(self.fd)

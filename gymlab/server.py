@@ -66,7 +66,6 @@ class BaseServer(BaseModel):
     )
 
     _app: Any = PrivateAttr(default=None)
-    _session_state: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     #: With several workers, route each session's requests to the worker holding it (False: opt out,
     #: for servers that keep no per-session state or share it outside the process).
@@ -78,11 +77,6 @@ class BaseServer(BaseModel):
 
     #: Config keys a YAML file may carry that are meant for other layers, not for this class.
     config_only_keys: ClassVar[frozenset[str]] = frozenset({"entrypoint", "domain", "datasets", "description"})
-
-    @property
-    def session_state(self) -> dict[str, Any]:
-        """Per-episode state, keyed by session id: process state, never config (YAML cannot set it)."""
-        return self._session_state
 
     def model_post_init(self, __context: Any) -> None:
         if not self.name:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from gymlab import (
     SESSION_ID_KEY,
@@ -46,7 +47,14 @@ class CounterVerifyResponse(BaseVerifyResponse):
 
 
 class CounterServer(SimpleResourcesServer):
-    """Per-session counters live in ``self.session_state`` (the base's per-episode state dict)."""
+    """Per-session counters live in ``self.session_state``: process state, not config (a private
+    attribute, so a YAML config cannot set it)."""
+
+    _session_state: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def session_state(self) -> dict[str, Any]:
+        return self._session_state
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()

@@ -185,7 +185,7 @@ def bench_clients(n: int) -> dict[str, Any]:
 
 #: Sections provided by other layers: (module, function, kwargs for a full and a quick run).
 OPTIONAL = {
-    "frames": ("gymlab.lab.frames", "frames_benchmark", {"n_steps": 1_000_000}, {"n_steps": 100_000}),
+    "frames": ("gymlab.bench.frames", "frames_benchmark", {"n_steps": 1_000_000}, {"n_steps": 100_000}),
     "collection": ("gymlab.bench.collection", "collection_throughput", {"n_rows": 10_000}, {"n_rows": 1_000}),
     "workers": ("gymlab.bench.workers", "workers_benchmark", {}, {"quick": True}),
 }

@@ -33,7 +33,7 @@ from gymlab.collection.files import Key, key_of, output_paths, sort_key
 from gymlab.collection.metrics import aggregate
 from gymlab.errors import ConfigError, DatasetError, ServerError
 from gymlab.failures import run_failure
-from gymlab.jsonl import LineWriter, read_appendable, write_jsonl_atomic
+from gymlab.jsonl import LineWriter, read_appendable, write_jsonl_atomic, write_text_atomic
 from gymlab.retry import backoff_delay
 
 #: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
@@ -202,7 +202,7 @@ async def _acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: 
     write_jsonl_atomic(paths["failures"], failures)
     metrics_urls = {str(t.agent_ref.get("name")): t.metrics_url for t in targets}
     metrics = await aggregate(records, metrics_urls)
-    paths["aggregate_metrics"].write_text(json.dumps(metrics, indent=2, default=str) + "\n", encoding="utf-8")
+    write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
     return CollectResult(output=paths["rollouts"], rollouts=records, failures=failures, aggregate_metrics=metrics,
                          n_new=n_new, n_skipped=n_skipped, paths=paths, duration_s=time.perf_counter() - t0)
 

@@ -8,7 +8,6 @@ The ``episode`` column (the record's position) joins the three frames.
 from __future__ import annotations
 
 import gc
-import time
 from contextlib import contextmanager
 from operator import attrgetter
 from typing import Any, Iterable
@@ -180,38 +179,3 @@ def calls_frame(rollouts: Iterable[Rollout]):
                     cols["output"].append(outputs.get(item.call_id))
                     n += 1
     return typed_frame(cols, CALL_DTYPES)
-
-
-def synthetic_rollouts(n_episodes: int, steps_per_episode: int) -> list[Rollout]:
-    """Rollout records with tool-calling steps, built without validation (for the frames benchmark)."""
-    from gymlab.protocol import FunctionCallOutput, NeMoGymResponse, ResponseCreateParams, StepRecord
-
-    params = ResponseCreateParams(input="bench")
-    out = []
-    for e in range(n_episodes):
-        steps = []
-        for i in range(steps_per_episode):
-            call = FunctionCall.model_construct(type="function_call", name="increment", arguments='{"by": 1}',
-                                                call_id=f"c{i}")
-            result = FunctionCallOutput.model_construct(type="function_call_output", call_id=f"c{i}",
-                                                        output=f'{{"count": {i}}}')
-            steps.append(StepRecord.model_construct(index=i, action=[call], reward=0.0, terminated=False,
-                                                    truncated=False, observation=None, info={},
-                                                    tool_outputs=[result], duration_s=0.0))
-        steps[-1].reward = 1.0
-        out.append(Rollout.model_construct(responses_create_params=params, response=NeMoGymResponse(),
-                                           reward=1.0, mask_sample=False, failure_kind=None, failure_reason=None,
-                                           steps=steps, duration_s=0.0, _ng_task_index=e, _ng_rollout_index=0))
-    return out
-
-
-def frames_benchmark(n_steps: int = 1_000_000, steps_per_episode: int = 20) -> float:
-    """Seconds to build the steps frame of ``n_steps`` step rows (records built beforehand, not timed)."""
-    import pandas  # noqa: F401  (its one-time import is not part of the figure)
-
-    records = synthetic_rollouts(max(1, n_steps // steps_per_episode), steps_per_episode)
-    t0 = time.perf_counter()
-    frame = steps_frame(records)
-    elapsed = time.perf_counter() - t0
-    assert len(frame) == len(records) * steps_per_episode
-    return elapsed

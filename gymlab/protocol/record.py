@@ -25,7 +25,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymlab.protocol.failure_kinds import Failure
-from gymlab.protocol.responses import Item, NeMoGymResponse, ResponseCreateParams
+from gymlab.protocol.responses import FunctionCall, FunctionCallOutput, Item, NeMoGymResponse, ResponseCreateParams
 
 #: Keys of a record that identify the row rather than describe the episode.
 IDENTITY_KEYS = ("_ng_task_index", "_ng_rollout_index", "agent_ref", "env_name")
@@ -217,9 +217,30 @@ def failure_counts(records: Iterable[Any]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def synthetic(n_episodes: int, steps_per_episode: int) -> list[Rollout]:
+    """Records of tool-calling steps, built without validation: benchmark input, not episodes."""
+    params = ResponseCreateParams(input="bench")
+    out = []
+    for e in range(n_episodes):
+        steps = []
+        for i in range(steps_per_episode):
+            call = FunctionCall.model_construct(type="function_call", name="increment", arguments='{"by": 1}',
+                                                call_id=f"c{i}")
+            result = FunctionCallOutput.model_construct(type="function_call_output", call_id=f"c{i}",
+                                                        output=f'{{"count": {i}}}')
+            steps.append(StepRecord.model_construct(index=i, action=[call], reward=0.0, terminated=False,
+                                                    truncated=False, observation=None, info={},
+                                                    tool_outputs=[result], duration_s=0.0))
+        steps[-1].reward = 1.0
+        out.append(Rollout.model_construct(responses_create_params=params, response=NeMoGymResponse(),
+                                           reward=1.0, mask_sample=False, failure_kind=None, failure_reason=None,
+                                           steps=steps, duration_s=0.0, _ng_task_index=e, _ng_rollout_index=0))
+    return out
+
+
 def _get(record: Any, key: str) -> Any:
     return record.get(key) if isinstance(record, dict) else getattr(record, key, None)
 
 
-__all__ = ["IDENTITY_KEYS", "Rollout", "StepRecord", "failed", "failure_counts", "from_transitions", "mean_reward", "verified",
+__all__ = ["IDENTITY_KEYS", "Rollout", "StepRecord", "failed", "failure_counts", "from_transitions", "mean_reward", "synthetic", "verified",
            "with_identity"]

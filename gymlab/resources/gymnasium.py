@@ -42,6 +42,13 @@ class GymnasiumServer(BaseServer):
 
     _episodes: EpisodeSessions | None = PrivateAttr(default=None)
 
+    _session_state: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def session_state(self) -> dict[str, Any]:
+        """Per-episode state, keyed by session id: process state, never config (YAML cannot set it)."""
+        return self._session_state
+
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/reset")(self._reset_route)

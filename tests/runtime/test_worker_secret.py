@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from tests.test_workers import COUNTER, _counter_episode, served
+from tests.runtime.test_workers import COUNTER, _counter_episode, served
 
 SECRET = "gymlab-test-secret-0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c"
 
