@@ -16,7 +16,8 @@ def test_three_servers_and_stop(calculator):
     agent = lab.serve_agent("simple_agent", resources=env, model=model)
     assert {env.url, model.url, agent.url} and len({env.url, model.url, agent.url}) == 3
     assert all(url.startswith("http://127.0.0.1:") for url in (env.url, model.url, agent.url))
-    assert httpx.get(env.url + "/health").json() == {"status": "ok", "server": "calculator_server"}
+    health = httpx.get(env.url + "/health").json()
+    assert (health["status"], health["server"], health["sessions"]["open"]) == ("ok", "calculator_server", 0)
     lab.close()
     assert not env.running
     with pytest.raises(httpx.ConnectError):
