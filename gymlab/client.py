@@ -24,7 +24,7 @@ from gymlab.protocol.responses import NeMoGymResponse
 #: Seconds to open a connection before giving up (every hop).
 CONNECT_TIMEOUT_S = 10.0
 
-_sessions: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession]" = (
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -153,7 +153,7 @@ async def post(url: str, path: str, payload: Any, cookies: Cookies | None = None
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
                                          cookie_jar=aiohttp.DummyCookieJar()) as fresh:
             return await _send(fresh, url, path, data, headers, cookies, bound)
-    except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientConnectionError) as exc:
         raise transport_error(name, url, path, exc, timeout) from exc
 
 

@@ -8,9 +8,10 @@ The ``episode`` column (the record's position) joins the three frames.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterable
 from contextlib import contextmanager
 from operator import attrgetter
-from typing import Any, Iterable
+from typing import Any
 
 from gymlab.protocol import FunctionCall, Rollout
 

@@ -7,7 +7,8 @@ Figure and never calls ``show()``. Masked episodes are drawn as grey crosses and
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 MASKED_STYLE = {"marker": "x", "color": "0.55", "linestyle": "none", "label": "masked"}
 FAILED_STYLE = {"marker": "x", "color": "tab:red", "linestyle": "none", "label": "failed"}

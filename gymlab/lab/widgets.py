@@ -12,7 +12,8 @@ import json
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ipywidgets as w
 
@@ -112,7 +113,7 @@ def sparkline_svg(values: list[float], current: int | None = None, width: int = 
     def xy(i: int, v: float) -> tuple[float, float]:
         return pad + i * step, height - pad - (v - lo) / span * (height - 2 * pad)
 
-    points = " ".join("%.1f,%.1f" % xy(i, v) for i, v in enumerate(values))
+    points = " ".join("{:.1f},{:.1f}".format(*xy(i, v)) for i, v in enumerate(values))
     dot = ""
     if current is not None and 0 <= current < len(values):
         x, y = xy(current, values[current])
@@ -151,7 +152,7 @@ class EpisodeViewer(w.VBox):
         if source is not None:
             self.load(source, step)
 
-    def load(self, source: Any, step: int | None = None) -> "EpisodeViewer":
+    def load(self, source: Any, step: int | None = None) -> EpisodeViewer:
         """Show ``source`` at ``step`` (from 1; default: its last step)."""
         self.record = _as_rollout(source)
         self.steps = episode_steps(self.record) if (self.record.steps or self.record.response.output) else []

@@ -33,11 +33,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from gymlab.retry import backoff_delay
 from gymlab.client import close_http_session, error_message, http_session
 from gymlab.errors import ConfigError, ServerError
 from gymlab.models.chat_convert import ConversionError, chat_request, response_from_chat
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
+from gymlab.retry import backoff_delay
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.models.openai")
@@ -167,7 +167,7 @@ class OpenAIModel(BaseServer):
                     text = scrub(await resp.text(), key)
                     status = resp.status
                     retry_after = _retry_after(resp.headers)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if last:
                     raise UpstreamError(url, 0, f"no answer within timeout_s={self.timeout_s:g} s",
                                         f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load",

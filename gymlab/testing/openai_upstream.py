@@ -12,9 +12,9 @@ fail the next N requests with a status (and a ``Retry-After``), delay answers, r
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse

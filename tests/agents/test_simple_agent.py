@@ -6,7 +6,6 @@ import json
 import pytest
 
 from gymlab import BaseSeedSessionRequest, FunctionCall, FunctionCallOutput, ServerError, function_call
-from gymlab._sync import run_sync
 
 
 def _serve_calculator(lab, calculator, policy=None, **agent_config):

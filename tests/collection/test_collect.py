@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from gymlab import AggregateMetrics, AggregateMetricsRequest, BaseVerifyRequest, BaseVerifyResponse
-from gymlab.errors import ConfigError, DatasetError
-from gymlab.examples import example_rows, load_environment
 from gymlab.collection import acollect, collect
 from gymlab.collection.files import output_paths
+from gymlab.errors import ConfigError, DatasetError
+from gymlab.examples import example_rows, load_environment
 from gymlab.resources.simple import aggregate_metrics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import pytest
 
 from gymlab.collection.config import load_config
 from gymlab.collection.datasets import collate_taskset, config_rows, read_rows
-from gymlab.errors import ConfigError, DatasetError
 from gymlab.collection.expand import expand
+from gymlab.errors import ConfigError, DatasetError
 
 PARAMS = {"input": [{"role": "user", "content": "What is 4 squared?"}]}
 

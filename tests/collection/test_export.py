@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gymlab import DatasetError, Dataset, export_rl, export_rollouts, export_sft, load, read_jsonl
+from gymlab import Dataset, DatasetError, export_rl, export_rollouts, export_sft, load, read_jsonl
 from gymlab.export import select
 from gymlab.lab.runs import Rollouts
 

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from gymlab import DatasetError, Lab
-from gymlab.examples import example_rows, load_environment
 from gymlab.bench.frames import frames_benchmark
+from gymlab.examples import example_rows, load_environment
 from gymlab.lab.frames import CALL_COLUMNS, EPISODE_COLUMNS, STEP_COLUMNS
-from gymlab.protocol.record import synthetic as synthetic_rollouts
 from gymlab.lab.runs import Rollouts
+from gymlab.protocol.record import synthetic as synthetic_rollouts
 
 
 @pytest.fixture(scope="module")

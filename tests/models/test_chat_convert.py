@@ -12,7 +12,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from gymlab import FunctionCall, Message, Reasoning, ResponseCreateParams
+from gymlab import Message, Reasoning, ResponseCreateParams
 from gymlab.models.chat_convert import ConversionError, chat_messages, chat_request, response_from_chat
 from gymlab.models.openai import scrub
 

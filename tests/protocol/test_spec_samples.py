@@ -15,7 +15,6 @@ from gymlab import (
     SimpleResourcesServer,
     function_call,
 )
-from gymlab._sync import run_sync
 
 
 # --- "Direct HTTP Tool-Calling Protocol" and "Minimal Seed/Verify Environment" ---

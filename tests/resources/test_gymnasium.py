@@ -1,7 +1,6 @@
 """The Gymnasium protocol over real loopback HTTP: GymnasiumServer, gymnasium_agent and the examples."""
 
 import json
-
 import warnings
 
 import pytest

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 async def call(app, path: str, body: Any, method: str = "POST") -> tuple[int, dict]:

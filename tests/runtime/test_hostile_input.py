@@ -104,8 +104,8 @@ def test_blackjack_close_with_a_null_id_closes_the_cookies_session(blackjack_env
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_are_a_422_naming_the_field(counter_env, constant):
-    raw = ('{"responses_create_params": {"input": [], "temperature": %s}, "response": {"output": []}, "target": 1}'
-           % constant)
+    raw = '{"responses_create_params": {"input": [], "temperature": CONST}, "response": {"output": []}, "target": 1}'
+    raw = raw.replace("CONST", constant)
     reply = httpx.post(counter_env.url + "/verify", content=raw, headers={"content-type": "application/json"})
     assert reply.status_code == 422, reply.text
     assert reply.json()["field"] == "body.responses_create_params.temperature"

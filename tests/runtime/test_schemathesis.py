@@ -10,10 +10,9 @@ not a policy's that cannot read random prompts. Bounded: ``MAX_EXAMPLES`` derand
 from __future__ import annotations
 
 import pytest
+import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
-
-import schemathesis
 from schemathesis import GenerationMode
 
 from gymlab.envservers.single_agent_turn import SingleAgentTurn
@@ -74,7 +73,7 @@ def test_no_input_gets_a_server_error(lab, name):
             @settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None,
                       suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])  # no shrinking: report, don't minimise
             @given(case=operation.as_strategy(generation_mode=mode))
-            def fuzz(case):
+            def fuzz(case, mode=mode):
                 response = case.call(base_url=url, timeout=30)
                 if response.status_code >= 500 and not _upstream_failure(response):
                     errors.append(f"{case.method} {case.path} ({mode.value}) body={case.body!r:.300} -> "
