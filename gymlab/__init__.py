@@ -66,7 +66,7 @@ _NAMES: dict[str, str] = {
     "AgentHandle": "gymlab.lab",
     "Episode": "gymlab.lab.episode",
     "Rollouts": "gymlab.lab.runs",
-    "ForkDivergedError": "gymlab.lab.episode",
+    "ForkDivergedError": "gymlab.errors",
     # failures
     "Failure": "gymlab.failure_kinds",
     "failure_kinds": "gymlab.failure_kinds",

@@ -3,14 +3,20 @@
     GymlabError
     ├── ServerError            a server answered with an error (names server, route, status, cause;
     │                          ``failure`` holds the typed failure an error body carried)
-    │   └── EpisodeFailed      an agent could not finish an episode: answered 502 with its ``Failure``
+    │   ├── EpisodeFailed      an agent could not finish an episode: answered 502 with its ``Failure``
+    │   └── UpstreamError      an OpenAI-compatible endpoint failed after the model proxy's retries
     ├── ServerStartError       a server could not start (the real cause attached)
     ├── ConfigError            a YAML config is wrong (names the file and key)
     ├── DatasetError           a JSONL file is wrong (names the file and line)
+    ├── ExportError            a record has no form in the requested export format
+    ├── ConversionError        a request or answer has no faithful form in the other model API (a ValueError)
+    ├── EpisodeError           a notebook episode used out of order (acting before seeding, after closing)
+    ├── ForkDivergedError      a forked episode's replay gave another result at some step
     ├── PersistenceError       a file could not be written (disk full, read-only): path, cause, what to do
     ├── ResourcesSessionError  an episode seed or close refused (its HTTP status in ``status_code``)
     │   ├── ResourcesSeedRejectedError     422: invalid seed input that no retry can fix
-    │   └── ResourcesSessionConflictError  409: the ID is bound to another episode, or closed
+    │   ├── ResourcesSessionConflictError  409: the ID is bound to another episode, or closed
+    │   └── ResourcesReleaseFailedError    500: a release hook raised; the session stays open for a retry
     └── SessionContractError   a server broke a rule of the episode-session contract (an AssertionError)
 """
 
@@ -121,3 +127,47 @@ def error_body(server: str, route: str, message: str, *, error: str | None = Non
         body["failure"] = failure.model_dump(mode="json")
     body.update(extra)
     return body
+
+
+class ResourcesReleaseFailedError(ResourcesSessionError):
+    """Raised when a session's release hook raised: the session stays open, a retried close runs it again."""
+
+    status_code = 500
+    failure_kind = "session_release_failed"
+
+
+class UpstreamError(ServerError):
+    """Raised when the upstream endpoint answered with an error (or not at all) after the retries."""
+
+    def __init__(self, url: str, upstream_status: int, cause: str, hint: str = "", attempts: int = 1,
+                 status: int = 502):
+        super().__init__(url, "POST", upstream_status, cause, hint)
+        self.url, self.upstream_status, self.attempts, self.answer_status = url, upstream_status, attempts, status
+
+
+class ExportError(GymlabError):
+    """Raised when a record cannot be written in the requested format (the message names the episode)."""
+
+
+class ConversionError(GymlabError, ValueError):
+    """Raised when a request or answer has no faithful form in the other API."""
+
+
+class EpisodeError(GymlabError):
+    """Raised when an episode is used out of order (acting before seeding, after closing, ...)."""
+
+
+class ForkDivergedError(GymlabError):
+    """Raised when replaying an episode into a new session gives a different result at some step."""
+
+    def __init__(self, env: str, step: int, what: str, expected: Any, got: Any):
+        self.env, self.step, self.what, self.expected, self.got = env, step, what, expected, got
+        super().__init__(
+            f"{env}: fork diverged at step {step}: {what} was {_short(expected)} originally but "
+            f"{_short(got)} on replay; fork needs an environment that is deterministic given the row"
+        )
+
+
+def _short(value: Any, n: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[: n - 3] + "..."

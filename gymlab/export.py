@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gymlab.errors import GymlabError
+from gymlab.errors import ExportError
 from gymlab.jsonl import write_jsonl_atomic
 from gymlab.protocol import (
     FunctionCall,
@@ -37,10 +37,6 @@ ROLLOUT_KEYS = ("responses_create_params", "response", "reward", "mask_sample", 
 RESULT_KEYS = frozenset({"response", "reward", "mask_sample", "failure_kind", "failure_reason", "steps",
                          "duration_s", "env_name", "agent_name"})
 CHAT_ROLES = {"system", "user", "assistant", "tool"}
-
-
-class ExportError(GymlabError):
-    """Raised when a record cannot be written in the requested format (the message names the episode)."""
 
 
 # -- records in -------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from fastapi import Request
 
 from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS, ResourcesSessionFences
 from gymlab._runtime.locks import ResourcesSessionLocks
-from gymlab.errors import ResourcesSessionConflictError, ResourcesSessionError
+from gymlab.errors import ResourcesReleaseFailedError, ResourcesSessionConflictError
 from gymlab.protocol.sessions import (
     ResourcesCloseSessionRequest,
     ResourcesCloseSessionResponse,
@@ -55,13 +55,6 @@ class ReleaseRequest(str):
     def model_dump(self, **_: Any) -> dict[str, Any]:
         episode = self.episode_id.model_dump(mode="json") if hasattr(self.episode_id, "model_dump") else self.episode_id
         return {"resources_session_id": self.resources_session_id, "episode_id": episode}
-
-
-class ResourcesReleaseFailedError(ResourcesSessionError):
-    """Raised when a session's release hook raised: the session stays open, a retried close runs it again."""
-
-    status_code = 500
-    failure_kind = "session_release_failed"
 
 
 class EpisodeSessions:

@@ -14,7 +14,7 @@ _NAMES = {
     "Lab": "gymlab.lab.lab",
     "ServerHandle": "gymlab.lab.lab",
     "Episode": "gymlab.lab.episode",
-    "ForkDivergedError": "gymlab.lab.episode",
+    "ForkDivergedError": "gymlab.errors",
     "SeedVerifyEpisode": "gymlab.lab.seed_verify",
     "GymnasiumEpisode": "gymlab.lab.gymnasium_episode",
     "Step": "gymlab.lab.gymnasium_episode",
@@ -38,7 +38,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gymlab.lab.episode import Episode, ForkDivergedError
+    from gymlab.errors import ForkDivergedError
+    from gymlab.lab.episode import Episode
     from gymlab.lab.gymnasium_episode import GymnasiumEpisode, Step
     from gymlab.lab.lab import AgentHandle, Lab, ServerHandle
     from gymlab.lab.runs import Rollouts

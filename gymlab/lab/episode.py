@@ -23,33 +23,13 @@ from typing import Any
 
 from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.client import Cookies, ask_model_server, post_ok
-from gymlab.errors import GymlabError
+from gymlab.errors import EpisodeError
 from gymlab.protocol import (
     NeMoGymResponse,
     ResponseCreateParams,
     StepRecord,
 )
 from gymlab.protocol.resources import AgentRunRequest, dump_row
-
-
-class EpisodeError(GymlabError):
-    """Raised when an episode is used out of order (acting before seeding, after closing, ...)."""
-
-
-class ForkDivergedError(GymlabError):
-    """Raised when replaying an episode into a new session gives a different result at some step."""
-
-    def __init__(self, env: str, step: int, what: str, expected: Any, got: Any):
-        self.env, self.step, self.what, self.expected, self.got = env, step, what, expected, got
-        super().__init__(
-            f"{env}: fork diverged at step {step}: {what} was {_short(expected)} originally but "
-            f"{_short(got)} on replay; fork needs an environment that is deterministic given the row"
-        )
-
-
-def _short(value: Any, n: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def parse_output(text: str) -> Any:

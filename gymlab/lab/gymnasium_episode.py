@@ -7,8 +7,8 @@ import warnings
 from typing import Any, NamedTuple
 
 from gymlab.client import error_message, post
-from gymlab.errors import ServerError
-from gymlab.lab.episode import Episode, EpisodeError, ForkDivergedError, _on_gymlab_loop, _Session, _synced
+from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
+from gymlab.lab.episode import Episode, _on_gymlab_loop, _Session, _synced
 from gymlab.loop import DEFAULT_MAX_STEPS, LoopState, with_user_message
 from gymlab.protocol import (
     NeMoGymResponse,

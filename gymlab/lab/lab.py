@@ -195,7 +195,7 @@ def _close_all() -> None:
 
 def _protocol_of(server: Any, agent: Any) -> str:
     """'seed/verify' or 'gymnasium', from the environment's routes (or the agent's kind if it is remote)."""
-    from gymlab.lab.episode import EpisodeError
+    from gymlab.errors import EpisodeError
 
     if server is not None:
         paths = {getattr(r, "path", None) for r in server.app.routes}
@@ -211,7 +211,7 @@ def _protocol_of(server: Any, agent: Any) -> str:
 def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = None,
                  max_steps: int | None = None):
     """The episode ``Lab.episode`` returns: ``target`` is a resources server handle or an agent handle."""
-    from gymlab.lab.episode import EpisodeError
+    from gymlab.errors import EpisodeError
     from gymlab.lab.gymnasium_episode import GymnasiumEpisode
     from gymlab.lab.seed_verify import SeedVerifyEpisode
 

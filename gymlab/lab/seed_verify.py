@@ -6,11 +6,9 @@ import time
 from typing import Any
 
 from gymlab.client import error_message, post, post_ok
-from gymlab.errors import ServerError
+from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
 from gymlab.lab.episode import (
     Episode,
-    EpisodeError,
-    ForkDivergedError,
     _on_gymlab_loop,
     _Session,
     _synced,

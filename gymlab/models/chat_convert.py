@@ -31,6 +31,7 @@ import json
 import re
 from typing import Any
 
+from gymlab.errors import ConversionError
 from gymlab.protocol import (
     ContentPart,
     FunctionCall,
@@ -48,10 +49,6 @@ _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text"}
 _DROPPED = ("store", "include", "metadata", "truncation", "max_tool_calls")
 _REFUSED = ("previous_response_id", "prompt", "background")
 _THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
-
-
-class ConversionError(ValueError):
-    """Raised when a request or answer has no faithful form in the other API."""
 
 
 # --- Responses request -> Chat Completions request ----------------------------------------------

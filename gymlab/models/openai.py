@@ -34,8 +34,8 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from gymlab.client import close_http_session, error_message, http_session
-from gymlab.errors import ConfigError, ServerError
-from gymlab.models.chat_convert import ConversionError, chat_request, response_from_chat
+from gymlab.errors import ConfigError, ConversionError, UpstreamError
+from gymlab.models.chat_convert import chat_request, response_from_chat
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
 from gymlab.retry import backoff_delay
 from gymlab.server import BaseServer
@@ -46,15 +46,6 @@ ROUTE = "POST /v1/responses"
 _PASS_THROUGH = {400, 413, 422, 429}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEYISH = re.compile(r"[A-Za-z0-9_\-]{8,}")
-
-
-class UpstreamError(ServerError):
-    """Raised when the upstream endpoint answered with an error (or not at all) after the retries."""
-
-    def __init__(self, url: str, upstream_status: int, cause: str, hint: str = "", attempts: int = 1,
-                 status: int = 502):
-        super().__init__(url, "POST", upstream_status, cause, hint)
-        self.url, self.upstream_status, self.attempts, self.answer_status = url, upstream_status, attempts, status
 
 
 def scrub(text: str, secret: str | None) -> str:

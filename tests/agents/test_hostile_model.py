@@ -98,7 +98,7 @@ def test_single_agent_turn_sends_no_forbidden_call(lab):
 
 
 def test_a_call_by_hand_cannot_name_a_lifecycle_route(lab):
-    from gymlab.lab.episode import EpisodeError
+    from gymlab.errors import EpisodeError
 
     env = lab.serve(WatchedCounter)
     ep = lab.episode(env, _row())

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from gymlab import GymnasiumServer, ServerError, SimpleResourcesServer
-from gymlab.lab.episode import EpisodeError, ForkDivergedError
+from gymlab.errors import EpisodeError, ForkDivergedError
 from gymlab.lab.gymnasium_episode import GymnasiumEpisode, Step
 from gymlab.lab.runs import Rollouts
 from gymlab.lab.seed_verify import SeedVerifyEpisode

@@ -13,7 +13,8 @@ from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
 from gymlab import Message, Reasoning, ResponseCreateParams
-from gymlab.models.chat_convert import ConversionError, chat_messages, chat_request, response_from_chat
+from gymlab.errors import ConversionError
+from gymlab.models.chat_convert import chat_messages, chat_request, response_from_chat
 from gymlab.models.openai import scrub
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "chat_completions"
