@@ -75,7 +75,8 @@ class CollectResult:
 
     def __repr__(self) -> str:
         return (f"<CollectResult {self.output}: {len(self.rollouts)} rollouts ({self.n_new} new, "
-                f"{self.n_skipped} already done), {len(self.failures)} failed, mean reward {self.mean_reward:.3f}>")
+                f"{self.n_skipped} already done), {len(self.failures)} failed, mean reward {self.mean_reward:.3f} "
+                "over the unmasked>")
 
 
 # -- one rollout ---------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ class Step(NamedTuple):
     info: dict[str, Any]
 
 
-def as_response(action: Any = None, call: str | None = None, arguments: Any = None) -> NeMoGymResponse | None:
+def response_of_action(action: Any = None, call: str | None = None, arguments: Any = None) -> NeMoGymResponse | None:
     """An action as the model response ``/step`` takes; None means "ask the model".
 
     Accepted: assistant text, ``(name, arguments)``, ``call=``/``arguments=``, an item or a list of
@@ -125,7 +125,7 @@ class GymnasiumEpisode(Episode):
         from gymlab.protocol.gymnasium import GymnasiumStepResponse
 
         self._require_open("step()")
-        given = as_response(action, call, arguments)
+        given = response_of_action(action, call, arguments)
         t0 = time.perf_counter()
 
         async def canned(_body: dict) -> NeMoGymResponse:
