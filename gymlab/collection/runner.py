@@ -34,6 +34,7 @@ from gymlab.collection.metrics import aggregate
 from gymlab.errors import ConfigError, DatasetError, ServerError
 from gymlab.failures import run_failure
 from gymlab.jsonl import LineWriter, read_appendable, write_jsonl_atomic, write_text_atomic
+from gymlab.protocol.record import identity
 from gymlab.retry import backoff_delay
 
 #: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
@@ -95,8 +96,8 @@ async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, bac
             result = await post_ok(target.url, "/run", job, server=name, timeout=timeout_s)
             if not isinstance(result, dict):
                 raise ServerError(name, "POST /run", 200, f"answer is not a JSON object: {str(result)[:200]}")
-            record = {**result, "_ng_task_index": job["_ng_task_index"],
-                      "_ng_rollout_index": job["_ng_rollout_index"], "agent_ref": target.agent_ref}
+            record = {**result, **identity(task_index=job["_ng_task_index"], repeat=job["_ng_rollout_index"],
+                                           agent=target.agent_ref)}
             for k in ("task_id", "rollout_id", "attempt"):
                 if k in job and k not in record:
                     record[k] = job[k]

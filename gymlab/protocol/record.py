@@ -182,19 +182,30 @@ def failed(row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, st
     })
 
 
+def identity(*, task_index: Any = None, repeat: Any = None, agent: str | dict[str, Any] | None = None,
+             env: str | None = None) -> dict[str, Any]:
+    """A row's identity fields under the one set of names (a None value is left out).
+
+    ``agent`` is a name or a whole ``agent_ref``. Collection adds these to the records it writes
+    as they came (a foreign agent's answer is kept byte for byte otherwise).
+    """
+    fields: dict[str, Any] = {}
+    if task_index is not None:
+        fields["_ng_task_index"] = task_index
+    if repeat is not None:
+        fields["_ng_rollout_index"] = repeat
+    if agent is not None:
+        fields["agent_ref"] = agent if isinstance(agent, dict) else {"type": "responses_api_agents", "name": agent}
+    if env is not None:
+        fields["env_name"] = env
+    return fields
+
+
 def with_identity(record: Rollout | dict[str, Any], *, task_index: Any = None, repeat: Any = None,
                   agent: str | None = None, env: str | None = None,
                   extra: dict[str, Any] | None = None) -> Rollout:
-    """``record`` with its row's identity under the one set of names (None leaves a value as it is)."""
-    update: dict[str, Any] = dict(extra or {})
-    if task_index is not None:
-        update["_ng_task_index"] = task_index
-    if repeat is not None:
-        update["_ng_rollout_index"] = repeat
-    if agent is not None:
-        update["agent_ref"] = {"type": "responses_api_agents", "name": agent}
-    if env is not None:
-        update["env_name"] = env
+    """``record`` with its row's identity (``identity``) set (None leaves a value as it is)."""
+    update = {**(extra or {}), **identity(task_index=task_index, repeat=repeat, agent=agent, env=env)}
     if isinstance(record, Rollout):
         return record.model_copy(update=update)
     return Rollout.model_validate({**record, **update})
@@ -242,5 +253,5 @@ def _get(record: Any, key: str) -> Any:
     return record.get(key) if isinstance(record, dict) else getattr(record, key, None)
 
 
-__all__ = ["IDENTITY_KEYS", "Rollout", "StepRecord", "failed", "failure_counts", "from_transitions", "mean_reward", "synthetic", "verified",
+__all__ = ["IDENTITY_KEYS", "Rollout", "StepRecord", "failed", "failure_counts", "from_transitions", "identity", "mean_reward", "synthetic", "verified",
            "with_identity"]
