@@ -13,13 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import select
-import signal
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,33 +24,10 @@ WORKER = "x-gymlab-worker"
 
 @contextlib.contextmanager
 def _served(entrypoint: Path, workers: int) -> Iterator[str]:
-    from gymlab.server import CONFIG_ENV
+    from gymlab.testing.workers import serve_entrypoint
 
-    env = dict(os.environ, **{CONFIG_ENV: json.dumps({"num_workers": workers, "port": 0})})
-    log = tempfile.NamedTemporaryFile("w+", prefix="gymlab-bench-", suffix=".log", delete=False)
-    proc = subprocess.Popen([sys.executable, str(entrypoint)], env=env, stdout=subprocess.PIPE, stderr=log,
-                            text=True, start_new_session=True)
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 30)
-        line = proc.stdout.readline() if ready else ""
-        if " on http" not in line:
-            raise RuntimeError(f"{entrypoint} did not start: {line!r}; see {log.name}")
-        deadline = time.monotonic() + 30
-        while Path(log.name).read_text().count("Application startup complete") < workers:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"{entrypoint}: {workers} workers did not start; see {log.name}")
-            time.sleep(0.05)
-        yield line.split(" on ", 1)[1].split()[0]
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-        log.close()
-        os.unlink(log.name)
+    with serve_entrypoint(entrypoint, workers) as server:
+        yield server.url
 
 
 def _session(limit: int = 0):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 #: How long the workers may take to start on a busy machine.
-START_TIMEOUT_S = 90.0
+START_TIMEOUT_S = 120.0
 
 
 @dataclass

@@ -14,7 +14,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from gymlab._runtime.ownership import FORWARDED_HEADER, WORKER_HEADER, SessionOw
 from gymlab._runtime.workers import check_workers
 from gymlab._sync import run_sync
 from gymlab.examples import environment_dir, example_rows
-from gymlab.server import CONFIG_ENV
+from gymlab.testing.workers import serve_entrypoint
 
 WORKERS = 4
 #: How long to wait for something that happens on its own (a worker starting, every worker being
@@ -39,32 +38,10 @@ STATELESS = environment_dir("stateless") / "app.py"
 
 @contextlib.contextmanager
 def served(entrypoint: Path, workers: int = WORKERS, **config: Any):
-    """``python entrypoint`` with ``num_workers``; yields (url, process); stops the process group."""
-    env = dict(os.environ, **{CONFIG_ENV: json.dumps({"num_workers": workers, "port": 0, **config})})
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
-    log = tempfile.NamedTemporaryFile("w+", prefix=f"gymlab-{entrypoint.stem}-", suffix=".log", delete=False)
-    proc = subprocess.Popen([sys.executable, str(entrypoint)], env=env, stdout=subprocess.PIPE,
-                            stderr=log, start_new_session=True, text=True)
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], DEADLINE_S)
-        line = proc.stdout.readline() if ready else ""
-        assert "serving" in line, f"{entrypoint} did not start: {line!r} (exit {proc.poll()})"
-        url = line.split(" on ", 1)[1].split()[0]
-        # every worker accepting before the test starts, so connections spread over all of them
-        _wait_until(lambda: Path(log.name).read_text().count("Application startup complete") >= workers)
-        yield url, proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # any worker left behind
-        proc.wait(5)
-        log.close()
-        os.unlink(log.name)
+    """``python entrypoint`` with ``num_workers``; yields (url, process); every worker accepting before
+    the test starts, so connections spread over all of them; the process group stopped after."""
+    with serve_entrypoint(entrypoint, workers, **config) as server:
+        yield server.url, server.process
 
 
 class Client:
