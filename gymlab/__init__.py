@@ -90,6 +90,12 @@ _NAMES: dict[str, str] = {
     "acollect": "gymlab.rollouts",
     # entrypoints
     "is_gymlab_fastapi_entrypoint": "gymlab.utils",
+    "is_nemo_gym_fastapi_entrypoint": "gymlab.utils",
+    # agent sessions
+    "AgentSeedSessionRequest": "gymlab.protocol.agent_sessions",
+    "AgentSeedSessionResponse": "gymlab.protocol.agent_sessions",
+    "AgentCloseSessionRequest": "gymlab.protocol.agent_sessions",
+    "AgentCloseSessionResponse": "gymlab.protocol.agent_sessions",
 }
 
 __all__ = sorted(["__version__", *_NAMES])
