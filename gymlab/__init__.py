@@ -59,6 +59,7 @@ _NAMES: dict[str, str] = {
     "SimpleAgent": "gymlab.agents.simple_agent",
     "GymnasiumServer": "gymlab.resources.gymnasium",
     "GymnasiumAgent": "gymlab.agents.gymnasium_agent",
+    "EmbeddedEnvironmentAgent": "gymlab.agents.embedded",
     "PolicyModel": "gymlab.models.policy",
     "OpenAIModel": "gymlab.models.openai",
     # notebook layer

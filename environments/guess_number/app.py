@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from gymlab.agents.base import AgentRunRequest
-from gymlab.agents.embedded import EmbeddedEnvironmentAgent
+from gymlab import EmbeddedEnvironmentAgent
 from gymlab.utils import is_gymlab_fastapi_entrypoint
 
 
