@@ -58,6 +58,7 @@ _NAMES: dict[str, str] = {
     "SimpleAgent": "gymlab.agents.simple_agent",
     "GymnasiumServer": "gymlab.resources.gymnasium",
     "GymnasiumAgent": "gymlab.agents.gymnasium_agent",
+    "EmbeddedEnvironmentAgent": "gymlab.agents.embedded",
     "PolicyModel": "gymlab.models.policy",
     "OpenAIModel": "gymlab.models.openai",
     # notebook layer
@@ -90,6 +91,12 @@ _NAMES: dict[str, str] = {
     "acollect": "gymlab.collection.runner",
     # entrypoints
     "is_gymlab_fastapi_entrypoint": "gymlab.utils",
+    "is_nemo_gym_fastapi_entrypoint": "gymlab.utils",
+    # agent sessions
+    "AgentSeedSessionRequest": "gymlab.protocol.agent_sessions",
+    "AgentSeedSessionResponse": "gymlab.protocol.agent_sessions",
+    "AgentCloseSessionRequest": "gymlab.protocol.agent_sessions",
+    "AgentCloseSessionResponse": "gymlab.protocol.agent_sessions",
 }
 
 __all__ = sorted(["__version__", *_NAMES])

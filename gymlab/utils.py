@@ -48,3 +48,8 @@ def is_gymlab_fastapi_entrypoint(file: str) -> bool:
     from gymlab._runtime.workers import is_worker_entrypoint
 
     return is_worker_entrypoint(file)
+
+
+#: The reference's name for the same check, so an entrypoint ported from it runs with only its import
+#: line changed (``from gymlab.utils import is_nemo_gym_fastapi_entrypoint``).
+is_nemo_gym_fastapi_entrypoint = is_gymlab_fastapi_entrypoint

@@ -54,5 +54,10 @@ def policy(request):
     return "I cannot help with that."
 
 
+from gymlab.utils import is_gymlab_fastapi_entrypoint  # noqa: E402
+
 if __name__ == "__main__":
     CalculatorServer.run_webserver()
+elif is_gymlab_fastapi_entrypoint(__file__):
+    # With num_workers > 1, uvicorn imports this module in each worker and serves its module-level `app`.
+    app = CalculatorServer.run_webserver()  # noqa: F401

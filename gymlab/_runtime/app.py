@@ -14,6 +14,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from gymlab._runtime.bodies import BodyGuardMiddleware
 from gymlab._runtime.ownership import install as install_ownership_routing
 from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_of
+from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionIdMiddleware
 from gymlab._runtime.workers import worker_context
 from gymlab.errors import ResourcesSessionError, error_body
@@ -86,14 +87,15 @@ def build_app(server: "BaseServer") -> FastAPI:
 
     app.add_middleware(SessionActivityMiddleware, server=server)
     # Added last = outermost: the cookie is decoded before the id is assigned.
-    app.add_middleware(SessionIdMiddleware, server_name=name)
+    kinds = RouteKinds(app, server)  # one rule for the cookie and for worker routing
+    app.add_middleware(SessionIdMiddleware, server_name=name, kinds=kinds)
     app.add_middleware(
         SessionMiddleware,
         secret_key=server.session_secret.get_secret_value(),
         session_cookie=f"gymlab_{_cookie_safe(name)}",
         same_site="lax",
     )
-    install_ownership_routing(app, server, worker_context())  # only in a worker of several
+    install_ownership_routing(app, server, worker_context(), kinds)  # only in a worker of several
     app.add_middleware(BodyGuardMiddleware, server_name=name, max_bytes=server.max_body_bytes)  # outermost
     return app
 

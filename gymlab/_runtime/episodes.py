@@ -66,7 +66,13 @@ class EpisodeSessions:
     """
 
     def __init__(self, window_seconds: float = DEFAULT_WINDOW_SECONDS, ttl_seconds: float | None = None,
-                 release: Release | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 release: Release | None = None, clock: Callable[[], float] = time.monotonic, *,
+                 id_name: str = "resources_session_id",
+                 answers: tuple[Callable[[str, Any], dict], Callable[[str], dict]] | None = None) -> None:
+        #: The body key naming a session (``agent_session_id`` for an agent server's sessions), and
+        #: how a seed and a close are answered: ``(seed_answer(id, hook_result), close_answer(id))``.
+        self.id_name = id_name
+        self._seed_answer, self._close_answer = answers or (seed_answer, _close_answer)
         self.locks = ResourcesSessionLocks()
         self.fences = ResourcesSessionFences(window_seconds, clock=clock)
         self._open: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
@@ -120,14 +126,14 @@ class EpisodeSessions:
         self, body: ResourcesSeedSessionRequest, run: Callable[[], Awaitable[Any]]
     ) -> dict[str, Any]:
         """Seed ``body``'s session with ``run()`` (its answer normalised); the answer's JSON."""
-        sid = body.resources_session_id
+        sid = getattr(body, self.id_name)
         await self.maybe_reap()
         async with self.locks(sid):
             left = self.fences.remaining(sid)
             if left is not None:
                 raise ResourcesSessionConflictError(
                     f"session {sid!r} was closed; a seed after its close is refused for {left:.0f} more "
-                    "seconds. Seed a new episode with a fresh resources_session_id"
+                    f"seconds. Seed a new episode with a fresh {self.id_name}"
                 )
             key = body.episode_key()
             opened = self._open.get(sid)
@@ -136,10 +142,10 @@ class EpisodeSessions:
                     raise ResourcesSessionConflictError(
                         f"session {sid!r} is bound to episode {opened[0]['episode_id']} of task "
                         f"{opened[0]['task_id']}; this seed is for episode {key['episode_id']} of task "
-                        f"{key['task_id']}. Use a fresh resources_session_id for a new episode"
+                        f"{key['task_id']}. Use a fresh {self.id_name} for a new episode"
                     )
                 return opened[1]
-            answer = seed_answer(sid, await run())
+            answer = self._seed_answer(sid, await run())
             self._open[sid] = (key, answer)
             self._flat.discard(sid)
             self._seen[sid] = self._clock()
@@ -151,7 +157,7 @@ class EpisodeSessions:
 
         A release that raises leaves the session open and unfenced (answered 500), so a retry runs it again.
         """
-        sid = body.resources_session_id
+        sid = getattr(body, self.id_name)
         async with self.locks(sid):
             opened = self._open.get(sid)
             if opened is not None and body.episode_id is not None:
@@ -159,7 +165,7 @@ class EpisodeSessions:
                 if bound != body.episode_id.model_dump(mode="json"):
                     raise ResourcesSessionConflictError(
                         f"session {sid!r} is bound to episode {bound}, not {body.episode_id.model_dump()}; "
-                        "close the episode's own resources_session_id"
+                        f"close the episode's own {self.id_name}"
                     )
             if sid not in self.fences:
                 try:
@@ -172,7 +178,7 @@ class EpisodeSessions:
                     ) from exc
                 self.forget(sid)
                 self.fences.fence(sid)
-            return ResourcesCloseSessionResponse(resources_session_id=sid).model_dump(mode="json")
+            return self._close_answer(sid)
 
     # -- the reaper --------------------------------------------------------------------------------
 
@@ -242,6 +248,10 @@ def seed_answer(session_id: str, answer: Any) -> dict[str, Any]:
             f"{session_id!r}; return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)"
         )
     return response.model_dump(mode="json")
+
+
+def _close_answer(session_id: str) -> dict[str, Any]:
+    return ResourcesCloseSessionResponse(resources_session_id=session_id).model_dump(mode="json")
 
 
 def with_cookie_session(request: Any, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionRequest:

@@ -41,6 +41,8 @@ from base64 import b64decode
 from typing import Any
 
 from gymlab._runtime.bodies import request_body
+from gymlab._runtime.routes import (BODY_ID_KEYS, END, END_ROUTES, NONE, START, START_ROUTES, STEP, STEP_ROUTES,  # noqa: F401
+                                    USE, VERIFY, VERIFY_ROUTES, RouteKinds, uses_session)
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
@@ -49,17 +51,10 @@ from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 WORKER_HEADER = b"x-gymlab-worker"
 #: A forwarded answer also names the worker that received the request.
 FORWARDED_HEADER = b"x-gymlab-forwarded-by"
-BODY_ID_KEYS = ("resources_session_id", "agent_session_id")
-START_ROUTES = frozenset({"/seed_session", "/reset"})
-END_ROUTES = frozenset({"/close_session", "/close"})
-VERIFY_ROUTES = frozenset({"/verify"})
-#: Gymnasium transitions: the answer that says terminated or truncated ends the session.
-STEP_ROUTES = frozenset({"/step"})
 _DONE = (b'"terminated":true', b'"truncated":true')
 TOUCH_EVERY_S = 1.0
 TABLE = "owners.sqlite"
 
-NONE, USE, START, END, VERIFY, STEP = range(6)
 _FRAME = struct.Struct("!II")
 
 
@@ -76,12 +71,13 @@ def create_table(state_dir: str) -> None:
     db.close()
 
 
-def install(app, server, ctx: dict[str, Any] | None) -> None:
+def install(app, server, ctx: dict[str, Any] | None, kinds: RouteKinds | None = None) -> None:
     """Add the routing middleware outermost when this process is one of several workers
     (``ctx``: ``workers.worker_context()``, None outside a worker)."""
     if ctx is None or not getattr(type(server), "routes_sessions_to_owner", True):
         return
-    app.add_middleware(SessionOwnershipMiddleware, server=server, fastapi_app=app, state_dir=ctx["dir"])
+    app.add_middleware(SessionOwnershipMiddleware, server=server, fastapi_app=app, state_dir=ctx["dir"],
+                       kinds=kinds)
 
 
 def worker_alive(worker: str) -> bool:
@@ -145,31 +141,26 @@ class OwnershipTable:
 class SessionOwnershipMiddleware:
     """Outermost ASGI middleware of a worker: route each session request to its owning worker."""
 
-    def __init__(self, app, server, fastapi_app, state_dir: str):
-        cls = type(server)
+    def __init__(self, app, server, fastapi_app, state_dir: str, kinds: RouteKinds | None = None):
         self.app, self.fastapi_app, self.name, self.dir = app, fastapi_app, server.name, state_dir
-        self.starts = START_ROUTES | frozenset(getattr(cls, "checkpoint_session_starts", ()))
-        self.ends = END_ROUTES | frozenset(getattr(cls, "checkpoint_session_ended", ()))
+        self.kinds = kinds or RouteKinds(fastapi_app, server)
         self.window = float(getattr(server, "session_close_retry_window_seconds", 300.0))
         self.worker = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._pid = str(os.getpid()).encode()
         self.table: OwnershipTable | None = None
-        self._kinds: dict[tuple[str, str], int] = {}
         self._cookie: tuple[str, Any, int | None] | None = None
         self._sids: dict[str, str | None] = {}
         self._pool: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._rpc: asyncio.base_events.Server | None = None
         self._rpc_lock: asyncio.Lock | None = None
         self._state: dict | None = None  # the worker's lifespan state, for the requests forwarded here
-        a = fastapi_app
-        self._doc_routes = {a.openapi_url, a.docs_url, a.redoc_url, a.swagger_ui_oauth2_redirect_url}
 
     # -- the rule ------------------------------------------------------------------------------
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        kind = self._kind(scope)
+        kind = self.kinds.kind(scope)
         if kind == NONE:
             return await self.app(scope, receive, send)
         if self._rpc is None:
@@ -229,35 +220,6 @@ class SessionOwnershipMiddleware:
         elif not row[1] and now - row[2] > TOUCH_EVERY_S:
             self.table.touch(sid, now)
 
-    # -- which routes use the session ------------------------------------------------------------
-
-    def _kind(self, scope) -> int:
-        key = (scope["method"], scope["path"])
-        kind = self._kinds.get(key)
-        if kind is None:
-            kind = self._classify(scope)
-            if len(self._kinds) < 4096:
-                self._kinds[key] = kind
-        return kind
-
-    def _classify(self, scope) -> int:
-        from starlette.routing import Match
-
-        for route in self.fastapi_app.router.routes:
-            match, _ = route.matches(scope)
-            if match == Match.FULL:
-                path = getattr(route, "path", scope["path"])
-                if path in self.starts:
-                    return START
-                if path in self.ends:
-                    return END
-                if path in VERIFY_ROUTES:
-                    return VERIFY
-                if not _uses_session(route) or path in self._doc_routes:
-                    return NONE
-                return STEP if path in STEP_ROUTES else USE
-        return NONE
-
     # -- the session ID from the signed cookie -----------------------------------------------------
 
     def _cookie_sid(self, scope) -> str | None:
@@ -287,7 +249,7 @@ class SessionOwnershipMiddleware:
         from starlette.middleware.sessions import SessionMiddleware
 
         for m in self.fastapi_app.user_middleware:
-            if m.cls is SessionMiddleware:
+            if isinstance(m.cls, type) and issubclass(m.cls, SessionMiddleware):
                 kw = m.kwargs
                 self._cookie = (kw.get("session_cookie", "session"), itsdangerous.TimestampSigner(str(kw["secret_key"])),
                                 kw.get("max_age", 14 * 24 * 60 * 60))
@@ -412,20 +374,6 @@ class SessionOwnershipMiddleware:
         done.set()
         headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in start.get("headers", ())]
         return start.get("status", 500), headers, b"".join(chunks)
-
-
-def _uses_session(route) -> bool:
-    """Whether a route's handler (or a dependency of it) takes the Request, and so can see the session."""
-    dependant = getattr(route, "dependant", None)
-    if dependant is None:
-        return True
-    stack = [dependant]
-    while stack:
-        d = stack.pop()
-        if d.request_param_name or d.http_connection_param_name or d.websocket_param_name:
-            return True
-        stack.extend(d.dependencies)
-    return False
 
 
 def _body_sid(body: bytes) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from gymlab.client import Cookies, ask_model_server, close_http_session, post, post_ok
 from gymlab.errors import EpisodeFailed, ServerError, error_body
@@ -21,6 +21,7 @@ from gymlab.failures import Role, failure_of
 from gymlab.loop import DEFAULT_MAX_STEPS
 from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol.resources import AgentRunRequest, dump_row  # noqa: F401  (re-exported for agents)
+from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
 from gymlab.protocol.failure_kinds import Failure, Stage
 from gymlab.protocol.record import Rollout
 from gymlab.server import BaseServer
@@ -45,15 +46,26 @@ class Timeouts(BaseModel):
 
 
 class BaseAgent(BaseServer):
-    """An agent server bound to a model server (and usually a resources server), by URL."""
+    """An agent server bound to a model server (and usually a resources server), by URL.
+
+    Agent sessions (``/v1/agent_sessions`` and its ``/close``) follow the resources servers' session
+    rules (``gymlab.agents.sessions``); an agent with per-episode state overrides
+    ``seed_agent_session`` and ``close_agent_session`` and keys its state by ``agent_session_id``
+    (which is also the session cookie's ``SESSION_ID_KEY`` in every request of the session).
+    """
 
     model_server: str = ""
     resources_server: str = ""
     max_steps: int | None = Field(DEFAULT_MAX_STEPS, ge=1, description="Model calls per episode (None: no limit).")
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
+    _episodes: Any = PrivateAttr(default=None)
+
     def setup_webserver(self) -> FastAPI:
+        from gymlab.agents.sessions import mount_agent_session_routes
+
         app = super().setup_webserver()
+        mount_agent_session_routes(app, self)
 
         @contextlib.asynccontextmanager
         async def lifespan(_app):
@@ -63,6 +75,25 @@ class BaseAgent(BaseServer):
         app.router.lifespan_context = lifespan
         app.exception_handler(EpisodeFailed)(episode_failed)
         return app
+
+    @property
+    def episode_sessions(self):
+        """This agent's open agent sessions, locks, fences and idle reaper."""
+        if self._episodes is None:
+            from gymlab.agents.sessions import agent_sessions
+
+            self._episodes = agent_sessions(self)
+        return self._episodes
+
+    async def seed_agent_session(self, body: AgentSeedSessionRequest) -> None:
+        """Set up an agent session's state under ``body.agent_session_id``; the default keeps none.
+
+        Runs once per session (a repeated seed is answered without running it again).
+        """
+
+    async def close_agent_session(self, agent_session_id: str) -> None:
+        """Release an agent session's state (once per close; also for an ID that was never seeded)."""
+        self.session_state.pop(agent_session_id, None)
 
     async def call_model(self, body: dict) -> NeMoGymResponse:
         """The model's response to ``body``; a failure carries a model-provider kind."""

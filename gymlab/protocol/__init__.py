@@ -42,6 +42,7 @@ from gymlab.protocol.responses import (
     Usage,
     assistant_message,
     dump_item,
+    dump_params,
     function_call,
     new_id,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "Usage",
     "assistant_message",
     "dump_item",
+    "dump_params",
     "function_call",
     "new_id",
 ]

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymlab.protocol.responses import NeMoGymResponse, ResponseCreateParams
+from gymlab.protocol.responses import NeMoGymResponse, ResponseCreateParams, dump_params
 
 SESSION_ID_KEY = "session_id"
 
@@ -25,9 +25,9 @@ class AgentRunRequest(BaseRunRequest):
 
 
 def dump_row(body: AgentRunRequest) -> dict[str, Any]:
-    """The whole row as sent to seed/verify/reset/step: every field, params fully dumped."""
+    """The whole row as sent to seed/verify/reset/step: every field, params fully dumped (``dump_params``)."""
     row = body.model_dump(mode="json", exclude={"responses_create_params"})
-    row["responses_create_params"] = body.responses_create_params.model_dump(mode="json", exclude_none=True)
+    row["responses_create_params"] = dump_params(body.responses_create_params)
     return row
 
 

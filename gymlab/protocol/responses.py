@@ -107,7 +107,7 @@ class FunctionTool(_Open):
 
 
 class ResponseCreateParams(BaseModel):
-    """The model request (``responses_create_params``). Unknown keys are refused."""
+    """The model request (``responses_create_params``): the reference's 30 fields. Unknown keys are refused."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -134,6 +134,13 @@ class ResponseCreateParams(BaseModel):
     prompt: dict[str, Any] | None = None
     background: bool | None = None
     stream: Literal[False] | None = None
+    context_management: list[dict[str, Any]] | None = None
+    conversation: str | dict[str, Any] | None = None
+    moderation: Any = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    stream_options: dict[str, Any] | None = None
 
     def input_items(self) -> list[Any]:
         """The input as a list of items (a string becomes one user message)."""
@@ -215,6 +222,15 @@ def function_call(name: str, arguments: str | dict, call_id: str | None = None) 
     return FunctionCall(
         name=name, arguments=args, call_id=call_id or new_id("call"), id=new_id("fc"), status="completed"
     )
+
+
+def dump_params(params: ResponseCreateParams) -> dict[str, Any]:
+    """The request as seed/verify/reset/step bodies carry it: all 30 fields (null when unset), as the
+    reference's agents send them; items and tools keep only the fields they carry."""
+    data = params.model_dump(mode="json", exclude={"input", "tools"})
+    data["input"] = params.input if isinstance(params.input, str) else [dump_item(i) for i in params.input]
+    data["tools"] = [dump_item(t) for t in params.tools]
+    return data
 
 
 def dump_item(item: Any) -> dict:

@@ -69,6 +69,8 @@ class GymnasiumServer(BaseServer):
 
     async def _episode_seed(self, body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:
         reset = await self.reset_session(body.task_data, body.resources_session_id)
+        if reset.observation is None:  # reset set none: the answer leaves the field out, as the spec says
+            return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)
         return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id,
                                             observation=reset.observation)
 

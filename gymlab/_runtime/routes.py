@@ -1,0 +1,95 @@
+"""Which session use a request has, decided from the route and its handler.
+
+One rule serves the session cookie (``sessions.py``) and worker routing (``ownership.py``), so a
+request that takes no ownership also gets no session cookie:
+
+- a seed (``/seed_session``, ``/reset``, an agent session's ``/v1/agent_sessions``, or a route in
+  the server's ``checkpoint_session_starts``) opens its session, even if its handler never reads it;
+- a close (``/close_session``, ``/close``, ``/v1/agent_sessions/close``, ``checkpoint_session_ended``)
+  and ``/verify`` end it;
+- any other route uses the session only when its handler (or a dependency of it) takes the
+  ``Request``: a handler without one cannot read the session (health, ``/aggregate_metrics``, a
+  stateless tool such as the spec's ``/square``), so it runs with no session ID and sets no cookie.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NONE, USE, START, END, VERIFY, STEP = range(6)
+
+#: Routes that open a session's ownership (besides a server's ``checkpoint_session_starts``).
+START_ROUTES = frozenset({"/seed_session", "/reset", "/v1/agent_sessions"})
+#: Routes that end it (besides ``/verify`` and a server's ``checkpoint_session_ended``).
+END_ROUTES = frozenset({"/close_session", "/close", "/v1/agent_sessions/close"})
+VERIFY_ROUTES = frozenset({"/verify"})
+#: Gymnasium transitions: the answer that says terminated or truncated ends the session.
+STEP_ROUTES = frozenset({"/step"})
+#: Body keys that name a session in a seed or close (resources server, agent server).
+BODY_ID_KEYS = ("resources_session_id", "agent_session_id")
+
+
+class RouteKinds:
+    """The session kind of each ``(method, path)`` of one app (cached; routes are read at request time,
+    so routes a subclass adds after the app is built count)."""
+
+    def __init__(self, fastapi_app: Any, server: Any = None):
+        cls = type(server) if server is not None else object
+        self.app = fastapi_app
+        self.starts = START_ROUTES | frozenset(getattr(cls, "checkpoint_session_starts", ()))
+        self.ends = END_ROUTES | frozenset(getattr(cls, "checkpoint_session_ended", ()))
+        self._kinds: dict[tuple[str, str], tuple[int, bool]] = {}
+
+    def kind(self, scope: dict) -> int:
+        """NONE, USE, START, END, VERIFY or STEP."""
+        return self._lookup(scope)[0]
+
+    def assigns_id(self, scope: dict) -> bool:
+        """Whether a request without a session ID gets a new one (and so a cookie): a seed always; a
+        close, verify or other route only when its handler can read the session."""
+        kind, uses = self._lookup(scope)
+        return kind == START or (kind != NONE and uses)
+
+    def _lookup(self, scope: dict) -> tuple[int, bool]:
+        key = (scope["method"], scope["path"])
+        found = self._kinds.get(key)
+        if found is None:
+            found = self._classify(scope)
+            if len(self._kinds) < 4096:
+                self._kinds[key] = found
+        return found
+
+    def _classify(self, scope: dict) -> tuple[int, bool]:
+        from starlette.routing import Match
+
+        a = self.app
+        docs = {a.openapi_url, a.docs_url, a.redoc_url, a.swagger_ui_oauth2_redirect_url}
+        for route in a.router.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                path = getattr(route, "path", scope["path"])
+                uses = path not in docs and uses_session(route)
+                if path in self.starts:
+                    return START, uses
+                if path in self.ends:
+                    return END, uses
+                if path in VERIFY_ROUTES:
+                    return VERIFY, uses
+                if not uses:
+                    return NONE, False
+                return (STEP if path in STEP_ROUTES else USE), True
+        return NONE, False  # no route: a 404 (or 405) that no session is needed for
+
+
+def uses_session(route: Any) -> bool:
+    """Whether a route's handler (or a dependency of it) takes the Request, and so can see the session."""
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return True
+    stack = [dependant]
+    while stack:
+        d = stack.pop()
+        if d.request_param_name or d.http_connection_param_name or d.websocket_param_name:
+            return True
+        stack.extend(d.dependencies)
+    return False

@@ -1,0 +1,115 @@
+"""Agent-embedded environments: an agent server whose ``/run`` computes the reward itself.
+
+The spec's third kind of environment (benchmark harnesses, simulators in the agent's own process):
+no resources server, no seed/verify or reset/step over HTTP. Subclass ``EmbeddedEnvironmentAgent``
+and override ``run``; the helpers keep the episode in the same record every other agent returns, so
+collection, the Lab, frames and export take it as they take any run::
+
+    class GuessAgent(EmbeddedEnvironmentAgent):
+        async def run(self, body):
+            episode = self.start(body)
+            response = await self.ask(episode)
+            reward = float(response.output_text.strip() == body.model_extra["answer"])
+            self.transition(episode, response, reward, terminated=True)
+            return self.finish(body, episode)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, record_response
+from gymlab.errors import ServerError
+from gymlab.loop import LoopState, ask_model, gymnasium_transition
+from gymlab.protocol import NeMoGymResponse
+from gymlab.protocol import record as records
+from gymlab.protocol.gymnasium import GymnasiumStepResponse
+from gymlab.protocol.record import Rollout, StepRecord
+
+
+@dataclass
+class EmbeddedEpisode:
+    """One episode in progress: the conversation, the steps so far, the last transition."""
+
+    state: LoopState
+    started: float = field(default_factory=time.perf_counter)
+    last: GymnasiumStepResponse | None = None
+    asked: float = field(default_factory=time.perf_counter)
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        return self.state.steps
+
+    @property
+    def done(self) -> bool:
+        return self.last is not None and (self.last.terminated or self.last.truncated)
+
+
+class EmbeddedEnvironmentAgent(BaseAgent):
+    """Base of an agent whose ``run`` plays the environment itself (no resources server).
+
+    ``run`` returns the episode's ``Rollout``; build it with ``finish`` (or with the builders of
+    ``gymlab.protocol.record``). A ``ServerError`` or timeout in ``run`` (the model failed, the
+    episode ran past ``timeouts.episode``) is answered 502 with its typed failure, as other agents do.
+    """
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/run", response_model=Rollout)(self._run_route)
+        return app
+
+    @abstractmethod
+    async def run(self, body: AgentRunRequest) -> Rollout:
+        """Play one episode of the row ``body`` and return its record."""
+
+    async def _run_route(self, body: AgentRunRequest) -> JSONResponse:
+        try:
+            async with asyncio.timeout(self.timeouts.episode):
+                record = await self.run(body)
+        except (ServerError, TimeoutError) as exc:
+            raise self.episode_failed(exc, "agent") from exc
+        if not isinstance(record, Rollout):
+            raise TypeError(f"{type(self).__name__}.run must return a Rollout (use self.finish), "
+                            f"got {type(record).__name__}")
+        return record_response(record)
+
+    # -- helpers for run ---------------------------------------------------------------------------
+
+    def start(self, body: AgentRunRequest, observation: str | None = None) -> EmbeddedEpisode:
+        """A new episode of ``body``; a non-empty ``observation`` is the first user message after its input."""
+        episode = EmbeddedEpisode(LoopState(body.responses_create_params))
+        if observation:
+            self.observe(episode, observation)
+        return episode
+
+    async def ask(self, episode: EmbeddedEpisode) -> NeMoGymResponse:
+        """The model's response to the conversation so far (its output joins the conversation)."""
+        episode.asked = time.perf_counter()
+        return await ask_model(episode.state, self.call_model)
+
+    def transition(self, episode: EmbeddedEpisode, response: NeMoGymResponse, reward: float = 0.0, *,
+                   terminated: bool = False, truncated: bool = False, observation: str | None = None,
+                   info: dict[str, Any] | None = None) -> StepRecord:
+        """Record what ``response`` did (reward, end, the next observation for the model)."""
+        episode.last = GymnasiumStepResponse(reward=reward, terminated=terminated, truncated=truncated,
+                                             observation=observation, info=dict(info or {}))
+        return gymnasium_transition(episode.state, response, episode.last, time.perf_counter() - episode.asked)
+
+    def observe(self, episode: EmbeddedEpisode, text: str) -> None:
+        """Add a user message the model sees next (outside a transition)."""
+        from gymlab.protocol import Message
+
+        episode.state.added.append(Message(role="user", content=text))
+
+    def finish(self, body: AgentRunRequest, episode: EmbeddedEpisode, *, cut_by_limit: bool = False) -> Rollout:
+        """The episode's record: reward summed over the steps; ``cut_by_limit`` marks it truncated."""
+        return records.from_transitions(body.responses_create_params, episode.state.final_response(), episode.steps,
+                                        cut_by_limit=cut_by_limit, duration_s=time.perf_counter() - episode.started,
+                                        row=dump_row(body), last=episode.last)

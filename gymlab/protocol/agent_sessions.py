@@ -1,0 +1,63 @@
+"""Agent-session bodies: how a caller seeds and closes one agent server's per-episode state.
+
+The reference routes are ``POST /v1/agent_sessions`` (seed) and ``POST /v1/agent_sessions/close``.
+The seed names the session itself (``agent_session_id``); that ID then travels in the agent's
+session cookie, so the seed, its close and every request in between name the session by one ID.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH, EpisodeId, TaskId
+
+SEED_ROUTE = "/v1/agent_sessions"
+CLOSE_ROUTE = "/v1/agent_sessions/close"
+
+
+class AgentSeedSessionRequest(BaseModel):
+    """Body of an agent-session seed. A repeat of the same body is the same session; anything else
+    under the same ID is a conflict (409). Unknown keys are refused, as the reference does."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_session_id: str = Field(min_length=1, max_length=MAX_SESSION_ID_LENGTH)
+    episode_id: EpisodeId
+    task_id: TaskId
+    tool_accesses: list[dict[str, Any]] = Field(default_factory=list)
+    sandbox_access: dict[str, Any] | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.agent_session_id
+
+    def episode_key(self) -> dict[str, Any]:
+        """What a re-seed must repeat to be the same session (every field but the ID)."""
+        return self.model_dump(mode="json", exclude={"agent_session_id"})
+
+
+class AgentSeedSessionResponse(BaseModel):
+    agent_session_id: str
+
+
+class AgentCloseSessionRequest(BaseModel):
+    """Body of an agent-session close: the session and the episode it was seeded for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_session_id: str = Field(min_length=1, max_length=MAX_SESSION_ID_LENGTH)
+    episode_id: EpisodeId
+
+    @property
+    def session_id(self) -> str:
+        return self.agent_session_id
+
+
+class AgentCloseSessionResponse(BaseModel):
+    """Answer of a close; a repeated close within the retry window gets the same answer."""
+
+    agent_session_id: str
+    agent_observations: dict[str, Any] | None = None
+    resources_cookies: dict[str, str] | None = None
