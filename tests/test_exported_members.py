@@ -11,7 +11,11 @@ HEAVY = ["pandas", "matplotlib", "ipywidgets", "gymnasium", "openai", "fastapi",
 
 #: The public API, sorted. Adding or removing a name is a decision: change it here on purpose.
 EXPORTED = [
+    "AgentCloseSessionRequest",
+    "AgentCloseSessionResponse",
     "AgentHandle",
+    "AgentSeedSessionRequest",
+    "AgentSeedSessionResponse",
     "AggregateMetrics",
     "AggregateMetricsRequest",
     "BaseRunRequest",
@@ -23,6 +27,7 @@ EXPORTED = [
     "ConfigError",
     "Dataset",
     "DatasetError",
+    "EmbeddedEnvironmentAgent",
     "Episode",
     "EpisodeFailed",
     "EpisodeId",
@@ -73,6 +78,7 @@ EXPORTED = [
     "failure_kinds",
     "function_call",
     "is_gymlab_fastapi_entrypoint",
+    "is_nemo_gym_fastapi_entrypoint",
     "load",
     "load_config",
     "load_environment",

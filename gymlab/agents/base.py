@@ -51,7 +51,8 @@ class BaseAgent(BaseServer):
     Agent sessions (``/v1/agent_sessions`` and its ``/close``) follow the resources servers' session
     rules (``gymlab.agents.sessions``); an agent with per-episode state overrides
     ``seed_agent_session`` and ``close_agent_session`` and keys its state by ``agent_session_id``
-    (which is also the session cookie's ``SESSION_ID_KEY`` in every request of the session).
+    in ``self.session_state`` (the id is also the session cookie's ``SESSION_ID_KEY`` in every
+    request of the session).
     """
 
     model_server: str = ""
@@ -60,6 +61,12 @@ class BaseAgent(BaseServer):
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
     _episodes: Any = PrivateAttr(default=None)
+    _session_state: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def session_state(self) -> dict[str, Any]:
+        """Per-agent-session state, keyed by ``agent_session_id``: process state, never config."""
+        return self._session_state
 
     def setup_webserver(self) -> FastAPI:
         from gymlab.agents.sessions import mount_agent_session_routes
