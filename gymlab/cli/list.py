@@ -9,6 +9,8 @@ import json
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", metavar="CONFIG", help="YAML files, merged in order")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--metrics", action="store_true",
+                        help="read each dataset and add its metrics (custom rows counted too)")
 
 
 def describe(config) -> dict:
@@ -33,6 +35,11 @@ def main(args: argparse.Namespace) -> int:
     from gymlab.collection.config import load_config
 
     info = describe(load_config(*args.configs))
+    if args.metrics:
+        from gymlab.collection.dataset_metrics import file_metrics
+
+        for dataset in info["datasets"]:
+            dataset["metrics"] = file_metrics(dataset["path"])
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -42,6 +49,10 @@ def main(args: argparse.Namespace) -> int:
             print("  (none)")
         for item in items:
             head = item["name"]
-            rest = ", ".join(f"{k}={v}" for k, v in item.items() if k != "name" and v is not None)
+            rest = ", ".join(f"{k}={v}" for k, v in item.items() if k not in ("name", "metrics") and v is not None)
             print(f"  {head}" + (f"  ({rest})" if rest else ""))
+            if "metrics" in item:
+                m = item["metrics"]
+                print(f"    {m['num_rows']} rows, {m['num_rows_with_responses_create_params']} with a valid "
+                      f"responses_create_params; fields: {', '.join(m['fields']) or '-'}")
     return 0
