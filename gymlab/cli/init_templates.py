@@ -38,9 +38,8 @@ from __future__ import annotations
 import json
 
 from fastapi import FastAPI
-from pydantic import BaseModel
-
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer, function_call
+from pydantic import BaseModel
 
 
 class CountWordsRequest(BaseModel):
