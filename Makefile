@@ -24,6 +24,7 @@ test: $(STAMP) browser-deps
 	# enabled after the format pass:
 	# $(BIN)/ruff check gymlab tests
 	# $(BIN)/ruff format --check gymlab tests
+	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

@@ -1,4 +1,8 @@
-"""Load the example environments shipped in ``environments/`` (each a folder with ``app.py``)."""
+"""Load the example environments (each a folder with ``app.py``, ``data/`` and maybe ``configs/``).
+
+They live in ``environments/`` at the top of a checkout and install as ``gymlab/environments``, so
+the same names load from a wheel and from a checkout (an editable install finds the checkout's).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,18 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
+
+def _environments_dir() -> Path:
+    package = Path(__file__).resolve().parent
+    installed, checkout = package / "environments", package.parent / "environments"
+    return installed if installed.is_dir() else checkout
+
+
+ENVIRONMENTS_DIR = _environments_dir()
 
 
 def environment_dir(name: str) -> Path:
+    """The folder of example ``name``: ``app.py``, ``data/*.jsonl``, ``configs/*.yaml``."""
     path = ENVIRONMENTS_DIR / name
     if not (path / "app.py").exists():
         known = sorted(p.name for p in ENVIRONMENTS_DIR.iterdir() if (p / "app.py").exists())
@@ -18,13 +30,13 @@ def environment_dir(name: str) -> Path:
 
 
 def load_environment(name: str) -> ModuleType:
-    """The module of ``environments/<name>/app.py`` (its server class, policy and rows)."""
+    """The module of the example's ``app.py`` (its server class, policy and rows)."""
     from gymlab.utils import import_file
 
     return import_file(environment_dir(name) / "app.py", f"gymlab_env_{name}")
 
 
 def example_rows(name: str, dataset: str = "example") -> list[dict]:
-    """The rows of ``environments/<name>/data/<dataset>.jsonl``."""
+    """The rows of the example's ``data/<dataset>.jsonl``."""
     path = environment_dir(name) / "data" / f"{dataset}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -20,6 +20,7 @@ PACKAGE = ROOT / "gymlab"
 
 #: Lowest first. A module belongs to the first entry that equals its name or is a package above it.
 LAYERS: list[tuple[str, list[str]]] = [
+    ("version", ["gymlab._version"]),
     ("wire types", ["gymlab.protocol"]),
     ("errors and failure vocabulary", ["gymlab.errors", "gymlab.failure_kinds"]),
     ("runtime helpers", ["gymlab._sync", "gymlab.retry", "gymlab.jsonl", "gymlab.failures", "gymlab.client"]),
@@ -39,7 +40,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("collection", ["gymlab.collection", "gymlab.export"]),
-    ("notebook and CLI", ["gymlab.lab", "gymlab.cli", "gymlab.bench"]),
+    ("notebook and CLI", ["gymlab.lab", "gymlab.cli", "gymlab.bench", "gymlab.__main__"]),
     ("public API", ["gymlab"]),
 ]
 

@@ -16,13 +16,16 @@ COMMANDS = {
     "list": ("gymlab.cli.list", "list the environments, agents, datasets and tasksets of a config"),
     "demo": ("gymlab.cli.demo", "run the example environments with rule-based policies"),
     "bench": ("gymlab.bench", "measure episodes/s, latency and start-up"),
+    "init": ("gymlab.cli.init", "write a new environment folder that passes its own test"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gymlab._version import __version__
     from gymlab.errors import GymlabError
 
     parser = argparse.ArgumentParser(prog="gymlab", description="Research toolkit for LLM environments.")
+    parser.add_argument("--version", action="version", version=f"gymlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)

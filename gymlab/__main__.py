@@ -1,0 +1,7 @@
+"""``python -m gymlab``: the ``gymlab`` command."""
+
+import sys
+
+from gymlab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""``gymlab init NAME [--gymnasium]``: a new environment folder that passes its own test.
+
+NAME/ gets ``app.py`` (a server class with one tool and a rule-based ``policy``), ``configs/NAME.yaml``,
+``data/example.jsonl`` (rows declaring the tool), ``test_app.py`` (one episode per row through a
+``Lab``, the session contract, the config) and a README. ``cd NAME && python -m pytest`` passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from string import Template
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", help="the folder to create; its last part names the environment")
+    parser.add_argument("--gymnasium", action="store_true",
+                        help="a GymnasiumServer with reset/step (default: a SimpleResourcesServer with verify)")
+
+
+def files(name: str, gymnasium: bool) -> dict[str, str]:
+    """Relative path -> text of every file of environment ``name``."""
+    from gymlab.cli import init_templates as t
+
+    cls = "".join(part[:1].upper() + part[1:] for part in re.split(r"[^0-9A-Za-z]+", name) if part)
+    if not cls[:1].isalpha():
+        cls = "Env" + cls
+    agent, server = ("gymnasium_agent", f"{cls}Env") if gymnasium else ("simple_agent", f"{cls}Server")
+    values = {"name": name, "cls": cls, "agent": agent, "server": server}
+    values["contract"] = Template(t.GYMNASIUM_CONTRACT if gymnasium else t.SIMPLE_CONTRACT).substitute(values)
+    fill = lambda text: Template(text).substitute(values)  # noqa: E731
+    return {
+        "app.py": fill(t.GYMNASIUM_APP if gymnasium else t.SIMPLE_APP),
+        f"configs/{name}.yaml": fill(t.CONFIG),
+        "data/example.jsonl": "".join(json.dumps(row) + "\n" for row in rows(name, agent)),
+        "test_app.py": fill(t.TEST),
+        "README.md": fill(t.README),
+    }
+
+
+def rows(name: str, agent: str) -> list[dict]:
+    from gymlab.cli.init_templates import SENTENCES, TOOL
+
+    return [{
+        "responses_create_params": {
+            "input": [{"role": "developer", "content": "Count words with the count_words tool."},
+                      {"role": "user", "content": f'How many words are in "{sentence}"?'}],
+            "tools": [TOOL],
+        },
+        "expected_count": len(sentence.split()),
+        "agent_ref": {"type": "responses_api_agents", "name": f"{name}_{agent}"},
+    } for sentence in SENTENCES]
+
+
+def main(args: argparse.Namespace) -> int:
+    from gymlab.errors import GymlabError
+
+    folder = Path(args.name)
+    name = folder.resolve().name
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+        raise GymlabError(f"{name!r} is not a usable name: start with a letter; letters, digits and _ only")
+    if folder.exists():
+        raise GymlabError(f"{folder} already exists; choose another name (nothing was written)")
+    for relative, text in files(name, args.gymnasium).items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    kind = "GymnasiumServer" if args.gymnasium else "SimpleResourcesServer"
+    print(f"wrote {folder}/ (a {kind}); try: cd {folder} && python -m pytest")
+    return 0

@@ -1,0 +1,197 @@
+"""The files ``gymlab init`` writes, as ``string.Template`` text (``$name``, ``$cls``, ``$agent``)."""
+
+from __future__ import annotations
+
+#: (sentence, words): the example rows; the model is asked for the word count of the quoted text.
+SENTENCES = ["the quick brown fox", "to be or not to be", "hello world", "a small step for an environment"]
+
+TOOL = {
+    "type": "function",
+    "name": "count_words",
+    "description": "Count the words of a text.",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"],
+                   "additionalProperties": False},
+    "strict": True,
+}
+
+POLICY = '''
+
+def policy(request):
+    """Rule-based model: count the quoted text's words with the tool, then report the count."""
+    items = request.input_items()
+    last = items[-1] if items else None
+    if last is not None and last.type == "function_call_output":
+        return f"The text has {json.loads(last.output).get('count')} words."
+    text = " ".join(i.text for i in items if i.type == "message" and i.role == "user")
+    if text.count('"') >= 2 and any(t.name == "count_words" for t in request.tools):
+        return [function_call("count_words", {"text": text.split('"')[1]})]
+    return "I cannot help with that."
+'''
+
+SIMPLE_APP = '''"""$name: one tool, ``/count_words``; reward 1.0 when the model used it and answered the row's ``expected_count``.
+
+Serve it with its agent and a rule-based model: ``gymlab serve configs/$name.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import FastAPI
+from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer, function_call
+from pydantic import BaseModel
+
+
+class CountWordsRequest(BaseModel):
+    text: str
+
+
+class CountWordsResponse(BaseModel):
+    count: int
+
+
+class ${cls}VerifyRequest(BaseVerifyRequest):
+    expected_count: int  # a row field: declared here, so it reaches verify
+
+
+class ${cls}Server(SimpleResourcesServer):
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/count_words")(self.count_words)  # a tool; rows declare it in responses_create_params.tools
+        return app
+
+    async def count_words(self, body: CountWordsRequest) -> CountWordsResponse:
+        return CountWordsResponse(count=len(body.text.split()))
+
+    async def verify(self, body: ${cls}VerifyRequest) -> BaseVerifyResponse:
+        used_tool = any(i.type == "function_call" and i.name == "count_words" for i in body.response.output)
+        answered = str(body.expected_count) in body.response.output_text
+        return BaseVerifyResponse(responses_create_params=body.responses_create_params, response=body.response,
+                                  reward=float(used_tool and answered))
+''' + POLICY + '''
+
+if __name__ == "__main__":
+    ${cls}Server.run_webserver()
+'''
+
+GYMNASIUM_APP = '''"""$name: a Gymnasium environment. Each step the model calls ``count_words`` (an observation comes
+back) or answers; the answer ends the episode with reward 1.0 when it holds the row's ``expected_count``.
+
+Serve it with its agent and a rule-based model: ``gymlab serve configs/$name.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gymlab import GymnasiumServer, function_call
+
+
+class ${cls}Env(GymnasiumServer):
+    async def reset(self, metadata, session_id=None):
+        self.session_state[session_id] = {"expected_count": metadata.get("expected_count"), "tool_calls": 0}
+        return None, {}
+
+    async def step(self, action, metadata, session_id=None):
+        state = self.session_state.get(session_id)
+        if state is None:
+            return None, 0.0, False, True, {
+                "mask_sample": True,
+                "failure_kind": "session_lost",
+                "failure_reason": "no episode is held for this session; call /reset first",
+            }
+        calls = [item for item in action.output if item.type == "function_call"]
+        if calls:
+            outputs = []
+            for call in calls:
+                if call.name == "count_words":
+                    state["tool_calls"] += 1
+                    result = {"count": len(str(json.loads(call.arguments).get("text", "")).split())}
+                else:
+                    result = {"error": f"unknown tool {call.name!r}; call count_words"}
+                outputs.append(self.tool_output(call, result))
+            return None, 0.0, False, False, {"tool_outputs": outputs}
+        correct = state["expected_count"] is not None and str(state["expected_count"]) in action.output_text
+        return None, float(correct), True, False, {"correct": correct, "tool_calls": state["tool_calls"]}
+''' + POLICY + '''
+
+if __name__ == "__main__":
+    ${cls}Env.run_webserver()
+'''
+
+CONFIG = '''# Serve with `gymlab serve configs/$name.yaml`;
+# collect with `gymlab collect configs/$name.yaml --output out.jsonl`. Paths are relative to this file.
+$name:
+  resources_servers:
+    $name:
+      entrypoint: ../app.py
+      domain: other
+${name}_$agent:
+  responses_api_agents:
+    $agent:
+      resources_server:
+        type: resources_servers
+        name: $name
+      model_server:
+        type: responses_api_models
+        name: policy_model
+      datasets:
+      - name: example
+        type: example
+        jsonl_fpath: ../data/example.jsonl
+policy_model:
+  responses_api_models:
+    policy_model:
+      policy: ../app.py:policy
+'''
+
+TEST = '''"""$name: every example row earns reward 1.0 through a Lab; the server keeps the session contract;
+the config loads."""
+
+import json
+from pathlib import Path
+
+from gymlab import Lab
+from gymlab.cli import main
+from gymlab.testing import check_resources_session_contract
+from gymlab.utils import import_file
+
+HERE = Path(__file__).resolve().parent
+app = import_file(HERE / "app.py", "${name}_app")
+ROWS = [json.loads(line) for line in (HERE / "data" / "example.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_every_row_earns_reward_1():
+    with Lab() as lab:
+        env = lab.serve(app.$server)
+        model = lab.serve_model(app.policy)
+        agent = lab.serve_agent("$agent", resources=env, model=model)
+        for row in ROWS:
+            assert agent.run(row).reward == 1.0
+
+
+def test_session_contract():
+$contract
+
+
+def test_config_loads():
+    assert main(["list", str(HERE / "configs" / "$name.yaml")]) == 0
+'''
+
+SIMPLE_CONTRACT = '''    # The server keeps no per-session state, so the stateful rules do not apply.
+    rules = check_resources_session_contract(app.$server(), {"task_data": {}}, keeps_state=False)
+    assert "close" in rules'''
+
+GYMNASIUM_CONTRACT = '''    # An episode's state lives in session_state from seed (reset) to close; /verify is not served.
+    server = app.$server()
+    rules = check_resources_session_contract(server, {"task_data": {"expected_count": 2}}, keeps_state=True,
+                                             holds_state=lambda sid: sid in server.session_state)
+    assert "state released exactly once" in rules
+    assert server.session_state == {}'''
+
+README = '''# $name
+
+A gymlab environment: `app.py` (the server and a rule-based `policy`), `data/example.jsonl` (rows),
+`configs/$name.yaml` (server, $agent and policy model). `python -m pytest` runs one episode per row
+through a `Lab` and checks the episode-session contract; `gymlab serve configs/$name.yaml` serves it.
+'''
