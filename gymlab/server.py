@@ -83,7 +83,7 @@ class BaseServer(BaseModel):
             self.name = _snake(type(self).__name__)
 
     @classmethod
-    def from_environment(cls, **overrides: Any) -> "BaseServer":
+    def from_environment(cls, **overrides: Any) -> BaseServer:
         """Build from the JSON config that ``gymlab serve`` puts in ``GYMLAB_SERVER_CONFIG``."""
         raw = json.loads(os.environ.get(CONFIG_ENV) or "{}")
         raw = {k: v for k, v in raw.items() if k not in cls.config_only_keys}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from gymlab.agents.base import AgentRunRequest
 from gymlab import EmbeddedEnvironmentAgent
+from gymlab.agents.base import AgentRunRequest
 from gymlab.utils import is_gymlab_fastapi_entrypoint
 
 

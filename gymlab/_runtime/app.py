@@ -40,7 +40,7 @@ def _describe_validation(errors: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def build_app(server: "BaseServer") -> FastAPI:
+def build_app(server: BaseServer) -> FastAPI:
     """The FastAPI app for ``server``: sessions, error bodies that name server and route, health."""
     app = FastAPI(title=f"gymlab {server.name}")
     name = server.name

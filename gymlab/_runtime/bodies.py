@@ -15,7 +15,6 @@ from starlette.responses import JSONResponse
 
 from gymlab.errors import error_body
 
-
 #: Where the guard leaves the whole request body for inner middlewares.
 BODY_KEY = "gymlab.body"
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import Request
 
@@ -47,7 +48,7 @@ class ReleaseRequest(str):
     resources_session_id: str
     episode_id: Any
 
-    def __new__(cls, session_id: str, episode_id: Any = None) -> "ReleaseRequest":
+    def __new__(cls, session_id: str, episode_id: Any = None) -> ReleaseRequest:
         obj = super().__new__(cls, session_id)
         obj.resources_session_id, obj.episode_id = str(session_id), episode_id
         return obj

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("gymlab.server")
 

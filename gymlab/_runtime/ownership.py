@@ -41,8 +41,21 @@ from base64 import b64decode
 from typing import Any
 
 from gymlab._runtime.bodies import request_body
-from gymlab._runtime.routes import (BODY_ID_KEYS, END, END_ROUTES, NONE, START, START_ROUTES, STEP, STEP_ROUTES,  # noqa: F401
-                                    USE, VERIFY, VERIFY_ROUTES, RouteKinds, uses_session)
+from gymlab._runtime.routes import (  # noqa: F401
+    BODY_ID_KEYS,
+    END,
+    END_ROUTES,
+    NONE,
+    START,
+    START_ROUTES,
+    STEP,
+    STEP_ROUTES,
+    USE,
+    VERIFY,
+    VERIFY_ROUTES,
+    RouteKinds,
+    uses_session,
+)
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH

@@ -79,7 +79,7 @@ class ThreadedServer:
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
-    def start(self, timeout: float = 30.0) -> "ThreadedServer":
+    def start(self, timeout: float = 30.0) -> ThreadedServer:
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:

@@ -18,9 +18,9 @@ import uuid
 
 from starlette.responses import JSONResponse
 
-from gymlab.errors import error_body
 from gymlab._runtime.bodies import request_body
 from gymlab._runtime.routes import BODY_ID_KEYS, END, NONE, START, USE, RouteKinds
+from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 

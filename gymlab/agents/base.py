@@ -20,10 +20,10 @@ from gymlab.errors import EpisodeFailed, ServerError, error_body
 from gymlab.failures import Role, failure_of
 from gymlab.loop import DEFAULT_MAX_STEPS
 from gymlab.protocol import NeMoGymResponse
-from gymlab.protocol.resources import AgentRunRequest, dump_row  # noqa: F401  (re-exported for agents)
 from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
 from gymlab.protocol.failure_kinds import Failure, Stage
 from gymlab.protocol.record import Rollout
+from gymlab.protocol.resources import AgentRunRequest, dump_row  # noqa: F401  (re-exported for agents)
 from gymlab.server import BaseServer
 
 

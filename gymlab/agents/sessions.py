@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from gymlab.agents.base import BaseAgent
 
 
-def agent_sessions(agent: "BaseAgent") -> EpisodeSessions:
+def agent_sessions(agent: BaseAgent) -> EpisodeSessions:
     """The agent's session table, with agent-session answers and its release hook."""
 
     async def release(session_id: Any) -> None:
@@ -43,7 +43,7 @@ def agent_sessions(agent: "BaseAgent") -> EpisodeSessions:
     )
 
 
-def mount_agent_session_routes(app: FastAPI, agent: "BaseAgent") -> None:
+def mount_agent_session_routes(app: FastAPI, agent: BaseAgent) -> None:
     """Add ``POST /v1/agent_sessions`` (seed) and ``POST /v1/agent_sessions/close`` to ``app``."""
 
     async def seed(body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:

@@ -16,7 +16,6 @@ handles (a restore) supplies it once without seeding again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -32,8 +31,6 @@ from gymlab.agents.base import episode_failed, record_response, typed
 from gymlab.client import Cookies, close_http_session, error_message, failure_in, http_session, post_ok, transport_error
 from gymlab.errors import EpisodeFailed, ServerError
 from gymlab.failures import failure_of
-from gymlab.protocol import record as records
-from gymlab.protocol.record import Rollout
 from gymlab.protocol import (
     RESOURCES_COOKIE_HEADER,
     RESOURCES_SERVER_HEADER,
@@ -45,6 +42,8 @@ from gymlab.protocol import (
     StepRecord,
     TaskId,
 )
+from gymlab.protocol import record as records
+from gymlab.protocol.record import Rollout
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.server")
@@ -275,7 +274,7 @@ async def _post_json(url: str, path: str, payload: Any, headers: dict[str, str],
         async with http_session().post(url + path, data=json.dumps(payload), timeout=aiohttp.ClientTimeout(timeout),
                                        headers={"Content-Type": "application/json", **headers}) as resp:
             status, text = resp.status, await resp.text()
-    except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientConnectionError) as exc:
         raise transport_error(server, url, path, exc, timeout) from exc
     if not 200 <= status < 300:
         raise ServerError(server, f"POST {path}", status, error_message(text), failure=failure_in(text))

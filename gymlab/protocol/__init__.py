@@ -1,6 +1,5 @@
 """Wire models only: pydantic, no I/O, no FastAPI."""
 
-from gymlab.protocol.record import Rollout, StepRecord
 from gymlab.protocol.gymnasium import (
     RESERVED_INFO_KEYS,
     GymnasiumCloseResponse,
@@ -9,6 +8,7 @@ from gymlab.protocol.gymnasium import (
     GymnasiumStepRequest,
     GymnasiumStepResponse,
 )
+from gymlab.protocol.record import Rollout, StepRecord
 from gymlab.protocol.resources import (
     SESSION_ID_KEY,
     AggregateMetrics,
@@ -18,16 +18,6 @@ from gymlab.protocol.resources import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
-)
-from gymlab.protocol.sessions import (
-    RESOURCES_COOKIE_HEADER,
-    RESOURCES_SERVER_HEADER,
-    EpisodeId,
-    ResourcesCloseSessionRequest,
-    ResourcesCloseSessionResponse,
-    ResourcesSeedSessionRequest,
-    ResourcesSeedSessionResponse,
-    TaskId,
 )
 from gymlab.protocol.responses import (
     ContentPart,
@@ -45,6 +35,16 @@ from gymlab.protocol.responses import (
     dump_params,
     function_call,
     new_id,
+)
+from gymlab.protocol.sessions import (
+    RESOURCES_COOKIE_HEADER,
+    RESOURCES_SERVER_HEADER,
+    EpisodeId,
+    ResourcesCloseSessionRequest,
+    ResourcesCloseSessionResponse,
+    ResourcesSeedSessionRequest,
+    ResourcesSeedSessionResponse,
+    TaskId,
 )
 
 __all__ = [

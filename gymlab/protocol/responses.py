@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
@@ -87,13 +87,7 @@ def _item_tag(v: Any) -> str:
 
 
 Item = Annotated[
-    Union[
-        Annotated[Message, Tag("message")],
-        Annotated[FunctionCall, Tag("function_call")],
-        Annotated[FunctionCallOutput, Tag("function_call_output")],
-        Annotated[Reasoning, Tag("reasoning")],
-        Annotated[OtherItem, Tag("other")],
-    ],
+    Annotated[Message, Tag("message")] | Annotated[FunctionCall, Tag("function_call")] | Annotated[FunctionCallOutput, Tag("function_call_output")] | Annotated[Reasoning, Tag("reasoning")] | Annotated[OtherItem, Tag("other")],
     Discriminator(_item_tag),
 ]
 
@@ -164,7 +158,7 @@ class Usage(_Open):
     input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
     output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
 
-    def __add__(self, other: "Usage | None") -> "Usage":
+    def __add__(self, other: Usage | None) -> Usage:
         if other is None:
             return self
         return Usage(

@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from pydantic import PrivateAttr
 
+from gymlab._runtime.episodes import EpisodeSessions, mount_episode_routes
 from gymlab.protocol import SESSION_ID_KEY, NeMoGymResponse
 from gymlab.protocol.failure_kinds import validate_failure_kind
 from gymlab.protocol.gymnasium import (
@@ -25,7 +26,6 @@ from gymlab.protocol.gymnasium import (
     GymnasiumStepRequest,
     GymnasiumStepResponse,
 )
-from gymlab._runtime.episodes import EpisodeSessions, mount_episode_routes
 from gymlab.protocol.sessions import ResourcesSeedSessionRequest, ResourcesSeedSessionResponse
 from gymlab.server import BaseServer
 

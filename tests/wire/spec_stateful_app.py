@@ -1,11 +1,14 @@
 # The spec's "Seed/Verify State" sample and its multi-worker entrypoint, as the spec writes them;
 # only the import lines changed (nemo_gym -> gymlab, and the reader's helpers imported from a sibling).
 from typing import Any
+
 from fastapi import Request
 from pydantic import Field
-from gymlab import SESSION_ID_KEY
-from gymlab import BaseSeedSessionResponse, SimpleResourcesServer
 from spec_sample_helpers import SeedRequest, VerifyRequest, grade, initialize, make_verify_response
+
+from gymlab import SESSION_ID_KEY, BaseSeedSessionResponse, SimpleResourcesServer
+
+
 class StatefulServer(SimpleResourcesServer):
     session_state: dict[str, Any] = Field(default_factory=dict)
     async def seed_session(self, request: Request, body: SeedRequest):
@@ -19,7 +22,8 @@ class StatefulServer(SimpleResourcesServer):
             return make_verify_response(body, reward)
         finally:
             self.session_state.pop(session_id, None)
-from gymlab.utils import is_nemo_gym_fastapi_entrypoint
+from gymlab.utils import is_nemo_gym_fastapi_entrypoint  # noqa: E402  (the spec sample's own order)
+
 if __name__ == "__main__":
     StatefulServer.run_webserver()
 elif is_nemo_gym_fastapi_entrypoint(__file__):

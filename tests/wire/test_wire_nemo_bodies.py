@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import httpx
+
 from gymlab.examples import example_rows, load_environment
-from tests.wire.nemo_shapes import (call, call_output, gymlab_response, message, nemo_response, nemo_row,
-                                    param_fields)
+from tests.wire.nemo_shapes import call, call_output, gymlab_response, message, nemo_response, nemo_row, param_fields
 
 TIMEOUT = 60.0
 
