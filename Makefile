@@ -21,9 +21,8 @@ browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 test: $(STAMP) browser-deps
-	# enabled after the format pass:
-	# $(BIN)/ruff check gymlab tests
-	# $(BIN)/ruff format --check gymlab tests
+	$(BIN)/ruff check gymlab tests environments
+	$(BIN)/ruff format --check gymlab tests environments
 	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 

@@ -24,9 +24,7 @@ from gymlab.protocol.responses import NeMoGymResponse
 #: Seconds to open a connection before giving up (every hop).
 CONNECT_TIMEOUT_S = 10.0
 
-_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
-    weakref.WeakKeyDictionary()
-)
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = weakref.WeakKeyDictionary()
 
 
 def http_session() -> aiohttp.ClientSession:
@@ -101,27 +99,46 @@ def _dropped(exc: BaseException) -> bool:
     """True when the peer dropped an established connection (reset, closed before answering)."""
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return True
-    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError) and (
-        exc.errno in (errno.ECONNRESET, errno.EPIPE, None))
+    return (
+        isinstance(exc, aiohttp.ClientOSError)
+        and not isinstance(exc, aiohttp.ClientConnectorError)
+        and (exc.errno in (errno.ECONNRESET, errno.EPIPE, None))
+    )
 
 
 def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> ServerError:
     """A broken exchange as a ``ServerError`` (status 0) whose ``failure`` names the transport kind."""
     if isinstance(exc, asyncio.TimeoutError):
-        kind, cause, hint = "transport_timeout", f"no answer from {url} within {timeout:g} s", (
-            "the server is slow or stuck; raise the timeout in the server's config or the run's options")
+        kind, cause, hint = (
+            "transport_timeout",
+            f"no answer from {url} within {timeout:g} s",
+            ("the server is slow or stuck; raise the timeout in the server's config or the run's options"),
+        )
     elif _dropped(exc):
-        kind, cause, hint = "transport_peer_drop", f"{url} dropped the connection: {exc}", (
-            "the server process may have died or restarted")
+        kind, cause, hint = (
+            "transport_peer_drop",
+            f"{url} dropped the connection: {exc}",
+            ("the server process may have died or restarted"),
+        )
     else:
-        kind, cause, hint = "transport_unreachable", f"cannot connect to {url}: {exc}", (
-            "is the server running, and is the URL right?")
+        kind, cause, hint = (
+            "transport_unreachable",
+            f"cannot connect to {url}: {exc}",
+            ("is the server running, and is the URL right?"),
+        )
     failure = Failure(kind=kind, server=server, status=None, message=cause)
     return ServerError(server, f"POST {path}", 0, cause, hint, failure)
 
 
-async def _send(session: aiohttp.ClientSession, url: str, path: str, data: str, headers: dict[str, str],
-                cookies: Cookies | None, timeout: aiohttp.ClientTimeout) -> Reply:
+async def _send(
+    session: aiohttp.ClientSession,
+    url: str,
+    path: str,
+    data: str,
+    headers: dict[str, str],
+    cookies: Cookies | None,
+    timeout: aiohttp.ClientTimeout,
+) -> Reply:
     async with session.post(url + path, data=data, headers=headers, timeout=timeout) as resp:
         text = await resp.text()
         if cookies is not None:
@@ -129,8 +146,9 @@ async def _send(session: aiohttp.ClientSession, url: str, path: str, data: str, 
         return Reply(resp.status, text)
 
 
-async def post(url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "",
-               timeout: float | None = None) -> Reply:
+async def post(
+    url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "", timeout: float | None = None
+) -> Reply:
     """POST JSON and return the status and body, whatever the status.
 
     ``timeout`` bounds the whole exchange (None: only the connect is bounded). A connection the
@@ -150,29 +168,39 @@ async def post(url: str, path: str, payload: Any, cookies: Cookies | None = None
         except aiohttp.ClientConnectionError as exc:
             if not _dropped(exc):
                 raise
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
-                                         cookie_jar=aiohttp.DummyCookieJar()) as fresh:
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar()
+        ) as fresh:
             return await _send(fresh, url, path, data, headers, cookies, bound)
     except (TimeoutError, aiohttp.ClientConnectionError) as exc:
         raise transport_error(name, url, path, exc, timeout) from exc
 
 
-async def post_ok(url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "",
-                  timeout: float | None = None) -> Any:
+async def post_ok(
+    url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "", timeout: float | None = None
+) -> Any:
     """POST JSON and return the parsed answer; an error status raises ``ServerError`` carrying the
     typed ``failure`` the error body gave, if any."""
     reply = await post(url, path, payload, cookies, server, timeout)
     if not reply.ok:
-        raise ServerError(_server_name(reply.text, server or url), f"POST {path}", reply.status,
-                          error_message(reply.text), failure=failure_in(reply.text))
+        raise ServerError(
+            _server_name(reply.text, server or url),
+            f"POST {path}",
+            reply.status,
+            error_message(reply.text),
+            failure=failure_in(reply.text),
+        )
     try:
         return reply.json()
     except ValueError as exc:
-        raise ServerError(server or url, f"POST {path}", reply.status, f"answer is not JSON: {reply.text[:200]!r}") from exc
+        raise ServerError(
+            server or url, f"POST {path}", reply.status, f"answer is not JSON: {reply.text[:200]!r}"
+        ) from exc
 
 
-async def ask_model_server(url: str, body: dict, *, server: str = "model server",
-                           timeout: float | None = None) -> NeMoGymResponse:
+async def ask_model_server(
+    url: str, body: dict, *, server: str = "model server", timeout: float | None = None
+) -> NeMoGymResponse:
     """``POST /v1/responses``: the model's response. An answer that is not a Responses object
     (no ``output`` list, or an error object) raises ``ServerError`` with a provider failure: a
     model's non-answer is never graded as an empty response."""
@@ -187,8 +215,14 @@ async def ask_model_server(url: str, body: dict, *, server: str = "model server"
             problem = f"a Responses object that does not validate ({str(exc).splitlines()[0]})"
     cause = f"the model server answered 200 with {problem}: {json.dumps(answer)[:200]}"
     failure = Failure(kind="provider_unavailable", server=server, status=200, message=cause)
-    raise ServerError(server, "POST /v1/responses", 200, cause,
-                      "point the model server at an OpenAI-compatible Responses endpoint", failure)
+    raise ServerError(
+        server,
+        "POST /v1/responses",
+        200,
+        cause,
+        "point the model server at an OpenAI-compatible Responses endpoint",
+        failure,
+    )
 
 
 def failure_in(text: str) -> Failure | None:

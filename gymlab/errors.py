@@ -1,23 +1,23 @@
 """The error tree, in one place.
 
-    GymlabError
-    ├── ServerError            a server answered with an error (names server, route, status, cause;
-    │                          ``failure`` holds the typed failure an error body carried)
-    │   ├── EpisodeFailed      an agent could not finish an episode: answered 502 with its ``Failure``
-    │   └── UpstreamError      an OpenAI-compatible endpoint failed after the model proxy's retries
-    ├── ServerStartError       a server could not start (the real cause attached)
-    ├── ConfigError            a YAML config is wrong (names the file and key)
-    ├── DatasetError           a JSONL file is wrong (names the file and line)
-    ├── ExportError            a record has no form in the requested export format
-    ├── ConversionError        a request or answer has no faithful form in the other model API (a ValueError)
-    ├── EpisodeError           a notebook episode used out of order (acting before seeding, after closing)
-    ├── ForkDivergedError      a forked episode's replay gave another result at some step
-    ├── PersistenceError       a file could not be written (disk full, read-only): path, cause, what to do
-    ├── ResourcesSessionError  an episode seed or close refused (its HTTP status in ``status_code``)
-    │   ├── ResourcesSeedRejectedError     422: invalid seed input that no retry can fix
-    │   ├── ResourcesSessionConflictError  409: the ID is bound to another episode, or closed
-    │   └── ResourcesReleaseFailedError    500: a release hook raised; the session stays open for a retry
-    └── SessionContractError   a server broke a rule of the episode-session contract (an AssertionError)
+GymlabError
+├── ServerError            a server answered with an error (names server, route, status, cause;
+│                          ``failure`` holds the typed failure an error body carried)
+│   ├── EpisodeFailed      an agent could not finish an episode: answered 502 with its ``Failure``
+│   └── UpstreamError      an OpenAI-compatible endpoint failed after the model proxy's retries
+├── ServerStartError       a server could not start (the real cause attached)
+├── ConfigError            a YAML config is wrong (names the file and key)
+├── DatasetError           a JSONL file is wrong (names the file and line)
+├── ExportError            a record has no form in the requested export format
+├── ConversionError        a request or answer has no faithful form in the other model API (a ValueError)
+├── EpisodeError           a notebook episode used out of order (acting before seeding, after closing)
+├── ForkDivergedError      a forked episode's replay gave another result at some step
+├── PersistenceError       a file could not be written (disk full, read-only): path, cause, what to do
+├── ResourcesSessionError  an episode seed or close refused (its HTTP status in ``status_code``)
+│   ├── ResourcesSeedRejectedError     422: invalid seed input that no retry can fix
+│   ├── ResourcesSessionConflictError  409: the ID is bound to another episode, or closed
+│   └── ResourcesReleaseFailedError    500: a release hook raised; the session stays open for a retry
+└── SessionContractError   a server broke a rule of the episode-session contract (an AssertionError)
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ class GymlabError(Exception):
 class ServerError(GymlabError):
     """Raised when a server answers a request with an error status."""
 
-    def __init__(self, server: str, route: str, status: int, cause: str, hint: str = "",
-                 failure: Failure | None = None):
+    def __init__(
+        self, server: str, route: str, status: int, cause: str, hint: str = "", failure: Failure | None = None
+    ):
         self.server, self.route, self.status, self.cause, self.hint = server, route, status, cause, hint
         self.failure = failure
         what = f"with HTTP {status}" if status else "with no answer"
@@ -78,10 +79,15 @@ class PersistenceError(GymlabError):
 
         self.path, self.cause = path, cause
         full = cause.errno in (_errno.ENOSPC, _errno.EFBIG, _errno.EDQUOT)
-        todo = ("free space on that disk, or write to another place" if full else
-                "make the folder writable, or write to another place")
-        super().__init__(f"cannot write {path}: {cause.strerror or cause} (nothing was half-written; {todo}, "
-                         "then run the same command again)")
+        todo = (
+            "free space on that disk, or write to another place"
+            if full
+            else "make the folder writable, or write to another place"
+        )
+        super().__init__(
+            f"cannot write {path}: {cause.strerror or cause} (nothing was half-written; {todo}, "
+            "then run the same command again)"
+        )
 
 
 class ResourcesSessionError(GymlabError):
@@ -110,15 +116,27 @@ class SessionContractError(GymlabError, AssertionError):
         super().__init__(f"resources session contract, rule '{rule}': {detail}")
 
 
-def error_body(server: str, route: str, message: str, *, error: str | None = None, hint: str | None = None,
-               failure: Failure | None = None, **extra: Any) -> dict[str, Any]:
+def error_body(
+    server: str,
+    route: str,
+    message: str,
+    *,
+    error: str | None = None,
+    hint: str | None = None,
+    failure: Failure | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """Every JSON error body a gymlab server answers, built here and nowhere else.
 
     ``detail`` is one line naming the server, the route and the cause; ``message`` is the cause
     alone; ``failure`` (when an episode failed) is the typed ``Failure`` a client reads the kind from.
     """
-    body: dict[str, Any] = {"detail": f"{server}: {route}: {message}", "server": server, "route": route,
-                            "message": message}
+    body: dict[str, Any] = {
+        "detail": f"{server}: {route}: {message}",
+        "server": server,
+        "route": route,
+        "message": message,
+    }
     if error:
         body["error"] = error
     if hint:
@@ -139,8 +157,9 @@ class ResourcesReleaseFailedError(ResourcesSessionError):
 class UpstreamError(ServerError):
     """Raised when the upstream endpoint answered with an error (or not at all) after the retries."""
 
-    def __init__(self, url: str, upstream_status: int, cause: str, hint: str = "", attempts: int = 1,
-                 status: int = 502):
+    def __init__(
+        self, url: str, upstream_status: int, cause: str, hint: str = "", attempts: int = 1, status: int = 502
+    ):
         super().__init__(url, "POST", upstream_status, cause, hint)
         self.url, self.upstream_status, self.attempts, self.answer_status = url, upstream_status, attempts, status
 

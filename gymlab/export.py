@@ -31,15 +31,36 @@ from gymlab.protocol import (
 )
 
 #: The keys of a NeMo Gym rollout row, in the order it writes them.
-ROLLOUT_KEYS = ("responses_create_params", "response", "reward", "mask_sample", "failure_kind", "failure_reason",
-                "_ng_task_index", "_ng_rollout_index", "agent_ref")
+ROLLOUT_KEYS = (
+    "responses_create_params",
+    "response",
+    "reward",
+    "mask_sample",
+    "failure_kind",
+    "failure_reason",
+    "_ng_task_index",
+    "_ng_rollout_index",
+    "agent_ref",
+)
 #: What a rollout record adds to its dataset row (everything else in a record came from the row).
-RESULT_KEYS = frozenset({"response", "reward", "mask_sample", "failure_kind", "failure_reason", "steps",
-                         "duration_s", "env_name", "agent_name"})
+RESULT_KEYS = frozenset(
+    {
+        "response",
+        "reward",
+        "mask_sample",
+        "failure_kind",
+        "failure_reason",
+        "steps",
+        "duration_s",
+        "env_name",
+        "agent_name",
+    }
+)
 CHAT_ROLES = {"system", "user", "assistant", "tool"}
 
 
 # -- records in -------------------------------------------------------------------------------
+
 
 def as_records(rollouts: Iterable[Rollout | dict] | str | os.PathLike) -> list[Rollout]:
     """Rollout records from records, dicts or a rollouts JSONL path."""
@@ -58,29 +79,39 @@ def group_key(record: Rollout) -> Any:
     return record.responses_create_params.model_dump_json(exclude_none=True)
 
 
-def select(rollouts: Iterable[Rollout | dict], *, min_reward: float | None = None, drop_masked: bool = False,
-           best_of_n: int | None = None) -> list[Rollout]:
+def select(
+    rollouts: Iterable[Rollout | dict],
+    *,
+    min_reward: float | None = None,
+    drop_masked: bool = False,
+    best_of_n: int | None = None,
+) -> list[Rollout]:
     """The records that pass every filter given, in their original order.
 
     ``min_reward`` keeps rewards at or above it; ``drop_masked`` drops ``mask_sample`` records;
     ``best_of_n`` keeps the n highest rewards of each task (ties keep the earlier record).
     """
     records = as_records(rollouts)
-    keep = [(i, r) for i, r in enumerate(records)
-            if not (drop_masked and r.mask_sample) and (min_reward is None or r.reward >= min_reward)]
+    keep = [
+        (i, r)
+        for i, r in enumerate(records)
+        if not (drop_masked and r.mask_sample) and (min_reward is None or r.reward >= min_reward)
+    ]
     if best_of_n is not None:
         if best_of_n < 1:
             raise ValueError(f"best_of_n must be at least 1, got {best_of_n}")
         groups: dict[Any, list[tuple[int, Rollout]]] = defaultdict(list)
         for i, r in keep:
             groups[group_key(r)].append((i, r))
-        chosen = {i for group in groups.values()
-                  for i, _ in sorted(group, key=lambda ir: (-ir[1].reward, ir[0]))[:best_of_n]}
+        chosen = {
+            i for group in groups.values() for i, _ in sorted(group, key=lambda ir: (-ir[1].reward, ir[0]))[:best_of_n]
+        }
         keep = [(i, r) for i, r in keep if i in chosen]
     return [r for _, r in keep]
 
 
 # -- rollout rows -----------------------------------------------------------------------------
+
 
 def rollout_row(record: Rollout, gymlab_fields: bool = True) -> dict[str, Any]:
     """A record as a rollout row: NeMo Gym's keys first.
@@ -99,8 +130,9 @@ def rollout_row(record: Rollout, gymlab_fields: bool = True) -> dict[str, Any]:
     return row
 
 
-def export_rollouts(rollouts: Iterable[Rollout | dict], path: str | os.PathLike, *, gymlab_fields: bool = True,
-                    **filters: Any) -> Path:
+def export_rollouts(
+    rollouts: Iterable[Rollout | dict], path: str | os.PathLike, *, gymlab_fields: bool = True, **filters: Any
+) -> Path:
     """Write rollout rows to ``path`` atomically (filters as in ``select``; none by default)."""
     records = select(rollouts, **filters) if filters else as_records(rollouts)
     return write_jsonl_atomic(path, (rollout_row(r, gymlab_fields) for r in records))
@@ -108,12 +140,16 @@ def export_rollouts(rollouts: Iterable[Rollout | dict], path: str | os.PathLike,
 
 # -- chat format ------------------------------------------------------------------------------
 
+
 def chat_tools(tools: Iterable[FunctionTool]) -> list[dict[str, Any]]:
     """Responses-API function tools in the chat format (``{"type":"function","function":{...}}``)."""
     out = []
     for tool in tools:
-        function: dict[str, Any] = {"name": tool.name, "description": tool.description or "",
-                                    "parameters": tool.parameters or {"type": "object", "properties": {}}}
+        function: dict[str, Any] = {
+            "name": tool.name,
+            "description": tool.description or "",
+            "parameters": tool.parameters or {"type": "object", "properties": {}},
+        }
         if tool.strict is not None:
             function["strict"] = tool.strict
         out.append({"type": "function", "function": function})
@@ -142,8 +178,10 @@ def chat_messages(items: Iterable[Any], where: str = "") -> list[dict[str, Any]]
         if isinstance(item, Message):
             if not isinstance(item.content, str) and any(p.text is None for p in item.content):
                 kinds = sorted({p.type for p in item.content if p.text is None})
-                raise ExportError(f"{where or 'episode'}: a message has {', '.join(kinds)} content, which a "
-                                  "text chat row cannot hold; filter such episodes out")
+                raise ExportError(
+                    f"{where or 'episode'}: a message has {', '.join(kinds)} content, which a "
+                    "text chat row cannot hold; filter such episodes out"
+                )
             if item.role == "assistant":
                 messages.append(assistant(item.text))
                 open_turn = True
@@ -151,8 +189,11 @@ def chat_messages(items: Iterable[Any], where: str = "") -> list[dict[str, Any]]
                 messages.append({"role": "system" if item.role == "developer" else item.role, "content": item.text})
                 open_turn = False
         elif isinstance(item, FunctionCall):
-            call = {"id": item.call_id, "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments}}
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
             if not (open_turn and messages and messages[-1]["role"] == "assistant"):
                 messages.append(assistant(None))
                 open_turn = True
@@ -163,8 +204,10 @@ def chat_messages(items: Iterable[Any], where: str = "") -> list[dict[str, Any]]
         elif isinstance(item, Reasoning):
             reasoning.append(" ".join(s.text for s in item.summary))
         else:
-            raise ExportError(f"{where or 'episode'}: item type {getattr(item, 'type', '?')!r} has no chat-format "
-                              "equivalent; filter such episodes out or convert the item first")
+            raise ExportError(
+                f"{where or 'episode'}: item type {getattr(item, 'type', '?')!r} has no chat-format "
+                "equivalent; filter such episodes out or convert the item first"
+            )
     if reasoning:
         messages.append(assistant(None))
     return messages
@@ -203,15 +246,29 @@ def _export(build: Callable[[Rollout, str], dict], rollouts: Any, path: Any, fil
     return write_jsonl_atomic(path, [build(r, f"episode {i}") for i, r in enumerate(records)])
 
 
-def export_sft(rollouts: Iterable[Rollout | dict], path: str | os.PathLike, *, min_reward: float | None = None,
-               drop_masked: bool = True, best_of_n: int | None = None) -> Path:
+def export_sft(
+    rollouts: Iterable[Rollout | dict],
+    path: str | os.PathLike,
+    *,
+    min_reward: float | None = None,
+    drop_masked: bool = True,
+    best_of_n: int | None = None,
+) -> Path:
     """Write chat-format SFT rows atomically; masked episodes are dropped unless ``drop_masked=False``."""
-    return _export(sft_row, rollouts, path, {"min_reward": min_reward, "drop_masked": drop_masked,
-                                             "best_of_n": best_of_n})
+    return _export(
+        sft_row, rollouts, path, {"min_reward": min_reward, "drop_masked": drop_masked, "best_of_n": best_of_n}
+    )
 
 
-def export_rl(rollouts: Iterable[Rollout | dict], path: str | os.PathLike, *, min_reward: float | None = None,
-              drop_masked: bool = True, best_of_n: int | None = None) -> Path:
+def export_rl(
+    rollouts: Iterable[Rollout | dict],
+    path: str | os.PathLike,
+    *,
+    min_reward: float | None = None,
+    drop_masked: bool = True,
+    best_of_n: int | None = None,
+) -> Path:
     """Write RL rows (prompt, completion, reward) atomically; masked episodes dropped unless asked otherwise."""
-    return _export(rl_row, rollouts, path, {"min_reward": min_reward, "drop_masked": drop_masked,
-                                            "best_of_n": best_of_n})
+    return _export(
+        rl_row, rollouts, path, {"min_reward": min_reward, "drop_masked": drop_masked, "best_of_n": best_of_n}
+    )

@@ -22,11 +22,19 @@ def failure_of(exc: BaseException, *, role: Role, stage: Stage | None) -> Failur
     if isinstance(exc, ServerError):
         if exc.failure is not None:
             found = exc.failure
-            update = {"stage": found.stage or stage, "server": found.server or exc.server,
-                      "message": found.message or exc.cause}
+            update = {
+                "stage": found.stage or stage,
+                "server": found.server or exc.server,
+                "message": found.message or exc.cause,
+            }
             return found.model_copy(update=update)
-        return Failure(kind=_kind(role, stage, exc.status), stage=stage, server=exc.server,
-                       status=exc.status or None, message=str(exc))
+        return Failure(
+            kind=_kind(role, stage, exc.status),
+            stage=stage,
+            server=exc.server,
+            status=exc.status or None,
+            message=str(exc),
+        )
     if isinstance(exc, asyncio.TimeoutError):
         return Failure(kind="agent_timeout", stage=stage, message=f"no result within the time budget ({exc})")
     if isinstance(exc, asyncio.CancelledError):

@@ -103,7 +103,10 @@ class SessionEnv(gymnasium.Env, abc.ABC):
         return self._observation(answer.observation), dict(answer.info)
 
     def step(self, action: Any):
-        body = {**self._episode_row, "response": self.action_response(action).model_dump(mode="json", exclude_none=True)}
+        body = {
+            **self._episode_row,
+            "response": self.action_response(action).model_dump(mode="json", exclude_none=True),
+        }
         self._steps += 1
         answer = self._step_call(body)
         info = dict(answer.info)
@@ -124,20 +127,32 @@ class SessionEnv(gymnasium.Env, abc.ABC):
         if self.action_mode == "function_call":
             name, _, arguments = action.strip().partition(" ")
             # a call id from the step index keeps stepping deterministic (check_step_determinism)
-            return NeMoGymResponse(output=[FunctionCall(name=name, arguments=arguments.strip() or "{}",
-                                                        call_id=f"call_{self._steps}", status="completed")])
+            return NeMoGymResponse(
+                output=[
+                    FunctionCall(
+                        name=name,
+                        arguments=arguments.strip() or "{}",
+                        call_id=f"call_{self._steps}",
+                        status="completed",
+                    )
+                ]
+            )
         return NeMoGymResponse(output=[assistant_message(action)])
 
     def _observation(self, observation: str | None) -> str:
         text = observation or ""
         space = self.observation_space
         if len(text) > space.max_length:
-            raise ValueError(f"{type(self).__name__}: an observation of {len(text)} characters exceeds "
-                             f"max_observation_length={space.max_length}; pass a larger max_observation_length")
+            raise ValueError(
+                f"{type(self).__name__}: an observation of {len(text)} characters exceeds "
+                f"max_observation_length={space.max_length}; pass a larger max_observation_length"
+            )
         bad = sorted({c for c in text if c not in space.character_set})
         if bad:
-            raise ValueError(f"{type(self).__name__}: the observation has characters outside the charset: "
-                             f"{''.join(bad)!r}; pass charset= with them")
+            raise ValueError(
+                f"{type(self).__name__}: the observation has characters outside the charset: "
+                f"{''.join(bad)!r}; pass charset= with them"
+            )
         return text
 
 
@@ -167,11 +182,16 @@ class ServedEnv(SessionEnv):
             try:
                 reply = run_sync(post(self.url, "/close", {}, cookies, server=self.url))
             except ServerError as exc:
-                warnings.warn(f"{type(self).__name__}: could not release the episode: {exc}", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"{type(self).__name__}: could not release the episode: {exc}", RuntimeWarning, stacklevel=2
+                )
             else:
                 if not reply.ok and reply.status != 404:
-                    warnings.warn(f"{type(self).__name__}: POST {self.url}/close answered {reply.status}: "
-                                  f"{reply.text[:200]}", RuntimeWarning, stacklevel=2)
+                    warnings.warn(
+                        f"{type(self).__name__}: POST {self.url}/close answered {reply.status}: {reply.text[:200]}",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
         super().close()
 
 

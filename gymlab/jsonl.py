@@ -38,8 +38,12 @@ def iter_jsonl(path: str | os.PathLike, *, what: str = "row") -> Iterator[tuple[
                 value = json.loads(line)
             except ValueError as exc:
                 if not line.endswith("\n"):
-                    raise DatasetError(str(path), number, f"torn last line: the file ends mid-record ({exc}); "
-                                       "was the write interrupted? re-export it or delete the line") from None
+                    raise DatasetError(
+                        str(path),
+                        number,
+                        f"torn last line: the file ends mid-record ({exc}); "
+                        "was the write interrupted? re-export it or delete the line",
+                    ) from None
                 raise DatasetError(str(path), number, f"not valid JSON: {exc}") from None
             if not isinstance(value, dict):
                 raise DatasetError(str(path), number, f"a {what} is a JSON object, not {type(value).__name__}")
@@ -64,8 +68,11 @@ def read_appendable(path: Path, *, repair: bool = True, what: str = "rollouts") 
         try:
             record = json.loads(line)
         except ValueError as exc:
-            raise DatasetError(str(path), number, f"damaged {what} line ({exc}); fix or delete that line, "
-                                                  "then rerun to redo its rollout") from None
+            raise DatasetError(
+                str(path),
+                number,
+                f"damaged {what} line ({exc}); fix or delete that line, then rerun to redo its rollout",
+            ) from None
         if not isinstance(record, dict):
             raise DatasetError(str(path), number, f"a {what} line is a JSON object, not {type(record).__name__}")
         records.append(record)
@@ -82,8 +89,11 @@ def read_appendable(path: Path, *, repair: bool = True, what: str = "rollouts") 
                 with open(path, "ab") as f:
                     f.write(b"\n")
         elif repair:
-            print(f"gymlab collect: {path}: removed a partial last line ({len(tail)} bytes) left by an "
-                  "interrupted run; its rollout will run again", file=sys.stderr)
+            print(
+                f"gymlab collect: {path}: removed a partial last line ({len(tail)} bytes) left by an "
+                "interrupted run; its rollout will run again",
+                file=sys.stderr,
+            )
             with open(path, "r+b") as f:
                 f.truncate(complete_end)
     return records
@@ -96,8 +106,9 @@ def json_line(record: Any) -> str:
     return json.dumps(record, ensure_ascii=False)
 
 
-def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Any],
-                       to_line: Callable[[Any], str] = json_line) -> Path:
+def write_jsonl_atomic(
+    path: str | os.PathLike, records: Iterable[Any], to_line: Callable[[Any], str] = json_line
+) -> Path:
     """Write one record a line to ``path`` atomically: readers see the old file or the new one."""
     path = Path(path)
     tmp = None
@@ -141,7 +152,7 @@ class LineWriter:
         start = os.lseek(self.fd, 0, os.SEEK_END)
         try:
             while data:
-                data = data[os.write(self.fd, data):]
+                data = data[os.write(self.fd, data) :]
         except OSError as exc:
             os.ftruncate(self.fd, start)
             raise PersistenceError(str(self.path), exc) from exc

@@ -35,9 +35,24 @@ ToolCall = Callable[[str, Any], Awaitable[str]]
 DEFAULT_MAX_STEPS = 32
 
 #: Routes of a resources server that are its lifecycle or built-ins, never a model's tool.
-RESERVED_ROUTES = frozenset({"seed_session", "verify", "close_session", "reset", "step", "close",
-                             "aggregate_metrics", "health", "docs", "redoc", "openapi.json", "run",
-                             "v1", "responses"})
+RESERVED_ROUTES = frozenset(
+    {
+        "seed_session",
+        "verify",
+        "close_session",
+        "reset",
+        "step",
+        "close",
+        "aggregate_metrics",
+        "health",
+        "docs",
+        "redoc",
+        "openapi.json",
+        "run",
+        "v1",
+        "responses",
+    }
+)
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -142,8 +157,9 @@ async def ask_model(state: LoopState, call_model: ModelCall) -> NeMoGymResponse:
     return response
 
 
-async def model_turn(state: LoopState, call_model: ModelCall, call_tool: ToolCall, *,
-                     check_tools: bool = True) -> TurnResult:
+async def model_turn(
+    state: LoopState, call_model: ModelCall, call_tool: ToolCall, *, check_tools: bool = True
+) -> TurnResult:
     """One model call, then each of its function calls in order; the state is updated.
 
     A call of an undeclared or reserved tool is answered with an error output and counted on the
@@ -202,9 +218,13 @@ def tool_outputs(step: Any) -> list[FunctionCallOutput]:
     try:
         return [FunctionCallOutput.model_validate({**o, "type": "function_call_output"}) for o in raw]
     except (ValidationError, TypeError) as exc:
-        raise ServerError("resources server", "POST /step", 200, f"info.tool_outputs must be a list of {{call_id, output}} "
-                          f"objects (use tool_output(call, result)), got {raw!r:.300}") from exc
-
+        raise ServerError(
+            "resources server",
+            "POST /step",
+            200,
+            f"info.tool_outputs must be a list of {{call_id, output}} "
+            f"objects (use tool_output(call, result)), got {raw!r:.300}",
+        ) from exc
 
 
 def with_user_message(params: ResponseCreateParams, observation: str | None) -> ResponseCreateParams:
@@ -221,9 +241,17 @@ def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: An
     sees next. Shared by gymnasium_agent and notebook episodes.
     """
     outputs = tool_outputs(answer)
-    record = StepRecord(index=len(state.steps), action=list(response.output), reward=answer.reward,
-                        terminated=answer.terminated, truncated=answer.truncated, observation=answer.observation,
-                        info=answer.info, tool_outputs=outputs, duration_s=duration_s)
+    record = StepRecord(
+        index=len(state.steps),
+        action=list(response.output),
+        reward=answer.reward,
+        terminated=answer.terminated,
+        truncated=answer.truncated,
+        observation=answer.observation,
+        info=answer.info,
+        tool_outputs=outputs,
+        duration_s=duration_s,
+    )
     state.steps.append(record)
     if answer.terminated or answer.truncated:
         state.stop_reason = "terminated" if answer.terminated else "truncated"

@@ -29,9 +29,12 @@ BUILTINS: dict[str, dict[str, str]] = {
     "resources_servers": {},
 }
 
-_NOUNS = {"responses_api_agents": ("agent", "agents"), "environment_servers":
-          ("environment server", "environment servers"), "responses_api_models": ("model", "models"),
-          "resources_servers": ("resources server", "resources servers")}
+_NOUNS = {
+    "responses_api_agents": ("agent", "agents"),
+    "environment_servers": ("environment server", "environment servers"),
+    "responses_api_models": ("model", "models"),
+    "resources_servers": ("resources server", "resources servers"),
+}
 
 
 def builtin_class(server_type: str, name: str) -> type:
@@ -49,9 +52,14 @@ def defined_server_classes(module: ModuleType) -> list[type]:
     """The concrete ``BaseServer`` subclasses ``module`` itself defines (not the ones it imports)."""
     from gymlab.server import BaseServer
 
-    return [v for v in vars(module).values()
-            if inspect.isclass(v) and issubclass(v, BaseServer) and v.__module__ == module.__name__
-            and not inspect.isabstract(v)]
+    return [
+        v
+        for v in vars(module).values()
+        if inspect.isclass(v)
+        and issubclass(v, BaseServer)
+        and v.__module__ == module.__name__
+        and not inspect.isabstract(v)
+    ]
 
 
 def agent_class(name: str) -> type:

@@ -212,7 +212,10 @@ def test_the_checker_sees_lazy_imports_and_skips_type_checking_ones(tmp_path):
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", f"{code}\nimport sys; print(' '.join(sys.modules))"],
-        capture_output=True, text=True, cwd=ROOT, check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
     ).stdout
     return set(out.split())
 

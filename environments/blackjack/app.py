@@ -54,11 +54,17 @@ class BlackjackEnv(GymnasiumServer):
     async def step(self, action, metadata, session_id=None):
         state = self.session_state.get(session_id)
         if state is None:
-            return None, 0.0, False, True, {
-                "mask_sample": True,
-                "failure_kind": "session_lost",
-                "failure_reason": "no hand is held for this session (the server restarted or the episode ended)",
-            }
+            return (
+                None,
+                0.0,
+                False,
+                True,
+                {
+                    "mask_sample": True,
+                    "failure_kind": "session_lost",
+                    "failure_reason": "no hand is held for this session (the server restarted or the episode ended)",
+                },
+            )
         state["turns"] += 1
         reward, done, outputs, notes = 0.0, False, [], []
         calls = [item for item in action.output if item.type == "function_call"]
@@ -103,13 +109,17 @@ class BlackjackEnv(GymnasiumServer):
     @staticmethod
     def _status(state) -> str:
         hand = " ".join(state["player"])
-        return (f"Your hand: {hand} (total {hand_total(state['player'])}). "
-                f"Dealer shows: {state['dealer'][0]}. Call hit or stand.")
+        return (
+            f"Your hand: {hand} (total {hand_total(state['player'])}). "
+            f"Dealer shows: {state['dealer'][0]}. Call hit or stand."
+        )
 
     @staticmethod
     def _result(state, outcome: str) -> str:
-        return (f"Your hand: {' '.join(state['player'])} (total {hand_total(state['player'])}). "
-                f"Dealer's hand: {' '.join(state['dealer'])} (total {hand_total(state['dealer'])}). Outcome: {outcome}.")
+        return (
+            f"Your hand: {' '.join(state['player'])} (total {hand_total(state['player'])}). "
+            f"Dealer's hand: {' '.join(state['dealer'])} (total {hand_total(state['dealer'])}). Outcome: {outcome}."
+        )
 
 
 def _text_move(text: str) -> str:

@@ -17,11 +17,17 @@ class QAEnv(GymnasiumServer):
     async def step(self, action, metadata, session_id=None):
         state = self.session_state.get(session_id)
         if state is None:
-            return None, 0.0, False, True, {
-                "mask_sample": True,
-                "failure_kind": "session_lost",
-                "failure_reason": "no conversation is held for this session; call /reset first",
-            }
+            return (
+                None,
+                0.0,
+                False,
+                True,
+                {
+                    "mask_sample": True,
+                    "failure_kind": "session_lost",
+                    "failure_reason": "no conversation is held for this session; call /reset first",
+                },
+            )
         answer = action.output_text.strip()
         state["answers"].append(answer)
         follow_ups = metadata.get("follow_ups", [])

@@ -59,7 +59,9 @@ def build_app(server: BaseServer) -> FastAPI:
     async def _session_refused(request: Request, exc: ResourcesSessionError):
         route = f"{request.method} {request.url.path}"
         kind = getattr(exc, "failure_kind", None)
-        failure = Failure(kind=kind, stage="cleanup", server=name, status=exc.status_code, message=str(exc)) if kind else None
+        failure = (
+            Failure(kind=kind, stage="cleanup", server=name, status=exc.status_code, message=str(exc)) if kind else None
+        )
         body = error_body(name, route, str(exc), error=type(exc).__name__, failure=failure)
         return JSONResponse(status_code=exc.status_code, content=body)
 
@@ -124,8 +126,13 @@ class CrashMiddleware:
             log.error("%s: %s raised", self.server_name, route, exc_info=exc)
             if started:
                 raise
-            body = error_body(self.server_name, route, f"raised {type(exc).__name__}: {exc}",
-                              error=type(exc).__name__, hint="the traceback is in the server's log")
+            body = error_body(
+                self.server_name,
+                route,
+                f"raised {type(exc).__name__}: {exc}",
+                error=type(exc).__name__,
+                hint="the traceback is in the server's log",
+            )
             await JSONResponse(status_code=500, content=body)(scope, receive, send)
 
 

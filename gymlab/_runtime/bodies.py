@@ -88,8 +88,9 @@ class BodyGuardMiddleware:
         size = f"{declared} bytes" if declared is not None else f"more than {self.max_bytes} bytes"
         message = f"the request body ({size}) is over this server's limit of {self.max_bytes} bytes"
         hint = "send a smaller body, or raise the server's max_body_bytes config"
-        body = error_body(self.server_name, route, message, error="RequestBodyTooLarge", hint=hint,
-                          limit=self.max_bytes)
+        body = error_body(
+            self.server_name, route, message, error="RequestBodyTooLarge", hint=hint, limit=self.max_bytes
+        )
         # No "Connection: close": closing with unread request bytes makes the kernel reset the
         # connection, which drops this answer before the client reads it. Kept open, the server
         # discards the rest of the body unparsed and unheld, and the client sees the 413 at once.
@@ -98,8 +99,14 @@ class BodyGuardMiddleware:
     def _non_finite(self, scope, field: str) -> JSONResponse:
         route = f"{scope['method']} {scope['path']}"
         message = f"{field}: NaN and Infinity are not JSON numbers"
-        body = error_body(self.server_name, route, message, error="RequestValidationError",
-                          hint="send a finite number or null", field=field)
+        body = error_body(
+            self.server_name,
+            route,
+            message,
+            error="RequestValidationError",
+            hint="send a finite number or null",
+            field=field,
+        )
         return JSONResponse(status_code=422, content=body)
 
 

@@ -66,10 +66,16 @@ class EpisodeSessions:
     seed until their verify or close, so the reaper frees them the same way.
     """
 
-    def __init__(self, window_seconds: float = DEFAULT_WINDOW_SECONDS, ttl_seconds: float | None = None,
-                 release: Release | None = None, clock: Callable[[], float] = time.monotonic, *,
-                 id_name: str = "resources_session_id",
-                 answers: tuple[Callable[[str, Any], dict], Callable[[str], dict]] | None = None) -> None:
+    def __init__(
+        self,
+        window_seconds: float = DEFAULT_WINDOW_SECONDS,
+        ttl_seconds: float | None = None,
+        release: Release | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        id_name: str = "resources_session_id",
+        answers: tuple[Callable[[str, Any], dict], Callable[[str], dict]] | None = None,
+    ) -> None:
         #: The body key naming a session (``agent_session_id`` for an agent server's sessions), and
         #: how a seed and a close are answered: ``(seed_answer(id, hook_result), close_answer(id))``.
         self.id_name = id_name
@@ -92,8 +98,14 @@ class EpisodeSessions:
 
     def counts(self) -> dict[str, Any]:
         """What ``/health`` reports: sessions held now and released by the reaper so far."""
-        return {"open": len(self._open), "held": len(self._seen), "reaped": self.reaped,
-                "reap_failures": self.reap_failures, "fenced": len(self.fences), "ttl_seconds": self.ttl_seconds}
+        return {
+            "open": len(self._open),
+            "held": len(self._seen),
+            "reaped": self.reaped,
+            "reap_failures": self.reap_failures,
+            "fenced": len(self.fences),
+            "ttl_seconds": self.ttl_seconds,
+        }
 
     # -- activity ----------------------------------------------------------------------------------
 
@@ -123,9 +135,7 @@ class EpisodeSessions:
 
     # -- seed and close ----------------------------------------------------------------------------
 
-    async def seed(
-        self, body: ResourcesSeedSessionRequest, run: Callable[[], Awaitable[Any]]
-    ) -> dict[str, Any]:
+    async def seed(self, body: ResourcesSeedSessionRequest, run: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
         """Seed ``body``'s session with ``run()`` (its answer normalised); the answer's JSON."""
         sid = getattr(body, self.id_name)
         await self.maybe_reap()

@@ -37,9 +37,7 @@ class ResourcesSessionFences:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if window_seconds < 0 or max_fences < 1:
-            raise ValueError(
-                f"expected window_seconds >= 0 and max_fences >= 1, got {window_seconds} and {max_fences}"
-            )
+            raise ValueError(f"expected window_seconds >= 0 and max_fences >= 1, got {window_seconds} and {max_fences}")
         self.window_seconds, self.max_fences, self._clock = float(window_seconds), max_fences, clock
         self._expiry: OrderedDict[str, float] = OrderedDict()  # in expiry order: the window is constant
         self.evicted_early = 0

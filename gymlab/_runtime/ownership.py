@@ -89,8 +89,7 @@ def install(app, server, ctx: dict[str, Any] | None, kinds: RouteKinds | None = 
     (``ctx``: ``workers.worker_context()``, None outside a worker)."""
     if ctx is None or not getattr(type(server), "routes_sessions_to_owner", True):
         return
-    app.add_middleware(SessionOwnershipMiddleware, server=server, fastapi_app=app, state_dir=ctx["dir"],
-                       kinds=kinds)
+    app.add_middleware(SessionOwnershipMiddleware, server=server, fastapi_app=app, state_dir=ctx["dir"], kinds=kinds)
 
 
 def worker_alive(worker: str) -> bool:
@@ -203,8 +202,9 @@ class SessionOwnershipMiddleware:
             status, headers, answer = await self._forward(row, scope, body, kind, sid)
         except (OSError, asyncio.IncompleteReadError):
             return await self._gone(scope, send, sid, row, now)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [*headers, (FORWARDED_HEADER, self._pid)]})
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [*headers, (FORWARDED_HEADER, self._pid)]}
+        )
         await send({"type": "http.response.body", "body": answer})
 
     async def _local(self, scope, receive, send, kind, sid, row, body):
@@ -264,8 +264,11 @@ class SessionOwnershipMiddleware:
         for m in self.fastapi_app.user_middleware:
             if isinstance(m.cls, type) and issubclass(m.cls, SessionMiddleware):
                 kw = m.kwargs
-                self._cookie = (kw.get("session_cookie", "session"), itsdangerous.TimestampSigner(str(kw["secret_key"])),
-                                kw.get("max_age", 14 * 24 * 60 * 60))
+                self._cookie = (
+                    kw.get("session_cookie", "session"),
+                    itsdangerous.TimestampSigner(str(kw["secret_key"])),
+                    kw.get("max_age", 14 * 24 * 60 * 60),
+                )
                 return self._cookie
         raise RuntimeError(f"{self.name}: session ownership routing needs the app's SessionMiddleware")
 
@@ -276,17 +279,32 @@ class SessionOwnershipMiddleware:
             self.table.touch(sid, now)  # keeps answering 410 until the window passes in silence
         pid = row[0].split("-", 1)[0]
         route = f"{scope['method']} {scope['path']}"
-        message = (f"session {sid} was held by worker {pid}, which is no longer running "
-                   "(it crashed or was replaced), so its state is gone")
-        await _json(send, 410, error_body(self.name, route, message, error="SessionLost", session_id=sid,
-                                          hint="this episode cannot continue; start a new one (a new session)"))
+        message = (
+            f"session {sid} was held by worker {pid}, which is no longer running "
+            "(it crashed or was replaced), so its state is gone"
+        )
+        await _json(
+            send,
+            410,
+            error_body(
+                self.name,
+                route,
+                message,
+                error="SessionLost",
+                session_id=sid,
+                hint="this episode cannot continue; start a new one (a new session)",
+            ),
+        )
 
     async def _conflict(self, scope, send, cookie_sid, body_sid):
         route = f"{scope['method']} {scope['path']}"
-        message = (f"the cookie names session {cookie_sid} but the body names {body_sid}; "
-                   "send the seed, its requests and its close with one session's cookie")
-        await _json(send, 409, error_body(self.name, route, message, error="ResourcesSessionConflictError",
-                                          session_id=body_sid))
+        message = (
+            f"the cookie names session {cookie_sid} but the body names {body_sid}; "
+            "send the seed, its requests and its close with one session's cookie"
+        )
+        await _json(
+            send, 409, error_body(self.name, route, message, error="ResourcesSessionConflictError", session_id=body_sid)
+        )
 
     # -- forwarding over the workers' Unix sockets -------------------------------------------------
 
@@ -306,11 +324,19 @@ class SessionOwnershipMiddleware:
         idle = self._pool.setdefault(path, [])
         reader, writer = idle.pop() if idle else await asyncio.open_unix_connection(path)
         meta = {
-            "method": scope["method"], "path": scope["path"], "raw_path": (scope.get("raw_path") or b"").decode("latin-1"),
-            "query_string": scope.get("query_string", b"").decode("latin-1"), "root_path": scope.get("root_path", ""),
+            "method": scope["method"],
+            "path": scope["path"],
+            "raw_path": (scope.get("raw_path") or b"").decode("latin-1"),
+            "query_string": scope.get("query_string", b"").decode("latin-1"),
+            "root_path": scope.get("root_path", ""),
             "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]],
-            "client": scope.get("client"), "server": scope.get("server"), "scheme": scope.get("scheme", "http"),
-            "http_version": scope.get("http_version", "1.1"), "kind": kind, "sid": sid, "row": list(row),
+            "client": scope.get("client"),
+            "server": scope.get("server"),
+            "scheme": scope.get("scheme", "http"),
+            "http_version": scope.get("http_version", "1.1"),
+            "kind": kind,
+            "sid": sid,
+            "row": list(row),
         }
         head = json.dumps(meta).encode()
         try:
@@ -343,8 +369,9 @@ class SessionOwnershipMiddleware:
                 except Exception as exc:  # the handler's own crash, not a lost session
                     route = f"{meta['method']} {meta['path']}"
                     status, headers = 500, [["content-type", "application/json"]]
-                    content = json.dumps(error_body(self.name, route, f"raised {type(exc).__name__}: {exc}",
-                                                    error=type(exc).__name__)).encode()
+                    content = json.dumps(
+                        error_body(self.name, route, f"raised {type(exc).__name__}: {exc}", error=type(exc).__name__)
+                    ).encode()
                 head = json.dumps({"status": status, "headers": headers}).encode()
                 writer.write(_FRAME.pack(len(head), len(content)) + head + content)
                 await writer.drain()
@@ -355,12 +382,19 @@ class SessionOwnershipMiddleware:
 
     async def _run_forwarded(self, meta: dict, body: bytes):
         scope = {
-            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": meta["http_version"],
-            "method": meta["method"], "scheme": meta["scheme"], "path": meta["path"],
-            "raw_path": meta["raw_path"].encode("latin-1"), "query_string": meta["query_string"].encode("latin-1"),
-            "root_path": meta["root_path"], "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in meta["headers"]],
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": meta["http_version"],
+            "method": meta["method"],
+            "scheme": meta["scheme"],
+            "path": meta["path"],
+            "raw_path": meta["raw_path"].encode("latin-1"),
+            "query_string": meta["query_string"].encode("latin-1"),
+            "root_path": meta["root_path"],
+            "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in meta["headers"]],
             "client": tuple(meta["client"]) if meta["client"] else None,
-            "server": tuple(meta["server"]) if meta["server"] else None, "state": dict(self._state or {}),
+            "server": tuple(meta["server"]) if meta["server"] else None,
+            "state": dict(self._state or {}),
         }
         done = asyncio.Event()
         start: dict = {}
@@ -415,6 +449,11 @@ def _close_follows(body: bytes | None) -> bool:
 
 async def _json(send, status: int, content: dict) -> None:
     payload = json.dumps(content).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})

@@ -77,6 +77,12 @@ class SessionIdMiddleware:
             f"the session cookie names session {cookie_id!r} but the body's {key} names {body_id!r}; "
             f"use one cookie jar per episode and send the episode's own {key}"
         )
-        body = error_body(self.server_name, route, message, error="ResourcesSessionConflictError",
-                          cookie_session_id=cookie_id, body_session_id=body_id)
+        body = error_body(
+            self.server_name,
+            route,
+            message,
+            error="ResourcesSessionConflictError",
+            cookie_session_id=cookie_id,
+            body_session_id=body_id,
+        )
         return JSONResponse(status_code=409, content=body)

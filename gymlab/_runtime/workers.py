@@ -83,7 +83,7 @@ def check_workers(server_cls: type[BaseServer] | BaseServer, num_workers: int) -
     if not any(name in source for name in ENTRYPOINT_CHECKS):
         return (
             f"{cls.__name__}: num_workers={num_workers} needs {path} to end with\n"
-            f"    if __name__ == \"__main__\":\n        {cls.__name__}.run_webserver()\n"
+            f'    if __name__ == "__main__":\n        {cls.__name__}.run_webserver()\n'
             f"    elif is_gymlab_fastapi_entrypoint(__file__):\n        app = {cls.__name__}.run_webserver()\n"
             "(from gymlab import is_gymlab_fastapi_entrypoint): each worker imports the file and serves `app`"
         )
@@ -157,8 +157,11 @@ def serve_workers(server: BaseServer, log_level: str = "info") -> None:
         host, port = sock.getsockname()[:2]
         print(f"gymlab: serving {server.name} on http://{host}:{port} with {server.num_workers} workers", flush=True)
         config = uvicorn.Config(
-            "gymlab._runtime.workers:app", workers=server.num_workers, log_level=log_level,
-            access_log=False, timeout_keep_alive=30,
+            "gymlab._runtime.workers:app",
+            workers=server.num_workers,
+            log_level=log_level,
+            access_log=False,
+            timeout_keep_alive=30,
         )
         Multiprocess(config, sockets=[sock]).run()
     finally:

@@ -105,19 +105,28 @@ class BaseAgent(BaseServer):
     async def call_model(self, body: dict) -> NeMoGymResponse:
         """The model's response to ``body``; a failure carries a model-provider kind."""
         if not self.model_server:
-            raise ServerError(self.name, "POST /v1/responses", 0, "no model_server configured",
-                              "pass model= to serve_agent or set model_server in the config")
+            raise ServerError(
+                self.name,
+                "POST /v1/responses",
+                0,
+                "no model_server configured",
+                "pass model= to serve_agent or set model_server in the config",
+            )
         with typed("model"):
             return await ask_model_server(self.model_server, body, timeout=self.timeouts.model)
 
     async def post_resources(self, path: str, body: Any, cookies: Cookies, timeout: float | None) -> Any:
         """POST to the bound resources server; an error status raises ``ServerError``."""
         if not self.resources_server:
-            raise ServerError(self.name, f"POST {path}", 0, "no resources_server configured",
-                              "pass resources= to serve_agent or set resources_server in the config")
+            raise ServerError(
+                self.name,
+                f"POST {path}",
+                0,
+                "no resources_server configured",
+                "pass resources= to serve_agent or set resources_server in the config",
+            )
         with typed("resources", "verification" if path == "/verify" else None):
-            return await post_ok(self.resources_server, path, body, cookies, server="resources server",
-                                 timeout=timeout)
+            return await post_ok(self.resources_server, path, body, cookies, server="resources server", timeout=timeout)
 
     async def release(self, path: str, cookies: Cookies) -> None:
         """Release a session the episode will not end itself (``/close_session`` or ``/close``).
@@ -128,15 +137,19 @@ class BaseAgent(BaseServer):
         if not self.resources_server or not cookies.header(self.resources_server):
             return
         with contextlib.suppress(ServerError):
-            await asyncio.shield(post(self.resources_server, path, {}, cookies, server="resources server",
-                                      timeout=self.timeouts.cleanup))
+            await asyncio.shield(
+                post(self.resources_server, path, {}, cookies, server="resources server", timeout=self.timeouts.cleanup)
+            )
 
     def episode_failed(self, exc: BaseException, stage: Stage) -> EpisodeFailed:
         """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure."""
         failure = failure_of(exc, role="agent", stage=stage)
         if isinstance(exc, TimeoutError) and not isinstance(exc, ServerError):
-            failure = failure.model_copy(update={"message": f"the episode ran past timeouts.episode "
-                                                            f"({self.timeouts.episode:g} s) at stage {stage}"})
+            failure = failure.model_copy(
+                update={
+                    "message": f"the episode ran past timeouts.episode ({self.timeouts.episode:g} s) at stage {stage}"
+                }
+            )
         return EpisodeFailed(self.name, "POST /run", failure)
 
 
@@ -152,8 +165,12 @@ def typed(role: Role, stage: Stage | None = None):
 
 async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:
     route = f"{request.method} {request.url.path}"
-    return JSONResponse(status_code=502, content=error_body(exc.server, route, exc.cause, error="EpisodeFailed",
-                                                            hint=exc.hint or None, failure=exc.failure))
+    return JSONResponse(
+        status_code=502,
+        content=error_body(
+            exc.server, route, exc.cause, error="EpisodeFailed", hint=exc.hint or None, failure=exc.failure
+        ),
+    )
 
 
 def record_response(record: Rollout) -> JSONResponse:

@@ -76,8 +76,9 @@ class EmbeddedEnvironmentAgent(BaseAgent):
         except (ServerError, TimeoutError) as exc:
             raise self.episode_failed(exc, "agent") from exc
         if not isinstance(record, Rollout):
-            raise TypeError(f"{type(self).__name__}.run must return a Rollout (use self.finish), "
-                            f"got {type(record).__name__}")
+            raise TypeError(
+                f"{type(self).__name__}.run must return a Rollout (use self.finish), got {type(record).__name__}"
+            )
         return record_response(record)
 
     # -- helpers for run ---------------------------------------------------------------------------
@@ -94,12 +95,21 @@ class EmbeddedEnvironmentAgent(BaseAgent):
         episode.asked = time.perf_counter()
         return await ask_model(episode.state, self.call_model)
 
-    def transition(self, episode: EmbeddedEpisode, response: NeMoGymResponse, reward: float = 0.0, *,
-                   terminated: bool = False, truncated: bool = False, observation: str | None = None,
-                   info: dict[str, Any] | None = None) -> StepRecord:
+    def transition(
+        self,
+        episode: EmbeddedEpisode,
+        response: NeMoGymResponse,
+        reward: float = 0.0,
+        *,
+        terminated: bool = False,
+        truncated: bool = False,
+        observation: str | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> StepRecord:
         """Record what ``response`` did (reward, end, the next observation for the model)."""
-        episode.last = GymnasiumStepResponse(reward=reward, terminated=terminated, truncated=truncated,
-                                             observation=observation, info=dict(info or {}))
+        episode.last = GymnasiumStepResponse(
+            reward=reward, terminated=terminated, truncated=truncated, observation=observation, info=dict(info or {})
+        )
         return gymnasium_transition(episode.state, response, episode.last, time.perf_counter() - episode.asked)
 
     def observe(self, episode: EmbeddedEpisode, text: str) -> None:
@@ -110,6 +120,12 @@ class EmbeddedEnvironmentAgent(BaseAgent):
 
     def finish(self, body: AgentRunRequest, episode: EmbeddedEpisode, *, cut_by_limit: bool = False) -> Rollout:
         """The episode's record: reward summed over the steps; ``cut_by_limit`` marks it truncated."""
-        return records.from_transitions(body.responses_create_params, episode.state.final_response(), episode.steps,
-                                        cut_by_limit=cut_by_limit, duration_s=time.perf_counter() - episode.started,
-                                        row=dump_row(body), last=episode.last)
+        return records.from_transitions(
+            body.responses_create_params,
+            episode.state.final_response(),
+            episode.steps,
+            cut_by_limit=cut_by_limit,
+            duration_s=time.perf_counter() - episode.started,
+            row=dump_row(body),
+            last=episode.last,
+        )

@@ -43,7 +43,8 @@ class GymnasiumAgent(BaseAgent):
         try:
             async with asyncio.timeout(self.timeouts.episode):
                 reset = GymnasiumResetResponse.model_validate(
-                    await self.post_resources("/reset", row, cookies, self.timeouts.seed))
+                    await self.post_resources("/reset", row, cookies, self.timeouts.seed)
+                )
                 stage = "agent"
                 params = with_user_message(body.responses_create_params, reset.observation)
                 state = LoopState(params)
@@ -52,7 +53,8 @@ class GymnasiumAgent(BaseAgent):
                     response = await ask_model(state, self.call_model)
                     step_body = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
                     last = GymnasiumStepResponse.model_validate(
-                        await self.post_resources("/step", step_body, cookies, self.timeouts.step))
+                        await self.post_resources("/step", step_body, cookies, self.timeouts.step)
+                    )
                     gymnasium_transition(state, response, last, time.perf_counter() - t1)
                     if last.terminated or last.truncated:
                         ended = True
@@ -70,7 +72,13 @@ class GymnasiumAgent(BaseAgent):
             raise self.episode_failed(exc, stage) from exc
         if not ended:
             await self.release("/close", cookies)
-        record = records.from_transitions(params, state.final_response(), state.steps, row=row, last=last,
-                                          cut_by_limit=state.stop_reason == "max_steps",
-                                          duration_s=time.perf_counter() - t0)
+        record = records.from_transitions(
+            params,
+            state.final_response(),
+            state.steps,
+            row=row,
+            last=last,
+            cut_by_limit=state.stop_reason == "max_steps",
+            duration_s=time.perf_counter() - t0,
+        )
         return record_response(record)

@@ -37,9 +37,14 @@ def agent_sessions(agent: BaseAgent) -> EpisodeSessions:
         await agent.close_agent_session(str(session_id))
 
     return EpisodeSessions(
-        agent.session_close_retry_window_seconds, agent.session_ttl_seconds, release, id_name="agent_session_id",
-        answers=(lambda sid, _: AgentSeedSessionResponse(agent_session_id=sid).model_dump(mode="json"),
-                 lambda sid: AgentCloseSessionResponse(agent_session_id=sid).model_dump(mode="json", exclude_none=True)),
+        agent.session_close_retry_window_seconds,
+        agent.session_ttl_seconds,
+        release,
+        id_name="agent_session_id",
+        answers=(
+            lambda sid, _: AgentSeedSessionResponse(agent_session_id=sid).model_dump(mode="json"),
+            lambda sid: AgentCloseSessionResponse(agent_session_id=sid).model_dump(mode="json", exclude_none=True),
+        ),
     )
 
 

@@ -36,15 +36,18 @@ class SimpleAgent(BaseAgent):
 
         async def call_tool(name: str, args: Any) -> str:
             with typed("resources"):
-                reply = await post(url, f"/{name}", args, cookies, server="resources server",
-                                   timeout=self.timeouts.tool)
+                reply = await post(
+                    url, f"/{name}", args, cookies, server="resources server", timeout=self.timeouts.tool
+                )
                 if reply.status == 410:  # the server lost this session's state: the episode cannot go on
                     raise ServerError("resources server", f"POST /{name}", 410, error_message(reply.text))
             return reply.text
 
         return call_tool
 
-    async def loop(self, params: ResponseCreateParams, cookies: Cookies, resources_server: str | None = None) -> LoopState:
+    async def loop(
+        self, params: ResponseCreateParams, cookies: Cookies, resources_server: str | None = None
+    ) -> LoopState:
         return await run_loop(params, self.call_model, self.tool_caller(cookies, resources_server), self.max_steps)
 
     async def responses(self, request: Request, body: ResponseCreateParams) -> NeMoGymResponse:
@@ -56,8 +59,11 @@ class SimpleAgent(BaseAgent):
         """
         url = request.headers.get(RESOURCES_SERVER_HEADER) or self.resources_server
         if self.resources_server and url != self.resources_server:
-            raise HTTPException(409, f"{self.name}: bound to resources server {self.resources_server}, "
-                                     f"but the episode's resources server is {url}")
+            raise HTTPException(
+                409,
+                f"{self.name}: bound to resources server {self.resources_server}, "
+                f"but the episode's resources server is {url}",
+            )
         cookies = Cookies()
         if cookie := request.headers.get(RESOURCES_COOKIE_HEADER):
             cookies.by_url[url] = dict(p.split("=", 1) for p in cookie.split("; ") if "=" in p)
@@ -91,5 +97,6 @@ class SimpleAgent(BaseAgent):
             if is_lost(failure):
                 return record_response(records.failed(row, failure, duration_s=time.perf_counter() - t0))
             raise self.episode_failed(exc, stage) from exc
-        return record_response(records.verified(answer, state.steps, state.stop_reason, time.perf_counter() - t0,
-                                                row=row))
+        return record_response(
+            records.verified(answer, state.steps, state.stop_reason, time.perf_counter() - t0, row=row)
+        )

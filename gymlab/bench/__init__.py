@@ -74,8 +74,10 @@ def bench_start(n: int) -> dict[str, Any]:
             model = lab.serve_model(calc.policy)
             lab.serve_agent("simple_agent", resources=env, model=model)
             three.append(time.perf_counter() - t)
-    return {"one server ready (ms)": _ms(statistics.median(one)),
-            "Lab with three servers ready (ms)": _ms(statistics.median(three))}
+    return {
+        "one server ready (ms)": _ms(statistics.median(one)),
+        "Lab with three servers ready (ms)": _ms(statistics.median(three)),
+    }
 
 
 def bench_episodes(n: int) -> dict[str, Any]:
@@ -165,14 +167,18 @@ def bench_clients(n: int) -> dict[str, Any]:
         async def compare() -> dict[str, Any]:
             res: dict[str, Any] = {}
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as a:
+
                 async def ap():
                     async with a.post(url, json={"value": 3}) as r:
                         await r.read()
+
                 for conc in (1, 16):
                     res[f"aiohttp req/s, concurrency {conc}"] = round(await run(ap, conc))
             async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None)) as h:
+
                 async def hp():
                     (await h.post(url, json={"value": 3})).read()
+
                 for conc in (1, 16):
                     res[f"httpx.AsyncClient req/s, concurrency {conc}"] = round(await run(hp, conc))
             return res

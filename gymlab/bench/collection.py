@@ -21,8 +21,9 @@ def collection_throughput(n_rows: int = 10_000, concurrency: int = 32) -> dict[s
     from gymlab.resources.simple import SimpleResourcesServer
 
     async def verify(self, body):
-        return BaseVerifyResponse(responses_create_params=body.responses_create_params,
-                                  response=body.response, reward=1.0)
+        return BaseVerifyResponse(
+            responses_create_params=body.responses_create_params, response=body.response, reward=1.0
+        )
 
     # Real annotations (not strings): FastAPI reads them to parse the body.
     verify.__annotations__ = {"body": BaseVerifyRequest, "return": BaseVerifyResponse}
@@ -33,9 +34,20 @@ def collection_throughput(n_rows: int = 10_000, concurrency: int = 32) -> dict[s
         env = lab.serve(TrivialServer, name="trivial")
         model = lab.serve_model(lambda request: "done")
         agent = lab.serve_agent("simple_agent", resources=env, model=model)
-        result = collect(rows, Path(tmp) / "bench.jsonl", agent_url=agent.url, resources_url=env.url,
-                         agent_name="simple_agent", concurrency=concurrency, progress=False)
+        result = collect(
+            rows,
+            Path(tmp) / "bench.jsonl",
+            agent_url=agent.url,
+            resources_url=env.url,
+            agent_name="simple_agent",
+            concurrency=concurrency,
+            progress=False,
+        )
     if result.failures or len(result.rollouts) != n_rows:
         raise RuntimeError(f"collection benchmark lost rollouts: {result.failures[:1]}")
-    return {"rows": n_rows, "concurrency": concurrency, "seconds": round(result.duration_s, 3),
-            "rollouts/s": round(n_rows / result.duration_s, 1)}
+    return {
+        "rows": n_rows,
+        "concurrency": concurrency,
+        "seconds": round(result.duration_s, 3),
+        "rollouts/s": round(n_rows / result.duration_s, 1),
+    }

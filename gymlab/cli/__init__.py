@@ -40,4 +40,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"gymlab {args.command}: interrupted", file=sys.stderr)
         return 130
-

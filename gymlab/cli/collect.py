@@ -34,12 +34,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--concurrency", type=int, default=16, help="rollouts at once (default 16)")
     parser.add_argument("--limit", type=int, help="only the first N rows")
     parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed rollout (default 2)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_ROLLOUT_TIMEOUT_S,
-                        help=f"seconds one POST /run may take (default {DEFAULT_ROLLOUT_TIMEOUT_S:g})")
-    parser.add_argument("--responses-create-params", metavar="JSON",
-                        help="run-level overrides merged into each flat row's request, e.g. '{\"temperature\": 0}'")
-    parser.add_argument("--num-repeats-add-seed", action="store_true",
-                        help="give repeat r the seed r (flat rows only)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_ROLLOUT_TIMEOUT_S,
+        help=f"seconds one POST /run may take (default {DEFAULT_ROLLOUT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--responses-create-params",
+        metavar="JSON",
+        help="run-level overrides merged into each flat row's request, e.g. '{\"temperature\": 0}'",
+    )
+    parser.add_argument("--num-repeats-add-seed", action="store_true", help="give repeat r the seed r (flat rows only)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -72,15 +78,18 @@ def config_route(config, urls: dict[str, str], agent: str | None):
             taskset = str(row.get("task_id", "")).split("/", 1)[0]
             env = config.environment_server_routes.get(taskset)
             if env is None:
-                raise ConfigError(f"row {row.get('task_id')!r}: taskset {taskset!r} is not in "
-                                  "environment_server_routes")
+                raise ConfigError(
+                    f"row {row.get('task_id')!r}: taskset {taskset!r} is not in environment_server_routes"
+                )
             return Target(urls[env], {"type": "environment_servers", "name": env})
         name = agent or (row.get("agent_ref") or {}).get("name")
         if name is None and len(agents) == 1:
             name = next(iter(agents))
         if name not in agents:
-            raise ConfigError(f"row names agent {name!r}, which the config does not define; agents: "
-                              f"{', '.join(agents) or 'none'} (use --agent to choose one)")
+            raise ConfigError(
+                f"row names agent {name!r}, which the config does not define; agents: "
+                f"{', '.join(agents) or 'none'} (use --agent to choose one)"
+            )
         return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name))
 
     return route
@@ -89,15 +98,27 @@ def config_route(config, urls: dict[str, str], agent: str | None):
 def main(args: argparse.Namespace) -> int:
     from gymlab.collection.runner import collect
 
-    options = dict(repeats=args.repeats, concurrency=args.concurrency, max_retries=args.max_retries,
-                   timeout_s=args.timeout, responses_create_params=_overrides(args.responses_create_params),
-                   num_repeats_add_seed=args.num_repeats_add_seed, limit=args.limit,
-                   progress=not args.no_progress)
+    options = dict(
+        repeats=args.repeats,
+        concurrency=args.concurrency,
+        max_retries=args.max_retries,
+        timeout_s=args.timeout,
+        responses_create_params=_overrides(args.responses_create_params),
+        num_repeats_add_seed=args.num_repeats_add_seed,
+        limit=args.limit,
+        progress=not args.no_progress,
+    )
     if not args.configs:
         if not args.agent_url or not args.input:
             raise ConfigError("give --agent-url and --input, or a CONFIG whose servers to run")
-        result = collect(args.input, args.output, agent_url=args.agent_url, agent_name=args.agent,
-                         resources_url=args.resources_url, **options)
+        result = collect(
+            args.input,
+            args.output,
+            agent_url=args.agent_url,
+            agent_name=args.agent,
+            resources_url=args.resources_url,
+            **options,
+        )
         return _report(result)
 
     from gymlab.collection.config import load_config
@@ -106,8 +127,14 @@ def main(args: argparse.Namespace) -> int:
     config = load_config(*args.configs)
     rows: Any = args.input or config_rows(config, dataset=args.dataset, split=args.split)
     if args.agent_url:
-        result = collect(rows, args.output, agent_url=args.agent_url, agent_name=args.agent,
-                         resources_url=args.resources_url, **options)
+        result = collect(
+            rows,
+            args.output,
+            agent_url=args.agent_url,
+            agent_name=args.agent,
+            resources_url=args.resources_url,
+            **options,
+        )
         return _report(result)
 
     from gymlab.lab import Lab
@@ -122,10 +149,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _report(result) -> int:
-    print(f"gymlab collect: {len(result.rollouts)} rollouts in {result.output} ({result.n_new} new, "
-          f"{result.n_skipped} already done), mean reward {result.mean_reward:.3f}")
+    print(
+        f"gymlab collect: {len(result.rollouts)} rollouts in {result.output} ({result.n_new} new, "
+        f"{result.n_skipped} already done), mean reward {result.mean_reward:.3f}"
+    )
     if result.failures:
-        print(f"gymlab collect: {len(result.failures)} rollouts failed after retries; see "
-              f"{result.paths['failures']} (rerun the same command to retry them)", file=sys.stderr)
+        print(
+            f"gymlab collect: {len(result.failures)} rollouts failed after retries; see "
+            f"{result.paths['failures']} (rerun the same command to retry them)",
+            file=sys.stderr,
+        )
         return 1
     return 0

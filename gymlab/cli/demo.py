@@ -39,13 +39,21 @@ def main(args: argparse.Namespace) -> int:
             model = lab.serve_model(module.policy, name=f"{env_name}_policy")
             agent = lab.serve_agent(agent_kind, resources=env, model=model, name=f"{env_name}_agent")
             t0 = time.perf_counter()
-            rollouts = lab.run_many(agent, example_rows(env_name), repeats=args.repeats,
-                                    concurrency=args.concurrency)
+            rollouts = lab.run_many(agent, example_rows(env_name), repeats=args.repeats, concurrency=args.concurrency)
             elapsed = time.perf_counter() - t0
             path = rollouts.save(out / f"{env_name}_rollouts.jsonl")
             n = len(rollouts)
-            summary.append((env_name, agent_kind, n, rollouts.mean_reward,
-                            sum(len(r.steps) for r in rollouts) / n, n / elapsed, path))
+            summary.append(
+                (
+                    env_name,
+                    agent_kind,
+                    n,
+                    rollouts.mean_reward,
+                    sum(len(r.steps) for r in rollouts) / n,
+                    n / elapsed,
+                    path,
+                )
+            )
     _print_table(summary)
     return 0
 

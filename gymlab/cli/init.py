@@ -16,8 +16,11 @@ from string import Template
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the folder to create; its last part names the environment")
-    parser.add_argument("--gymnasium", action="store_true",
-                        help="a GymnasiumServer with reset/step (default: a SimpleResourcesServer with verify)")
+    parser.add_argument(
+        "--gymnasium",
+        action="store_true",
+        help="a GymnasiumServer with reset/step (default: a SimpleResourcesServer with verify)",
+    )
 
 
 def files(name: str, gymnasium: bool) -> dict[str, str]:
@@ -43,15 +46,20 @@ def files(name: str, gymnasium: bool) -> dict[str, str]:
 def rows(name: str, agent: str) -> list[dict]:
     from gymlab.cli.init_templates import SENTENCES, TOOL
 
-    return [{
-        "responses_create_params": {
-            "input": [{"role": "developer", "content": "Count words with the count_words tool."},
-                      {"role": "user", "content": f'How many words are in "{sentence}"?'}],
-            "tools": [TOOL],
-        },
-        "expected_count": len(sentence.split()),
-        "agent_ref": {"type": "responses_api_agents", "name": f"{name}_{agent}"},
-    } for sentence in SENTENCES]
+    return [
+        {
+            "responses_create_params": {
+                "input": [
+                    {"role": "developer", "content": "Count words with the count_words tool."},
+                    {"role": "user", "content": f'How many words are in "{sentence}"?'},
+                ],
+                "tools": [TOOL],
+            },
+            "expected_count": len(sentence.split()),
+            "agent_ref": {"type": "responses_api_agents", "name": f"{name}_{agent}"},
+        }
+        for sentence in SENTENCES
+    ]
 
 
 def main(args: argparse.Namespace) -> int:

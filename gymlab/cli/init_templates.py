@@ -9,8 +9,12 @@ TOOL = {
     "type": "function",
     "name": "count_words",
     "description": "Count the words of a text.",
-    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"],
-                   "additionalProperties": False},
+    "parameters": {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+        "additionalProperties": False,
+    },
     "strict": True,
 }
 
@@ -28,7 +32,8 @@ def policy(request):
     return "I cannot help with that."
 '''
 
-SIMPLE_APP = '''"""$name: one tool, ``/count_words``; reward 1.0 when the model used it and answered the row's ``expected_count``.
+SIMPLE_APP = (
+    '''"""$name: one tool, ``/count_words``; reward 1.0 when the model used it and answered the row's ``expected_count``.
 
 Serve it with its agent and a rule-based model: ``gymlab serve configs/$name.yaml``.
 """
@@ -68,13 +73,17 @@ class ${cls}Server(SimpleResourcesServer):
         answered = str(body.expected_count) in body.response.output_text
         return BaseVerifyResponse(responses_create_params=body.responses_create_params, response=body.response,
                                   reward=float(used_tool and answered))
-''' + POLICY + '''
+'''
+    + POLICY
+    + """
 
 if __name__ == "__main__":
     ${cls}Server.run_webserver()
-'''
+"""
+)
 
-GYMNASIUM_APP = '''"""$name: a Gymnasium environment. Each step the model calls ``count_words`` (an observation comes
+GYMNASIUM_APP = (
+    '''"""$name: a Gymnasium environment. Each step the model calls ``count_words`` (an observation comes
 back) or answers; the answer ends the episode with reward 1.0 when it holds the row's ``expected_count``.
 
 Serve it with its agent and a rule-based model: ``gymlab serve configs/$name.yaml``.
@@ -113,13 +122,16 @@ class ${cls}Env(GymnasiumServer):
             return None, 0.0, False, False, {"tool_outputs": outputs}
         correct = state["expected_count"] is not None and str(state["expected_count"]) in action.output_text
         return None, float(correct), True, False, {"correct": correct, "tool_calls": state["tool_calls"]}
-''' + POLICY + '''
+'''
+    + POLICY
+    + """
 
 if __name__ == "__main__":
     ${cls}Env.run_webserver()
-'''
+"""
+)
 
-CONFIG = '''# Serve with `gymlab serve configs/$name.yaml`;
+CONFIG = """# Serve with `gymlab serve configs/$name.yaml`;
 # collect with `gymlab collect configs/$name.yaml --output out.jsonl`. Paths are relative to this file.
 $name:
   resources_servers:
@@ -143,7 +155,7 @@ policy_model:
   responses_api_models:
     policy_model:
       policy: ../app.py:policy
-'''
+"""
 
 TEST = '''"""$name: every example row earns reward 1.0 through a Lab; the server keeps the session contract;
 the config loads."""
@@ -178,20 +190,20 @@ def test_config_loads():
     assert main(["list", str(HERE / "configs" / "$name.yaml")]) == 0
 '''
 
-SIMPLE_CONTRACT = '''    # The server keeps no per-session state, so the stateful rules do not apply.
+SIMPLE_CONTRACT = """    # The server keeps no per-session state, so the stateful rules do not apply.
     rules = check_resources_session_contract(app.$server(), {"task_data": {}}, keeps_state=False)
-    assert "close" in rules'''
+    assert "close" in rules"""
 
-GYMNASIUM_CONTRACT = '''    # An episode's state lives in session_state from seed (reset) to close; /verify is not served.
+GYMNASIUM_CONTRACT = """    # An episode's state lives in session_state from seed (reset) to close; /verify is not served.
     server = app.$server()
     rules = check_resources_session_contract(server, {"task_data": {"expected_count": 2}}, keeps_state=True,
                                              holds_state=lambda sid: sid in server.session_state)
     assert "state released exactly once" in rules
-    assert server.session_state == {}'''
+    assert server.session_state == {}"""
 
-README = '''# $name
+README = """# $name
 
 A gymlab environment: `app.py` (the server and a rule-based `policy`), `data/example.jsonl` (rows),
 `configs/$name.yaml` (server, $agent and policy model). `python -m pytest` runs one episode per row
 through a `Lab` and checks the episode-session contract; `gymlab serve configs/$name.yaml` serves it.
-'''
+"""

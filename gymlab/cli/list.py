@@ -9,8 +9,9 @@ import json
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", metavar="CONFIG", help="YAML files, merged in order")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    parser.add_argument("--metrics", action="store_true",
-                        help="read each dataset and add its metrics (custom rows counted too)")
+    parser.add_argument(
+        "--metrics", action="store_true", help="read each dataset and add its metrics (custom rows counted too)"
+    )
 
 
 def describe(config) -> dict:
@@ -20,13 +21,28 @@ def describe(config) -> dict:
         return {k: name for k, (_t, name) in spec.refs.items()}
 
     return {
-        "environments": [{"name": n, "type": s.server_type, "implementation": s.implementation,
-                          "domain": s.domain, **({"refs": refs(s)} if s.refs else {})}
-                         for n, s in config.environments.items()],
+        "environments": [
+            {
+                "name": n,
+                "type": s.server_type,
+                "implementation": s.implementation,
+                "domain": s.domain,
+                **({"refs": refs(s)} if s.refs else {}),
+            }
+            for n, s in config.environments.items()
+        ],
         "agents": [{"name": n, "implementation": s.implementation, "refs": refs(s)} for n, s in config.agents.items()],
         "models": [{"name": n, "implementation": s.implementation} for n, s in config.models.items()],
-        "datasets": [{"name": d.name, "type": d.type, "owner": d.owner, "path": str(d.jsonl_fpath),
-                      **({"taskset": d.taskset} if d.taskset else {})} for d in config.datasets],
+        "datasets": [
+            {
+                "name": d.name,
+                "type": d.type,
+                "owner": d.owner,
+                "path": str(d.jsonl_fpath),
+                **({"taskset": d.taskset} if d.taskset else {}),
+            }
+            for d in config.datasets
+        ],
         "tasksets": [{"name": t, "environment_server": env} for t, env in config.tasksets.items()],
     }
 
@@ -53,6 +69,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {head}" + (f"  ({rest})" if rest else ""))
             if "metrics" in item:
                 m = item["metrics"]
-                print(f"    {m['num_rows']} rows, {m['num_rows_with_responses_create_params']} with a valid "
-                      f"responses_create_params; fields: {', '.join(m['fields']) or '-'}")
+                print(
+                    f"    {m['num_rows']} rows, {m['num_rows_with_responses_create_params']} with a valid "
+                    f"responses_create_params; fields: {', '.join(m['fields']) or '-'}"
+                )
     return 0

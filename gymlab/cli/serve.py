@@ -26,8 +26,13 @@ from gymlab.errors import ConfigError, GymlabError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", metavar="CONFIG", help="YAML files, merged in order")
     parser.add_argument("--dry-run", action="store_true", help="check the config and print the plan; start nothing")
-    parser.add_argument("--startup-timeout", type=float, default=60.0, metavar="S",
-                        help="seconds each server has to answer /health (default 60)")
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds each server has to answer /health (default 60)",
+    )
 
 
 @dataclass
@@ -130,19 +135,23 @@ def main(args: argparse.Namespace) -> int:
             deadline = time.monotonic() + args.startup_timeout
             while not _healthy(p.url):
                 if proc.poll() is not None:
-                    raise GymlabError(f"{p.where}: server {p.name} exited with code {proc.returncode} before "
-                                      "answering /health (its output is above)")
+                    raise GymlabError(
+                        f"{p.where}: server {p.name} exited with code {proc.returncode} before "
+                        "answering /health (its output is above)"
+                    )
                 if time.monotonic() > deadline:
-                    raise GymlabError(f"{p.where}: server {p.name} did not answer {p.url}/health within "
-                                      f"{args.startup_timeout:.0f}s")
+                    raise GymlabError(
+                        f"{p.where}: server {p.name} did not answer {p.url}/health within {args.startup_timeout:.0f}s"
+                    )
                 time.sleep(0.05)
             print(f"{p.name} -> {p.url}", flush=True)
         print(f"gymlab serve: all {len(procs)} servers are up; Ctrl-C stops them", flush=True)
         while True:
             for p, proc in procs:
                 if proc.poll() is not None:
-                    raise GymlabError(f"server {p.name} ({p.url}) exited with code {proc.returncode}; "
-                                      "stopping the others")
+                    raise GymlabError(
+                        f"server {p.name} ({p.url}) exited with code {proc.returncode}; stopping the others"
+                    )
             time.sleep(0.2)
     except KeyboardInterrupt:
         print("gymlab serve: stopping", file=sys.stderr, flush=True)

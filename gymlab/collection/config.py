@@ -104,8 +104,7 @@ class ServerSpec:
         for key in self.fields:
             if key not in known:
                 raise ConfigError(
-                    f"{self.where}.{key}: unknown key for {cls.__name__}; "
-                    f"its fields are: {', '.join(sorted(known))}"
+                    f"{self.where}.{key}: unknown key for {cls.__name__}; its fields are: {', '.join(sorted(known))}"
                 )
 
     def launch_config(self, urls: dict[str, str], **overrides: Any) -> dict[str, Any]:
@@ -159,8 +158,12 @@ class Config:
 
     def launch_order(self) -> list[ServerSpec]:
         """Every server after the servers it refers to (models and resources before agents)."""
-        rank = {t: i for i, t in enumerate(("responses_api_models", "resources_servers",
-                                               "responses_api_agents", "environment_servers"))}
+        rank = {
+            t: i
+            for i, t in enumerate(
+                ("responses_api_models", "resources_servers", "responses_api_agents", "environment_servers")
+            )
+        }
         ordered: list[ServerSpec] = []
         state: dict[str, str] = {}
 
@@ -176,7 +179,9 @@ class Config:
             state[name] = "done"
             ordered.append(self.servers[name])
 
-        for name in sorted(self.servers, key=lambda n: (rank[self.servers[n].server_type], list(self.servers).index(n))):
+        for name in sorted(
+            self.servers, key=lambda n: (rank[self.servers[n].server_type], list(self.servers).index(n))
+        ):
             visit(name, ())
         return ordered
 
@@ -228,8 +233,11 @@ def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
     for inst, body in data.items():
         if isinstance(body, dict) and inst not in TOP_LEVEL_KEYS:
             body = {
-                st: ({impl: fix(b) if isinstance(b, dict) else b for impl, b in impls.items()}
-                     if isinstance(impls, dict) else impls)
+                st: (
+                    {impl: fix(b) if isinstance(b, dict) else b for impl, b in impls.items()}
+                    if isinstance(impls, dict)
+                    else impls
+                )
                 for st, impls in body.items()
             }
         out[inst] = body
@@ -279,8 +287,10 @@ def parse_config(merged: dict[str, Any], sources: dict[str, Path], files: list[P
         src = sources.get(inst, files[-1])
         if inst == "environment_server_routes":
             if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
-                raise ConfigError(f"{src}: environment_server_routes: expected a mapping of taskset -> "
-                                  "environment server instance name")
+                raise ConfigError(
+                    f"{src}: environment_server_routes: expected a mapping of taskset -> "
+                    "environment server instance name"
+                )
             routes = dict(body)
             continue
         if not isinstance(body, dict) or inst in TOP_LEVEL_KEYS:
@@ -295,16 +305,18 @@ def parse_config(merged: dict[str, Any], sources: dict[str, Path], files: list[P
 def _parse_instance(inst: str, body: dict[str, Any], src: Path) -> ServerSpec:
     unknown = [k for k in body if k not in SERVER_TYPES]
     if unknown:
-        raise ConfigError(f"{src}: {inst}.{unknown[0]}: unknown server type {unknown[0]!r}; "
-                          f"expected one of {', '.join(SERVER_TYPES)}")
+        raise ConfigError(
+            f"{src}: {inst}.{unknown[0]}: unknown server type {unknown[0]!r}; expected one of {', '.join(SERVER_TYPES)}"
+        )
     if len(body) != 1:
-        raise ConfigError(f"{src}: {inst}: an instance has exactly one server type, found "
-                          f"{', '.join(body) or 'none'}")
-    (stype, impls), = body.items()
+        raise ConfigError(f"{src}: {inst}: an instance has exactly one server type, found {', '.join(body) or 'none'}")
+    ((stype, impls),) = body.items()
     if not isinstance(impls, dict) or len(impls) != 1:
-        raise ConfigError(f"{src}: {inst}.{stype}: expected exactly one implementation name "
-                          f"(such as simple_agent), found {list(impls) if isinstance(impls, dict) else impls!r}")
-    (impl, block), = impls.items()
+        raise ConfigError(
+            f"{src}: {inst}.{stype}: expected exactly one implementation name "
+            f"(such as simple_agent), found {list(impls) if isinstance(impls, dict) else impls!r}"
+        )
+    ((impl, block),) = impls.items()
     if block is not None and not isinstance(block, dict):
         raise ConfigError(f"{src}: {inst}.{stype}.{impl}: expected a mapping of fields, got {block!r}")
     block = dict(block or {})
@@ -316,14 +328,23 @@ def _parse_instance(inst: str, body: dict[str, Any], src: Path) -> ServerSpec:
             continue
         if isinstance(value, dict) and set(value) == {"type", "name"}:
             if value["type"] not in SERVER_TYPES:
-                raise ConfigError(f"{where}.{key}.type: unknown server type {value['type']!r}; "
-                                  f"expected one of {', '.join(SERVER_TYPES)}")
+                raise ConfigError(
+                    f"{where}.{key}.type: unknown server type {value['type']!r}; "
+                    f"expected one of {', '.join(SERVER_TYPES)}"
+                )
             refs[key] = (value["type"], str(value["name"]))
         else:
             fields[key] = value
     spec = ServerSpec(
-        instance=inst, server_type=stype, implementation=impl, fields=fields, refs=refs, source=src,
-        entrypoint=block.get("entrypoint"), server_class=block.get("server_class"), domain=block.get("domain"),
+        instance=inst,
+        server_type=stype,
+        implementation=impl,
+        fields=fields,
+        refs=refs,
+        source=src,
+        entrypoint=block.get("entrypoint"),
+        server_class=block.get("server_class"),
+        domain=block.get("domain"),
     )
     spec.datasets = _parse_datasets(block.get("datasets"), spec)
     return spec
@@ -346,9 +367,17 @@ def _parse_datasets(raw: Any, spec: ServerSpec) -> list[DatasetSpec]:
         if taskset is not None and (not isinstance(taskset, str) or "/" in taskset or not taskset):
             raise ConfigError(f"{key}.taskset: a taskset name is a non-empty string without '/', got {taskset!r}")
         extra = {k: v for k, v in d.items() if k not in ("name", "type", "jsonl_fpath", "taskset")}
-        out.append(DatasetSpec(name=str(d["name"]), type=str(d.get("type", "example")),
-                               jsonl_fpath=Path(d["jsonl_fpath"]), owner=spec.instance, taskset=taskset,
-                               source=spec.source, extra=extra))
+        out.append(
+            DatasetSpec(
+                name=str(d["name"]),
+                type=str(d.get("type", "example")),
+                jsonl_fpath=Path(d["jsonl_fpath"]),
+                owner=spec.instance,
+                taskset=taskset,
+                source=spec.source,
+                extra=extra,
+            )
+        )
     return out
 
 
@@ -377,7 +406,9 @@ def _check_refs(config: Config, sources: dict[str, Path]) -> None:
         if ds.taskset not in config.environment_server_routes:
             raise ConfigError(
                 f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} is not mapped in "
-                "environment_server_routes; add 'environment_server_routes: {" + f"{ds.taskset}: <environment server>" + "}'"
+                "environment_server_routes; add 'environment_server_routes: {"
+                + f"{ds.taskset}: <environment server>"
+                + "}'"
             )
         env = config.servers[config.environment_server_routes[ds.taskset]]
         bound = {name for _t, name in env.refs.values()}

@@ -47,23 +47,36 @@ def check_chat_messages(messages: Any, key: str = "messages") -> None:
             raise ValueError(f"{at}.content must be a string or null")
         for c, call in enumerate(m.get("tool_calls") or []):
             fn = call.get("function") if isinstance(call, dict) else None
-            if (m["role"] != "assistant" or not isinstance(fn, dict) or not isinstance(call.get("id"), str)
-                    or call.get("type") != "function" or not isinstance(fn.get("name"), str)
-                    or not isinstance(fn.get("arguments"), str)):
-                raise ValueError(f"{at}.tool_calls[{c}]: expected an assistant's "
-                                 '{"id", "type": "function", "function": {"name", "arguments": str}}')
+            if (
+                m["role"] != "assistant"
+                or not isinstance(fn, dict)
+                or not isinstance(call.get("id"), str)
+                or call.get("type") != "function"
+                or not isinstance(fn.get("name"), str)
+                or not isinstance(fn.get("arguments"), str)
+            ):
+                raise ValueError(
+                    f"{at}.tool_calls[{c}]: expected an assistant's "
+                    '{"id", "type": "function", "function": {"name", "arguments": str}}'
+                )
             call_ids.add(call["id"])
         if m["role"] == "tool" and m.get("tool_call_id") not in call_ids:
-            raise ValueError(f"{at}: tool message answers tool_call_id {m.get('tool_call_id')!r}, "
-                             "which no earlier assistant message called")
+            raise ValueError(
+                f"{at}: tool message answers tool_call_id {m.get('tool_call_id')!r}, "
+                "which no earlier assistant message called"
+            )
         if m["role"] == "assistant" and content is None and not m.get("tool_calls") and "reasoning_content" not in m:
             raise ValueError(f"{at}: an assistant message needs content or tool_calls")
 
 
 def _check_tools(tools: Any) -> None:
     if not isinstance(tools, list) or not all(
-            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
-            and isinstance(t["function"].get("name"), str) for t in tools):
+        isinstance(t, dict)
+        and t.get("type") == "function"
+        and isinstance(t.get("function"), dict)
+        and isinstance(t["function"].get("name"), str)
+        for t in tools
+    ):
         raise ValueError('tools must be a list of {"type": "function", "function": {"name", ...}}')
 
 
@@ -146,6 +159,7 @@ def read_rollouts(path: str | os.PathLike, *, what: str = "a rollout row") -> li
 
 # -- task datasets ----------------------------------------------------------------------------
 
+
 def _plain(value: Any) -> Any:
     """pandas/numpy values as JSON values (numpy scalars unwrapped, NaN/NaT/NA as None)."""
     if isinstance(value, dict):
@@ -172,8 +186,16 @@ class Dataset:
     >>> ds.write("data/train.jsonl")
     """
 
-    def __init__(self, data: Any = (), *, prompt: str | None = None, system: str | None = None,
-                 tools: list[dict] | None = None, name: str = "dataset", **params: Any):
+    def __init__(
+        self,
+        data: Any = (),
+        *,
+        prompt: str | None = None,
+        system: str | None = None,
+        tools: list[dict] | None = None,
+        name: str = "dataset",
+        **params: Any,
+    ):
         self.name = name
         records = data.to_dict("records") if hasattr(data, "to_dict") and hasattr(data, "columns") else list(data)
         self.rows: list[dict[str, Any]] = []
@@ -184,7 +206,8 @@ class Dataset:
                 if not isinstance(text, (str, list)):
                     raise DatasetError(name, n, f"column {prompt!r} must hold the prompt text, got {text!r:.80}")
                 items = ([{"role": "system", "content": system}] if system else []) + (
-                    [{"role": "user", "content": text}] if isinstance(text, str) else text)
+                    [{"role": "user", "content": text}] if isinstance(text, str) else text
+                )
                 row["responses_create_params"] = {"input": items, **({"tools": tools} if tools else {}), **params}
             self.rows.append(self._validated(row, n))
 

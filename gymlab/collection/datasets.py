@@ -53,15 +53,22 @@ def check_flat_row(row: dict[str, Any], path: str, line: int | None) -> None:
     from gymlab.protocol import ResponseCreateParams
 
     if "responses_create_params" not in row:
-        raise DatasetError(path, line, "missing 'responses_create_params' (the model request of the row); "
-                                       f"keys present: {', '.join(sorted(row)) or 'none'}")
+        raise DatasetError(
+            path,
+            line,
+            "missing 'responses_create_params' (the model request of the row); "
+            f"keys present: {', '.join(sorted(row)) or 'none'}",
+        )
     try:
         ResponseCreateParams.model_validate(row["responses_create_params"])
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ()))
-        what = (f"unknown key {loc.rsplit('.', 1)[-1]!r}" if first.get("type") == "extra_forbidden"
-                else f"{loc or 'value'}: {first.get('msg')}")
+        what = (
+            f"unknown key {loc.rsplit('.', 1)[-1]!r}"
+            if first.get("type") == "extra_forbidden"
+            else f"{loc or 'value'}: {first.get('msg')}"
+        )
         raise DatasetError(path, line, f"invalid responses_create_params: {what}") from None
 
 
@@ -74,9 +81,16 @@ def task_key(row: dict[str, Any]) -> str | None:
     return None
 
 
-def collate_taskset(rows: Iterable[dict[str, Any]], taskset: str, *, start: int = 0,
-                    source: str = "", responses_create_params: dict | None = None,
-                    num_repeats_add_seed: bool = False, skills: Any = None) -> list[dict[str, Any]]:
+def collate_taskset(
+    rows: Iterable[dict[str, Any]],
+    taskset: str,
+    *,
+    start: int = 0,
+    source: str = "",
+    responses_create_params: dict | None = None,
+    num_repeats_add_seed: bool = False,
+    skills: Any = None,
+) -> list[dict[str, Any]]:
     """Flat rows of one taskset dataset as ``task_id``/``task_input`` rows.
 
     The ID: ``task_id``, ``problem_id``, ``instance_id`` in that order; else an existing
@@ -85,8 +99,11 @@ def collate_taskset(rows: Iterable[dict[str, Any]], taskset: str, *, start: int 
     stay outside it. Run-level request overrides, ``num_repeats_add_seed`` and skills are refused:
     set response parameters in the source row instead.
     """
-    refusals = [(responses_create_params, "run-level responses_create_params overrides"),
-                (num_repeats_add_seed, "num_repeats_add_seed"), (skills, "run-level skills")]
+    refusals = [
+        (responses_create_params, "run-level responses_create_params overrides"),
+        (num_repeats_add_seed, "num_repeats_add_seed"),
+        (skills, "run-level skills"),
+    ]
     for value, what in refusals:
         if value:
             raise ConfigError(
@@ -96,8 +113,12 @@ def collate_taskset(rows: Iterable[dict[str, Any]], taskset: str, *, start: int 
     out = []
     for position, row in enumerate(rows):
         if "task_input" in row:
-            raise DatasetError(source, None, f"row {position} of taskset {taskset!r} is already collated "
-                                             "(has task_input); pass such rows directly with --input")
+            raise DatasetError(
+                source,
+                None,
+                f"row {position} of taskset {taskset!r} is already collated "
+                "(has task_input); pass such rows directly with --input",
+            )
         own = task_key(row)
         if own is None:
             own = str(row["_ng_task_index"]) if row.get("_ng_task_index") is not None else str(start + position)
@@ -108,8 +129,9 @@ def collate_taskset(rows: Iterable[dict[str, Any]], taskset: str, *, start: int 
     return out
 
 
-def apply_run_overrides(row: dict[str, Any], responses_create_params: dict | None, repeat: int,
-                        add_seed: bool) -> dict[str, Any]:
+def apply_run_overrides(
+    row: dict[str, Any], responses_create_params: dict | None, repeat: int, add_seed: bool
+) -> dict[str, Any]:
     """A flat row with run-level request overrides merged in, and ``seed=repeat`` when asked.
 
     The seed goes in ``metadata.extra_body`` (the request schema has no ``seed`` key), as NeMo Gym does.
@@ -128,21 +150,25 @@ def apply_run_overrides(row: dict[str, Any], responses_create_params: dict | Non
     return {**row, "responses_create_params": params}
 
 
-def config_rows(config, *, dataset: str | None = None, split: str | None = None,
-                limit: int | None = None) -> list[dict[str, Any]]:
+def config_rows(
+    config, *, dataset: str | None = None, split: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
     """The rows of a config's datasets, collated: flat rows get ``agent_ref`` (the declaring agent)
     unless they name one; taskset rows become ``task_id``/``task_input`` rows.
 
     ``dataset`` picks one dataset by name, ``split`` every dataset of one type; ``limit`` keeps the
     first rows of each dataset (positional task IDs still count the whole dataset).
     """
-    chosen = [d for d in config.datasets
-              if (dataset is None or d.name == dataset) and (split is None or d.type == split)]
+    chosen = [
+        d for d in config.datasets if (dataset is None or d.name == dataset) and (split is None or d.type == split)
+    ]
     if not chosen:
         known = ", ".join(f"{d.name} ({d.type})" for d in config.datasets) or "none"
-        raise ConfigError(f"{', '.join(map(str, config.files))}: no dataset matches "
-                          f"{'name ' + repr(dataset) if dataset else ''}{' type ' + repr(split) if split else ''}; "
-                          f"datasets: {known}")
+        raise ConfigError(
+            f"{', '.join(map(str, config.files))}: no dataset matches "
+            f"{'name ' + repr(dataset) if dataset else ''}{' type ' + repr(split) if split else ''}; "
+            f"datasets: {known}"
+        )
     types = {d.type for d in chosen}
     offsets: dict[str, int] = {}
     out: list[dict[str, Any]] = []

@@ -24,8 +24,13 @@ def check_rows(rows: Iterable[dict[str, Any]], source: str = "rows") -> list[dic
     return out
 
 
-def expand(rows: list[dict[str, Any]], repeats: int = 1, *, responses_create_params: dict | None = None,
-           num_repeats_add_seed: bool = False) -> list[dict[str, Any]]:
+def expand(
+    rows: list[dict[str, Any]],
+    repeats: int = 1,
+    *,
+    responses_create_params: dict | None = None,
+    num_repeats_add_seed: bool = False,
+) -> list[dict[str, Any]]:
     """Every row ``repeats`` times in "aabbcc" order, with ``_ng_task_index`` and ``_ng_rollout_index``.
 
     A row's own ``_ng_task_index`` is kept (else its position). A row that already has
@@ -41,25 +46,36 @@ def expand(rows: list[dict[str, Any]], repeats: int = 1, *, responses_create_par
     for position, row in enumerate(rows):
         if "task_input" in row and (responses_create_params or num_repeats_add_seed):
             what = "run-level responses_create_params overrides" if responses_create_params else "num_repeats_add_seed"
-            raise ConfigError(f"row {position + 1} ({row.get('task_id')}): taskset rows refuse {what}; "
-                              "set response parameters in the source row before collation")
+            raise ConfigError(
+                f"row {position + 1} ({row.get('task_id')}): taskset rows refuse {what}; "
+                "set response parameters in the source row before collation"
+            )
         task = row.get("_ng_task_index", position)
         if "_ng_rollout_index" in row:
             if repeats != 1:
-                raise ConfigError(f"row {position + 1} is already materialized (has _ng_rollout_index); "
-                                  "run materialized inputs with repeats=1")
+                raise ConfigError(
+                    f"row {position + 1} is already materialized (has _ng_rollout_index); "
+                    "run materialized inputs with repeats=1"
+                )
             expanded = [dict(row)]
         else:
             expanded = []
             for r in range(repeats):
-                base = row if "task_input" in row else apply_run_overrides(
-                    row, responses_create_params, r, num_repeats_add_seed and repeats > 1)
+                base = (
+                    row
+                    if "task_input" in row
+                    else apply_run_overrides(row, responses_create_params, r, num_repeats_add_seed and repeats > 1)
+                )
                 expanded.append({**base, "_ng_task_index": task, "_ng_rollout_index": r})
         for job in expanded:
             k = key_of(job)
             if k in seen:
-                raise DatasetError("rows", position + 1, f"(task {k[0]}, repeat {k[1]}) already comes from row "
-                                                         f"{seen[k] + 1}; each row needs its own _ng_task_index")
+                raise DatasetError(
+                    "rows",
+                    position + 1,
+                    f"(task {k[0]}, repeat {k[1]}) already comes from row "
+                    f"{seen[k] + 1}; each row needs its own _ng_task_index",
+                )
             seen[k] = position
             jobs.append(job)
     return jobs

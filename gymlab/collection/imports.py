@@ -39,8 +39,10 @@ def _import(module_part: str, prefix: str):
         return importlib.import_module(module_part)
     except ModuleNotFoundError as exc:
         if exc.name and module_part.startswith(exc.name):
-            raise ConfigError(f"{prefix}module {module_part!r} is not available in this installation "
-                              f"({exc}); check the implementation name or give an entrypoint") from None
+            raise ConfigError(
+                f"{prefix}module {module_part!r} is not available in this installation "
+                f"({exc}); check the implementation name or give an entrypoint"
+            ) from None
         raise
 
 
@@ -55,8 +57,10 @@ def load_server_class(target: str, *, where: str = "") -> type:
         found = defined_server_classes(obj)
         if len(found) != 1:
             names = ", ".join(c.__name__ for c in found) or "none"
-            raise ConfigError(f"{prefix}{target} defines {len(found)} server classes ({names}); "
-                              "name one with 'server_class: <ClassName>'")
+            raise ConfigError(
+                f"{prefix}{target} defines {len(found)} server classes ({names}); "
+                "name one with 'server_class: <ClassName>'"
+            )
         obj = found[0]
     if not (inspect.isclass(obj) and issubclass(obj, BaseServer)):
         raise ConfigError(f"{prefix}{target} is not a gymlab server class")

@@ -25,8 +25,10 @@ async def aggregate(records: list[dict[str, Any]], metrics_urls: dict[str, str |
                 out[agent] = await post_ok(url, "/aggregate_metrics", body, server="resources server")
                 continue
             except ServerError as exc:
-                print(f"gymlab collect: {agent}: /aggregate_metrics failed ({exc}); computing the "
-                      "metrics here instead", file=sys.stderr)
+                print(
+                    f"gymlab collect: {agent}: /aggregate_metrics failed ({exc}); computing the metrics here instead",
+                    file=sys.stderr,
+                )
         out[agent] = aggregate_metrics(rs).model_dump(mode="json")
     return out
 

@@ -75,15 +75,19 @@ class CollectResult:
         return mean_reward(self.rollouts)
 
     def __repr__(self) -> str:
-        return (f"<CollectResult {self.output}: {len(self.rollouts)} rollouts ({self.n_new} new, "
-                f"{self.n_skipped} already done), {len(self.failures)} failed, mean reward {self.mean_reward:.3f} "
-                "over the unmasked>")
+        return (
+            f"<CollectResult {self.output}: {len(self.rollouts)} rollouts ({self.n_new} new, "
+            f"{self.n_skipped} already done), {len(self.failures)} failed, mean reward {self.mean_reward:.3f} "
+            "over the unmasked>"
+        )
 
 
 # -- one rollout ---------------------------------------------------------------------------------
 
-async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, backoff_s: float,
-                   timeout_s: float | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+
+async def _run_one(
+    job: dict[str, Any], target: Target, *, max_retries: int, backoff_s: float, timeout_s: float | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     import aiohttp
 
     from gymlab.client import post_ok
@@ -96,8 +100,10 @@ async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, bac
             result = await post_ok(target.url, "/run", job, server=name, timeout=timeout_s)
             if not isinstance(result, dict):
                 raise ServerError(name, "POST /run", 200, f"answer is not a JSON object: {str(result)[:200]}")
-            record = {**result, **identity(task_index=job["_ng_task_index"], repeat=job["_ng_rollout_index"],
-                                           agent=target.agent_ref)}
+            record = {
+                **result,
+                **identity(task_index=job["_ng_task_index"], repeat=job["_ng_rollout_index"], agent=target.agent_ref),
+            }
             for k in ("task_id", "rollout_id", "attempt"):
                 if k in job and k not in record:
                     record[k] = job[k]
@@ -106,22 +112,40 @@ async def _run_one(job: dict[str, Any], target: Target, *, max_retries: int, bac
             failure = run_failure(exc, name)
             retry = getattr(exc, "status", 0) in RETRY_STATUSES or isinstance(exc, asyncio.TimeoutError)
             if not retry or attempt > max_retries:
-                return None, {**job, "agent_ref": target.agent_ref, "failure_kind": failure.kind,
-                              "failure_reason": failure.message or str(exc), "failure_stage": failure.stage,
-                              "failure_server": failure.server, "attempts": attempt,
-                              "status": getattr(exc, "status", None)}
+                return None, {
+                    **job,
+                    "agent_ref": target.agent_ref,
+                    "failure_kind": failure.kind,
+                    "failure_reason": failure.message or str(exc),
+                    "failure_stage": failure.stage,
+                    "failure_server": failure.server,
+                    "attempts": attempt,
+                    "status": getattr(exc, "status", None),
+                }
             await asyncio.sleep(backoff_delay(backoff_s, attempt))
 
 
 # -- collection --------------------------------------------------------------------------------
 
-async def _acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike, *,
-                   agent_url: str | None = None, route: Callable[[dict[str, Any]], Target] | None = None,
-                   agent_name: str | None = None, resources_url: str | None = None, repeats: int = 1,
-                   concurrency: int = 16, max_retries: int = 2, backoff_s: float = 0.5,
-                   timeout_s: float | None = DEFAULT_ROLLOUT_TIMEOUT_S, responses_create_params: dict | None = None,
-                   num_repeats_add_seed: bool = False, limit: int | None = None,
-                   progress: bool = True) -> CollectResult:
+
+async def _acollect(
+    rows: Iterable[dict[str, Any]] | str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    agent_url: str | None = None,
+    route: Callable[[dict[str, Any]], Target] | None = None,
+    agent_name: str | None = None,
+    resources_url: str | None = None,
+    repeats: int = 1,
+    concurrency: int = 16,
+    max_retries: int = 2,
+    backoff_s: float = 0.5,
+    timeout_s: float | None = DEFAULT_ROLLOUT_TIMEOUT_S,
+    responses_create_params: dict | None = None,
+    num_repeats_add_seed: bool = False,
+    limit: int | None = None,
+    progress: bool = True,
+) -> CollectResult:
     """Collect rollouts of ``rows`` (dicts, or a JSONL path) into ``output`` (see the module doc).
 
     Give ``agent_url`` (every row to that server's ``/run``; ``resources_url`` for its metrics) or
@@ -146,8 +170,9 @@ async def _acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: 
             ref = {"type": "responses_api_agents", "name": agent_name} if agent_name else row.get("agent_ref")
             return Target(agent_url, ref or default_ref, resources_url)
 
-    jobs = expand(rows, repeats, responses_create_params=responses_create_params,
-                  num_repeats_add_seed=num_repeats_add_seed)
+    jobs = expand(
+        rows, repeats, responses_create_params=responses_create_params, num_repeats_add_seed=num_repeats_add_seed
+    )
     targets = [route(job) for job in jobs]
     for job, target in zip(jobs, targets):
         job.setdefault("agent_ref", target.agent_ref)
@@ -169,8 +194,9 @@ async def _acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: 
         nonlocal n_new
         while pending:
             job, target = pending.popleft()
-            record, failure = await _run_one(job, target, max_retries=max_retries, backoff_s=backoff_s,
-                                             timeout_s=timeout_s)
+            record, failure = await _run_one(
+                job, target, max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s
+            )
             if record is not None:
                 writer.write(record)
                 done[key_of(record)] = record
@@ -181,8 +207,11 @@ async def _acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: 
                 fail_writer.write(failure)
                 new_failures.append(failure)
             if bar is not None:
-                bar.set_postfix(mean_reward=f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
-                                failed=len(new_failures), refresh=False)
+                bar.set_postfix(
+                    mean_reward=f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
+                    failed=len(new_failures),
+                    refresh=False,
+                )
                 bar.update(1)
 
     tasks = [asyncio.ensure_future(worker()) for _ in range(max(1, min(concurrency, len(pending))))]
@@ -205,12 +234,21 @@ async def _acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: 
     metrics_urls = {str(t.agent_ref.get("name")): t.metrics_url for t in targets}
     metrics = await aggregate(records, metrics_urls)
     write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
-    return CollectResult(output=paths["rollouts"], rollouts=records, failures=failures, aggregate_metrics=metrics,
-                         n_new=n_new, n_skipped=n_skipped, paths=paths, duration_s=time.perf_counter() - t0)
+    return CollectResult(
+        output=paths["rollouts"],
+        rollouts=records,
+        failures=failures,
+        aggregate_metrics=metrics,
+        n_new=n_new,
+        n_skipped=n_skipped,
+        paths=paths,
+        duration_s=time.perf_counter() - t0,
+    )
 
 
-async def acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike,
-                   **options: Any) -> CollectResult:
+async def acollect(
+    rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike, **options: Any
+) -> CollectResult:
     from gymlab.client import http_scope
 
     async with http_scope():
@@ -220,8 +258,9 @@ async def acollect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: s
 acollect.__doc__ = _acollect.__doc__
 
 
-def collect(rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike,
-            **options: Any) -> CollectResult:
+def collect(
+    rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike, **options: Any
+) -> CollectResult:
     """``acollect`` from sync code (a script, a kernel cell); Ctrl-C stops it with every finished
     rollout kept, and the same call resumes it."""
     import concurrent.futures
@@ -246,8 +285,11 @@ def _checked_done(path: Path) -> list[dict[str, Any]]:
     for i, record in enumerate(records):
         k = key_of(record)
         if k in seen:
-            raise DatasetError(str(path), None, f"records {seen[k] + 1} and {i + 1} are both (task {k[0]}, "
-                                                f"repeat {k[1]}); remove one, then rerun")
+            raise DatasetError(
+                str(path),
+                None,
+                f"records {seen[k] + 1} and {i + 1} are both (task {k[0]}, repeat {k[1]}); remove one, then rerun",
+            )
         seen[k] = i
     return records
 

@@ -49,8 +49,9 @@ from gymlab.server import BaseServer
 log = logging.getLogger("gymlab.server")
 
 #: Keys of a ``/run`` body that identify the episode rather than belong to the task.
-RUN_KEYS = frozenset({"task_id", "task_input", "episode_id", "rollout_id", "attempt",
-                      "_ng_task_index", "_ng_rollout_index", "agent_ref"})
+RUN_KEYS = frozenset(
+    {"task_id", "task_input", "episode_id", "rollout_id", "attempt", "_ng_task_index", "_ng_rollout_index", "agent_ref"}
+)
 
 
 class Task(BaseModel):
@@ -91,14 +92,18 @@ def parse_task(body: dict[str, Any]) -> Task:
     else:
         row = {k: v for k, v in body.items() if k not in RUN_KEYS}
     if "responses_create_params" not in row:
-        raise ValueError("the task has no responses_create_params (send task_id + task_input, or a row "
-                         "with responses_create_params and task_data)")
+        raise ValueError(
+            "the task has no responses_create_params (send task_id + task_input, or a row "
+            "with responses_create_params and task_data)"
+        )
     authored = row["responses_create_params"]
     try:
         params = ResponseCreateParams.model_validate(authored)
     except ValidationError as exc:
-        raise ValueError("responses_create_params: " + "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())) from None
+        raise ValueError(
+            "responses_create_params: "
+            + "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+        ) from None
     task_data = row.get("task_data", {})
     if not isinstance(task_data, dict):
         raise ValueError(f"task_data must be an object, got {type(task_data).__name__}")
@@ -107,11 +112,18 @@ def parse_task(body: dict[str, Any]) -> Task:
         if key in ("responses_create_params", "task_data"):
             continue
         if key in task_data and task_data[key] != value:
-            raise ValueError(f"field {key!r} is {json.dumps(value)[:80]} in the row but "
-                             f"{json.dumps(task_data[key])[:80]} in task_data; give it once, or the same value")
+            raise ValueError(
+                f"field {key!r} is {json.dumps(value)[:80]} in the row but "
+                f"{json.dumps(task_data[key])[:80]} in task_data; give it once, or the same value"
+            )
         task_data[key] = value
-    return Task(responses_create_params=authored, params=params, task_data=task_data,
-                task_id=_task_id(body), episode_id=_episode_id(body))
+    return Task(
+        responses_create_params=authored,
+        params=params,
+        task_data=task_data,
+        task_id=_task_id(body),
+        episode_id=_episode_id(body),
+    )
 
 
 def _task_id(body: dict[str, Any]) -> TaskId | None:
@@ -127,8 +139,9 @@ def _task_id(body: dict[str, Any]) -> TaskId | None:
 def _episode_id(body: dict[str, Any]) -> EpisodeId:
     if isinstance(body.get("episode_id"), dict):
         return EpisodeId.model_validate(body["episode_id"])
-    return EpisodeId(rollout_id=str(body.get("rollout_id") or f"rollout-{uuid.uuid4().hex}"),
-                     attempt=int(body.get("attempt") or 0))
+    return EpisodeId(
+        rollout_id=str(body.get("rollout_id") or f"rollout-{uuid.uuid4().hex}"), attempt=int(body.get("attempt") or 0)
+    )
 
 
 def agent_request(params: ResponseCreateParams, observation: str | None) -> dict[str, Any]:
@@ -206,53 +219,84 @@ class SingleAgentTurn(BaseServer):
             failure = failure.model_copy(update={"message": f"{failure.message}{notes}"})
             raise EpisodeFailed(self.name, "POST /run", failure) from exc
         incomplete = response.status == "incomplete"
-        step = StepRecord(index=0, action=list(response.output),
-                          info={"observation": handles.observation} if handles.observation else {})
-        record = records.verified(result, [step], "max_steps" if incomplete else "final_message",
-                                  time.perf_counter() - t0)
+        step = StepRecord(
+            index=0,
+            action=list(response.output),
+            info={"observation": handles.observation} if handles.observation else {},
+        )
+        record = records.verified(
+            result, [step], "max_steps" if incomplete else "final_message", time.perf_counter() - t0
+        )
         return record_response(record)
 
     async def seed(self, task: Task) -> EpisodeHandles:
         """Seed a fresh session for ``task``; a seed that may have taken effect is closed if it failed."""
         if not self.resources_server:
-            raise ServerError("resources server", "POST /seed_session", 0, "no resources_server configured",
-                              "set resources_server in the single_agent_turn config")
+            raise ServerError(
+                "resources server",
+                "POST /seed_session",
+                0,
+                "no resources_server configured",
+                "set resources_server in the single_agent_turn config",
+            )
         sid = f"rs-{uuid.uuid4().hex}"
-        body = ResourcesSeedSessionRequest(resources_session_id=sid, episode_id=task.episode_id,
-                                           task_id=task.task_id, task_data=task.task_data)
+        body = ResourcesSeedSessionRequest(
+            resources_session_id=sid, episode_id=task.episode_id, task_id=task.task_id, task_data=task.task_data
+        )
         cookies = Cookies()
         try:
-            answer = await post_ok(self.resources_server, "/seed_session", body.model_dump(mode="json"),
-                                   cookies, server="resources server")
+            answer = await post_ok(
+                self.resources_server, "/seed_session", body.model_dump(mode="json"), cookies, server="resources server"
+            )
         except ServerError as exc:
             if exc.status != 409:  # a 409 names a session that is not this episode's to close
-                await self._close_after_failure(EpisodeHandles(
-                    resources_server=self.resources_server, resources_session_id=sid,
-                    episode_id=task.episode_id), exc)
+                await self._close_after_failure(
+                    EpisodeHandles(
+                        resources_server=self.resources_server, resources_session_id=sid, episode_id=task.episode_id
+                    ),
+                    exc,
+                )
             raise
         observation = answer.get("observation") if isinstance(answer, dict) else None
-        return EpisodeHandles(resources_server=self.resources_server, resources_session_id=sid,
-                              episode_id=task.episode_id, task_id=task.task_id,
-                              cookie=cookies.header(self.resources_server), observation=observation)
+        return EpisodeHandles(
+            resources_server=self.resources_server,
+            resources_session_id=sid,
+            episode_id=task.episode_id,
+            task_id=task.task_id,
+            cookie=cookies.header(self.resources_server),
+            observation=observation,
+        )
 
     async def invoke_agent(self, handles: EpisodeHandles, params: ResponseCreateParams) -> NeMoGymResponse:
         """The agent's turn in the episode's session (also how a restored episode resumes: no new seed)."""
         headers = {RESOURCES_SERVER_HEADER: handles.resources_server}
         if handles.cookie:
             headers[RESOURCES_COOKIE_HEADER] = handles.cookie
-        answer = await _post_json(self.agent_server, "/v1/responses", agent_request(params, handles.observation),
-                                  headers, server="agent server", timeout=self.agent_timeout_s)
+        answer = await _post_json(
+            self.agent_server,
+            "/v1/responses",
+            agent_request(params, handles.observation),
+            headers,
+            server="agent server",
+            timeout=self.agent_timeout_s,
+        )
         return NeMoGymResponse.model_validate(answer)
 
     async def verify(self, handles: EpisodeHandles, task: Task, response: NeMoGymResponse) -> dict[str, Any]:
         """``/verify`` with the authored request and the task's fields; says that a close follows."""
-        body = {**task.task_data, "responses_create_params": task.responses_create_params,
-                "response": response.model_dump(mode="json", exclude_none=True), "close_follows": True}
+        body = {
+            **task.task_data,
+            "responses_create_params": task.responses_create_params,
+            "response": response.model_dump(mode="json", exclude_none=True),
+            "close_follows": True,
+        }
         return await post_ok(self.resources_server, "/verify", body, handles.cookies(), server="resources server")
 
     async def close(self, handles: EpisodeHandles) -> None:
-        body = {"resources_session_id": handles.resources_session_id,
-                "episode_id": handles.episode_id.model_dump(mode="json")}
+        body = {
+            "resources_session_id": handles.resources_session_id,
+            "episode_id": handles.episode_id.model_dump(mode="json"),
+        }
         await post_ok(self.resources_server, "/close_session", body, handles.cookies(), server="resources server")
 
     async def _close_after_failure(self, handles: EpisodeHandles, failure: BaseException) -> None:
@@ -264,15 +308,25 @@ class SingleAgentTurn(BaseServer):
             failure.add_note(f"closing session {handles.resources_session_id!r} also failed: {exc}")
 
 
-async def _post_json(url: str, path: str, payload: Any, headers: dict[str, str], server: str,
-                     timeout: float | None = None) -> Any:
+async def _post_json(
+    url: str, path: str, payload: Any, headers: dict[str, str], server: str, timeout: float | None = None
+) -> Any:
     """POST JSON with extra headers; an error status or a connection failure raises ``ServerError``."""
     if not url:
-        raise ServerError(server, f"POST {path}", 0, f"no {server} configured",
-                          f"set {server.replace(' ', '_')} in the single_agent_turn config")
+        raise ServerError(
+            server,
+            f"POST {path}",
+            0,
+            f"no {server} configured",
+            f"set {server.replace(' ', '_')} in the single_agent_turn config",
+        )
     try:
-        async with http_session().post(url + path, data=json.dumps(payload), timeout=aiohttp.ClientTimeout(timeout),
-                                       headers={"Content-Type": "application/json", **headers}) as resp:
+        async with http_session().post(
+            url + path,
+            data=json.dumps(payload),
+            timeout=aiohttp.ClientTimeout(timeout),
+            headers={"Content-Type": "application/json", **headers},
+        ) as resp:
             status, text = resp.status, await resp.text()
     except (TimeoutError, aiohttp.ClientConnectionError) as exc:
         raise transport_error(server, url, path, exc, timeout) from exc

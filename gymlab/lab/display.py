@@ -5,9 +5,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
-_STYLE = ("<style>.gl-ep{font-family:monospace;font-size:12px;border-collapse:collapse}"
-          ".gl-ep td,.gl-ep th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}"
-          ".gl-ep .r{text-align:right}.gl-ep .fail{color:#b00}</style>")
+_STYLE = (
+    "<style>.gl-ep{font-family:monospace;font-size:12px;border-collapse:collapse}"
+    ".gl-ep td,.gl-ep th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}"
+    ".gl-ep .r{text-align:right}.gl-ep .fail{color:#b00}</style>"
+)
 
 
 def _clip(text: str, n: int = 300) -> str:
@@ -49,18 +51,27 @@ def episode_html(ep: Any) -> str:
         step = reward_at.get(id(item))
         mark = ""
         if step is not None:
-            mark = f"step {step[0]}: {step[1]:g}" + (" terminated" if step[2] else "") + (" truncated" if step[3] else "")
+            mark = (
+                f"step {step[0]}: {step[1]:g}" + (" terminated" if step[2] else "") + (" truncated" if step[3] else "")
+            )
         rows.append(f"<tr><td>{html.escape(who)}</td><td>{_clip(what)}</td><td class='r'>{mark}</td></tr>")
     status = "finished" if ep.done else "open"
     extra = ""
     result = ep.result or {}
     if result.get("mask_sample"):
-        extra = (f" <span class='fail'>masked={result.get('mask_sample')} "
-                 f"failure={html.escape(str(result.get('failure_kind')))}</span>")
-    head = (f"<b>{html.escape(ep.env_name)}</b> ({ep.protocol}, {status}): {len(ep.steps)} steps, "
-            f"reward {ep.reward:g}{extra}")
-    return (f"{_STYLE}<div>{head}<table class='gl-ep'><tr><th>who</th><th>content</th><th>reward</th></tr>"
-            + "".join(rows) + "</table></div>")
+        extra = (
+            f" <span class='fail'>masked={result.get('mask_sample')} "
+            f"failure={html.escape(str(result.get('failure_kind')))}</span>"
+        )
+    head = (
+        f"<b>{html.escape(ep.env_name)}</b> ({ep.protocol}, {status}): {len(ep.steps)} steps, "
+        f"reward {ep.reward:g}{extra}"
+    )
+    return (
+        f"{_STYLE}<div>{head}<table class='gl-ep'><tr><th>who</th><th>content</th><th>reward</th></tr>"
+        + "".join(rows)
+        + "</table></div>"
+    )
 
 
 def rollouts_html(rollouts: Any) -> str:
@@ -71,6 +82,8 @@ def rollouts_html(rollouts: Any) -> str:
     counts = failure_counts(rollouts)
     kinds = ", ".join(f"{html.escape(k)} {v}" for k, v in counts.items())
     steps = sum(len(r.steps) for r in rollouts)
-    return (f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {steps} steps, mean reward {mean_reward(rollouts):.3f} "
-            f"over the unmasked; {sum(counts.values())} masked{f' ({kinds})' if kinds else ''}. "
-            "<code>.episodes</code>, <code>.steps</code>, <code>.calls</code> are pandas frames.</div>")
+    return (
+        f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {steps} steps, mean reward {mean_reward(rollouts):.3f} "
+        f"over the unmasked; {sum(counts.values())} masked{f' ({kinds})' if kinds else ''}. "
+        "<code>.episodes</code>, <code>.steps</code>, <code>.calls</code> are pandas frames.</div>"
+    )

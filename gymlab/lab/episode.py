@@ -131,8 +131,18 @@ class Episode(abc.ABC):
     _other_protocol_methods: frozenset[str] = frozenset()
     _closed = False
 
-    def __init__(self, env_url: str, row: dict[str, Any], *, env_name: str = "", model_url: str | None = None,
-                 model_name: str = "", agent_name: str = "", env_server: Any = None, max_steps: int | None = None):
+    def __init__(
+        self,
+        env_url: str,
+        row: dict[str, Any],
+        *,
+        env_name: str = "",
+        model_url: str | None = None,
+        model_name: str = "",
+        agent_name: str = "",
+        env_server: Any = None,
+        max_steps: int | None = None,
+    ):
         request = AgentRunRequest.model_validate(row)
         self.row = dump_row(request)
         self.params: ResponseCreateParams = request.responses_create_params
@@ -159,9 +169,16 @@ class Episode(abc.ABC):
     # -- plumbing shared by both protocols ---------------------------------------------------
 
     def _spawn(self) -> Episode:
-        return type(self)(self.env_url, self.row, env_name=self.env_name, model_url=self.model_url,
-                          model_name=self.model_name, agent_name=self.agent_name, env_server=self.env_server,
-                          max_steps=self.max_steps)
+        return type(self)(
+            self.env_url,
+            self.row,
+            env_name=self.env_name,
+            model_url=self.model_url,
+            model_name=self.model_name,
+            agent_name=self.agent_name,
+            env_server=self.env_server,
+            max_steps=self.max_steps,
+        )
 
     async def _env(self, path: str, body: Any) -> Any:
         return await post_ok(self.env_url, path, body, self._session.cookies, server=self.env_name)
@@ -169,15 +186,19 @@ class Episode(abc.ABC):
     async def call_model(self, body: dict) -> NeMoGymResponse:
         """Ask the episode's model server for a response to ``body``."""
         if not self.model_url:
-            raise EpisodeError(f"{self.env_name}: this episode has no model; pass model= to lab.episode "
-                               "(a model server handle or URL) or act by hand")
+            raise EpisodeError(
+                f"{self.env_name}: this episode has no model; pass model= to lab.episode "
+                "(a model server handle or URL) or act by hand"
+            )
         return await ask_model_server(self.model_url, body, server=self.model_name, timeout=self.model_timeout_s)
 
     def _require_open(self, action: str) -> None:
         if not self._session.open:
             if self.result is not None or self._closed:
-                raise EpisodeError(f"{self.env_name}: the episode is finished; {action} needs a new one "
-                                   "(lab.episode(...)) or a branch of this one (ep.fork())")
+                raise EpisodeError(
+                    f"{self.env_name}: the episode is finished; {action} needs a new one "
+                    "(lab.episode(...)) or a branch of this one (ep.fork())"
+                )
             raise EpisodeError(f"{self.env_name}: the episode has not started; call {self._start_name}() first")
 
     @property
@@ -248,5 +269,4 @@ class Episode(abc.ABC):
 
     def __repr__(self) -> str:
         state = "finished" if self.done else ("open" if self._session.open else "not started")
-        return (f"<{type(self).__name__} {self.env_name} {state}, {len(self.steps)} steps, "
-                f"reward {self.reward:g}>")
+        return f"<{type(self).__name__} {self.env_name} {state}, {len(self.steps)} steps, reward {self.reward:g}>"

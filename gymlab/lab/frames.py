@@ -15,20 +15,51 @@ from typing import Any
 
 from gymlab.protocol import FunctionCall, Rollout
 
-STEP_COLUMNS = ["episode", "step", "action_type", "tool", "n_calls", "arguments", "output", "observation",
-                "reward", "cumulative_reward", "terminated", "truncated", "duration_s"]
+STEP_COLUMNS = [
+    "episode",
+    "step",
+    "action_type",
+    "tool",
+    "n_calls",
+    "arguments",
+    "output",
+    "observation",
+    "reward",
+    "cumulative_reward",
+    "terminated",
+    "truncated",
+    "duration_s",
+]
 
 
 EPISODE_DTYPES = {
-    "episode": "int64", "task": "Int64", "repeat": "Int64", "reward": "float64",
-    "n_steps": "int64", "mask_sample": "bool", "failure_kind": "category", "failure_stage": "category", "failure_reason": "str",
-    "terminated": "bool", "truncated": "bool", "duration_s": "float64", "input_tokens": "Int64",
-    "output_tokens": "Int64", "total_tokens": "Int64", "model": "category",
-    "environment": "category", "agent": "category",
+    "episode": "int64",
+    "task": "Int64",
+    "repeat": "Int64",
+    "reward": "float64",
+    "n_steps": "int64",
+    "mask_sample": "bool",
+    "failure_kind": "category",
+    "failure_stage": "category",
+    "failure_reason": "str",
+    "terminated": "bool",
+    "truncated": "bool",
+    "duration_s": "float64",
+    "input_tokens": "Int64",
+    "output_tokens": "Int64",
+    "total_tokens": "Int64",
+    "model": "category",
+    "environment": "category",
+    "agent": "category",
 }
 CALL_DTYPES = {
-    "episode": "int64", "step": "int64", "call": "int64", "tool": "category", "call_id": "str",
-    "arguments": "str", "output": "str",
+    "episode": "int64",
+    "step": "int64",
+    "call": "int64",
+    "tool": "category",
+    "call_id": "str",
+    "arguments": "str",
+    "output": "str",
 }
 EPISODE_COLUMNS = list(EPISODE_DTYPES)
 CALL_COLUMNS = list(CALL_DTYPES)
@@ -38,10 +69,14 @@ def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
     """A DataFrame from column lists, each with its dtype ("category" makes a Categorical)."""
     import pandas as pd
 
-    return pd.DataFrame({
-        name: pd.Categorical(cols[name]) if dtype == "category" else pd.array(cols[name], dtype=dtype)
-        for name, dtype in dtypes.items()
-    }, columns=list(dtypes))
+    return pd.DataFrame(
+        {
+            name: pd.Categorical(cols[name]) if dtype == "category" else pd.array(cols[name], dtype=dtype)
+            for name, dtype in dtypes.items()
+        },
+        columns=list(dtypes),
+    )
+
 
 def action_type(items: list[Any]) -> str:
     """What a step's action was: function_call, message, reasoning, mixed (call and message) or empty."""
@@ -144,21 +179,24 @@ def _steps_frame(rollouts: Iterable[Rollout]):
     episode = np.repeat(np.arange(len(lengths), dtype="int64"), lengths)
     rewards = np.asarray(reward, dtype="float64")
     cumulative = pd.Series(rewards).groupby(episode).cumsum().to_numpy() if len(rewards) else rewards
-    return pd.DataFrame({
-        "episode": episode,
-        "step": np.asarray(index, dtype="int64"),
-        "action_type": pd.Categorical(kind),
-        "tool": pd.Categorical(tool),
-        "n_calls": np.asarray(n_calls, dtype="int64"),
-        "arguments": pd.array(arguments, dtype="str"),
-        "output": pd.array(list(map(_joined_output, outputs)), dtype="str"),
-        "observation": pd.array(observation, dtype="str"),
-        "reward": rewards,
-        "cumulative_reward": cumulative,
-        "terminated": np.asarray(terminated, dtype="bool"),
-        "truncated": np.asarray(truncated, dtype="bool"),
-        "duration_s": np.asarray(duration, dtype="float64"),
-    }, columns=STEP_COLUMNS)
+    return pd.DataFrame(
+        {
+            "episode": episode,
+            "step": np.asarray(index, dtype="int64"),
+            "action_type": pd.Categorical(kind),
+            "tool": pd.Categorical(tool),
+            "n_calls": np.asarray(n_calls, dtype="int64"),
+            "arguments": pd.array(arguments, dtype="str"),
+            "output": pd.array(list(map(_joined_output, outputs)), dtype="str"),
+            "observation": pd.array(observation, dtype="str"),
+            "reward": rewards,
+            "cumulative_reward": cumulative,
+            "terminated": np.asarray(terminated, dtype="bool"),
+            "truncated": np.asarray(truncated, dtype="bool"),
+            "duration_s": np.asarray(duration, dtype="float64"),
+        },
+        columns=STEP_COLUMNS,
+    )
 
 
 def calls_frame(rollouts: Iterable[Rollout]):

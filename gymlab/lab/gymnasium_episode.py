@@ -55,8 +55,9 @@ def response_of_action(action: Any = None, call: str | None = None, arguments: A
     elif hasattr(action, "type"):
         items = [action]
     else:
-        raise TypeError(f"an action is text, (name, arguments), an item, a list of items or a response; "
-                        f"got {type(action).__name__}")
+        raise TypeError(
+            f"an action is text, (name, arguments), an item, a list of items or a response; got {type(action).__name__}"
+        )
     return NeMoGymResponse(model="by hand", output=items)
 
 
@@ -70,8 +71,9 @@ class GymnasiumEpisode(Episode):
 
     protocol = "gymnasium"
     _start_name = "reset"
-    _other_protocol_methods = frozenset({"seed", "aseed", "call", "acall", "say", "asay", "model_turn",
-                                         "amodel_turn", "verify", "averify"})
+    _other_protocol_methods = frozenset(
+        {"seed", "aseed", "call", "acall", "say", "asay", "model_turn", "amodel_turn", "verify", "averify"}
+    )
 
     def _init_protocol(self) -> None:
         self.state = LoopState(self.params)
@@ -92,8 +94,11 @@ class GymnasiumEpisode(Episode):
         async def close(session: _Session) -> Any:
             reply = await post(url, "/close", {}, session.cookies, server=name)
             if reply.status == 404:
-                warnings.warn(f"{name}: has no /close route, so an unfinished episode's state stays on the server "
-                              "until the server reclaims it", RuntimeWarning)
+                warnings.warn(
+                    f"{name}: has no /close route, so an unfinished episode's state stays on the server "
+                    "until the server reclaims it",
+                    RuntimeWarning,
+                )
                 return None
             if not reply.ok:
                 raise ServerError(name, "POST /close", reply.status, error_message(reply.text))
@@ -107,7 +112,9 @@ class GymnasiumEpisode(Episode):
         from gymlab.protocol.gymnasium import GymnasiumResetResponse
 
         if self._session.open or self.done:
-            raise EpisodeError(f"{self.env_name}: the episode is already reset; use ep.fork() or a new lab.episode(...)")
+            raise EpisodeError(
+                f"{self.env_name}: the episode is already reset; use ep.fork() or a new lab.episode(...)"
+            )
         reset = GymnasiumResetResponse.model_validate(await self._env("/reset", self.row))
         self._session.open = True
         self._started = time.perf_counter()
@@ -171,9 +178,15 @@ class GymnasiumEpisode(Episode):
     @property
     def rollout(self) -> Rollout:
         """The episode as a rollout record, with the fields ``gymnasium_agent`` reports."""
-        record = records.from_transitions(self.state.params, self.state.final_response(), self.steps,
-                                          cut_by_limit=self.state.stop_reason == "max_steps", row=self.row,
-                                          last=self.last_step, duration_s=time.perf_counter() - self._started)
+        record = records.from_transitions(
+            self.state.params,
+            self.state.final_response(),
+            self.steps,
+            cut_by_limit=self.state.stop_reason == "max_steps",
+            row=self.row,
+            last=self.last_step,
+            duration_s=time.perf_counter() - self._started,
+        )
         return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
     async def _replay(self, original: GymnasiumEpisode) -> None:
@@ -183,11 +196,12 @@ class GymnasiumEpisode(Episode):
         for _kind, response in original._actions:
             await self.astep(response)
             old, new = original.steps[len(self.steps) - 1], self.steps[-1]
-            for what, a, b in (("the observation", old.observation, new.observation),
-                               ("the reward", old.reward, new.reward),
-                               ("terminated", old.terminated, new.terminated),
-                               ("truncated", old.truncated, new.truncated),
-                               ("the tool outputs", [o.output for o in old.tool_outputs],
-                                [o.output for o in new.tool_outputs])):
+            for what, a, b in (
+                ("the observation", old.observation, new.observation),
+                ("the reward", old.reward, new.reward),
+                ("terminated", old.terminated, new.terminated),
+                ("truncated", old.truncated, new.truncated),
+                ("the tool outputs", [o.output for o in old.tool_outputs], [o.output for o in new.tool_outputs]),
+            ):
                 if a != b:
                     raise ForkDivergedError(self.env_name, new.index, what, a, b)

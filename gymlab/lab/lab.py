@@ -91,8 +91,14 @@ class Lab:
     def servers(self) -> dict[str, ServerHandle]:
         return dict(self._handles)
 
-    def serve(self, server: type[BaseServer] | BaseServer, *, name: str | None = None,
-              handle_cls: type[ServerHandle] = ServerHandle, **config: Any) -> ServerHandle:
+    def serve(
+        self,
+        server: type[BaseServer] | BaseServer,
+        *,
+        name: str | None = None,
+        handle_cls: type[ServerHandle] = ServerHandle,
+        **config: Any,
+    ) -> ServerHandle:
         """Start ``server`` (a class, built with ``config``, or an instance) in a background thread."""
         if isinstance(server, type):
             if name:
@@ -117,8 +123,14 @@ class Lab:
         self._handles[instance.name] = handle
         return handle
 
-    def serve_model(self, policy: Callable | None = None, *, name: str | None = None,
-                    openai: dict[str, Any] | None = None, **config: Any) -> ServerHandle:
+    def serve_model(
+        self,
+        policy: Callable | None = None,
+        *,
+        name: str | None = None,
+        openai: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> ServerHandle:
         """Start a model server: a ``PolicyModel`` over ``policy(request)``, or with
         ``openai=dict(base_url=..., model=..., api_key_env=..., mode=...)`` an ``OpenAIModel`` proxy."""
         if openai is not None:
@@ -131,8 +143,15 @@ class Lab:
 
         return self.serve(PolicyModel, name=name or "policy_model", policy=policy, **config)
 
-    def serve_agent(self, agent: str | type[BaseServer] = "simple_agent", *, resources: Any = None,
-                    model: Any = None, name: str | None = None, **config: Any) -> AgentHandle:
+    def serve_agent(
+        self,
+        agent: str | type[BaseServer] = "simple_agent",
+        *,
+        resources: Any = None,
+        model: Any = None,
+        name: str | None = None,
+        **config: Any,
+    ) -> AgentHandle:
         """Start an agent server bound to ``resources`` and ``model`` (handles or URLs)."""
         from gymlab.registry import agent_class
 
@@ -141,29 +160,53 @@ class Lab:
             config["resources_server"] = _url(resources)
         if model is not None:
             config["model_server"] = _url(model)
-        return self.serve(cls, name=name or (agent if isinstance(agent, str) else None),
-                          handle_cls=AgentHandle, **config)
+        return self.serve(
+            cls, name=name or (agent if isinstance(agent, str) else None), handle_cls=AgentHandle, **config
+        )
 
-    def episode(self, target: ServerHandle, row: dict[str, Any], *, model: Any = None,
-                max_steps: int | None = None):
+    def episode(self, target: ServerHandle, row: dict[str, Any], *, model: Any = None, max_steps: int | None = None):
         """An interactive episode of ``row`` against a resources server or an agent's environment.
 
         ``model`` (a handle or URL) answers ``model_turn``/``step()``; an agent handle brings its own.
         """
         return open_episode(self, target, row, model=model, max_steps=max_steps)
 
-    def run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], *, repeats: int = 1,
-                 concurrency: int = 16, on_error: str = "record", progress: bool = False):
+    def run_many(
+        self,
+        agent: AgentHandle,
+        rows: list[dict[str, Any]],
+        *,
+        repeats: int = 1,
+        concurrency: int = 16,
+        on_error: str = "record",
+        progress: bool = False,
+    ):
         """Run every row ``repeats`` times ("aabbcc" order) through ``agent``; returns ``Rollouts``."""
-        return run_sync(self.arun_many(agent, rows, repeats=repeats, concurrency=concurrency,
-                                       on_error=on_error, progress=progress))
+        return run_sync(
+            self.arun_many(agent, rows, repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress)
+        )
 
-    async def arun_many(self, agent: AgentHandle, rows: list[dict[str, Any]], *, repeats: int = 1,
-                        concurrency: int = 16, on_error: str = "record", progress: bool = False):
+    async def arun_many(
+        self,
+        agent: AgentHandle,
+        rows: list[dict[str, Any]],
+        *,
+        repeats: int = 1,
+        concurrency: int = 16,
+        on_error: str = "record",
+        progress: bool = False,
+    ):
         from gymlab.lab.runs import arun_many, env_name_of
 
-        return await arun_many(agent, rows, repeats=repeats, concurrency=concurrency,
-                               env_name=env_name_of(self, agent), on_error=on_error, progress=progress)
+        return await arun_many(
+            agent,
+            rows,
+            repeats=repeats,
+            concurrency=concurrency,
+            env_name=env_name_of(self, agent),
+            on_error=on_error,
+            progress=progress,
+        )
 
     def close(self) -> None:
         """Stop every server this lab started."""
@@ -193,6 +236,7 @@ def _close_all() -> None:
 
 # -- lab.episode ----------------------------------------------------------------------------------
 
+
 def _protocol_of(server: Any, agent: Any) -> str:
     """'seed/verify' or 'gymnasium', from the environment's routes (or the agent's kind if it is remote)."""
     from gymlab.errors import EpisodeError
@@ -203,13 +247,14 @@ def _protocol_of(server: Any, agent: Any) -> str:
             return "seed/verify"
         if "/reset" in paths and "/step" in paths:
             return "gymnasium"
-        raise EpisodeError(f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
-                           "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)")
+        raise EpisodeError(
+            f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
+            "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)"
+        )
     return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
 
 
-def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = None,
-                 max_steps: int | None = None):
+def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = None, max_steps: int | None = None):
     """The episode ``Lab.episode`` returns: ``target`` is a resources server handle or an agent handle."""
     from gymlab.errors import EpisodeError
     from gymlab.lab.gymnasium_episode import GymnasiumEpisode
@@ -229,8 +274,10 @@ def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = Non
     elif isinstance(target, ServerHandle):
         env_url, env_handle = target.url, target
     else:
-        raise TypeError(f"lab.episode takes a server handle or an agent handle (from lab.serve / lab.serve_agent), "
-                        f"not {type(target).__name__}")
+        raise TypeError(
+            f"lab.episode takes a server handle or an agent handle (from lab.serve / lab.serve_agent), "
+            f"not {type(target).__name__}"
+        )
     if isinstance(model, str):
         model_url, model_name = model, getattr(by_url.get(model), "name", model)
     elif model is not None:
@@ -240,6 +287,13 @@ def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = Non
     server = env_handle.server if env_handle is not None else None
     protocol = _protocol_of(server, agent)
     cls = SeedVerifyEpisode if protocol == "seed/verify" else GymnasiumEpisode
-    return cls(env_url, row, env_name=env_handle.name if env_handle else env_url, model_url=model_url,
-               model_name=model_name, agent_name=agent_name, env_server=server, max_steps=max_steps)
-
+    return cls(
+        env_url,
+        row,
+        env_name=env_handle.name if env_handle else env_url,
+        model_url=model_url,
+        model_name=model_name,
+        agent_name=agent_name,
+        env_server=server,
+        max_steps=max_steps,
+    )

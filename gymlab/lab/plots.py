@@ -66,9 +66,14 @@ def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: i
     width = 0.8 / max(1, len(keys))
     for n, (key, group) in enumerate(shown.groupby("episode", sort=False)):
         style = {"linestyle": ":", "color": "0.55"} if key in excluded else {}
-        line, = ax.plot(group["step"], group["cumulative_reward"], marker=".", label=f"episode {key}", **style)
-        ax.bar(group["step"] + (n - len(keys) / 2) * width, group["reward"], width=width,
-               color=line.get_color(), alpha=0.35)
+        (line,) = ax.plot(group["step"], group["cumulative_reward"], marker=".", label=f"episode {key}", **style)
+        ax.bar(
+            group["step"] + (n - len(keys) / 2) * width,
+            group["reward"],
+            width=width,
+            color=line.get_color(),
+            alpha=0.35,
+        )
     ax.axhline(0.0, color="0.8", linewidth=0.8)
     ax.set_xlabel("step")
     ax.set_ylabel("reward (bars: per step, lines: cumulative)")
@@ -112,8 +117,9 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
         raise ValueError("compare_runs needs at least one run")
     fig, ax = _axes(ax)
     labels = list(runs)
-    groups = [None] if by is None else list(dict.fromkeys(
-        g for frame in runs.values() for g in frame[by].dropna().tolist()))
+    groups = (
+        [None] if by is None else list(dict.fromkeys(g for frame in runs.values() for g in frame[by].dropna().tolist()))
+    )
     width = 0.8 / len(labels)
     x = np.arange(len(groups))
     for n, label in enumerate(labels):
@@ -126,8 +132,14 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
         ax.bar(x + (n - (len(labels) - 1) / 2) * width, means, width=width, yerr=stds, capsize=3, label=label)
         excluded = len(runs[label]) - len(kept)
         if excluded:
-            ax.annotate(f"{excluded} masked/failed", (x[-1] + (n - (len(labels) - 1) / 2) * width, 0),
-                        fontsize="x-small", color="tab:red", ha="center", va="bottom")
+            ax.annotate(
+                f"{excluded} masked/failed",
+                (x[-1] + (n - (len(labels) - 1) / 2) * width, 0),
+                fontsize="x-small",
+                color="tab:red",
+                ha="center",
+                va="bottom",
+            )
     ax.set_xticks(x, ["all episodes"] if by is None else [str(g) for g in groups])
     ax.set_ylabel("mean reward")
     if by is not None:

@@ -19,18 +19,38 @@ from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import ServerError
 from gymlab.protocol import FunctionCall, Rollout
 
-_RESULT_KEYS = frozenset({"response", "reward", "mask_sample", "failure_kind", "failure_reason", "steps",
-                          "duration_s", "env_name", "agent_name"})
+_RESULT_KEYS = frozenset(
+    {
+        "response",
+        "reward",
+        "mask_sample",
+        "failure_kind",
+        "failure_reason",
+        "steps",
+        "duration_s",
+        "env_name",
+        "agent_name",
+    }
+)
 
 
 #: Frame columns and dtypes, one row per stored episode.
 DTYPES = {
-    "episode": "int64", "task": "Int64", "repeat": "Int64", "old_reward": "float64",
-    "new_reward": "float64", "delta": "float64", "changed": "bool", "old_mask_sample": "bool",
-    "new_mask_sample": "boolean", "new_failure_kind": "category", "replay_matches": "boolean",
+    "episode": "int64",
+    "task": "Int64",
+    "repeat": "Int64",
+    "old_reward": "float64",
+    "new_reward": "float64",
+    "delta": "float64",
+    "changed": "bool",
+    "old_mask_sample": "bool",
+    "new_mask_sample": "boolean",
+    "new_failure_kind": "category",
+    "replay_matches": "boolean",
     "error": "str",
 }
 COLUMNS = list(DTYPES)
+
 
 def row_of(record: Rollout, rows: dict[Any, dict] | None = None) -> dict[str, Any]:
     """The dataset row a record was run from: its fields minus what the run added.
@@ -43,8 +63,10 @@ def row_of(record: Rollout, rows: dict[Any, dict] | None = None) -> dict[str, An
     if rows is not None:
         task = row.get("_ng_task_index")
         if task not in rows:
-            raise KeyError(f"no dataset row for _ng_task_index {task!r} (rows has {len(rows)}); pass the rows the "
-                           "rollouts were collected from, in the same order")
+            raise KeyError(
+                f"no dataset row for _ng_task_index {task!r} (rows has {len(rows)}); pass the rows the "
+                "rollouts were collected from, in the same order"
+            )
         row.update({k: v for k, v in rows[task].items() if k not in ("_ng_task_index", "_ng_rollout_index")})
     return row
 
@@ -63,12 +85,15 @@ def rows_by_task(rows: Iterable[dict] | str | None) -> dict[Any, dict] | None:
 def recorded_calls(record: Rollout) -> list[tuple[FunctionCall, str | None]]:
     """Every function call of the episode, in order, with the output recorded for it (if any)."""
     outputs = {o.call_id: o.output for s in record.steps for o in s.tool_outputs}
-    outputs.update({i.call_id: i.output for i in record.response.output if getattr(i, "type", "") == "function_call_output"})
+    outputs.update(
+        {i.call_id: i.output for i in record.response.output if getattr(i, "type", "") == "function_call_output"}
+    )
     return [(i, outputs.get(i.call_id)) for i in record.response.output if isinstance(i, FunctionCall)]
 
 
-async def averify_one(url: str, record: Rollout, *, replay_tools: bool = True, server: str = "",
-                       rows: dict[Any, dict] | None = None) -> dict[str, Any]:
+async def averify_one(
+    url: str, record: Rollout, *, replay_tools: bool = True, server: str = "", rows: dict[Any, dict] | None = None
+) -> dict[str, Any]:
     """Seed, replay the tool calls, verify one record; returns the new verify answer plus ``replay_matches``."""
     cookies = Cookies()
     row = row_of(record, rows)
@@ -87,9 +112,15 @@ async def averify_one(url: str, record: Rollout, *, replay_tools: bool = True, s
     return {**answer, "replay_matches": matches}
 
 
-async def areverify_records(url: str, rollouts: Iterable[Rollout | dict], *, replay_tools: bool = True,
-                            concurrency: int = 8, server: str = "",
-                            rows: dict[Any, dict] | None = None) -> list[dict[str, Any] | ServerError]:
+async def areverify_records(
+    url: str,
+    rollouts: Iterable[Rollout | dict],
+    *,
+    replay_tools: bool = True,
+    concurrency: int = 8,
+    server: str = "",
+    rows: dict[Any, dict] | None = None,
+) -> list[dict[str, Any] | ServerError]:
     """The new verify answer for every record (a ``ServerError`` in its place when the server refused)."""
     records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
     sem = asyncio.Semaphore(max(1, concurrency))
@@ -129,8 +160,15 @@ def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | Serv
     return typed_frame(cols, DTYPES)
 
 
-async def areverify(environment: Any, rollouts: Iterable[Rollout | dict], *, rows: Any = None,
-                    replay_tools: bool = True, concurrency: int = 8, **config: Any):
+async def areverify(
+    environment: Any,
+    rollouts: Iterable[Rollout | dict],
+    *,
+    rows: Any = None,
+    replay_tools: bool = True,
+    concurrency: int = 8,
+    **config: Any,
+):
     """Async form of ``reverify``."""
     from gymlab.lab.lab import Lab, ServerHandle
 
@@ -144,9 +182,11 @@ async def areverify(environment: Any, rollouts: Iterable[Rollout | dict], *, row
 
     cls = environment if isinstance(environment, type) else type(environment)
     if not issubclass(cls, SimpleResourcesServer):
-        raise TypeError(f"reverify grades with a seed/verify environment (a SimpleResourcesServer subclass); "
-                        f"{cls.__name__} is not one. A Gymnasium environment's rewards come from /step: "
-                        "step a replay with lab.episode(...) instead")
+        raise TypeError(
+            f"reverify grades with a seed/verify environment (a SimpleResourcesServer subclass); "
+            f"{cls.__name__} is not one. A Gymnasium environment's rewards come from /step: "
+            "step a replay with lab.episode(...) instead"
+        )
     lab = Lab()
     try:
         handle = await asyncio.to_thread(lab.serve, environment, **config)
@@ -156,8 +196,15 @@ async def areverify(environment: Any, rollouts: Iterable[Rollout | dict], *, row
     return comparison_frame(records, answers)
 
 
-def reverify(environment: Any, rollouts: Iterable[Rollout | dict] | str, *, rows: Any = None,
-             replay_tools: bool = True, concurrency: int = 8, **config: Any):
+def reverify(
+    environment: Any,
+    rollouts: Iterable[Rollout | dict] | str,
+    *,
+    rows: Any = None,
+    replay_tools: bool = True,
+    concurrency: int = 8,
+    **config: Any,
+):
     """Grade stored rollouts again with ``environment``; returns old vs new reward per episode (a frame).
 
     ``environment`` is a ``SimpleResourcesServer`` subclass (built with ``config``) or instance,
@@ -175,5 +222,6 @@ def reverify(environment: Any, rollouts: Iterable[Rollout | dict] | str, *, rows
         from gymlab.collection.dataset import read_rollouts
 
         rollouts = read_rollouts(rollouts)
-    return run_sync(areverify(environment, rollouts, rows=rows, replay_tools=replay_tools,
-                              concurrency=concurrency, **config))
+    return run_sync(
+        areverify(environment, rollouts, rows=rows, replay_tools=replay_tools, concurrency=concurrency, **config)
+    )

@@ -83,7 +83,11 @@ class Rollouts(list):
 
     def __repr__(self) -> str:
         failures = self.failures
-        masked = f", {sum(failures.values())} masked ({', '.join(f'{k} {v}' for k, v in failures.items())})" if failures else ""
+        masked = (
+            f", {sum(failures.values())} masked ({', '.join(f'{k} {v}' for k, v in failures.items())})"
+            if failures
+            else ""
+        )
         return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
 
 
@@ -100,8 +104,16 @@ def load(path: str | os.PathLike, kind: str | None = None):
     return rows
 
 
-async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1, concurrency: int = 16,
-                    env_name: str | None = None, on_error: str = "record", progress: bool = False) -> Rollouts:
+async def arun_many(
+    agent: Any,
+    rows: list[dict[str, Any]],
+    *,
+    repeats: int = 1,
+    concurrency: int = 16,
+    env_name: str | None = None,
+    on_error: str = "record",
+    progress: bool = False,
+) -> Rollouts:
     """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``), ``concurrency`` at a time.
 
     Records come back in "aabbcc" order, each with the agent's and environment's names. An episode
@@ -126,8 +138,13 @@ async def arun_many(agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1,
                 record = records.failed(row, run_failure(exc, agent.name), duration_s=time.perf_counter() - t0)
             if bar is not None:
                 bar.update(1)
-        return records.with_identity(record, task_index=row["_ng_task_index"], repeat=row["_ng_rollout_index"],
-                                     agent=agent.name, env=env_name or agent.name)
+        return records.with_identity(
+            record,
+            task_index=row["_ng_task_index"],
+            repeat=row["_ng_rollout_index"],
+            agent=agent.name,
+            env=env_name or agent.name,
+        )
 
     try:
         return Rollouts(await asyncio.gather(*(one(r) for r in jobs)))
@@ -146,4 +163,3 @@ def env_name_of(lab: Any, agent: Any) -> str | None:
     """The name of the resources server an agent handle is bound to, when this lab serves it."""
     url = getattr(agent.server, "resources_server", None)
     return next((h.name for h in lab.servers.values() if h.url == url), None)
-

@@ -57,7 +57,9 @@ class SeedVerifyEpisode(Episode):
     async def aseed(self) -> dict[str, Any]:
         """POST /seed_session with the row; returns the server's answer."""
         if self._session.open or self.done:
-            raise EpisodeError(f"{self.env_name}: the episode is already seeded; use ep.fork() or a new lab.episode(...)")
+            raise EpisodeError(
+                f"{self.env_name}: the episode is already seeded; use ep.fork() or a new lab.episode(...)"
+            )
         answer = await self._env("/seed_session", self.row)
         self._session.open = True
         self._started = time.perf_counter()
@@ -85,18 +87,26 @@ class SeedVerifyEpisode(Episode):
         """
         self._require_open(f"call({tool!r})")
         if tool in RESERVED_ROUTES or refusal(tool, [tool]) is not None:
-            raise EpisodeError(f"{self.env_name}: {tool!r} is not a tool route (a lifecycle route, or not a plain "
-                               "name); use the episode's own methods (seed, verify, close) for those")
+            raise EpisodeError(
+                f"{self.env_name}: {tool!r} is not a tool route (a lifecycle route, or not a plain "
+                "name); use the episode's own methods (seed, verify, close) for those"
+            )
         reply = await post(self.env_url, f"/{tool}", arguments, self._session.cookies, server=self.env_name)
         if not reply.ok:
-            raise ServerError(self.env_name, f"POST /{tool}", reply.status, error_message(reply.text),
-                              "the call was not recorded; check the tool name and arguments")
+            raise ServerError(
+                self.env_name,
+                f"POST /{tool}",
+                reply.status,
+                error_message(reply.text),
+                "the call was not recorded; check the tool name and arguments",
+            )
 
         async def recorded(_name: str, _args: Any) -> str:
             return reply.text
 
-        await self._turn(NeMoGymResponse(model="by hand", output=[function_call(tool, arguments)]), recorded,
-                         by_hand=True)
+        await self._turn(
+            NeMoGymResponse(model="by hand", output=[function_call(tool, arguments)]), recorded, by_hand=True
+        )
         return parse_output(reply.text)
 
     call = _synced()
@@ -171,9 +181,14 @@ class SeedVerifyEpisode(Episode):
     @property
     def rollout(self) -> Rollout:
         """The episode as a rollout record (the verify's answer once verified)."""
-        record = records.verified(self.result, self.state.steps, self.state.stop_reason,
-                                  time.perf_counter() - self._started, row=self.row,
-                                  response=self.state.final_response())
+        record = records.verified(
+            self.result,
+            self.state.steps,
+            self.state.stop_reason,
+            time.perf_counter() - self._started,
+            row=self.row,
+            response=self.state.final_response(),
+        )
         return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
     async def _replay(self, original: SeedVerifyEpisode) -> None:

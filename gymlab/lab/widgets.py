@@ -47,6 +47,7 @@ _CSS = """<style>
 
 # -- what a viewer shows ----------------------------------------------------------------------
 
+
 def _as_rollout(source: Any) -> Rollout:
     if isinstance(source, Rollout):
         return source
@@ -86,8 +87,7 @@ def _bubble(item: Any, now: bool) -> str:
     else:
         who, text = getattr(item, "type", "item"), json.dumps(item.model_dump(mode="json"))[:500]
     mark = " gl-now" if now else ""
-    return (f"<div class='gl-b {cls}{mark}'><span class='gl-who'>{html.escape(who)}</span>"
-            f"{html.escape(text)}</div>")
+    return f"<div class='gl-b {cls}{mark}'><span class='gl-who'>{html.escape(who)}</span>{html.escape(text)}</div>"
 
 
 def conversation_html(record: Rollout, upto: int) -> str:
@@ -119,9 +119,11 @@ def sparkline_svg(values: list[float], current: int | None = None, width: int = 
         x, y = xy(current, values[current])
         dot = f"<circle class='gl-spark-now' cx='{x:.1f}' cy='{y:.1f}' r='3' fill='#dc2626'/>"
     zero_y = xy(0, 0.0)[1]
-    return (f"<svg class='gl-spark' width='{width}' height='{height}' viewBox='0 0 {width} {height}'>"
-            f"<line x1='{pad}' x2='{width - pad}' y1='{zero_y:.1f}' y2='{zero_y:.1f}' stroke='#ddd'/>"
-            f"<polyline fill='none' stroke='#2563eb' stroke-width='1.5' points='{points}'/>{dot}</svg>")
+    return (
+        f"<svg class='gl-spark' width='{width}' height='{height}' viewBox='0 0 {width} {height}'>"
+        f"<line x1='{pad}' x2='{width - pad}' y1='{zero_y:.1f}' y2='{zero_y:.1f}' stroke='#ddd'/>"
+        f"<polyline fill='none' stroke='#2563eb' stroke-width='1.5' points='{points}'/>{dot}</svg>"
+    )
 
 
 class EpisodeViewer(w.VBox):
@@ -138,9 +140,15 @@ class EpisodeViewer(w.VBox):
         self.status = w.HTML()
         self.sparkline = w.HTML()
         self.conversation = w.HTML()
-        for widget, name in ((self, "gl-viewer"), (self.prev, "gl-prev"), (self.next, "gl-next"),
-                             (self.slider, "gl-slider"), (self.status, "gl-status"), (self.sparkline, "gl-sparkline"),
-                             (self.conversation, "gl-conversation")):
+        for widget, name in (
+            (self, "gl-viewer"),
+            (self.prev, "gl-prev"),
+            (self.next, "gl-next"),
+            (self.slider, "gl-slider"),
+            (self.status, "gl-status"),
+            (self.sparkline, "gl-sparkline"),
+            (self.conversation, "gl-conversation"),
+        ):
             widget.add_class(name)
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(+1))
@@ -197,12 +205,15 @@ class EpisodeViewer(w.VBox):
         cumulative = sum(rewards[:k])
         flags = " · terminated" * self.steps[k - 1].terminated + " · truncated" * self.steps[k - 1].truncated
         masked = f" · masked ({html.escape(str(self.record.failure_kind))})" if self.record.mask_sample else ""
-        self.status.value = (f"<span class='gl-step'>step {k} of {n}</span> · "
-                             f"<span class='gl-reward'>reward {rewards[k - 1]:g}</span> · "
-                             f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags}{masked}")
+        self.status.value = (
+            f"<span class='gl-step'>step {k} of {n}</span> · "
+            f"<span class='gl-reward'>reward {rewards[k - 1]:g}</span> · "
+            f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags}{masked}"
+        )
 
 
 # -- the stepper --------------------------------------------------------------------------------
+
 
 def example_arguments(tool: Any) -> dict[str, Any]:
     """Placeholder arguments from a tool's JSON schema (0, "", false, [] or {} by type)."""
@@ -224,8 +235,11 @@ class Stepper(w.VBox):
         self.episode = episode
         tools = list(getattr(episode.params, "tools", []) or [])
         self._tools = {t.name: t for t in tools}
-        self.tool = w.Dropdown(options=[("(message)", "")] + [(t.name, t.name) for t in tools],
-                               value=tools[0].name if tools else "", description="action")
+        self.tool = w.Dropdown(
+            options=[("(message)", "")] + [(t.name, t.name) for t in tools],
+            value=tools[0].name if tools else "",
+            description="action",
+        )
         self.arguments = w.Text(description="arguments", placeholder='{"name": value}')
         self.text = w.Text(description="message", placeholder="assistant text (when action is (message))")
         self.step_button = w.Button(description="step", button_style="primary")
@@ -234,10 +248,17 @@ class Stepper(w.VBox):
         self.verify_button = w.Button(description="verify", button_style="success")
         self.message = w.HTML()
         self.viewer = EpisodeViewer()
-        for widget, name in ((self, "gl-stepper"), (self.tool, "gl-tool"), (self.arguments, "gl-arguments"),
-                             (self.text, "gl-text"), (self.step_button, "gl-step-button"),
-                             (self.model_button, "gl-model-button"), (self.reset_button, "gl-reset-button"),
-                             (self.verify_button, "gl-verify-button"), (self.message, "gl-message")):
+        for widget, name in (
+            (self, "gl-stepper"),
+            (self.tool, "gl-tool"),
+            (self.arguments, "gl-arguments"),
+            (self.text, "gl-text"),
+            (self.step_button, "gl-step-button"),
+            (self.model_button, "gl-model-button"),
+            (self.reset_button, "gl-reset-button"),
+            (self.verify_button, "gl-verify-button"),
+            (self.message, "gl-message"),
+        ):
             widget.add_class(name)
         self.tool.observe(lambda _: self._prefill(), names="value")
         self.step_button.on_click(lambda _: self._act(self._step))
@@ -245,8 +266,7 @@ class Stepper(w.VBox):
         self.reset_button.on_click(lambda _: self._act(self._reset))
         self.verify_button.on_click(lambda _: self._act(self._verify))
         buttons = w.HBox([self.step_button, self.model_button, self.reset_button, self.verify_button])
-        super().__init__([w.HBox([self.tool, self.arguments]), self.text, buttons, self.message, self.viewer],
-                         **kwargs)
+        super().__init__([w.HBox([self.tool, self.arguments]), self.text, buttons, self.message, self.viewer], **kwargs)
         self._prefill()
         self._act(self._start)
 
@@ -330,19 +350,31 @@ class Stepper(w.VBox):
 
 # -- the live collection panel ------------------------------------------------------------------
 
+
 class LivePanel(w.VBox):
     """Progress, running mean reward and failures by kind while a run collects, redrawn at most
     every ``interval`` seconds (an ipywidgets update costs ~115 us; a run may finish thousands of
     episodes a second). ``panel.run(agent, rows, repeats=...)`` collects through ``gymlab.lab.runs``.
     """
 
-    def __init__(self, total: int = 0, *, interval: float = 0.1, clock: Callable[[], float] = time.monotonic,
-                 description: str = "episodes", **kwargs: Any):
+    def __init__(
+        self,
+        total: int = 0,
+        *,
+        interval: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+        description: str = "episodes",
+        **kwargs: Any,
+    ):
         self.progress = w.IntProgress(value=0, min=0, max=max(total, 1), description=description)
         self.summary = w.HTML()
         self.failures = w.HTML()
-        for widget, name in ((self, "gl-live"), (self.progress, "gl-progress"), (self.summary, "gl-summary"),
-                             (self.failures, "gl-failures")):
+        for widget, name in (
+            (self, "gl-live"),
+            (self.progress, "gl-progress"),
+            (self.summary, "gl-summary"),
+            (self.failures, "gl-failures"),
+        ):
             widget.add_class(name)
         super().__init__([self.progress, self.summary, self.failures], **kwargs)
         self.total, self.interval, self.clock = total, interval, clock
@@ -390,31 +422,51 @@ class LivePanel(w.VBox):
             self.progress.max = max(self.total, self.done, 1)
             self.progress.value = self.done
             mean = "–" if not self.kept else f"{self.mean_reward:.3f}"
-            self.summary.value = (f"<span class='gl-done'>{self.done} of {self.total}</span> episodes · "
-                                  f"<span class='gl-mean'>mean reward {mean}</span> over {self.kept} unmasked "
-                                  "(masked and failed episodes are left out of the mean)")
+            self.summary.value = (
+                f"<span class='gl-done'>{self.done} of {self.total}</span> episodes · "
+                f"<span class='gl-mean'>mean reward {mean}</span> over {self.kept} unmasked "
+                "(masked and failed episodes are left out of the mean)"
+            )
             rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{n}</td></tr>" for k, n in self.failed.most_common())
-            self.failures.value = (f"<table class='gl-failures-table'><tr><th>failure kind</th><th>episodes</th></tr>"
-                                   f"{rows}</table>" if rows else "no failures")
+            self.failures.value = (
+                f"<table class='gl-failures-table'><tr><th>failure kind</th><th>episodes</th></tr>{rows}</table>"
+                if rows
+                else "no failures"
+            )
 
     def finish(self) -> None:
         self.render()
         self.progress.bar_style = "danger" if self.failed else "success"
 
-    async def arun(self, agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1, concurrency: int = 16,
-                   env_name: str | None = None):
+    async def arun(
+        self,
+        agent: Any,
+        rows: list[dict[str, Any]],
+        *,
+        repeats: int = 1,
+        concurrency: int = 16,
+        env_name: str | None = None,
+    ):
         """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes."""
         from gymlab.lab.runs import arun_many
 
         self.total = len(rows) * repeats
         try:
-            return await arun_many(_Observed(agent, self), rows, repeats=repeats, concurrency=concurrency,
-                                   env_name=env_name)
+            return await arun_many(
+                _Observed(agent, self), rows, repeats=repeats, concurrency=concurrency, env_name=env_name
+            )
         finally:
             self.finish()
 
-    def run(self, agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1, concurrency: int = 16,
-            env_name: str | None = None):
+    def run(
+        self,
+        agent: Any,
+        rows: list[dict[str, Any]],
+        *,
+        repeats: int = 1,
+        concurrency: int = 16,
+        env_name: str | None = None,
+    ):
         """Sync form of ``arun``; returns the ``Rollouts``."""
         from gymlab._sync import run_sync
 

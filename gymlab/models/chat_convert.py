@@ -90,8 +90,11 @@ def chat_messages(params: ResponseCreateParams) -> list[dict]:
             role = "system" if item.role == "developer" else item.role
             messages.append({"role": role, "content": _content(item, where)})
         elif isinstance(item, FunctionCall):
-            call = {"id": item.call_id, "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments}}
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), (str, type(None))):
                 last.setdefault("tool_calls", []).append(call)
@@ -147,17 +150,32 @@ def chat_request(params: ResponseCreateParams, model: str = "", extra_body: dict
     body: dict[str, Any] = {"model": model or params.model or "", "messages": chat_messages(params)}
     if params.tools:
         body["tools"] = [
-            {"type": "function", "function": {
-                k: v for k, v in (("name", t.name), ("description", t.description),
-                                  ("parameters", t.parameters), ("strict", t.strict)) if v is not None}}
+            {
+                "type": "function",
+                "function": {
+                    k: v
+                    for k, v in (
+                        ("name", t.name),
+                        ("description", t.description),
+                        ("parameters", t.parameters),
+                        ("strict", t.strict),
+                    )
+                    if v is not None
+                },
+            }
             for t in params.tools
         ]
         body["tool_choice"] = _tool_choice(params.tool_choice)
         body["parallel_tool_calls"] = params.parallel_tool_calls
     elif params.tool_choice not in (None, "auto", "none"):
         raise ConversionError(f"tool_choice {params.tool_choice!r} needs tools, and the request has none")
-    for src, dst in (("temperature", "temperature"), ("top_p", "top_p"), ("max_output_tokens", "max_tokens"),
-                     ("user", "user"), ("service_tier", "service_tier")):
+    for src, dst in (
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("max_output_tokens", "max_tokens"),
+        ("user", "user"),
+        ("service_tier", "service_tier"),
+    ):
         value = getattr(params, src)
         if value is not None:
             body[dst] = value
@@ -196,8 +214,10 @@ def _usage(raw: dict | None) -> Usage | None:
         output_tokens=o,
         total_tokens=int(raw.get("total_tokens") or i + o),
         # cache_write_tokens: the current Responses usage carries it (the official client requires it)
-        input_tokens_details=InputTokensDetails(cached_tokens=int(prompt.get("cached_tokens") or 0),
-                                                cache_write_tokens=int(prompt.get("cache_write_tokens") or 0)),
+        input_tokens_details=InputTokensDetails(
+            cached_tokens=int(prompt.get("cached_tokens") or 0),
+            cache_write_tokens=int(prompt.get("cache_write_tokens") or 0),
+        ),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=int(reasoning)),
     )
 
@@ -211,8 +231,9 @@ def _function_call(raw: dict, n: int) -> FunctionCall:
         args = "{}"
     elif not isinstance(args, str):  # some servers send the arguments as an object
         args = json.dumps(args)
-    return FunctionCall(name=fn["name"], arguments=args, call_id=raw.get("id") or new_id("call"),
-                        id=new_id("fc"), status="completed")
+    return FunctionCall(
+        name=fn["name"], arguments=args, call_id=raw.get("id") or new_id("call"), id=new_id("fc"), status="completed"
+    )
 
 
 def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -> NeMoGymResponse:
@@ -227,17 +248,29 @@ def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -
     text = _text_of(message.get("content"))
     thinking = message.get("reasoning_content") or message.get("reasoning")
     if not thinking and (m := _THINK.match(text)):
-        thinking, text = m.group(1).strip(), text[m.end():]
+        thinking, text = m.group(1).strip(), text[m.end() :]
 
     output: list[Any] = []
     if thinking:
         output.append(Reasoning(id=new_id("rs"), summary=[SummaryText(type="summary_text", text=thinking)]))
     if text:
-        output.append(Message(id=new_id("msg"), role="assistant", status="completed",
-                              content=[ContentPart(type="output_text", text=text, annotations=[])]))
+        output.append(
+            Message(
+                id=new_id("msg"),
+                role="assistant",
+                status="completed",
+                content=[ContentPart(type="output_text", text=text, annotations=[])],
+            )
+        )
     if message.get("refusal"):
-        output.append(Message(id=new_id("msg"), role="assistant", status="completed",
-                              content=[ContentPart(type="refusal", refusal=message["refusal"])]))
+        output.append(
+            Message(
+                id=new_id("msg"),
+                role="assistant",
+                status="completed",
+                content=[ContentPart(type="refusal", refusal=message["refusal"])],
+            )
+        )
     calls = list(message.get("tool_calls") or [])
     if message.get("function_call"):  # the pre-tools form some servers still send
         calls.append({"id": None, "type": "function", "function": message["function_call"]})
@@ -251,8 +284,11 @@ def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -
         incomplete = {"reason": "content_filter"}
     update: dict[str, Any] = {}
     if params is not None:
-        update = {"tools": params.tools, "tool_choice": params.tool_choice,
-                  "parallel_tool_calls": params.parallel_tool_calls}
+        update = {
+            "tools": params.tools,
+            "tool_choice": params.tool_choice,
+            "parallel_tool_calls": params.parallel_tool_calls,
+        }
     return NeMoGymResponse(
         **({"created_at": int(body["created"])} if body.get("created") else {}),
         model=body.get("model") or "",

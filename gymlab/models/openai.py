@@ -75,12 +75,15 @@ class OpenAIModel(BaseServer):
 
     def __init__(self, **config: Any):
         if "api_key" in config:  # checked before pydantic, whose errors would echo the value
-            raise ConfigError("OpenAIModel reads the API key from the environment: set api_key_env to the "
-                              "name of the variable that holds it (e.g. api_key_env='OPENAI_API_KEY')")
+            raise ConfigError(
+                "OpenAIModel reads the API key from the environment: set api_key_env to the "
+                "name of the variable that holds it (e.g. api_key_env='OPENAI_API_KEY')"
+            )
         env = config.get("api_key_env")
         if isinstance(env, str) and env and not _ENV_NAME.match(env):
-            raise ConfigError("api_key_env must be the NAME of an environment variable (like OPENAI_API_KEY), "
-                              "not the key itself")
+            raise ConfigError(
+                "api_key_env must be the NAME of an environment variable (like OPENAI_API_KEY), not the key itself"
+            )
         super().__init__(**config)
         self.base_url = self.base_url.rstrip("/")
 
@@ -107,8 +110,9 @@ class OpenAIModel(BaseServer):
             try:
                 return response_from_chat(answer, body)
             except ConversionError as exc:
-                raise UpstreamError(self.base_url + "/chat/completions", 200,
-                                    f"the answer is not a chat.completion: {exc}") from exc
+                raise UpstreamError(
+                    self.base_url + "/chat/completions", 200, f"the answer is not a chat.completion: {exc}"
+                ) from exc
         payload = body.model_dump(mode="json", exclude_unset=True)
         if self.model:
             payload["model"] = self.model
@@ -122,8 +126,9 @@ class OpenAIModel(BaseServer):
         try:
             return NeMoGymResponse.model_validate(answer)
         except ValueError as exc:
-            raise UpstreamError(url, 200, f"the answer is not a Responses API response: "
-                                          f"{scrub(str(exc), self._key())[:500]}", hint) from exc
+            raise UpstreamError(
+                url, 200, f"the answer is not a Responses API response: {scrub(str(exc), self._key())[:500]}", hint
+            ) from exc
 
     # --- the upstream call ----------------------------------------------------------------------
 
@@ -160,30 +165,51 @@ class OpenAIModel(BaseServer):
                     retry_after = _retry_after(resp.headers)
             except TimeoutError:
                 if last:
-                    raise UpstreamError(url, 0, f"no answer within timeout_s={self.timeout_s:g} s",
-                                        f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load",
-                                        attempts, status=504) from None
+                    raise UpstreamError(
+                        url,
+                        0,
+                        f"no answer within timeout_s={self.timeout_s:g} s",
+                        f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load",
+                        attempts,
+                        status=504,
+                    ) from None
                 status, why = 0, f"timed out after {self.timeout_s:g} s"
             except aiohttp.ClientError as exc:
                 cause = scrub(f"{type(exc).__name__}: {exc}", key)
                 if last:
-                    raise UpstreamError(url, 0, f"cannot reach the endpoint: {cause}",
-                                        f"after {attempts} attempt(s); is it running, and is base_url right?",
-                                        attempts) from None
+                    raise UpstreamError(
+                        url,
+                        0,
+                        f"cannot reach the endpoint: {cause}",
+                        f"after {attempts} attempt(s); is it running, and is base_url right?",
+                        attempts,
+                    ) from None
                 status, why = 0, cause
             else:
                 if 200 <= status < 300:
                     try:
                         return json.loads(text)
                     except ValueError:
-                        raise UpstreamError(url, status, f"the answer is not JSON: {text[:300]!r}",
-                                            "is base_url the endpoint's API root (ending in /v1)?", attempt + 1) from None
+                        raise UpstreamError(
+                            url,
+                            status,
+                            f"the answer is not JSON: {text[:300]!r}",
+                            "is base_url the endpoint's API root (ending in /v1)?",
+                            attempt + 1,
+                        ) from None
                 if not (status == 429 or status >= 500) or last:
                     raise self._failure(url, status, text, attempt + 1)
                 why = f"HTTP {status}: {error_message(text)[:200]}"
             delay = self._delay(attempt, retry_after)
-            log.warning("%s: upstream %s %s (attempt %d of %d); retrying in %.2f s",
-                        self.name, url, why, attempt + 1, attempts, delay)
+            log.warning(
+                "%s: upstream %s %s (attempt %d of %d); retrying in %.2f s",
+                self.name,
+                url,
+                why,
+                attempt + 1,
+                attempts,
+                delay,
+            )
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -200,9 +226,11 @@ class OpenAIModel(BaseServer):
                 check = f"check the key in the environment variable {env}"
             hint = f"authentication failed at {self.base_url}; {check}"
         elif status == 404:
-            hint = (f"is base_url ({self.base_url}) the API root ending in /v1, is the model name "
-                    f"({self.model or 'from the request'}) right, and does the endpoint serve "
-                    f"{url.rsplit('/v1', 1)[-1]} (mode={self.mode!r})?")
+            hint = (
+                f"is base_url ({self.base_url}) the API root ending in /v1, is the model name "
+                f"({self.model or 'from the request'}) right, and does the endpoint serve "
+                f"{url.rsplit('/v1', 1)[-1]} (mode={self.mode!r})?"
+            )
         elif status == 429:
             hint = f"rate limited{retried}; raise max_retries/backoff or lower the concurrency"
         elif status >= 500:
@@ -220,22 +248,31 @@ class OpenAIModel(BaseServer):
         message += f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
         message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
         log.error("%s", message)
-        return JSONResponse(status_code=exc.answer_status, content={
-            "detail": message,
-            "message": message,
-            "server": self.name,
-            "route": route,
-            "upstream": {"url": exc.url, "status": exc.upstream_status, "message": exc.cause},
-            "attempts": exc.attempts,
-            "hint": exc.hint,
-        })
+        return JSONResponse(
+            status_code=exc.answer_status,
+            content={
+                "detail": message,
+                "message": message,
+                "server": self.name,
+                "route": route,
+                "upstream": {"url": exc.url, "status": exc.upstream_status, "message": exc.cause},
+                "attempts": exc.attempts,
+                "hint": exc.hint,
+            },
+        )
 
     async def _conversion_error(self, request: Request, exc: ConversionError) -> JSONResponse:
         route = f"{request.method} {request.url.path}"
         message = f"{self.name}: {route}: the request cannot be sent to {self.base_url}/chat/completions: {exc}"
-        return JSONResponse(status_code=400, content={
-            "detail": message, "message": message, "server": self.name, "route": route,
-        })
+        return JSONResponse(
+            status_code=400,
+            content={
+                "detail": message,
+                "message": message,
+                "server": self.name,
+                "route": route,
+            },
+        )
 
 
 def _retry_after(headers: Any) -> str | None:

@@ -31,9 +31,22 @@ from gymlab.protocol.responses import FunctionCall, FunctionCallOutput, Item, Ne
 #: Keys of a record that identify the row rather than describe the episode.
 IDENTITY_KEYS = ("_ng_task_index", "_ng_rollout_index", "agent_ref", "env_name")
 #: Keys the record builders own; a row's own field of the same name never overrides them.
-_RECORD_KEYS = frozenset({"responses_create_params", "response", "reward", "mask_sample", "failure_kind",
-                          "failure_reason", "failure_stage", "terminated", "truncated", "info", "steps",
-                          "duration_s"})
+_RECORD_KEYS = frozenset(
+    {
+        "responses_create_params",
+        "response",
+        "reward",
+        "mask_sample",
+        "failure_kind",
+        "failure_reason",
+        "failure_stage",
+        "terminated",
+        "truncated",
+        "info",
+        "steps",
+        "duration_s",
+    }
+)
 
 
 class StepRecord(BaseModel):
@@ -113,8 +126,15 @@ def _row_fields(row: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (row or {}).items() if k not in _RECORD_KEYS}
 
 
-def verified(answer: dict[str, Any] | None, steps: list[StepRecord], stop_reason: str | None, duration_s: float,
-             *, row: dict[str, Any] | None = None, response: NeMoGymResponse | None = None) -> Rollout:
+def verified(
+    answer: dict[str, Any] | None,
+    steps: list[StepRecord],
+    stop_reason: str | None,
+    duration_s: float,
+    *,
+    row: dict[str, Any] | None = None,
+    response: NeMoGymResponse | None = None,
+) -> Rollout:
     """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps.
 
     Grading sets the last step's reward to the verify's (in ``steps`` itself, so the episode that
@@ -123,8 +143,10 @@ def verified(answer: dict[str, Any] | None, steps: list[StepRecord], stop_reason
     row's request and ``response`` so far, reward summed over the steps.
     """
     if answer is None:
-        answer = {"responses_create_params": (row or {}).get("responses_create_params"),
-                  "reward": math.fsum(s.reward for s in steps)}
+        answer = {
+            "responses_create_params": (row or {}).get("responses_create_params"),
+            "reward": math.fsum(s.reward for s in steps),
+        }
     elif steps:
         last = steps[-1]
         last.reward = float(answer.get("reward", 0.0))
@@ -140,51 +162,71 @@ def verified(answer: dict[str, Any] | None, steps: list[StepRecord], stop_reason
     return Rollout.model_validate(fields)
 
 
-def from_transitions(params: ResponseCreateParams, response: NeMoGymResponse, steps: list[StepRecord], *,
-                     cut_by_limit: bool, duration_s: float, row: dict[str, Any] | None = None,
-                     last: Any = None) -> Rollout:
+def from_transitions(
+    params: ResponseCreateParams,
+    response: NeMoGymResponse,
+    steps: list[StepRecord],
+    *,
+    cut_by_limit: bool,
+    duration_s: float,
+    row: dict[str, Any] | None = None,
+    last: Any = None,
+) -> Rollout:
     """A Gymnasium episode from its transitions; ``last`` is the final ``/step`` answer (or None).
 
     The reward is the sum of the step rewards; mask and failure fields come from the final step.
     """
     if cut_by_limit and steps:
         steps[-1].truncated = True
-    return Rollout.model_validate({
-        **_row_fields(row),
-        "responses_create_params": params.model_dump(mode="json", exclude_none=True),
-        "response": response.model_dump(mode="json", exclude_none=True),
-        "reward": math.fsum(s.reward for s in steps),
-        "terminated": bool(last is not None and last.terminated),
-        "truncated": bool(cut_by_limit or (last is not None and last.truncated)),
-        "info": last.info if last is not None else {},
-        "mask_sample": bool(last is not None and last.mask_sample),
-        "failure_kind": last.failure_kind if last is not None else None,
-        "failure_reason": last.failure_reason if last is not None else None,
-        "steps": _dump(steps),
-        "duration_s": duration_s,
-    })
+    return Rollout.model_validate(
+        {
+            **_row_fields(row),
+            "responses_create_params": params.model_dump(mode="json", exclude_none=True),
+            "response": response.model_dump(mode="json", exclude_none=True),
+            "reward": math.fsum(s.reward for s in steps),
+            "terminated": bool(last is not None and last.terminated),
+            "truncated": bool(cut_by_limit or (last is not None and last.truncated)),
+            "info": last.info if last is not None else {},
+            "mask_sample": bool(last is not None and last.mask_sample),
+            "failure_kind": last.failure_kind if last is not None else None,
+            "failure_reason": last.failure_reason if last is not None else None,
+            "steps": _dump(steps),
+            "duration_s": duration_s,
+        }
+    )
 
 
-def failed(row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: list[StepRecord] = (),
-           response: NeMoGymResponse | None = None) -> Rollout:
+def failed(
+    row: dict[str, Any],
+    failure: Failure,
+    *,
+    duration_s: float = 0.0,
+    steps: list[StepRecord] = (),
+    response: NeMoGymResponse | None = None,
+) -> Rollout:
     """A masked record for an episode that could not finish: reward 0, never a graded zero."""
     params = row.get("responses_create_params") or {"input": ""}
-    return Rollout.model_validate({
-        **_row_fields(row),
-        "responses_create_params": params,
-        "response": (response or NeMoGymResponse(output=[], status="failed")).model_dump(mode="json", exclude_none=True),
-        "reward": 0.0,
-        "mask_sample": True,
-        "failure_kind": failure.kind,
-        "failure_reason": failure.message or failure.kind,
-        "failure_stage": failure.stage,
-        "steps": _dump(steps),
-        "duration_s": duration_s,
-    })
+    return Rollout.model_validate(
+        {
+            **_row_fields(row),
+            "responses_create_params": params,
+            "response": (response or NeMoGymResponse(output=[], status="failed")).model_dump(
+                mode="json", exclude_none=True
+            ),
+            "reward": 0.0,
+            "mask_sample": True,
+            "failure_kind": failure.kind,
+            "failure_reason": failure.message or failure.kind,
+            "failure_stage": failure.stage,
+            "steps": _dump(steps),
+            "duration_s": duration_s,
+        }
+    )
 
 
-def identity(*, task_index: Any = None, repeat: Any = None, agent: str | dict[str, Any] | None = None,
-             env: str | None = None) -> dict[str, Any]:
+def identity(
+    *, task_index: Any = None, repeat: Any = None, agent: str | dict[str, Any] | None = None, env: str | None = None
+) -> dict[str, Any]:
     """A row's identity fields under the one set of names (a None value is left out).
 
     ``agent`` is a name or a whole ``agent_ref``. Collection adds these to the records it writes
@@ -202,9 +244,15 @@ def identity(*, task_index: Any = None, repeat: Any = None, agent: str | dict[st
     return fields
 
 
-def with_identity(record: Rollout | dict[str, Any], *, task_index: Any = None, repeat: Any = None,
-                  agent: str | None = None, env: str | None = None,
-                  extra: dict[str, Any] | None = None) -> Rollout:
+def with_identity(
+    record: Rollout | dict[str, Any],
+    *,
+    task_index: Any = None,
+    repeat: Any = None,
+    agent: str | None = None,
+    env: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Rollout:
     """``record`` with its row's identity (``identity``) set (None leaves a value as it is)."""
     update = {**(extra or {}), **identity(task_index=task_index, repeat=repeat, agent=agent, env=env)}
     if isinstance(record, Rollout):
@@ -236,17 +284,40 @@ def synthetic(n_episodes: int, steps_per_episode: int) -> list[Rollout]:
     for e in range(n_episodes):
         steps = []
         for i in range(steps_per_episode):
-            call = FunctionCall.model_construct(type="function_call", name="increment", arguments='{"by": 1}',
-                                                call_id=f"c{i}")
-            result = FunctionCallOutput.model_construct(type="function_call_output", call_id=f"c{i}",
-                                                        output=f'{{"count": {i}}}')
-            steps.append(StepRecord.model_construct(index=i, action=[call], reward=0.0, terminated=False,
-                                                    truncated=False, observation=None, info={},
-                                                    tool_outputs=[result], duration_s=0.0))
+            call = FunctionCall.model_construct(
+                type="function_call", name="increment", arguments='{"by": 1}', call_id=f"c{i}"
+            )
+            result = FunctionCallOutput.model_construct(
+                type="function_call_output", call_id=f"c{i}", output=f'{{"count": {i}}}'
+            )
+            steps.append(
+                StepRecord.model_construct(
+                    index=i,
+                    action=[call],
+                    reward=0.0,
+                    terminated=False,
+                    truncated=False,
+                    observation=None,
+                    info={},
+                    tool_outputs=[result],
+                    duration_s=0.0,
+                )
+            )
         steps[-1].reward = 1.0
-        out.append(Rollout.model_construct(responses_create_params=params, response=NeMoGymResponse(),
-                                           reward=1.0, mask_sample=False, failure_kind=None, failure_reason=None,
-                                           steps=steps, duration_s=0.0, _ng_task_index=e, _ng_rollout_index=0))
+        out.append(
+            Rollout.model_construct(
+                responses_create_params=params,
+                response=NeMoGymResponse(),
+                reward=1.0,
+                mask_sample=False,
+                failure_kind=None,
+                failure_reason=None,
+                steps=steps,
+                duration_s=0.0,
+                _ng_task_index=e,
+                _ng_rollout_index=0,
+            )
+        )
     return out
 
 
@@ -254,5 +325,16 @@ def _get(record: Any, key: str) -> Any:
     return record.get(key) if isinstance(record, dict) else getattr(record, key, None)
 
 
-__all__ = ["IDENTITY_KEYS", "Rollout", "StepRecord", "failed", "failure_counts", "from_transitions", "identity", "mean_reward", "synthetic", "verified",
-           "with_identity"]
+__all__ = [
+    "IDENTITY_KEYS",
+    "Rollout",
+    "StepRecord",
+    "failed",
+    "failure_counts",
+    "from_transitions",
+    "identity",
+    "mean_reward",
+    "synthetic",
+    "verified",
+    "with_identity",
+]

@@ -87,7 +87,11 @@ def _item_tag(v: Any) -> str:
 
 
 Item = Annotated[
-    Annotated[Message, Tag("message")] | Annotated[FunctionCall, Tag("function_call")] | Annotated[FunctionCallOutput, Tag("function_call_output")] | Annotated[Reasoning, Tag("reasoning")] | Annotated[OtherItem, Tag("other")],
+    Annotated[Message, Tag("message")]
+    | Annotated[FunctionCall, Tag("function_call")]
+    | Annotated[FunctionCallOutput, Tag("function_call_output")]
+    | Annotated[Reasoning, Tag("reasoning")]
+    | Annotated[OtherItem, Tag("other")],
     Discriminator(_item_tag),
 ]
 
@@ -166,8 +170,7 @@ class Usage(_Open):
             output_tokens=self.output_tokens + other.output_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
             input_tokens_details=InputTokensDetails(
-                cached_tokens=self.input_tokens_details.cached_tokens
-                + other.input_tokens_details.cached_tokens
+                cached_tokens=self.input_tokens_details.cached_tokens + other.input_tokens_details.cached_tokens
             ),
             output_tokens_details=OutputTokensDetails(
                 reasoning_tokens=self.output_tokens_details.reasoning_tokens

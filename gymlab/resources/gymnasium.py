@@ -63,16 +63,18 @@ class GymnasiumServer(BaseServer):
     def episode_sessions(self) -> EpisodeSessions:
         """This server's open episode sessions (seeded or reset), locks, fences and idle reaper."""
         if self._episodes is None:
-            self._episodes = EpisodeSessions(self.session_close_retry_window_seconds, self.session_ttl_seconds,
-                                             self.close_episode)
+            self._episodes = EpisodeSessions(
+                self.session_close_retry_window_seconds, self.session_ttl_seconds, self.close_episode
+            )
         return self._episodes
 
     async def _episode_seed(self, body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:
         reset = await self.reset_session(body.task_data, body.resources_session_id)
         if reset.observation is None:  # reset set none: the answer leaves the field out, as the spec says
             return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)
-        return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id,
-                                            observation=reset.observation)
+        return ResourcesSeedSessionResponse(
+            resources_session_id=body.resources_session_id, observation=reset.observation
+        )
 
     # -- the hooks a subclass writes -------------------------------------------------------------
 
@@ -183,4 +185,6 @@ class GymnasiumServer(BaseServer):
 def _observation(server: GymnasiumServer, observation: Any) -> str | None:
     if observation is None or isinstance(observation, str):
         return observation
-    raise TypeError(f"{type(server).__name__}: an observation must be a string or None, got {type(observation).__name__}")
+    raise TypeError(
+        f"{type(server).__name__}: an observation must be a string or None, got {type(observation).__name__}"
+    )

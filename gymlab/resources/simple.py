@@ -95,13 +95,12 @@ class SimpleResourcesServer(BaseServer):
     def episode_sessions(self) -> EpisodeSessions:
         """This server's open episode sessions, locks and fences."""
         if self._episodes is None:
-            self._episodes = EpisodeSessions(self.session_close_retry_window_seconds, self.session_ttl_seconds,
-                                             self.close_resources_session)
+            self._episodes = EpisodeSessions(
+                self.session_close_retry_window_seconds, self.session_ttl_seconds, self.close_resources_session
+            )
         return self._episodes
 
-    async def seed_session(
-        self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest
-    ) -> BaseSeedSessionResponse:
+    async def seed_session(self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         """Initialise an episode; the default does nothing."""
         return BaseSeedSessionResponse()
 
@@ -119,7 +118,9 @@ class SimpleResourcesServer(BaseServer):
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         return aggregate_metrics(body.verify_responses)
 
-    async def _close_session_route(self, request: Request, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+    async def _close_session_route(
+        self, request: Request, body: ResourcesCloseSessionRequest
+    ) -> ResourcesCloseSessionResponse:
         return await self.episode_sessions.close(with_cookie_session(request, body), self.close_resources_session)
 
 

@@ -33,8 +33,15 @@ from gymlab.protocol import (
 )
 from gymlab.server import BaseServer
 
-_STATUS_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-                 429: "requests", 500: "server_error", 502: "server_error", 503: "server_error"}
+_STATUS_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    429: "requests",
+    500: "server_error",
+    502: "server_error",
+    503: "server_error",
+}
 _STATUS_MESSAGES = {
     429: "Rate limit reached for requests. Please try again later.",
     500: "The server had an error while processing your request. Sorry about that!",
@@ -117,8 +124,15 @@ def params_from_chat(req: ChatRequest) -> ResponseCreateParams:
             items.append(Message(role=m.role, content=m.text))
         for call in m.tool_calls or []:
             items.append(FunctionCall(name=call.function.name, arguments=call.function.arguments, call_id=call.id))
-    tools = [FunctionTool(name=t.function.name, description=t.function.description,
-                          parameters=t.function.parameters, strict=t.function.strict) for t in req.tools or []]
+    tools = [
+        FunctionTool(
+            name=t.function.name,
+            description=t.function.description,
+            parameters=t.function.parameters,
+            strict=t.function.strict,
+        )
+        for t in req.tools or []
+    ]
     limit = req.max_completion_tokens or req.max_tokens
     return ResponseCreateParams(input=items, tools=tools, model=req.model, max_output_tokens=limit)
 
@@ -132,8 +146,9 @@ def _truncate(response: NeMoGymResponse, limit: int | None) -> NeMoGymResponse:
         return response
     output = [i for i in response.output if not isinstance(i, Message)]
     output.append(assistant_message(" ".join(words[:limit])))
-    return response.model_copy(update={"output": output, "status": "incomplete",
-                                       "incomplete_details": {"reason": "max_output_tokens"}})
+    return response.model_copy(
+        update={"output": output, "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}
+    )
 
 
 def chat_from_response(response: NeMoGymResponse, model: str, reasoning: str | None = None) -> dict:
@@ -144,8 +159,9 @@ def chat_from_response(response: NeMoGymResponse, model: str, reasoning: str | N
     if thinking or reasoning:
         message["reasoning_content"] = thinking or reasoning
     if calls:
-        message["tool_calls"] = [{"id": c.call_id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        message["tool_calls"] = [
+            {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+        ]
     if response.incomplete_details:
         finish = "length"
     else:
@@ -157,16 +173,31 @@ def chat_from_response(response: NeMoGymResponse, model: str, reasoning: str | N
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-        "usage": {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
-                  "total_tokens": usage.total_tokens},
+        "usage": {
+            "prompt_tokens": usage.input_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.total_tokens,
+        },
     }
 
 
-def openai_error(status: int, message: str, type_: str | None = None, code: str | None = None,
-                 param: str | None = None, headers: dict | None = None) -> JSONResponse:
+def openai_error(
+    status: int,
+    message: str,
+    type_: str | None = None,
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict | None = None,
+) -> JSONResponse:
     """An error in OpenAI's shape."""
-    body = {"error": {"message": message, "type": type_ or _STATUS_TYPES.get(status, "server_error"),
-                      "param": param, "code": code}}
+    body = {
+        "error": {
+            "message": message,
+            "type": type_ or _STATUS_TYPES.get(status, "server_error"),
+            "param": param,
+            "code": code,
+        }
+    }
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -191,11 +222,23 @@ class OpenAIUpstream(BaseServer):
 
     def model_post_init(self, __context: Any) -> None:
         super().model_post_init(__context)
-        self.inject(fail_times=self.fail_times, fail_status=self.fail_status, retry_after=self.retry_after,
-                    delay_s=self.delay_s, delay_times=self.delay_times)
+        self.inject(
+            fail_times=self.fail_times,
+            fail_status=self.fail_status,
+            retry_after=self.retry_after,
+            delay_s=self.delay_s,
+            delay_times=self.delay_times,
+        )
 
-    def inject(self, *, fail_times: int = 0, fail_status: int = 500, retry_after: float | None = None,
-               delay_s: float = 0.0, delay_times: int | None = None) -> None:
+    def inject(
+        self,
+        *,
+        fail_times: int = 0,
+        fail_status: int = 500,
+        retry_after: float | None = None,
+        delay_s: float = 0.0,
+        delay_times: int | None = None,
+    ) -> None:
         """Set the faults for the next requests (replacing any left over)."""
         self.fail_times, self.fail_status, self.retry_after = fail_times, fail_status, retry_after
         self.delay_s, self.delay_times = delay_s, delay_times
@@ -215,8 +258,10 @@ class OpenAIUpstream(BaseServer):
         return app
 
     async def models(self) -> dict:
-        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
-                                            "owned_by": "gymlab"}]}
+        return {
+            "object": "list",
+            "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "gymlab"}],
+        }
 
     async def _gate(self, request: Request, path: str) -> tuple[Any, JSONResponse | None]:
         """Record the request, then apply the key check, injected failures and delay."""
@@ -229,18 +274,26 @@ class OpenAIUpstream(BaseServer):
         self._requests.append({"path": path, "body": body, "authorized": authorized})
         if not authorized:
             if not auth:
-                return body, openai_error(401, "You didn't provide an API key. You need to provide your API key "
-                                               "in an Authorization header using Bearer auth.")
+                return body, openai_error(
+                    401,
+                    "You didn't provide an API key. You need to provide your API key "
+                    "in an Authorization header using Bearer auth.",
+                )
             given = auth.removeprefix("Bearer ")
             shown = given if self.echo_key_in_errors else f"{given[:3]}{'*' * max(0, len(given) - 7)}{given[-4:]}"
-            return body, openai_error(401, f"Incorrect API key provided: {shown}. You can find your API key "
-                                           "at https://platform.openai.com/account/api-keys.", code="invalid_api_key")
+            return body, openai_error(
+                401,
+                f"Incorrect API key provided: {shown}. You can find your API key "
+                "at https://platform.openai.com/account/api-keys.",
+                code="invalid_api_key",
+            )
         if self._failures_left > 0:
             self._failures_left -= 1
             headers = {"Retry-After": f"{self.retry_after:g}"} if self.retry_after is not None else None
             status = self.fail_status
-            return body, openai_error(status, _STATUS_MESSAGES.get(status, f"Injected failure {status}."),
-                                      headers=headers)
+            return body, openai_error(
+                status, _STATUS_MESSAGES.get(status, f"Injected failure {status}."), headers=headers
+            )
         if self.delay_s and (self._delays_left is None or self._delays_left > 0):
             if self._delays_left is not None:
                 self._delays_left -= 1
@@ -268,15 +321,25 @@ class OpenAIUpstream(BaseServer):
         except ValidationError as exc:
             e = exc.errors()[0]
             if e["type"] == "extra_forbidden":
-                return openai_error(400, f"Unknown parameter: '{'.'.join(map(str, e['loc']))}'.",
-                                    code="unknown_parameter", param=str(e["loc"][-1]))
+                return openai_error(
+                    400,
+                    f"Unknown parameter: '{'.'.join(map(str, e['loc']))}'.",
+                    code="unknown_parameter",
+                    param=str(e["loc"][-1]),
+                )
             return openai_error(400, f"Invalid request: {'.'.join(map(str, e['loc']))}: {e['msg']}")
         response = await self._answer(params)
         out = response.model_dump(mode="json", exclude_none=True)
         out.setdefault("incomplete_details", None)
         out["usage"]["input_tokens_details"].setdefault("cache_write_tokens", 0)  # as OpenAI's usage has it
-        out.update(model=params.model or self.model_name, error=None, instructions=params.instructions,
-                   metadata=params.metadata or {}, temperature=params.temperature, top_p=params.top_p)
+        out.update(
+            model=params.model or self.model_name,
+            error=None,
+            instructions=params.instructions,
+            metadata=params.metadata or {},
+            temperature=params.temperature,
+            top_p=params.top_p,
+        )
         return out
 
     async def chat_completions(self, request: Request):

@@ -150,8 +150,11 @@ async def check_idempotent_reseed(c: _Contract) -> None:
 async def check_invalid_seed(c: _Contract) -> None:
     rule = "invalid seed 422"
     sid = c.new_id(rule)
-    body = c.seed_body(sid, task_data="not an object") if c.invalid_seed is None else {
-        **copy.deepcopy(c.invalid_seed), "resources_session_id": sid}
+    body = (
+        c.seed_body(sid, task_data="not an object")
+        if c.invalid_seed is None
+        else {**copy.deepcopy(c.invalid_seed), "resources_session_id": sid}
+    )
     async with c.client() as client:
         reply = await _post(client, rule, "/seed_session", body)
         if reply.status_code != 422:
@@ -222,11 +225,17 @@ async def check_verify_after_close(c: _Contract) -> None:
         await _seed(c, client, rule, sid)
         await _close(c, client, rule, sid)
         answer = _expect(rule, await _post(client, rule, "/verify", c.verify_body), 200, "a verify after the close")
-        if not (answer.get("mask_sample") is True and answer.get("failure_kind") == "session_lost"
-                and answer.get("failure_reason")):
+        if not (
+            answer.get("mask_sample") is True
+            and answer.get("failure_kind") == "session_lost"
+            and answer.get("failure_reason")
+        ):
             got = {k: answer.get(k) for k in ("reward", "mask_sample", "failure_kind", "failure_reason")}
-            raise _fail(rule, "a verify for a closed session must answer with lost_session_verification() "
-                              f"(mask_sample true, failure_kind 'session_lost', a reason), got {got}")
+            raise _fail(
+                rule,
+                "a verify for a closed session must answer with lost_session_verification() "
+                f"(mask_sample true, failure_kind 'session_lost', a reason), got {got}",
+            )
 
 
 async def check_state_released_once(c: _Contract) -> None:
@@ -238,9 +247,12 @@ async def check_state_released_once(c: _Contract) -> None:
             body = {**c.verify_body, "close_follows": True}
             answer = _expect(rule, await _post(client, rule, "/verify", body), 200, "the episode's verify")
             if answer.get("mask_sample"):
-                raise _fail(rule, "the verify before the close came back masked "
-                                  f"({answer.get('failure_kind')}: {answer.get('failure_reason')}); state was released "
-                                  "before the episode ended")
+                raise _fail(
+                    rule,
+                    "the verify before the close came back masked "
+                    f"({answer.get('failure_kind')}: {answer.get('failure_reason')}); state was released "
+                    "before the episode ended",
+                )
         await _close(c, client, rule, sid)
         await _close(c, client, rule, sid, "the repeated close")
         _must_not_hold(c, rule, sid, "after the episode's close")
@@ -310,6 +322,13 @@ def check_resources_session_contract(
     """
     from gymlab._sync import run_sync
 
-    return run_sync(acheck_resources_session_contract(
-        app, seed, keeps_state=keeps_state, holds_state=holds_state,
-        verify_body=verify_body, invalid_seed=invalid_seed))
+    return run_sync(
+        acheck_resources_session_contract(
+            app,
+            seed,
+            keeps_state=keeps_state,
+            holds_state=holds_state,
+            verify_body=verify_body,
+            invalid_seed=invalid_seed,
+        )
+    )

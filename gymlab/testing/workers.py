@@ -73,16 +73,25 @@ def serve_entrypoint(entrypoint: str | os.PathLike, workers: int = 4, **config: 
 
     env = dict(os.environ, **{CONFIG_ENV: json.dumps({"num_workers": workers, "port": 0, **config})})
     log = tempfile.NamedTemporaryFile("w+", prefix=f"gymlab-{Path(entrypoint).stem}-", suffix=".log", delete=False)
-    proc = subprocess.Popen([sys.executable, str(entrypoint)], env=env, stdout=subprocess.PIPE, stderr=log,
-                            start_new_session=True, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(entrypoint)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        start_new_session=True,
+        text=True,
+    )
     try:
         ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_S)
         line = proc.stdout.readline() if ready else ""
         if "serving" not in line:
             raise RuntimeError(f"{entrypoint} did not start: {line!r} (exit {proc.poll()}); log: {log.name}")
         served = Served(line.split(" on ", 1)[1].split()[0], proc, Path(log.name))
-        wait_until(lambda: served.log.read_text().count("Application startup complete") >= workers,
-                   START_TIMEOUT_S, f"{workers} workers started")
+        wait_until(
+            lambda: served.log.read_text().count("Application startup complete") >= workers,
+            START_TIMEOUT_S,
+            f"{workers} workers started",
+        )
         yield served
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -19,9 +19,26 @@ from gymlab.lab import AgentHandle
 
 counter = load_environment("counter")
 
-FORBIDDEN = ["seed_session", "verify", "close_session", "reset", "step", "close", "aggregate_metrics", "health",
-             "docs", "openapi.json", "../verify", "increment/../seed_session", "%2e%2e/verify", "increment?by=9",
-             "increment#x", "incr ement", "", "decrement"]
+FORBIDDEN = [
+    "seed_session",
+    "verify",
+    "close_session",
+    "reset",
+    "step",
+    "close",
+    "aggregate_metrics",
+    "health",
+    "docs",
+    "openapi.json",
+    "../verify",
+    "increment/../seed_session",
+    "%2e%2e/verify",
+    "increment?by=9",
+    "increment#x",
+    "incr ement",
+    "",
+    "decrement",
+]
 
 
 class WatchedCounter(counter.CounterServer):
@@ -50,8 +67,10 @@ def hostile(request):
     if any(i.type == "function_call_output" for i in request.input_items()):
         return "The counter reads the target."
     target = _row()["target"]
-    return [function_call(name, {"initial_count": target, "target": target, "resources_session_id": "x"})
-            for name in FORBIDDEN]
+    return [
+        function_call(name, {"initial_count": target, "target": target, "resources_session_id": "x"})
+        for name in FORBIDDEN
+    ]
 
 
 def _check_refused(record, env):
@@ -90,8 +109,11 @@ def test_single_agent_turn_sends_no_forbidden_call(lab):
     agent = lab.serve_agent("simple_agent", model=lab.serve_model(hostile))
     turn = lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url)
     record = turn.run({"task_id": "counter/0", "task_input": _row()})
-    outputs = [json.loads(o["output"])["error"] for o in record.response.model_dump()["output"]
-               if o["type"] == "function_call_output"]
+    outputs = [
+        json.loads(o["output"])["error"]
+        for o in record.response.model_dump()["output"]
+        if o["type"] == "function_call_output"
+    ]
     assert len(outputs) == len(FORBIDDEN)
     assert (record.reward, record.mask_sample) == (0.0, False)
     assert env.server.seen == ["/seed_session", "/verify", "/close_session"]

@@ -1,6 +1,5 @@
 """simple_agent over real loopback HTTP: the calculator episode, tool failures, max_steps, concurrency."""
 
-
 import json
 
 import pytest
@@ -48,9 +47,18 @@ def _scripted(*turns):
 @pytest.mark.parametrize(
     "call, expect",
     [
-        (function_call("cube", {"value": 2}), lambda out: json.loads(out) == {"error": "unknown tool 'cube'; declared: square"}),
-        (FunctionCall(name="square", arguments="{not json", call_id="c1"), lambda out: json.loads(out)["error"].startswith("Invalid tool call arguments")),
-        (function_call("square", {"value": "four"}), lambda out: json.loads(out)["detail"][0]["loc"] == ["body", "value"]),
+        (
+            function_call("cube", {"value": 2}),
+            lambda out: json.loads(out) == {"error": "unknown tool 'cube'; declared: square"},
+        ),
+        (
+            FunctionCall(name="square", arguments="{not json", call_id="c1"),
+            lambda out: json.loads(out)["error"].startswith("Invalid tool call arguments"),
+        ),
+        (
+            function_call("square", {"value": "four"}),
+            lambda out: json.loads(out)["detail"][0]["loc"] == ["body", "value"],
+        ),
     ],
     ids=["unknown-tool", "invalid-json-arguments", "invalid-arguments-422"],
 )
@@ -108,7 +116,9 @@ def test_unknown_request_key_is_refused_naming_the_key(lab, calculator, rows):
         with pytest.raises(ServerError) as err:
             handle.post(path, body)
         assert err.value.status == 422
-        assert "unknown key 'temprature' in responses_create_params" in str(err.value) or "unknown key 'temprature'" in str(err.value)
+        assert "unknown key 'temprature' in responses_create_params" in str(
+            err.value
+        ) or "unknown key 'temprature'" in str(err.value)
 
 
 def test_seed_failure_is_reported_naming_the_resources_server(lab, calculator, rows):

@@ -51,8 +51,9 @@ def test_a_wrong_target_scores_zero_and_still_leaves_no_state(lab, counter, rows
     env = lab.serve(counter.CounterServer)
     turn, _ = serve_turn(lab, env, counter.policy)
     row = rows("counter")[0]
-    rollout = turn.run({"responses_create_params": row["responses_create_params"],
-                        "task_data": {"initial_count": 0}, "target": 99})
+    rollout = turn.run(
+        {"responses_create_params": row["responses_create_params"], "task_data": {"initial_count": 0}, "target": 99}
+    )
     assert rollout.reward == 0.0 and rollout.model_extra["final_count"] == 3
     assert env.server.session_state == {}
 
@@ -67,8 +68,9 @@ class Observing(SimpleResourcesServer):
         self.seeds.append(body.model_dump(mode="json"))
         if "observation" not in body.task_data:
             return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)
-        return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id,
-                                            observation=body.task_data["observation"])
+        return ResourcesSeedSessionResponse(
+            resources_session_id=body.resources_session_id, observation=body.task_data["observation"]
+        )
 
     async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
         self.verified.append(await request.json())
@@ -93,8 +95,11 @@ def _user(text):
 
 
 DEV = {"type": "message", "role": "developer", "content": "Be brief."}
-SETTINGS = {"temperature": 0.25, "max_output_tokens": 64,
-            "tools": [{"type": "function", "name": "look", "description": "", "parameters": {}, "strict": True}]}
+SETTINGS = {
+    "temperature": 0.25,
+    "max_output_tokens": 64,
+    "tools": [{"type": "function", "name": "look", "description": "", "parameters": {}, "strict": True}],
+}
 
 
 @pytest.mark.parametrize(
@@ -102,7 +107,11 @@ SETTINGS = {"temperature": 0.25, "max_output_tokens": 64,
     [
         ("Solve it.", "The workspace is ready.", [_user("Solve it."), _user("The workspace is ready.")]),
         ("", "The workspace is ready.", [_user("The workspace is ready.")]),
-        ([DEV, _user("Solve it.")], "The workspace is ready.", [DEV, _user("Solve it."), _user("The workspace is ready.")]),
+        (
+            [DEV, _user("Solve it.")],
+            "The workspace is ready.",
+            [DEV, _user("Solve it."), _user("The workspace is ready.")],
+        ),
         ("Solve it.", None, [_user("Solve it.")]),
         ("Solve it.", "", [_user("Solve it.")]),
         ("Solve it.", "<unset>", [_user("Solve it.")]),
@@ -146,9 +155,17 @@ def test_restoring_at_agent_invocation_supplies_the_observation_once_without_see
 
 def test_task_shapes_and_seed_body(observed):
     server, turn, _ = observed
-    turn.run({"task_id": "weather/7", "rollout_id": "r-9", "attempt": 2,
-              "task_input": {"responses_create_params": {"input": "x"}, "city": "SF", "task_data": {"unit": "C"}}})
-    turn.run({"responses_create_params": {"input": "y"}, "task_data": {"city": "SF"}, "city": "SF", "_ng_task_index": 3})
+    turn.run(
+        {
+            "task_id": "weather/7",
+            "rollout_id": "r-9",
+            "attempt": 2,
+            "task_input": {"responses_create_params": {"input": "x"}, "city": "SF", "task_data": {"unit": "C"}},
+        }
+    )
+    turn.run(
+        {"responses_create_params": {"input": "y"}, "task_data": {"city": "SF"}, "city": "SF", "_ng_task_index": 3}
+    )
     first, second = server.seeds
     assert first["resources_session_id"].startswith("rs-")
     assert first["episode_id"] == {"rollout_id": "r-9", "attempt": 2}
@@ -162,8 +179,10 @@ def test_task_shapes_and_seed_body(observed):
 @pytest.mark.parametrize(
     "body, message",
     [
-        ({"responses_create_params": {"input": "x"}, "task_data": {"city": "SF"}, "city": "NYC"},
-         "field 'city' is \"NYC\" in the row but \"SF\" in task_data"),
+        (
+            {"responses_create_params": {"input": "x"}, "task_data": {"city": "SF"}, "city": "NYC"},
+            'field \'city\' is "NYC" in the row but "SF" in task_data',
+        ),
         ({"task_id": "a/1", "task_input": {"city": "SF"}}, "the task has no responses_create_params"),
         ({"responses_create_params": {"input": "x", "temprature": 1}}, "responses_create_params: temprature"),
         ({"task_input": [1]}, "task_input must be an object"),
@@ -182,14 +201,18 @@ def test_mask_and_failure_fields_pass_through(lab, counter, rows):
     class Judged(counter.CounterServer):
         async def verify(self, request: Request, body: counter.CounterVerifyRequest):
             answer = await super().verify(request, body)
-            return answer.model_copy(update={"mask_sample": True, "failure_kind": "judge_failed",
-                                             "failure_reason": "the judge timed out"})
+            return answer.model_copy(
+                update={"mask_sample": True, "failure_kind": "judge_failed", "failure_reason": "the judge timed out"}
+            )
 
     env = lab.serve(Judged)
     turn, _ = serve_turn(lab, env, counter.policy)
     rollout = turn.run({"task_input": rows("counter")[0]})
     assert (rollout.mask_sample, rollout.failure_kind, rollout.failure_reason) == (
-        True, "judge_failed", "the judge timed out")
+        True,
+        "judge_failed",
+        "the judge timed out",
+    )
 
 
 def test_a_failing_agent_still_closes_the_session(lab, counter, rows):
@@ -230,8 +253,11 @@ def test_an_agent_bound_elsewhere_refuses_the_episode(lab, counter, calculator, 
 
 def test_registered_by_name():
     assert environment_server_class("single_agent_turn") is SingleAgentTurn
-    assert json.loads(SingleAgentTurn(resources_server="http://r", agent_server="http://a").model_dump_json(
-        include={"resources_server", "agent_server"})) == {"resources_server": "http://r", "agent_server": "http://a"}
+    assert json.loads(
+        SingleAgentTurn(resources_server="http://r", agent_server="http://a").model_dump_json(
+            include={"resources_server", "agent_server"}
+        )
+    ) == {"resources_server": "http://r", "agent_server": "http://a"}
 
 
 def test_a_seed_that_failed_after_taking_effect_is_closed_by_its_id(lab, counter, rows):
@@ -258,9 +284,14 @@ def test_100_concurrent_episodes_are_isolated(lab, counter, rows):
         start, target = i % 5, i % 5 + 1 + i % 3
         params = json.loads(json.dumps(base["responses_create_params"]))
         params["input"][0]["content"] = (
-            f"The counter starts at {start}. Use the increment tool, one step at a time, until it reads {target}.")
-        tasks.append({"task_id": f"counter/{i}",
-                      "task_input": {"responses_create_params": params, "initial_count": start, "target": target}})
+            f"The counter starts at {start}. Use the increment tool, one step at a time, until it reads {target}."
+        )
+        tasks.append(
+            {
+                "task_id": f"counter/{i}",
+                "task_input": {"responses_create_params": params, "initial_count": start, "target": target},
+            }
+        )
     results = lab.run_many(turn, tasks, concurrency=100, on_error="raise")
     assert [r.model_extra["final_count"] for r in results] == [t["task_input"]["target"] for t in tasks]
     assert all(r.reward == 1.0 for r in results)

@@ -23,8 +23,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 #: every wait in this test, Playwright's expect included (its own default is 5 s): on a loaded CI machine
 #: the kernel, JupyterLab and Chromium share two cores, and a widget update can take that long to show
 WAIT_MS = 60_000
@@ -52,20 +60,39 @@ def jupyterlab(tmp_path):
     root.mkdir()
     shutil.copy(ROOT / "notebooks" / "06_widgets.ipynb", root / "widgets.ipynb")
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
+    env = {
+        **os.environ,
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+    }
     log = open(tmp_path / "jupyterlab.log", "w")
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        [
+            str(Path(sys.executable).parent / "jupyter"),
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_S
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with {proc.returncode}: {(tmp_path / 'jupyterlab.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"JupyterLab exited with {proc.returncode}: {(tmp_path / 'jupyterlab.log').read_text()[-2000:]}"
+                )
             try:
                 if httpx.get(f"{base}/api/status", params={"token": token}, timeout=2).status_code == 200:
                     break
@@ -118,7 +145,9 @@ def test_viewer_and_stepper_render_and_respond(jupyterlab):
             page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
             accept_kernel_dialog(page)
             wait_idle(page)
-            news = page.locator(".Toastify__toast", has_text="Jupyter news").get_by_role("button", name="No", exact=True)
+            news = page.locator(".Toastify__toast", has_text="Jupyter news").get_by_role(
+                "button", name="No", exact=True
+            )
             if news.count():
                 news.first.click()  # the news prompt would cover the widgets in the screenshots
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()

@@ -28,8 +28,9 @@ DEADLINE_S = 180
 
 
 def gymlab(*args: str, timeout: float = DEADLINE_S) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gymlab.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "gymlab.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def port_open(url: str) -> bool:
@@ -42,8 +43,13 @@ def port_open(url: str) -> bool:
 @contextlib.contextmanager
 def serving(config: Path, n_servers: int):
     """``gymlab serve CONFIG``: yields (process, {name: url}, stdout lines); always stopped and reaped."""
-    proc = subprocess.Popen([sys.executable, "-m", "gymlab.cli", "serve", str(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gymlab.cli", "serve", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     out: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [out.put(line) for line in proc.stdout], daemon=True).start()
     urls: dict[str, str] = {}
@@ -86,12 +92,26 @@ def test_serve_then_collect_the_calculator_end_to_end(served, tmp_path):
     order = [line.split(" -> ")[0] for line in lines if " -> " in line]
     assert order.index("calculator_simple_agent") > order.index("calculator")  # refs start first
     out = tmp_path / "calc.jsonl"
-    done = gymlab("collect", "--agent-url", urls["calculator_simple_agent"], "--resources-url", urls["calculator"],
-                  "--input", str(EXAMPLE_ROWS), "-o", str(out), "-n", "2", "--no-progress")
+    done = gymlab(
+        "collect",
+        "--agent-url",
+        urls["calculator_simple_agent"],
+        "--resources-url",
+        urls["calculator"],
+        "--input",
+        str(EXAMPLE_ROWS),
+        "-o",
+        str(out),
+        "-n",
+        "2",
+        "--no-progress",
+    )
     assert done.returncode == 0, done.stderr
     assert "10 rollouts" in done.stdout and "mean reward 1.000" in done.stdout
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records] == [(t, k) for t in range(5) for k in range(2)]
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records] == [
+        (t, k) for t in range(5) for k in range(2)
+    ]
     assert all(r["reward"] == 1.0 for r in records)
     final = [i for i in records[0]["response"]["output"] if i["type"] == "message"][-1]
     assert final["content"][0]["text"] == "The answer is 16."  # 4 squared, by the served /square tool
@@ -146,8 +166,9 @@ def test_a_config_mistake_is_one_line_and_exit_2(tmp_path):
 def test_collect_without_servers_or_config_says_what_to_give(tmp_path):
     done = gymlab("collect", "-o", str(tmp_path / "o.jsonl"))
     assert done.returncode == 2
-    assert done.stderr.strip() == ("gymlab collect: error: give --agent-url and --input, or a CONFIG whose "
-                                   "servers to run")
+    assert done.stderr.strip() == (
+        "gymlab collect: error: give --agent-url and --input, or a CONFIG whose servers to run"
+    )
 
 
 def test_serve_runs_a_server_with_several_workers(tmp_path):
@@ -170,9 +191,20 @@ policy_model:
       policy: {counter / "app.py"}:policy
 """)
     with serving(config, 3) as (_proc, urls, _lines):
-        done = gymlab("collect", "--agent-url", urls["counter_simple_agent"], "--input",
-                      str(counter / "data" / "example.jsonl"), "-o", str(tmp_path / "c.jsonl"), "-n", "4", "-c", "8",
-                      "--no-progress")
+        done = gymlab(
+            "collect",
+            "--agent-url",
+            urls["counter_simple_agent"],
+            "--input",
+            str(counter / "data" / "example.jsonl"),
+            "-o",
+            str(tmp_path / "c.jsonl"),
+            "-n",
+            "4",
+            "-c",
+            "8",
+            "--no-progress",
+        )
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
     assert len(records) == 20 and all(r["reward"] == 1.0 for r in records)  # state found its worker every step
@@ -183,9 +215,11 @@ def test_dry_run_refuses_workers_for_a_server_that_cannot_have_them(tmp_path):
         "from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer\n\n\n"
         "class Plain(SimpleResourcesServer):\n"
         "    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:\n"
-        "        return BaseVerifyResponse(**body.model_dump(), reward=1.0)\n")
-    (tmp_path / "c.yaml").write_text("plain:\n  resources_servers:\n    plain:\n      entrypoint: app.py\n"
-                                     "      num_workers: 3\n")
+        "        return BaseVerifyResponse(**body.model_dump(), reward=1.0)\n"
+    )
+    (tmp_path / "c.yaml").write_text(
+        "plain:\n  resources_servers:\n    plain:\n      entrypoint: app.py\n      num_workers: 3\n"
+    )
     done = gymlab("serve", "--dry-run", str(tmp_path / "c.yaml"))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "plain.resources_servers.plain.num_workers: Plain: num_workers=3 needs" in done.stderr

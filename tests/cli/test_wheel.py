@@ -27,9 +27,10 @@ TIMEOUT_S = 900
 
 
 def sh(*args, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=TIMEOUT_S)
-    assert result.returncode == 0, f"{args} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    result = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert result.returncode == 0, (
+        f"{args} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
     return result
 
 
@@ -61,8 +62,13 @@ def venv(tmp_path_factory):
 
 def test_the_package_comes_from_the_venv_not_the_checkout(venv):
     bin_, env, work = venv
-    out = sh(bin_ / "python", "-c", "import gymlab, gymlab.examples as e; print(gymlab.__file__); print(e.ENVIRONMENTS_DIR)",
-             cwd=work, env=env).stdout.split()
+    out = sh(
+        bin_ / "python",
+        "-c",
+        "import gymlab, gymlab.examples as e; print(gymlab.__file__); print(e.ENVIRONMENTS_DIR)",
+        cwd=work,
+        env=env,
+    ).stdout.split()
     assert all(Path(p).is_relative_to(bin_.parent) for p in out), out
     assert sh(bin_ / "gymlab", "--version", cwd=work, env=env).stdout.startswith("gymlab ")
 
@@ -101,6 +107,8 @@ def _printing(cell: str) -> str:
     """The cell as script code that prints its last expression, as the notebook shows it."""
     tree = ast.parse(cell)
     last = tree.body[-1] if tree.body else None
-    if isinstance(last, ast.Expr) and not (isinstance(last.value, ast.Call) and getattr(last.value.func, "id", "") == "display"):
+    if isinstance(last, ast.Expr) and not (
+        isinstance(last.value, ast.Call) and getattr(last.value.func, "id", "") == "display"
+    ):
         tree.body[-1] = ast.Expr(ast.Call(ast.Name("print", ast.Load()), [last.value], []))
     return ast.unparse(ast.fix_missing_locations(tree))

@@ -64,16 +64,26 @@ def lines(path: Path) -> list[dict]:
 def test_collect_writes_the_four_files_in_aabbcc_order(calc_agent, tmp_path):
     agent, env = calc_agent
     rows = example_rows("calculator")
-    result = collect(rows, tmp_path / "run.jsonl", agent_url=agent.url, resources_url=env.url, repeats=2,
-                     concurrency=4, progress=False)
+    result = collect(
+        rows,
+        tmp_path / "run.jsonl",
+        agent_url=agent.url,
+        resources_url=env.url,
+        repeats=2,
+        concurrency=4,
+        progress=False,
+    )
     paths = output_paths(tmp_path / "run.jsonl")
     records = lines(paths["rollouts"])
-    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records] == [(t, k) for t in range(5) for k in range(2)]
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records] == [
+        (t, k) for t in range(5) for k in range(2)
+    ]
     assert all(r["reward"] == 1.0 and r["agent_ref"]["name"] == "calculator_simple_agent" for r in records)
     assert {"responses_create_params", "response", "reward", "mask_sample", "steps"} <= set(records[0])
     assert lines(paths["failures"]) == []
     assert [(m["_ng_task_index"], m["_ng_rollout_index"]) for m in lines(paths["materialized_inputs"])] == [
-        (r["_ng_task_index"], r["_ng_rollout_index"]) for r in records]
+        (r["_ng_task_index"], r["_ng_rollout_index"]) for r in records
+    ]
     metrics = json.loads(paths["aggregate_metrics"].read_text())["calculator_simple_agent"]
     assert metrics["key_metrics"]["answered_by"] == "calculator"  # from the server's /aggregate_metrics
     assert metrics["agent_metrics"]["mean/reward"] == 1.0 and metrics["agent_metrics"]["num_samples"] == 10
@@ -84,8 +94,10 @@ def test_nemo_gym_rows_are_collected_unchanged(calc_agent, tmp_path):
     agent, env = calc_agent
     # Wire-reference rows: the request, an agent_ref, and the environment's own extra fields.
     source = tmp_path / "nemo.jsonl"
-    rows = [{**row, "expected_answer": str(n * n), "metadata_field": {"difficulty": "easy", "tags": ["a", "b"]}}
-            for row, n in zip(example_rows("calculator"), (4, 7, 12, 3, 9))]
+    rows = [
+        {**row, "expected_answer": str(n * n), "metadata_field": {"difficulty": "easy", "tags": ["a", "b"]}}
+        for row, n in zip(example_rows("calculator"), (4, 7, 12, 3, 9))
+    ]
     source.write_text("".join(json.dumps(r) + "\n" for r in rows))
     before = source.read_bytes()
     collect(source, tmp_path / "out.jsonl", agent_url=agent.url, resources_url=env.url, progress=False)
@@ -105,7 +117,9 @@ async def test_a_rerun_skips_finished_pairs(calc_agent, tmp_path):
     second = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, repeats=2, progress=False)
     assert (second.n_new, second.n_skipped) == (6, 4)
     records = lines(tmp_path / "run.jsonl")
-    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records] == [(t, k) for t in range(5) for k in range(2)]
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records] == [
+        (t, k) for t in range(5) for k in range(2)
+    ]
     assert records[:4] == first.rollouts  # the earlier rollouts are kept, not redone
 
 
@@ -148,13 +162,25 @@ async def test_failures_are_retried_then_recorded_with_a_failure_kind(lab, calcu
     env = lab.serve(FlakyCalculator, name="flaky")
     agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(calculator.policy))
     rows = example_rows("calculator")
-    rows.append({**rows[0], "responses_create_params": {**rows[0]["responses_create_params"], "input": [
-        {"role": "user", "content": "What is 13 squared?"}]}})
-    result = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=2, backoff_s=0.01,
-                            progress=False)
+    rows.append(
+        {
+            **rows[0],
+            "responses_create_params": {
+                **rows[0]["responses_create_params"],
+                "input": [{"role": "user", "content": "What is 13 squared?"}],
+            },
+        }
+    )
+    result = await acollect(
+        rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=2, backoff_s=0.01, progress=False
+    )
     assert ATTEMPTS["13"] == 3  # one try and two retries
     [failure] = lines(output_paths(tmp_path / "run.jsonl")["failures"])
-    assert failure["_ng_task_index"] == 5 and failure["failure_kind"] == "verifier_error" and failure["failure_stage"] == "verification"
+    assert (
+        failure["_ng_task_index"] == 5
+        and failure["failure_kind"] == "verifier_error"
+        and failure["failure_stage"] == "verification"
+    )
     assert failure["attempts"] == 3 and "verifier crashed" in failure["failure_reason"]
     assert len(result.rollouts) == 5 and result.failures == [failure]
     # A rerun retries only the failure; it fails again, and is still recorded once.
@@ -165,10 +191,21 @@ async def test_failures_are_retried_then_recorded_with_a_failure_kind(lab, calcu
 
 async def test_an_unreachable_agent_is_recorded_not_raised(tmp_path):
     rows = example_rows("calculator")[:1]
-    result = await acollect(rows, tmp_path / "run.jsonl", agent_url="http://127.0.0.1:9", agent_name="gone",
-                            max_retries=1, backoff_s=0.01, progress=False)
+    result = await acollect(
+        rows,
+        tmp_path / "run.jsonl",
+        agent_url="http://127.0.0.1:9",
+        agent_name="gone",
+        max_retries=1,
+        backoff_s=0.01,
+        progress=False,
+    )
     [failure] = result.failures
-    assert failure["failure_kind"] == "transport_unreachable" and failure["failure_stage"] == "admission" and failure["attempts"] == 2
+    assert (
+        failure["failure_kind"] == "transport_unreachable"
+        and failure["failure_stage"] == "admission"
+        and failure["attempts"] == 2
+    )
 
 
 SLOW_APP = """
@@ -210,11 +247,24 @@ def test_a_collection_killed_halfway_and_rerun_has_each_pair_exactly_once(tmp_pa
     (tmp_path / "app.py").write_text(textwrap.dedent(SLOW_APP))
     (tmp_path / "config.yaml").write_text(textwrap.dedent(SLOW_CONFIG))
     n_rows, repeats = 40, 2
-    (tmp_path / "rows.jsonl").write_text("".join(
-        json.dumps({"responses_create_params": {"input": f"task {i}"}}) + "\n" for i in range(n_rows)))
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps({"responses_create_params": {"input": f"task {i}"}}) + "\n" for i in range(n_rows))
+    )
     out = tmp_path / "out" / "run.jsonl"
-    cmd = [sys.executable, "-m", "gymlab.cli", "collect", str(tmp_path / "config.yaml"), "-o", str(out),
-           "-n", str(repeats), "-c", "4", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gymlab.cli",
+        "collect",
+        str(tmp_path / "config.yaml"),
+        "-o",
+        str(out),
+        "-n",
+        str(repeats),
+        "-c",
+        "4",
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -250,7 +300,8 @@ def test_a_taskset_dataset_is_collated_and_routed_to_its_environment_server(tmp_
     calc = ROOT / "environments" / "calculator"
     source = calc / "data" / "example.jsonl"
     before = source.read_bytes()
-    (tmp_path / "config.yaml").write_text(textwrap.dedent(f"""
+    (tmp_path / "config.yaml").write_text(
+        textwrap.dedent(f"""
         environment_server_routes:
           calc: calculator_env
         calculator_env:
@@ -272,7 +323,8 @@ def test_a_taskset_dataset_is_collated_and_routed_to_its_environment_server(tmp_
           responses_api_models:
             policy_model:
               policy: {calc / "app.py"}:policy
-    """))
+    """)
+    )
     out = tmp_path / "bench.jsonl"
     assert main(["collect", str(tmp_path / "config.yaml"), "-o", str(out), "-n", "2", "--no-progress"]) == 0
     records = lines(out)
@@ -283,8 +335,20 @@ def test_a_taskset_dataset_is_collated_and_routed_to_its_environment_server(tmp_
     assert sent[0]["task_input"] == json.loads(before.splitlines()[0])  # the flat row, whole, in task_input
     assert source.read_bytes() == before
     # Run-level request overrides are refused for taskset rows, with a one-line error.
-    assert main(["collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress",
-                 "--responses-create-params", '{"temperature": 0}']) == 2
+    assert (
+        main(
+            [
+                "collect",
+                str(tmp_path / "config.yaml"),
+                "-o",
+                str(out),
+                "--no-progress",
+                "--responses-create-params",
+                '{"temperature": 0}',
+            ]
+        )
+        == 2
+    )
 
 
 async def test_a_bad_input_file_line_is_named_before_anything_runs(tmp_path):

@@ -44,7 +44,9 @@ def env_dir(tmp_path: Path) -> Path:
 
 
 def base_yaml(env_dir: Path, extra: str = "", agent_resources: str = "echo", agent_model: str = "policy_model") -> Path:
-    return write(env_dir / "configs" / "echo.yaml", textwrap.dedent(f"""
+    return write(
+        env_dir / "configs" / "echo.yaml",
+        textwrap.dedent(f"""
         echo:
           resources_servers:
             echo:
@@ -61,7 +63,9 @@ def base_yaml(env_dir: Path, extra: str = "", agent_resources: str = "echo", age
           responses_api_models:
             policy_model:
               policy: ../app.py:policy
-    """) + extra)
+    """)
+        + extra,
+    )
 
 
 def test_the_calculator_config_loads_with_its_three_servers():
@@ -72,8 +76,10 @@ def test_the_calculator_config_loads_with_its_three_servers():
         "policy_model": "responses_api_models",
     }
     agent = config.servers["calculator_simple_agent"]
-    assert agent.refs == {"resources_server": ("resources_servers", "calculator"),
-                          "model_server": ("responses_api_models", "policy_model")}
+    assert agent.refs == {
+        "resources_server": ("resources_servers", "calculator"),
+        "model_server": ("responses_api_models", "policy_model"),
+    }
     assert agent.target() == "gymlab.agents.simple_agent:SimpleAgent"
     assert config.servers["calculator"].domain == "knowledge"
     assert config.datasets[0].jsonl_fpath == ROOT / "environments" / "calculator" / "data" / "example.jsonl"
@@ -88,19 +94,25 @@ def test_entrypoint_and_policy_are_found_relative_to_the_config_file(env_dir):
     model = config.servers["policy_model"].build({})
     assert model.policy(None) == "hello"
     agent = config.servers["echo_agent"].build({"echo": "http://127.0.0.1:1", "policy_model": "http://127.0.0.1:2"})
-    assert (agent.resources_server, agent.model_server, agent.name) == ("http://127.0.0.1:1", "http://127.0.0.1:2",
-                                                                        "echo_agent")
+    assert (agent.resources_server, agent.model_server, agent.name) == (
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:2",
+        "echo_agent",
+    )
 
 
 def test_later_files_deep_merge_over_earlier_ones(env_dir):
     first = base_yaml(env_dir)
-    second = write(env_dir / "configs" / "override.yaml", """
+    second = write(
+        env_dir / "configs" / "override.yaml",
+        """
         echo:
           resources_servers:
             echo:
               port: 18123
               greeting: hello
-    """)
+    """,
+    )
     config = load_config(first, second)
     echo = config.servers["echo"]
     assert echo.fields == {"port": 18123, "greeting": "hello"}
@@ -120,8 +132,11 @@ def test_a_dangling_resources_server_names_the_file_and_key(env_dir):
 
 def test_a_dangling_model_server_names_the_file_and_key(env_dir):
     path = base_yaml(env_dir, agent_model="gpt")
-    with pytest.raises(ConfigError, match=r"echo\.yaml: echo_agent\.responses_api_agents\.simple_agent\.model_server\.name: "
-                                          r"refers to responses_api_models 'gpt'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"echo\.yaml: echo_agent\.responses_api_agents\.simple_agent\.model_server\.name: "
+        r"refers to responses_api_models 'gpt'",
+    ):
         load_config(path)
 
 
@@ -139,10 +154,13 @@ def test_an_unknown_server_type_names_the_file_and_key(env_dir):
 
 
 def test_an_unknown_field_names_the_file_and_key(env_dir):
-    path = base_yaml(env_dir, extra="other:\n  resources_servers:\n    other:\n      entrypoint: ../app.py\n"
-                                    "      greting: typo\n")
+    path = base_yaml(
+        env_dir, extra="other:\n  resources_servers:\n    other:\n      entrypoint: ../app.py\n      greting: typo\n"
+    )
     spec = load_config(path).servers["other"]
-    with pytest.raises(ConfigError, match=r"echo\.yaml: other\.resources_servers\.other\.greting: unknown key for EchoServer"):
+    with pytest.raises(
+        ConfigError, match=r"echo\.yaml: other\.resources_servers\.other\.greting: unknown key for EchoServer"
+    ):
         spec.check_fields()
 
 
@@ -181,18 +199,26 @@ def test_a_non_builtin_without_entrypoint_is_refused(env_dir):
 
 
 def test_a_taskset_must_be_routed_to_an_environment_server(env_dir):
-    write(env_dir / "configs" / "ts.yaml", """
+    write(
+        env_dir / "configs" / "ts.yaml",
+        """
         echo:
           resources_servers:
             echo:
               datasets:
               - {name: bench, type: benchmark, taskset: echo_bench, jsonl_fpath: ../data/rows.jsonl}
-    """)
-    with pytest.raises(ConfigError, match=r"dataset 'bench'\.taskset: 'echo_bench' is not mapped in environment_server_routes"):
+    """,
+    )
+    with pytest.raises(
+        ConfigError, match=r"dataset 'bench'\.taskset: 'echo_bench' is not mapped in environment_server_routes"
+    ):
         load_config(base_yaml(env_dir), env_dir / "configs" / "ts.yaml")
     bad_route = write(env_dir / "configs" / "route.yaml", "environment_server_routes:\n  echo_bench: echo\n")
-    with pytest.raises(ConfigError, match=r"route\.yaml: environment_server_routes\.echo_bench: 'echo' is not an "
-                                          "environment_servers instance"):
+    with pytest.raises(
+        ConfigError,
+        match=r"route\.yaml: environment_server_routes\.echo_bench: 'echo' is not an "
+        "environment_servers instance",
+    ):
         load_config(base_yaml(env_dir), env_dir / "configs" / "ts.yaml", bad_route)
 
 
@@ -203,14 +229,18 @@ def test_invalid_yaml_names_the_line(tmp_path):
 
 
 def test_a_reference_cycle_is_refused(env_dir):
-    extra = ("a:\n  responses_api_agents:\n    simple_agent:\n      model_server: {type: responses_api_agents, name: b}\n"
-             "b:\n  responses_api_agents:\n    simple_agent:\n      model_server: {type: responses_api_agents, name: a}\n")
+    extra = (
+        "a:\n  responses_api_agents:\n    simple_agent:\n      model_server: {type: responses_api_agents, name: b}\n"
+        "b:\n  responses_api_agents:\n    simple_agent:\n      model_server: {type: responses_api_agents, name: a}\n"
+    )
     with pytest.raises(ConfigError, match="cycle: a -> b -> a"):
         load_config(base_yaml(env_dir, extra=extra)).launch_order()
 
 
 def test_a_taskset_dataset_must_belong_to_a_server_its_environment_server_binds(env_dir):
-    ts = write(env_dir / "configs" / "ts.yaml", """
+    ts = write(
+        env_dir / "configs" / "ts.yaml",
+        """
         environment_server_routes: {echo_bench: env}
         env:
           environment_servers:
@@ -221,7 +251,11 @@ def test_a_taskset_dataset_must_belong_to_a_server_its_environment_server_binds(
             echo:
               datasets:
               - {name: bench, type: benchmark, taskset: echo_bench, jsonl_fpath: ../data/rows.jsonl}
-    """)
-    with pytest.raises(ConfigError, match=r"echo dataset 'bench'\.taskset: 'echo_bench' routes to env, which does "
-                                          r"not bind echo \(it binds echo_agent\)"):
+    """,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"echo dataset 'bench'\.taskset: 'echo_bench' routes to env, which does "
+        r"not bind echo \(it binds echo_agent\)",
+    ):
         load_config(base_yaml(env_dir), ts)

@@ -25,8 +25,12 @@ def jsonl(path: Path, rows: list, raw: str = "") -> Path:
 
 def test_blank_lines_are_the_only_lines_skipped(tmp_path):
     path = tmp_path / "rows.jsonl"
-    path.write_text(json.dumps({"responses_create_params": PARAMS}) + "\n\n   \n"
-                    + json.dumps({"responses_create_params": {"input": "hi"}, "x": 1}) + "\n")
+    path.write_text(
+        json.dumps({"responses_create_params": PARAMS})
+        + "\n\n   \n"
+        + json.dumps({"responses_create_params": {"input": "hi"}, "x": 1})
+        + "\n"
+    )
     assert [r.get("x") for r in read_rows(path)] == [None, 1]
 
 
@@ -59,6 +63,7 @@ def test_taskset_rows_need_not_carry_a_request(tmp_path):
 
 # -- collation: the qualified ID ----------------------------------------------------------------
 
+
 def test_task_id_comes_first():
     [row] = collate_taskset([{"task_id": "t7", "problem_id": "p", "instance_id": "i", "_ng_task_index": 3}], "ts")
     assert row["task_id"] == "ts/t7"
@@ -87,7 +92,8 @@ def test_else_the_source_row_index_across_datasets_of_the_same_type(tmp_path):
     jsonl(data / "train.jsonl", [{"q": "t0"}])
     jsonl(data / "b.jsonl", [{"q": "b0"}, {"q": "b1", "problem_id": "named"}, {"q": "b2"}])
     config = tmp_path / "config.yaml"
-    config.write_text(textwrap.dedent("""
+    config.write_text(
+        textwrap.dedent("""
         environment_server_routes: {bench: env}
         env:
           environment_servers:
@@ -101,7 +107,8 @@ def test_else_the_source_row_index_across_datasets_of_the_same_type(tmp_path):
               - {name: a, type: benchmark, taskset: bench, jsonl_fpath: data/a.jsonl}
               - {name: t, type: train, taskset: bench, jsonl_fpath: data/train.jsonl}
               - {name: b, type: benchmark, taskset: bench, jsonl_fpath: data/b.jsonl}
-    """))
+    """)
+    )
     cfg = load_config(config)
     ids = [r["task_id"] for r in config_rows(cfg, split="benchmark")]
     assert ids == ["bench/0", "bench/1", "bench/2", "bench/named", "bench/4"]
@@ -111,14 +118,29 @@ def test_else_the_source_row_index_across_datasets_of_the_same_type(tmp_path):
 
 
 def test_task_owned_fields_stay_flat_and_collector_fields_stay_outside():
-    row = {"responses_create_params": PARAMS, "expected_answer": "16", "task_data": {"k": 1}, "problem_id": "p1",
-           "_ng_task_index": 5, "_ng_rollout_index": 2, "rollout_id": "r-9", "attempt": 1}
+    row = {
+        "responses_create_params": PARAMS,
+        "expected_answer": "16",
+        "task_data": {"k": 1},
+        "problem_id": "p1",
+        "_ng_task_index": 5,
+        "_ng_rollout_index": 2,
+        "rollout_id": "r-9",
+        "attempt": 1,
+    }
     [out] = collate_taskset([row], "calc")
     assert out == {
-        "_ng_task_index": 5, "_ng_rollout_index": 2, "rollout_id": "r-9", "attempt": 1,
+        "_ng_task_index": 5,
+        "_ng_rollout_index": 2,
+        "rollout_id": "r-9",
+        "attempt": 1,
         "task_id": "calc/p1",
-        "task_input": {"responses_create_params": PARAMS, "expected_answer": "16", "task_data": {"k": 1},
-                       "problem_id": "p1"},
+        "task_input": {
+            "responses_create_params": PARAMS,
+            "expected_answer": "16",
+            "task_data": {"k": 1},
+            "problem_id": "p1",
+        },
     }
 
 
@@ -133,20 +155,29 @@ def test_collation_never_changes_the_source_file(tmp_path):
 
 # -- collation: refusals --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("option, what", [
-    ({"responses_create_params": {"temperature": 0.1}}, "run-level responses_create_params overrides"),
-    ({"num_repeats_add_seed": True}, "num_repeats_add_seed"),
-    ({"skills": ["search"]}, "run-level skills"),
-])
+
+@pytest.mark.parametrize(
+    "option, what",
+    [
+        ({"responses_create_params": {"temperature": 0.1}}, "run-level responses_create_params overrides"),
+        ({"num_repeats_add_seed": True}, "num_repeats_add_seed"),
+        ({"skills": ["search"]}, "run-level skills"),
+    ],
+)
 def test_taskset_rows_refuse_run_level_options(option, what):
-    with pytest.raises(ConfigError, match=f"taskset 'ts' rows refuse {what}.*set response parameters in the source rows"):
+    with pytest.raises(
+        ConfigError, match=f"taskset 'ts' rows refuse {what}.*set response parameters in the source rows"
+    ):
         collate_taskset([{"q": "a"}], "ts", source="data/rows.jsonl", **option)
 
 
-@pytest.mark.parametrize("option, what", [
-    ({"responses_create_params": {"temperature": 0.1}}, "run-level responses_create_params overrides"),
-    ({"num_repeats_add_seed": True}, "num_repeats_add_seed"),
-])
+@pytest.mark.parametrize(
+    "option, what",
+    [
+        ({"responses_create_params": {"temperature": 0.1}}, "run-level responses_create_params overrides"),
+        ({"num_repeats_add_seed": True}, "num_repeats_add_seed"),
+    ],
+)
 def test_collated_rows_refuse_run_level_options_at_collection_too(option, what):
     [row] = collate_taskset([{"q": "a"}], "ts")
     with pytest.raises(ConfigError, match=f"taskset rows refuse {what}"):
@@ -159,6 +190,7 @@ def test_already_collated_rows_are_refused_by_collation():
 
 
 # -- flat rows at collection -----------------------------------------------------------------------
+
 
 def test_repeats_run_in_aabbcc_order_keeping_existing_task_indices():
     rows = [{"responses_create_params": PARAMS, "_ng_task_index": 7}, {"responses_create_params": PARAMS}]
@@ -174,28 +206,44 @@ def test_materialized_rows_keep_their_rollout_index():
 
 
 def test_two_rows_with_one_task_index_are_refused():
-    rows = [{"responses_create_params": PARAMS, "_ng_task_index": 0}, {"responses_create_params": PARAMS, "_ng_task_index": 0}]
+    rows = [
+        {"responses_create_params": PARAMS, "_ng_task_index": 0},
+        {"responses_create_params": PARAMS, "_ng_task_index": 0},
+    ]
     with pytest.raises(DatasetError, match=r"rows:2: \(task 0, repeat 0\) already comes from row 1"):
         expand(rows, 1)
 
 
 def test_flat_rows_take_run_level_overrides_and_seeds():
-    jobs = expand([{"responses_create_params": PARAMS}], 2, responses_create_params={"temperature": 0.5},
-                  num_repeats_add_seed=True)
+    jobs = expand(
+        [{"responses_create_params": PARAMS}],
+        2,
+        responses_create_params={"temperature": 0.5},
+        num_repeats_add_seed=True,
+    )
     assert [j["responses_create_params"]["temperature"] for j in jobs] == [0.5, 0.5]
-    assert [json.loads(j["responses_create_params"]["metadata"]["extra_body"]) for j in jobs] == [{"seed": 0}, {"seed": 1}]
+    assert [json.loads(j["responses_create_params"]["metadata"]["extra_body"]) for j in jobs] == [
+        {"seed": 0},
+        {"seed": 1},
+    ]
 
 
 def test_config_rows_give_flat_rows_their_agent_and_keep_their_own(tmp_path):
-    jsonl(tmp_path / "rows.jsonl", [{"responses_create_params": PARAMS},
-                                    {"responses_create_params": PARAMS, "agent_ref": {"type": "responses_api_agents",
-                                                                                      "name": "other"}}])
-    (tmp_path / "c.yaml").write_text(textwrap.dedent("""
+    jsonl(
+        tmp_path / "rows.jsonl",
+        [
+            {"responses_create_params": PARAMS},
+            {"responses_create_params": PARAMS, "agent_ref": {"type": "responses_api_agents", "name": "other"}},
+        ],
+    )
+    (tmp_path / "c.yaml").write_text(
+        textwrap.dedent("""
         ag:
           responses_api_agents:
             simple_agent:
               datasets: [{name: rows, type: example, jsonl_fpath: rows.jsonl}]
-    """))
+    """)
+    )
     rows = config_rows(load_config(tmp_path / "c.yaml"))
     assert [r["agent_ref"]["name"] for r in rows] == ["ag", "other"]
     with pytest.raises(ConfigError, match="no dataset matches name 'nope'; datasets: rows \\(example\\)"):

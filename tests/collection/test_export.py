@@ -38,8 +38,16 @@ def test_rollouts_round_trip_identical(tmp_path, counter_rollouts):
 def test_rollout_rows_have_nemo_gym_keys_first(tmp_path, calc_rollouts):
     path = export_rollouts(calc_rollouts, tmp_path / "r.jsonl", gymlab_fields=False)
     first = json.loads(path.read_text().splitlines()[0])
-    assert list(first)[:8] == ["responses_create_params", "response", "reward", "mask_sample", "failure_kind",
-                               "failure_reason", "_ng_task_index", "_ng_rollout_index"]
+    assert list(first)[:8] == [
+        "responses_create_params",
+        "response",
+        "reward",
+        "mask_sample",
+        "failure_kind",
+        "failure_reason",
+        "_ng_task_index",
+        "_ng_rollout_index",
+    ]
     assert first["agent_ref"] == {"type": "responses_api_agents", "name": "simple_agent"}  # the agent that ran it
     assert "steps" not in first and "duration_s" not in first
 
@@ -55,10 +63,22 @@ def test_sft_rows_are_chat_format(tmp_path, calc_rollouts):
     assert call["type"] == "function" and call["function"] == {"name": "square", "arguments": '{"value": 4}'}
     assert messages[3] == {"role": "tool", "tool_call_id": call["id"], "content": '{"result":16}'}
     assert messages[4] == {"role": "assistant", "content": "The answer is 16."}
-    assert rows[0]["tools"] == [{"type": "function", "function": {
-        "name": "square", "description": "Square an integer.", "strict": True,
-        "parameters": {"type": "object", "properties": {"value": {"type": "integer"}}, "required": ["value"],
-                       "additionalProperties": False}}}]
+    assert rows[0]["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "square",
+                "description": "Square an integer.",
+                "strict": True,
+                "parameters": {
+                    "type": "object",
+                    "properties": {"value": {"type": "integer"}},
+                    "required": ["value"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ]
 
 
 def test_rl_rows_carry_prompt_and_reward(tmp_path, counter_rollouts):
@@ -73,8 +93,15 @@ def test_rl_rows_carry_prompt_and_reward(tmp_path, counter_rollouts):
 def _with_rewards(records, rewards, masked=()):
     out = []
     for i, (r, reward) in enumerate(zip(records, rewards)):
-        out.append(r.model_copy(update={"reward": reward, "mask_sample": i in masked,
-                                        "failure_kind": "timeout" if i in masked else None}))
+        out.append(
+            r.model_copy(
+                update={
+                    "reward": reward,
+                    "mask_sample": i in masked,
+                    "failure_kind": "timeout" if i in masked else None,
+                }
+            )
+        )
     return out
 
 
@@ -135,15 +162,21 @@ def test_dataset_from_dicts_and_frame(tmp_path, rows):
     built = Dataset(frame, prompt="question", system="Use the square tool.", tools=[tool], temperature=0.0)
     assert built[1]["answer"] == 25 and type(built[1]["answer"]) is int
     params = built[0]["responses_create_params"]
-    assert params["input"] == [{"role": "system", "content": "Use the square tool."},
-                               {"role": "user", "content": "What is 3 squared?"}]
+    assert params["input"] == [
+        {"role": "system", "content": "Use the square tool."},
+        {"role": "user", "content": "What is 3 squared?"},
+    ]
     assert params["tools"][0]["name"] == "square" and params["temperature"] == 0.0
     assert read_jsonl(built.write(tmp_path / "built.jsonl"), "task") == built.rows
 
 
 def test_dataset_refuses_bad_rows_naming_the_row():
-    with pytest.raises(DatasetError, match=r"mine:2: not a task row: responses_create_params: unknown key 'tmperature'"):
-        Dataset([{"responses_create_params": {"input": "a"}},
-                 {"responses_create_params": {"input": "b", "tmperature": 1}}], name="mine")
+    with pytest.raises(
+        DatasetError, match=r"mine:2: not a task row: responses_create_params: unknown key 'tmperature'"
+    ):
+        Dataset(
+            [{"responses_create_params": {"input": "a"}}, {"responses_create_params": {"input": "b", "tmperature": 1}}],
+            name="mine",
+        )
     with pytest.raises(DatasetError, match=r"dataset:1: not a task row: a task row needs responses_create_params"):
         Dataset([{"question": "hi"}])

@@ -25,8 +25,13 @@ def _limited():
 def test_collect_to_a_full_disk_prints_one_line_and_leaves_whole_lines(tmp_path):
     config = environment_dir("calculator") / "configs" / "calculator.yaml"
     out = tmp_path / "run.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "gymlab.cli", "collect", str(config), "-o", str(out), "-n", "8",
-                           "--no-progress"], capture_output=True, text=True, timeout=180, preexec_fn=_limited)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gymlab.cli", "collect", str(config), "-o", str(out), "-n", "8", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=_limited,
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and "Traceback" not in proc.stderr
@@ -39,11 +44,16 @@ def test_collect_to_a_full_disk_prints_one_line_and_leaves_whole_lines(tmp_path)
             assert text == "" or text.endswith("\n")
             assert all(json.loads(line) for line in text.splitlines())
     # with room again, the same command resumes and finishes
-    again = subprocess.run([sys.executable, "-m", "gymlab.cli", "collect", str(config), "-o", str(out), "-n", "8",
-                            "--no-progress"], capture_output=True, text=True, timeout=180)
+    again = subprocess.run(
+        [sys.executable, "-m", "gymlab.cli", "collect", str(config), "-o", str(out), "-n", "8", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert again.returncode == 0, again.stderr
-    assert len(out.read_text().splitlines()) == 8 * len((environment_dir("calculator") / "data" /
-                                                          "example.jsonl").read_text().splitlines())
+    assert len(out.read_text().splitlines()) == 8 * len(
+        (environment_dir("calculator") / "data" / "example.jsonl").read_text().splitlines()
+    )
 
 
 EXPORT = """
@@ -57,12 +67,18 @@ def test_an_export_to_a_full_disk_raises_one_clear_error_and_writes_nothing(tmp_
     from gymlab.examples import example_rows, load_environment
 
     calculator = load_environment("calculator")
-    agent = lab.serve_agent("simple_agent", resources=lab.serve(calculator.CalculatorServer),
-                            model=lab.serve_model(calculator.policy))
+    agent = lab.serve_agent(
+        "simple_agent", resources=lab.serve(calculator.CalculatorServer), model=lab.serve_model(calculator.policy)
+    )
     source = lab.run_many(agent, example_rows("calculator"), repeats=8).save(tmp_path / "rollouts.jsonl")
     target = tmp_path / "out" / "sft.jsonl"
-    proc = subprocess.run([sys.executable, "-c", EXPORT, str(source), str(target)], capture_output=True, text=True,
-                          timeout=120, preexec_fn=_limited)
+    proc = subprocess.run(
+        [sys.executable, "-c", EXPORT, str(source), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limited,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith(f"gymlab.errors.PersistenceError: cannot write {target}")
     assert not target.exists() and list(target.parent.iterdir()) == []

@@ -29,8 +29,7 @@ async def silent(request):
 
 def test_collect_with_default_options_on_a_silent_model_ends_with_every_row_failed(lab, tmp_path):
     env = lab.serve(counter.CounterServer)
-    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(silent),
-                            timeouts={"model": 0.5})
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(silent), timeouts={"model": 0.5})
     rows = example_rows("counter")
     t0 = time.monotonic()
     result = collect(rows, tmp_path / "run.jsonl", agent_url=agent.url, progress=False)  # default options
@@ -45,10 +44,11 @@ def test_collect_with_default_options_on_a_silent_model_ends_with_every_row_fail
 
 def test_an_episode_past_its_whole_budget_is_an_agent_timeout_and_released(lab, tmp_path):
     env = lab.serve(counter.CounterServer)
-    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(silent),
-                            timeouts={"episode": 0.5})
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(silent), timeouts={"episode": 0.5})
     rollouts = lab.run_many(agent, example_rows("counter")[:2])
-    assert [(r.mask_sample, r.failure_kind, r.failure_stage) for r in rollouts] == [(True, "agent_timeout", "agent")] * 2
+    assert [(r.mask_sample, r.failure_kind, r.failure_stage) for r in rollouts] == [
+        (True, "agent_timeout", "agent")
+    ] * 2
     assert rollouts.episodes["failure_kind"].tolist() == ["agent_timeout"] * 2
     assert env.server.session_state == {}
 
@@ -84,11 +84,18 @@ def test_the_collect_command_on_a_silent_model_finishes_with_every_row_in_the_fa
     from gymlab.examples import environment_dir
 
     (tmp_path / "app.py").write_text(textwrap.dedent(SILENT_APP))
-    (tmp_path / "config.yaml").write_text(textwrap.dedent(SILENT_CONFIG).format(
-        counter=environment_dir("counter") / "app.py", rows=environment_dir("counter") / "data" / "example.jsonl"))
+    (tmp_path / "config.yaml").write_text(
+        textwrap.dedent(SILENT_CONFIG).format(
+            counter=environment_dir("counter") / "app.py", rows=environment_dir("counter") / "data" / "example.jsonl"
+        )
+    )
     out = tmp_path / "run.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "gymlab.cli", "collect", str(tmp_path / "config.yaml"), "-o", str(out),
-                           "--no-progress"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gymlab.cli", "collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr  # some rollouts failed: they are in the failures file
     failures = [json.loads(line) for line in (tmp_path / "run_failures.jsonl").read_text().splitlines()]
     assert len(failures) == len(example_rows("counter"))
@@ -111,8 +118,9 @@ class HelloModel(BaseServer):
         return app
 
 
-@pytest.mark.parametrize("answer", [{"hello": 1}, {"error": {"message": "overloaded"}, "output": []},
-                                    {"output": [{"type": {}}]}])
+@pytest.mark.parametrize(
+    "answer", [{"hello": 1}, {"error": {"message": "overloaded"}, "output": []}, {"output": [{"type": {}}]}]
+)
 def test_a_model_answering_something_else_gives_a_masked_record_never_a_zero(lab, answer):
     env = lab.serve(counter.CounterServer)
     agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve(HelloModel, answer=answer))

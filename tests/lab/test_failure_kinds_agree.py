@@ -66,8 +66,12 @@ def test_one_failure_has_one_kind_in_record_frames_panel_and_files(lab, tmp_path
     assert dict(panel.failed) == {kind: 2} and panel.kept == 0
 
     result = collect(rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=0, progress=False)
-    written = [json.loads(line) for line in (tmp_path / ("run.jsonl" if kind == "session_lost" else
-                                                          "run_failures.jsonl")).read_text().splitlines()]
+    written = [
+        json.loads(line)
+        for line in (tmp_path / ("run.jsonl" if kind == "session_lost" else "run_failures.jsonl"))
+        .read_text()
+        .splitlines()
+    ]
     assert [(w["failure_kind"], w["failure_stage"]) for w in written] == [(kind, stage)] * 2
     assert result.mean_reward != result.mean_reward  # nan: no unmasked rollout enters the mean
     assert env.server.session_state == {}

@@ -19,19 +19,31 @@ def runs():
     counter, blackjack = load_environment("counter"), load_environment("blackjack")
     with Lab() as lab:
         counter_env = lab.serve(counter.CounterServer)
-        counter_agent = lab.serve_agent("simple_agent", name="counter_agent", resources=counter_env,
-                                        model=lab.serve_model(counter.policy, name="counter_policy"))
+        counter_agent = lab.serve_agent(
+            "simple_agent",
+            name="counter_agent",
+            resources=counter_env,
+            model=lab.serve_model(counter.policy, name="counter_policy"),
+        )
         bj_env = lab.serve(blackjack.BlackjackEnv)
-        bj_agent = lab.serve_agent("gymnasium_agent", name="blackjack_agent", resources=bj_env,
-                                   model=lab.serve_model(blackjack.policy, name="blackjack_policy"))
+        bj_agent = lab.serve_agent(
+            "gymnasium_agent",
+            name="blackjack_agent",
+            resources=bj_env,
+            model=lab.serve_model(blackjack.policy, name="blackjack_policy"),
+        )
 
         def sometimes_broken(request):
             if "reads 6" in request.input_items()[0].text:
                 raise RuntimeError("model is down")
             return counter.policy(request)
 
-        broken_agent = lab.serve_agent("simple_agent", name="broken_agent", resources=counter_env,
-                                       model=lab.serve_model(sometimes_broken, name="broken_policy"))
+        broken_agent = lab.serve_agent(
+            "simple_agent",
+            name="broken_agent",
+            resources=counter_env,
+            model=lab.serve_model(sometimes_broken, name="broken_policy"),
+        )
         collected = {
             "counter": lab.run_many(counter_agent, example_rows("counter"), repeats=2, concurrency=4),
             "blackjack": lab.run_many(bj_agent, example_rows("blackjack"), repeats=2, concurrency=4),

@@ -8,8 +8,9 @@ def _record(**fields):
 
 
 def test_a_step_less_record_keeps_its_own_flags():
-    frame = Rollouts([_record(terminated=True, truncated=False), _record(terminated=False, truncated=True),
-                      _record()]).episodes
+    frame = Rollouts(
+        [_record(terminated=True, truncated=False), _record(terminated=False, truncated=True), _record()]
+    ).episodes
     assert frame["terminated"].tolist() == [True, False, False]
     assert frame["truncated"].tolist() == [False, True, False]
     assert frame["n_steps"].tolist() == [0, 0, 0]

@@ -27,10 +27,18 @@ def runs():
                 raise RuntimeError("the model server is down")
             return "stand"
 
-        rule = lab.serve_agent("gymnasium_agent", name="rule_agent", resources=env,
-                               model=lab.serve_model(blackjack.policy, name="rule_policy"))
-        stand = lab.serve_agent("gymnasium_agent", name="stand_agent", resources=env,
-                                model=lab.serve_model(always_stand, name="stand_policy"))
+        rule = lab.serve_agent(
+            "gymnasium_agent",
+            name="rule_agent",
+            resources=env,
+            model=lab.serve_model(blackjack.policy, name="rule_policy"),
+        )
+        stand = lab.serve_agent(
+            "gymnasium_agent",
+            name="stand_agent",
+            resources=env,
+            model=lab.serve_model(always_stand, name="stand_policy"),
+        )
         yield {"rule": lab.run_many(rule, rows, repeats=3), "stand": lab.run_many(stand, rows, repeats=3)}
 
 

@@ -18,7 +18,9 @@ def counter_run(lab, counter, rows):
 def test_viewer_steps_through_a_rollout(counter_run):
     record = counter_run[3][0]
     assert len(record.steps) == 4
-    viewer = EpisodeViewer(record, )
+    viewer = EpisodeViewer(
+        record,
+    )
     assert viewer.step == 4 and viewer.slider.max == 4 and viewer.next.disabled
     viewer.load(record, step=1)
     assert "step 1 of 4" in viewer.status.value and "reward 0" in viewer.status.value
@@ -169,7 +171,9 @@ def test_stepper_drives_a_gymnasium_episode(lab, rows):
     assert stepper.message.value == "reset" and stepper.verify_button.disabled
     stepper.arguments.value = '{"value": 4}'
     stepper.step_button.click()
-    assert "step 1 of 1" in stepper.viewer.status.value and "{&quot;result&quot;: 16}" in stepper.viewer.conversation.value
+    assert (
+        "step 1 of 1" in stepper.viewer.status.value and "{&quot;result&quot;: 16}" in stepper.viewer.conversation.value
+    )
     stepper.model_button.click()  # the policy reads 16 and answers: reward 1, terminated
     assert "the episode terminated" in stepper.message.value
     assert "step 2 of 2" in stepper.viewer.status.value and "reward 1" in stepper.viewer.status.value

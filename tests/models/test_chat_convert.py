@@ -56,7 +56,10 @@ def test_vllm_reasoning_and_parallel_tool_calls():
 
 def test_deepseek_reasoning_content_and_reasoning_tokens():
     r = response_from_chat(_load("deepseek_reasoner_answer"))
-    assert isinstance(r.output[0], Reasoning) and r.output[0].summary[0].text == "16 squared means 16 times 16. 16 * 16 = 256."
+    assert (
+        isinstance(r.output[0], Reasoning)
+        and r.output[0].summary[0].text == "16 squared means 16 times 16. 16 * 16 = 256."
+    )
     assert isinstance(r.output[1], Message) and r.output_text == "16 squared is 256."
     assert r.usage.output_tokens_details.reasoning_tokens == 47
 
@@ -102,30 +105,54 @@ def test_answers_that_are_not_completions_are_refused():
 
 def test_recorded_multiturn_request_to_chat():
     params = ResponseCreateParams.model_validate(_load("responses_request_multiturn"))
-    body = chat_request(params, model="Qwen/Qwen3-8B", extra_body={"top_k": 20, "chat_template_kwargs": {"enable_thinking": False}})
+    body = chat_request(
+        params, model="Qwen/Qwen3-8B", extra_body={"top_k": 20, "chat_template_kwargs": {"enable_thinking": False}}
+    )
     assert body["messages"] == [
         {"role": "system", "content": "Answer with the tool's result."},
         {"role": "system", "content": "You are a calculator. Use the square tool."},
         {"role": "user", "content": "What is 4 squared?"},
         # the reasoning item is left out; the text and both calls are one assistant message
-        {"role": "assistant", "content": "Let me compute that.", "tool_calls": [
-            {"id": "call_a", "type": "function", "function": {"name": "square", "arguments": '{"value": 4}'}},
-            {"id": "call_b", "type": "function", "function": {"name": "square", "arguments": '{"value": 5}'}},
-        ]},
+        {
+            "role": "assistant",
+            "content": "Let me compute that.",
+            "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "square", "arguments": '{"value": 4}'}},
+                {"id": "call_b", "type": "function", "function": {"name": "square", "arguments": '{"value": 5}'}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_a", "content": '{"result": 16}'},
         {"role": "tool", "tool_call_id": "call_b", "content": '{"result": 25}'},
         {"role": "user", "content": "And the sum?"},
     ]
-    assert body["tools"] == [{"type": "function", "function": {
-        "name": "square", "description": "Square an integer.", "strict": True,
-        "parameters": {"type": "object", "properties": {"value": {"type": "integer"}}, "required": ["value"],
-                       "additionalProperties": False}}}]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "square",
+                "description": "Square an integer.",
+                "strict": True,
+                "parameters": {
+                    "type": "object",
+                    "properties": {"value": {"type": "integer"}},
+                    "required": ["value"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ]
     assert body["tool_choice"] == {"type": "function", "function": {"name": "square"}}
     assert body["model"] == "Qwen/Qwen3-8B"
     assert (body["temperature"], body["top_p"], body["max_tokens"]) == (0.6, 0.95, 512)
     assert body["reasoning_effort"] == "low"
-    assert body["response_format"] == {"type": "json_schema", "json_schema": {
-        "name": "answer", "schema": {"type": "object", "properties": {"sum": {"type": "integer"}}}, "strict": True}}
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "answer",
+            "schema": {"type": "object", "properties": {"sum": {"type": "integer"}}},
+            "strict": True,
+        },
+    }
     assert body["top_k"] == 20 and body["chat_template_kwargs"] == {"enable_thinking": False}
     assert not {"store", "metadata", "input", "instructions", "max_output_tokens"} & set(body)
 
@@ -136,28 +163,49 @@ def test_request_without_tools_sends_no_tool_keys():
 
 
 def test_function_call_without_preceding_text_opens_an_assistant_message():
-    params = _params(input=[{"role": "user", "content": "go"},
-                            {"type": "function_call", "call_id": "c1", "name": "hit", "arguments": "{}"}])
-    assert chat_messages(params)[1] == {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "hit", "arguments": "{}"}}]}
+    params = _params(
+        input=[
+            {"role": "user", "content": "go"},
+            {"type": "function_call", "call_id": "c1", "name": "hit", "arguments": "{}"},
+        ]
+    )
+    assert chat_messages(params)[1] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "hit", "arguments": "{}"}}],
+    }
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"previous_response_id": "resp_1"}, "previous_response_id has no Chat Completions form"),
-    ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, r"input\[0\]: item type 'web_search_call'"),
-    ({"tools": [{"type": "web_search", "name": "search"}]}, r"tools\[0\]: tool type 'web_search'"),
-    ({"tool_choice": "required"}, "needs tools"),
-    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "content part type 'input_file'"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id has no Chat Completions form"),
+        ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, r"input\[0\]: item type 'web_search_call'"),
+        ({"tools": [{"type": "web_search", "name": "search"}]}, r"tools\[0\]: tool type 'web_search'"),
+        ({"tool_choice": "required"}, "needs tools"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "content part type 'input_file'",
+        ),
+    ],
+)
 def test_requests_without_a_chat_form_are_refused(kw, match):
     with pytest.raises(ConversionError, match=match):
         chat_request(_params(**kw))
 
 
 def test_image_parts_become_image_url_parts():
-    params = _params(input=[{"role": "user", "content": [
-        {"type": "input_text", "text": "what is this?"},
-        {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"}]}])
+    params = _params(
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "what is this?"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"},
+                ],
+            }
+        ]
+    )
     assert chat_messages(params)[0]["content"] == [
         {"type": "text", "text": "what is this?"},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},

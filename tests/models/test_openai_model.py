@@ -51,8 +51,14 @@ def _upstream(lab, policy, key=None, **config):
 
 
 def _proxy(lab, upstream, mode="chat_completions", **config):
-    config = {"base_url": upstream.url + "/v1", "model": "upstream-model", "api_key_env": KEY_ENV,
-              "mode": mode, "backoff": 0.0, **config}
+    config = {
+        "base_url": upstream.url + "/v1",
+        "model": "upstream-model",
+        "api_key_env": KEY_ENV,
+        "mode": mode,
+        "backoff": 0.0,
+        **config,
+    }
     return lab.serve_model(openai=config, name=f"openai_model_{mode}")
 
 
@@ -62,8 +68,16 @@ def _ask(model, body):
     return reply.status, reply.json()
 
 
-CALC_BODY = {"input": "What is 4 squared?", "tools": [
-    {"type": "function", "name": "square", "parameters": {"type": "object", "properties": {"value": {"type": "integer"}}}}]}
+CALC_BODY = {
+    "input": "What is 4 squared?",
+    "tools": [
+        {
+            "type": "function",
+            "name": "square",
+            "parameters": {"type": "object", "properties": {"value": {"type": "integer"}}},
+        }
+    ],
+}
 
 
 # --- episodes: same rewards as the policy model ---------------------------------------------------
@@ -249,8 +263,10 @@ def test_api_key_absent_from_logs_rollouts_and_error_bodies(key, calculator, row
         env = lab.serve(calculator.CalculatorServer)
         good = _upstream(lab, calculator.policy, key)
         careless = _upstream(lab, calculator.policy, "sk-something-else", echo_key_in_errors=True, name="careless")
-        agents = {mode: lab.serve_agent("simple_agent", resources=env, model=_proxy(lab, good, mode), name=f"a_{mode}")
-                  for mode in MODES}
+        agents = {
+            mode: lab.serve_agent("simple_agent", resources=env, model=_proxy(lab, good, mode), name=f"a_{mode}")
+            for mode in MODES
+        }
         bad = lab.serve_model(openai={"base_url": careless.url + "/v1", "api_key_env": KEY_ENV}, name="bad_model")
         # uvicorn's loggers do not propagate to the root: listen to them too (after the last server started)
         for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "gymlab", "aiohttp"):
@@ -262,8 +278,21 @@ def test_api_key_absent_from_logs_rollouts_and_error_bodies(key, calculator, row
             good.server.inject(fail_times=1, fail_status=500)  # a retry, logged
             texts.append(json.dumps(_ask(agents["responses"], CALC_BODY)))
             good.server.inject(fail_times=5, fail_status=503)  # a final failure, logged and answered
-            texts.append(json.dumps(_ask(lab.serve_model(openai={"base_url": good.url + "/v1", "api_key_env": KEY_ENV,
-                                                                 "max_retries": 1, "backoff": 0}), CALC_BODY)))
+            texts.append(
+                json.dumps(
+                    _ask(
+                        lab.serve_model(
+                            openai={
+                                "base_url": good.url + "/v1",
+                                "api_key_env": KEY_ENV,
+                                "max_retries": 1,
+                                "backoff": 0,
+                            }
+                        ),
+                        CALC_BODY,
+                    )
+                )
+            )
             texts.append(json.dumps(_ask(bad, CALC_BODY)))  # the upstream's 401 repeats the key
             with pytest.raises(ServerError) as info:
                 lab.serve_agent("simple_agent", resources=env, model=bad, name="a_bad").run(rows("calculator")[0])
@@ -287,7 +316,9 @@ def test_the_key_is_never_config():
     with pytest.raises(ConfigError, match="NAME of an environment variable") as info:
         OpenAIModel(base_url="http://x/v1", api_key_env="sk-secret-value-123")
     assert "sk-secret-value-123" not in str(info.value)
-    assert "api_key" not in OpenAIModel(base_url="http://x/v1", api_key_env=KEY_ENV).model_dump_json().replace("api_key_env", "")
+    assert "api_key" not in OpenAIModel(base_url="http://x/v1", api_key_env=KEY_ENV).model_dump_json().replace(
+        "api_key_env", ""
+    )
 
 
 # --- Lab.serve_model ------------------------------------------------------------------------------
@@ -337,8 +368,15 @@ def test_openai_client_creates_and_parses_responses_from_model_servers(model_ser
     assert len(calls) == 1 and isinstance(calls[0], ResponseFunctionToolCall)
     assert calls[0].name == "square" and json.loads(calls[0].arguments) == {"value": 4}
     assert first.usage.input_tokens > 0
-    second = client.responses.create(model="any", tools=row["tools"], input=[
-        *row["input"], calls[0], {"type": "function_call_output", "call_id": calls[0].call_id, "output": '{"result": 16}'}])
+    second = client.responses.create(
+        model="any",
+        tools=row["tools"],
+        input=[
+            *row["input"],
+            calls[0],
+            {"type": "function_call_output", "call_id": calls[0].call_id, "output": '{"result": 16}'},
+        ],
+    )
     assert second.output_text == "The answer is 16."
     assert any(isinstance(i, ResponseOutputMessage) for i in second.output)
     if model_server.name != "policy_model":
@@ -346,7 +384,9 @@ def test_openai_client_creates_and_parses_responses_from_model_servers(model_ser
         raw = client.responses.with_raw_response.create(model="any", input=row["input"], tools=row["tools"])
         strict = Response.model_validate(raw.http_response.json())
         if "chat" in model_server.name:
-            assert isinstance(strict.output[0], ResponseReasoningItem) and strict.output[0].summary[0].text == "Square it."
+            assert (
+                isinstance(strict.output[0], ResponseReasoningItem) and strict.output[0].summary[0].text == "Square it."
+            )
 
 
 def test_openai_client_errors_carry_gymlab_s_message(lab, monkeypatch, calculator, client):
@@ -364,8 +404,11 @@ def test_openai_client_against_an_agent_runs_the_tool_loop(lab, key, calculator,
     agent = lab.serve_agent("simple_agent", resources=env, model=_proxy(lab, upstream))
     row = rows("calculator")[1]["responses_create_params"]
     response = client(agent.url).responses.create(model="any", input=row["input"], tools=row["tools"])
-    assert [type(i) for i in response.output] == [ResponseFunctionToolCall, ResponseFunctionToolCallOutputItem,
-                                                   ResponseOutputMessage]
+    assert [type(i) for i in response.output] == [
+        ResponseFunctionToolCall,
+        ResponseFunctionToolCallOutputItem,
+        ResponseOutputMessage,
+    ]
     call, out, _ = response.output
     assert json.loads(call.arguments) == {"value": 7} and out.call_id == call.call_id
     assert json.loads(out.output) == {"result": 49}
@@ -373,7 +416,9 @@ def test_openai_client_against_an_agent_runs_the_tool_loop(lab, key, calculator,
     assert response.usage.total_tokens > 0
 
 
-@pytest.mark.parametrize("answer", [{"error": {"message": "model overloaded"}, "output": []}, {"object": "list", "data": []}])
+@pytest.mark.parametrize(
+    "answer", [{"error": {"message": "model overloaded"}, "output": []}, {"object": "list", "data": []}]
+)
 def test_a_200_that_is_not_a_response_is_an_error_not_an_empty_turn(lab, answer):
     from fastapi import FastAPI
 

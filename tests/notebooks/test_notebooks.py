@@ -11,14 +11,19 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 def run_notebook(name: str) -> tuple[dict, list[dict]]:
     """Execute ``notebooks/<name>``; return its last ``application/json`` output and every output."""
     book = nbformat.read(NOTEBOOKS / name, as_version=4)
-    assert all(not c.get("outputs") and c.get("execution_count") is None
-               for c in book.cells if c.cell_type == "code"), f"{name} is committed with outputs"
+    assert all(
+        not c.get("outputs") and c.get("execution_count") is None for c in book.cells if c.cell_type == "code"
+    ), f"{name} is committed with outputs"
     # deadlines for a loaded CI machine: per cell, and for the kernel to start
-    NotebookClient(book, timeout=600, startup_timeout=180, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    NotebookClient(
+        book, timeout=600, startup_timeout=180, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    ).execute()
     outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
-    found = [o["data"]["application/json"] for o in outputs
-             if o.get("output_type") == "display_data" and "application/json" in o.get("data", {})]
+    found = [
+        o["data"]["application/json"]
+        for o in outputs
+        if o.get("output_type") == "display_data" and "application/json" in o.get("data", {})
+    ]
     assert found, f"{name} displayed no application/json output"
     return found[-1], outputs
 

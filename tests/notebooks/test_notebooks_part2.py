@@ -12,10 +12,20 @@ def run_notebook(name: str) -> dict:
     """Execute ``notebooks/<name>`` and return its last ``application/json`` output."""
     book = nbformat.read(NOTEBOOKS / name, as_version=4)
     assert all(not c.get("outputs") for c in book.cells if c.cell_type == "code"), f"{name} is committed with outputs"
-    NotebookClient(book, timeout=600, startup_timeout=180, kernel_name="python3",  # generous: CI may be loaded
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    found = [o["data"]["application/json"] for c in book.cells if c.cell_type == "code" for o in c.outputs
-             if o.get("output_type") == "display_data" and "application/json" in o.get("data", {})]
+    NotebookClient(
+        book,
+        timeout=600,
+        startup_timeout=180,
+        kernel_name="python3",  # generous: CI may be loaded
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    ).execute()
+    found = [
+        o["data"]["application/json"]
+        for c in book.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.get("output_type") == "display_data" and "application/json" in o.get("data", {})
+    ]
     assert found, f"{name} displayed no application/json output"
     return found[-1]
 

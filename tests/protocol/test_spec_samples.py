@@ -20,20 +20,23 @@ from gymlab import (
 # --- "Direct HTTP Tool-Calling Protocol" and "Minimal Seed/Verify Environment" ---
 class SquareRequest(BaseModel):
     value: int
+
+
 class SquareResponse(BaseModel):
     result: int
+
+
 class CalculatorServer(SimpleResourcesServer):
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/square")(self.square)
         return app
+
     async def square(self, body: SquareRequest) -> SquareResponse:
         return SquareResponse(result=body.value**2)
+
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
-        used_square = any(
-            item.type == "function_call" and item.name == "square"
-            for item in body.response.output
-        )
+        used_square = any(item.type == "function_call" and item.name == "square" for item in body.response.output)
         return BaseVerifyResponse(
             responses_create_params=body.responses_create_params,
             response=body.response,
@@ -64,10 +67,12 @@ def make_verify_response(body, reward):
 
 class StatefulServer(SimpleResourcesServer):
     session_state: dict[str, Any] = Field(default_factory=dict)
+
     async def seed_session(self, request: Request, body: SeedRequest):
         session_id = request.session[SESSION_ID_KEY]
         self.session_state[session_id] = initialize(body)
         return BaseSeedSessionResponse()
+
     async def verify(self, request: Request, body: VerifyRequest):
         session_id = request.session[SESSION_ID_KEY]
         try:
@@ -106,7 +111,9 @@ def test_stateful_server_pattern(lab):
     def row(shown, secret):
         return {"responses_create_params": {"input": f"Repeat the secret {shown}"}, "secret": secret}
 
-    results = lab.run_many(agent, [row(i, i) if i % 2 else row(i, -i - 1) for i in range(40)], concurrency=40, on_error="raise")
+    results = lab.run_many(
+        agent, [row(i, i) if i % 2 else row(i, -i - 1) for i in range(40)], concurrency=40, on_error="raise"
+    )
     assert [r.reward for r in results] == [0.0 if i % 2 == 0 else 1.0 for i in range(40)]
     assert env.server.session_state == {}
 
@@ -114,8 +121,12 @@ def test_stateful_server_pattern(lab):
 def test_scripted_policy_helpers_round_trip():
     call = function_call("square", {"value": 4}, call_id="call_123")
     assert call.model_dump(exclude_none=True) == {
-        "type": "function_call", "name": "square", "arguments": "{\"value\": 4}",
-        "call_id": "call_123", "id": call.id, "status": "completed",
+        "type": "function_call",
+        "name": "square",
+        "arguments": '{"value": 4}',
+        "call_id": "call_123",
+        "id": call.id,
+        "status": "completed",
     }
 
 

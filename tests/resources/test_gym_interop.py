@@ -96,8 +96,13 @@ def test_missing_gymnasium_names_the_extra(tmp_path):
     blocker = tmp_path / "gymnasium.py"
     blocker.write_text("raise ImportError('blocked for this test')\n")
     code = "import gymlab.gym_interop"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(tmp_path), "PATH": ""}, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": ""},
+        timeout=180,
+    )
     assert proc.returncode != 0 and "pip install gymlab[gymnasium]" in proc.stderr
 
 

@@ -147,7 +147,14 @@ def test_exception_in_step_releases_state_and_is_reported(lab):
         agent.run(_row(crash_at=2, end_at=5))
     message = str(err.value)
     assert err.value.status == 502
-    for part in ("gymnasium_agent", "resources server", "counting_env", "POST /step", "HTTP 500", "the table collapsed"):
+    for part in (
+        "gymnasium_agent",
+        "resources server",
+        "counting_env",
+        "POST /step",
+        "HTTP 500",
+        "the table collapsed",
+    ):
         assert part in message
     assert env.server.session_state == {} and len(env.server.closed) == 1
 
@@ -195,7 +202,10 @@ def test_reset_on_a_live_session_closes_the_old_episode_and_close_releases(lab):
     env = lab.serve(CountingEnv)
     cookies = Cookies()
     for _ in range(2):
-        assert run_sync(post(env.url, "/reset", _row(), cookies)).json() == {"observation": "go", "info": {"started": True}}
+        assert run_sync(post(env.url, "/reset", _row(), cookies)).json() == {
+            "observation": "go",
+            "info": {"started": True},
+        }
     assert len(env.server.session_state) == 1 and len(env.server.closed) == 1
     assert run_sync(post(env.url, "/close", {}, cookies)).json() == {"closed": True}
     assert run_sync(post(env.url, "/close", {}, cookies)).json() == {"closed": False}
@@ -216,7 +226,11 @@ _MASK = {"mask_sample": True, "failure_kind": "judge_failed", "failure_reason": 
 def test_mask_from_the_final_step_is_reported(lab):
     _, agent = _serve(lab, CountingEnv, _say("ok"))
     rollout = agent.run(_row(end_at=2, info_at={"2": _MASK}))
-    assert (rollout.mask_sample, rollout.failure_kind, rollout.failure_reason) == (True, "judge_failed", "judge timed out")
+    assert (rollout.mask_sample, rollout.failure_kind, rollout.failure_reason) == (
+        True,
+        "judge_failed",
+        "judge timed out",
+    )
     # lifted out of info into the step response
     assert not set(_MASK) & set(rollout.info) and not set(_MASK) & set(rollout.steps[-1].info)
 
@@ -242,7 +256,9 @@ def test_failure_kind_registry_is_the_reference_vocabulary():
     assert all(fk.describe(name) for name in REFERENCE_KINDS)
     assert fk.validate_failure_kind("blackjack:deck_exhausted") == "blackjack:deck_exhausted"
     assert fk.validate_failure_kind(None) is None
-    with pytest.warns(UserWarning, match=r"unregistered failure_kind 'judge_down_once': use one of .*judge_failed.*'<server>:<kind>'"):
+    with pytest.warns(
+        UserWarning, match=r"unregistered failure_kind 'judge_down_once': use one of .*judge_failed.*'<server>:<kind>'"
+    ):
         assert fk.validate_failure_kind("judge_down_once") == "judge_down_once"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the second time the same name is not warned about again
@@ -253,8 +269,9 @@ def test_failure_kind_registry_is_the_reference_vocabulary():
 def test_a_step_reporting_a_reference_kind_gives_a_masked_rollout_of_that_kind(lab, kind):
     env = lab.serve(CountingEnv)
     agent = lab.serve_agent("gymnasium_agent", resources=env, model=lab.serve_model(lambda request: "go"))
-    rollout = agent.run(_row(end_at=1, info_at={"1": {"mask_sample": True, "failure_kind": kind,
-                                                      "failure_reason": "it broke"}}))
+    rollout = agent.run(
+        _row(end_at=1, info_at={"1": {"mask_sample": True, "failure_kind": kind, "failure_reason": "it broke"}})
+    )
     assert (rollout.mask_sample, rollout.failure_kind, rollout.failure_reason) == (True, kind, "it broke")
 
 
@@ -306,7 +323,9 @@ def test_calculator_gym_episode(lab):
     assert rollout.reward == 1.0 and rollout.terminated
     call, out, answer = rollout.response.output
     assert isinstance(call, FunctionCall) and call.name == "square"
-    assert isinstance(out, FunctionCallOutput) and out.call_id == call.call_id and json.loads(out.output) == {"result": 16}
+    assert (
+        isinstance(out, FunctionCallOutput) and out.call_id == call.call_id and json.loads(out.output) == {"result": 16}
+    )
     assert answer.text == "The answer is 16."
     assert [s.reward for s in rollout.steps] == [0.0, 1.0]
     assert rollout.steps[0].tool_outputs[0].output == out.output
@@ -362,6 +381,7 @@ class StatefulEnv(GymnasiumServer):
     async def reset(self, metadata, session_id=None):
         self.session_state[session_id] = initialize(metadata)
         return "Environment ready.", {}
+
     async def step(self, action, metadata, session_id=None):
         state = self.session_state[session_id]
         reward, done = apply_action_and_score(state, action)

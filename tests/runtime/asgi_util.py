@@ -13,10 +13,20 @@ from typing import Any
 async def call(app, path: str, body: Any, method: str = "POST") -> tuple[int, dict]:
     """One request with a JSON body and no cookie; (status, JSON answer)."""
     payload = json.dumps(body).encode()
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
     delivered, status, chunks = False, [], []
 
     async def receive():
@@ -42,7 +52,9 @@ async def lifespan(app):
     inbox: asyncio.Queue = asyncio.Queue()
     outbox: asyncio.Queue = asyncio.Queue()
     await inbox.put({"type": "lifespan.startup"})
-    task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, inbox.get, outbox.put))
+    task = asyncio.create_task(
+        app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, inbox.get, outbox.put)
+    )
     started = await asyncio.wait_for(outbox.get(), 30)
     assert started["type"] == "lifespan.startup.complete", started
     try:

@@ -38,12 +38,14 @@ def test_killing_a_worker_under_load_masks_exactly_its_episodes(lab):
         for r in rows:  # six increments an episode, so the kill lands mid-episode
             r["responses_create_params"]["input"][0]["content"] = (
                 f"The counter starts at {r['initial_count']}. Use the increment tool, one step at a time, "
-                f"until it reads {r['target']}.")
+                f"until it reads {r['target']}."
+            )
         batch = [rows[i % len(rows)] for i in range(EPISODES)]
         victim = served.worker_pids()[0]
         run = {}
-        runner = threading.Thread(target=lambda: run.setdefault("rollouts", lab.run_many(
-            agent, batch, concurrency=EPISODES)))
+        runner = threading.Thread(
+            target=lambda: run.setdefault("rollouts", lab.run_many(agent, batch, concurrency=EPISODES))
+        )
         runner.start()
         assert started.wait(120), "the episodes did not start"
         os.kill(victim, signal.SIGKILL)

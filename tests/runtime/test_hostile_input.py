@@ -36,8 +36,10 @@ def test_a_300_mb_streamed_post_gets_413_before_it_is_read(counter_env):
 
     async def post() -> tuple[bytes, bytes, int]:
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"POST /verify HTTP/1.1\r\nHost: gymlab\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
+        writer.write(
+            b"POST /verify HTTP/1.1\r\nHost: gymlab\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
         head = asyncio.ensure_future(reader.readuntil(b"\r\n\r\n"))
         chunk, sent = b"%x\r\n" % MB + b"x" * MB + b"\r\n", 0
         for _ in range(300):
@@ -67,8 +69,9 @@ def test_a_300_mb_streamed_post_gets_413_before_it_is_read(counter_env):
 
 def test_a_declared_content_length_over_the_limit_is_refused_up_front(lab):
     env = lab.serve(load_environment("counter").CounterServer, max_body_bytes=1000)
-    reply = httpx.post(env.url + "/seed_session", content=b"{" + b" " * 2000 + b"}",
-                       headers={"content-type": "application/json"})
+    reply = httpx.post(
+        env.url + "/seed_session", content=b"{" + b" " * 2000 + b"}", headers={"content-type": "application/json"}
+    )
     assert reply.status_code == 413
     assert reply.json()["message"] == "the request body (2002 bytes) is over this server's limit of 1000 bytes"
     assert httpx.post(env.url + "/seed_session", json={"initial_count": 1}).status_code == 200
@@ -76,8 +79,10 @@ def test_a_declared_content_length_over_the_limit_is_refused_up_front(lab):
 
 def test_an_overlong_resources_session_id_is_a_422_naming_the_field(counter_env):
     for path in ("/seed_session", "/close_session"):
-        reply = httpx.post(counter_env.url + path, json={**seed_body("x" * 257)} if path == "/seed_session"
-                           else {"resources_session_id": "x" * 257})
+        reply = httpx.post(
+            counter_env.url + path,
+            json={**seed_body("x" * 257)} if path == "/seed_session" else {"resources_session_id": "x" * 257},
+        )
         assert reply.status_code == 422, reply.text
         assert "resources_session_id" in reply.json()["message"] and "256" in reply.json()["message"]
         assert "set-cookie" not in reply.headers or len(reply.headers["set-cookie"]) < 400
@@ -110,8 +115,9 @@ def test_nan_and_infinity_are_a_422_naming_the_field(counter_env, constant):
     assert reply.status_code == 422, reply.text
     assert reply.json()["field"] == "body.responses_create_params.temperature"
     assert reply.json()["message"].startswith("body.responses_create_params.temperature: NaN and Infinity")
-    bad_type = httpx.post(counter_env.url + "/verify", content='{"target": "NaN"}',
-                          headers={"content-type": "application/json"})
+    bad_type = httpx.post(
+        counter_env.url + "/verify", content='{"target": "NaN"}', headers={"content-type": "application/json"}
+    )
     assert bad_type.status_code == 422  # the string "NaN" is no constant: ordinary validation answers
 
 

@@ -17,8 +17,12 @@ SESSIONS = 50_000
 
 
 def seed_body(sid: str, rollout: str = "r") -> dict:
-    return {"resources_session_id": sid, "episode_id": {"rollout_id": rollout, "attempt": 0},
-            "task_id": {"taskset": "counter", "task_id": "0"}, "task_data": {"initial_count": 1}}
+    return {
+        "resources_session_id": sid,
+        "episode_id": {"rollout_id": rollout, "attempt": 0},
+        "task_id": {"taskset": "counter", "task_id": "0"},
+        "task_data": {"initial_count": 1},
+    }
 
 
 async def test_fifty_thousand_unclosed_seeds_are_reaped_and_memory_returns():
@@ -41,8 +45,11 @@ async def test_fifty_thousand_unclosed_seeds_are_reaped_and_memory_returns():
         assert grown > SESSIONS * 3, f"{SESSIONS} held sessions grew pymalloc by only {grown} blocks"
 
         episodes.ttl_seconds = 0.5  # nobody closes them: the lifespan's reaper must
-        await wait_for(lambda: episodes.counts()["held"] == 0 and episodes.counts()["fenced"] == 0,
-                       timeout=60, what=f"{SESSIONS} idle sessions reaped and their fences expired")
+        await wait_for(
+            lambda: episodes.counts()["held"] == 0 and episodes.counts()["fenced"] == 0,
+            timeout=60,
+            what=f"{SESSIONS} idle sessions reaped and their fences expired",
+        )
         status, health = await call(app, "/health", None, method="GET")
         assert status == 200 and health["sessions"]["reaped"] == SESSIONS + 1 and health["sessions"]["open"] == 0
         assert server.session_state == {} and len(episodes.locks) == 0
@@ -68,8 +75,9 @@ def test_reaper_runs_over_loopback_and_health_counts(lab):
 
         wait_until(lambda: health()["held"] == 0, 30, "6 idle sessions reaped over loopback")
         assert health()["reaped"] == 6 and env.server.session_state == {}
-        verify = client.post("/verify", json={"responses_create_params": {"input": []}, "response": {"output": []},
-                                              "target": 3})
+        verify = client.post(
+            "/verify", json={"responses_create_params": {"input": []}, "response": {"output": []}, "target": 3}
+        )
         assert verify.json()["mask_sample"] is True and verify.json()["failure_kind"] == "session_lost"
         late = httpx.post(env.url + "/seed_session", json=seed_body("ep-0", "r0"))
         assert late.status_code == 409  # a reaped session is fenced like a closed one

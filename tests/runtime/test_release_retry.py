@@ -54,8 +54,11 @@ def test_a_failed_release_is_retried_not_forgotten(lab):
     assert failed.status_code == 500
     answer = failed.json()
     assert answer["error"] == "ResourcesReleaseFailedError" and answer["failure"]["kind"] == "session_release_failed"
-    with pytest.raises(AssertionError, match=r"flaky: POST /close_session: releasing session 'rs-1' raised "
-                                             r"ConnectionError: docker daemon unreachable; .*retry the close"):
+    with pytest.raises(
+        AssertionError,
+        match=r"flaky: POST /close_session: releasing session 'rs-1' raised "
+        r"ConnectionError: docker daemon unreachable; .*retry the close",
+    ):
         raise AssertionError(answer["detail"])
     assert env.server.episode_sessions.is_open("rs-1") and "rs-1" not in env.server.episode_sessions.fences
     retried = httpx.post(url + "/close_session", json={"resources_session_id": "rs-1"})

@@ -26,8 +26,11 @@ ENVIRONMENTS = ["calculator", "counter", "blackjack", "qa", "calculator_gym", "s
 def _server_class(module):
     from gymlab.server import BaseServer
 
-    classes = [v for v in vars(module).values()
-               if isinstance(v, type) and issubclass(v, BaseServer) and v.__module__ == module.__name__]
+    classes = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and issubclass(v, BaseServer) and v.__module__ == module.__name__
+    ]
     assert len(classes) == 1, f"{module.__name__}: expected one server class, found {classes}"
     return classes[0]
 
@@ -60,7 +63,9 @@ def _upstream_failure(response) -> bool:
     return isinstance(body, dict) and "server" in body and "route" in body
 
 
-@pytest.mark.parametrize("name", [*ENVIRONMENTS, "simple_agent", "gymnasium_agent", "policy_model", "single_agent_turn"])
+@pytest.mark.parametrize(
+    "name", [*ENVIRONMENTS, "simple_agent", "gymnasium_agent", "policy_model", "single_agent_turn"]
+)
 def test_no_input_gets_a_server_error(lab, name):
     url = _serve(lab, name)
     schema = schemathesis.openapi.from_url(url + "/openapi.json")
@@ -70,14 +75,22 @@ def test_no_input_gets_a_server_error(lab, name):
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
-            @settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])  # no shrinking: report, don't minimise
+            @settings(
+                max_examples=MAX_EXAMPLES,
+                derandomize=True,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+                phases=[Phase.explicit, Phase.generate],
+            )  # no shrinking: report, don't minimise
             @given(case=operation.as_strategy(generation_mode=mode))
             def fuzz(case):
                 response = case.call(base_url=url, timeout=30)
                 if response.status_code >= 500 and not _upstream_failure(response):
-                    errors.append(f"{case.method} {case.path} ({mode.value}) body={case.body!r:.300} -> "  # noqa: B023 (fuzz runs in this iteration)
-                                  f"{response.status_code} {response.text[:300]}")
+                    errors.append(
+                        f"{case.method} {case.path} ({mode.value}) body={case.body!r:.300} -> "  # noqa: B023 (fuzz runs in this iteration)
+                        f"{response.status_code} {response.text[:300]}"
+                    )
 
             try:
                 fuzz()

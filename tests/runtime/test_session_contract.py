@@ -7,8 +7,15 @@ from gymlab.examples import example_rows, load_environment
 from gymlab.testing import check_resources_session_contract
 
 ALL_RULES = [
-    "seed", "idempotent re-seed", "invalid seed 422", "cookie/body mismatch 409", "close", "repeated close",
-    "conflicting seed 409", "seed after close refused while fenced", "verify after close masked",
+    "seed",
+    "idempotent re-seed",
+    "invalid seed 422",
+    "cookie/body mismatch 409",
+    "close",
+    "repeated close",
+    "conflicting seed 409",
+    "seed after close refused while fenced",
+    "verify after close masked",
     "state released exactly once",
 ]
 COUNTER_SEED = {"task_id": {"taskset": "counter", "task_id": "0"}, "task_data": {"initial_count": 1}}
@@ -20,8 +27,9 @@ def counter_verify_body():
 
 
 def check_counter(server, **overrides):
-    kwargs = dict(keeps_state=True, holds_state=lambda sid: sid in server.session_state,
-                  verify_body=counter_verify_body())
+    kwargs = dict(
+        keeps_state=True, holds_state=lambda sid: sid in server.session_state, verify_body=counter_verify_body()
+    )
     return check_resources_session_contract(server, COUNTER_SEED, **{**kwargs, **overrides})
 
 
@@ -45,8 +53,9 @@ def test_calculator_passes_the_stateless_rules(calculator):
 
 def test_blackjack_passes_the_rules_without_verify():
     server = load_environment("blackjack").BlackjackEnv()
-    rules = check_resources_session_contract(server, {"task_data": {"seed": 7}}, keeps_state=True,
-                                             holds_state=lambda sid: sid in server.session_state)
+    rules = check_resources_session_contract(
+        server, {"task_data": {"seed": 7}}, keeps_state=True, holds_state=lambda sid: sid in server.session_state
+    )
     assert rules == [r for r in ALL_RULES if r != "verify after close masked"]
     assert server.session_state == {}
 
@@ -59,8 +68,11 @@ def test_a_server_that_leaks_state_after_close_breaks_close(counter):
         async def close_resources_session(self, resources_session_id):
             pass
 
-    with pytest.raises(SessionContractError, match=r"rule 'close': holds_state\('contract-close-\w+'\) is still "
-                                                   r"true after its close; the server leaks") as err:
+    with pytest.raises(
+        SessionContractError,
+        match=r"rule 'close': holds_state\('contract-close-\w+'\) is still "
+        r"true after its close; the server leaks",
+    ) as err:
         check_counter(Leaky())
     assert err.value.rule == "close"
     assert isinstance(err.value, AssertionError)
@@ -68,9 +80,12 @@ def test_a_server_that_leaks_state_after_close_breaks_close(counter):
 
 def test_a_server_that_accepts_a_seed_after_close_breaks_the_fence_rule(counter):
     unfenced = counter.CounterServer(session_close_retry_window_seconds=0)
-    with pytest.raises(SessionContractError, match=r"rule 'seed after close refused while fenced': a seed of "
-                                                   r"'contract-seed-\w+' after its close must be refused with 409, "
-                                                   r"got HTTP 200") as err:
+    with pytest.raises(
+        SessionContractError,
+        match=r"rule 'seed after close refused while fenced': a seed of "
+        r"'contract-seed-\w+' after its close must be refused with 409, "
+        r"got HTTP 200",
+    ) as err:
         check_counter(unfenced)
     assert err.value.rule == "seed after close refused while fenced"
 
@@ -81,8 +96,11 @@ def test_a_server_that_answers_a_lost_session_verify_with_500_breaks_the_verify_
             state = self.session_state.pop(request.session[counter.SESSION_ID_KEY])  # KeyError once closed
             return counter.CounterVerifyResponse(**body.model_dump(), reward=1.0, final_count=state["count"])
 
-    with pytest.raises(SessionContractError, match=r"rule 'verify after close masked': a verify after the close: "
-                                                   r"expected HTTP 200, got HTTP 500 .*KeyError") as err:
+    with pytest.raises(
+        SessionContractError,
+        match=r"rule 'verify after close masked': a verify after the close: "
+        r"expected HTTP 200, got HTTP 500 .*KeyError",
+    ) as err:
         check_counter(Crashy())
     assert err.value.rule == "verify after close masked"
 
@@ -93,8 +111,11 @@ def test_a_server_that_never_grades_a_held_session_breaks_released_once(counter)
             self.session_state.pop(request.session[counter.SESSION_ID_KEY], None)
             return counter.lost_session_verification(body, reason="dropped too early")
 
-    with pytest.raises(SessionContractError, match=r"rule 'state released exactly once': the verify before the "
-                                                   r"close came back masked \(session_lost: dropped too early\)"):
+    with pytest.raises(
+        SessionContractError,
+        match=r"rule 'state released exactly once': the verify before the "
+        r"close came back masked \(session_lost: dropped too early\)",
+    ):
         check_counter(AlwaysLost())
 
 
@@ -105,8 +126,11 @@ def test_a_server_that_keeps_a_refused_seed_breaks_invalid_seed(counter):
             return await super().seed_session(request, body)
 
     invalid = {"episode_id": {"rollout_id": "r"}, "task_data": {"initial_count": "many"}}
-    with pytest.raises(SessionContractError, match=r"rule 'invalid seed 422': holds_state\(.*\) is still true "
-                                                   r"after a refused seed"):
+    with pytest.raises(
+        SessionContractError,
+        match=r"rule 'invalid seed 422': holds_state\(.*\) is still true "
+        r"after a refused seed",
+    ):
         check_counter(Sloppy(), invalid_seed=invalid)
 
 

@@ -22,8 +22,12 @@ from gymlab._runtime.locks import ResourcesSessionLocks
 
 
 def seed_body(sid, rollout="r1", **task_data):
-    return {"resources_session_id": sid, "episode_id": {"rollout_id": rollout, "attempt": 0},
-            "task_id": {"taskset": "t", "task_id": "0"}, "task_data": task_data}
+    return {
+        "resources_session_id": sid,
+        "episode_id": {"rollout_id": rollout, "attempt": 0},
+        "task_id": {"taskset": "t", "task_id": "0"},
+        "task_data": task_data,
+    }
 
 
 # -- wire bodies -----------------------------------------------------------------------------------
@@ -32,7 +36,9 @@ def seed_body(sid, rollout="r1", **task_data):
 def test_observation_is_omitted_only_when_never_set():
     assert ResourcesSeedSessionResponse(resources_session_id="rs").model_dump() == {"resources_session_id": "rs"}
     assert json.loads(ResourcesSeedSessionResponse(resources_session_id="rs", observation=None).model_dump_json()) == {
-        "resources_session_id": "rs", "observation": None}
+        "resources_session_id": "rs",
+        "observation": None,
+    }
     assert ResourcesSeedSessionResponse(resources_session_id="rs", observation="").model_dump()["observation"] == ""
     parsed = ResourcesSeedSessionResponse.model_validate({"resources_session_id": "rs", "observation": None})
     assert parsed.model_dump() == {"resources_session_id": "rs", "observation": None}
@@ -60,8 +66,9 @@ class Recorder(SimpleResourcesServer):
         if body.task_data.get("reject"):
             raise ResourcesSeedRejectedError("task_data.reject is set: this task can never start")
         if "observation" in body.task_data:
-            return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id,
-                                                observation=body.task_data["observation"])
+            return ResourcesSeedSessionResponse(
+                resources_session_id=body.resources_session_id, observation=body.task_data["observation"]
+            )
         return None
 
     async def tool(self, request: Request) -> dict:
@@ -87,10 +94,14 @@ def test_seed_answer_has_observation_only_when_set_over_http(recorder):
     assert client.post("/seed_session", json=seed_body("a")).json() == {"resources_session_id": "a"}
     client.cookies.clear()
     assert client.post("/seed_session", json=seed_body("b", observation=None)).json() == {
-        "resources_session_id": "b", "observation": None}
+        "resources_session_id": "b",
+        "observation": None,
+    }
     client.cookies.clear()
     assert client.post("/seed_session", json=seed_body("c", observation="")).json() == {
-        "resources_session_id": "c", "observation": ""}
+        "resources_session_id": "c",
+        "observation": "",
+    }
 
 
 def test_the_body_id_is_the_session_id_of_seed_tools_and_close(recorder):
@@ -98,7 +109,9 @@ def test_the_body_id_is_the_session_id_of_seed_tools_and_close(recorder):
     assert client.post("/seed_session", json=seed_body("rs-7")).status_code == 200
     assert client.post("/tool", json={}).json() == {"ok": True}
     fresh = httpx.Client(base_url=str(client.base_url))  # a close after a lost seed reply: no cookie
-    assert fresh.post("/close_session", json={"resources_session_id": "rs-7"}).json() == {"resources_session_id": "rs-7"}
+    assert fresh.post("/close_session", json={"resources_session_id": "rs-7"}).json() == {
+        "resources_session_id": "rs-7"
+    }
     assert server.seen == [("seed", "rs-7"), ("tool", "rs-7"), ("close", "rs-7")]
 
 
@@ -125,8 +138,9 @@ def test_refusals_name_server_route_and_cause(recorder):
     rejected = client.post("/seed_session", json=seed_body("x", reject=True))
     assert rejected.status_code == 422
     assert rejected.json()["error"] == "ResourcesSeedRejectedError"
-    assert rejected.json()["detail"] == ("recorder: POST /seed_session: task_data.reject is set: "
-                                         "this task can never start")
+    assert rejected.json()["detail"] == (
+        "recorder: POST /seed_session: task_data.reject is set: this task can never start"
+    )
     client.cookies.clear()
     client.post("/seed_session", json=seed_body("y"))
     client.cookies.clear()

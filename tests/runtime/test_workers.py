@@ -68,9 +68,11 @@ def _verify_body(target: int) -> dict:
 async def _counter_episode(url: str, start: int, increments: int) -> dict:
     c = Client(url)
     owners, receivers, statuses = set(), set(), []
-    for path, body in [("/seed_session", {"initial_count": start}),
-                       *[("/increment", {"by": 1})] * increments,
-                       ("/verify", _verify_body(start + increments))]:
+    for path, body in [
+        ("/seed_session", {"initial_count": start}),
+        *[("/increment", {"by": 1})] * increments,
+        ("/verify", _verify_body(start + increments)),
+    ]:
         status, data, headers = await c.post(path, body)
         statuses.append(status)
         owners.add(headers.get(WORKER_HEADER.decode()))
@@ -106,8 +108,9 @@ def _held_connections_to_dead_workers(port: int) -> list[int]:
                 fields = line.split()
                 local, remote = (int(a.rsplit(":", 1)[1], 16) for a in fields[1:3])
                 rows.append((local, remote, fields[3], int(fields[9])))
-    orphaned_peers = {remote for local, remote, state, inode in rows
-                      if local == port and inode == 0 and state in ("04", "05", "0B")}
+    orphaned_peers = {
+        remote for local, remote, state, inode in rows if local == port and inode == 0 and state in ("04", "05", "0B")
+    }
     mine = set()
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
@@ -260,8 +263,9 @@ def test_rollout_whose_worker_dies_mid_episode_comes_back_masked(lab, counter, t
         row = example_rows("counter")[0]
         row["responses_create_params"]["tools"].append({"type": "function", "name": "whoami", "parameters": {}})
         rollout = agent.run(row)  # whoami is declared: the agent dispatches only declared tools
-        after = lab.serve_agent("simple_agent", name="after", resources=url,
-                                model=lab.serve_model(counter.policy, name="counter_policy"))
+        after = lab.serve_agent(
+            "simple_agent", name="after", resources=url, model=lab.serve_model(counter.policy, name="counter_policy")
+        )
         others = [after.run(r) for r in example_rows("counter")]
     assert killed
     assert rollout.mask_sample and rollout.failure_kind == "session_lost"
@@ -273,12 +277,14 @@ def test_rollout_whose_worker_dies_mid_episode_comes_back_masked(lab, counter, t
 
 
 def _episode_seed(sid: str) -> dict:
-    return {"resources_session_id": sid, "episode_id": {"rollout_id": sid, "attempt": 0},
-            "task_data": {"initial_count": 0, "target": 1}}
+    return {
+        "resources_session_id": sid,
+        "episode_id": {"rollout_id": sid, "attempt": 0},
+        "task_data": {"initial_count": 0, "target": 1},
+    }
 
 
-async def _from_every_worker(url: str, path: str, body: dict, workers: int = WORKERS,
-                             timeout: float = DEADLINE_S):
+async def _from_every_worker(url: str, path: str, body: dict, workers: int = WORKERS, timeout: float = DEADLINE_S):
     """Send ``body`` on fresh connections, one after another, until every worker has received it; the answers.
 
     Which worker accepts a connection is up to the kernel and the scheduler: on an idle machine a few
@@ -289,7 +295,8 @@ async def _from_every_worker(url: str, path: str, body: dict, workers: int = WOR
     deadline = time.monotonic() + timeout
     while len(receivers) < workers:
         assert time.monotonic() < deadline, (
-            f"{len(answers)} requests in {timeout:g} s reached only workers {sorted(receivers)} of {workers}")
+            f"{len(answers)} requests in {timeout:g} s reached only workers {sorted(receivers)} of {workers}"
+        )
         status, data, headers = await Client(url).post(path, body)
         answers.append((status, data, headers.get(WORKER_HEADER.decode())))
         receivers.add(headers.get(FORWARDED_HEADER.decode(), headers.get(WORKER_HEADER.decode())))
@@ -319,7 +326,8 @@ def test_cookie_and_body_naming_different_sessions_get_409():
         c = Client(url)
         assert (await c.post("/seed_session", _episode_seed("rs-a")))[0] == 200
         return await c.post("/close_session", {"resources_session_id": "rs-b"}), await c.post(
-            "/seed_session", _episode_seed("rs-b"))
+            "/seed_session", _episode_seed("rs-b")
+        )
 
     with served(COUNTER) as (url, _):
         answers = run_sync(run(url))
@@ -366,8 +374,10 @@ def test_unsupported_server_refuses_several_workers_before_uvicorn_starts():
 
 def test_entrypoint_without_the_worker_block_is_reported(tmp_path):
     path = tmp_path / "plain.py"
-    path.write_text("from gymlab.examples import load_environment\n"
-                    "class Plain(load_environment('counter').CounterServer):\n    pass\n")
+    path.write_text(
+        "from gymlab.examples import load_environment\n"
+        "class Plain(load_environment('counter').CounterServer):\n    pass\n"
+    )
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("plain_entrypoint", path)
@@ -398,8 +408,7 @@ def test_one_worker_has_no_routing_layer(counter):
 def _config(tmp_path: Path, extra: str = "") -> Path:
     path = tmp_path / "workers.yaml"
     path.write_text(
-        "counter:\n  resources_servers:\n    counter:\n"
-        f"      entrypoint: {COUNTER}\n      num_workers: 4\n" + extra
+        f"counter:\n  resources_servers:\n    counter:\n      entrypoint: {COUNTER}\n      num_workers: 4\n" + extra
     )
     return path
 
@@ -413,19 +422,32 @@ def test_serve_dry_run_reports_a_server_that_needs_one_worker(tmp_path):
         "    def multiple_workers_unsupported_reason(self):\n"
         "        return 'its jobs are keyed by job_id in the body'\n"
     )
-    ok = subprocess.run([sys.executable, "-m", "gymlab.cli", "serve", "--dry-run", str(_config(tmp_path))],
-                        capture_output=True, text=True, timeout=DEADLINE_S)
+    ok = subprocess.run(
+        [sys.executable, "-m", "gymlab.cli", "serve", "--dry-run", str(_config(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
     assert ok.returncode == 0, ok.stderr
     extra = f"registry:\n  resources_servers:\n    registry:\n      entrypoint: {registry}\n      num_workers: 2\n"
-    refused = subprocess.run([sys.executable, "-m", "gymlab.cli", "serve", "--dry-run", str(_config(tmp_path, extra))],
-                             capture_output=True, text=True, timeout=DEADLINE_S)
+    refused = subprocess.run(
+        [sys.executable, "-m", "gymlab.cli", "serve", "--dry-run", str(_config(tmp_path, extra))],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
     assert refused.returncode == 2
     assert "registry" in refused.stderr and "keyed by job_id" in refused.stderr and "num_workers: 1" in refused.stderr
 
 
 def test_gymlab_serve_runs_a_config_with_4_workers(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "gymlab.cli", "serve", str(_config(tmp_path))],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gymlab.cli", "serve", str(_config(tmp_path))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         url = None
         deadline = time.monotonic() + DEADLINE_S
@@ -561,8 +583,10 @@ def test_a_failed_seed_and_an_unseeded_close_are_owned_by_the_worker_that_saw_th
     bad = {**_episode_seed("rs-bad"), "task_data": {"initial_count": "many"}}
 
     async def run(url):
-        return (await _from_every_worker(url, "/seed_session", bad),
-                await _from_every_worker(url, "/close_session", {"resources_session_id": "rs-unseeded"}))
+        return (
+            await _from_every_worker(url, "/seed_session", bad),
+            await _from_every_worker(url, "/close_session", {"resources_session_id": "rs-unseeded"}),
+        )
 
     with served(COUNTER) as (url, _):
         (seeds, seed_receivers), (closes, close_receivers) = run_sync(run(url))

@@ -21,8 +21,10 @@ INPUTS = INTEROP / "nemo_gym_0.7.0_materialized_inputs.jsonl"
 def fixture_rows(path: Path = ROLLOUTS) -> list[dict[str, Any]]:
     """The rows of an interop fixture file (fails, naming the path, when it is missing)."""
     if not path.exists():
-        raise AssertionError(f"interop fixture {path.resolve()} is missing: the tests expect the shared folder "
-                             f"next to the repository ({INTEROP.resolve()}); check it out there")
+        raise AssertionError(
+            f"interop fixture {path.resolve()} is missing: the tests expect the shared folder "
+            f"next to the repository ({INTEROP.resolve()}); check it out there"
+        )
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -43,8 +45,10 @@ def nemo_item(item: dict[str, Any]) -> dict[str, Any]:
     if kind == "message":
         item.setdefault("phase", None)
         if isinstance(item.get("content"), list):
-            item["content"] = [{"logprobs": None, "annotations": [], **p} if p.get("type") == "output_text" else p
-                               for p in item["content"]]
+            item["content"] = [
+                {"logprobs": None, "annotations": [], **p} if p.get("type") == "output_text" else p
+                for p in item["content"]
+            ]
     elif kind == "function_call":
         item.setdefault("namespace", None)
     elif kind == "function_call_output":
@@ -84,13 +88,24 @@ def gymlab_response(output: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def message(text: str) -> dict[str, Any]:
-    return {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
 def call(name: str, args: dict[str, Any], call_id: str = "call_1") -> dict[str, Any]:
-    return {"type": "function_call", "name": name, "arguments": json.dumps(args), "call_id": call_id,
-            "id": "fc_1", "status": "completed"}
+    return {
+        "type": "function_call",
+        "name": name,
+        "arguments": json.dumps(args),
+        "call_id": call_id,
+        "id": "fc_1",
+        "status": "completed",
+    }
 
 
 def call_output(call_id: str, output: Any) -> dict[str, Any]:

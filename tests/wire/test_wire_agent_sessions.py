@@ -15,8 +15,11 @@ APP = Path(__file__).with_name("agent_session_app.py")
 
 
 def seed_body(sid: str, rollout: str = "r1") -> dict:
-    return {"agent_session_id": sid, "episode_id": {"rollout_id": rollout, "attempt": 0},
-            "task_id": {"taskset": "notes", "task_id": "0"}}
+    return {
+        "agent_session_id": sid,
+        "episode_id": {"rollout_id": rollout, "attempt": 0},
+        "task_id": {"taskset": "notes", "task_id": "0"},
+    }
 
 
 def close_body(sid: str, rollout: str = "r1") -> dict:
@@ -41,8 +44,12 @@ def test_agent_session_rules_with_one_worker(lab):
         status(client.post("/v1/agent_sessions", json=seed_body("as-2")), 409)
         status(client.post("/v1/agent_sessions/close", json=close_body("as-1", rollout="other")), 409)
         assert status(client.post("/note", json={"text": "b"}), 200)["notes"] == ["a", "b"]
-        assert status(client.post("/v1/agent_sessions/close", json=close_body("as-1")), 200) == {"agent_session_id": "as-1"}
-        assert status(client.post("/v1/agent_sessions/close", json=close_body("as-1")), 200) == {"agent_session_id": "as-1"}
+        assert status(client.post("/v1/agent_sessions/close", json=close_body("as-1")), 200) == {
+            "agent_session_id": "as-1"
+        }
+        assert status(client.post("/v1/agent_sessions/close", json=close_body("as-1")), 200) == {
+            "agent_session_id": "as-1"
+        }
         status(client.post("/note", json={"text": "c"}), 404)  # released
         status(client.post("/v1/agent_sessions", json=seed_body("as-1")), 409)  # fenced after its close
     with httpx.Client(base_url=agent.url, timeout=TIMEOUT) as other:

@@ -29,16 +29,25 @@ def test_run_many_on_an_embedded_environment(lab):
     assert set(runs.steps["reward"]) == {0.0, 1.0}
     # Framed like a seed/verify run: the same columns.
     calc = load_environment("calculator")
-    calc_agent = lab.serve_agent(resources=lab.serve(calc.CalculatorServer), model=lab.serve_model(calc.policy, name="calc_model"),
-                                 name="calculator_agent")
+    calc_agent = lab.serve_agent(
+        resources=lab.serve(calc.CalculatorServer),
+        model=lab.serve_model(calc.policy, name="calc_model"),
+        name="calculator_agent",
+    )
     assert list(lab.run_many(calc_agent, example_rows("calculator")[:1]).episodes.columns) == list(episodes.columns)
 
 
 def test_gymlab_collect_on_an_embedded_environment(tmp_path):
     out = tmp_path / "guess.jsonl"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "gymlab.cli", "collect", str(CONFIG), "-o", str(out)], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=COLLECT_TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, "-m", "gymlab.cli", "collect", str(CONFIG), "-o", str(out)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=COLLECT_TIMEOUT_S,
+    )
     assert done.returncode == 0, f"gymlab collect failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     records = gymlab.load(out)
     assert sorted(r.reward for r in records) == [0.0, 1.0, 1.0]

@@ -9,8 +9,12 @@ from gymlab.examples import example_rows, load_environment
 
 
 def seed(url: str, sid: str, task_data: dict) -> dict:
-    body = {"resources_session_id": sid, "episode_id": {"rollout_id": sid}, "task_id": {"task_id": "0"},
-            "task_data": task_data}
+    body = {
+        "resources_session_id": sid,
+        "episode_id": {"rollout_id": sid},
+        "task_id": {"task_id": "0"},
+        "task_data": task_data,
+    }
     reply = httpx.post(f"{url}/seed_session", json=body, timeout=60)
     assert reply.status_code == 200, reply.text
     return reply.json()
@@ -19,8 +23,9 @@ def seed(url: str, sid: str, task_data: dict) -> dict:
 def test_episode_seed_omits_an_unset_observation(lab):
     qa = lab.serve(load_environment("qa").QAEnv)  # its reset returns no observation
     row = example_rows("qa")[0]
-    assert seed(qa.url, "rs-qa", {k: v for k, v in row.items() if k != "responses_create_params"}) == \
-        {"resources_session_id": "rs-qa"}
+    assert seed(qa.url, "rs-qa", {k: v for k, v in row.items() if k != "responses_create_params"}) == {
+        "resources_session_id": "rs-qa"
+    }
 
 
 def test_episode_seed_keeps_a_set_observation(lab):

@@ -57,7 +57,10 @@ def test_reference_materialized_inputs_load_as_rows():
 def test_unknown_request_key_is_still_refused_by_name(lab):
     calc = lab.serve(load_environment("calculator").CalculatorServer)
     row = example_rows("calculator")[0]
-    body = {**row, "responses_create_params": {**row["responses_create_params"], "not_a_field": 1},
-            "response": {"output": []}}
+    body = {
+        **row,
+        "responses_create_params": {**row["responses_create_params"], "not_a_field": 1},
+        "response": {"output": []},
+    }
     reply = httpx.post(f"{calc.url}/verify", json=body, timeout=60)
     assert reply.status_code == 422 and "not_a_field" in reply.json()["message"]

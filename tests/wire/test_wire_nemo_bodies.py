@@ -22,7 +22,9 @@ def response(output: list[dict], shape: str, row: dict) -> dict:
 
 
 def ok(reply: httpx.Response) -> dict:
-    assert reply.status_code == 200, f"{reply.request.method} {reply.request.url.path}: {reply.status_code} {reply.text}"
+    assert reply.status_code == 200, (
+        f"{reply.request.method} {reply.request.url.path}: {reply.status_code} {reply.text}"
+    )
     return reply.json()
 
 
@@ -80,16 +82,25 @@ def episode_rewards(servers: dict, shape: str) -> dict[str, float]:
         return example_rows(name)[0]
 
     return {
-        "calculator": seed_verify(servers["calculator"].url, row("calculator"), shape,
-                                  [("square", {"value": 4})], "The answer is 16."),
-        "counter": seed_verify(servers["counter"].url, row("counter"), shape,
-                               [("increment", {"by": 1})] * 3, "It reads 3."),
-        "stateless": seed_verify(servers["stateless"].url, row("stateless"), shape,
-                                 [("reverse", {"text": "gymlab"})], "balmyg"),
-        "calculator_gym": reset_step(servers["calculator_gym"].url, row("calculator_gym"), shape,
-                                     [[call("square", {"value": 4})], [message("The answer is 16.")]]),
-        "qa": reset_step(servers["qa"].url, row("qa"), shape,
-                         [[message("Paris.")], [message("Gustave Eiffel's company.")]]),
-        "blackjack": reset_step(servers["blackjack"].url, row("blackjack"), shape,
-                                [[call("hit", {})], [call("stand", {}, "call_2")]]),
+        "calculator": seed_verify(
+            servers["calculator"].url, row("calculator"), shape, [("square", {"value": 4})], "The answer is 16."
+        ),
+        "counter": seed_verify(
+            servers["counter"].url, row("counter"), shape, [("increment", {"by": 1})] * 3, "It reads 3."
+        ),
+        "stateless": seed_verify(
+            servers["stateless"].url, row("stateless"), shape, [("reverse", {"text": "gymlab"})], "balmyg"
+        ),
+        "calculator_gym": reset_step(
+            servers["calculator_gym"].url,
+            row("calculator_gym"),
+            shape,
+            [[call("square", {"value": 4})], [message("The answer is 16.")]],
+        ),
+        "qa": reset_step(
+            servers["qa"].url, row("qa"), shape, [[message("Paris.")], [message("Gustave Eiffel's company.")]]
+        ),
+        "blackjack": reset_step(
+            servers["blackjack"].url, row("blackjack"), shape, [[call("hit", {})], [call("stand", {}, "call_2")]]
+        ),
     }

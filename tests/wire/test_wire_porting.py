@@ -24,9 +24,21 @@ def row(secret: int) -> dict:
 
 
 def response(text: str) -> dict:
-    return {"id": "resp_1", "created_at": 0, "model": "m", "object": "response", "output": [
-        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-         "content": [{"type": "output_text", "text": text, "annotations": []}]}]}
+    return {
+        "id": "resp_1",
+        "created_at": 0,
+        "model": "m",
+        "object": "response",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+    }
 
 
 def test_spec_multi_worker_entrypoint_sample_runs_on_two_workers():
@@ -34,8 +46,9 @@ def test_spec_multi_worker_entrypoint_sample_runs_on_two_workers():
         assert len(served.worker_pids()) == 2
         workers: set[str] = set()
         for secret in range(12):  # each episode on fresh connections: requests land on either worker
-            with httpx.Client(base_url=served.url, timeout=TIMEOUT,
-                              limits=httpx.Limits(max_keepalive_connections=0)) as client:
+            with httpx.Client(
+                base_url=served.url, timeout=TIMEOUT, limits=httpx.Limits(max_keepalive_connections=0)
+            ) as client:
                 seed = client.post("/seed_session", json=row(secret))
                 assert seed.status_code == 200, seed.text
                 workers.add(seed.headers["x-gymlab-worker"])
