@@ -64,6 +64,10 @@ class BaseServer(BaseModel):
         default=8 * 1024 * 1024,
         description="Largest request body accepted; a larger one is answered 413 before it is read in full.",
     )
+    max_metrics_body_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        description="The same bound for /aggregate_metrics, whose body is a whole run's verify answers.",
+    )
 
     _app: Any = PrivateAttr(default=None)
 

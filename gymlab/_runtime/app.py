@@ -98,7 +98,12 @@ def build_app(server: BaseServer) -> FastAPI:
         same_site="lax",
     )
     install_ownership_routing(app, server, worker_context(), kinds)  # only in a worker of several
-    app.add_middleware(BodyGuardMiddleware, server_name=name, max_bytes=server.max_body_bytes)  # outermost
+    app.add_middleware(  # outermost
+        BodyGuardMiddleware,
+        server_name=name,
+        max_bytes=server.max_body_bytes,
+        route_limits={"/aggregate_metrics": server.max_metrics_body_bytes},
+    )
     return app
 
 

@@ -53,16 +53,18 @@ async def request_body(scope, receive) -> tuple[bytes, object]:
 class BodyGuardMiddleware:
     """Outermost ASGI middleware: 413 past ``max_bytes``, 422 for non-finite JSON numbers."""
 
-    def __init__(self, app, server_name: str, max_bytes: int):
+    def __init__(self, app, server_name: str, max_bytes: int, route_limits: dict[str, int] | None = None):
         self.app, self.server_name, self.max_bytes = app, server_name, int(max_bytes)
+        self.route_limits = {path: int(limit) for path, limit in (route_limits or {}).items()}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
+        limit = self.route_limits.get(scope["path"], self.max_bytes)
         declared = headers.get(b"content-length", b"").strip()
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._too_large(scope, int(declared))(scope, receive, send)
+        if declared.isdigit() and int(declared) > limit:
+            return await self._too_large(scope, int(declared), limit)(scope, receive, send)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -70,8 +72,8 @@ class BodyGuardMiddleware:
                 return  # the client left before its body arrived: nobody to answer
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                return await self._too_large(scope, None)(scope, receive, send)
+            if size > limit:
+                return await self._too_large(scope, None, limit)(scope, receive, send)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -83,14 +85,13 @@ class BodyGuardMiddleware:
         scope[BODY_KEY] = body  # inner middlewares read it here instead of reading it again
         await self.app(scope, replaying(body, receive), send)
 
-    def _too_large(self, scope, declared: int | None) -> JSONResponse:
+    def _too_large(self, scope, declared: int | None, limit: int) -> JSONResponse:
         route = f"{scope['method']} {scope['path']}"
-        size = f"{declared} bytes" if declared is not None else f"more than {self.max_bytes} bytes"
-        message = f"the request body ({size}) is over this server's limit of {self.max_bytes} bytes"
-        hint = "send a smaller body, or raise the server's max_body_bytes config"
-        body = error_body(
-            self.server_name, route, message, error="RequestBodyTooLarge", hint=hint, limit=self.max_bytes
-        )
+        size = f"{declared} bytes" if declared is not None else f"more than {limit} bytes"
+        message = f"the request body ({size}) is over this server's limit of {limit} bytes"
+        setting = "max_metrics_body_bytes" if scope["path"] in self.route_limits else "max_body_bytes"
+        hint = f"send a smaller body, or raise the server's {setting} config"
+        body = error_body(self.server_name, route, message, error="RequestBodyTooLarge", hint=hint, limit=limit)
         # No "Connection: close": closing with unread request bytes makes the kernel reset the
         # connection, which drops this answer before the client reads it. Kept open, the server
         # discards the rest of the body unparsed and unheld, and the client sees the 413 at once.

@@ -128,3 +128,17 @@ def test_deeply_nested_json_is_a_json_400(counter_env, path):
     assert reply.status_code == 400, reply.text
     assert reply.json()["message"] == "the body is not JSON this server can parse (malformed, or nested too deeply)"
     assert reply.json()["route"] == f"POST {path}"
+
+
+def test_aggregate_metrics_takes_a_whole_run_past_the_episode_body_limit(lab):
+    """A run's verify answers can pass the episode routes' limit; /aggregate_metrics has its own."""
+    env = lab.serve(load_environment("counter").CounterServer, max_body_bytes=10_000)
+    answers = [
+        {"reward": float(i % 2), "mask_sample": False, "_ng_task_index": i, "pad": "x" * 100} for i in range(500)
+    ]
+    reply = httpx.post(env.url + "/aggregate_metrics", json={"verify_responses": answers}, timeout=60)
+    assert reply.status_code == 200 and reply.json()["agent_metrics"]["num_samples"] == 500
+    too_big = httpx.post(
+        env.url + "/seed_session", content=b"{" + b" " * 20_000 + b"}", headers={"content-type": "application/json"}
+    )
+    assert too_big.status_code == 413 and "max_body_bytes" in too_big.json()["hint"]
