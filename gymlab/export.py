@@ -42,20 +42,6 @@ ROLLOUT_KEYS = (
     "_ng_rollout_index",
     "agent_ref",
 )
-#: What a rollout record adds to its dataset row (everything else in a record came from the row).
-RESULT_KEYS = frozenset(
-    {
-        "response",
-        "reward",
-        "mask_sample",
-        "failure_kind",
-        "failure_reason",
-        "steps",
-        "duration_s",
-        "env_name",
-        "agent_name",
-    }
-)
 CHAT_ROLES = {"system", "user", "assistant", "tool"}
 
 

@@ -18,21 +18,7 @@ from typing import Any
 from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import ServerError
 from gymlab.protocol import FunctionCall, Rollout
-
-_RESULT_KEYS = frozenset(
-    {
-        "response",
-        "reward",
-        "mask_sample",
-        "failure_kind",
-        "failure_reason",
-        "steps",
-        "duration_s",
-        "env_name",
-        "agent_name",
-    }
-)
-
+from gymlab.protocol.record import RESULT_KEYS
 
 #: Frame columns and dtypes, one row per stored episode.
 DTYPES = {
@@ -59,7 +45,7 @@ def row_of(record: Rollout, rows: dict[Any, dict] | None = None) -> dict[str, An
     may lack some (a seed field, say); ``rows`` (by ``_ng_task_index``) supplies the originals.
     """
     data = record.model_dump(mode="json", exclude_none=True)
-    row = {k: v for k, v in data.items() if k not in _RESULT_KEYS}
+    row = {k: v for k, v in data.items() if k not in RESULT_KEYS}
     if rows is not None:
         task = row.get("_ng_task_index")
         if task not in rows:
