@@ -30,24 +30,6 @@ from gymlab.protocol.responses import FunctionCall, FunctionCallOutput, Item, Ne
 
 #: Keys of a record that identify the row rather than describe the episode.
 IDENTITY_KEYS = ("_ng_task_index", "_ng_rollout_index", "agent_ref", "env_name")
-#: What a record adds to its dataset row (everything else in a record came from the row).
-RESULT_KEYS = frozenset(
-    {
-        "response",
-        "reward",
-        "mask_sample",
-        "failure_kind",
-        "failure_reason",
-        "failure_stage",
-        "terminated",
-        "truncated",
-        "info",
-        "steps",
-        "duration_s",
-        "env_name",
-        "agent_name",
-    }
-)
 #: Keys the record builders own; a row's own field of the same name never overrides them.
 _RECORD_KEYS = frozenset(
     {
@@ -65,6 +47,8 @@ _RECORD_KEYS = frozenset(
         "duration_s",
     }
 )
+#: What a record adds to its dataset row (everything else in a record came from the row).
+RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent_name"}
 
 
 class StepRecord(BaseModel):

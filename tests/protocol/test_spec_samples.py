@@ -8,7 +8,6 @@ from pydantic import BaseModel, Field
 
 from gymlab import (
     SESSION_ID_KEY,
-    BaseSeedSessionRequest,
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
@@ -44,25 +43,8 @@ class CalculatorServer(SimpleResourcesServer):
         )
 
 
-# --- "Seed/Verify State": the spec leaves these helpers to the reader ---
-class SeedRequest(BaseSeedSessionRequest):
-    secret: int
-
-
-class VerifyRequest(BaseVerifyRequest):
-    secret: int
-
-
-def initialize(body):
-    return {"secret": body.secret}
-
-
-def grade(state, body):
-    return float(str(state["secret"]) in body.response.output_text)
-
-
-def make_verify_response(body, reward):
-    return BaseVerifyResponse(**body.model_dump(), reward=reward)
+# --- "Seed/Verify State": the helpers the spec leaves to the reader, in one module ---
+from tests.wire.spec_sample_helpers import SeedRequest, VerifyRequest, grade, initialize, make_verify_response  # noqa: E402
 
 
 class StatefulServer(SimpleResourcesServer):
