@@ -13,10 +13,12 @@ import errno
 import json
 import weakref
 from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
 from typing import Any
 
 import aiohttp
 
+import gymlab.inproc as inproc
 from gymlab.errors import ServerError
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.responses import NeMoGymResponse
@@ -77,9 +79,18 @@ class Cookies:
 
     def update(self, url: str, response: aiohttp.ClientResponse) -> None:
         if response.cookies:
-            jar = self.by_url.setdefault(url, {})
-            for key, morsel in response.cookies.items():
-                jar[key] = morsel.value
+            self._keep(url, response.cookies)
+
+    def update_from_headers(self, url: str, headers: list[tuple[bytes, bytes]]) -> None:
+        """Keep the cookies of an in-process answer's ``Set-Cookie`` headers."""
+        for key, value in headers:
+            if key.lower() == b"set-cookie":
+                self._keep(url, SimpleCookie(value.decode("latin-1")))
+
+    def _keep(self, url: str, cookies: SimpleCookie) -> None:
+        jar = self.by_url.setdefault(url, {})
+        for key, morsel in cookies.items():
+            jar[key] = morsel.value
 
 
 @dataclass
@@ -108,13 +119,13 @@ def _dropped(exc: BaseException) -> bool:
 
 def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> ServerError:
     """A broken exchange as a ``ServerError`` (status 0) whose ``failure`` names the transport kind."""
-    if isinstance(exc, asyncio.TimeoutError):
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         kind, cause, hint = (
             "transport_timeout",
             f"no answer from {url} within {timeout:g} s",
             ("the server is slow or stuck; raise the timeout in the server's config or the run's options"),
         )
-    elif _dropped(exc):
+    elif _dropped(exc) or isinstance(exc, inproc.AppDropped):
         kind, cause, hint = (
             "transport_peer_drop",
             f"{url} dropped the connection: {exc}",
@@ -160,8 +171,11 @@ async def post(
     if cookies is not None and (cookie := cookies.header(url)):
         headers["Cookie"] = cookie
     data = json.dumps(payload)
-    bound = aiohttp.ClientTimeout(total=timeout, sock_connect=CONNECT_TIMEOUT_S)
     name = server or url
+    local = inproc.lookup(url)
+    if local is not None:
+        return await _send_local(local, url, path, data, headers, cookies, timeout, name)
+    bound = aiohttp.ClientTimeout(total=timeout, sock_connect=CONNECT_TIMEOUT_S)
     try:
         try:
             return await _send(http_session(), url, path, data, headers, cookies, bound)
@@ -174,6 +188,27 @@ async def post(
             return await _send(fresh, url, path, data, headers, cookies, bound)
     except (TimeoutError, aiohttp.ClientConnectionError) as exc:
         raise transport_error(name, url, path, exc, timeout) from exc
+
+
+async def _send_local(
+    local: inproc.LocalApp,
+    url: str,
+    path: str,
+    data: str,
+    headers: dict[str, str],
+    cookies: Cookies | None,
+    timeout: float | None,
+    name: str,
+) -> Reply:
+    """``post`` to a server of this Lab: into its ASGI app, with the same answer and failures."""
+    try:
+        async with asyncio.timeout(timeout):
+            status, answer_headers, body = await inproc.call(local, "POST", path, data.encode(), headers)
+    except (TimeoutError, inproc.AppDropped) as exc:
+        raise transport_error(name, url, path, exc, timeout) from exc
+    if cookies is not None:
+        cookies.update_from_headers(url, answer_headers)
+    return Reply(status, body.decode("utf-8", errors="replace"))
 
 
 async def post_ok(

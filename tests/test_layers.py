@@ -23,7 +23,10 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("version", ["gymlab._version"]),
     ("wire types", ["gymlab.protocol"]),
     ("errors and failure vocabulary", ["gymlab.errors", "gymlab.failure_kinds"]),
-    ("runtime helpers", ["gymlab._sync", "gymlab.retry", "gymlab.jsonl", "gymlab.failures", "gymlab.client"]),
+    (
+        "runtime helpers",
+        ["gymlab._sync", "gymlab.retry", "gymlab.jsonl", "gymlab.failures", "gymlab.inproc", "gymlab.client"],
+    ),
     ("server runtime", ["gymlab.server", "gymlab._runtime", "gymlab.utils"]),
     ("loop", ["gymlab.loop"]),
     (

@@ -8,6 +8,7 @@ are left to the host process, and a startup failure raises in the caller with it
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import socket
@@ -16,6 +17,8 @@ import time
 
 import uvicorn
 
+import gymlab.inproc as inproc
+from gymlab._sync import background_loop
 from gymlab.errors import ServerStartError
 
 log = logging.getLogger("gymlab.server")
@@ -96,6 +99,98 @@ class ThreadedServer:
         self.server.should_exit = True
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class LoopServer:
+    """One uvicorn server as a task on gymlab's background loop, the loop every Lab server shares.
+
+    Sharing one loop is what lets a Lab dispatch calls between its servers in-process (``inproc``):
+    the server is registered under its URL unless ``wire`` is true, and stays reachable over its
+    socket either way. ``url`` is fixed by the bound socket, so a server re-served on the same port
+    keeps every URL bound to it.
+    """
+
+    def __init__(
+        self,
+        app,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        name: str = "server",
+        log_level: str = "warning",
+        wire: bool = False,
+    ):
+        self.name, self.wire = name, wire
+        self.sock = bind_socket(host, port)
+        self.host, self.port = self.sock.getsockname()[:2]
+        config = uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False, timeout_keep_alive=30)
+        self.server = _ThreadServer(config)
+        self.loop = background_loop()
+        self._future = None
+        self._local: inproc.LocalApp | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._future is not None and not self._future.done()
+
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve(sockets=[self.sock])
+        except SystemExit as exc:  # uvicorn exits on a lifespan failure: never let it reach the loop
+            raise ServerStartError(f"{self.name}: its startup failed (see the log above)") from exc
+
+    def start(self, timeout: float = 30.0) -> LoopServer:
+        self._future = asyncio.run_coroutine_threadsafe(self._serve(), self.loop)
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if self._future.done():
+                self.sock.close()
+                error = self._future.exception() if not self._future.cancelled() else None
+                raise ServerStartError(f"{self.name} failed to start: {error!r}") from error
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerStartError(f"{self.name} did not start within {timeout:.0f}s")
+            time.sleep(0.001)
+        if not self.wire:
+            lifespan = getattr(self.server, "lifespan", None)
+            self._local = inproc.LocalApp(
+                self.server.config.app,
+                self.loop,
+                self.host,
+                self.port,
+                self.name,
+                state=lambda: getattr(lifespan, "state", {}),
+            )
+            inproc.register(self._local)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop answering (in-process at once), let in-flight requests finish for up to ``timeout`` s."""
+        if self._local is not None:
+            inproc.unregister(self._local)
+            self._local = None
+        self.server.should_exit = True
+        future = self._future
+        if future is not None and not future.done():
+            try:
+                on_loop = asyncio.get_running_loop() is self.loop
+            except RuntimeError:
+                on_loop = False
+            if not on_loop:
+                try:
+                    future.result(timeout)
+                except concurrent.futures.TimeoutError:
+                    self.server.force_exit = True
+                    with contextlib.suppress(Exception):
+                        future.result(timeout)
+                except Exception:
+                    pass
         with contextlib.suppress(OSError):
             self.sock.close()
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from gymlab._runtime.serve import ThreadedServer
+from gymlab._runtime.serve import LoopServer
 from gymlab._sync import on_background_loop, run_sync
 from gymlab.client import post_ok
 from gymlab.errors import ServerStartError
@@ -18,7 +19,7 @@ from gymlab.server import BaseServer
 class ServerHandle:
     """A running server: ``.url``, ``.server`` (the instance), ``.stop()``; a context manager."""
 
-    def __init__(self, server: BaseServer, runner: ThreadedServer, lab: Lab | None = None):
+    def __init__(self, server: BaseServer, runner: LoopServer, lab: Lab | None = None):
         self.server, self._runner, self._lab = server, runner, lab
 
     @property
@@ -31,7 +32,7 @@ class ServerHandle:
 
     @property
     def running(self) -> bool:
-        return self._runner.thread.is_alive()
+        return self._runner.running
 
     def stop(self) -> None:
         self._runner.stop()
@@ -79,11 +80,19 @@ class Lab:
     >>> agent.run(row).reward
     1.0
 
-    Serving again under a name that is running replaces that server (re-running a cell).
+    Serving again under a name that is running replaces that server on the same URL (re-running a
+    cell after a fix): agents and episodes bound to it reach the new server, and the handle you
+    already hold now stands for it.
+
+    Calls between servers of one Lab (and from the Lab's own client) go straight into the target's
+    ASGI app, with the same cookies, status codes and error bodies as over HTTP; every server still
+    listens on its URL for curl, other processes and other clients. ``Lab(wire=True)`` sends every
+    call over loopback HTTP instead.
     """
 
-    def __init__(self, log_level: str = "warning"):
+    def __init__(self, log_level: str = "warning", *, wire: bool = False):
         self.log_level = log_level
+        self.wire = wire
         self._handles: dict[str, ServerHandle] = {}
         _labs.add(self)
 
@@ -116,12 +125,32 @@ class Lab:
                 "process (one worker); run several workers with `gymlab serve CONFIG` and point handles at its URL"
             )
         old = self._handles.pop(instance.name, None)
+        port = instance.port
         if old is not None:
             old._runner.stop()
-        runner = ThreadedServer(instance.app, instance.host, instance.port, instance.name, self.log_level).start()
-        handle = handle_cls(instance, runner, self)
+            if not port and instance.host == old._runner.host:
+                port = old._runner.port  # the same URL, so everything bound to it keeps working
+        runner = self._start(instance, port, fallback=old is not None and port != instance.port)
+        if old is not None and type(old) is handle_cls:
+            old.server, old._runner = instance, runner  # the handle a cell already holds follows too
+            handle = old
+        else:
+            handle = handle_cls(instance, runner, self)
         self._handles[instance.name] = handle
         return handle
+
+    def _start(self, instance: BaseServer, port: int, *, fallback: bool) -> LoopServer:
+        try:
+            return LoopServer(instance.app, instance.host, port, instance.name, self.log_level, self.wire).start()
+        except ServerStartError:
+            if not fallback:
+                raise
+        warnings.warn(
+            f"{instance.name}: port {port} was taken while re-serving, so it now listens on a new URL; "
+            "serve the agents bound to it again",
+            stacklevel=3,
+        )
+        return LoopServer(instance.app, instance.host, 0, instance.name, self.log_level, self.wire).start()
 
     def serve_model(
         self,

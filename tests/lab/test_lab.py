@@ -6,7 +6,7 @@ import socket
 import httpx
 import pytest
 
-from gymlab import Lab, ServerStartError, SimpleResourcesServer
+from gymlab import BaseVerifyRequest, BaseVerifyResponse, Lab, ServerStartError, SimpleResourcesServer
 
 
 def test_three_servers_and_stop(calculator):
@@ -31,11 +31,33 @@ def test_serving_the_same_name_replaces_the_old_server(lab, calculator):
         async def square(self, body: calculator.SquareRequest) -> calculator.SquareResponse:
             return calculator.SquareResponse(result=-1)
 
-    second = lab.serve(Redefined, name="calc", port=first._runner.port)
-    assert not first.running
-    assert second.url == first.url  # the same port, at once (SO_REUSEADDR)
-    assert second.post("/square", {"value": 3}) == {"result": -1}
+    url, old_runner = first.url, first._runner
+    second = lab.serve(Redefined, name="calc")
+    assert not old_runner.running
+    assert second is first and second.url == url  # the same port, at once (SO_REUSEADDR)
+    assert isinstance(first.server, Redefined)
+    assert first.post("/square", {"value": 3}) == {"result": -1}
+    assert httpx.post(url + "/square", json={"value": 3}).json() == {"result": -1}
     assert list(lab.servers) == ["calc"]
+
+
+def test_an_agent_bound_before_a_reserve_reaches_the_fixed_server(lab, calculator, rows):
+    """The day-two loop: a verify is wrong, the class is fixed and served again; the agent made
+    before the fix is not re-created and its next run is graded by the fixed class."""
+
+    class Harsh(calculator.CalculatorServer):
+        async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+            answer = await super().verify(body)
+            return answer.model_copy(update={"reward": 0.0})
+
+    env = lab.serve(Harsh, name="calc")
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(calculator.policy))
+    row = rows("calculator")[0]
+    assert agent.run(row).reward == 0.0
+    lab.serve(calculator.CalculatorServer, name="calc")
+    assert agent.run(row).reward == 1.0
+    wire_agent = lab.serve_agent("simple_agent", name="wire", resources=env.url, model=agent.server.model_server)
+    assert wire_agent.run(row).reward == 1.0
 
 
 def test_handle_is_a_context_manager(lab, calculator):

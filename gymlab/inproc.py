@@ -1,0 +1,134 @@
+"""In-process dispatch: a POST to a server of this process goes straight into its ASGI app.
+
+A Lab runs its servers on gymlab's event loop and registers each under its URL. A request made on
+that same loop (one Lab server calling another, or the Lab's own client) to a registered URL is
+answered by calling the app with the ASGI scope uvicorn would build: same path, headers, cookies,
+status codes and error bodies, with no socket, no HTTP parsing and no thread hand-off. Requests from
+anywhere else (another loop or thread, another process, curl) reach the same server over its socket.
+
+Because the caller's task awaits the app, cancelling the caller cancels the handler too: an
+interrupted run stops the episodes it started instead of leaving them running on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("gymlab.server")
+
+
+@dataclass(eq=False)
+class LocalApp:
+    """One server reachable in-process: its ASGI app, the loop it runs on and its address."""
+
+    app: Any
+    loop: asyncio.AbstractEventLoop
+    host: str
+    port: int
+    name: str = ""
+    state: Callable[[], dict] = field(default=dict)  # the app's lifespan state, as uvicorn passes it
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+class AppDropped(ConnectionError):
+    """The app raised after it had started answering: what a client sees as a dropped connection."""
+
+
+_apps: dict[str, LocalApp] = {}
+
+
+def register(entry: LocalApp) -> None:
+    """Answer requests to ``entry.url`` made on ``entry.loop`` in-process from now on."""
+    _apps[entry.url] = entry
+
+
+def unregister(entry: LocalApp) -> None:
+    """Stop answering ``entry.url`` in-process (only if ``entry`` still holds it)."""
+    if _apps.get(entry.url) is entry:
+        del _apps[entry.url]
+
+
+def lookup(url: str) -> LocalApp | None:
+    """The in-process server at ``url``, if there is one on the running loop."""
+    entry = _apps.get(url)
+    if entry is None:
+        return None
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return entry if entry.loop is running else None
+
+
+async def call(
+    entry: LocalApp, method: str, path: str, body: bytes, headers: dict[str, str]
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """One request through ``entry.app``: ``(status, headers, body)``, as uvicorn would deliver it."""
+    raw_path, _, query = path.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": raw_path,
+        "raw_path": raw_path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [
+            (b"host", f"{entry.host}:{entry.port}".encode()),
+            (b"content-length", str(len(body)).encode()),
+            *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
+        ],
+        "client": ("127.0.0.1", 0),
+        "server": (entry.host, entry.port),
+        "state": dict(entry.state()),
+    }
+    delivered = False
+    finished = asyncio.Event()
+    status: int | None = None
+    answer_headers: list[tuple[bytes, bytes]] = []
+    chunks: list[bytes] = []
+
+    async def receive() -> dict:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await finished.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            answer_headers.extend(message.get("headers", ()))
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                finished.set()
+
+    try:
+        await entry.app(scope, receive, send)
+    except Exception as exc:
+        if status is not None:
+            raise AppDropped(f"{entry.name or entry.url}: {method} {raw_path} failed mid-answer: {exc!r}") from exc
+        # uvicorn's own answer to an app that raised before starting one
+        log.error("%s: %s %s raised outside the app's error handling", entry.name, method, raw_path, exc_info=exc)
+        return 500, [(b"content-type", b"text/plain; charset=utf-8")], b"Internal Server Error"
+    finally:
+        finished.set()
+    if status is None:
+        raise AppDropped(f"{entry.name or entry.url}: {method} {raw_path} returned without answering")
+    return status, answer_headers, b"".join(chunks)
+
+
+__all__ = ["AppDropped", "LocalApp", "call", "lookup", "register", "unregister"]
