@@ -30,13 +30,51 @@ def background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+#: Seconds an interrupted call may take to cancel its work (close sessions) before the interrupt returns.
+CANCEL_GRACE_S = 15.0
+
+
 def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coro`` to completion from sync code, in a kernel, a script or a test."""
+    """Run ``coro`` to completion from sync code, in a kernel, a script or a test.
+
+    An interrupt (Ctrl-C, the kernel's Interrupt) cancels the work itself, not only the wait: the
+    coroutine is cancelled on gymlab's loop and its cleanup runs before ``KeyboardInterrupt`` reaches
+    the caller. An error comes back with gymlab's and the libraries' frames cut from its traceback,
+    so a cell shows the frames its author wrote.
+    """
+    __tracebackhide__ = True  # IPython and pytest skip this frame
     loop = background_loop()
     if threading.current_thread() is _thread:
         coro.close()
         raise RuntimeError("run_sync called from gymlab's own loop thread; await the coroutine instead")
-    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+    ended = threading.Event()
+
+    async def tracked() -> T:
+        try:
+            return await coro
+        finally:
+            ended.set()
+
+    future = asyncio.run_coroutine_threadsafe(tracked(), loop)
+    try:
+        return future.result(timeout)
+    except KeyboardInterrupt:
+        future.cancel()
+        ended.wait(CANCEL_GRACE_S)
+        raise
+    except BaseException as exc:
+        raise for_caller(exc)  # noqa: B904 (the same exception, its traceback trimmed)
+
+
+def for_caller(exc: BaseException) -> BaseException:
+    """``exc`` with only the user's frames in its traceback; gymlab's own errors drop their chain
+    (their message already names server, route and cause)."""
+    from gymlab._traces import user_traceback
+    from gymlab.errors import GymlabError
+
+    if isinstance(exc, GymlabError):
+        exc.__cause__, exc.__suppress_context__ = None, True
+    return exc.with_traceback(user_traceback(exc.__traceback__))
 
 
 async def on_background_loop(coro: Coroutine[Any, Any, T]) -> T:

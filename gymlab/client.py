@@ -224,6 +224,7 @@ async def post_ok(
             reply.status,
             error_message(reply.text),
             failure=failure_in(reply.text),
+            trace=trace_in(reply.text),
         )
     try:
         return reply.json()
@@ -273,6 +274,15 @@ def failure_in(text: str) -> Failure | None:
         return Failure.model_validate(raw)
     except ValueError:
         return None
+
+
+def trace_in(text: str) -> str | None:
+    """The server's traceback a gymlab error body shared (``trace``), or None."""
+    try:
+        trace = json.loads(text).get("trace")
+    except (ValueError, AttributeError):
+        return None
+    return trace if isinstance(trace, str) else None
 
 
 def _server_name(text: str, fallback: str) -> str:

@@ -35,10 +35,17 @@ class ServerError(GymlabError):
     """Raised when a server answers a request with an error status."""
 
     def __init__(
-        self, server: str, route: str, status: int, cause: str, hint: str = "", failure: Failure | None = None
+        self,
+        server: str,
+        route: str,
+        status: int,
+        cause: str,
+        hint: str = "",
+        failure: Failure | None = None,
+        trace: str | None = None,
     ):
         self.server, self.route, self.status, self.cause, self.hint = server, route, status, cause, hint
-        self.failure = failure
+        self.failure, self.trace = failure, trace
         what = f"with HTTP {status}" if status else "with no answer"
         msg = f"{server}: {route} failed {what}: {cause}"
         super().__init__(msg + (f" ({hint})" if hint else ""))

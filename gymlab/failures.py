@@ -26,6 +26,7 @@ def failure_of(exc: BaseException, *, role: Role, stage: Stage | None) -> Failur
                 "stage": found.stage or stage,
                 "server": found.server or exc.server,
                 "message": found.message or exc.cause,
+                "trace": found.trace or exc.trace,
             }
             return found.model_copy(update=update)
         return Failure(
@@ -34,6 +35,7 @@ def failure_of(exc: BaseException, *, role: Role, stage: Stage | None) -> Failur
             server=exc.server,
             status=exc.status or None,
             message=str(exc),
+            trace=exc.trace,
         )
     if isinstance(exc, asyncio.TimeoutError):
         return Failure(kind="agent_timeout", stage=stage, message=f"no result within the time budget ({exc})")

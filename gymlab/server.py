@@ -69,6 +69,12 @@ class BaseServer(BaseModel):
         description="The same bound for /aggregate_metrics, whose body is a whole run's verify answers.",
     )
 
+    error_traces: bool = Field(
+        default=False,
+        description="Put a crash's traceback in its 500 body (``trace``), so the failed record keeps it. "
+        "A Lab turns it on for the servers it runs; keep it off for servers others reach.",
+    )
+
     _app: Any = PrivateAttr(default=None)
 
     #: With several workers, route each session's requests to the worker holding it (False: opt out,

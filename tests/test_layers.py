@@ -25,7 +25,15 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("errors and failure vocabulary", ["gymlab.errors", "gymlab.failure_kinds"]),
     (
         "runtime helpers",
-        ["gymlab._sync", "gymlab.retry", "gymlab.jsonl", "gymlab.failures", "gymlab.inproc", "gymlab.client"],
+        [
+            "gymlab._sync",
+            "gymlab._traces",
+            "gymlab.retry",
+            "gymlab.jsonl",
+            "gymlab.failures",
+            "gymlab.inproc",
+            "gymlab.client",
+        ],
     ),
     ("server runtime", ["gymlab.server", "gymlab._runtime", "gymlab.utils"]),
     ("loop", ["gymlab.loop"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
@@ -17,6 +18,7 @@ from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_o
 from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionIdMiddleware
 from gymlab._runtime.workers import worker_context
+from gymlab._traces import cause_line
 from gymlab.errors import ResourcesSessionError, error_body
 from gymlab.protocol.failure_kinds import Failure
 
@@ -77,7 +79,7 @@ def build_app(server: BaseServer) -> FastAPI:
 
     # Crashes are answered by an ASGI middleware, not an exception handler: Starlette re-raises after
     # its handler runs, and uvicorn then drops the keep-alive connection the client is about to reuse.
-    app.add_middleware(CrashMiddleware, server_name=name)
+    app.add_middleware(CrashMiddleware, server_name=name, traces=server.error_traces)
 
     @app.get("/health")
     async def health() -> dict:
@@ -110,8 +112,8 @@ def build_app(server: BaseServer) -> FastAPI:
 class CrashMiddleware:
     """Turn an uncaught exception into a JSON 500 naming server, route and error; log the traceback."""
 
-    def __init__(self, app, server_name: str):
-        self.app, self.server_name = app, server_name
+    def __init__(self, app, server_name: str, traces: bool = False):
+        self.app, self.server_name, self.traces = app, server_name, traces
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -131,12 +133,14 @@ class CrashMiddleware:
             log.error("%s: %s raised", self.server_name, route, exc_info=exc)
             if started:
                 raise
+            extra = {"trace": "".join(traceback.format_exception(exc))} if self.traces else {}
             body = error_body(
                 self.server_name,
                 route,
-                f"raised {type(exc).__name__}: {exc}",
+                f"raised {cause_line(exc)}",
                 error=type(exc).__name__,
                 hint="the traceback is in the server's log",
+                **extra,
             )
             await JSONResponse(status_code=500, content=body)(scope, receive, send)
 

@@ -124,7 +124,11 @@ class LoopServer:
         self.name, self.wire = name, wire
         self.sock = bind_socket(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
-        config = uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False, timeout_keep_alive=30)
+        # log_config=None: uvicorn leaves logging alone (its default config would replace the Lab's
+        # one-line error handler on every server it starts).
+        config = uvicorn.Config(
+            app, log_level=log_level, log_config=None, lifespan="on", access_log=False, timeout_keep_alive=30
+        )
         self.server = _ThreadServer(config)
         self.loop = background_loop()
         self._future = None

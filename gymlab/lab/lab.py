@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import sys
+import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -10,8 +13,9 @@ from typing import Any
 
 from gymlab._runtime.serve import LoopServer
 from gymlab._sync import on_background_loop, run_sync
+from gymlab._traces import logbook
 from gymlab.client import post_ok
-from gymlab.errors import ServerStartError
+from gymlab.errors import ConfigError, ServerStartError
 from gymlab.protocol import Rollout
 from gymlab.server import BaseServer
 
@@ -44,6 +48,7 @@ class ServerHandle:
 
     def post(self, path: str, body: Any) -> Any:
         """POST JSON to this server from sync code; an error status raises ``ServerError``."""
+        __tracebackhide__ = True
         return run_sync(self.apost(path, body))
 
     def __enter__(self) -> ServerHandle:
@@ -64,6 +69,7 @@ class AgentHandle(ServerHandle):
         return Rollout.model_validate(await self.apost("/run", row))
 
     def run(self, row: dict[str, Any]) -> Rollout:
+        __tracebackhide__ = True
         return run_sync(self.arun(row))
 
 
@@ -94,6 +100,11 @@ class Lab:
         self.log_level = log_level
         self.wire = wire
         self._handles: dict[str, ServerHandle] = {}
+        self._running: set[asyncio.Task] = set()
+        self._book = logbook()  # server errors: one line in the cell, the trace in lab.logs()
+        self._started = time.time()
+        #: The records of the last ``run_many``: all of them, or those finished before it was cancelled.
+        self.last_run = None
         _labs.add(self)
 
     @property
@@ -119,6 +130,8 @@ class Lab:
             instance = server
             if name:
                 instance.name = name
+        if "error_traces" not in instance.model_fields_set:
+            instance.error_traces = True  # a crash's trace travels to the failed record
         if instance.num_workers > 1:
             raise ServerStartError(
                 f"{instance.name}: num_workers={instance.num_workers}, but a Lab serves in threads of this "
@@ -209,11 +222,32 @@ class Lab:
         concurrency: int = 16,
         on_error: str = "record",
         progress: bool = False,
+        check: bool = True,
     ):
-        """Run every row ``repeats`` times ("aabbcc" order) through ``agent``; returns ``Rollouts``."""
-        return run_sync(
-            self.arun_many(agent, rows, repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress)
-        )
+        """Run every row ``repeats`` times ("aabbcc" order) through ``agent``; returns ``Rollouts``.
+
+        Before the first episode the rows' declared tools are checked against the environment's
+        routes (``lab.check``); a mismatch raises ``ConfigError`` naming it (``check=False`` skips).
+
+        Nothing is printed per episode: failures are summarised by kind at the end (``lab.logs()``
+        has each trace). Interrupt stops the running episodes, closes their sessions and keeps the
+        finished ones in ``lab.last_run``.
+        """
+        __tracebackhide__ = True
+        try:
+            return run_sync(
+                self.arun_many(
+                    agent,
+                    rows,
+                    repeats=repeats,
+                    concurrency=concurrency,
+                    on_error=on_error,
+                    progress=progress,
+                    check=check,
+                )
+            )
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(self._cancelled_line) from None
 
     async def arun_many(
         self,
@@ -224,18 +258,77 @@ class Lab:
         concurrency: int = 16,
         on_error: str = "record",
         progress: bool = False,
+        check: bool = True,
     ):
-        from gymlab.lab.runs import arun_many, env_name_of
+        from gymlab.lab.runs import Rollouts, RunState, arun_many, env_name_of
 
-        return await arun_many(
-            agent,
-            rows,
-            repeats=repeats,
-            concurrency=concurrency,
-            env_name=env_name_of(self, agent),
-            on_error=on_error,
-            progress=progress,
-        )
+        if check and not (report := self.check(agent, rows)).ok:
+            raise ConfigError(f"{report} (fix the rows or the server; run_many(..., check=False) skips this check)")
+        state = RunState()
+        task = asyncio.current_task()
+        self._running.add(task)
+        try:
+            with self._book.quiet():
+                result = await arun_many(
+                    agent,
+                    rows,
+                    repeats=repeats,
+                    concurrency=concurrency,
+                    env_name=env_name_of(self, agent),
+                    on_error=on_error,
+                    progress=progress,
+                    state=state,
+                )
+        except asyncio.CancelledError:
+            self.last_run = Rollouts(state.finished)
+            self._cancelled_line = state.cancelled_line()
+            print(self._cancelled_line, file=sys.stderr, flush=True)
+            raise
+        finally:
+            self._running.discard(task)
+        self.last_run = result
+        if failed := result.failures:
+            kinds = ", ".join(f"{kind} {n}" for kind, n in failed.items())
+            print(
+                f"gymlab: {sum(failed.values())} of {len(result)} episodes failed ({kinds}); "
+                "they are masked, and lab.logs() has the server-side traces",
+                file=sys.stderr,
+                flush=True,
+            )
+        return result
+
+    _cancelled_line = "gymlab: run cancelled"
+
+    def check(self, target: ServerHandle, rows: list[dict[str, Any]]):
+        """The tools ``rows`` declare against the routes the environment serves (``target``: its
+        handle, or an agent handle bound to it): a ``CheckReport`` naming each mismatch."""
+        from gymlab.resources.simple import SimpleResourcesServer
+        from gymlab.resources.tools import CheckReport, check_rows
+
+        env = target
+        if isinstance(target, AgentHandle):
+            url = getattr(target.server, "resources_server", "")
+            env = next((h for h in self._handles.values() if h.url == url), None)
+        if env is None or not isinstance(env.server, SimpleResourcesServer):
+            name = getattr(env, "name", None) or getattr(target, "name", "environment")
+            return CheckReport(name, [])  # a remote or Gymnasium environment: its tools are not routes
+        return check_rows(env.server, rows)
+
+    def cancel(self) -> int:
+        """Cancel every ``run_many`` of this lab that is running (from another thread, or a task);
+        returns how many were cancelled. Their sessions are closed, their finished records kept."""
+        running = [t for t in self._running if not t.done()]
+        for task in running:
+            task.get_loop().call_soon_threadsafe(task.cancel)
+        return len(running)
+
+    def logs(self, last: int | None = 20, *, all: bool = False):
+        """The errors the servers of this process logged since this lab started (the last ``last``),
+        each with its full traceback; ``all=True``: every entry kept."""
+        from gymlab.lab.logs import LogView
+
+        entries = [e for e in self._book.entries if all or e.time >= self._started]
+        return LogView(entries[-last:] if last else entries)
 
     def close(self) -> None:
         """Stop every server this lab started."""

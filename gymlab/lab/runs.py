@@ -104,6 +104,27 @@ def load(path: str | os.PathLike, kind: str | None = None):
     return rows
 
 
+class RunState:
+    """What a running ``run_many`` has done so far: finished records in completion order, and how
+    many episodes are running. An interrupted run reports from it and keeps what finished."""
+
+    def __init__(self, total: int = 0):
+        self.total = total
+        self.running = 0
+        self.finished: list[Rollout] = []
+
+    @property
+    def not_started(self) -> int:
+        return self.total - self.running - len(self.finished)
+
+    def cancelled_line(self) -> str:
+        """One line saying what an interrupt stopped and what it kept."""
+        return (
+            f"gymlab: run cancelled: {self.running} running episode(s) stopped and their sessions closed, "
+            f"{self.not_started} not started; the {len(self.finished)} finished are in lab.last_run"
+        )
+
+
 async def arun_many(
     agent: Any,
     rows: list[dict[str, Any]],
@@ -113,22 +134,26 @@ async def arun_many(
     env_name: str | None = None,
     on_error: str = "record",
     progress: bool = False,
+    state: RunState | None = None,
 ) -> Rollouts:
     """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``), ``concurrency`` at a time.
 
-    Records come back in "aabbcc" order, each with the agent's and environment's names. An episode
-    the agent fails is recorded masked with a ``failure_kind`` (``on_error="raise"`` raises instead).
+    Records come back in "aabbcc" order, each with the agent's and environment's names. An episode the agent fails is recorded
+    masked with a ``failure_kind`` (``on_error="raise"`` raises instead). ``state`` follows the run.
     """
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
     from gymlab.collection.expand import expand  # the one repeat expansion, shared with collection
 
     jobs = expand(list(rows), repeats)
+    state = state if state is not None else RunState()
+    state.total = len(jobs)
     sem = asyncio.Semaphore(max(1, concurrency))
     bar = _progress(len(jobs), agent.name) if progress else None
 
     async def one(row: dict[str, Any]) -> Rollout:
         async with sem:
+            state.running += 1
             t0 = time.perf_counter()
             try:
                 record = await agent.arun(row)
@@ -136,15 +161,19 @@ async def arun_many(
                 if on_error == "raise":
                     raise
                 record = records.failed(row, run_failure(exc, agent.name), duration_s=time.perf_counter() - t0)
+            finally:
+                state.running -= 1
             if bar is not None:
                 bar.update(1)
-        return records.with_identity(
+        record = records.with_identity(
             record,
             task_index=row["_ng_task_index"],
             repeat=row["_ng_rollout_index"],
             agent=agent.name,
             env=env_name or agent.name,
         )
+        state.finished.append(record)
+        return record
 
     try:
         return Rollouts(await asyncio.gather(*(one(r) for r in jobs)))

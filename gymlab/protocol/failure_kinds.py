@@ -105,6 +105,7 @@ class Failure(BaseModel):
     server: str | None = None
     status: int | None = None
     message: str = ""
+    trace: str | None = None  # the failing server's traceback, when it shares it (Lab servers do)
 
 
 __all__ = ["FAILURE_KINDS", "STAGES", "Failure", "Stage", "describe", "is_server_kind", "validate_failure_kind"]

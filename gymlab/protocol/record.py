@@ -80,6 +80,7 @@ class Rollout(BaseModel):
     failure_kind: str | None = None
     failure_reason: str | None = None
     failure_stage: str | None = Field(None, description="Where a failed episode failed: seed, agent, verification, ...")
+    failure_trace: str | None = Field(None, description="The failing server's traceback, when it shared it.")
     terminated: bool | None = Field(None, description="Whether the episode ended on its own terms.")
     truncated: bool | None = Field(None, description="Whether a step limit cut the episode.")
     info: dict[str, Any] | None = Field(None, description="Gymnasium episodes: the final step's info.")
@@ -117,7 +118,12 @@ class Rollout(BaseModel):
         """The typed failure of a failed record."""
         if not self.failure_kind:
             return None
-        return Failure(kind=self.failure_kind, stage=self.failure_stage, message=self.failure_reason or "")
+        return Failure(
+            kind=self.failure_kind,
+            stage=self.failure_stage,
+            message=self.failure_reason or "",
+            trace=self.failure_trace,
+        )
 
 
 def _dump(items: Iterable[BaseModel]) -> list[dict[str, Any]]:
@@ -220,6 +226,7 @@ def failed(
             "failure_kind": failure.kind,
             "failure_reason": failure.message or failure.kind,
             "failure_stage": failure.stage,
+            "failure_trace": failure.trace,
             "steps": _dump(steps),
             "duration_s": duration_s,
         }

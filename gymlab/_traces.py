@@ -1,0 +1,155 @@
+"""Errors in a notebook: one line each, the full trace kept for later, the user's own frames first.
+
+A Lab installs ``LogBook`` on gymlab's loggers: each error a server logs becomes one line naming
+server, route and cause (printed unless a run is summarising its failures itself), and its whole
+traceback is kept in a bounded buffer that ``lab.logs()`` shows. ``user_traceback`` cuts gymlab's,
+asyncio's and the libraries' frames out of a traceback so an exception raised in a cell shows the
+frames the researcher wrote (``File "/tmp/ipykernel_.../3.py", line 3, in verify``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import sysconfig
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+_PACKAGE = str(Path(__file__).resolve().parent) + os.sep
+_EXAMPLES = _PACKAGE + "environments" + os.sep
+_LIBRARY = tuple(
+    {
+        str(Path(p).resolve()) + os.sep
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_path(key))
+    }
+)
+
+
+def is_user_file(filename: str) -> bool:
+    """True for code the researcher wrote: a notebook cell, a script, an example environment."""
+    if filename.startswith("<frozen "):
+        return False
+    try:
+        path = str(Path(filename).resolve())
+    except (OSError, ValueError):
+        return True
+    if path.startswith(_EXAMPLES):
+        return True
+    return not (path.startswith(_PACKAGE) or path.startswith(_LIBRARY))
+
+
+def user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` with only the user's frames (None when it has none)."""
+    kept = []
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    head = None
+    for entry in reversed(kept):
+        head = TracebackType(head, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return head
+
+
+def where(exc: BaseException) -> str | None:
+    """``File "...", line N, in f`` of the innermost user frame that ``exc`` passed through."""
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if is_user_file(frame.filename):
+            found = frame
+    if found is None:
+        return None
+    return f'File "{found.filename}", line {found.lineno}, in {found.name}'
+
+
+def cause_line(exc: BaseException) -> str:
+    """``ZeroDivisionError: division by zero (File "<cell>", line 3, in verify)``."""
+    place = where(exc)
+    return f"{type(exc).__name__}: {exc}" + (f" ({place})" if place else "")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One logged error: when, which logger, the one line shown, and the full trace."""
+
+    time: float
+    logger: str
+    line: str
+    trace: str
+
+    def __str__(self) -> str:
+        stamp = time.strftime("%H:%M:%S", time.localtime(self.time))
+        return f"[{stamp}] {self.line}\n{self.trace}".rstrip()
+
+
+class LogBook(logging.Handler):
+    """Keeps every error record (bounded) and prints one line per error unless quieted."""
+
+    def __init__(self, capacity: int = 500, stream=None):
+        super().__init__(logging.WARNING)
+        self.entries: deque[Entry] = deque(maxlen=capacity)
+        self.stream = stream
+        self._quiet = 0
+        self._lock_quiet = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+            trace = ""
+            if record.exc_info and record.exc_info[1] is not None:
+                exc = record.exc_info[1]
+                message = f"{message}: {cause_line(exc)}"
+                trace = "".join(traceback.format_exception(exc))
+            line = f"{record.levelname.lower()}: {message}"
+            self.entries.append(Entry(record.created, record.name, line, trace))
+            if not self._quiet:
+                hint = " · lab.logs() has the trace" if trace else ""
+                print(f"gymlab {line}{hint}", file=self.stream or sys.stderr, flush=True)
+        except Exception:  # a log handler never raises into the code that logged
+            self.handleError(record)
+
+    @contextlib.contextmanager
+    def quiet(self):
+        """No lines printed inside (a run prints its own summary); entries are still kept."""
+        with self._lock_quiet:
+            self._quiet += 1
+        try:
+            yield
+        finally:
+            with self._lock_quiet:
+                self._quiet -= 1
+
+    def since(self, start: int) -> list[Entry]:
+        return list(self.entries)[start:]
+
+
+#: The loggers a Lab's servers write errors to.
+LOGGERS = ("gymlab", "uvicorn.error")
+
+_book: LogBook | None = None
+_book_lock = threading.Lock()
+
+
+def logbook() -> LogBook:
+    """The process's one ``LogBook``, installed on gymlab's and uvicorn's error loggers on first use."""
+    global _book
+    with _book_lock:
+        if _book is None:
+            _book = LogBook()
+            # With a handler of its own, an error no longer falls through to logging's last-resort
+            # handler, which printed the whole traceback into the cell; records still propagate to
+            # any handler the user configured on the root logger.
+            for name in LOGGERS:
+                logging.getLogger(name).addHandler(_book)
+        return _book
+
+
+__all__ = ["Entry", "LogBook", "cause_line", "is_user_file", "logbook", "user_traceback", "where"]

@@ -1,0 +1,174 @@
+"""Tools and rows from a server's own routes: schemas derived once, rows built from prompts, and a
+check that a dataset's declared tools match what the server serves.
+
+A tool route already has a pydantic request model; ``tools_from`` turns each into the function tool
+a row declares (the Responses API shape NeMo Gym rows use), so schemas are not written by hand into
+every row. ``check_rows`` names each mismatch ("row tool `guess_number`; served: `guess`") before a
+run spends an episode on it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from gymlab.loop import RESERVED_ROUTES
+from gymlab.server import BaseServer
+
+
+def _instance(server: BaseServer | type[BaseServer]) -> BaseServer:
+    if isinstance(server, BaseServer):
+        return server
+    try:
+        return server()
+    except Exception as exc:
+        raise TypeError(
+            f"tools_from({server.__name__}) needs an instance: the class cannot be built without config ({exc})"
+        ) from exc
+
+
+def _body_model(endpoint: Any) -> type[BaseModel] | None:
+    try:
+        hints = inspect.get_annotations(endpoint, eval_str=True)
+    except Exception:
+        hints = getattr(endpoint, "__annotations__", {})
+    for name, annotation in hints.items():
+        if name != "return" and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return annotation
+    return None
+
+
+def _clean(schema: Any) -> Any:
+    """A JSON schema without pydantic's ``title`` keys (models see only what matters)."""
+    if isinstance(schema, dict):
+        return {k: _clean(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [_clean(v) for v in schema]
+    return schema
+
+
+def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) -> list[dict[str, Any]]:
+    """The function tools a server serves: one per POST route that is not a lifecycle route, with
+    the route's request model as ``parameters`` and its docstring's first line as ``description``.
+
+    >>> tools_from(CalculatorServer)
+    [{'type': 'function', 'name': 'square', 'description': 'Square an integer.', 'parameters': {...}, 'strict': True}]
+    """
+    app = _instance(server).app
+    tools = []
+    for route in app.routes:
+        path, methods = getattr(route, "path", ""), getattr(route, "methods", None) or set()
+        name = path.strip("/")
+        if "POST" not in methods or not name or "/" in name or "{" in name or name in RESERVED_ROUTES:
+            continue
+        model = _body_model(route.endpoint)
+        if model is None:
+            parameters: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+        else:
+            parameters = _clean(model.model_json_schema())
+            if strict:
+                parameters.setdefault("additionalProperties", False)
+        doc = inspect.getdoc(route.endpoint) or ""
+        tool = {"type": "function", "name": name, "description": doc.split("\n\n")[0].replace("\n", " ").strip()}
+        tool["parameters"] = parameters
+        tool["strict"] = strict
+        tools.append(tool)
+    return tools
+
+
+def rows_from(
+    prompts: Sequence[str],
+    *,
+    tools: Iterable[dict[str, Any]] | BaseServer | type[BaseServer] | None = None,
+    instructions: str | None = None,
+    **fields: Any,
+) -> list[dict[str, Any]]:
+    """Dataset rows from prompts: ``instructions`` as the developer message, ``tools`` (a list, or a
+    server to derive them from) declared on every row, and each keyword a row field (a list gives
+    one value per prompt, anything else the same value for all).
+
+    >>> rows_from(["What is 4 squared?"], tools=CalculatorServer, expected=[16])
+    """
+    if isinstance(tools, (BaseServer, type)):
+        tools = tools_from(tools)
+    tools = list(tools or [])
+    for key, value in fields.items():
+        if isinstance(value, (list, tuple)) and len(value) != len(prompts):
+            raise ValueError(f"{key} has {len(value)} values for {len(prompts)} prompts; give one per prompt")
+    rows = []
+    for i, prompt in enumerate(prompts):
+        messages = [{"role": "developer", "content": instructions}] if instructions else []
+        params: dict[str, Any] = {"input": [*messages, {"role": "user", "content": prompt}]}
+        if tools:
+            params["tools"] = tools
+        row = {"responses_create_params": params}
+        for key, value in fields.items():
+            row[key] = value[i] if isinstance(value, (list, tuple)) else value
+        rows.append(row)
+    return rows
+
+
+@dataclass
+class CheckReport:
+    """What ``check_rows`` found: one line per mismatch; empty when rows and server agree."""
+
+    server: str
+    served: list[str]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"{self.server}: rows and served tools agree ({', '.join(self.served) or 'no tools'})"
+        return f"{self.server}: " + "; ".join(self.problems)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))
+
+
+def _properties(schema: Any) -> tuple[set[str], set[str]]:
+    if not isinstance(schema, dict):
+        return set(), set()
+    props = schema.get("properties")
+    return set(props) if isinstance(props, dict) else set(), set(schema.get("required") or ())
+
+
+def check_rows(server: BaseServer, rows: Iterable[dict[str, Any]]) -> CheckReport:
+    """Each tool the rows declare, against the server's routes and their request models."""
+    served = {t["name"]: t for t in tools_from(server)}
+    report = CheckReport(server.name, sorted(served))
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        params = row.get("responses_create_params") if isinstance(row, dict) else None
+        declared = (params or {}).get("tools") or []
+        for tool in declared:
+            if not isinstance(tool, dict) or tool.get("type") != "function":
+                continue
+            name = tool.get("name")
+            if name in seen:
+                continue
+            seen.add(name)
+            where = f"row {index} tool `{name}`"
+            if name not in served:
+                report.problems.append(f"{where}; served: {', '.join(f'`{n}`' for n in sorted(served)) or 'none'}")
+                continue
+            row_props, _ = _properties(tool.get("parameters"))
+            served_props, served_required = _properties(served[name]["parameters"])
+            if unknown := row_props - served_props:
+                report.problems.append(
+                    f"{where} declares {', '.join(sorted(unknown))}, which /{name} does not take "
+                    f"(it takes {', '.join(sorted(served_props)) or 'nothing'})"
+                )
+            if missing := served_required - row_props:
+                report.problems.append(f"{where} leaves out {', '.join(sorted(missing))}, which /{name} requires")
+    return report
+
+
+__all__ = ["CheckReport", "check_rows", "rows_from", "tools_from"]
