@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -62,6 +63,8 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         future.cancel()
         ended.wait(CANCEL_GRACE_S)
         raise
+    except concurrent.futures.CancelledError:  # cancelled on the loop (``lab.cancel()``)
+        raise asyncio.CancelledError("cancelled on gymlab's loop") from None
     except BaseException as exc:
         raise for_caller(exc)  # noqa: B904 (the same exception, its traceback trimmed)
 

@@ -26,6 +26,7 @@ class CalculatorServer(SimpleResourcesServer):
         return app
 
     async def square(self, body: SquareRequest) -> SquareResponse:
+        """Square an integer."""
         return SquareResponse(result=body.value**2)
 
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:

@@ -80,6 +80,7 @@ class CounterServer(SimpleResourcesServer):
         self.session_state.pop(resources_session_id, None)
 
     async def increment(self, request: Request, body: IncrementRequest) -> dict:
+        """Add `by` to the counter and return the new count."""
         state = self.session_state.get(request.session[SESSION_ID_KEY])
         if state is None:
             raise HTTPException(404, "no counter for this session; call /seed_session first")

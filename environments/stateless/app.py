@@ -36,6 +36,7 @@ class ReverseServer(SimpleResourcesServer):
         return app
 
     async def reverse(self, body: ReverseRequest) -> dict:
+        """Reverse a string."""
         return {"result": body.text[::-1]}
 
     async def verify(self, body: ReverseVerifyRequest) -> ReverseVerifyResponse:

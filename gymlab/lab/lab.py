@@ -248,6 +248,8 @@ class Lab:
             )
         except KeyboardInterrupt:
             raise KeyboardInterrupt(self._cancelled_line) from None
+        except asyncio.CancelledError:  # lab.cancel() from another thread
+            raise asyncio.CancelledError(self._cancelled_line) from None
 
     async def arun_many(
         self,

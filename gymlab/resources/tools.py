@@ -70,8 +70,13 @@ def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) ->
             parameters: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
         else:
             parameters = _clean(model.model_json_schema())
-            if strict:
-                parameters.setdefault("additionalProperties", False)
+            if strict:  # the Responses API's strict mode: every property required, no extra keys
+                props = parameters.get("properties") or {}
+                for prop in props.values():
+                    if isinstance(prop, dict):
+                        prop.pop("default", None)
+                parameters["required"] = list(props)
+                parameters["additionalProperties"] = False
         doc = inspect.getdoc(route.endpoint) or ""
         tool = {"type": "function", "name": name, "description": doc.split("\n\n")[0].replace("\n", " ").strip()}
         tool["parameters"] = parameters
