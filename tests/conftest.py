@@ -14,6 +14,14 @@ def lab():
         yield lab
 
 
+@pytest.fixture(params=["in-process", "wire"])
+def lab_both(request):
+    """A Lab in each transport: calls between its servers in-process, then over loopback HTTP.
+    Episode tests use it (``lab = lab_both`` in their module) so both pass the same checks."""
+    with Lab(wire=request.param == "wire") as lab:
+        yield lab
+
+
 @pytest.fixture
 def calculator():
     return load_environment("calculator")

@@ -7,6 +7,12 @@ import pytest
 from gymlab import BaseSeedSessionRequest, FunctionCall, FunctionCallOutput, ServerError, function_call
 
 
+@pytest.fixture
+def lab(lab_both):
+    """Every test here runs with in-process dispatch and over loopback HTTP."""
+    return lab_both
+
+
 def _serve_calculator(lab, calculator, policy=None, **agent_config):
     env = lab.serve(calculator.CalculatorServer)
     model = lab.serve_model(policy or calculator.policy)

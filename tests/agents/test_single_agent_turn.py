@@ -22,6 +22,12 @@ from gymlab.envservers.single_agent_turn import agent_request, parse_task
 from gymlab.lab import AgentHandle
 
 
+@pytest.fixture
+def lab(lab_both):
+    """Every test here runs with in-process dispatch and over loopback HTTP."""
+    return lab_both
+
+
 def serve_turn(lab, env, policy, **agent_config):
     model = lab.serve_model(policy)
     agent = lab.serve_agent("simple_agent", model=model, **agent_config)

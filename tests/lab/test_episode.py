@@ -15,6 +15,12 @@ from gymlab.protocol import BaseVerifyRequest, BaseVerifyResponse
 
 
 @pytest.fixture
+def lab(lab_both):
+    """Every test here runs with in-process dispatch and over loopback HTTP."""
+    return lab_both
+
+
+@pytest.fixture
 def blackjack():
     from gymlab.examples import load_environment
 

@@ -15,6 +15,13 @@ from gymlab import collect
 from gymlab.examples import example_rows, load_environment
 from gymlab.lab.widgets import LivePanel
 
+
+@pytest.fixture
+def lab(lab_both):
+    """Every test here runs with in-process dispatch and over loopback HTTP."""
+    return lab_both
+
+
 counter = load_environment("counter")
 
 

@@ -11,6 +11,7 @@ from gymlab import FunctionCall, FunctionCallOutput, GymnasiumServer, Message, S
 from gymlab._sync import run_sync
 from gymlab.client import Cookies, post
 from gymlab.examples import example_rows, load_environment
+from gymlab.protocol import failure_kinds
 
 
 @pytest.fixture
@@ -280,6 +281,7 @@ def test_an_unregistered_kind_from_a_step_is_kept_and_warned_not_refused(lab):
     cookies = Cookies()
     row = _row(info_at={"1": {"mask_sample": True, "failure_kind": "judge_down"}})
     run_sync(post(env.url, "/reset", row, cookies))
+    failure_kinds._warned.discard("judge_down")  # warned once per process: this test runs in two labs
     with pytest.warns(UserWarning, match="unregistered failure_kind 'judge_down'"):
         reply = run_sync(post(env.url, "/step", {**row, "response": {"output": []}}, cookies))
     assert reply.status == 200 and reply.json()["failure_kind"] == "judge_down" and reply.json()["mask_sample"]
@@ -349,6 +351,12 @@ def test_qa_follow_ups_and_final_grade(lab):
 # --- the spec's samples, as written (imports changed to gymlab) ---------------------------------
 
 from gymlab import GymnasiumServer  # noqa: E402
+
+
+@pytest.fixture
+def lab(lab_both):
+    """Every test here runs with in-process dispatch and over loopback HTTP."""
+    return lab_both
 
 
 class CalculatorEnv(GymnasiumServer):

@@ -1,8 +1,15 @@
 """A resources server answering 410 (its session's worker is gone) gives a masked rollout, not an error."""
 
+import pytest
 from fastapi import HTTPException
 
 from gymlab import BaseVerifyRequest, GymnasiumServer
+
+
+@pytest.fixture
+def lab(lab_both):
+    """Every test here runs with in-process dispatch and over loopback HTTP."""
+    return lab_both
 
 
 class GoneEnv(GymnasiumServer):
