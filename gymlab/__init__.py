@@ -92,6 +92,9 @@ _NAMES: dict[str, str] = {
     # entrypoints
     "is_gymlab_fastapi_entrypoint": "gymlab.utils",
     "is_nemo_gym_fastapi_entrypoint": "gymlab.utils",
+    # tools and rows from a server's routes
+    "tools_from": "gymlab.resources.tools",
+    "rows_from": "gymlab.resources.tools",
     # agent sessions
     "AgentSeedSessionRequest": "gymlab.protocol.agent_sessions",
     "AgentSeedSessionResponse": "gymlab.protocol.agent_sessions",

@@ -85,6 +85,8 @@ EXPORTED = [
     "lost_session_verification",
     "read_jsonl",
     "reverify",
+    "rows_from",
+    "tools_from",
 ]
 
 
