@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.client import Cookies, ask_model_server, close_http_session, post, post_ok
 from gymlab.errors import EpisodeFailed, ServerError, error_body
 from gymlab.failures import Role, failure_of
@@ -81,6 +82,7 @@ class BaseAgent(BaseServer):
 
         app.router.lifespan_context = lifespan
         app.exception_handler(EpisodeFailed)(episode_failed)
+        app.add_middleware(CancelOnHangup)  # a caller that hangs up stops its episode and frees its session
         return app
 
     @property

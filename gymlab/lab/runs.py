@@ -111,16 +111,17 @@ class RunState:
     def __init__(self, total: int = 0):
         self.total = total
         self.running = 0
+        self.stopped = 0  # running when the run was cancelled
         self.finished: list[Rollout] = []
 
     @property
     def not_started(self) -> int:
-        return self.total - self.running - len(self.finished)
+        return self.total - self.running - self.stopped - len(self.finished)
 
     def cancelled_line(self) -> str:
         """One line saying what an interrupt stopped and what it kept."""
         return (
-            f"gymlab: run cancelled: {self.running} running episode(s) stopped and their sessions closed, "
+            f"gymlab: run cancelled: {self.stopped} running episode(s) stopped and their sessions closed, "
             f"{self.not_started} not started; the {len(self.finished)} finished are in lab.last_run"
         )
 
@@ -157,6 +158,9 @@ async def arun_many(
             t0 = time.perf_counter()
             try:
                 record = await agent.arun(row)
+            except asyncio.CancelledError:
+                state.stopped += 1
+                raise
             except ServerError as exc:
                 if on_error == "raise":
                     raise
@@ -175,8 +179,16 @@ async def arun_many(
         state.finished.append(record)
         return record
 
+    tasks = [asyncio.ensure_future(one(r)) for r in jobs]
     try:
-        return Rollouts(await asyncio.gather(*(one(r) for r in jobs)))
+        return Rollouts(await asyncio.gather(*tasks))
+    except BaseException:
+        # gather gives up at the first cancelled or failed episode; the others must stop too, and
+        # each must finish its own cleanup (its session closed) before the run reports.
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        raise
     finally:
         if bar is not None:
             bar.close()

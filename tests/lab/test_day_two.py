@@ -57,7 +57,9 @@ def test_a_failing_verify_is_one_summary_line_and_the_trace_is_kept(calculator, 
         assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
-def test_cancel_stops_running_episodes_and_closes_their_sessions(counter):
+@pytest.mark.parametrize("wire", [False, True], ids=["in-process", "wire"])
+def test_cancel_stops_running_episodes_and_closes_their_sessions(counter, wire):
+    """Over HTTP too: the client hangs up, and the agent cancels the episode it was running."""
     started = threading.Semaphore(0)
     release = threading.Event()
 
@@ -66,7 +68,7 @@ def test_cancel_stops_running_episodes_and_closes_their_sessions(counter):
         release.wait(60)  # a slow model: far slower than the test waits
         return counter.policy(request)
 
-    with Lab() as lab:
+    with Lab(wire=wire) as lab:
         env = lab.serve(counter.CounterServer)
         agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(stuck))
         outcome: dict = {}

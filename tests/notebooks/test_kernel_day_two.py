@@ -63,8 +63,10 @@ class Kernel:
                 idle = True
             elif kind in ("stream", "error", "display_data", "execute_result"):
                 outputs.append(msg)
-        reply = self.client.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
-        return reply["content"], outputs
+        while True:  # skip replies to other requests (wait_for_ready may leave a kernel_info_reply)
+            reply = self.client.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"], outputs
 
     def run(self, code: str, timeout: float = 300) -> tuple[dict, list[dict]]:
         return self.collect(self.submit(code), timeout)

@@ -1,0 +1,58 @@
+"""A caller that hangs up cancels its request's work.
+
+Starlette keeps running a handler after its client disconnects. For an agent's ``/run`` that means
+an interrupted run (a cancelled collection, Ctrl-C in a notebook driving a server over HTTP) leaves
+episodes running and sessions held until they finish. This middleware runs the request's handler in
+a child task and cancels it when the connection closes before the answer is sent; the handler's own
+cleanup (releasing the episode's session) then runs as on any cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+log = logging.getLogger("gymlab.server")
+
+
+class CancelOnHangup:
+    """Cancel the handler of a request to one of ``paths`` when its client disconnects."""
+
+    def __init__(self, app, paths: frozenset[str] = frozenset({"/run"})):
+        self.app, self.paths = app, paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            return await self.app(scope, receive, send)
+        body_read = asyncio.Event()
+
+        async def tracking_receive():
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        work = asyncio.ensure_future(self.app(scope, tracking_receive, send))
+        hung_up = False
+
+        async def watch() -> None:
+            nonlocal hung_up
+            await body_read.wait()
+            # After the body, the server's receive() returns only when the client disconnects or
+            # the answer is complete; only the first, with the handler still running, is a hang-up.
+            if (await receive())["type"] == "http.disconnect" and not work.done():
+                hung_up = True
+                work.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await work
+        except asyncio.CancelledError:
+            if not hung_up:
+                raise
+            log.info("%s %s: the client hung up; its work was cancelled", scope["method"], scope["path"])
+        finally:
+            watcher.cancel()
+
+
+__all__ = ["CancelOnHangup"]
