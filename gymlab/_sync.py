@@ -21,11 +21,21 @@ _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it is installed (every Lab server and client call runs on this loop; uvloop
+    measured 1.5x on the same hops), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 def background_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread
     with _lock:
         if _loop is None or _loop.is_closed() or not (_thread and _thread.is_alive()):
-            _loop = asyncio.new_event_loop()
+            _loop = _new_loop()
             _thread = threading.Thread(target=_loop.run_forever, name="gymlab-sync", daemon=True)
             _thread.start()
         return _loop
