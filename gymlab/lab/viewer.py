@@ -195,7 +195,8 @@ class RunFilter:
         if r.repeat is not None:
             parts.append(f"repeat {r.repeat}")
         parts.append(f"reward {r.reward:g}")
-        parts.append(f"{len(episode_steps(r)) if (r.steps or r.response.output) else 0} steps")
+        n = len(episode_steps(r)) if (r.steps or r.response.output) else 0
+        parts.append(f"{n} step" + ("s" if n != 1 else ""))
         if failure_of(r):
             parts.append(failure_of(r))
         return " · ".join(parts)
@@ -428,7 +429,8 @@ class EpisodeViewer(w.VBox):
             masked += f"<div class='gl-err'>{html.escape(reason)}</div>" if reason else ""
         if not n:
             self.status.value = (
-                f"<span class='gl-step'>no steps yet</span> · total reward {self.record.reward:g}{masked}"
+                f"<span class='gl-step'>no steps{'' if masked else ' yet'}</span> · "
+                f"total reward {self.record.reward:g}{masked}"
             )
             return
         cumulative = sum(rewards[:k])

@@ -179,6 +179,9 @@ class Stepper(w.VBox):
 # -- the live collection panel ------------------------------------------------------------------
 
 
+_TABLE_CSS = "<style>.gl-failures-table th,.gl-failures-table td{text-align:left;padding:1px 16px 1px 0}</style>"
+
+
 class LivePanel(w.VBox):
     """Progress, running mean reward and failures by kind while a run collects, redrawn at most
     every ``interval`` seconds (an ipywidgets update costs ~115 us; a run may finish thousands of
@@ -269,8 +272,8 @@ class LivePanel(w.VBox):
                 for k, n in self.failed.most_common()
             )
             self.failures.value = (
-                "<table class='gl-failures-table'><tr><th>failure kind</th><th>stage</th><th>episodes</th></tr>"
-                f"{rows}</table>"
+                f"{_TABLE_CSS}<table class='gl-failures-table'>"
+                f"<tr><th>failure kind</th><th>stage</th><th>episodes</th></tr>{rows}</table>"
                 if rows
                 else "no failures"
             )
