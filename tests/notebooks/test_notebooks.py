@@ -57,14 +57,12 @@ def test_02_prototype_environment():
             "first_reward": first,
             "second_rewards": list(rewards.values()),
             "servers": sorted(lab.servers),
-            "old_server_running": first_env.running,
             "new_server_running": env.running,
         }""",
     )
     assert out["first_reward"] == 1.0
-    assert out["second_rewards"] == [0.5, 1.0, 0.0]
-    assert out["servers"] == ["answer"]
-    assert out["old_server_running"] is False and out["new_server_running"] is True
+    assert out["second_rewards"] == [0.5, 1.0, 0.0]  # the second class answers under the same name
+    assert out["servers"] == ["answer"] and out["new_server_running"] is True
 
 
 def test_02b_your_first_environment():
