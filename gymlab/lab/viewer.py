@@ -208,7 +208,8 @@ def _reward_matches(reward: float, condition: tuple[str, float]) -> bool:
 
 
 def _is_run(source: Any) -> bool:
-    return isinstance(source, list | tuple)
+    """A run is a sequence of records (a list, or ``Rollouts``); one episode is a record, a dict or a live episode."""
+    return isinstance(source, Sequence) and not isinstance(source, str | bytes)
 
 
 # -- the viewer -----------------------------------------------------------------------------------

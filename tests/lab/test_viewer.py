@@ -103,3 +103,11 @@ def test_live_panel_counts_the_records_failure_kinds(flaky_agent, rows):
     assert panel.mean_reward == rollouts.mean_reward == 6 / 8
     assert "mean reward 0.750</span> <span class='gl-mean-covers'>over 8 unmasked of 10</span>" in panel.summary.value
     assert panel.progress.bar_style == "danger"
+
+
+def test_viewer_takes_any_sequence_of_records(mixed_run):
+    """A run is any sequence of records: a list of dicts (a JSONL file read by hand) browses the same."""
+    viewer = EpisodeViewer(tuple(r.model_dump(mode="json") for r in mixed_run))
+    assert len(viewer.shown) == 10 and viewer.record.reward == mixed_run[0].reward
+    viewer.filter(task=3)
+    assert [viewer.rollouts[i].task_index for i in viewer.shown] == [3, 3]
