@@ -290,7 +290,9 @@ def test_first_environment_notebook_runs_in_jupyterlab(jupyterlab):
             frames = page.locator(".jp-NotebookPanel .jp-OutputArea-output table")
             playwright_sync.expect(frames.first).to_be_visible()
             assert frames.count() >= 4  # before, after, after.steps and the Gymnasium steps
-            page.screenshot(path=str(SCREENSHOTS / "first_environment.png"), full_page=True)
+            page.screenshot(path=str(SCREENSHOTS / "first_environment_end.png"))
+            outputs.filter(has_text="{'hint': 'higher', 'guesses': 1}").scroll_into_view_if_needed()
+            page.screenshot(path=str(SCREENSHOTS / "first_environment_by_hand.png"))
         except BaseException:
             page.screenshot(path=str(SCREENSHOTS / "failure_first_environment.png"), full_page=True)
             raise
