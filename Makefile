@@ -1,32 +1,56 @@
-# Two commands: `make demo` and `make test`. Each sets up .venv on a fresh machine first.
+# Day one: `make demo`, then `make lab`. `make test` runs the whole suite. Each sets up .venv on a fresh machine first.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# what the demo and JupyterLab need (the package and its `lab` extra), and on top of it the test tools
+LAB_STAMP := $(VENV)/.installed-lab
+TEST_STAMP := $(VENV)/.installed-test
+LAB_PORT ?= 8888
 
-.PHONY: demo test bench browser-deps clean
+.PHONY: demo lab test bench browser-deps clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,browser]'
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(LAB_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[lab]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+$(TEST_STAMP): pyproject.toml $(LAB_STAMP)
+	$(BIN)/python -m pip install -q -e '.[lab,dev,browser]'
+	touch $@
+
+demo: $(LAB_STAMP)
 	$(BIN)/gymlab demo
+	@echo
+	@echo "Next: run 'make lab' and open 01_quickstart.ipynb, then 02b_your_first_environment.ipynb to write your own."
+	@echo "The rollouts above are in ./gymlab-demo/ (rollouts = gymlab.load(\"gymlab-demo/counter_rollouts.jsonl\"))."
+
+# JupyterLab on the notebooks, on 127.0.0.1 only, with a fresh token (printed; passed in the environment, not argv);
+# no news or update checks (no calls out). As root (a container) it passes --allow-root.
+# A busy port is an error rather than a silent move to another one: `make lab LAB_PORT=8899`.
+lab: $(LAB_STAMP)
+	@token=$$($(BIN)/python -c 'import secrets; print(secrets.token_hex(24))'); \
+	echo "JupyterLab: http://127.0.0.1:$(LAB_PORT)/lab/tree/01_quickstart.ipynb?token=$$token"; \
+	echo "(open that address in a browser; Ctrl-C here stops JupyterLab)"; \
+	root=$$([ "$$(id -u)" = 0 ] && echo --allow-root); \
+	JUPYTER_TOKEN=$$token exec $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) $$root \
+		--ServerApp.port_retries=0 --ServerApp.root_dir=notebooks \
+		--LabApp.news_url= --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
 
 # The browser test needs Debian's Chromium; install it when missing (no browser download).
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP) browser-deps
+test: $(TEST_STAMP) browser-deps
 	$(BIN)/ruff check gymlab tests environments
 	$(BIN)/ruff format --check gymlab tests environments
 	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: $(STAMP)
+bench: $(LAB_STAMP)
 	$(BIN)/gymlab bench
 
 clean:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -114,7 +113,9 @@ def write_jsonl_atomic(
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        name = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode as open() gives (umask), not 0600
+        tmp = name
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for record in records:
                 f.write(to_line(record) + "\n")

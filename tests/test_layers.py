@@ -2,8 +2,8 @@
 
 Every module under ``gymlab/`` is parsed with ``ast``; every import statement is an edge, including
 imports inside functions (a lazy import still ties the two modules together). Imports under
-``if TYPE_CHECKING:`` are not edges: they never run. The layer table is the README's Architecture
-section, lowest first.
+``if TYPE_CHECKING:`` are not edges: they never run. The layer table is docs/architecture.md's
+"Modules and layers", lowest first.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def layer_of(module: str) -> int:
                 return index
     if module == "gymlab":
         return len(LAYERS) - 1
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS here and to the README's table")
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS here and to the table in docs/architecture.md")
 
 
 def _is_type_checking(test: ast.expr) -> bool:

@@ -1,4 +1,5 @@
-"""Notebook widgets (ipywidgets): an episode viewer, an interactive stepper, a live collection panel.
+"""Notebook widgets (ipywidgets): an episode viewer (``gymlab.lab.viewer``), an interactive stepper,
+a live collection panel.
 
 Imported only when used (``import gymlab`` never loads ipywidgets). Every widget is a plain
 ipywidgets container whose state lives in traits, so its logic runs and is tested without a
@@ -18,199 +19,26 @@ from typing import Any
 import ipywidgets as w
 
 from gymlab.errors import GymlabError
-from gymlab.protocol import (
-    FunctionCall,
-    FunctionCallOutput,
-    Message,
-    NeMoGymResponse,
-    Reasoning,
-    Rollout,
-    StepRecord,
-    function_call,
+from gymlab.lab.viewer import (  # the viewer lives in its own module; these names stay importable from here
+    EpisodeViewer,
+    conversation_html,
+    episode_steps,
+    prompt_items,
+    sparkline_svg,
 )
+from gymlab.protocol import NeMoGymResponse, Rollout, function_call
+from gymlab.protocol.record import failure_counts
 
-_CSS = """<style>
-.gl-chat{font-family:system-ui,sans-serif;font-size:13px;max-width:720px}
-.gl-b{margin:4px 0;padding:6px 10px;border-radius:10px;white-space:pre-wrap;word-break:break-word;max-width:80%}
-.gl-user{background:#dbeafe;margin-left:auto}
-.gl-assistant{background:#f3f4f6}
-.gl-system{background:#fff;color:#555;font-style:italic;border:1px dashed #ccc}
-.gl-call{background:#fff7ed;border:1px solid #fdba74;font-family:monospace}
-.gl-output{background:#ecfdf5;border:1px solid #6ee7b7;font-family:monospace}
-.gl-reasoning{background:#faf5ff;color:#6b21a8;font-size:12px}
-.gl-who{font-size:10px;color:#666;display:block}
-.gl-now{box-shadow:0 0 0 2px #f59e0b}
-.gl-row{display:flex;flex-direction:column}
-.gl-err{color:#b91c1c;font-family:monospace;white-space:pre-wrap}
-</style>"""
-
-
-# -- what a viewer shows ----------------------------------------------------------------------
-
-
-def _as_rollout(source: Any) -> Rollout:
-    if isinstance(source, Rollout):
-        return source
-    if isinstance(source, dict):
-        return Rollout.model_validate(source)
-    rollout = getattr(source, "rollout", None)
-    if isinstance(rollout, Rollout):
-        return rollout
-    raise TypeError(f"a viewer shows a Rollout, a rollout dict or an episode, not {type(source).__name__}")
-
-
-def episode_steps(record: Rollout) -> list[StepRecord]:
-    """The record's steps; a record without per-step records (a NeMo Gym file) is one step."""
-    if record.steps:
-        return list(record.steps)
-    return [StepRecord(index=0, action=list(record.response.output), reward=record.reward)]
-
-
-def prompt_items(record: Rollout) -> list[Any]:
-    params = record.responses_create_params
-    items = params.input_items()
-    return ([Message(role="system", content=params.instructions)] if params.instructions else []) + items
-
-
-def _bubble(item: Any, now: bool) -> str:
-    cls, who, text = "gl-assistant", "assistant", ""
-    if isinstance(item, Message):
-        who = item.role
-        cls = {"user": "gl-user", "assistant": "gl-assistant"}.get(item.role, "gl-system")
-        text = item.text
-    elif isinstance(item, FunctionCall):
-        cls, who, text = "gl-call", "tool call", f"{item.name}({item.arguments})"
-    elif isinstance(item, FunctionCallOutput):
-        cls, who, text = "gl-output", "tool output", item.output
-    elif isinstance(item, Reasoning):
-        cls, who, text = "gl-reasoning", "reasoning", " ".join(s.text for s in item.summary)
-    else:
-        who, text = getattr(item, "type", "item"), json.dumps(item.model_dump(mode="json"))[:500]
-    mark = " gl-now" if now else ""
-    return f"<div class='gl-b {cls}{mark}'><span class='gl-who'>{html.escape(who)}</span>{html.escape(text)}</div>"
-
-
-def conversation_html(record: Rollout, upto: int) -> str:
-    """The prompt and steps ``0..upto`` as chat bubbles; step ``upto``'s items are outlined."""
-    parts = [_bubble(i, False) for i in prompt_items(record)]
-    for step in episode_steps(record)[: upto + 1]:
-        now = step.index == upto
-        parts.extend(_bubble(i, now) for i in [*step.action, *step.tool_outputs])
-        if step.observation:
-            parts.append(_bubble(Message(role="user", content=step.observation), now))
-    return f"{_CSS}<div class='gl-chat gl-row'>{''.join(parts)}</div>"
-
-
-def sparkline_svg(values: list[float], current: int | None = None, width: int = 160, height: int = 32) -> str:
-    """Per-step rewards as a small inline SVG line; the current step is a red dot."""
-    if not values:
-        return f"<svg class='gl-spark' width='{width}' height='{height}'></svg>"
-    lo, hi = min(values + [0.0]), max(values + [0.0])
-    span = (hi - lo) or 1.0
-    pad = 4
-    step = (width - 2 * pad) / max(len(values) - 1, 1)
-
-    def xy(i: int, v: float) -> tuple[float, float]:
-        return pad + i * step, height - pad - (v - lo) / span * (height - 2 * pad)
-
-    points = " ".join("{:.1f},{:.1f}".format(*xy(i, v)) for i, v in enumerate(values))
-    dot = ""
-    if current is not None and 0 <= current < len(values):
-        x, y = xy(current, values[current])
-        dot = f"<circle class='gl-spark-now' cx='{x:.1f}' cy='{y:.1f}' r='3' fill='#dc2626'/>"
-    zero_y = xy(0, 0.0)[1]
-    return (
-        f"<svg class='gl-spark' width='{width}' height='{height}' viewBox='0 0 {width} {height}'>"
-        f"<line x1='{pad}' x2='{width - pad}' y1='{zero_y:.1f}' y2='{zero_y:.1f}' stroke='#ddd'/>"
-        f"<polyline fill='none' stroke='#2563eb' stroke-width='1.5' points='{points}'/>{dot}</svg>"
-    )
-
-
-class EpisodeViewer(w.VBox):
-    """An episode step by step: chat bubbles up to the chosen step, a reward sparkline, prev/next, a slider.
-
-    ``EpisodeViewer(rollout)`` (a ``Rollout``, a rollout dict, or a live episode); ``.load(source)``
-    shows another (or the same episode, further on). ``.step`` is the shown step, counted from 1.
-    """
-
-    def __init__(self, source: Any = None, step: int | None = None, **kwargs: Any):
-        self.prev = w.Button(description="◀ prev", layout=w.Layout(width="80px"))
-        self.next = w.Button(description="next ▶", layout=w.Layout(width="80px"))
-        self.slider = w.IntSlider(min=0, max=0, value=0, description="step", continuous_update=True)
-        self.status = w.HTML()
-        self.sparkline = w.HTML()
-        self.conversation = w.HTML()
-        for widget, name in (
-            (self, "gl-viewer"),
-            (self.prev, "gl-prev"),
-            (self.next, "gl-next"),
-            (self.slider, "gl-slider"),
-            (self.status, "gl-status"),
-            (self.sparkline, "gl-sparkline"),
-            (self.conversation, "gl-conversation"),
-        ):
-            widget.add_class(name)
-        self.prev.on_click(lambda _: self._move(-1))
-        self.next.on_click(lambda _: self._move(+1))
-        self.slider.observe(lambda change: self._render(), names="value")
-        controls = w.HBox([self.prev, self.slider, self.next, self.sparkline])
-        super().__init__([controls, self.status, self.conversation], **kwargs)
-        self.record: Rollout | None = None
-        self.steps: list[StepRecord] = []
-        if source is not None:
-            self.load(source, step)
-
-    def load(self, source: Any, step: int | None = None) -> EpisodeViewer:
-        """Show ``source`` at ``step`` (from 1; default: its last step)."""
-        self.record = _as_rollout(source)
-        self.steps = episode_steps(self.record) if (self.record.steps or self.record.response.output) else []
-        n = len(self.steps)
-        target = n if step is None else max(1, min(step, n))
-        # The browser's slider applies an update's keys one by one, "value" before "max", and clamps a
-        # value outside its current range, sending the clamped value back (continuous_update): one
-        # message {value: 3, max: 3} became value 2 in the kernel, and the viewer fell back a step.
-        # So widen the range in messages of its own first, then move the value, then narrow the range.
-        low = 1 if n else 0
-        if n > self.slider.max:
-            self.slider.max = n
-        if low < self.slider.min:
-            self.slider.min = low
-        self.slider.value = target
-        self.slider.min = low
-        self.slider.max = n
-        self.slider.disabled = n <= 1
-        self._render()
-        return self
-
-    @property
-    def step(self) -> int:
-        return self.slider.value
-
-    def _move(self, delta: int) -> None:
-        self.slider.value = max(self.slider.min, min(self.slider.max, self.slider.value + delta))
-
-    def _render(self) -> None:
-        if self.record is None:
-            self.status.value, self.conversation.value = "", ""
-            return
-        n, k = len(self.steps), self.slider.value
-        rewards = [s.reward for s in self.steps]
-        self.prev.disabled = k <= 1
-        self.next.disabled = k >= n
-        self.sparkline.value = sparkline_svg(rewards, k - 1 if n else None)
-        self.conversation.value = conversation_html(self.record, k - 1 if n else -1)
-        if not n:
-            self.status.value = f"<span class='gl-step'>no steps yet</span> · total reward {self.record.reward:g}"
-            return
-        cumulative = sum(rewards[:k])
-        flags = " · terminated" * self.steps[k - 1].terminated + " · truncated" * self.steps[k - 1].truncated
-        masked = f" · masked ({html.escape(str(self.record.failure_kind))})" if self.record.mask_sample else ""
-        self.status.value = (
-            f"<span class='gl-step'>step {k} of {n}</span> · "
-            f"<span class='gl-reward'>reward {rewards[k - 1]:g}</span> · "
-            f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags}{masked}"
-        )
-
+__all__ = [
+    "EpisodeViewer",
+    "LivePanel",
+    "Stepper",
+    "conversation_html",
+    "episode_steps",
+    "example_arguments",
+    "prompt_items",
+    "sparkline_svg",
+]
 
 # -- the stepper --------------------------------------------------------------------------------
 
@@ -351,6 +179,9 @@ class Stepper(w.VBox):
 # -- the live collection panel ------------------------------------------------------------------
 
 
+_TABLE_CSS = "<style>.gl-failures-table th,.gl-failures-table td{text-align:left;padding:1px 16px 1px 0}</style>"
+
+
 class LivePanel(w.VBox):
     """Progress, running mean reward and failures by kind while a run collects, redrawn at most
     every ``interval`` seconds (an ipywidgets update costs ~115 us; a run may finish thousands of
@@ -382,6 +213,7 @@ class LivePanel(w.VBox):
         self.reward_sum = 0.0
         self.kept = 0
         self.failed: Counter[str] = Counter()
+        self.stages: dict[str, Counter[str]] = {}  # failure kind -> the stages it happened at
         self.renders = 0
         self._last = float("-inf")
         self._lock = threading.Lock()
@@ -392,21 +224,26 @@ class LivePanel(w.VBox):
         return self.reward_sum / self.kept if self.kept else float("nan")
 
     def add(self, record: Rollout) -> None:
-        """Count one finished episode (masked ones count as failures of their kind, not in the mean)."""
+        """Count one finished episode: a masked one counts under its failure kind (the rule of
+        ``record.failure_counts``) and stays out of the mean (the rule of ``record.mean_reward``)."""
+        kinds = failure_counts((record,))
         with self._lock:
             self.done += 1
-            if record.mask_sample:
-                self.failed[record.failure_kind or "masked"] += 1
-            if not record.mask_sample:
+            self.failed.update(kinds)
+            if not kinds:
                 self.kept += 1
                 self.reward_sum += record.reward
+            elif record.failure_stage:
+                self.stages.setdefault(next(iter(kinds)), Counter())[record.failure_stage] += 1
         self._maybe_render()
 
-    def add_failure(self, kind: str) -> None:
-        """Count one episode that produced no record of its own."""
+    def add_failure(self, kind: str, stage: str | None = None) -> None:
+        """Count one episode that produced no record of its own (its typed failure's kind and stage)."""
         with self._lock:
             self.done += 1
             self.failed[kind] += 1
+            if stage:
+                self.stages.setdefault(kind, Counter())[stage] += 1
         self._maybe_render()
 
     def _maybe_render(self) -> None:
@@ -422,14 +259,21 @@ class LivePanel(w.VBox):
             self.progress.max = max(self.total, self.done, 1)
             self.progress.value = self.done
             mean = "–" if not self.kept else f"{self.mean_reward:.3f}"
+            left_out = self.done - self.kept
             self.summary.value = (
                 f"<span class='gl-done'>{self.done} of {self.total}</span> episodes · "
-                f"<span class='gl-mean'>mean reward {mean}</span> over {self.kept} unmasked "
-                "(masked and failed episodes are left out of the mean)"
+                f"<span class='gl-mean'>mean reward {mean}</span> "
+                f"<span class='gl-mean-covers'>over {self.kept} unmasked of {self.done}</span>"
+                + (f" ({left_out} masked or failed, left out of the mean)" if left_out else "")
             )
-            rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{n}</td></tr>" for k, n in self.failed.most_common())
+            rows = "".join(
+                f"<tr><td>{html.escape(k)}</td><td>{html.escape(', '.join(sorted(self.stages.get(k, ()))))}</td>"
+                f"<td>{n}</td></tr>"
+                for k, n in self.failed.most_common()
+            )
             self.failures.value = (
-                f"<table class='gl-failures-table'><tr><th>failure kind</th><th>episodes</th></tr>{rows}</table>"
+                f"{_TABLE_CSS}<table class='gl-failures-table'>"
+                f"<tr><th>failure kind</th><th>stage</th><th>episodes</th></tr>{rows}</table>"
                 if rows
                 else "no failures"
             )
@@ -487,7 +331,8 @@ class _Observed:
         try:
             record = await self._agent.arun(row)
         except ServerError as exc:
-            self._panel.add_failure(run_failure(exc, self.name).kind)
+            failure = run_failure(exc, self.name)
+            self._panel.add_failure(failure.kind, failure.stage)
             raise
         self._panel.add(record)
         return record

@@ -1,13 +1,16 @@
-"""The widgets rendered for real: JupyterLab on 127.0.0.1, driven by Playwright in Debian's Chromium.
+"""The widgets and tutorials rendered for real: JupyterLab on 127.0.0.1, driven by Playwright in Debian's Chromium.
 
-Opens a copy of notebooks/06_widgets.ipynb, runs every cell, clicks the viewer and the stepper and
-checks the step and reward they display; screenshots go to tests/browser/screenshots/ (gitignored).
-No browser is downloaded: Chromium comes from the system (``make browser-deps``).
+Opens copies of notebooks/06_widgets.ipynb and notebooks/02b_your_first_environment.ipynb and runs every
+cell. In 06 it clicks the viewer and the stepper, filters the run browser and browses what matches, and
+checks the step and reward they display and that each slider stands where its status line says; 02b
+runs from scratch without an error. Screenshots go to tests/browser/screenshots/ (gitignored). No
+browser is downloaded: Chromium comes from the system (``make browser-deps``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -53,12 +56,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def jupyterlab(tmp_path):
-    """A JupyterLab server over a folder holding a copy of the widgets notebook; killed afterwards."""
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """A JupyterLab server over a folder holding copies of the widgets notebook and the first-environment
+    notebook; killed afterwards."""
+    tmp_path = tmp_path_factory.mktemp("jupyterlab")
     root = tmp_path / "root"
     root.mkdir()
     shutil.copy(ROOT / "notebooks" / "06_widgets.ipynb", root / "widgets.ipynb")
+    shutil.copy(ROOT / "notebooks" / "02b_your_first_environment.ipynb", root / "first_environment.ipynb")
     port, token = free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
@@ -131,6 +137,31 @@ def wait_idle(page) -> None:
     playwright_sync.expect(page.locator(".jp-StatusBar-Item", has_text="| Idle").first).to_be_visible(timeout=WAIT_MS)
 
 
+def expect_slider_in_step(viewer) -> int:
+    """The viewer's slider (its readout and its handle) stands at the step its status line names; returns it."""
+    playwright_sync.expect(viewer.locator(".gl-status")).to_contain_text(re.compile(r"step \d+ of \d+"))
+    k, n = re.search(r"step\s+(\d+)\s+of\s+(\d+)", viewer.locator(".gl-status").text_content()).groups()
+    slider = viewer.locator(".gl-slider")
+    playwright_sync.expect(slider.locator(".widget-readout")).to_have_text(k)
+    handle = slider.locator(".noUi-handle")
+    playwright_sync.expect(handle).to_have_attribute("aria-valuenow", re.compile(rf"^{k}(\.0+)?$"))
+    playwright_sync.expect(handle).to_have_attribute("aria-valuemax", re.compile(rf"^{n}(\.0+)?$"))
+    return int(k)
+
+
+def open_and_run_all(page, base: str, token: str, name: str) -> None:
+    # a workspace of its own, so JupyterLab restores no other notebook (whose kernel would answer "Idle")
+    page.goto(f"{base}/lab/workspaces/{Path(name).stem}/tree/{name}?token={token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
+    accept_kernel_dialog(page)
+    wait_idle(page)
+    news = page.locator(".Toastify__toast", has_text="Jupyter news").get_by_role("button", name="No", exact=True)
+    if news.count():
+        news.first.click()  # the news prompt would cover the widgets in the screenshots
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+
+
 def test_viewer_and_stepper_render_and_respond(jupyterlab):
     base, token = jupyterlab
     SCREENSHOTS.mkdir(exist_ok=True)
@@ -141,17 +172,7 @@ def test_viewer_and_stepper_render_and_respond(jupyterlab):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(WAIT_MS)
-            page.goto(f"{base}/lab/tree/widgets.ipynb?token={token}")
-            page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
-            accept_kernel_dialog(page)
-            wait_idle(page)
-            news = page.locator(".Toastify__toast", has_text="Jupyter news").get_by_role(
-                "button", name="No", exact=True
-            )
-            if news.count():
-                news.first.click()  # the news prompt would cover the widgets in the screenshots
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            open_and_run_all(page, base, token, "widgets.ipynb")
 
             viewer = page.locator(".gl-viewer").first  # the standalone viewer (its cell comes first)
             status = viewer.locator(".gl-status")
@@ -160,30 +181,42 @@ def test_viewer_and_stepper_render_and_respond(jupyterlab):
             playwright_sync.expect(status).to_contain_text("reward 0")
             wait_idle(page)
             page.locator(".gl-live").first.scroll_into_view_if_needed()
-            playwright_sync.expect(page.locator(".gl-live .gl-summary").first).to_contain_text("20 of 20")
+            summary = page.locator(".gl-live .gl-summary").first
+            playwright_sync.expect(summary).to_contain_text("20 of 20")
+            playwright_sync.expect(summary).to_contain_text("over 16 unmasked of 20")
+            playwright_sync.expect(page.locator(".gl-live .gl-failures").first).to_contain_text("provider_unavailable")
+            page.locator(".gl-live").first.screenshot(path=str(SCREENSHOTS / "live_panel.png"))
             viewer.scroll_into_view_if_needed()
+            assert expect_slider_in_step(viewer) == 2
             viewer.screenshot(path=str(SCREENSHOTS / "viewer_step2.png"))
 
             viewer.locator(".gl-next").click()
             playwright_sync.expect(status).to_contain_text("step 3 of 4")
+            assert expect_slider_in_step(viewer) == 3
             viewer.locator(".gl-next").click()
             playwright_sync.expect(status).to_contain_text("step 4 of 4")
+            assert expect_slider_in_step(viewer) == 4
             playwright_sync.expect(status).to_contain_text("reward 1")
             playwright_sync.expect(viewer.locator(".gl-conversation")).to_contain_text("The counter reads 3.")
             playwright_sync.expect(viewer.locator(".gl-next button, button.gl-next").first).to_be_disabled()
             viewer.screenshot(path=str(SCREENSHOTS / "viewer_step4.png"))
 
+            browse_run(page.locator(".gl-viewer").nth(1))  # the run browser (its cell comes second)
+
             stepper = page.locator(".gl-stepper").first
             stepper.scroll_into_view_if_needed()
             s_status = stepper.locator(".gl-status")
             playwright_sync.expect(s_status).to_contain_text("step 2 of 2")
+            assert expect_slider_in_step(stepper) == 2  # the slider follows the stepper's steps
             stepper.locator(".gl-arguments input").fill('{"by": 1}')
             stepper.locator(".gl-arguments input").press("Enter")
             stepper.locator(".gl-step-button").click()
             playwright_sync.expect(s_status).to_contain_text("step 3 of 3")
+            assert expect_slider_in_step(stepper) == 3
             playwright_sync.expect(stepper.locator(".gl-conversation")).to_contain_text('{"count":3}')
             stepper.locator(".gl-model-button").click()  # the policy sees 3 and answers
             playwright_sync.expect(s_status).to_contain_text("step 4 of 4")
+            assert expect_slider_in_step(stepper) == 4
             playwright_sync.expect(s_status).to_contain_text("episode reward 0")
             stepper.locator(".gl-verify-button").click()
             playwright_sync.expect(stepper.locator(".gl-message")).to_contain_text("verified: reward 1")
@@ -193,6 +226,75 @@ def test_viewer_and_stepper_render_and_respond(jupyterlab):
             page.screenshot(path=str(SCREENSHOTS / "jupyterlab.png"), full_page=True)
         except BaseException:
             page.screenshot(path=str(SCREENSHOTS / "failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+
+def browse_run(run) -> None:
+    """Filter the run browser (failure kind, then reward), browse what matches, and keep the slider in step."""
+    run.scroll_into_view_if_needed()
+    matches = run.locator(".gl-matches")
+    playwright_sync.expect(matches).to_contain_text("episode 1 of 20 shown · 20 of 20 episodes match")
+    expect_slider_in_step(run)
+
+    run.locator(".gl-failure-filter select").select_option(label="provider_unavailable (4)")
+    playwright_sync.expect(matches).to_contain_text("4 of 20 episodes match")
+    playwright_sync.expect(run.locator(".gl-status")).to_contain_text("masked: provider_unavailable")
+    run.screenshot(path=str(SCREENSHOTS / "run_browser_failures.png"))
+
+    run.locator(".gl-failure-filter select").select_option(label="no failure (16)")
+    run.locator(".gl-reward-filter select").select_option(label="reward 0 (8)")  # 4 masked, 4 that guessed
+    playwright_sync.expect(matches).to_contain_text("episode 1 of 4 shown · 4 of 20 episodes match")
+    playwright_sync.expect(run.locator(".gl-conversation")).to_contain_text("The counter reads 12.")
+    run.locator(".gl-next-episode").click()
+    playwright_sync.expect(matches).to_contain_text("episode 2 of 4 shown")
+    assert expect_slider_in_step(run) == 1  # a guess without the work: one step
+
+    run.locator(".gl-reward-filter select").select_option(label="reward 1 (12)")
+    playwright_sync.expect(matches).to_contain_text("episode 1 of 12 shown · 12 of 20 episodes match")
+    assert expect_slider_in_step(run) == 4  # from a one-step episode to a four-step one
+    episode = run.locator(".gl-episode select")
+    for task, steps in (("task 4 · repeat 0", 1), ("task 2 · repeat 3", 4)):  # 1 -> 1 (one answer); 2 -> 5
+        label = episode.locator("option", has_text=task).inner_text()
+        episode.select_option(label=label)
+        playwright_sync.expect(run.locator(".gl-status")).to_contain_text(f"step {steps} of {steps}")
+        assert expect_slider_in_step(run) == steps
+        assert label.replace("\xa0", " ").endswith(f"· {steps} step" + "s" * (steps > 1))
+    run.locator(".gl-prev").click()
+    playwright_sync.expect(run.locator(".gl-status")).to_contain_text("step 3 of 4")
+    assert expect_slider_in_step(run) == 3
+    run.screenshot(path=str(SCREENSHOTS / "run_browser_filtered.png"))
+
+
+def test_first_environment_notebook_runs_in_jupyterlab(jupyterlab):
+    """Notebook 02b, run top to bottom as a newcomer would: no cell fails and its frames render."""
+    base, token = jupyterlab
+    SCREENSHOTS.mkdir(exist_ok=True)
+    (SCREENSHOTS / "failure_first_environment.png").unlink(missing_ok=True)
+    playwright_sync.expect.set_options(timeout=WAIT_MS)
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(WAIT_MS)
+            open_and_run_all(page, base, token, "first_environment.ipynb")
+            cells = page.locator(".jp-NotebookPanel .jp-CodeCell")
+            count = cells.count()
+            # the last code cell (lab.close()) has run once its prompt shows a number
+            playwright_sync.expect(cells.nth(count - 1).locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]"))
+            wait_idle(page)
+            assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").count() == 0
+            outputs = page.locator(".jp-NotebookPanel .jp-OutputArea-output")
+            playwright_sync.expect(outputs.filter(has_text="{'hint': 'higher', 'guesses': 1}")).to_have_count(1)
+            frames = page.locator(".jp-NotebookPanel .jp-OutputArea-output table")
+            playwright_sync.expect(frames.first).to_be_visible()
+            assert frames.count() >= 4  # before, after, after.steps and the Gymnasium steps
+            page.screenshot(path=str(SCREENSHOTS / "first_environment_end.png"))
+            outputs.filter(has_text="{'hint': 'higher', 'guesses': 1}").scroll_into_view_if_needed()
+            page.screenshot(path=str(SCREENSHOTS / "first_environment_by_hand.png"))
+        except BaseException:
+            page.screenshot(path=str(SCREENSHOTS / "failure_first_environment.png"), full_page=True)
             raise
         finally:
             browser.close()

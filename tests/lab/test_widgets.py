@@ -133,7 +133,9 @@ class FakeClock:
 
 def test_live_panel_throttles_and_counts(counter_run):
     record = counter_run[3][0]
-    masked = record.model_copy(update={"mask_sample": True, "failure_kind": "timeout", "reward": 0.0})
+    masked = record.model_copy(
+        update={"mask_sample": True, "failure_kind": "timeout", "failure_stage": "verification", "reward": 0.0}
+    )
     clock = FakeClock()
     panel = LivePanel(total=1000, clock=clock)
     first = panel.renders
@@ -147,7 +149,9 @@ def test_live_panel_throttles_and_counts(counter_run):
     assert panel.progress.value == 1001 and panel.done == 1001
     assert panel.mean_reward == 1.0 and panel.kept == 900
     assert dict(panel.failed) == {"timeout": 100, "simple_agent:run_failed": 1}
-    assert "mean reward 1.000" in panel.summary.value and "timeout</td><td>100" in panel.failures.value
+    assert "mean reward 1.000" in panel.summary.value and "over 900 unmasked of 1001" in panel.summary.value
+    assert "(101 masked or failed, left out of the mean)" in panel.summary.value
+    assert "timeout</td><td>verification</td><td>100" in panel.failures.value
     assert panel.progress.bar_style == "danger"
 
 

@@ -1,44 +1,46 @@
-"""Notebooks 01-04 executed in a real kernel (nbclient); assertions on their application/json outputs."""
-
-from pathlib import Path
+"""Notebooks 01-04 and 02b executed in a real kernel (nbclient); the kernel's variables checked by a probe."""
 
 import nbformat
-from nbclient import NotebookClient
+import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+from tests.notebooks.kernel import NOTEBOOKS, html_of, read, run_notebook, text_of
 
-
-def run_notebook(name: str) -> tuple[dict, list[dict]]:
-    """Execute ``notebooks/<name>``; return its last ``application/json`` output and every output."""
-    book = nbformat.read(NOTEBOOKS / name, as_version=4)
-    assert all(
-        not c.get("outputs") and c.get("execution_count") is None for c in book.cells if c.cell_type == "code"
-    ), f"{name} is committed with outputs"
-    # deadlines for a loaded CI machine: per cell, and for the kernel to start
-    NotebookClient(
-        book, timeout=600, startup_timeout=180, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
-    ).execute()
-    outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
-    found = [
-        o["data"]["application/json"]
-        for o in outputs
-        if o.get("output_type") == "display_data" and "application/json" in o.get("data", {})
-    ]
-    assert found, f"{name} displayed no application/json output"
-    return found[-1], outputs
+TUTORIALS = [
+    "01_quickstart.ipynb",
+    "02_prototype_environment.ipynb",
+    "02b_your_first_environment.ipynb",
+    "03_step_through.ipynb",
+    "04_reward_curves.ipynb",
+    "06_widgets.ipynb",
+]
 
 
-def _html(outputs: list[dict]) -> str:
-    return "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+@pytest.mark.parametrize("name", TUTORIALS)
+def test_notebook_reads_as_a_tutorial(name):
+    """No cell of test assertions: the checks live here, the notebook only teaches."""
+    book = read(name)
+    assert book.cells[0].cell_type == "markdown" and book.cells[0].source.startswith("# ")
+    for cell in book.cells:
+        assert "application/json" not in cell.source, f"{name} displays a JSON cell of checks"
 
 
 def test_01_quickstart():
-    out, outputs = run_notebook("01_quickstart.ipynb")
+    out, outputs = run_notebook(
+        "01_quickstart.ipynb",
+        """{
+            "episodes": len(rollouts),
+            "mean_reward": rollouts.mean_reward,
+            "tools": sorted(rollouts.steps["tool"].dropna().unique().tolist()),
+            "step_rewards_sum": float(rollouts.steps["reward"].sum()),
+            "episode_rewards_sum": float(rollouts.episodes["reward"].sum()),
+            "columns": list(rollouts.episodes.columns),
+        }""",
+    )
     assert out["episodes"] == 2 * 5 and out["mean_reward"] == 1.0
     assert out["tools"] == ["square"]
     assert out["step_rewards_sum"] == out["episode_rewards_sum"] == 10.0
     assert out["columns"][:4] == ["episode", "task", "repeat", "reward"]
-    assert "<b>Rollouts</b>: 10 episodes" in _html(outputs)  # the rich repr of the run
+    assert "<b>Rollouts</b>: 10 episodes" in html_of(outputs)  # the rich repr of the run
 
 
 def test_quickstart_file_is_the_code_of_notebook_01():
@@ -49,28 +51,95 @@ def test_quickstart_file_is_the_code_of_notebook_01():
 
 
 def test_02_prototype_environment():
-    out, _ = run_notebook("02_prototype_environment.ipynb")
+    out, _ = run_notebook(
+        "02_prototype_environment.ipynb",
+        """{
+            "first_reward": first,
+            "second_rewards": list(rewards.values()),
+            "servers": sorted(lab.servers),
+            "new_server_running": env.running,
+        }""",
+    )
     assert out["first_reward"] == 1.0
-    assert out["second_rewards"] == [0.5, 1.0, 0.0]
-    assert out["servers"] == ["answer"]
-    assert out["old_server_running"] is False and out["new_server_running"] is True
+    assert out["second_rewards"] == [0.5, 1.0, 0.0]  # the second class answers under the same name
+    assert out["servers"] == ["answer"] and out["new_server_running"] is True
+
+
+def test_02b_your_first_environment():
+    """Both servers built from scratch run by hand and by model; the fix, served again under the same name,
+    is what the agent made before it reaches."""
+    out, outputs = run_notebook(
+        "02b_your_first_environment.ipynb",
+        """{
+            "hint": hint,
+            "by_hand": reward,
+            "before": [[r.reward, r.mask_sample, r.steps[-1].action[0].type == "message"] for r in before],
+            "before_answers": [r.response.output_text for r in before],
+            "after": [[r.reward, r.mask_sample, r.failure_kind] for r in after],
+            "servers": sorted(lab.servers),
+            "games_left": len(env.server._games),
+            "gym_step": [step.reward, step.terminated, step.info["tool_outputs"][0]["output"]],
+            "gym": [[r.reward, r.terminated, [s.reward for s in r.steps]] for r in gym_rollouts],
+            "gym_sessions_left": len(table.server.session_state),
+        }""",
+    )
+    assert out["hint"] == {"hint": "higher", "guesses": 1}  # the bug, seen by hand (50 against 42)
+    assert out["by_hand"] == 1.0
+    assert [r[:2] for r in out["before"]] == [[0.0, False]] * 3 and out["before_answers"] == ["I give up."] * 3
+    assert "guess" in out["servers"] and out["games_left"] == 0  # verify released every game
+    assert out["gym_step"] == [-0.1, False, '{"hint": "lower"}']
+    for reward, terminated, step_rewards in out["gym"]:
+        assert terminated is True and step_rewards[-1] == 1.0 and set(step_rewards[:-1]) == {-0.1}
+        assert reward == pytest.approx(sum(step_rewards))
+    assert out["gym_sessions_left"] == 0
+    assert "Traceback" not in text_of(outputs)
+    # the agent made before the fix reaches the fixed server (re-serving a name keeps its URL)
+    assert out["after"] == [[1.0, False, None]] * 3, out["after"]
 
 
 def test_03_step_through():
-    out, outputs = run_notebook("03_step_through.ipynb")
-    assert out["square"] == {"result": 16} and out["calculator_by_hand"] == 1.0
+    out, outputs = run_notebook(
+        "03_step_through.ipynb",
+        """{
+            "calculator_by_hand": calc_ep.reward,
+            "counter_by_model": ep.reward,
+            "counter_branch": branch.reward,
+            "counter_branch_final": branch.result["final_count"],
+            "blackjack_hit": hit.reward,
+            "blackjack_stand": stand.reward,
+            "async_terminated": step.terminated,
+            "blackjack_model_steps": len(game.steps),
+            "blackjack_terminated": game.rollout.terminated,
+            "sessions_left": len(counter_env.server.session_state) + len(table.server.session_state),
+        }""",
+    )
+    assert "{'result': 16}" in text_of(outputs) and out["calculator_by_hand"] == 1.0
+    assert "the model: reward 1; the branch: reward 0, final count 11" in text_of(outputs)
     assert out["counter_by_model"] == 1.0
     assert out["counter_branch"] == 0.0 and out["counter_branch_final"] == 11
     assert out["blackjack_hit"] == -1.0 and out["blackjack_stand"] == 1.0
     assert out["blackjack_model_steps"] == 2 and out["blackjack_terminated"] is True
     assert out["async_terminated"] is True
     assert out["sessions_left"] == 0
-    html = _html(outputs)
+    html = html_of(outputs)
     assert "calculator_server</b> (seed/verify, finished)" in html and "blackjack_env</b> (gymnasium, finished)" in html
 
 
 def test_04_reward_curves():
-    out, outputs = run_notebook("04_reward_curves.ipynb")
+    out, outputs = run_notebook(
+        "04_reward_curves.ipynb",
+        """{
+            "episodes": {name: len(r) for name, r in runs.items()},
+            "repeats": sorted(set(rollouts.episodes["repeat"].tolist())),
+            "rewards_match": bool(
+                (rollouts.steps.groupby("episode")["reward"].sum().round(9) == rollouts.episodes["reward"].round(9)).all()
+            ),
+            "figure_axes": [
+                len(plots.reward_curve(rollouts.episodes).axes),
+                len(plots.compare_runs({n: r.episodes for n, r in runs.items()}).axes),
+            ],
+        }""",
+    )
     assert out["episodes"] == {"hit below 17": 8 * 6, "always stand": 8 * 6}
     assert out["repeats"] == list(range(8))
     assert out["rewards_match"] is True

@@ -1,0 +1,443 @@
+"""The episode viewer: one episode step by step, or every episode of a run, filtered and browsed.
+
+``EpisodeViewer(rollout)`` shows one episode (chat bubbles up to the chosen step, a reward sparkline,
+prev/next and a step slider); ``EpisodeViewer(rollouts)`` adds a bar that filters the run by reward,
+task and failure kind and picks an episode among those that match. The filtering is plain Python
+(``RunFilter``), so it is tested without widgets.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as w
+
+from gymlab.protocol import FunctionCall, FunctionCallOutput, Message, Reasoning, Rollout, StepRecord
+from gymlab.protocol.record import failure_counts
+
+_CSS = """<style>
+.gl-chat{font-family:system-ui,sans-serif;font-size:13px;max-width:720px}
+.gl-b{margin:4px 0;padding:6px 10px;border-radius:10px;white-space:pre-wrap;word-break:break-word;max-width:80%}
+.gl-user{background:#dbeafe;margin-left:auto}
+.gl-assistant{background:#f3f4f6}
+.gl-system{background:#fff;color:#555;font-style:italic;border:1px dashed #ccc}
+.gl-call{background:#fff7ed;border:1px solid #fdba74;font-family:monospace}
+.gl-output{background:#ecfdf5;border:1px solid #6ee7b7;font-family:monospace}
+.gl-reasoning{background:#faf5ff;color:#6b21a8;font-size:12px}
+.gl-who{font-size:10px;color:#666;display:block}
+.gl-now{box-shadow:0 0 0 2px #f59e0b}
+.gl-row{display:flex;flex-direction:column}
+.gl-err{color:#b91c1c;font-family:monospace;white-space:pre-wrap}
+</style>"""
+
+
+# -- what a viewer shows ----------------------------------------------------------------------
+
+
+def _as_rollout(source: Any) -> Rollout:
+    if isinstance(source, Rollout):
+        return source
+    if isinstance(source, dict):
+        return Rollout.model_validate(source)
+    rollout = getattr(source, "rollout", None)
+    if isinstance(rollout, Rollout):
+        return rollout
+    raise TypeError(f"a viewer shows a Rollout, a rollout dict or an episode, not {type(source).__name__}")
+
+
+def episode_steps(record: Rollout) -> list[StepRecord]:
+    """The record's steps; a record without per-step records (a NeMo Gym file) is one step."""
+    if record.steps:
+        return list(record.steps)
+    return [StepRecord(index=0, action=list(record.response.output), reward=record.reward)]
+
+
+def prompt_items(record: Rollout) -> list[Any]:
+    params = record.responses_create_params
+    items = params.input_items()
+    return ([Message(role="system", content=params.instructions)] if params.instructions else []) + items
+
+
+def _bubble(item: Any, now: bool) -> str:
+    cls, who, text = "gl-assistant", "assistant", ""
+    if isinstance(item, Message):
+        who = item.role
+        cls = {"user": "gl-user", "assistant": "gl-assistant"}.get(item.role, "gl-system")
+        text = item.text
+    elif isinstance(item, FunctionCall):
+        cls, who, text = "gl-call", "tool call", f"{item.name}({item.arguments})"
+    elif isinstance(item, FunctionCallOutput):
+        cls, who, text = "gl-output", "tool output", item.output
+    elif isinstance(item, Reasoning):
+        cls, who, text = "gl-reasoning", "reasoning", " ".join(s.text for s in item.summary)
+    else:
+        who, text = getattr(item, "type", "item"), json.dumps(item.model_dump(mode="json"))[:500]
+    mark = " gl-now" if now else ""
+    return f"<div class='gl-b {cls}{mark}'><span class='gl-who'>{html.escape(who)}</span>{html.escape(text)}</div>"
+
+
+def conversation_html(record: Rollout, upto: int) -> str:
+    """The prompt and steps ``0..upto`` as chat bubbles; step ``upto``'s items are outlined."""
+    parts = [_bubble(i, False) for i in prompt_items(record)]
+    for step in episode_steps(record)[: upto + 1]:
+        now = step.index == upto
+        parts.extend(_bubble(i, now) for i in [*step.action, *step.tool_outputs])
+        if step.observation:
+            parts.append(_bubble(Message(role="user", content=step.observation), now))
+    return f"{_CSS}<div class='gl-chat gl-row'>{''.join(parts)}</div>"
+
+
+def sparkline_svg(values: list[float], current: int | None = None, width: int = 160, height: int = 32) -> str:
+    """Per-step rewards as a small inline SVG line; the current step is a red dot."""
+    if not values:
+        return f"<svg class='gl-spark' width='{width}' height='{height}'></svg>"
+    lo, hi = min(values + [0.0]), max(values + [0.0])
+    span = (hi - lo) or 1.0
+    pad = 4
+    step = (width - 2 * pad) / max(len(values) - 1, 1)
+
+    def xy(i: int, v: float) -> tuple[float, float]:
+        return pad + i * step, height - pad - (v - lo) / span * (height - 2 * pad)
+
+    points = " ".join("{:.1f},{:.1f}".format(*xy(i, v)) for i, v in enumerate(values))
+    dot = ""
+    if current is not None and 0 <= current < len(values):
+        x, y = xy(current, values[current])
+        dot = f"<circle class='gl-spark-now' cx='{x:.1f}' cy='{y:.1f}' r='3' fill='#dc2626'/>"
+    zero_y = xy(0, 0.0)[1]
+    return (
+        f"<svg class='gl-spark' width='{width}' height='{height}' viewBox='0 0 {width} {height}'>"
+        f"<line x1='{pad}' x2='{width - pad}' y1='{zero_y:.1f}' y2='{zero_y:.1f}' stroke='#ddd'/>"
+        f"<polyline fill='none' stroke='#2563eb' stroke-width='1.5' points='{points}'/>{dot}</svg>"
+    )
+
+
+# -- which episodes of a run a filter keeps --------------------------------------------------------
+
+ANY = "*"  #: a filter's "no condition" value (None would read as "nothing selected" in a Dropdown)
+_MAX_REWARD_VALUES = 12  # up to this many distinct rewards are offered one by one; more: above/below the mean
+
+
+def failure_of(record: Rollout) -> str:
+    """The failure kind a record counts under (``failure_counts``' rule): "" when it is not masked."""
+    return (record.failure_kind or "masked") if record.mask_sample else ""
+
+
+def _prompt_snippet(record: Rollout, width: int = 40) -> str:
+    users = [i for i in prompt_items(record) if isinstance(i, Message) and i.role == "user"]
+    text = " ".join(users[-1].text.split()) if users else ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _task_order(task: Any) -> tuple:
+    return (0, task, "") if isinstance(task, int | float) else (1, 0, str(task))
+
+
+class RunFilter:
+    """The episodes of a run that match a reward, a task and a failure kind; the options offered for each.
+
+    A reward condition is ``("=", v)``, ``(">=", v)`` or ``("<", v)``; a task is a ``_ng_task_index``;
+    a failure is a kind of ``failure_counts`` or ``""`` (not masked). ``ANY`` matches everything.
+    """
+
+    def __init__(self, records: Sequence[Rollout]):
+        self.records = list(records)
+
+    def reward_options(self) -> list[tuple[str, Any]]:
+        counts: dict[float, int] = {}
+        for r in self.records:
+            counts[r.reward] = counts.get(r.reward, 0) + 1
+        if len(counts) <= _MAX_REWARD_VALUES:
+            return [("any reward", ANY)] + [(f"reward {v:g} ({n})", ("=", v)) for v, n in sorted(counts.items())]
+        mean = sum(counts_v * n for counts_v, n in counts.items()) / len(self.records)
+        above = sum(n for v, n in counts.items() if v >= mean)
+        return [
+            ("any reward", ANY),
+            (f"reward ≥ {mean:.3g} ({above})", (">=", mean)),
+            (f"reward < {mean:.3g} ({len(self.records) - above})", ("<", mean)),
+        ]
+
+    def task_options(self) -> list[tuple[str, Any]]:
+        first: dict[Any, Rollout] = {}
+        counts: dict[Any, int] = {}
+        for r in self.records:
+            if r.task_index is not None:
+                first.setdefault(r.task_index, r)
+                counts[r.task_index] = counts.get(r.task_index, 0) + 1
+        return [("every task", ANY)] + [
+            (f"task {t} ({counts[t]}): {_prompt_snippet(first[t])}", t) for t in sorted(first, key=_task_order)
+        ]
+
+    def failure_options(self) -> list[tuple[str, Any]]:
+        kinds = failure_counts(self.records)
+        clean = len(self.records) - sum(kinds.values())
+        return [("any outcome", ANY), (f"no failure ({clean})", "")] + [(f"{k} ({n})", k) for k, n in kinds.items()]
+
+    def match(self, reward: Any = ANY, task: Any = ANY, failure: Any = ANY) -> list[int]:
+        """Indices of the matching records, in run order."""
+        return [
+            i
+            for i, r in enumerate(self.records)
+            if (reward == ANY or _reward_matches(r.reward, reward))
+            and (task == ANY or r.task_index == task)
+            and (failure == ANY or failure_of(r) == failure)
+        ]
+
+    def label(self, i: int) -> str:
+        """One line for the episode picker: position, task, repeat, reward and failure kind."""
+        r = self.records[i]
+        parts = [f"#{i}"]
+        if r.task_index is not None:
+            parts.append(f"task {r.task_index}")
+        if r.repeat is not None:
+            parts.append(f"repeat {r.repeat}")
+        parts.append(f"reward {r.reward:g}")
+        n = len(episode_steps(r)) if (r.steps or r.response.output) else 0
+        parts.append(f"{n} step" + ("s" if n != 1 else ""))
+        if failure_of(r):
+            parts.append(failure_of(r))
+        return " · ".join(parts)
+
+
+def _reward_matches(reward: float, condition: tuple[str, float]) -> bool:
+    op, value = condition
+    return reward == value if op == "=" else reward >= value if op == ">=" else reward < value
+
+
+def _is_run(source: Any) -> bool:
+    """A run is a sequence of records (a list, or ``Rollouts``); one episode is a record, a dict or a live episode."""
+    return isinstance(source, Sequence) and not isinstance(source, str | bytes)
+
+
+# -- the viewer -----------------------------------------------------------------------------------
+
+
+class EpisodeViewer(w.VBox):
+    """An episode step by step: chat bubbles up to the chosen step, a reward sparkline, prev/next, a slider;
+    given a run, a bar above filters its episodes (reward, task, failure kind) and picks one to show.
+
+    ``EpisodeViewer(rollout)`` (a ``Rollout``, a rollout dict, or a live episode) or
+    ``EpisodeViewer(rollouts)`` (a ``Rollouts`` or a list of records); ``.load(source)`` shows another
+    (or the same episode, further on); ``.filter(reward=1.0, task=0, failure="timeout")`` sets the
+    filters from code. ``.step`` is the shown step, counted from 1; ``.index`` the shown episode's
+    position in the run.
+    """
+
+    def __init__(self, source: Any = None, step: int | None = None, **kwargs: Any):
+        self.prev = w.Button(description="◀ prev", layout=w.Layout(width="80px"))
+        self.next = w.Button(description="next ▶", layout=w.Layout(width="80px"))
+        self.slider = w.IntSlider(min=0, max=0, value=0, description="step", continuous_update=True)
+        self.status = w.HTML()
+        self.sparkline = w.HTML()
+        self.conversation = w.HTML()
+        # the run bar, shown once a run is loaded
+        self.reward_filter = w.Dropdown(description="reward", options=[("any reward", ANY)])
+        self.task_filter = w.Dropdown(description="task", options=[("every task", ANY)])
+        self.failure_filter = w.Dropdown(description="failure", options=[("any outcome", ANY)])
+        self.episode = w.Dropdown(description="episode", options=[], layout=w.Layout(width="460px"))
+        self.prev_episode = w.Button(description="◀", layout=w.Layout(width="40px"), tooltip="previous episode")
+        self.next_episode = w.Button(description="▶", layout=w.Layout(width="40px"), tooltip="next episode")
+        self.matches = w.HTML()
+        self.run_bar = w.VBox(
+            [
+                w.HBox([self.reward_filter, self.task_filter, self.failure_filter]),
+                w.HBox([self.prev_episode, self.episode, self.next_episode, self.matches]),
+            ],
+            layout=w.Layout(display="none"),
+        )
+        for widget, name in (
+            (self, "gl-viewer"),
+            (self.prev, "gl-prev"),
+            (self.next, "gl-next"),
+            (self.slider, "gl-slider"),
+            (self.status, "gl-status"),
+            (self.sparkline, "gl-sparkline"),
+            (self.conversation, "gl-conversation"),
+            (self.run_bar, "gl-run"),
+            (self.reward_filter, "gl-reward-filter"),
+            (self.task_filter, "gl-task-filter"),
+            (self.failure_filter, "gl-failure-filter"),
+            (self.episode, "gl-episode"),
+            (self.prev_episode, "gl-prev-episode"),
+            (self.next_episode, "gl-next-episode"),
+            (self.matches, "gl-matches"),
+        ):
+            widget.add_class(name)
+        self.prev.on_click(lambda _: self._move(-1))
+        self.next.on_click(lambda _: self._move(+1))
+        self.slider.observe(lambda change: self._render(), names="value")
+        for dropdown in (self.reward_filter, self.task_filter, self.failure_filter):
+            dropdown.observe(lambda change: self._refilter(), names="value")
+        self.episode.observe(lambda change: self._pick(), names="value")
+        self.prev_episode.on_click(lambda _: self._move_episode(-1))
+        self.next_episode.on_click(lambda _: self._move_episode(+1))
+        controls = w.HBox([self.prev, self.slider, self.next, self.sparkline])
+        super().__init__([self.run_bar, controls, self.status, self.conversation], **kwargs)
+        self.record: Rollout | None = None
+        self.steps: list[StepRecord] = []
+        self.rollouts: list[Rollout] = []
+        self.shown: list[int] = []  # the run's episodes that match the filters (their indices)
+        self._run = RunFilter([])
+        self._quiet = False  # set while the bar's options are rebuilt (their observers then do nothing)
+        self._note = ""
+        if source is not None:
+            self.load(source, step)
+
+    # -- what is shown ------------------------------------------------------------------------------
+
+    def load(self, source: Any, step: int | None = None) -> EpisodeViewer:
+        """Show ``source`` (an episode or a run) at ``step`` (from 1; default: the episode's last step)."""
+        if _is_run(source):
+            self.rollouts = [_as_rollout(r) for r in source]
+            self._run = RunFilter(self.rollouts)
+            self._quiet = True
+            try:
+                self.reward_filter.options = self._run.reward_options()
+                self.task_filter.options = self._run.task_options()
+                self.failure_filter.options = self._run.failure_options()
+                for dropdown in (self.reward_filter, self.task_filter, self.failure_filter):
+                    dropdown.value = ANY
+            finally:
+                self._quiet = False
+            self.run_bar.layout.display = ""
+            self._refilter(step, keep=False)
+            return self
+        return self._show(_as_rollout(source), step)
+
+    def filter(self, *, reward: Any = ANY, task: Any = ANY, failure: Any = ANY) -> EpisodeViewer:
+        """Set the run bar's filters: ``reward`` a value or a condition, ``task`` an index, ``failure`` a kind
+        (``""``: episodes without one); each must be one the bar offers (``ValueError`` names the choices)."""
+        if isinstance(reward, int | float):
+            reward = ("=", float(reward))
+        self._quiet = True
+        try:
+            for dropdown, value in (
+                (self.reward_filter, reward),
+                (self.task_filter, task),
+                (self.failure_filter, failure),
+            ):
+                offered = [v for _, v in dropdown.options]
+                if value not in offered:
+                    raise ValueError(
+                        f"{dropdown.description} filter {value!r} is not offered by this run; choose one of {offered}"
+                    )
+                dropdown.value = value
+        finally:
+            self._quiet = False
+        self._refilter()
+        return self
+
+    @property
+    def step(self) -> int:
+        return self.slider.value
+
+    @property
+    def index(self) -> int | None:
+        """The shown episode's position in the run (None when no run is loaded or nothing matches)."""
+        return self.episode.value if self.rollouts else None
+
+    def _show(self, record: Rollout, step: int | None = None) -> EpisodeViewer:
+        self.record = record
+        self.steps = episode_steps(record) if (record.steps or record.response.output) else []
+        self._set_range(len(self.steps), step)
+        return self
+
+    def _set_range(self, n: int, step: int | None) -> None:
+        target = n if step is None else max(1, min(step, n))
+        # The browser's slider applies an update's keys one by one, "value" before "max", and clamps a
+        # value outside its current range, sending the clamped value back (continuous_update): one
+        # message {value: 3, max: 3} became value 2 in the kernel, and the viewer fell back a step.
+        # So widen the range in messages of its own first, then move the value, then narrow the range.
+        low = 1 if n else 0
+        if n > self.slider.max:
+            self.slider.max = n
+        if low < self.slider.min:
+            self.slider.min = low
+        self.slider.value = target
+        self.slider.min = low
+        self.slider.max = n
+        self.slider.disabled = n <= 1
+        self._render()
+
+    # -- the run bar --------------------------------------------------------------------------------
+
+    def _refilter(self, step: int | None = None, keep: bool = True) -> None:
+        if self._quiet or not self.rollouts:
+            return
+        self.shown = self._run.match(self.reward_filter.value, self.task_filter.value, self.failure_filter.value)
+        current = self.episode.value if keep else None
+        chosen = current if current in self.shown else (self.shown[0] if self.shown else None)
+        self._quiet = True
+        try:
+            self.episode.options = [(self._run.label(i), i) for i in self.shown]
+            self.episode.value = chosen
+        finally:
+            self._quiet = False
+        if chosen is None:
+            self.record, self.steps, self._note = None, [], "no episode of this run matches the filters"
+            self._set_range(0, None)
+        else:
+            self._note = ""
+            self._show(self.rollouts[chosen], step)
+        self._update_bar()
+
+    def _pick(self) -> None:
+        if self._quiet or self.episode.value is None:
+            return
+        self._show(self.rollouts[self.episode.value])
+        self._update_bar()
+
+    def _move_episode(self, delta: int) -> None:
+        if self.episode.value in self.shown:
+            k = self.shown.index(self.episode.value) + delta
+            self.episode.value = self.shown[max(0, min(len(self.shown) - 1, k))]
+
+    def _update_bar(self) -> None:
+        position = self.shown.index(self.episode.value) if self.episode.value in self.shown else None
+        self.prev_episode.disabled = not position
+        self.next_episode.disabled = position is None or position >= len(self.shown) - 1
+        where = f"episode {position + 1} of {len(self.shown)} shown · " if position is not None else ""
+        self.matches.value = (
+            f"<span class='gl-match-count'>{where}{len(self.shown)} of {len(self.rollouts)} episodes match</span>"
+        )
+
+    # -- the step controls --------------------------------------------------------------------------
+
+    def _move(self, delta: int) -> None:
+        self.slider.value = max(self.slider.min, min(self.slider.max, self.slider.value + delta))
+
+    def _render(self) -> None:
+        if self.record is None:
+            self.prev.disabled = self.next.disabled = True
+            self.sparkline.value = ""
+            self.status.value = f"<span class='gl-step'>{html.escape(self._note)}</span>" if self._note else ""
+            self.conversation.value = ""
+            return
+        n, k = len(self.steps), self.slider.value
+        rewards = [s.reward for s in self.steps]
+        self.prev.disabled = k <= 1
+        self.next.disabled = k >= n
+        self.sparkline.value = sparkline_svg(rewards, k - 1 if n else None)
+        self.conversation.value = conversation_html(self.record, k - 1 if n else -1)
+        masked = ""
+        if self.record.mask_sample:
+            stage = f" at {self.record.failure_stage}" if self.record.failure_stage else ""
+            reason = (self.record.failure_reason or "")[:300]
+            masked = f" · <span class='gl-masked'>masked: {html.escape(failure_of(self.record) + stage)}</span>"
+            masked += f"<div class='gl-err'>{html.escape(reason)}</div>" if reason else ""
+        if not n:
+            self.status.value = (
+                f"<span class='gl-step'>no steps{'' if masked else ' yet'}</span> · "
+                f"total reward {self.record.reward:g}{masked}"
+            )
+            return
+        cumulative = sum(rewards[:k])
+        flags = " · terminated" * self.steps[k - 1].terminated + " · truncated" * self.steps[k - 1].truncated
+        self.status.value = (
+            f"<span class='gl-step'>step {k} of {n}</span> · "
+            f"<span class='gl-reward'>reward {rewards[k - 1]:g}</span> · "
+            f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags}{masked}"
+        )

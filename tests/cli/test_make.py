@@ -1,0 +1,97 @@
+"""Day one's two commands: what `make demo` installs, and `make lab` serving the notebooks on loopback with a token."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = Path(sys.executable).parent.parent  # the venv these tests run in stands in for .venv
+TEST_TOOLS = {"pytest", "pytest-asyncio", "playwright", "nbclient", "schemathesis", "ruff", "openai"}
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def make_n(target: str) -> str:
+    """The commands `make <target>` would run on a fresh checkout (nothing is run)."""
+    return subprocess.run(
+        ["make", "-n", "-B", target, "VENV=/nonexistent/venv"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=\[ ]", r, maxsplit=1)[0] for r in requirements}
+
+
+def test_demo_installs_the_lab_and_not_the_test_tools():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert names(extras["lab"]) == {"jupyterlab", "ipykernel"} and not names(extras["lab"]) & TEST_TOOLS
+    demo = make_n("demo")
+    installs = [line for line in demo.splitlines() if "pip install" in line]
+    assert installs[-1].endswith("pip install -q -e '.[lab]'")  # after pip itself is upgraded
+    assert not any(extra in line for line in installs for extra in ("dev", "browser", "gymnasium"))
+    assert "gymlab demo" in demo and "make lab" in demo  # it ends by saying what to open next
+    test = make_n("test")
+    assert "pip install -q -e '.[lab,dev,browser]'" in test  # make test still installs everything
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_make_lab_serves_the_notebooks_on_loopback_with_a_token(tmp_path):
+    pytest.importorskip("jupyterlab")
+    port = free_port()
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
+    stamp = VENV / ".installed-lab"  # -o: taken as made, so make installs nothing into this venv
+    proc = subprocess.Popen(
+        ["make", "-s", "-o", str(stamp), "lab", f"VENV={VENV}", f"LAB_PORT={port}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        first = proc.stdout.readline()
+        match = re.match(rf"JupyterLab: http://127\.0\.0\.1:{port}/lab/tree/01_quickstart\.ipynb\?token=(\w+)$", first)
+        assert match, first
+        token = match.group(1)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                if httpx.get(f"{base}/api/status", params={"token": token}, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "make lab: JupyterLab did not answer within 120 s"
+            time.sleep(0.2)
+        assert httpx.get(f"{base}/api/status", timeout=5).status_code == 403  # the token is required
+        listing = httpx.get(f"{base}/api/contents", params={"token": token}, timeout=5).json()
+        served = {item["name"] for item in listing["content"]}
+        assert {"01_quickstart.ipynb", "02b_your_first_environment.ipynb"} <= served  # the notebooks folder
+        argv = Path(f"/proc/{proc.pid}/cmdline")
+        assert not argv.exists() or token not in argv.read_text()  # the token is not on a command line
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
