@@ -72,6 +72,7 @@ EXPORTED = [
     "acollect",
     "assistant_message",
     "collect",
+    "export_dataset",
     "export_rl",
     "export_rollouts",
     "export_sft",
@@ -83,6 +84,7 @@ EXPORTED = [
     "load_config",
     "load_environment",
     "lost_session_verification",
+    "read_dataset",
     "read_jsonl",
     "reverify",
 ]
