@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gymlab.errors import DatasetError, ExportError
-from gymlab.export import arrow
+from gymlab.export.arrow import INSTALL, read_parquet, schema, table, write_parquet_atomic
 from gymlab.export.card import card_text, reward_stats
 from gymlab.export.filters import as_records
 from gymlab.export.trainers import FORMATS, Built, Format, Options
@@ -111,7 +111,7 @@ def export_dataset(
         raise ValueError(f"{path}: the file name must end in .parquet or .jsonl, to say which to write")
     records, sources, built, opts = build(rollouts, format, **options)
     if suffix == ".parquet":
-        arrow.write_parquet_atomic(path, arrow.table(format, built.rows))
+        write_parquet_atomic(path, table(format, built.rows))
     else:
         write_jsonl_atomic(path, built.rows)
     rewards = reward_stats(built.rewards)
@@ -142,7 +142,7 @@ def export_dataset(
 
 
 def _check_schema(path: Path, data, format: str) -> None:
-    expected = arrow.schema(format)
+    expected = schema(format)
     for name in expected.names:
         if name not in data.schema.names:
             raise DatasetError(
@@ -163,7 +163,7 @@ def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dic
     if format is not None:
         _format(format)
     if path.suffix.lower() == ".parquet":
-        data = arrow.read_parquet(path)
+        data = read_parquet(path)
         format = format or format_of(set(data.schema.names))
         if format is None:
             raise DatasetError(str(path), None, f"columns {data.schema.names} are none of {', '.join(FORMATS)}")
@@ -195,6 +195,6 @@ def to_hf(rollouts: Any, format: str = "trl-sft", **options: Any):
         import datasets
         from datasets.table import InMemoryTable
     except ImportError:
-        raise ExportError(f"to_hf needs the 'datasets' package, which is not installed: {arrow.INSTALL}") from None
+        raise ExportError(f"to_hf needs the 'datasets' package, which is not installed: {INSTALL}") from None
     _, _, built, _ = build(rollouts, format, **options)
-    return datasets.Dataset(InMemoryTable(arrow.table(format, built.rows)))
+    return datasets.Dataset(InMemoryTable(table(format, built.rows)))

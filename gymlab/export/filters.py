@@ -22,10 +22,10 @@ def as_records(rollouts: Iterable[Rollout | dict] | str | os.PathLike) -> list[R
 
 
 def group_key(record: Rollout) -> Any:
-    """What identifies a record's task: ``_ng_task_index`` when present, else the request itself."""
-    extra = record.__pydantic_extra__ or {}
-    if extra.get("_ng_task_index") is not None:
-        return extra["_ng_task_index"]
+    """What identifies a record's task: its environment and ``_ng_task_index`` when it has one, else
+    the request itself (so runs of several environments, each counting tasks from 0, stay apart)."""
+    if record.task_index is not None:
+        return (record.env, record.task_index)
     return record.responses_create_params.model_dump_json(exclude_none=True)
 
 
