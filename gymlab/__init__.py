@@ -73,10 +73,12 @@ _NAMES: dict[str, str] = {
     "failure_kinds": "gymlab.failure_kinds",
     # export and reverification
     "Dataset": "gymlab.collection.dataset",
+    "export_dataset": "gymlab.export",
     "export_rl": "gymlab.export",
     "export_rollouts": "gymlab.export",
     "export_sft": "gymlab.export",
     "load": "gymlab.lab.runs",
+    "read_dataset": "gymlab.export",
     "read_jsonl": "gymlab.collection.dataset",
     "reverify": "gymlab.lab.reverify",
     # notebook widgets

@@ -17,6 +17,7 @@ COMMANDS = {
     "demo": ("gymlab.cli.demo", "run the example environments with rule-based policies"),
     "bench": ("gymlab.bench", "measure episodes/s, latency and start-up"),
     "init": ("gymlab.cli.init", "write a new environment folder that passes its own test"),
+    "export": ("gymlab.cli.export", "write rollouts as a TRL or verl dataset (Parquet or JSONL) with a dataset card"),
 }
 
 

@@ -38,6 +38,12 @@ class Rollouts(list):
 
         return write_jsonl_atomic(path, self)
 
+    def to_hf(self, format: str = "trl-sft", **options: Any):
+        """A ``datasets.Dataset`` in a trainer format (``gymlab.export.to_hf``; extra ``gymlab[export]``)."""
+        from gymlab.export import to_hf
+
+        return to_hf(self, format, **options)
+
     @property
     def episodes(self):
         """One row per episode (``gymlab.lab.frames.episodes_frame``)."""

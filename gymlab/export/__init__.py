@@ -1,0 +1,36 @@
+"""Export rollouts for training: gymlab's JSONL rows, and the formats the training libraries read.
+
+``rows``: rollout rows, chat SFT rows and RL rows (JSONL). ``dataset``: TRL (SFT, DPO, KTO, GRPO)
+and verl rows as JSONL or Parquet, with a dataset card; ``read_dataset`` reads them back, validated;
+``to_hf`` gives a ``datasets.Dataset``. ``filters``: the filters and the preference pairing rule.
+"""
+
+from gymlab.export.chat import CHAT_ROLES, chat_messages, chat_tools, prompt_items
+from gymlab.export.dataset import FORMATS, ExportResult, export_dataset, read_dataset, to_hf
+from gymlab.export.filters import Pairing, as_records, by_task, group_key, preference_pairs, select
+from gymlab.export.rows import ROLLOUT_KEYS, export_rl, export_rollouts, export_sft, rl_row, rollout_row, sft_row
+
+__all__ = [
+    "CHAT_ROLES",
+    "FORMATS",
+    "ROLLOUT_KEYS",
+    "ExportResult",
+    "Pairing",
+    "as_records",
+    "by_task",
+    "chat_messages",
+    "chat_tools",
+    "export_dataset",
+    "export_rl",
+    "export_rollouts",
+    "export_sft",
+    "group_key",
+    "preference_pairs",
+    "prompt_items",
+    "read_dataset",
+    "rl_row",
+    "rollout_row",
+    "select",
+    "sft_row",
+    "to_hf",
+]

@@ -1,0 +1,123 @@
+"""Arrow schemas of the trainer formats, and Parquet written atomically and read back.
+
+Explicit schemas keep every file's types the same whatever its rows hold (a file whose first rows
+have no tool calls still types ``tool_calls``), and match what the libraries document: a message is
+a struct of strings, ``tool_calls`` a list of ``{id, type, function: {name, arguments}}``, ``label``
+a bool, scores float64. pyarrow is the optional extra ``gymlab[export]``, imported when used.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gymlab.errors import DatasetError, ExportError, PersistenceError
+
+INSTALL = "pip install 'gymlab[export]'"
+
+
+def pyarrow():
+    """The pyarrow module, or an ``ExportError`` naming the install command."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise ExportError(f"Parquet needs the 'pyarrow' package, which is not installed: {INSTALL}") from None
+    return pa
+
+
+def schema(format_name: str):
+    """The ``pyarrow.Schema`` of a trainer format's rows."""
+    pa = pyarrow()
+    s, f64, i64 = pa.string(), pa.float64(), pa.int64()
+    call = pa.struct(
+        [("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))],
+    )
+    message = pa.struct(
+        [("role", s), ("content", s), ("reasoning_content", s), ("tool_calls", pa.list_(call)), ("tool_call_id", s)]
+    )
+    messages = pa.list_(message)
+    fields = {
+        "trl-sft": [("messages", messages), ("tools", s)],
+        "trl-dpo": [
+            ("prompt", messages),
+            ("chosen", messages),
+            ("rejected", messages),
+            ("tools", s),
+            ("score_chosen", f64),
+            ("score_rejected", f64),
+        ],
+        "trl-kto": [
+            ("prompt", messages),
+            ("completion", messages),
+            ("label", pa.bool_()),
+            ("tools", s),
+            ("reward", f64),
+        ],
+        "trl-grpo": [("prompt", messages), ("ground_truth", s), ("tools", s), ("reward_mean", f64), ("episodes", i64)],
+        "verl": [
+            ("data_source", s),
+            ("prompt", messages),
+            ("ability", s),
+            ("reward_model", pa.struct([("style", s), ("ground_truth", s)])),
+            (
+                "extra_info",
+                pa.struct(
+                    [
+                        ("index", i64),
+                        ("split", s),
+                        ("task_index", i64),
+                        ("tools", s),
+                        ("reward_mean", f64),
+                        ("episodes", i64),
+                    ]
+                ),
+            ),
+        ],
+    }[format_name]
+    return pa.schema(fields)
+
+
+def table(format_name: str, rows: list[dict[str, Any]]):
+    """The rows as a ``pyarrow.Table`` of the format's schema."""
+    return pyarrow().Table.from_pylist(rows, schema=schema(format_name))
+
+
+def write_parquet_atomic(path: str | os.PathLike, data) -> Path:
+    """Write a table to ``path`` atomically: a temp file in the same folder, fsync, then a rename."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise PersistenceError(str(path), exc) from exc
+        raise
+    return path
+
+
+def read_parquet(path: str | os.PathLike):
+    """A Parquet file as a table; an unreadable, torn or foreign file is a ``DatasetError``."""
+    pa = pyarrow()
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path)
+    except OSError as exc:
+        raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+    except pa.ArrowException as exc:
+        raise DatasetError(
+            str(path), None, f"not a readable Parquet file ({exc}); was the write interrupted? export it again"
+        ) from None

@@ -1,0 +1,122 @@
+"""Rollout records out to JSONL: rollout rows, chat-format SFT rows, RL rows.
+
+* ``export_rollouts``: the rollout rows of the wire reference (NeMo Gym's keys first, gymlab's
+  per-step records after them), readable by ``load`` and by NeMo Gym.
+* ``export_sft``: one OpenAI chat-format conversation per episode (``messages`` + ``tools``).
+* ``export_rl``: the prompt, the episode's completion and its reward.
+
+Every file is written atomically (``gymlab.jsonl.write_jsonl_atomic``); ``gymlab.collection.dataset``
+reads each kind back, validated. Filters (``select``) are explicit arguments:
+nothing is dropped unless asked for. No pandas here. The trainer formats (TRL, verl, Parquet) are
+in ``gymlab.export.dataset``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from gymlab.export.chat import chat_messages, chat_tools, prompt_items
+from gymlab.export.filters import as_records, select
+from gymlab.jsonl import write_jsonl_atomic
+from gymlab.protocol import Rollout
+
+#: The keys of a NeMo Gym rollout row, in the order it writes them.
+ROLLOUT_KEYS = (
+    "responses_create_params",
+    "response",
+    "reward",
+    "mask_sample",
+    "failure_kind",
+    "failure_reason",
+    "_ng_task_index",
+    "_ng_rollout_index",
+    "agent_ref",
+)
+
+
+# -- rollout rows -----------------------------------------------------------------------------
+
+
+def rollout_row(record: Rollout, gymlab_fields: bool = True) -> dict[str, Any]:
+    """A record as a rollout row: NeMo Gym's keys first.
+
+    ``gymlab_fields=False`` gives NeMo Gym's row alone: no steps, timings or server names, and an
+    ``agent_ref`` built from the agent's name when the record has none.
+    """
+    data = record.model_dump(mode="json")
+    row = {k: data.pop(k) for k in ROLLOUT_KEYS if k in data}
+    if not gymlab_fields:
+        if "agent_ref" not in row and data.get("agent_name"):
+            row["agent_ref"] = {"type": "responses_api_agents", "name": data["agent_name"]}
+        for key in ("steps", "duration_s", "env_name", "agent_name"):
+            data.pop(key, None)
+    row.update(data)
+    return row
+
+
+def export_rollouts(
+    rollouts: Iterable[Rollout | dict], path: str | os.PathLike, *, gymlab_fields: bool = True, **filters: Any
+) -> Path:
+    """Write rollout rows to ``path`` atomically (filters as in ``select``; none by default)."""
+    records = select(rollouts, **filters) if filters else as_records(rollouts)
+    return write_jsonl_atomic(path, (rollout_row(r, gymlab_fields) for r in records))
+
+
+# -- chat format ------------------------------------------------------------------------------
+
+
+def sft_row(record: Rollout, where: str = "") -> dict[str, Any]:
+    """One episode as a chat-format SFT row: ``{"messages": [...], "tools": [...]}``."""
+    params = record.responses_create_params
+    messages = chat_messages([*prompt_items(params), *record.response.output], where)
+    return {"messages": messages, "tools": chat_tools(params.tools)}
+
+
+def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
+    """One episode as an RL row: the prompt (chat messages), the completion, the reward and the ids."""
+    params = record.responses_create_params
+    extra = record.__pydantic_extra__ or {}
+    return {
+        "prompt": chat_messages(prompt_items(params), where),
+        "completion": chat_messages(record.response.output, where),
+        "tools": chat_tools(params.tools),
+        "reward": record.reward,
+        "_ng_task_index": extra.get("_ng_task_index"),
+        "_ng_rollout_index": extra.get("_ng_rollout_index"),
+    }
+
+
+def _export(build: Callable[[Rollout, str], dict], rollouts: Any, path: Any, filters: dict) -> Path:
+    records = select(rollouts, **filters)
+    return write_jsonl_atomic(path, [build(r, f"episode {i}") for i, r in enumerate(records)])
+
+
+def export_sft(
+    rollouts: Iterable[Rollout | dict],
+    path: str | os.PathLike,
+    *,
+    min_reward: float | None = None,
+    drop_masked: bool = True,
+    best_of_n: int | None = None,
+) -> Path:
+    """Write chat-format SFT rows atomically; masked episodes are dropped unless ``drop_masked=False``."""
+    return _export(
+        sft_row, rollouts, path, {"min_reward": min_reward, "drop_masked": drop_masked, "best_of_n": best_of_n}
+    )
+
+
+def export_rl(
+    rollouts: Iterable[Rollout | dict],
+    path: str | os.PathLike,
+    *,
+    min_reward: float | None = None,
+    drop_masked: bool = True,
+    best_of_n: int | None = None,
+) -> Path:
+    """Write RL rows (prompt, completion, reward) atomically; masked episodes dropped unless asked otherwise."""
+    return _export(
+        rl_row, rollouts, path, {"min_reward": min_reward, "drop_masked": drop_masked, "best_of_n": best_of_n}
+    )

@@ -1,0 +1,303 @@
+"""Rows in the shapes the training libraries document, built from rollout records.
+
+Column names follow each library's documentation:
+
+* TRL, "Dataset formats and types" (https://huggingface.co/docs/trl/dataset_formats): conversational
+  language modeling ``messages`` (SFT; tool calling adds a ``tools`` column), preference ``prompt`` /
+  ``chosen`` / ``rejected`` (DPO, explicit prompt: the recommended form), unpaired preference
+  ``prompt`` / ``completion`` / ``label`` (KTO), prompt-only ``prompt`` (GRPO; the GRPO trainer
+  passes every other column to the reward functions as keyword arguments, so ``ground_truth``
+  reaches them). ``tools`` is a JSON string: TRL's preferred form since huggingface/trl#5118, because
+  Arrow aligns nested tool schemas across rows and fills the gaps with nulls.
+* verl, "Prepare Data for Post-Training" (https://verl.readthedocs.io/en/latest/preparation/prepare_data.html):
+  ``data_source`` (picks the reward function), ``prompt`` (chat messages), ``ability`` (the task
+  category), ``reward_model`` {``style``, ``ground_truth``}, ``extra_info`` (index, split, ...).
+
+Messages are OpenAI chat messages (``gymlab.export.chat``): assistant ``tool_calls`` with string
+``arguments``, ``tool`` messages with ``tool_call_id``, reasoning in the assistant's ``reasoning_content``
+(the key the Qwen3 and DeepSeek-R1 chat templates read). Extra score columns (``score_chosen``,
+``score_rejected``, ``reward``) follow the preference datasets TRL's examples use; trainers ignore them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gymlab.errors import ExportError
+from gymlab.export.chat import chat_messages, chat_tools, prompt_items
+from gymlab.export.filters import by_task, preference_pairs, select
+from gymlab.protocol import Rollout
+from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
+
+GroundTruth = str | Sequence[str] | Callable[[Rollout], Any] | None
+
+
+@dataclass
+class Options:
+    """Every export option; each format reads the ones it uses (``Format.options``)."""
+
+    min_reward: float | None = None
+    drop_masked: bool = True
+    best_of_n: int | None = None
+    min_margin: float = 0.0
+    label_threshold: float = 1.0
+    ground_truth: GroundTruth = None
+    data_source: str | None = None
+    ability: str | None = None
+    split: str = "train"
+
+
+@dataclass
+class Built:
+    """The rows of one export and what the card reports about them."""
+
+    rows: list[dict[str, Any]]
+    rewards: list[float]  # rewards of the episodes the rows came from
+    counts: dict[str, int]
+
+
+def tools_json(record: Rollout) -> str:
+    """The request's tools as a JSON string of chat-format tool schemas (``[]`` when none)."""
+    return json.dumps(chat_tools(record.responses_create_params.tools), ensure_ascii=False)
+
+
+def _where(record: Rollout) -> str:
+    task, repeat = record.task_index, record.repeat
+    return f"episode task {task} repeat {repeat}" if task is not None else "episode"
+
+
+def _prompt(record: Rollout) -> list[dict[str, Any]]:
+    return chat_messages(prompt_items(record.responses_create_params), _where(record))
+
+
+def _completion(record: Rollout) -> list[dict[str, Any]]:
+    return chat_messages(record.response.output, _where(record))
+
+
+def task_fields(record: Rollout) -> dict[str, Any]:
+    """The row's own fields a record carries (the task's, and any its verifier echoed back)."""
+    skip = set(IDENTITY_KEYS) | set(RESULT_KEYS)
+    return {k: v for k, v in (record.__pydantic_extra__ or {}).items() if k not in skip and not k.startswith("_ng_")}
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def ground_truth_of(record: Rollout, spec: GroundTruth) -> str:
+    """The task's ground truth as a string (verl's ``ground_truth`` is one; TRL passes it as is).
+
+    ``spec``: a field name (its value: a string as it is, anything else as JSON), several names (a
+    JSON object of them), a function of the record, or None (a JSON object of all the row's own
+    fields: name the field when the verifier echoes outcomes too, as ``final_count``).
+    """
+    fields = task_fields(record)
+    if callable(spec):
+        return _as_text(spec(record))
+    names = [spec] if isinstance(spec, str) else list(spec) if spec is not None else None
+    missing = [n for n in names or () if n not in fields]
+    if missing:
+        raise ExportError(
+            f"{_where(record)}: no field {missing[0]!r} for the ground truth; the row has "
+            f"{', '.join(sorted(fields)) or 'no fields of its own'}"
+        )
+    if isinstance(spec, str):
+        return _as_text(fields[spec])
+    return _as_text({n: fields[n] for n in names} if names is not None else fields)
+
+
+def _mean(values: list[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+# -- the builders: (records, options) -> Built ------------------------------------------------
+
+
+def trl_sft(records: list[Rollout], o: Options) -> Built:
+    kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
+    rows = [{"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)} for r in kept]
+    return Built(rows, [r.reward for r in kept], {"episodes_kept": len(kept)})
+
+
+def trl_dpo(records: list[Rollout], o: Options) -> Built:
+    pairing = preference_pairs(records, min_margin=o.min_margin)
+    pairs = [(c, r) for c, r in pairing.pairs if o.min_reward is None or c.reward >= o.min_reward]
+    rows = [
+        {
+            "prompt": _prompt(chosen),
+            "chosen": _completion(chosen),
+            "rejected": _completion(rejected),
+            "tools": tools_json(chosen),
+            "score_chosen": chosen.reward,
+            "score_rejected": rejected.reward,
+        }
+        for chosen, rejected in pairs
+    ]
+    counts = {
+        "pairs": len(pairs),
+        "tasks_with_one_episode": pairing.single,
+        "ties_dropped": pairing.ties,
+        "below_margin_dropped": pairing.below_margin,
+        "chosen_below_min_reward": len(pairing.pairs) - len(pairs),
+    }
+    return Built(rows, [r.reward for pair in pairs for r in pair], counts)
+
+
+def trl_kto(records: list[Rollout], o: Options) -> Built:
+    kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
+    rows = [
+        {
+            "prompt": _prompt(r),
+            "completion": _completion(r),
+            "label": r.reward >= o.label_threshold,
+            "tools": tools_json(r),
+            "reward": r.reward,
+        }
+        for r in kept
+    ]
+    desirable = sum(row["label"] for row in rows)
+    return Built(
+        rows,
+        [r.reward for r in kept],
+        {"episodes_kept": len(kept), "desirable": desirable, "undesirable": len(rows) - desirable},
+    )
+
+
+def _tasks(records: list[Rollout], o: Options) -> list[tuple[int, Rollout, list[float], int]]:
+    """(index, first record, unmasked rewards, episodes) per task of the kept records."""
+    kept = select(records, drop_masked=o.drop_masked)
+    out = []
+    for index, group in enumerate(by_task(kept).values()):
+        out.append((index, group[0], [r.reward for r in group if not r.mask_sample], len(group)))
+    return out
+
+
+def trl_grpo(records: list[Rollout], o: Options) -> Built:
+    tasks = _tasks(records, o)
+    rows = [
+        {
+            "prompt": _prompt(first),
+            "ground_truth": ground_truth_of(first, o.ground_truth),
+            "tools": tools_json(first),
+            "reward_mean": _mean(rewards),
+            "episodes": n,
+        }
+        for _, first, rewards, n in tasks
+    ]
+    return Built(rows, [x for _, _, rewards, _ in tasks for x in rewards], {"tasks": len(rows)})
+
+
+def verl(records: list[Rollout], o: Options) -> Built:
+    tasks = _tasks(records, o)
+    rows = []
+    for index, first, rewards, n in tasks:
+        tools = tools_json(first)
+        rows.append(
+            {
+                "data_source": o.data_source or first.env or first.agent or "gymlab",
+                "prompt": _prompt(first),
+                "ability": o.ability or ("tool_use" if first.responses_create_params.tools else "chat"),
+                "reward_model": {"style": "rule", "ground_truth": ground_truth_of(first, o.ground_truth)},
+                "extra_info": {
+                    "index": index,
+                    "split": o.split,
+                    "task_index": first.task_index if isinstance(first.task_index, int) else None,
+                    "tools": tools,
+                    "reward_mean": _mean(rewards),
+                    "episodes": n,
+                },
+            }
+        )
+    return Built(rows, [x for _, _, rewards, _ in tasks for x in rewards], {"tasks": len(rows)})
+
+
+@dataclass(frozen=True)
+class Format:
+    """One export format: its builder, the options it reads, its columns and where they are documented."""
+
+    name: str
+    title: str
+    docs: str
+    build: Callable[[list[Rollout], Options], Built]
+    options: frozenset[str]
+    columns: dict[str, str]
+
+
+_TRL = "https://huggingface.co/docs/trl/dataset_formats"
+_VERL = "https://verl.readthedocs.io/en/latest/preparation/prepare_data.html"
+_FILTERS = frozenset({"min_reward", "drop_masked", "best_of_n"})
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format(
+            "trl-sft",
+            "TRL SFT: conversational language modeling with tool calling",
+            _TRL + "#tool-calling",
+            trl_sft,
+            _FILTERS,
+            {"messages": "the whole episode, prompt included", "tools": "JSON string: the tool schemas"},
+        ),
+        Format(
+            "trl-dpo",
+            "TRL DPO: preference, conversational, explicit prompt",
+            _TRL + "#preference",
+            trl_dpo,
+            frozenset({"min_reward", "min_margin"}),
+            {
+                "prompt": "the request's messages",
+                "chosen": "the best episode's messages",
+                "rejected": "the worst episode's messages",
+                "tools": "JSON string: the tool schemas",
+                "score_chosen": "reward of the chosen episode",
+                "score_rejected": "reward of the rejected episode",
+            },
+        ),
+        Format(
+            "trl-kto",
+            "TRL KTO: unpaired preference, conversational",
+            _TRL + "#unpaired-preference",
+            trl_kto,
+            _FILTERS | {"label_threshold"},
+            {
+                "prompt": "the request's messages",
+                "completion": "the episode's messages",
+                "label": "reward at or above the label threshold",
+                "tools": "JSON string: the tool schemas",
+                "reward": "the episode's reward",
+            },
+        ),
+        Format(
+            "trl-grpo",
+            "TRL GRPO: prompt-only, one row per task, with its ground truth",
+            _TRL + "#prompt-only",
+            trl_grpo,
+            frozenset({"drop_masked", "ground_truth"}),
+            {
+                "prompt": "the request's messages",
+                "ground_truth": "string: the task's ground truth (reaches reward functions as a keyword)",
+                "tools": "JSON string: the tool schemas",
+                "reward_mean": "mean reward of the task's collected unmasked episodes",
+                "episodes": "how many episodes of the task were collected",
+            },
+        ),
+        Format(
+            "verl",
+            "verl: RL prompt rows (Parquet), one per task",
+            _VERL,
+            verl,
+            frozenset({"drop_masked", "ground_truth", "data_source", "ability", "split"}),
+            {
+                "data_source": "dataset name; picks verl's reward function (default: the environment)",
+                "prompt": "the request's messages",
+                "ability": "task category",
+                "reward_model": "{style: 'rule', ground_truth: string}",
+                "extra_info": "{index, split, task_index, tools (JSON string), reward_mean, episodes}",
+            },
+        ),
+    )
+}
