@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("runtime helpers", ["gymlab._sync", "gymlab.retry", "gymlab.jsonl", "gymlab.failures", "gymlab.client"]),
     ("server runtime", ["gymlab.server", "gymlab._runtime", "gymlab.utils"]),
     ("loop", ["gymlab.loop"]),
+    ("rewards", ["gymlab.rewards"]),
     (
         "servers",
         [
