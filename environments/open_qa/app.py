@@ -16,9 +16,7 @@ import itertools
 import re
 from typing import Any
 
-from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
-from gymlab.rewards.judge import Judge
-from gymlab.rewards.rubric import Component, Rubric
+from gymlab import BaseVerifyRequest, BaseVerifyResponse, Component, Judge, Rubric, SimpleResourcesServer
 
 JUDGE_TEMPLATE = """Grade the answer to the question against the reference answer.
 Question: {question}
