@@ -54,15 +54,18 @@ def open_qa_rubric(judge_model: Any, *, correct: float = 0.8, brevity: float = 0
 
 
 class OpenQAServer(SimpleResourcesServer):
-    judge_url: str = ""  # the model server that judges; used when no rubric is given
+    """Config: ``rubric`` (a ``Rubric``), or ``judge_model`` (a model server's URL; in YAML a
+    ``{type: responses_api_models, name: ...}`` ref) for the default rubric."""
+
+    judge_model: str = ""
     rubric: Rubric | None = None
 
     def grading_rubric(self) -> Rubric:
-        if self.rubric is not None:
-            return self.rubric
-        if not self.judge_url:
-            raise ValueError(f"{self.name}: set judge_url (a model server's URL) or pass a rubric")
-        return open_qa_rubric(self.judge_url)
+        if self.rubric is None:
+            if not self.judge_model:
+                raise ValueError(f"{self.name}: set judge_model (a model server's URL) or pass a rubric")
+            self.rubric = open_qa_rubric(self.judge_model)  # built once: its judge's limit holds across episodes
+        return self.rubric
 
     async def verify(self, body: OpenQAVerifyRequest) -> OpenQAVerifyResponse:
         return await self.grading_rubric().verify(body, OpenQAVerifyResponse)

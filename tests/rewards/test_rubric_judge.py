@@ -159,3 +159,20 @@ def test_rubric_in_a_gymnasium_step(lab):
     assert record.reward_components == {"polite": 1.0, "brief": 1.0} and record.reward == 2.0
     steps = Rollouts([record]).steps
     assert steps["reward_polite"].tolist() == [1.0, 0.0]
+
+
+def test_open_qa_config_binds_its_judge_model(lab):
+    from gymlab import AgentHandle, load_config
+    from gymlab.examples import environment_dir
+
+    config = load_config(environment_dir("open_qa") / "configs" / "open_qa.yaml")
+    urls = {}
+    for name in ("judge_model", "policy_model", "open_qa", "open_qa_simple_agent"):
+        kind = AgentHandle if name.endswith("agent") else None
+        handle = lab.serve(config.servers[name].build(urls), **({"handle_cls": kind} if kind else {}))
+        urls[name] = handle.url
+    env = lab.servers["open_qa"].server
+    assert env.judge_model == urls["judge_model"] and env.grading_rubric() is env.grading_rubric()
+    rollouts = lab.run_many(lab.servers["open_qa_simple_agent"], example_rows("open_qa"), repeats=2)
+    by_task = [sorted(r.reward for r in rollouts if r.task_index == task) for task in range(4)]
+    assert by_task == [[1.0, 1.0], [0.8, 0.8], [0.2, 1.0], [0.2, 0.2]]  # task 2: right every other time
