@@ -176,3 +176,16 @@ def test_open_qa_config_binds_its_judge_model(lab):
     rollouts = lab.run_many(lab.servers["open_qa_simple_agent"], example_rows("open_qa"), repeats=2)
     by_task = [sorted(r.reward for r in rollouts if r.task_index == task) for task in range(4)]
     assert by_task == [[1.0, 1.0], [0.8, 0.8], [0.2, 1.0], [0.2, 0.2]]  # task 2: right every other time
+
+
+def test_a_judge_that_does_not_answer_in_time_masks_judge_failed(lab):
+    release = asyncio.Event()
+
+    async def stuck_judge(request):
+        await asyncio.wait_for(release.wait(), 3)  # never set: the judge's own timeout ends the wait
+        return "CORRECT"
+
+    rollouts, _ = run_open_qa(lab, stuck_judge, rows=example_rows("open_qa")[:1], timeout_s=0.3, attempts=1)
+    (r,) = rollouts
+    assert r.failure_kind == "judge_failed" and "within 0.3 s" in r.failure_reason
+    assert r.reward_components == {"correct": None, "concise": 1.0}
