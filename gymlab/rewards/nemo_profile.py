@@ -33,6 +33,11 @@ _STATS = ("mean", "max", "min", "median", "std")
 _TASK, _REPEAT = "_ng_task_index", "_ng_rollout_index"
 
 
+def _order(index: Any) -> tuple:
+    """A sort key for task and repeat indices that may be missing (None sorts last)."""
+    return (index is None, index if isinstance(index, (int, float)) else str(index))
+
+
 def _numbers(record: Any) -> dict[str, float]:
     """The reward and the numeric usage counts of a record (NeMo's profiled fields)."""
     out = {"reward": float(record.reward)}
@@ -81,7 +86,7 @@ def nemo_profile(records: Iterable[Any], inputs: Iterable[dict] | None = None) -
     ``inputs`` (the materialized input rows) give each task's ``sample`` and expected rollouts;
     without them the records' own row fields and counts stand in.
     """
-    records = sorted(records, key=lambda r: (r.task_index, r.repeat if r.repeat is not None else 0))
+    records = sorted(records, key=lambda r: (_order(r.task_index), _order(r.repeat)))
     rows = list(inputs) if inputs is not None else None
     expected = Counter(r[_TASK] for r in rows) if rows is not None else Counter(r.task_index for r in records)
     samples: dict[Any, dict] = {}
@@ -96,11 +101,11 @@ def nemo_profile(records: Iterable[Any], inputs: Iterable[dict] | None = None) -
     for i, r in enumerate(done):
         by_task[r.task_index].append(i)
     groups = []
-    for task, idx in sorted(by_task.items()):
+    for task, idx in sorted(by_task.items(), key=lambda kv: _order(kv[0])):
         n = len(idx)
         infos = [
             {"rollout_id": f"{task}:{done[i].repeat}", _TASK: task, _REPEAT: done[i].repeat, **numbers[i]}
-            for i in sorted(idx, key=lambda i: done[i].repeat)
+            for i in sorted(idx, key=lambda i: _order(done[i].repeat))
         ]
         groups.append(
             {
@@ -143,7 +148,7 @@ def _repeat_level(agent: str, pairs: list[tuple[Any, dict[str, float]]]) -> list
     tasks = len({r.task_index for r, _ in pairs})
     columns = sorted(_columns(n for _, n in pairs))
     out = []
-    for repeat, group in sorted(by_repeat.items()):
+    for repeat, group in sorted(by_repeat.items(), key=lambda kv: _order(kv[0])):
         present = len({r.task_index for r, _ in group})
         entry: dict[str, Any] = {
             "agent_ref": {"name": agent},

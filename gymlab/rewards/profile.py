@@ -82,6 +82,8 @@ class Profile:
             return frame
         for col in ("episodes", "scored", "masked", "failed"):
             frame[col] = frame[col].astype("int64")
+        if all(isinstance(t, int) or t is None for t in self.by_task):
+            frame["task"] = pd.array(list(self.by_task), dtype="Int64")  # as the episodes frame has it
         return frame
 
     def _components_frame(self):
