@@ -81,6 +81,11 @@ _NAMES: dict[str, str] = {
     "read_dataset": "gymlab.export",
     "read_jsonl": "gymlab.collection.dataset",
     "reverify": "gymlab.lab.reverify",
+    # reward design
+    "Component": "gymlab.rewards.rubric",
+    "Judge": "gymlab.rewards.judge",
+    "Rubric": "gymlab.rewards.rubric",
+    "profile": "gymlab.rewards.profile",
     # notebook widgets
     "EpisodeViewer": "gymlab.lab.widgets",
     "LivePanel": "gymlab.lab.widgets",
@@ -130,4 +135,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from gymlab.models.policy import PolicyModel
     from gymlab.protocol import *  # noqa: F403
     from gymlab.resources.simple import SimpleResourcesServer
+    from gymlab.rewards.judge import Judge
+    from gymlab.rewards.rubric import Component, Rubric
     from gymlab.server import BaseServer

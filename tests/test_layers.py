@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ),
     ("server runtime", ["gymlab.server", "gymlab._runtime", "gymlab.utils"]),
     ("loop", ["gymlab.loop"]),
+    ("rewards", ["gymlab.rewards"]),
     (
         "servers",
         [

@@ -14,6 +14,7 @@ from operator import attrgetter
 from typing import Any
 
 from gymlab.protocol import FunctionCall, Rollout
+from gymlab.rewards.columns import add_component_columns
 
 STEP_COLUMNS = [
     "episode",
@@ -117,7 +118,7 @@ def episodes_frame(rollouts: Iterable[Rollout]):
         cols["model"].append(r.response.model or None)
         cols["environment"].append(r.env)
         cols["agent"].append(r.agent)
-    return typed_frame(cols, EPISODE_DTYPES)
+    return add_component_columns(typed_frame(cols, EPISODE_DTYPES), records, "episodes")
 
 
 _FIELDS = ("index", "action", "tool_outputs", "observation", "reward", "terminated", "truncated", "duration_s")
@@ -160,8 +161,9 @@ def _gc_paused():
 
 def steps_frame(rollouts: Iterable[Rollout]):
     """One row per step: the action, its first tool call, outputs, per-step and cumulative reward."""
+    records = list(rollouts)
     with _gc_paused():
-        return _steps_frame(rollouts)
+        return add_component_columns(_steps_frame(records), records, "steps")
 
 
 def _steps_frame(rollouts: Iterable[Rollout]):

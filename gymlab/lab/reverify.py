@@ -143,7 +143,21 @@ def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | Serv
         cols["error"].append(str(answer) if failed else None)
     from gymlab.lab.frames import typed_frame
 
-    return typed_frame(cols, DTYPES)
+    return _component_columns(typed_frame(cols, DTYPES), records, answers)
+
+
+def _component_columns(frame, records: list[Rollout], answers: list[dict[str, Any] | ServerError]):
+    """``old_<c>``, ``new_<c>`` and ``delta_<c>`` for each rubric component on either side (NaN when absent)."""
+    import numpy as np
+
+    old = [r.reward_components or {} for r in records]
+    new = [{} if isinstance(a, ServerError) else (a.get("reward_components") or {}) for a in answers]
+    names = list(dict.fromkeys(n for side in (old, new) for c in side for n in c))
+    for name in names:
+        before = np.array([np.nan if c.get(name) is None else c[name] for c in old], dtype="float64")
+        after = np.array([np.nan if c.get(name) is None else c[name] for c in new], dtype="float64")
+        frame[f"old_{name}"], frame[f"new_{name}"], frame[f"delta_{name}"] = before, after, after - before
+    return frame
 
 
 async def areverify(
@@ -191,7 +205,8 @@ def reverify(
     concurrency: int = 8,
     **config: Any,
 ):
-    """Grade stored rollouts again with ``environment``; returns old vs new reward per episode (a frame).
+    """Grade stored rollouts again with ``environment``; returns old vs new reward per episode (a frame),
+    and old vs new value per rubric component (``old_<c>``, ``new_<c>``, ``delta_<c>``).
 
     ``environment`` is a ``SimpleResourcesServer`` subclass (built with ``config``) or instance,
     served for the duration of the call, or a running server's handle or URL. ``rollouts`` is a

@@ -65,6 +65,12 @@ class Rollouts(list):
 
         return calls_frame(self)
 
+    def profile(self, **options: Any):
+        """The reward profile per task (``gymlab.rewards.profile``): pass@k, flags, components."""
+        from gymlab.rewards.profile import profile
+
+        return profile(self, **options)
+
     @property
     def mean_reward(self) -> float:
         """Mean reward of the unmasked episodes (nan when there are none); failed episodes are masked."""

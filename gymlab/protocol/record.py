@@ -45,6 +45,8 @@ _RECORD_KEYS = frozenset(
         "info",
         "steps",
         "duration_s",
+        "reward_components",
+        "judgements",
     }
 )
 #: What a record adds to its dataset row (everything else in a record came from the row).
@@ -66,6 +68,9 @@ class StepRecord(BaseModel):
     tool_outputs: list[Item] = Field(default_factory=list)
     tool_errors: int = Field(0, description="Function calls refused before reaching a server (undeclared tool).")
     duration_s: float = 0.0
+    reward_components: dict[str, float | None] | None = Field(
+        None, description="The step's reward by rubric component (None: a judge of it failed)."
+    )
 
 
 class Rollout(BaseModel):
@@ -86,6 +91,10 @@ class Rollout(BaseModel):
     info: dict[str, Any] | None = Field(None, description="Gymnasium episodes: the final step's info.")
     steps: list[StepRecord] = Field(default_factory=list)
     duration_s: float = 0.0
+    reward_components: dict[str, float | None] | None = Field(
+        None, description="The reward by rubric component (``gymlab.rewards``); None for a failed judge."
+    )
+    judgements: list[dict[str, Any]] | None = Field(None, description="What each judge asked and answered.")
 
     def _extra(self, key: str) -> Any:
         extra = self.__pydantic_extra__
@@ -158,6 +167,7 @@ def verified(
     elif steps:
         last = steps[-1]
         last.reward = float(answer.get("reward", 0.0))
+        last.reward_components = answer.get("reward_components")
         last.terminated = stop_reason == "final_message"
         last.truncated = stop_reason == "max_steps"
     fields = {**_row_fields(row), **answer}
@@ -182,10 +192,17 @@ def from_transitions(
 ) -> Rollout:
     """A Gymnasium episode from its transitions; ``last`` is the final ``/step`` answer (or None).
 
-    The reward is the sum of the step rewards; mask and failure fields come from the final step.
+    The reward is the sum of the step rewards, and each rubric component's value the sum of its
+    step values (``info["reward_components"]``); mask and failure fields come from the final step.
     """
+    judgements: list[dict[str, Any]] = []
     if cut_by_limit and steps:
         steps[-1].truncated = True
+    for s in steps:  # a rubric in step() sends its components in the step's info
+        if s.reward_components is None and isinstance(s.info.get("reward_components"), dict):
+            s.reward_components = s.info["reward_components"]
+        if isinstance(s.info.get("judgements"), list):
+            judgements.extend(s.info["judgements"])
     return Rollout.model_validate(
         {
             **_row_fields(row),
@@ -200,8 +217,20 @@ def from_transitions(
             "failure_reason": last.failure_reason if last is not None else None,
             "steps": _dump(steps),
             "duration_s": duration_s,
+            "reward_components": _summed_components(s.reward_components for s in steps),
+            "judgements": judgements or None,
         }
     )
+
+
+def _summed_components(per_step: Iterable[dict[str, float | None] | None]) -> dict[str, float | None] | None:
+    """Per-component sums over an episode's steps (None when no step had any; a failed judge's None stays None)."""
+    total: dict[str, float | None] = {}
+    for components in per_step:
+        for name, value in (components or {}).items():
+            before = total.get(name, 0.0)
+            total[name] = None if before is None or value is None else before + float(value)
+    return total or None
 
 
 def failed(

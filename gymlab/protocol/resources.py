@@ -53,6 +53,10 @@ class BaseVerifyResponse(BaseVerifyRequest):
     mask_sample: bool = False
     failure_kind: str | None = None
     failure_reason: str | None = None
+    reward_components: dict[str, float | None] | None = Field(
+        None, description="Optional: the reward by rubric component (gymlab.rewards); None for a failed judge."
+    )
+    judgements: list[dict[str, Any]] | None = Field(None, description="Optional: what each judge asked and answered.")
 
 
 class AggregateMetricsRequest(BaseModel):

@@ -1,0 +1,112 @@
+"""Open-ended questions graded by a judge model against a reference answer, plus a brevity rule.
+
+Row fields: ``reference_answer``. The reward is a rubric (``gymlab.rewards``): ``correct`` (weight
+0.8), a judge model's CORRECT/INCORRECT verdict given the question, the reference and the answer,
+and ``concise`` (weight 0.2), 1.0 for an answer of at most ``max_words`` words. A judge that fails
+or answers something else masks the episode (``judge_failed`` / ``judge_unparseable``).
+
+``judge_policy`` is a rule-based judge (the reference, normalized, must appear in the answer), so
+everything runs offline; ``policy`` answers the example questions, one of them right only every
+other time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+from gymlab import BaseVerifyRequest, BaseVerifyResponse, Component, Judge, Rubric, SimpleResourcesServer
+
+JUDGE_TEMPLATE = """Grade the answer to the question against the reference answer.
+Question: {question}
+Reference answer: {reference_answer}
+Answer: {answer}
+Reply with one word: CORRECT or INCORRECT."""
+
+
+class OpenQAVerifyRequest(BaseVerifyRequest):
+    reference_answer: str
+
+
+class OpenQAVerifyResponse(BaseVerifyResponse):
+    reference_answer: str  # echoed, so a stored record can be graded again without its dataset row
+
+
+def concise(body: Any, max_words: int = 30) -> float:
+    """1.0 for a non-empty answer of at most ``max_words`` words."""
+    words = body.response.output_text.split()
+    return float(0 < len(words) <= max_words)
+
+
+def open_qa_rubric(judge_model: Any, *, correct: float = 0.8, brevity: float = 0.2, **judge_options: Any) -> Rubric:
+    """The environment's rubric: a judge of correctness and a brevity rule."""
+    judge = Judge(
+        "correct",
+        judge_model,
+        JUDGE_TEMPLATE,
+        parse="label",
+        labels={"CORRECT": 1.0, "INCORRECT": 0.0},
+        weight=correct,
+        **judge_options,
+    )
+    return Rubric(judge, Component("concise", concise, weight=brevity))
+
+
+class OpenQAServer(SimpleResourcesServer):
+    """Config: ``rubric`` (a ``Rubric``), or ``judge_model`` (a model server's URL; in YAML a
+    ``{type: responses_api_models, name: ...}`` ref) for the default rubric."""
+
+    judge_model: str = ""
+    rubric: Rubric | None = None
+
+    def grading_rubric(self) -> Rubric:
+        if self.rubric is None:
+            if not self.judge_model:
+                raise ValueError(f"{self.name}: set judge_model (a model server's URL) or pass a rubric")
+            self.rubric = open_qa_rubric(self.judge_model)  # built once: its judge's limit holds across episodes
+        return self.rubric
+
+    async def verify(self, body: OpenQAVerifyRequest) -> OpenQAVerifyResponse:
+        return await self.grading_rubric().verify(body, OpenQAVerifyResponse)
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9' ]", " ", text.lower().replace("\u2019", "'")).split())
+
+
+def _field(prompt: str, name: str) -> str:
+    match = re.search(rf"^{name}: (.*)$", prompt, re.M)
+    return match.group(1) if match else ""
+
+
+def judge_policy(request) -> str:
+    """A rule-based judge: CORRECT when the normalized reference appears in the normalized answer."""
+    prompt = request.input_items()[-1].text
+    reference, answer = _normal(_field(prompt, "Reference answer")), _normal(_field(prompt, "Answer"))
+    return "CORRECT" if reference and reference in answer else "INCORRECT"
+
+
+_alternate = itertools.cycle(["Jane Austen wrote it.", "Charlotte Bronte wrote it."])
+
+ANSWERS = {
+    "seasons": "The seasons come from the tilt of Earth's axis relative to its orbit around the Sun.",
+    "sky": (
+        "Sunlight is scattered by the molecules of the air, and because of Rayleigh scattering the short blue "
+        "wavelengths are scattered far more than the long red ones, so whichever way you look away from the Sun "
+        "the sky shows mostly scattered blue light."
+    ),
+    "boiling": "About 90 degrees.",
+}
+
+
+def policy(request) -> str:
+    """Answers the example questions: one right and brief, one right but long, one wrong, one alternating."""
+    question = request.input_items()[-1].text.lower()
+    if "pride and prejudice" in question:
+        return next(_alternate)
+    return next((a for k, a in ANSWERS.items() if k in question), "I don't know.")
+
+
+if __name__ == "__main__":
+    OpenQAServer.run_webserver()

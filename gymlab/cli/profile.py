@@ -1,0 +1,57 @@
+"""``gymlab profile FILE``: the reward profile of a rollouts file (gymlab's or NeMo Gym's).
+
+Prints the per-task table (mean, std, pass@k, majority@k, masked and failed counts, flags) and a
+summary; ``--nemo`` also writes NeMo Gym's three profiler files beside FILE; ``--plot PNG`` saves
+the distribution of per-task means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="a rollouts JSONL file")
+    parser.add_argument("--inputs", metavar="JSONL", help="the materialized input rows (NeMo Gym's `sample` field)")
+    parser.add_argument("--threshold", type=float, default=1.0, help="reward at which an episode succeeds (1.0)")
+    parser.add_argument("--nemo", action="store_true", help="write NeMo Gym's three profiler files beside FILE")
+    parser.add_argument("--plot", metavar="PNG", help="save a histogram of per-task mean rewards")
+    parser.add_argument("--json", action="store_true", help="print the per-task rows and summary as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from gymlab.collection.dataset import read_rollouts
+    from gymlab.rewards.profile import profile
+
+    result = profile(read_rollouts(args.file), threshold=args.threshold)
+    if args.json:
+        rows = json.loads(result.tasks.to_json(orient="records"))
+        print(json.dumps({"tasks": rows, "summary": result.summary}, indent=2, default=str))
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.width", 200, "display.max_columns", 40):
+            print(result.tasks.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        if len(result.components):
+            print("\ncomponents:")
+            print(result.components.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        print()
+        for key, value in result.summary.items():
+            print(f"{key}: {value}")
+    if args.nemo:
+        inputs = None
+        if args.inputs:
+            from gymlab.jsonl import iter_jsonl
+
+            inputs = [row for _, row in iter_jsonl(args.inputs)]
+        for path in result.write_nemo(args.file, inputs):
+            print(f"wrote {path}")
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        ax = result.plot()
+        ax.figure.savefig(args.plot, dpi=100, bbox_inches="tight")
+        print(f"wrote {args.plot}")
+    return 0

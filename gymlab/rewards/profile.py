@@ -1,0 +1,195 @@
+"""Reward profiling: does the reward separate good episodes from bad, task by task?
+
+``profile(records)`` (``rollouts.profile()``, ``gymlab profile FILE``) groups the episodes by task
+(``_ng_task_index``) and reports, over each task's unmasked episodes: mean, std (sample, as NeMo
+Gym's profiler), min, median, max, unbiased ``pass@k`` and ``majority@k`` for k up to the repeats
+(an episode succeeds when its reward reaches ``threshold``), and the masked and failed counts
+(failed: masked with a failure kind). Tasks whose episodes all score 0, or all succeed, are
+flagged: a group-relative method learns nothing from them. Components of a rubric get the same view
+per task (``Profile.components``). ``Profile.write_nemo(path)`` writes NeMo Gym's three profiler
+files (``gymlab.rewards.nemo_profile``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gymlab.rewards.stats import majority_at_k, pass_at_k, sample_std
+
+
+def _key(task: Any) -> tuple:
+    return (task is None, task if isinstance(task, (int, float)) else str(task))
+
+
+def _describe(values: list[float]) -> dict[str, float]:
+    if not values:
+        return dict.fromkeys(("mean", "std", "min", "median", "max"), math.nan)
+    return {
+        "mean": math.fsum(values) / len(values),
+        "std": sample_std(values),
+        "min": min(values),
+        "median": statistics.median(values),
+        "max": max(values),
+    }
+
+
+class Profile:
+    """A reward profile: ``tasks`` (one row per task), ``components`` (per task and component),
+    ``summary`` (a dict), ``plot()`` (the distribution of per-task means), ``write_nemo(path)``."""
+
+    def __init__(self, records: Iterable[Any], *, threshold: float = 1.0):
+        self.records = list(records)
+        self.threshold = threshold
+        by_task: dict[Any, list[Any]] = defaultdict(list)
+        for r in self.records:
+            by_task[r.task_index].append(r)
+        self.by_task = dict(sorted(by_task.items(), key=lambda kv: _key(kv[0])))
+        self.max_k = max((sum(not r.mask_sample for r in rs) for rs in self.by_task.values()), default=0)
+        self.tasks = self._tasks_frame()
+        self.components = self._components_frame()
+
+    def _task_row(self, task: Any, records: list[Any]) -> dict[str, Any]:
+        scored = [float(r.reward) for r in records if not r.mask_sample]
+        n, c = len(scored), sum(v >= self.threshold for v in scored)
+        row: dict[str, Any] = {
+            "task": task,
+            "episodes": len(records),
+            "scored": n,
+            "masked": sum(bool(r.mask_sample) for r in records),
+            "failed": sum(bool(r.mask_sample and r.failure_kind) for r in records),
+            **_describe(scored),
+        }
+        for k in range(1, self.max_k + 1):
+            row[f"pass@{k}"] = pass_at_k(n, c, k) if k <= n else math.nan
+        for k in range(1, self.max_k + 1):
+            row[f"majority@{k}"] = majority_at_k(n, c, k) if k <= n else math.nan
+        row["always_0"] = bool(scored) and all(v <= 0.0 for v in scored)
+        row["always_1"] = bool(scored) and c == n
+        return row
+
+    def _tasks_frame(self):
+        import pandas as pd
+
+        rows = [self._task_row(task, rs) for task, rs in self.by_task.items()]
+        frame = pd.DataFrame(rows)
+        if not rows:
+            return frame
+        for col in ("episodes", "scored", "masked", "failed"):
+            frame[col] = frame[col].astype("int64")
+        if all(isinstance(t, int) or t is None for t in self.by_task):
+            frame["task"] = pd.array(list(self.by_task), dtype="Int64")  # as the episodes frame has it
+        return frame
+
+    def _components_frame(self):
+        import pandas as pd
+
+        rows = []
+        for task, records in self.by_task.items():
+            names: dict[str, None] = {}
+            for r in records:
+                names.update(dict.fromkeys(r.reward_components or ()))
+            for name in names:
+                values = [(r.reward_components or {}).get(name) for r in records if r.reward_components]
+                kept = [float(v) for v in values if v is not None]
+                rows.append(
+                    {
+                        "task": task,
+                        "component": name,
+                        "n": len(kept),
+                        "missing": len(values) - len(kept),
+                        **_describe(kept),
+                        "always_0": bool(kept) and all(v <= 0.0 for v in kept),
+                        "always_1": bool(kept) and all(v >= self.threshold for v in kept),
+                    }
+                )
+        return pd.DataFrame(rows, columns=None if rows else ["task", "component", "n", "missing", "mean", "std"])
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """Figures over every task: counts, the mean reward of the scored episodes, mean pass@k and
+        majority@k over the tasks that have k scored episodes, and the flagged tasks."""
+        t = self.tasks
+        scored = [float(r.reward) for r in self.records if not r.mask_sample]
+        out: dict[str, Any] = {
+            "tasks": len(t),
+            "episodes": len(self.records),
+            "scored": len(scored),
+            "masked": int(t["masked"].sum()) if len(t) else 0,
+            "failed": int(t["failed"].sum()) if len(t) else 0,
+            "mean_reward": math.fsum(scored) / len(scored) if scored else math.nan,
+        }
+        for k in range(1, self.max_k + 1):
+            out[f"pass@{k}"] = float(t[f"pass@{k}"].mean())
+        for k in range(1, self.max_k + 1):
+            out[f"majority@{k}"] = float(t[f"majority@{k}"].mean())
+        out["always_0"] = t["task"][t["always_0"]].tolist() if len(t) else []
+        out["always_1"] = t["task"][t["always_1"]].tolist() if len(t) else []
+        out["components"] = (
+            self.components.groupby("component", sort=False)["mean"].mean().to_dict() if len(self.components) else {}
+        )
+        return out
+
+    @property
+    def flagged(self):
+        """The tasks that always score 0 or always succeed (no signal for group-relative RL)."""
+        return self.tasks[self.tasks["always_0"] | self.tasks["always_1"]]
+
+    def plot(self, ax=None, *, component: str | None = None, bins: int = 20):
+        """A histogram of per-task mean rewards (or of one component's per-task means); returns the Axes."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3.5))
+        if component is None:
+            means, what = self.tasks["mean"].dropna(), "mean reward"
+        else:
+            c = self.components
+            means, what = c[c["component"] == component]["mean"].dropna(), f"mean {component}"
+        ax.hist(means, bins=bins, range=(min(0.0, *means), max(1.0, *means)) if len(means) else None)
+        ax.set_xlabel(f"per-task {what}")
+        ax.set_ylabel("tasks")
+        ax.set_title(f"{len(means)} tasks, {len(self.flagged)} flagged (always 0 or always 1)")
+        return ax
+
+    def nemo(self, inputs: Iterable[dict] | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+        """NeMo Gym's profiler output: per-task rows, per-agent metrics, per-repeat metrics."""
+        from gymlab.rewards.nemo_profile import nemo_profile
+
+        return nemo_profile(self.records, inputs)
+
+    def write_nemo(self, path: str | os.PathLike, inputs: Iterable[dict] | None = None) -> tuple[Path, Path, Path]:
+        """Write ``<stem>_reward_profiling.jsonl``, ``<stem>_agent_metrics.json`` and
+        ``<stem>_repeat_level_metrics.json`` beside ``path`` (the rollouts file), as NeMo Gym does."""
+        from gymlab.rewards.nemo_profile import write_nemo_profile
+
+        return write_nemo_profile(self.records, path, inputs)
+
+    def _repr_html_(self) -> str:
+        s = self.summary
+        head = (
+            f"<p><b>Reward profile</b>: {s['tasks']} tasks, {s['episodes']} episodes ({s['masked']} masked, "
+            f"{s['failed']} failed), mean reward {s['mean_reward']:.3f}; {len(s['always_0'])} tasks always 0, "
+            f"{len(s['always_1'])} always 1</p>"
+        )
+        return head + self.tasks.to_html(index=False, float_format=lambda v: f"{v:.3f}")
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (
+            f"<Profile {s['tasks']} tasks, {s['episodes']} episodes, mean reward {s['mean_reward']:.3f}, "
+            f"{len(s['always_0'])} always 0, {len(s['always_1'])} always 1>"
+        )
+
+
+def profile(records: Iterable[Any], *, threshold: float = 1.0) -> Profile:
+    """The reward profile of rollout records (``Rollout`` objects), grouped by task."""
+    return Profile(records, threshold=threshold)
+
+
+__all__ = ["Profile", "profile"]

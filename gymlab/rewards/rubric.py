@@ -1,0 +1,185 @@
+"""Rubrics: a reward made of named, weighted components, each value kept on the record.
+
+A component is a function of the verify body (sync or async) returning a number (a bool counts as
+0/1); a ``Judge`` (``gymlab.rewards.judge``) is a component that asks a model. ``Rubric.score``
+runs every component concurrently and returns a ``Score``: the weighted sum, each component's
+value, the judges' requests and verdicts, and the failure when a judge failed. A failed judge
+masks the episode (``judge_failed`` / ``judge_unparseable``), never a 0, and the other components
+keep their values.
+
+In ``verify()``::
+
+    rubric = Rubric(Component("format", has_answer, weight=0.2), Judge("correct", ..., weight=0.8))
+
+    async def verify(self, body):
+        return await rubric.verify(body)
+
+In a Gymnasium ``step()``: ``score = await rubric.score(action)``, then return ``score.reward`` and
+``score.info()`` as the step's info (the components travel in ``info["reward_components"]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gymlab.protocol.failure_kinds import Failure
+
+#: The key of a step's ``info`` (and of a verify response) that holds the component values.
+COMPONENTS_KEY = "reward_components"
+#: The key of a verify response that holds the judges' requests and verdicts.
+JUDGEMENTS_KEY = "judgements"
+
+
+class ComponentFailed(Exception):
+    """Raised by a component whose grader failed; the episode is masked with ``failure``."""
+
+    def __init__(self, failure: Failure, judgement: dict[str, Any] | None = None):
+        super().__init__(failure.message)
+        self.failure = failure
+        self.judgement = judgement
+
+
+@dataclass(frozen=True)
+class Component:
+    """One named, weighted part of a reward: ``fn(body)`` returns a number (sync or async)."""
+
+    name: str
+    fn: Callable[[Any], float | bool | Awaitable[float | bool]]
+    weight: float = 1.0
+
+    async def evaluate(self, body: Any) -> tuple[float, dict[str, Any] | None]:
+        """The component's value and, for a judge, what it asked and answered."""
+        value = self.fn(body)
+        if inspect.isawaitable(value):
+            value = await value
+        return _number(self.name, value), None
+
+
+@dataclass
+class Score:
+    """What a rubric made of one episode (or step)."""
+
+    reward: float
+    components: dict[str, float | None]
+    weights: dict[str, float]
+    judgements: list[dict[str, Any]] = field(default_factory=list)
+    failure: Failure | None = None
+
+    @property
+    def masked(self) -> bool:
+        return self.failure is not None
+
+    def verify_fields(self) -> dict[str, Any]:
+        """The verify-response fields: reward, components, judgements and, when masked, the failure."""
+        fields: dict[str, Any] = {"reward": self.reward, COMPONENTS_KEY: dict(self.components)}
+        if self.judgements:
+            fields[JUDGEMENTS_KEY] = list(self.judgements)
+        if self.failure is not None:
+            fields.update(mask_sample=True, failure_kind=self.failure.kind, failure_reason=self.failure.message)
+        return fields
+
+    def info(self, **extra: Any) -> dict[str, Any]:
+        """A Gymnasium step's ``info``: the components (and the failure fields, which ``/step`` lifts out)."""
+        fields = self.verify_fields()
+        fields.pop("reward")
+        return {**extra, **fields}
+
+
+class Rubric:
+    """Named, weighted components; the reward is the weighted sum of their values.
+
+    Build it from ``Component``/``Judge`` objects, or ``name=fn`` pairs (weight 1). Rubrics are
+    values: ``with_weights``, ``with_component`` and ``without`` return edited copies.
+    """
+
+    def __init__(self, *components: Component, **functions: Callable[[Any], Any]):
+        parts = [*components, *(Component(name, fn) for name, fn in functions.items())]
+        names = [c.name for c in parts]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"a rubric's component names must be unique; repeated: {', '.join(duplicates)}")
+        if not parts:
+            raise ValueError("a rubric needs at least one component")
+        self.components: tuple[Component, ...] = tuple(parts)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {c.name: c.weight for c in self.components}
+
+    def __getitem__(self, name: str) -> Component:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise KeyError(f"no component {name!r} in this rubric; it has {', '.join(self.weights)}")
+
+    def with_weights(self, **weights: float) -> Rubric:
+        """A copy with some components' weights changed (``rubric.with_weights(format=0.5)``)."""
+        for name in weights:
+            self[name]  # raises a KeyError naming the known components
+        return Rubric(*(replace(c, weight=float(weights.get(c.name, c.weight))) for c in self.components))
+
+    def with_component(self, component: Component) -> Rubric:
+        """A copy with ``component`` added (or replacing the one of the same name)."""
+        kept = [c for c in self.components if c.name != component.name]
+        return Rubric(*kept, component)
+
+    def without(self, *names: str) -> Rubric:
+        """A copy without the named components."""
+        for name in names:
+            self[name]
+        return Rubric(*(c for c in self.components if c.name not in names))
+
+    async def score(self, body: Any) -> Score:
+        """Run every component concurrently; a failed judge masks the score, the others keep their values."""
+        results = await asyncio.gather(*(c.evaluate(body) for c in self.components), return_exceptions=True)
+        components: dict[str, float | None] = {}
+        judgements: list[dict[str, Any]] = []
+        failure: Failure | None = None
+        for component, result in zip(self.components, results):
+            if isinstance(result, ComponentFailed):
+                components[component.name] = None
+                if result.judgement is not None:
+                    judgements.append(result.judgement)
+                failure = failure or result.failure
+            elif isinstance(result, BaseException):
+                raise result  # the environment's own grading code failed: its server answers verifier_error
+            else:
+                value, judgement = result
+                components[component.name] = value
+                if judgement is not None:
+                    judgements.append(judgement)
+        weights = self.weights
+        reward = 0.0 if failure else math.fsum(weights[n] * v for n, v in components.items())
+        return Score(reward, components, weights, judgements, failure)
+
+    async def verify(self, body: Any, response_model: type | None = None, **extra: Any) -> Any:
+        """The verify response for ``body``: every field of the body echoed, plus the score's fields."""
+        from gymlab.protocol.resources import BaseVerifyResponse
+
+        score = await self.score(body)
+        fields = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
+        return (response_model or BaseVerifyResponse).model_validate({**fields, **extra, **score.verify_fields()})
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{c.name}={c.weight:g}{' (judge)' if _is_judge(c) else ''}" for c in self.components)
+        return f"<Rubric {parts}>"
+
+
+def _is_judge(component: Component) -> bool:
+    return type(component).__name__ == "Judge"
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    raise TypeError(f"component {name!r} must return a finite number or a bool, got {value!r:.100}")
+
+
+__all__ = ["COMPONENTS_KEY", "JUDGEMENTS_KEY", "Component", "ComponentFailed", "Rubric", "Score"]

@@ -1,0 +1,150 @@
+"""Reward profiles against hand-computed figures and against NeMo Gym 0.7.0's own profiler output."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from gymlab import Rollouts
+from gymlab.cli import main as cli
+from gymlab.jsonl import iter_jsonl
+from gymlab.rewards.nemo_profile import profile_paths
+from gymlab.rewards.stats import majority_at_k, pass_at_k
+
+INTEROP = Path(__file__).resolve().parents[3] / "shared" / "interop"
+if not INTEROP.is_dir():
+    INTEROP = Path("/work/shared/interop")
+NEMO = INTEROP / "nemo_gym_0.7.0_rollouts.jsonl"
+
+
+def record(task, repeat, reward, masked=False, kind=None, components=None):
+    return {
+        "responses_create_params": {"input": "q"},
+        "response": {
+            "output": [],
+            "usage": {"input_tokens": 3, "output_tokens": 2 + repeat, "total_tokens": 5 + repeat},
+        },
+        "reward": reward,
+        "mask_sample": masked,
+        "failure_kind": kind,
+        "reward_components": components,
+        "_ng_task_index": task,
+        "_ng_rollout_index": repeat,
+        "agent_ref": {"name": "a"},
+    }
+
+
+@pytest.fixture
+def rollouts():
+    task0 = [1.0, 0.0, 1.0, 0.0, 0.0]
+    return Rollouts(
+        [record(0, i, r, components={"c": r, "d": 0.5}) for i, r in enumerate(task0)]
+        + [record(0, 5, 0.0, masked=True, kind="judge_failed", components={"c": None, "d": 0.5})]
+        + [record(0, 6, 0.0, masked=True)]  # the environment's own mask: masked, not failed
+        + [record(1, i, 0.0) for i in range(3)]
+        + [record(2, i, 1.0) for i in range(3)]
+    )
+
+
+def brute_pass_at_k(values, k):
+    """pass@k by enumerating every k-subset: the fraction with at least one success."""
+    subsets = list(itertools.combinations(values, k))
+    return sum(any(v >= 1.0 for v in s) for s in subsets) / len(subsets)
+
+
+def test_unbiased_pass_at_k_is_the_closed_form_and_the_subset_average():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            values = [1.0] * c + [0.0] * (n - c)
+            for k in range(1, n + 1):
+                closed = 1 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(closed) == pytest.approx(brute_pass_at_k(values, k))
+                subsets = list(itertools.combinations(values, k))
+                majority = sum(1.0 if 2 * sum(s) > k else 0.5 if 2 * sum(s) == k else 0.0 for s in subsets)
+                assert majority_at_k(n, c, k) == pytest.approx(majority / len(subsets))
+
+
+def test_profile_against_hand_computed_figures(rollouts):
+    p = rollouts.profile()
+    t = p.tasks.set_index("task")
+    assert p.max_k == 5
+    row = t.loc[0]
+    assert (row["episodes"], row["scored"], row["masked"], row["failed"]) == (7, 5, 2, 1)
+    assert row["mean"] == pytest.approx(0.4)
+    assert row["std"] == pytest.approx(math.sqrt((2 * 0.6**2 + 3 * 0.4**2) / 4))  # sample std, as NeMo Gym
+    assert (row["min"], row["median"], row["max"]) == (0.0, 0.0, 1.0)
+    assert row["pass@1"] == pytest.approx(0.4)
+    assert row["pass@2"] == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert row["pass@3"] == pytest.approx(1 - 1 / 10)  # 1 - C(3,3)/C(5,3)
+    assert row["pass@4"] == row["pass@5"] == 1.0
+    assert row["majority@1"] == pytest.approx(0.4)
+    assert row["majority@3"] == pytest.approx(3 / 10)  # both successes drawn: C(2,2)C(3,1)/C(5,3)
+    assert not row["always_0"] and not row["always_1"]
+    assert t.loc[1, "always_0"] and not t.loc[1, "always_1"] and t.loc[1, "pass@3"] == 0.0
+    assert t.loc[2, "always_1"] and math.isnan(t.loc[2, "pass@4"])  # only 3 repeats
+    s = p.summary
+    assert (s["tasks"], s["episodes"], s["scored"], s["masked"], s["failed"]) == (3, 13, 11, 2, 1)
+    assert s["mean_reward"] == pytest.approx(5 / 11)
+    assert s["pass@2"] == pytest.approx((0.7 + 0.0 + 1.0) / 3)
+    assert s["always_0"] == [1] and s["always_1"] == [2] and p.flagged["task"].tolist() == [1, 2]
+    c = p.components.set_index(["task", "component"])
+    assert c.loc[(0, "c"), "mean"] == pytest.approx(0.4) and c.loc[(0, "c"), "missing"] == 1
+    assert c.loc[(0, "d"), "n"] == 6 and c.loc[(0, "d"), "std"] == 0.0
+    ax = p.plot()
+    assert sum(patch.get_height() for patch in ax.patches) == 3  # one count per task
+
+
+def test_profile_matches_the_nemo_gym_profiler(tmp_path):
+    rollouts = Rollouts.load(NEMO)
+    inputs = [row for _, row in iter_jsonl(INTEROP / "nemo_gym_0.7.0_materialized_inputs.jsonl")]
+    expected = [
+        [json.loads(line) for line in (INTEROP / "nemo_gym_0.7.0_rollouts_reward_profiling.jsonl").open()],
+        json.loads((INTEROP / "nemo_gym_0.7.0_rollouts_agent_metrics.json").read_text()),
+        json.loads((INTEROP / "nemo_gym_0.7.0_rollouts_repeat_level_metrics.json").read_text()),
+    ]
+    p = rollouts.profile()
+    assert list(p.nemo(inputs)) == expected
+    # the per-task table says the same as NeMo's per-task rows, for the fields both have
+    (nemo_task,) = expected[0]
+    row = p.tasks.iloc[0]
+    assert row["task"] == nemo_task["_ng_task_index"]
+    for stat in ("mean", "std", "min", "median", "max"):
+        assert row[stat] == nemo_task[f"{stat}/reward"]
+    assert row["scored"] == nemo_task["num_rollouts"]
+    # `gymlab profile FILE --nemo` writes the same three files
+    copy = tmp_path / NEMO.name
+    copy.write_bytes(NEMO.read_bytes())
+    inputs_path = INTEROP / "nemo_gym_0.7.0_materialized_inputs.jsonl"
+    assert cli(["profile", str(copy), "--nemo", "--inputs", str(inputs_path), "--plot", str(tmp_path / "m.png")]) == 0
+    tasks_path, agents_path, repeats_path = profile_paths(copy)
+    assert [json.loads(line) for line in tasks_path.open()] == expected[0]
+    assert json.loads(agents_path.read_text()) == expected[1]
+    assert json.loads(repeats_path.read_text()) == expected[2]
+    assert (tmp_path / "m.png").stat().st_size > 0
+
+
+def test_nemo_files_of_gymlab_records_leave_masked_records_out(rollouts):
+    tasks, agents, repeats = rollouts.profile().nemo()
+    first = tasks[0]
+    assert first["num_rollouts"] == 5 and first["expected_num_rollouts"] == 7 and first["missing_num_rollouts"] == 2
+    assert first["mean/reward"] == pytest.approx(0.4) and first["std/reward"] == pytest.approx(math.sqrt(0.3))
+    assert [i["rollout_id"] for i in first["rollout_infos"]] == ["0:0", "0:1", "0:2", "0:3", "0:4"]
+    (agent,) = agents
+    assert agent["mean/reward"] == pytest.approx(5 / 11)
+    # repeat 0..2 hold three tasks, repeats 3 and 4 only task 0
+    assert [(r["_ng_rollout_index"], r["sample_count"], r["missing_count"]) for r in repeats] == [
+        (0, 3, 0),
+        (1, 3, 0),
+        (2, 3, 0),
+        (3, 1, 2),
+        (4, 1, 2),
+    ]
+    per_repeat = [r["mean/reward"] for r in repeats]
+    assert agent["mean_across_repeats/mean/reward"] == pytest.approx(sum(per_repeat) / 5)
+    lo, hi = agent["ci_low_95_across_repeats/mean/reward"], agent["ci_high_95_across_repeats/mean/reward"]
+    se = agent["se_across_repeats/mean/reward"]
+    assert hi - lo == pytest.approx(2 * 2.7764451051977987 * se)  # t(0.975, df=4)
