@@ -106,4 +106,3 @@ def test_05_export_dataset():
     assert out["verl_reward_model"] == "struct<style: string, ground_truth: string>"
     assert out["verl_checked"] == ["calculator"] * len(out["expected_truths"])
     assert "torn.parquet: not a readable Parquet file" in out["torn_parquet_error"]
-
