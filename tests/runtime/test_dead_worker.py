@@ -21,6 +21,17 @@ counter = load_environment("counter")
 EPISODES = 64
 
 
+def _sockets(pid: int) -> int:
+    """How many sockets process ``pid`` holds open (its accepted connections among them)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
 def test_killing_a_worker_under_load_masks_exactly_its_episodes(lab):
     started = threading.Event()
     calls = {"n": 0}
@@ -41,13 +52,15 @@ def test_killing_a_worker_under_load_masks_exactly_its_episodes(lab):
                 f"until it reads {r['target']}."
             )
         batch = [rows[i % len(rows)] for i in range(EPISODES)]
-        victim = served.worker_pids()[0]
         run = {}
         runner = threading.Thread(
             target=lambda: run.setdefault("rollouts", lab.run_many(agent, batch, concurrency=EPISODES))
         )
         runner.start()
         assert started.wait(120), "the episodes did not start"
+        # The kernel hands connections to workers unevenly (on a busy machine one worker may take
+        # them all): kill the one holding the most client connections, so it holds sessions.
+        victim = max(served.worker_pids(), key=_sockets)
         os.kill(victim, signal.SIGKILL)
         wait_until(lambda: process_gone(victim), 30, "the killed worker gone")
         runner.join(180)
