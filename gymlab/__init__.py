@@ -79,6 +79,9 @@ _NAMES: dict[str, str] = {
     "load": "gymlab.lab.runs",
     "read_jsonl": "gymlab.collection.dataset",
     "reverify": "gymlab.lab.reverify",
+    # reward probes
+    "ProbeReport": "gymlab.probes.report",
+    "probe": "gymlab.probes.run",
     # notebook widgets
     "EpisodeViewer": "gymlab.lab.widgets",
     "LivePanel": "gymlab.lab.widgets",

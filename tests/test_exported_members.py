@@ -45,6 +45,7 @@ EXPORTED = [
     "NeMoGymResponse",
     "OpenAIModel",
     "PolicyModel",
+    "ProbeReport",
     "Reasoning",
     "ResourcesCloseSessionRequest",
     "ResourcesCloseSessionResponse",
@@ -83,6 +84,7 @@ EXPORTED = [
     "load_config",
     "load_environment",
     "lost_session_verification",
+    "probe",
     "read_jsonl",
     "reverify",
 ]

@@ -17,6 +17,7 @@ COMMANDS = {
     "demo": ("gymlab.cli.demo", "run the example environments with rule-based policies"),
     "bench": ("gymlab.bench", "measure episodes/s, latency and start-up"),
     "init": ("gymlab.cli.init", "write a new environment folder that passes its own test"),
+    "probe": ("gymlab.cli.probe", "run adversarial policies to find out whether a reward can be gamed"),
 }
 
 
