@@ -56,7 +56,8 @@ def random_arguments(schema: dict[str, Any] | None, rng: random.Random) -> Any:
         props = schema.get("properties") or {}
         return {name: random_arguments(sub, rng) for name, sub in props.items()}
     if kind == "array":
-        n = rng.randint(schema.get("minItems", 0), max(schema.get("minItems", 0), 3))
+        least = schema.get("minItems", 0)
+        n = rng.randint(least, max(least, min(3, schema.get("maxItems", 3))))
         return [random_arguments(schema.get("items"), rng) for _ in range(n)]
     low, high = schema.get("minimum", -1000), schema.get("maximum", 1000)
     if kind == "integer":
@@ -67,7 +68,8 @@ def random_arguments(schema: dict[str, Any] | None, rng: random.Random) -> Any:
         return rng.random() < 0.5
     if kind == "null":
         return None
-    return rng.choice(_WORDS)
+    word = rng.choice(_WORDS).ljust(schema.get("minLength", 0), "x")
+    return word[: schema["maxLength"]] if "maxLength" in schema else word
 
 
 def _type(schema: dict[str, Any]) -> str:
