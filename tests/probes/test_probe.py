@@ -158,7 +158,7 @@ def test_probes_run_the_agent_path_step_limit_tool_guard_and_masking(lab, counte
     assert [(e.mask_sample, e.failure_kind, e.failure_stage) for e in silent_eps] == [
         (True, "transport_timeout", "agent")
     ] * 2
-    assert [(e.mask_sample, e.failure_kind) for e in report.episodes("broken")] == [(True, "provider_http_error")] * 2
+    assert [(e.mask_sample, e.failure_kind) for e in report.episodes("broken")] == [(True, "provider_unavailable")] * 2
     # a masked episode is no reward: the cell counts it, its mean is nan, nothing is flagged for it
     cell = report.cell("silent", 0)
     assert cell.masked == 1 and math.isnan(cell.mean_reward) and not cell.above
