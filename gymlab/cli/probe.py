@@ -57,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     from gymlab.collection.config import load_config
     from gymlab.collection.datasets import config_rows, read_rows
     from gymlab.lab import AgentHandle, Lab
-    from gymlab.probes import probe
+    from gymlab.probes import BUILTIN_PROBES, probe
 
     config = load_config(*args.configs)
     if args.input:
@@ -66,6 +66,9 @@ def main(args: argparse.Namespace) -> int:
         rows = config_rows(config, dataset=args.dataset, split=args.split, limit=args.limit)
     groups = _group(rows, config.agents, args.agent)
     probes = [p.strip() for p in args.probes.split(",") if p.strip()] if args.probes else None
+    unknown = [p for p in probes or () if p not in BUILTIN_PROBES]
+    if unknown:
+        raise ConfigError(f"--probes: unknown probe {unknown[0]!r}; built-in probes: {', '.join(BUILTIN_PROBES)}")
     agent_config = {"max_steps": args.max_steps} if args.max_steps else {}
     flagged = False
     with Lab() as lab:
