@@ -74,6 +74,12 @@ class ProbeReport:
         self.threshold = threshold
         self.policies = dict(policies or {})
         self.tasks = sorted({_task_of(r) for rs in self.rollouts.values() for r in rs}, key=lambda t: (t is None, t))
+        runs = {**self.rollouts, **({REAL: self.real} if self.real is not None else {})}
+        self._by_task: dict[tuple[str, Any], list[Any]] = {}
+        for name, records in runs.items():
+            for r in records:
+                self._by_task.setdefault((name, _task_of(r)), []).append(r)
+        self._cells: dict[tuple[str, Any], Cell] = {}
 
     # -- the episodes ----------------------------------------------------------------------------------
 
@@ -89,7 +95,7 @@ class ProbeReport:
             source = self.rollouts[probe]
         else:
             raise KeyError(f"no probe {probe!r} in this report; probes: {', '.join(self.rollouts)}")
-        return Rollouts(r for r in source if task is None or _task_of(r) == task)
+        return Rollouts(source if task is None else self._by_task.get((probe, task), []))
 
     def viewer(self, probe: str, task: Any = None):
         """An ``EpisodeViewer`` on the probe's best-rewarded episode (of ``task``, or of any task)."""
@@ -105,10 +111,15 @@ class ProbeReport:
     def _real_reward(self, task: Any) -> float:
         if self.real is None:
             return math.nan
-        return mean_reward([r for r in self.real if task is None or _task_of(r) == task])
+        return mean_reward(self.real if task is None else self._by_task.get((REAL, task), []))
 
     def cell(self, probe: str, task: Any = None) -> Cell:
         """The verdict of ``probe`` on ``task`` (None: over every task)."""
+        if (probe, task) not in self._cells:
+            self._cells[probe, task] = self._cell(probe, task)
+        return self._cells[probe, task]
+
+    def _cell(self, probe: str, task: Any) -> Cell:
         records = list(self.episodes(probe, task))
         mean = mean_reward(records)
         return Cell(

@@ -3,16 +3,20 @@
 Each probe policy is served as a model server of the Lab, bound to an agent of the same kind and
 config as a real run (simple_agent for a seed/verify server, gymnasium_agent for a Gymnasium server,
 or a copy of the agent handle you pass, e.g. an agent-embedded environment), and the rows go through
-``lab.run_many``: the same time budgets, step limit, tool guard and masking as any run.
+``lab.arun_many``: the same time budgets, step limit, tool guard and masking as any run. The probes
+run side by side, each with its own model and agent server, stopped when the report is made.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from gymlab._sync import run_sync
 from gymlab.probes.policies import BUILTIN_PROBES
-from gymlab.probes.report import ProbeReport
+from gymlab.probes.report import REAL, ProbeReport
 
 
 def probe(
@@ -37,24 +41,47 @@ def probe(
     ``probes``: name -> policy (default ``BUILTIN_PROBES``; extend with ``{**BUILTIN_PROBES, "mine": fn}``)
     or a list of built-in names. ``real_policy``: a policy function or a model server (handle or URL)
     whose reward is shown beside each probe's; for an agent handle, by default the agent's own model.
-    An episode *beats* ``threshold`` when its reward is above it; a probe is flagged on a task when
-    its mean reward there is above it. ``agent_config`` goes to every agent (``max_steps=8``,
-    ``timeouts={"model": 30}``, ...).
+    An episode *beats* ``threshold`` when its reward is above it; a probe is flagged when its mean
+    reward over every task is above it (and a task is marked where the probe's mean there is). Every probe runs at once, ``concurrency`` episodes at a time
+    each. ``agent_config`` goes to every agent (``max_steps=8``, ``timeouts={"model": 30}``, ...).
     """
     chosen = _chosen(probes)
     rows = list(rows)
     if not rows:
         raise ValueError("probe needs at least one row")
     kind, base = _agent_kind(env, agent, agent_config)
-    results = {}
-    for name, policy in chosen.items():
-        results[name] = _run_one(lab, env, rows, kind, base, f"probe-{name}", policy, repeats, concurrency, progress)
-    real = None
+    runs = dict(chosen)
     if real_policy is not None:
-        real = _run_one(lab, env, rows, kind, base, "probe-real", real_policy, repeats, concurrency, progress)
-    elif _is_agent(env):
-        real = lab.run_many(env, rows, repeats=repeats, concurrency=concurrency, progress=progress)
-    return ProbeReport(results, real=real, rows=rows, threshold=threshold, policies=chosen)
+        runs[REAL] = real_policy
+    served: dict[str, tuple[Any, Any]] = {}
+    try:
+        for name, policy in runs.items():
+            label = "probe-real" if name == REAL else f"probe-{name}"
+            model = lab.serve_model(policy, name=f"{label}-model") if callable(policy) else None
+            served[name] = (lab.serve_agent(kind, model=model or policy, name=f"{label}-agent", **base), model)
+        if real_policy is None and _is_agent(env):
+            served[REAL] = (env, None)
+        done = run_sync(_run_all(lab, served, rows, repeats, concurrency, progress))
+    finally:
+        _stop([h for name, pair in served.items() for h in pair if h is not None and h is not env])
+    real = done.pop(REAL, None)
+    return ProbeReport(done, real=real, rows=rows, threshold=threshold, policies=chosen)
+
+
+async def _run_all(lab, served, rows, repeats, concurrency, progress) -> dict[str, Any]:
+    """Every probe's rows at once (``concurrency`` episodes at a time for each probe)."""
+    names = list(served)
+    results = await asyncio.gather(
+        *(lab.arun_many(served[n][0], rows, repeats=repeats, concurrency=concurrency, progress=progress) for n in names)
+    )
+    return dict(zip(names, results))
+
+
+def _stop(handles: list[Any]) -> None:
+    """Stop the probes' servers side by side (each waits for its uvicorn loop to wind down)."""
+    if handles:
+        with ThreadPoolExecutor(len(handles)) as pool:
+            list(pool.map(lambda h: h.stop(), handles))
 
 
 def _chosen(probes: Any) -> dict[str, Callable]:
@@ -72,6 +99,8 @@ def _chosen(probes: Any) -> dict[str, Callable]:
             )
         chosen = {n: BUILTIN_PROBES[n] for n in names}
     for name, policy in chosen.items():
+        if name == REAL:
+            raise ValueError(f"{REAL!r} names the real policy's run; give the probe another name")
         if not callable(policy):
             raise TypeError(f"probe {name!r}: a probe is a policy function (request -> answer), not {policy!r}")
     if not chosen:
@@ -102,15 +131,3 @@ def _agent_kind(env: Any, agent: Any, config: dict[str, Any]) -> tuple[Any, dict
         )
     kind = "gymnasium_agent" if isinstance(server, GymnasiumServer) else "simple_agent"
     return kind, {"resources": env, **config}
-
-
-def _run_one(lab, env, rows, kind, base, name, policy, repeats, concurrency, progress):
-    """Serve ``policy`` (a function, or a model server handle/URL) with its own agent and run the rows."""
-    model = lab.serve_model(policy, name=f"{name}-model") if callable(policy) else policy
-    agent = lab.serve_agent(kind, model=model, name=f"{name}-agent", **base)
-    try:
-        return lab.run_many(agent, rows, repeats=repeats, concurrency=concurrency, progress=progress)
-    finally:
-        agent.stop()
-        if callable(policy):
-            model.stop()
