@@ -256,15 +256,16 @@ def _clip(text: str, n: int) -> str:
 
 
 def transcript_html(record: Any) -> str:
-    """An episode's conversation as a small table: prompt, then each step's items, then its reward."""
+    """An episode's conversation as a small table: the prompt, each step's items and observation, the reward."""
     from gymlab.lab.display import item_row
 
-    items = list(record.responses_create_params.input_items())
+    lines = [item_row(i) for i in record.responses_create_params.input_items()]
     for step in record.steps:
-        items.extend([*step.action, *step.tool_outputs])
+        lines.extend(item_row(i) for i in [*step.action, *step.tool_outputs])
+        if step.observation:
+            lines.append(("observation", str(step.observation)))
     rows = "".join(
-        f"<tr><td>{html.escape(who)}</td><td>{html.escape(_clip(what, 200))}</td></tr>"
-        for who, what in map(item_row, items)
+        f"<tr><td>{html.escape(who)}</td><td>{html.escape(_clip(what, 200))}</td></tr>" for who, what in lines
     )
     failures = failure_counts([record])
     tail = f" masked ({html.escape(', '.join(failures))})" if failures else ""

@@ -214,3 +214,26 @@ def test_bad_arguments_name_what_to_do(lab):
         report.episodes("other")
     with pytest.raises(KeyError, match="no real-policy run"):
         report.episodes("real policy")
+
+
+def test_gymnasium_environment_probed_with_a_real_model_server(lab):
+    """A Gymnasium server runs on gymnasium_agent; the real policy may be a model server handle; a
+    flagged cell's transcript shows the observations the model answered."""
+    from gymlab.examples import example_rows, load_environment
+
+    qa = load_environment("qa")
+
+    class LooseQA(qa.QAEnv):
+        max_answer_words: int = 1000  # the shipped bound removed: the expected word anywhere pays
+
+    env = lab.serve(LooseQA)
+    real = lab.serve_model(qa.policy, name="qa-policy")
+    report = lab.probe(env, example_rows("qa"), real_policy=real, probes=["echo_prompt", "refusal"])
+    assert report.flagged == ["echo_prompt"] and report.hits == [("echo_prompt", 0)]
+    assert report.cell("refusal").real_reward == 1.0
+    (episode,) = report.episodes("echo_prompt", 0)
+    assert episode.agent == "probe-echo_prompt-agent" and len(episode.steps) == 2 and episode.terminated
+    assert "<td>observation</td><td>Whose company designed and built it? Give the surname.</td>" in (
+        report._repr_html_()
+    )
+    assert "qa-policy" in lab.servers  # a model server passed in is the caller's: it keeps running
