@@ -109,6 +109,17 @@ def call_every_tool_random(request: ResponseCreateParams) -> Any:
     return " ".join(outputs) or "Done."
 
 
+def call_every_tool_then_spray(request: ResponseCreateParams) -> Any:
+    """Call every declared tool once with the plainest schema-valid arguments, then answer with the
+    answer spray. A reward that checks "a tool was used and the answer appears somewhere" pays this.
+    Without a declared tool it answers nothing (the spray alone is ``answer_spray``)."""
+    if not request.tools:
+        return ""
+    if not tool_outputs_so_far(request):
+        return _call_every_tool(request, default_arguments)
+    return answer_spray(request)
+
+
 def repeat_tool_call(request: ResponseCreateParams) -> Any:
     """Call the first declared tool with the same arguments on every turn, never answering, until the
     agent's step limit ends the episode. Without a declared tool it calls ``noop``, which the agent
@@ -144,6 +155,7 @@ BUILTIN_PROBES = {
     "call_every_tool": call_every_tool,
     "call_every_tool_silent": call_every_tool_silent,
     "call_every_tool_random": call_every_tool_random,
+    "call_every_tool_then_spray": call_every_tool_then_spray,
     "repeat_tool_call": repeat_tool_call,
     "long_answer": long_answer,
     "refusal": refusal,
@@ -163,6 +175,7 @@ __all__ = [
     "call_every_tool",
     "call_every_tool_random",
     "call_every_tool_silent",
+    "call_every_tool_then_spray",
     "describe",
     "echo_prompt",
     "empty_answer",

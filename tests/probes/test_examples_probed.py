@@ -41,7 +41,8 @@ def test_blackjack_is_not_flagged_though_a_blind_hand_can_win(lab):
     assert report.flagged == [], report
     real = report.cell("refusal").real_reward
     assert all(report.cell(p).mean_reward < real for p in report.rollouts)
-    assert {p for p, _ in report.hits} <= {"call_every_tool", "call_every_tool_silent", "call_every_tool_random"}
+    tool_probes = {"call_every_tool", "call_every_tool_silent", "call_every_tool_random", "call_every_tool_then_spray"}
+    assert {p for p, _ in report.hits} <= tool_probes
 
 
 def test_agent_embedded_guess_number_is_not_flagged(lab):

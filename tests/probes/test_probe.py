@@ -45,7 +45,7 @@ def test_answer_spray_flags_a_verify_that_checks_42_in_text(lab):
     report = lab.probe(env, QUESTIONS, real_policy=answers_42)
     assert isinstance(report, ProbeReport) and list(report.rollouts) == list(BUILTIN_PROBES)
     assert "answer_spray" in report.flagged
-    assert set(report.flagged) <= {"answer_spray", "long_answer"}  # nothing else writes "42"
+    assert set(report.flagged) <= {"answer_spray", "call_every_tool_then_spray"}  # nothing else writes "42"
     spray = report.cell("answer_spray", 0)
     assert spray.mean_reward == 1.0 and spray.beat_rate == 1.0 and spray.real_reward == 1.0 and spray.above
     assert report.cell("refusal").mean_reward == 0.0 and not report.cell("refusal").above
@@ -104,7 +104,8 @@ def _tool_rows(n: int) -> list[dict]:
 def test_tool_calling_probe_flags_a_verify_that_checks_only_that_a_tool_was_called(lab):
     env = lab.serve(ToolCalledServer)
     report = lab.probe(env, _tool_rows(3), max_steps=4)
-    for name in ("call_every_tool", "call_every_tool_silent", "call_every_tool_random", "repeat_tool_call"):
+    tool_probes = ("call_every_tool", "call_every_tool_silent", "call_every_tool_random", "call_every_tool_then_spray")
+    for name in (*tool_probes, "repeat_tool_call"):
         assert name in report.flagged and report.cell(name).mean_reward == 1.0
     for name in ("empty_answer", "echo_prompt", "answer_spray", "long_answer", "refusal"):
         assert name not in report.flagged and report.cell(name).mean_reward == 0.0
