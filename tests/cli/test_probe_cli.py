@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from gymlab.cli import main
 
@@ -47,7 +50,7 @@ def test_probe_the_shipped_calculator_config(capsys):
     assert main(["probe", str(CALCULATOR_YAML)]) == 0
     out = capsys.readouterr().out
     assert "gymlab probe: calculator_simple_agent, 5 rows x 1" in out
-    assert "real policy             1.00    1.00    1.00    1.00    1.00    1.00" in out
+    assert re.search(r"real policy +1\.00 +1\.00 +1\.00 +1\.00 +1\.00 +1\.00\n", out)
     assert "no probe earned a mean reward above 0 over every task" in out
 
 
@@ -64,6 +67,15 @@ def test_a_hackable_config_exits_1_and_saves_each_probes_rollouts(tmp_path, caps
     assert len(spray) == 4 and {r["reward"] for r in spray} == {1.0}
     refusal = [json.loads(line) for line in (tmp_path / "out" / "answers_agent" / "refusal.jsonl").open()]
     assert {r["reward"] for r in refusal} == {0.0}
+
+
+@pytest.mark.parametrize("flags", [[], ["--gymnasium"]], ids=["seed-verify", "gymnasium"])
+def test_a_new_environment_from_gymlab_init_is_not_flagged(tmp_path, capsys, flags):
+    """The template's verify once paid any answer holding the count: calling the tool, then the spray."""
+    assert main(["init", str(tmp_path / "myenv"), *flags]) == 0
+    assert main(["probe", str(tmp_path / "myenv" / "configs" / "myenv.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"call_every_tool_then_spray +0\.00", out) and "no probe earned a mean reward above 0" in out
 
 
 def test_unknown_agent_is_a_one_line_error(capsys):
