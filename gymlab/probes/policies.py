@@ -3,8 +3,8 @@
 Every probe has the shape of the example environments' rule-based policies (``PolicyModel`` serves
 it): it receives the request (``ResponseCreateParams``) and returns a string (one assistant message),
 a list of output items, or a response. A probe is stateless; it reads the conversation so far from
-the request (``request.input_items()``). Add your own to ``BUILTIN_PROBES`` or pass
-``probes={"name": fn, ...}`` to ``probe``.
+the request (``request.input_items()``). Run your own beside these with
+``probe(..., probes={**BUILTIN_PROBES, "name": fn})``.
 
 A probe earns reward when the reward checks something a model can produce without solving the task:
 a number somewhere in the text, that a tool was called, the answer's length, a word of the prompt.
@@ -21,7 +21,7 @@ from gymlab.protocol import ResponseCreateParams, function_call
 
 #: Frequent short answers and English words (the "common words" of the answer spray).
 COMMON_WORDS = (
-    "yes no true false correct incorrect right wrong none all both neither unknown maybe done ok "
+    "yes no true false correct incorrect wrong none all both neither unknown maybe done ok "
     "the a an and or not is it of to in on for with one two three four five six seven eight nine ten "
     "zero first last left right up down north south east west red green blue black white high low"
 ).split()
