@@ -133,6 +133,10 @@ class ProbeReport:
             above=probe != REAL and not math.isnan(mean) and mean > self.threshold,
         )
 
+    def _prompts(self) -> dict[Any, str]:
+        """Each task's prompt, by task index (a row's own ``_ng_task_index``, else its position)."""
+        return {row.get("_ng_task_index", i): _prompt(row) for i, row in enumerate(self.rows)}
+
     def cells(self) -> list[Cell]:
         """Every probe on every task."""
         return [self.cell(p, t) for p in self.rollouts for t in self.tasks]
@@ -153,7 +157,7 @@ class ProbeReport:
         task's mean reward is above the threshold), flagged (the probe's is, over every task), prompt."""
         import pandas as pd
 
-        prompts = {i: _prompt(row) for i, row in enumerate(self.rows)}
+        prompts = self._prompts()
         flagged = set(self.flagged)
         data = [{**c.__dict__, "flagged": c.probe in flagged, "prompt": prompts.get(c.task, "")} for c in self.cells()]
         columns = [
@@ -196,7 +200,7 @@ class ProbeReport:
         return "\n".join(lines) + f"\n{verdict}"
 
     def _repr_html_(self) -> str:
-        prompts = {i: _prompt(row) for i, row in enumerate(self.rows)}
+        prompts = self._prompts()
         head = "".join(
             f"<th title='{html.escape(prompts.get(t, ''), quote=True)}'>task {html.escape(str(t))}"
             f"<br><small>{html.escape(_clip(prompts.get(t, ''), 40))}</small></th>"
