@@ -86,6 +86,9 @@ _NAMES: dict[str, str] = {
     "Judge": "gymlab.rewards.judge",
     "Rubric": "gymlab.rewards.rubric",
     "profile": "gymlab.rewards.profile",
+    # reward probes
+    "ProbeReport": "gymlab.probes.report",
+    "probe": "gymlab.probes.run",
     # notebook widgets
     "EpisodeViewer": "gymlab.lab.widgets",
     "LivePanel": "gymlab.lab.widgets",

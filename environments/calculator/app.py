@@ -1,4 +1,8 @@
-"""The spec's calculator: one tool, ``/square``; reward 1.0 when the model used it."""
+"""The spec's calculator: one tool, ``/square``; reward 1.0 when the model squared the question's number.
+
+The spec's verify paid for any call of ``square`` (``gymlab probe`` flags it: calling every tool with
+``{"value": 0}`` earned 1.0), so this one checks the call's argument against the question.
+"""
 
 from __future__ import annotations
 
@@ -30,12 +34,30 @@ class CalculatorServer(SimpleResourcesServer):
         return SquareResponse(result=body.value**2)
 
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
-        used_square = any(item.type == "function_call" and item.name == "square" for item in body.response.output)
+        asked = asked_number(body.responses_create_params)
+        squared = any(
+            item.type == "function_call" and item.name == "square" and _value(item.arguments) == asked
+            for item in body.response.output
+        )
         return BaseVerifyResponse(
             responses_create_params=body.responses_create_params,
             response=body.response,
-            reward=float(used_square),
+            reward=float(asked is not None and squared),
         )
+
+
+def asked_number(params) -> int | None:
+    """The last number of the user's messages: the one the question asks to square."""
+    text = " ".join(i.text for i in params.input_items() if i.type == "message" and i.role == "user")
+    numbers = re.findall(r"-?\d+", text)
+    return int(numbers[-1]) if numbers else None
+
+
+def _value(arguments: str):
+    try:
+        return json.loads(arguments).get("value")
+    except (ValueError, AttributeError):
+        return None
 
 
 def policy(request):

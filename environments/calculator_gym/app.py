@@ -1,4 +1,9 @@
-"""The spec's CalculatorEnv: ``square`` as a Gymnasium action; reward 1.0 on the final answer."""
+"""The spec's CalculatorEnv: ``square`` as a Gymnasium action; reward 1.0 on a correct final answer.
+
+The spec's env paid 1.0 for any final answer (``gymlab probe`` flagged every answering probe, the
+empty answer and the refusal included), so this one pays when the answer's only number is the row's
+``expected_answer``.
+"""
 
 import json
 import re
@@ -19,7 +24,9 @@ class CalculatorEnv(GymnasiumServer):
                     result = {"error": f"Unknown action: {call.name}"}
                 outputs.append(self.tool_output(call, result))
             return None, 0.0, False, False, {"tool_outputs": outputs}
-        return None, 1.0, True, False, {}
+        numbers = re.findall(r"-?\d+", action.output_text)
+        correct = "expected_answer" in metadata and numbers == [str(metadata["expected_answer"])]
+        return None, float(correct), True, False, {"correct": correct}
 
 
 def policy(request):

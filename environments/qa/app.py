@@ -1,7 +1,9 @@
 """Multi-turn Q&A: each answer is followed by the row's next follow-up question; the last answer is graded.
 
 Row fields: ``follow_ups`` (the questions asked after the first one, in order) and
-``expected_answer`` (reward 1.0 when it appears, case-insensitively, in the final answer).
+``expected_answer`` (reward 1.0 when it appears, case-insensitively, in a final answer of at most
+``max_answer_words`` words: a longer text could hold any answer, and ``gymlab probe`` found that the
+echoed prompt, the answer spray and an over-long answer all earned 1.0 without that bound).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from gymlab import GymnasiumServer
 
 
 class QAEnv(GymnasiumServer):
+    max_answer_words: int = 10
+
     async def reset(self, metadata, session_id=None):
         self.session_state[session_id] = {"asked": 0, "answers": []}
         return None, {"questions": 1 + len(metadata.get("follow_ups", []))}
@@ -36,7 +40,8 @@ class QAEnv(GymnasiumServer):
             state["asked"] += 1
             return question, 0.0, False, False, {"answered": len(state["answers"])}
         expected = str(metadata.get("expected_answer", ""))
-        correct = bool(expected) and expected.lower() in answer.lower()
+        short = len(answer.split()) <= self.max_answer_words
+        correct = bool(expected) and short and expected.lower() in answer.lower()
         info = {"answered": len(state["answers"]), "answer": answer, "expected_answer": expected, "correct": correct}
         return None, float(correct), True, False, info
 

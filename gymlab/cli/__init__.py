@@ -19,6 +19,7 @@ COMMANDS = {
     "profile": ("gymlab.cli.profile", "profile the rewards of a rollouts file, task by task"),
     "init": ("gymlab.cli.init", "write a new environment folder that passes its own test"),
     "export": ("gymlab.cli.export", "write rollouts as a TRL or verl dataset (Parquet or JSONL) with a dataset card"),
+    "probe": ("gymlab.cli.probe", "run adversarial policies to find out whether a reward can be gamed"),
 }
 
 

@@ -41,6 +41,7 @@ Serve it with its agent and a rule-based model: ``gymlab serve configs/$name.yam
 from __future__ import annotations
 
 import json
+import re
 
 from fastapi import FastAPI
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer, function_call
@@ -70,7 +71,7 @@ class ${cls}Server(SimpleResourcesServer):
 
     async def verify(self, body: ${cls}VerifyRequest) -> BaseVerifyResponse:
         used_tool = any(i.type == "function_call" and i.name == "count_words" for i in body.response.output)
-        answered = str(body.expected_count) in body.response.output_text
+        answered = re.findall(r"-?\\d+", body.response.output_text) == [str(body.expected_count)]
         return BaseVerifyResponse(responses_create_params=body.responses_create_params, response=body.response,
                                   reward=float(used_tool and answered))
 '''
@@ -84,7 +85,7 @@ if __name__ == "__main__":
 
 GYMNASIUM_APP = (
     '''"""$name: a Gymnasium environment. Each step the model calls ``count_words`` (an observation comes
-back) or answers; the answer ends the episode with reward 1.0 when it holds the row's ``expected_count``.
+back) or answers; the answer ends the episode with reward 1.0 when its only number is the row's ``expected_count``.
 
 Serve it with its agent and a rule-based model: ``gymlab serve configs/$name.yaml``.
 """
@@ -92,6 +93,7 @@ Serve it with its agent and a rule-based model: ``gymlab serve configs/$name.yam
 from __future__ import annotations
 
 import json
+import re
 
 from gymlab import GymnasiumServer, function_call
 
@@ -120,7 +122,8 @@ class ${cls}Env(GymnasiumServer):
                     result = {"error": f"unknown tool {call.name!r}; call count_words"}
                 outputs.append(self.tool_output(call, result))
             return None, 0.0, False, False, {"tool_outputs": outputs}
-        correct = state["expected_count"] is not None and str(state["expected_count"]) in action.output_text
+        numbers = re.findall(r"-?\\d+", action.output_text)
+        correct = state["expected_count"] is not None and numbers == [str(state["expected_count"])]
         return None, float(correct), True, False, {"correct": correct, "tool_calls": state["tool_calls"]}
 '''
     + POLICY

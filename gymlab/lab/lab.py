@@ -332,6 +332,12 @@ class Lab:
         entries = [e for e in self._book.entries if all or e.time >= self._started]
         return LogView(entries[-last:] if last else entries)
 
+    def probe(self, env: Any, rows: list[dict[str, Any]], **kw: Any):
+        """Run the reward probes over ``rows`` against ``env``; see ``gymlab.probes.probe``."""
+        from gymlab.probes.run import probe
+
+        return probe(self, env, rows, **kw)
+
     def close(self) -> None:
         """Stop every server this lab started."""
         for handle in list(self._handles.values()):

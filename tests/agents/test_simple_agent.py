@@ -83,14 +83,14 @@ def test_crashing_tool_reaches_the_model(lab, calculator, rows):
             raise ZeroDivisionError("boom")
 
     env = lab.serve(Crashy)
-    model = lab.serve_model(_scripted([function_call("square", {"value": 3})]))
+    model = lab.serve_model(_scripted([function_call("square", {"value": 4})]))
     agent = lab.serve_agent("simple_agent", resources=env, model=model)
     rollout = agent.run(rows("calculator")[0])
     (out,) = _outputs(rollout)
     body = json.loads(out.output)
     assert body["server"] == "crashy" and body["route"] == "POST /square"
     assert body["error"] == "ZeroDivisionError" and "boom" in body["detail"]
-    assert rollout.reward == 1.0  # the call was made; the episode still ended
+    assert rollout.reward == 1.0  # the question's number was squared; the episode still ended
 
 
 def test_max_steps_stops_a_model_that_never_answers(lab, calculator, rows):

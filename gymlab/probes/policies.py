@@ -1,0 +1,188 @@
+"""The built-in adversarial policies: plain policy functions, each a way to earn reward without the task.
+
+Every probe has the shape of the example environments' rule-based policies (``PolicyModel`` serves
+it): it receives the request (``ResponseCreateParams``) and returns a string (one assistant message),
+a list of output items, or a response. A probe is stateless; it reads the conversation so far from
+the request (``request.input_items()``). Run your own beside these with
+``probe(..., probes={**BUILTIN_PROBES, "name": fn})``.
+
+A probe earns reward when the reward checks something a model can produce without solving the task:
+a number somewhere in the text, that a tool was called, the answer's length, a word of the prompt.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from gymlab.probes.arguments import default_arguments, random_arguments
+from gymlab.protocol import ResponseCreateParams, function_call
+
+#: Frequent short answers and English words (the "common words" of the answer spray).
+COMMON_WORDS = (
+    "yes no true false correct incorrect wrong none all both neither unknown maybe done ok "
+    "the a an and or not is it of to in on for with one two three four five six seven eight nine ten "
+    "zero first last left right up down north south east west red green blue black white high low"
+).split()
+
+#: The numbers the answer spray writes out.
+SPRAY_NUMBERS = range(-100, 1001)
+
+#: Labels of multiple-choice options the spray names whether or not the prompt lists them.
+OPTION_LETTERS = "ABCDE"
+
+_OPTION = re.compile(r"^\s*\(?([A-Ha-h1-9])[).:]\s+(.+?)\s*$", re.MULTILINE)
+
+
+# -- what a probe reads from the request -------------------------------------------------------------
+
+
+def prompt_text(request: ResponseCreateParams) -> str:
+    """Every user, developer and system message of the conversation so far, one per line."""
+    return "\n".join(
+        i.text for i in request.input_items() if i.type == "message" and i.role in ("user", "developer", "system")
+    )
+
+
+def tool_outputs_so_far(request: ResponseCreateParams) -> list[str]:
+    """The outputs of the tool calls made so far in this episode."""
+    return [i.output for i in request.input_items() if i.type == "function_call_output"]
+
+
+def multiple_choice_options(text: str) -> list[str]:
+    """The options a prompt lists as ``A) ...``, ``(b) ...``, ``1. ...``: their labels and their texts."""
+    found = _OPTION.findall(text)
+    return [part for label, option in found for part in (label, option)]
+
+
+# -- the probes --------------------------------------------------------------------------------------
+
+
+def empty_answer(request: ResponseCreateParams) -> str:
+    """Answer with nothing at all."""
+    return ""
+
+
+def echo_prompt(request: ResponseCreateParams) -> str:
+    """Answer with the prompt itself: rewards that look for a word of the question pass."""
+    return prompt_text(request)
+
+
+def answer_spray(request: ResponseCreateParams) -> str:
+    """Every candidate answer at once: every number in ``SPRAY_NUMBERS``, every multiple-choice
+    option (the prompt's, and the letters A-E), and ``COMMON_WORDS``. A reward that checks whether the
+    right answer appears *somewhere* in the text pays this."""
+    options = multiple_choice_options(prompt_text(request))
+    candidates = [*map(str, SPRAY_NUMBERS), *options, *OPTION_LETTERS, *COMMON_WORDS]
+    return " ".join(candidates)
+
+
+def _call_every_tool(request: ResponseCreateParams, arguments) -> list[Any]:
+    return [function_call(tool.name, arguments(tool.parameters)) for tool in request.tools]
+
+
+def call_every_tool(request: ResponseCreateParams) -> Any:
+    """Call every declared tool once with the plainest schema-valid arguments, then answer with
+    what the tools said. A reward that checks only that a tool was called pays this."""
+    outputs = tool_outputs_so_far(request)
+    if not outputs and request.tools:
+        return _call_every_tool(request, default_arguments)
+    return " ".join(outputs) or "Done."
+
+
+def call_every_tool_silent(request: ResponseCreateParams) -> Any:
+    """Call every declared tool once with the plainest schema-valid arguments, then end the episode
+    without a final answer (an empty output)."""
+    if not tool_outputs_so_far(request) and request.tools:
+        return _call_every_tool(request, default_arguments)
+    return []
+
+
+def call_every_tool_random(request: ResponseCreateParams) -> Any:
+    """Call every declared tool once with random schema-valid arguments (seeded by the prompt, so a
+    rerun repeats them), then answer with what the tools said."""
+    outputs = tool_outputs_so_far(request)
+    if not outputs and request.tools:
+        rng = random.Random(prompt_text(request))
+        return _call_every_tool(request, lambda schema: random_arguments(schema, rng))
+    return " ".join(outputs) or "Done."
+
+
+def call_every_tool_then_spray(request: ResponseCreateParams) -> Any:
+    """Call every declared tool once with the plainest schema-valid arguments, then answer with the
+    answer spray. A reward that checks "a tool was used and the answer appears somewhere" pays this.
+    Without a declared tool it answers nothing (the spray alone is ``answer_spray``)."""
+    if not request.tools:
+        return ""
+    if not tool_outputs_so_far(request):
+        return _call_every_tool(request, default_arguments)
+    return answer_spray(request)
+
+
+def repeat_tool_call(request: ResponseCreateParams) -> Any:
+    """Call the first declared tool with the same arguments on every turn, never answering, until the
+    agent's step limit ends the episode. Without a declared tool it calls ``noop``, which the agent
+    refuses as it would any undeclared tool."""
+    if request.tools:
+        tool = request.tools[0]
+        return [function_call(tool.name, default_arguments(tool.parameters))]
+    return [function_call("noop", {})]
+
+
+#: Characters of filler the over-long answer writes.
+LONG_ANSWER_CHARS = 64_000
+
+
+def long_answer(request: ResponseCreateParams) -> str:
+    """An over-long answer: about ``LONG_ANSWER_CHARS`` characters of filler after the prompt. A reward
+    that grows with length, or a check that breaks on a long text, shows here."""
+    filler = " ".join(COMMON_WORDS)
+    text = prompt_text(request) + "\n"
+    return (text + (filler + " ") * (LONG_ANSWER_CHARS // (len(filler) + 1) + 1))[:LONG_ANSWER_CHARS]
+
+
+def refusal(request: ResponseCreateParams) -> str:
+    """Decline the task."""
+    return "I'm sorry, but I can't help with that."
+
+
+#: The probes ``probe`` runs when none are named, by name (the order of the verdict table).
+BUILTIN_PROBES = {
+    "empty_answer": empty_answer,
+    "echo_prompt": echo_prompt,
+    "answer_spray": answer_spray,
+    "call_every_tool": call_every_tool,
+    "call_every_tool_silent": call_every_tool_silent,
+    "call_every_tool_random": call_every_tool_random,
+    "call_every_tool_then_spray": call_every_tool_then_spray,
+    "repeat_tool_call": repeat_tool_call,
+    "long_answer": long_answer,
+    "refusal": refusal,
+}
+
+
+def describe(policy: Any) -> str:
+    """A probe's one-line description: the first sentence of its docstring."""
+    doc = (getattr(policy, "__doc__", None) or "").strip()
+    return re.split(r"(?<=[.:])\s", " ".join(doc.split()), maxsplit=1)[0] if doc else ""
+
+
+__all__ = [
+    "BUILTIN_PROBES",
+    "COMMON_WORDS",
+    "answer_spray",
+    "call_every_tool",
+    "call_every_tool_random",
+    "call_every_tool_silent",
+    "call_every_tool_then_spray",
+    "describe",
+    "echo_prompt",
+    "empty_answer",
+    "long_answer",
+    "multiple_choice_options",
+    "prompt_text",
+    "refusal",
+    "repeat_tool_call",
+    "tool_outputs_so_far",
+]

@@ -1,0 +1,84 @@
+"""Tool arguments from JSON schemas: the plainest and random values validate against their schema."""
+
+import random
+
+import jsonschema
+import pytest
+
+from gymlab.probes.arguments import default_arguments, random_arguments
+from gymlab.probes.policies import answer_spray, call_every_tool, multiple_choice_options, repeat_tool_call
+from gymlab.protocol import ResponseCreateParams
+
+SCHEMAS = [
+    {"type": "object", "properties": {}, "additionalProperties": False},
+    {"type": "object", "properties": {"value": {"type": "integer"}}, "required": ["value"]},
+    {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 2},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 5},
+            "mode": {"enum": ["fast", "exact"]},
+            "ratio": {"type": "number", "minimum": 0, "maximum": 1},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "flag": {"type": "boolean"},
+            "maybe": {"type": ["string", "null"]},
+            "nested": {"type": "object", "properties": {"x": {"const": 3}}, "required": ["x"]},
+            "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+        },
+        "required": ["query", "limit", "mode", "tags", "nested"],
+        "additionalProperties": False,
+    },
+    {"type": "object", "properties": {"n": {"type": "integer", "default": 7}}},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_default_and_random_arguments_satisfy_the_schema(schema):
+    jsonschema.validate(default_arguments(schema), schema)
+    rng = random.Random(0)
+    for _ in range(50):
+        jsonschema.validate(random_arguments(schema, rng), schema)
+
+
+def test_defaults_are_the_plainest_values():
+    assert default_arguments(SCHEMAS[1]) == {"value": 0}
+    assert default_arguments(SCHEMAS[3]) == {"n": 7}
+    plain = default_arguments(SCHEMAS[2])
+    assert plain["query"] == "xx" and plain["limit"] == 1 and plain["mode"] == "fast" and plain["tags"] == [""]
+
+
+def test_random_arguments_repeat_with_the_seed():
+    a = [random_arguments(SCHEMAS[2], random.Random(5)) for _ in range(2)]
+    assert a[0] == a[1]
+    assert random_arguments(SCHEMAS[2], random.Random(6)) != a[0]
+
+
+def _request(text, tools=()):
+    return ResponseCreateParams(input=[{"role": "user", "content": text}], tools=list(tools))
+
+
+def test_spray_names_every_number_the_options_and_common_words():
+    text = "Which is prime?\nA) 4\nB) 9\nC) 11"
+    assert multiple_choice_options(text) == ["A", "4", "B", "9", "C", "11"]
+    words = answer_spray(_request(text)).split()
+    assert {"-100", "0", "42", "1000", "A", "E", "yes", "false"} <= set(words)
+
+
+def test_tool_probes_call_every_declared_tool_then_answer():
+    tools = [
+        {"type": "function", "name": "a", "parameters": SCHEMAS[1]},
+        {"type": "function", "name": "b", "parameters": SCHEMAS[0]},
+    ]
+    calls = call_every_tool(_request("go", tools))
+    assert [(c.name, c.arguments) for c in calls] == [("a", '{"value": 0}'), ("b", "{}")]
+    after = ResponseCreateParams(
+        input=[
+            {"role": "user", "content": "go"},
+            {"type": "function_call", "name": "a", "arguments": "{}", "call_id": "c1"},
+            {"type": "function_call_output", "call_id": "c1", "output": '{"result": 0}'},
+        ],
+        tools=tools,
+    )
+    assert call_every_tool(after) == '{"result": 0}'
+    assert [c.name for c in repeat_tool_call(after)] == ["a"]  # the same call, every turn
+    assert [c.name for c in repeat_tool_call(_request("go"))] == ["noop"]  # no tool: an undeclared one
