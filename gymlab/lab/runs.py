@@ -1,7 +1,8 @@
 """Runs of many episodes: ``lab.run_many(agent, rows, repeats=...)`` and the ``Rollouts`` it returns.
 
-``Rollouts`` is a list of rollout records (``gymlab.protocol.Rollout``) that reads and writes the
-rollouts JSONL of the wire reference, and offers the pandas frames of ``gymlab.lab.frames``.
+``Rollouts`` is a sequence of rollout records (``gymlab.protocol.Rollout``), held as their JSON and
+validated on access, that reads and writes the rollouts JSONL of the wire reference and offers the
+pandas frames of ``gymlab.lab.frames``.
 """
 
 from __future__ import annotations
@@ -9,72 +10,117 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from gymlab.errors import ServerError
 from gymlab.failures import run_failure
+from gymlab.lab.store import RecordStore
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward
 
 
-class Rollouts(list):
-    """Rollout records of one or more runs; ``.episodes``, ``.steps``, ``.calls`` are pandas frames."""
+class Rollouts(Sequence):
+    """Rollout records of one or more runs; ``.episodes``, ``.steps``, ``.calls`` are pandas frames.
 
-    def __init__(self, records: Iterable[Rollout | dict] = ()):
-        super().__init__(r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in records)
+    The records are held as their JSON (a ``gymlab.lab.store.RecordStore``: about the size of the
+    JSONL file) and validated into a ``Rollout`` when indexed or iterated; a bad line raises
+    ``DatasetError`` naming the file and line then. Frames are built from the JSON directly.
+    """
+
+    def __init__(self, records: Iterable[Rollout | dict] = (), *, store: RecordStore | None = None):
+        if store is None:
+            store = records.store if isinstance(records, Rollouts) else RecordStore.from_records(records)
+        self.store = store
+        self._summary: list[tuple[float, bool, str | None]] | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Rollouts:
-        """Read a rollouts JSONL file; a bad line raises ``DatasetError`` naming the file and line."""
-        from gymlab.collection.dataset import read_rollouts
-
-        return cls(read_rollouts(path, what="a rollout record"))
+        """A rollouts JSONL file, read without parsing its records (a torn last line raises at once;
+        a bad line raises ``DatasetError`` naming the file and line when it is used)."""
+        return cls(store=RecordStore.from_file(path))
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write one record per line, atomically (a temp file in the same folder, then a rename)."""
-        from gymlab.jsonl import write_jsonl_atomic
+        from gymlab.jsonl import write_bytes_atomic
 
-        return write_jsonl_atomic(path, self)
+        return write_bytes_atomic(path, self.store.buffer)
 
     @property
     def episodes(self):
-        """One row per episode (``gymlab.lab.frames.episodes_frame``)."""
-        from gymlab.lab.frames import episodes_frame
-
-        return episodes_frame(self)
+        """One row per episode, the concise columns (``episodes_frame(full=True)`` for all of them)."""
+        return self.episodes_frame()
 
     @property
     def steps(self):
-        """One row per step (``gymlab.lab.frames.steps_frame``)."""
-        from gymlab.lab.frames import steps_frame
-
-        return steps_frame(self)
+        """One row per step, the concise columns (``steps_frame(full=True)`` for all of them)."""
+        return self.steps_frame()
 
     @property
     def calls(self):
         """One row per tool call (``gymlab.lab.frames.calls_frame``)."""
         from gymlab.lab.frames import calls_frame
 
-        return calls_frame(self)
+        return calls_frame(self.store)
+
+    def episodes_frame(self, *, full: bool = False):
+        """One row per episode (``gymlab.lab.frames.episodes_frame``); ``full=True``: every column."""
+        from gymlab.lab.frames import episodes_frame
+
+        return episodes_frame(self.store, full=full)
+
+    def steps_frame(self, *, full: bool = False, fast: bool | None = None):
+        """One row per step (``gymlab.lab.frames.steps_frame``); ``full=True``: every column;
+        ``fast=False``: the pure-Python path even when pyarrow is installed."""
+        from gymlab.lab.frames import steps_frame
+
+        return steps_frame(self.store, full=full, fast=fast)
+
+    def _summaries(self) -> list[tuple[float, bool, str | None]]:
+        """(reward, mask_sample, failure_kind) of every record, parsed once."""
+        if self._summary is None:
+            self._summary = [
+                (float(r.get("reward") or 0.0), bool(r.get("mask_sample")), r.get("failure_kind"))
+                for r in self.store.dicts()
+            ]
+        return self._summary
 
     @property
     def mean_reward(self) -> float:
         """Mean reward of the unmasked episodes (nan when there are none); failed episodes are masked."""
-        return mean_reward(self)
+        return mean_reward({"reward": r, "mask_sample": m} for r, m, _ in self._summaries())
 
     @property
     def failures(self) -> dict[str, int]:
         """Masked episodes by failure kind (an environment's own unlabelled mask counts as ``masked``)."""
-        return failure_counts(self)
+        return failure_counts({"mask_sample": m, "failure_kind": k} for _, m, k in self._summaries())
 
-    def __add__(self, other: Iterable[Rollout]) -> Rollouts:
-        return Rollouts([*self, *other])
+    def __len__(self) -> int:
+        return len(self.store)
 
     def __getitem__(self, index):
-        item = super().__getitem__(index)
-        return Rollouts(item) if isinstance(index, slice) else item
+        if isinstance(index, slice):
+            return Rollouts(store=self.store.take(range(len(self))[index]))
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"episode {index} of {n} (Rollouts holds {n} records)")
+        return self.store.record(index % n)
+
+    def __iter__(self) -> Iterator[Rollout]:
+        record = self.store.record
+        return (record(i) for i in range(len(self)))
+
+    def __add__(self, other: Iterable[Rollout]) -> Rollouts:
+        other_store = other.store if isinstance(other, Rollouts) else RecordStore.from_records(other)
+        return Rollouts(store=RecordStore.concat([self.store, other_store]))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rollouts):
+            return self.store.lines() == other.store.lines() or list(self) == list(other)
+        return isinstance(other, list) and list(self) == other
+
+    __hash__ = None  # mutable-looking sequence, like a list
 
     def _repr_html_(self) -> str:
         from gymlab.lab.display import rollouts_html
@@ -96,12 +142,15 @@ def load(path: str | os.PathLike, kind: str | None = None):
 
     Other kinds (sft, rl, task) come back as ``gymlab.read_jsonl`` gives them.
     """
-    from gymlab.collection.dataset import read_jsonl
+    from gymlab.collection.dataset import kind_of, read_jsonl
+    from gymlab.jsonl import iter_jsonl
 
-    rows = read_jsonl(path, kind)
-    if rows and isinstance(rows[0], Rollout):
-        return Rollouts(rows)
-    return rows
+    if kind is None:
+        first = next(iter_jsonl(path), None)
+        kind = kind_of(first[1]) if first is not None else None
+    if kind == "rollout":
+        return Rollouts.load(path)  # lazy: validated when used
+    return read_jsonl(path, kind)
 
 
 async def arun_many(
