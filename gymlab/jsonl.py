@@ -122,6 +122,9 @@ def _torn(path: Path, number: int, exc: Exception) -> DatasetError:
     )
 
 
+_BLANK = frozenset({b"\n", b"\r", b" ", b"\t", b""})
+
+
 def read_lines(path: str | os.PathLike) -> tuple[bytes, list[int], list[int]]:
     """A JSONL file's bytes, with the start offset and line number of each non-blank line (unparsed).
 
@@ -140,7 +143,7 @@ def read_lines(path: str | os.PathLike) -> tuple[bytes, list[int], list[int]]:
     while start < size:
         end = find(b"\n", start)
         end = size if end < 0 else end + 1
-        if data[start:end].strip():  # blank lines are skipped, as iter_jsonl does
+        if data[start : start + 1] not in _BLANK or data[start:end].strip():  # blank lines are skipped
             starts.append(start)
             numbers.append(number)
         start, number = end, number + 1

@@ -58,7 +58,8 @@ EPISODE_DTYPES = {
 }
 #: Episode columns shown by default, then the row's own fields; the optional ones only when some
 #: episode has a value (``failure_*`` when one failed).
-EPISODE_CONCISE = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "mask_sample"]
+EPISODE_CONCISE = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "terminated", "truncated"]
+EPISODE_CONCISE += ["mask_sample"]
 EPISODE_CONCISE += ["failure_kind", "failure_reason", "total_tokens", "environment", "agent"]
 EPISODE_OPTIONAL = {"task", "repeat", "prompt", "answer", "failure_kind", "failure_reason", "total_tokens"}
 EPISODE_OPTIONAL |= {"environment", "agent"}

@@ -12,7 +12,8 @@ from gymlab.lab.runs import Rollouts
 from gymlab.protocol.record import synthetic as synthetic_rollouts
 
 #: The concise episode columns of a run in which nothing failed (before its row fields).
-EPISODE_CONCISE_CLEAN = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "mask_sample"]
+EPISODE_CONCISE_CLEAN = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "terminated"]
+EPISODE_CONCISE_CLEAN += ["truncated", "mask_sample"]
 EPISODE_CONCISE_CLEAN += ["total_tokens", "environment", "agent"]
 
 
