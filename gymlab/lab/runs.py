@@ -29,10 +29,21 @@ class Rollouts(Sequence):
     ``DatasetError`` naming the file and line then. Frames are built from the JSON directly.
     """
 
-    def __init__(self, records: Iterable[Rollout | dict] = (), *, store: RecordStore | None = None):
+    def __init__(
+        self,
+        records: Iterable[Rollout | dict] = (),
+        *,
+        store: RecordStore | None = None,
+        completed: list[int] | None = None,
+    ):
         if store is None:
-            store = records.store if isinstance(records, Rollouts) else RecordStore.from_records(records)
+            if isinstance(records, Rollouts):
+                store, completed = records.store, records.completed if completed is None else completed
+            else:
+                store = RecordStore.from_records(records)
         self.store = store
+        #: Each record's rank in the order the episodes finished (runs of ``run_many``), else None.
+        self.completed = completed if completed is not None and len(completed) == len(store) else None
         self._summary: list[tuple[float, bool, str | None]] | None = None
 
     @classmethod
@@ -68,7 +79,10 @@ class Rollouts(Sequence):
         """One row per episode (``gymlab.lab.frames.episodes_frame``); ``full=True``: every column."""
         from gymlab.lab.frames import episodes_frame
 
-        return episodes_frame(self.store, full=full)
+        frame = episodes_frame(self.store, full=full)
+        if self.completed is not None:  # a run's own order of finishing (reward_curve plots over it)
+            frame["completed"] = self.completed
+        return frame
 
     def steps_frame(self, *, full: bool = False, fast: bool | None = None):
         """One row per step (``gymlab.lab.frames.steps_frame``); ``full=True``: every column;
@@ -101,7 +115,8 @@ class Rollouts(Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return Rollouts(store=self.store.take(range(len(self))[index]))
+            completed = self.completed[index] if self.completed is not None else None
+            return Rollouts(store=self.store.take(range(len(self))[index]), completed=completed)
         n = len(self)
         if not -n <= index < n:
             raise IndexError(f"episode {index} of {n} (Rollouts holds {n} records)")
@@ -176,7 +191,9 @@ async def arun_many(
     sem = asyncio.Semaphore(max(1, concurrency))
     bar = _progress(len(jobs), agent.name) if progress else None
 
-    async def one(row: dict[str, Any]) -> Rollout:
+    finished: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
+
+    async def one(position: int, row: dict[str, Any]) -> Rollout:
         async with sem:
             t0 = time.perf_counter()
             try:
@@ -187,6 +204,7 @@ async def arun_many(
                 record = records.failed(row, run_failure(exc, agent.name), duration_s=time.perf_counter() - t0)
             if bar is not None:
                 bar.update(1)
+            finished.append(position)
         return records.with_identity(
             record,
             task_index=row["_ng_task_index"],
@@ -196,7 +214,8 @@ async def arun_many(
         )
 
     try:
-        return Rollouts(await asyncio.gather(*(one(r) for r in jobs)))
+        done = await asyncio.gather(*(one(i, r) for i, r in enumerate(jobs)))
+        return Rollouts(done, completed=[rank for _, rank in sorted(zip(finished, range(len(finished))))])
     finally:
         if bar is not None:
             bar.close()
