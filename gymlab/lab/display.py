@@ -124,14 +124,12 @@ def step_html(record: Any, *, observation: str | None = None) -> str:
 
 def rollouts_html(rollouts: Any) -> str:
     """A run's size, mean reward, masked and failed counts."""
-    from gymlab.protocol.record import failure_counts, mean_reward
-
     n = len(rollouts)
-    counts = failure_counts(rollouts)
+    counts = rollouts.failures
     kinds = ", ".join(f"{html.escape(k)} {v}" for k, v in counts.items())
-    steps = sum(len(r.steps) for r in rollouts)
     return (
-        f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {steps} steps, mean reward {mean_reward(rollouts):.3f} "
+        f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {rollouts.n_steps} steps, mean reward {rollouts.mean_reward:.3f} "
         f"over the unmasked; {sum(counts.values())} masked{f' ({kinds})' if kinds else ''}. "
-        "<code>.episodes</code>, <code>.steps</code>, <code>.calls</code> are pandas frames.</div>"
+        "<code>.episodes</code>, <code>.steps</code>, <code>.calls</code> are pandas frames "
+        "(<code>.episodes_frame(full=True)</code> for every column).</div>"
     )

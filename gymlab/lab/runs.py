@@ -44,7 +44,7 @@ class Rollouts(Sequence):
         self.store = store
         #: Each record's rank in the order the episodes finished (runs of ``run_many``), else None.
         self.completed = completed if completed is not None and len(completed) == len(store) else None
-        self._summary: list[tuple[float, bool, str | None]] | None = None
+        self._summary: list[tuple[float, bool, str | None, int]] | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Rollouts:
@@ -91,24 +91,34 @@ class Rollouts(Sequence):
 
         return steps_frame(self.store, full=full, fast=fast)
 
-    def _summaries(self) -> list[tuple[float, bool, str | None]]:
-        """(reward, mask_sample, failure_kind) of every record, parsed once."""
+    def _summaries(self) -> list[tuple[float, bool, str | None, int]]:
+        """(reward, mask_sample, failure_kind, steps) of every record, parsed once."""
         if self._summary is None:
             self._summary = [
-                (float(r.get("reward") or 0.0), bool(r.get("mask_sample")), r.get("failure_kind"))
+                (
+                    float(r.get("reward") or 0.0),
+                    bool(r.get("mask_sample")),
+                    r.get("failure_kind"),
+                    len(r.get("steps") or ()),
+                )
                 for r in self.store.dicts()
             ]
         return self._summary
 
     @property
+    def n_steps(self) -> int:
+        """Steps over all episodes."""
+        return sum(s[3] for s in self._summaries())
+
+    @property
     def mean_reward(self) -> float:
         """Mean reward of the unmasked episodes (nan when there are none); failed episodes are masked."""
-        return mean_reward({"reward": r, "mask_sample": m} for r, m, _ in self._summaries())
+        return mean_reward({"reward": s[0], "mask_sample": s[1]} for s in self._summaries())
 
     @property
     def failures(self) -> dict[str, int]:
         """Masked episodes by failure kind (an environment's own unlabelled mask counts as ``masked``)."""
-        return failure_counts({"mask_sample": m, "failure_kind": k} for _, m, k in self._summaries())
+        return failure_counts({"mask_sample": s[1], "failure_kind": s[2]} for s in self._summaries())
 
     def __len__(self) -> int:
         return len(self.store)
