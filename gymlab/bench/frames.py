@@ -4,7 +4,8 @@ Figures (wall seconds, and the process's CPU seconds beside them, which a busy m
 - a rollouts JSONL file -> steps frame (``Rollouts.load(path).steps_frame()``), fast and pure paths;
 - records in memory (a ``Rollouts``) -> steps frame, fast and pure paths, and again (the fast path
   keeps the Arrow columns it read with the records);
-- the memory of calculator episodes held as ``Rollouts`` (traced allocations), and per episode.
+- the memory of calculator episodes held as ``Rollouts`` (traced allocations), and per episode;
+- the collection writer's records/s.
 
 Input comes from ``gymlab.protocol.record.synthetic`` (tool-calling steps); its lines are repeated
 to reach the size, since building a million step models would take longer than the figure.
@@ -78,7 +79,24 @@ def frames_benchmark(n_steps: int = 1_000_000, steps_per_episode: int = 20, memo
             figures["records in memory -> steps frame again, fast path (s wall / s CPU)"] = f"{wall:.2f} / {cpu:.2f}"
     held = frame = None  # let the records go before the memory figure
     figures.update(memory_benchmark(memory_episodes if memory_episodes is not None else max(1, n_steps // 10)))
+    figures.update(writer_benchmark(max(1, n_steps // 50)))
     return figures
+
+
+def writer_benchmark(n_records: int = 20_000) -> dict[str, Any]:
+    """Records/s of the collection writer (``LineWriter``: orjson, one ``os.write`` a record)."""
+    import orjson
+
+    from gymlab.jsonl import LineWriter
+
+    record = orjson.loads(calculator_lines(1)[0])
+    with tempfile.TemporaryDirectory(prefix="gymlab-bench-") as tmp:
+        writer = LineWriter(Path(tmp) / "rollouts.jsonl")
+        try:
+            wall, cpu, _ = _timed(lambda: [writer.write(record) for _ in range(n_records)])
+        finally:
+            writer.close()
+    return {"collection writer, calculator records/s (wall / CPU)": f"{n_records / wall:,.0f} / {n_records / cpu:,.0f}"}
 
 
 def calculator_lines(n: int) -> list[bytes]:
