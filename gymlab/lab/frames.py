@@ -29,10 +29,10 @@ from gymlab.lab.step_columns import (
 )
 from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
 
-#: Step columns shown by default (``observation`` only when some step has one).
+#: Step columns shown by default (the optional ones only when some step has a value).
 STEP_CONCISE = ["episode", "step", "action_type", "tool", "arguments", "output", "text", "observation", "reward"]
 STEP_CONCISE += ["cumulative_reward"]
-STEP_OPTIONAL = {"observation"}
+STEP_OPTIONAL = {"tool", "arguments", "output", "text", "observation"}
 
 EPISODE_DTYPES = {
     "episode": "int64",

@@ -5,8 +5,8 @@ Figure and never calls ``show()``. Every plot has a title that says what is draw
 episodes, and labelled axes. Masked episodes are drawn as grey crosses and failed ones (a
 ``failure_kind``) as red crosses; both stay out of means, bands and distributions.
 
-- ``reward_curve``: reward per episode in the order episodes finished (or repeat by repeat), with a
-  rolling mean and band: progress, not the row order of the run;
+- ``reward_curve``: reward per episode repeat by repeat (or in the order episodes finished), with a
+  rolling mean and band: not the "aabbcc" row order of a run, which draws task boundaries;
 - ``step_rewards``: mean reward at each step with a +-1 std band; ``reward_heatmap``: episode x step;
 - ``reward_distribution``: every episode's reward per group with the mean and spread (a box only
   where a group's rewards vary);
@@ -70,12 +70,10 @@ def _over(episodes) -> str:
     return f"{text}, {left_out} left out (masked or failed)" if left_out else text
 
 
-def _order(episodes, order: str | None):
+def _order(episodes, order: str):
     """(episodes sorted for the x axis, the axis label, the order's name)."""
-    if order is None:
-        order = "completed" if "completed" in episodes and episodes["completed"].notna().all() else "repeat"
     if order == "completed":
-        if "completed" not in episodes:
+        if "completed" not in episodes or episodes["completed"].isna().any():
             raise KeyError(
                 "no 'completed' column: completion order is known for runs of lab.run_many; use order='repeat'"
             )
@@ -87,21 +85,25 @@ def _order(episodes, order: str | None):
             "episode, repeat by repeat (every task once per repeat)",
             "repeat order",
         )
-    raise ValueError(f"order must be 'completed', 'repeat' or None, got {order!r}")
+    raise ValueError(f"order must be 'repeat' or 'completed', got {order!r}")
 
 
-def reward_curve(episodes, *, window: int = 20, order: str | None = None, ax: Any = None, label: str = "reward"):
+def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", ax: Any = None, label: str = "reward"):
     """Reward per episode with a rolling mean over ``window`` kept episodes and a +-1 std band.
 
-    ``order``: ``"completed"`` (the order episodes finished; runs of ``lab.run_many`` know it),
-    ``"repeat"`` (every task once per repeat, so a task's repeats are not drawn side by side) or
-    None (completion order when known).
+    ``order="repeat"``: every task once per repeat, repeat after repeat (dotted lines between
+    repeats), so the curve shows how repeats compare rather than where one task's block ends;
+    ``order="completed"``: the order episodes finished (runs of ``lab.run_many`` know it).
+    ``window`` defaults to the number of tasks (one repeat's worth), else 20.
     """
     import numpy as np
 
     fig, ax = _axes(ax)
     ordered, xlabel, name = _order(episodes, order)
     ordered = ordered.reset_index(drop=True)
+    if window is None:
+        n_tasks = ordered["task"].nunique() if "task" in ordered else 0
+        window = n_tasks if n_tasks > 1 else 20
     x = np.arange(len(ordered))
     kept = _kept(ordered)
     ax.plot(x[kept.index], kept["reward"], "o", markersize=3, alpha=0.4, label=label)
@@ -110,6 +112,11 @@ def reward_curve(episodes, *, window: int = 20, order: str | None = None, ax: An
     ax.plot(x[kept.index], mean, "-", linewidth=2, label=f"rolling mean ({window})")
     ax.fill_between(x[kept.index], mean - std, mean + std, alpha=0.2, label="+-1 std")
     _mark_excluded(ax, ordered, x, ordered["reward"].to_numpy())
+    if order == "repeat" and "repeat" in ordered and ordered["repeat"].nunique() > 1:
+        repeats = ordered["repeat"].to_numpy(dtype="float64", na_value=np.nan)
+        starts = np.flatnonzero(repeats[1:] != repeats[:-1]) + 1
+        for start in starts:
+            ax.axvline(start - 0.5, color="0.85", linewidth=0.8, linestyle=":")
     ax.set_title(f"Reward per episode in {name}, rolling mean of {window} ({_over(episodes)})")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("reward")
@@ -149,6 +156,7 @@ def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: i
     ax.set_ylabel("reward at the step")
     if len(mean):
         ax.set_xticks(mean.index)
+        ax.margins(x=0.08)
     ax.legend(loc="best", fontsize="small")
     return fig
 

@@ -87,7 +87,7 @@ def test_episodes_frame_is_concise_and_reads_like_the_conversation(runs):
     rollouts = runs["counter"]
     frame = rollouts.episodes
     # no column that is empty for every episode of this run; the row's own fields after the ids
-    assert list(frame.columns) == [*EPISODE_CONCISE_CLEAN, "initial_count", "target", "final_count"]
+    assert list(frame.columns) == [*EPISODE_CONCISE_CLEAN, "initial_count", "target", "final_count", "completed"]
     assert frame["target"].tolist() == [r.target for r in rollouts]
     assert frame["prompt"].tolist() == [r.responses_create_params.input_items()[-1].text for r in rollouts]
     assert frame["answer"].tolist() == [r.response.output_text for r in rollouts]

@@ -64,8 +64,9 @@ def test_every_plot_says_what_it_draws_and_over_how_many_episodes(runs):
     for name, fig in figures.items():
         ax = fig.axes[0]
         assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel(), name
+    n_tasks = len(example_rows("blackjack"))  # the default window: one repeat's worth of episodes
     assert _title(figures["curve"]) == (
-        f"Reward per episode in completion order, rolling mean of 20 ({n} episodes, {left_out} left out (masked or failed))"
+        f"Reward per episode in repeat order, rolling mean of {n_tasks} ({n} episodes, {left_out} left out (masked or failed))"
     )
     assert _title(figures["steps"]) == f"Mean reward by step over {n - left_out} episodes (band: +-1 std)"
     assert _title(figures["heatmap"]) == f"Reward by episode and step ({n - left_out} episodes)"
@@ -79,7 +80,7 @@ def test_reward_curve_follows_completion_order_and_marks_failures(runs):
     assert sorted(episodes["completed"]) == list(range(len(episodes)))  # run_many knows the order of finishing
     n_failed = int(episodes["failure_kind"].notna().sum())
     assert n_failed and n_failed % 3 == 0  # every repeat of each task that starts at 10
-    fig = plots.reward_curve(episodes, window=5)
+    fig = plots.reward_curve(episodes, window=5, order="completed")
     assert isinstance(fig, Figure)
     (ax,) = fig.axes
     assert ax.get_xlabel() == "episode, in the order it finished"
@@ -96,7 +97,7 @@ def test_reward_curve_follows_completion_order_and_marks_failures(runs):
     assert len(mean.get_xdata()) == len(episodes) - n_failed  # failures stay out of the mean
 
 
-def test_reward_curve_of_a_loaded_run_goes_repeat_by_repeat(runs, tmp_path):
+def test_reward_curve_goes_repeat_by_repeat_also_for_a_loaded_run(runs, tmp_path):
     from gymlab.lab.runs import Rollouts
 
     loaded = Rollouts.load(runs["rule"].save(tmp_path / "rule.jsonl"))
@@ -107,6 +108,9 @@ def test_reward_curve_of_a_loaded_run_goes_repeat_by_repeat(runs, tmp_path):
     assert ax.get_xlabel() == "episode, repeat by repeat (every task once per repeat)"
     (points,) = [line for line in ax.get_lines() if line.get_label() == "reward"]
     assert list(points.get_ydata()) == list(episodes.sort_values(["repeat", "task"])["reward"])
+    n_tasks = len(example_rows("blackjack"))
+    boundaries = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert boundaries == [k * n_tasks - 0.5 for k in (1, 2)]  # three repeats: two boundaries
     with pytest.raises(KeyError, match="completion order is known for runs of lab.run_many"):
         plots.reward_curve(episodes, order="completed")
 
