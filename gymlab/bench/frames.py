@@ -58,6 +58,8 @@ def frames_benchmark(n_steps: int = 1_000_000, steps_per_episode: int = 20, memo
     lines = _lines(n_episodes, steps_per_episode)
     figures: dict[str, Any] = {"step rows": n_episodes * steps_per_episode}
     paths = ("fast", "pure") if _fast_available() else ("pure",)
+    if "fast" in paths:
+        import gymlab.lab.columnar  # noqa: F401  (pyarrow's one-time import is not part of the figures either)
     with tempfile.TemporaryDirectory(prefix="gymlab-bench-") as tmp:
         path = Path(tmp) / "rollouts.jsonl"
         path.write_bytes(b"\n".join(lines) + b"\n")

@@ -92,11 +92,15 @@ def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
 
 
 def store_of(records: Any):
-    """The ``RecordStore`` behind ``records`` (``Rollouts``, a store, or records to serialise)."""
+    """The ``RecordStore`` behind ``records``: ``Rollouts``, a store, a rollouts JSONL path, or records."""
+    import os
+
     from gymlab.lab.store import RecordStore
 
     if isinstance(records, RecordStore):
         return records
+    if isinstance(records, (str, os.PathLike)):
+        return RecordStore.from_file(records)
     store = getattr(records, "store", None)
     return store if isinstance(store, RecordStore) else RecordStore.from_records(records)
 
