@@ -93,16 +93,15 @@ class Rollouts(Sequence):
 
     def _summaries(self) -> list[tuple[float, bool, str | None, int]]:
         """(reward, mask_sample, failure_kind, steps) of every record, parsed once."""
+        if self._summary is None and len(self) > 1000:  # a large run: read the four fields through Arrow
+            try:
+                from gymlab.lab.columnar import summaries_arrow
+            except ImportError:
+                pass
+            else:
+                self._summary = summaries_arrow(self.store)
         if self._summary is None:
-            self._summary = [
-                (
-                    float(r.get("reward") or 0.0),
-                    bool(r.get("mask_sample")),
-                    r.get("failure_kind"),
-                    len(r.get("steps") or ()),
-                )
-                for r in self.store.dicts()
-            ]
+            self._summary = summaries(self.store)
         return self._summary
 
     @property
@@ -160,6 +159,14 @@ class Rollouts(Sequence):
             else ""
         )
         return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
+
+
+def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:
+    """(reward, mask_sample, failure_kind, steps) of every record, parsed (not validated) by orjson."""
+    return [
+        (float(r.get("reward") or 0.0), bool(r.get("mask_sample")), r.get("failure_kind"), len(r.get("steps") or ()))
+        for r in store.dicts()
+    ]
 
 
 def load(path: str | os.PathLike, kind: str | None = None):

@@ -162,3 +162,23 @@ def test_a_bad_line_in_a_frame_is_reported_with_its_number(tmp_path):
     for fast in (True, False):
         with pytest.raises(DatasetError, match=r"r\.jsonl:3: not a rollout record"):
             Rollouts.load(path).steps_frame(fast=fast)
+
+
+def test_a_large_runs_summary_through_arrow_matches_the_pure_one():
+    from gymlab.lab.runs import summaries
+
+    records = [
+        _record([], reward=1),
+        _record(ODD_STEPS, reward=0.5),
+        {**_record([]), "mask_sample": True, "failure_kind": "verifier_error", "reward": 0.0},
+        {**_record([]), "mask_sample": True},
+        {"responses_create_params": {"input": "q"}, "response": {}},
+    ] * 250
+    store = RecordStore.from_records(records)
+    assert columnar.summaries_arrow(store) == summaries(store)
+    big = Rollouts(store=store)  # over 1000 records: summarised through Arrow
+    assert (
+        repr(big)
+        == "<Rollouts 1250 episodes, mean reward 0.500 over the unmasked, 500 masked (masked 250, verifier_error 250)>"
+    )
+    assert big.n_steps == 250 * len(ODD_STEPS)
