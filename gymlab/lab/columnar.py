@@ -44,15 +44,21 @@ SCHEMA = pa.schema([("steps", pa.list_(_STEP)), ("response", pa.struct([("id", p
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 
 
-def read_steps(buffer: bytes) -> pa.Table | None:
-    """The step fields of every record (None when a record does not fit the schema)."""
+def _read(store: Any, parse: pj.ParseOptions) -> pa.Table | None:
+    """The records read with ``parse`` (None when one does not fit its schema). A block holds whole
+    records, so it is at least twice the longest one."""
+    starts = store.starts
+    longest = max((b - a for a, b in zip(starts, starts[1:])), default=0)
+    options = pj.ReadOptions(block_size=max(1 << 24, 2 * longest + 1))
     try:
-        table = pj.read_json(
-            pa.BufferReader(buffer), read_options=pj.ReadOptions(block_size=1 << 24), parse_options=_PARSE
-        )
+        return pj.read_json(pa.BufferReader(store.buffer), read_options=options, parse_options=parse)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    return table
+
+
+def read_steps(store: Any) -> pa.Table | None:
+    """The step fields of every record (None when a record does not fit the schema)."""
+    return _read(store, _PARSE)
 
 
 def _starts(lists: pa.ListArray) -> np.ndarray:
@@ -78,7 +84,7 @@ def steps_frame_arrow(store: Any):
     """The full steps frame of ``store`` (a ``RecordStore``), or None to leave it to the pure path."""
     table = store.columns
     if table is None:
-        table = read_steps(store.buffer)
+        table = read_steps(store)
         if table is None or table.num_rows != len(store) or table["response"].null_count:
             return None
         store.columns = table
@@ -162,11 +168,8 @@ _SUMMARY = pj.ParseOptions(
 
 def summaries_arrow(store: Any) -> list[tuple[float, bool, str | None, int]] | None:
     """(reward, mask_sample, failure_kind, steps) of every record, or None to leave it to orjson."""
-    try:
-        table = pj.read_json(pa.BufferReader(store.buffer), parse_options=_SUMMARY)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    if table.num_rows != len(store) or table["response"].null_count:
+    table = _read(store, _SUMMARY)
+    if table is None or table.num_rows != len(store) or table["response"].null_count:
         return None
     return list(
         zip(

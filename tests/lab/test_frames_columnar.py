@@ -182,3 +182,11 @@ def test_a_large_runs_summary_through_arrow_matches_the_pure_one():
         == "<Rollouts 1250 episodes, mean reward 0.500 over the unmasked, 500 masked (masked 250, verifier_error 250)>"
     )
     assert big.n_steps == 250 * len(ODD_STEPS)
+
+
+def test_a_record_longer_than_a_read_block_still_takes_the_fast_path():
+    long_text = "x" * (40 << 20)  # 40 MB: more than pyarrow's 16 MB block
+    step = {"index": 0, "action": [{"type": "message", "content": [{"type": "output_text", "text": long_text}]}]}
+    store = RecordStore.from_records([_record([step]), _record([])])
+    frame = columnar.steps_frame_arrow(store)
+    assert frame is not None and frame["text"].str.len().tolist() == [len(long_text)]
