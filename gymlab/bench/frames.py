@@ -1,20 +1,141 @@
-"""The frames benchmark: seconds to build the steps frame of a million step rows."""
+"""The data-side benchmark: steps frames of a million step rows, and the memory of held rollouts.
+
+Figures (wall seconds, and the process's CPU seconds beside them, which a busy machine disturbs less):
+- a rollouts JSONL file -> steps frame (``Rollouts.load(path).steps_frame()``), fast and pure paths;
+- records in memory (a ``Rollouts``) -> steps frame, fast and pure paths, and again (the fast path
+  keeps the Arrow columns it read with the records);
+- the memory of calculator episodes held as ``Rollouts`` (traced allocations), and per episode;
+- the collection writer's records/s.
+
+Input comes from ``gymlab.protocol.record.synthetic`` (tool-calling steps); its lines are repeated
+to reach the size, since building a million step models would take longer than the figure.
+"""
 
 from __future__ import annotations
 
+import gc
+import tempfile
 import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
 
-from gymlab.lab.frames import steps_frame
 from gymlab.protocol.record import synthetic
 
+_BUILT = 2_000  # episodes built by ``synthetic``; their lines are repeated up to the size asked
 
-def frames_benchmark(n_steps: int = 1_000_000, steps_per_episode: int = 20) -> float:
-    """Seconds to build the steps frame of ``n_steps`` step rows (records built beforehand, not timed)."""
-    import pandas  # noqa: F401  (its one-time import is not part of the figure)
 
-    records = synthetic(max(1, n_steps // steps_per_episode), steps_per_episode)
-    t0 = time.perf_counter()
-    frame = steps_frame(records)
-    elapsed = time.perf_counter() - t0
-    assert len(frame) == len(records) * steps_per_episode
-    return elapsed
+def _lines(n_episodes: int, steps_per_episode: int) -> list[bytes]:
+    base = [
+        r.model_dump_json(exclude_none=True).encode() for r in synthetic(min(n_episodes, _BUILT), steps_per_episode)
+    ]
+    return [base[i % len(base)] for i in range(n_episodes)]
+
+
+def _timed(fn) -> tuple[float, float, Any]:
+    gc.collect()
+    w, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - w, time.process_time() - c, out
+
+
+def _fast_available() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def frames_benchmark(n_steps: int = 1_000_000, steps_per_episode: int = 20, memory_episodes: int | None = None):
+    """The figures of the module docstring, as a dict; ``memory_episodes`` defaults to ``n_steps // 10``."""
+    import pandas  # noqa: F401  (its one-time import is not part of the figures)
+
+    from gymlab.lab.runs import Rollouts
+    from gymlab.lab.store import RecordStore
+
+    n_episodes = max(1, n_steps // steps_per_episode)
+    lines = _lines(n_episodes, steps_per_episode)
+    figures: dict[str, Any] = {"step rows": n_episodes * steps_per_episode}
+    paths = ("fast", "pure") if _fast_available() else ("pure",)
+    if "fast" in paths:
+        import gymlab.lab.columnar  # noqa: F401  (pyarrow's one-time import is not part of the figures either)
+    with tempfile.TemporaryDirectory(prefix="gymlab-bench-") as tmp:
+        path = Path(tmp) / "rollouts.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        figures["JSONL size (MB)"] = round(path.stat().st_size / 1e6, 1)
+        for name in paths:
+            fast = name == "fast"
+            wall, cpu, frame = _timed(lambda fast=fast: Rollouts.load(path).steps_frame(full=True, fast=fast))
+            assert len(frame) == figures["step rows"]
+            figures[f"JSONL file -> steps frame, {name} path (s wall / s CPU)"] = f"{wall:.2f} / {cpu:.2f}"
+    held = Rollouts(store=RecordStore.from_records(lines))
+    del lines
+    for name in paths:
+        fast = name == "fast"
+        wall, cpu, frame = _timed(lambda fast=fast: held.steps_frame(full=True, fast=fast))
+        assert len(frame) == figures["step rows"]
+        figures[f"records in memory -> steps frame, {name} path (s wall / s CPU)"] = f"{wall:.2f} / {cpu:.2f}"
+        if fast:  # the columns read by the first frame are kept with the records
+            wall, cpu, frame = _timed(lambda: held.steps_frame(full=True, fast=True))
+            figures["records in memory -> steps frame again, fast path (s wall / s CPU)"] = f"{wall:.2f} / {cpu:.2f}"
+    held = frame = None  # let the records go before the memory figure
+    figures.update(memory_benchmark(memory_episodes if memory_episodes is not None else max(1, n_steps // 10)))
+    figures.update(writer_benchmark(max(1, n_steps // 50)))
+    return figures
+
+
+def writer_benchmark(n_records: int = 20_000) -> dict[str, Any]:
+    """Records/s of the collection writer (``LineWriter``: orjson, one ``os.write`` a record)."""
+    import orjson
+
+    from gymlab.jsonl import LineWriter
+
+    record = orjson.loads(calculator_lines(1)[0])
+    with tempfile.TemporaryDirectory(prefix="gymlab-bench-") as tmp:
+        writer = LineWriter(Path(tmp) / "rollouts.jsonl")
+        try:
+            wall, cpu, _ = _timed(lambda: [writer.write(record) for _ in range(n_records)])
+        finally:
+            writer.close()
+    return {"collection writer, calculator records/s (wall / CPU)": f"{n_records / wall:,.0f} / {n_records / cpu:,.0f}"}
+
+
+def calculator_lines(n: int) -> list[bytes]:
+    """``n`` calculator episode records as JSON lines (each example row run once, then repeated)."""
+    from gymlab.examples import example_rows, load_environment
+    from gymlab.lab.lab import Lab
+
+    calculator = load_environment("calculator")
+    with Lab() as lab:
+        agent = lab.serve_agent(
+            "simple_agent", resources=lab.serve(calculator.CalculatorServer), model=lab.serve_model(calculator.policy)
+        )
+        run = lab.run_many(agent, example_rows("calculator"))
+    base = run.store.lines()
+    return [base[i % len(base)].rstrip(b"\n") for i in range(n)]
+
+
+def memory_benchmark(n_episodes: int = 100_000) -> dict[str, Any]:
+    """Traced memory of ``n_episodes`` calculator episodes held as ``Rollouts`` (loaded from a file)."""
+    from gymlab.lab.runs import Rollouts
+
+    lines = calculator_lines(n_episodes)
+    with tempfile.TemporaryDirectory(prefix="gymlab-bench-") as tmp:
+        path = Path(tmp) / "calculator.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        size = path.stat().st_size
+        del lines
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            held = Rollouts.load(path)
+            assert len(held) == n_episodes and held[n_episodes - 1].reward is not None  # records validate on use
+            used = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    return {
+        f"{n_episodes:,} calculator episodes held as Rollouts (MB)": round(used / 1e6, 1),
+        "held per episode (KB) / its JSON (KB)": f"{used / n_episodes / 1e3:.2f} / {size / n_episodes / 1e3:.2f}",
+    }

@@ -10,6 +10,21 @@ _STYLE = (
     ".gl-ep td,.gl-ep th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}"
     ".gl-ep .r{text-align:right}.gl-ep .fail{color:#b00}</style>"
 )
+# Inline too: JupyterLab right-aligns table cells and drops <style> from untrusted outputs.
+_LEFT = "style='text-align:left;vertical-align:top;white-space:pre-wrap'"
+_RIGHT = "style='text-align:right;vertical-align:top;white-space:nowrap'"
+_TABLE = "class='gl-ep' style='border-collapse:collapse;font-family:monospace;font-size:12px'"
+
+
+def _row(*cells: str, head: bool = False) -> str:
+    tag = "th" if head else "td"
+    *left, last = cells
+    return (
+        "<tr>"
+        + "".join(f"<{tag} {_LEFT}>{c}</{tag}>" for c in left)
+        + f"<{tag} {_RIGHT if not head else _LEFT}>{last}</{tag}>"
+        + "</tr>"
+    )
 
 
 def _clip(text: str, n: int = 300) -> str:
@@ -54,7 +69,7 @@ def episode_html(ep: Any) -> str:
             mark = (
                 f"step {step[0]}: {step[1]:g}" + (" terminated" if step[2] else "") + (" truncated" if step[3] else "")
             )
-        rows.append(f"<tr><td>{html.escape(who)}</td><td>{_clip(what)}</td><td class='r'>{mark}</td></tr>")
+        rows.append(_row(html.escape(who), _clip(what), mark))
     status = "finished" if ep.done else "open"
     extra = ""
     result = ep.result or {}
@@ -68,22 +83,53 @@ def episode_html(ep: Any) -> str:
         f"reward {ep.reward:g}{extra}"
     )
     return (
-        f"{_STYLE}<div>{head}<table class='gl-ep'><tr><th>who</th><th>content</th><th>reward</th></tr>"
+        f"{_STYLE}<div style='text-align:left'>{head}<table {_TABLE}>{_row('who', 'content', 'reward', head=True)}"
         + "".join(rows)
         + "</table></div>"
     )
 
 
+def step_summary(record: Any) -> str:
+    """A step's action in a few words: ``hit({})``, ``"I stand"``, ``2 calls``."""
+    if record is None:
+        return "step"
+    calls = [i for i in record.action if getattr(i, "type", None) == "function_call"]
+    if len(calls) == 1:
+        return f"step {record.index}: {calls[0].name}({calls[0].arguments})"
+    if calls:
+        return f"step {record.index}: {len(calls)} calls"
+    said = [item_row(i)[1] for i in record.action if getattr(i, "type", None) == "message"]
+    return f"step {record.index}: " + (repr(_plain_clip(" ".join(said), 60)) if said else "no action")
+
+
+def _plain_clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def step_html(record: Any, *, observation: str | None = None) -> str:
+    """One step: its action items, what the tools answered, the observation, reward and flags."""
+    rows = []
+    if record is not None:
+        for item in [*record.action, *record.tool_outputs]:
+            who, what = item_row(item)
+            rows.append(_row(html.escape(who), _clip(what), ""))
+        reward, flags = record.reward, " terminated" * record.terminated + " truncated" * record.truncated
+        head = f"<b>step {record.index}</b>: reward {reward:g}{flags}"
+    else:
+        head = "<b>step</b>"
+    if observation:
+        rows.append(_row("observation", _clip(observation, 600), ""))
+    return f"{_STYLE}<div style='text-align:left'>{head}<table {_TABLE}>" + "".join(rows) + "</table></div>"
+
+
 def rollouts_html(rollouts: Any) -> str:
     """A run's size, mean reward, masked and failed counts."""
-    from gymlab.protocol.record import failure_counts, mean_reward
-
     n = len(rollouts)
-    counts = failure_counts(rollouts)
+    counts = rollouts.failures
     kinds = ", ".join(f"{html.escape(k)} {v}" for k, v in counts.items())
-    steps = sum(len(r.steps) for r in rollouts)
     return (
-        f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {steps} steps, mean reward {mean_reward(rollouts):.3f} "
+        f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {rollouts.n_steps} steps, mean reward {rollouts.mean_reward:.3f} "
         f"over the unmasked; {sum(counts.values())} masked{f' ({kinds})' if kinds else ''}. "
-        "<code>.episodes</code>, <code>.steps</code>, <code>.calls</code> are pandas frames.</div>"
+        "<code>.episodes</code>, <code>.steps</code>, <code>.calls</code> are pandas frames "
+        "(<code>.episodes_frame(full=True)</code> for every column).</div>"
     )

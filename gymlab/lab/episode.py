@@ -19,7 +19,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.client import Cookies, ask_model_server, post_ok
@@ -38,6 +38,44 @@ def parse_output(text: str) -> Any:
         return json.loads(text)
     except (TypeError, ValueError):
         return text
+
+
+class _Transition(NamedTuple):
+    observation: str | None
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+class Step(_Transition):
+    """What a Gymnasium step returns, in Gymnasium's order (``obs, reward, terminated, truncated,
+    info = ep.step(...)``), with the step's record (``record``: action, tool outputs) for display."""
+
+    record: StepRecord | None = None
+
+    @classmethod
+    def of(cls, record: StepRecord, observation: str | None, info: dict[str, Any]) -> Step:
+        step = cls(observation, record.reward, record.terminated, record.truncated, info)
+        step.record = record
+        return step
+
+    def _repr_html_(self) -> str:
+        from gymlab.lab.display import step_html
+
+        return step_html(self.record, observation=self.observation)
+
+    def __repr__(self) -> str:
+        from gymlab.lab.display import step_summary
+
+        flags = " terminated" * self.terminated + " truncated" * self.truncated
+        action = f"{step_summary(self.record)} -> " if self.record is not None else ""
+        observation = f"; observation {_clip(self.observation)!r}" if self.observation else ""
+        return f"<Step {action}reward {self.reward:g}{flags}{observation}>"
+
+
+def _clip(text: str, n: int = 80) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _on_gymlab_loop(fn):

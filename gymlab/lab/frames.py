@@ -1,8 +1,14 @@
 """Rollout records as tidy pandas frames: one row per episode, per step, per tool call.
 
-Columns are built directly from the records (DESIGN.md: 12x faster than ``json_normalize``); names
-are categoricals, counts are integers, and a value a record lacks is a missing value, not a guess.
+Frames are built from the records' JSON (a ``RecordStore``), never from a million pydantic models:
+the steps frame through pyarrow when it is installed (``gymlab.lab.columnar``, the ``fast`` extra)
+and through orjson and plain Python otherwise; both give the same frame (a test holds them equal).
+Names are categoricals, counts integers, and a value a record lacks is a missing value, not a guess.
 The ``episode`` column (the record's position) joins the three frames.
+
+By default a frame is concise: the columns a researcher reads (``text``, the assistant's words on a
+step; ``prompt`` and ``answer`` on an episode; the row's own fields), with optional columns shown
+only when some row has a value. ``full=True`` gives every column.
 """
 
 from __future__ import annotations
@@ -10,34 +16,33 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable
 from contextlib import contextmanager
-from operator import attrgetter
 from typing import Any
 
-from gymlab.protocol import FunctionCall, Rollout
+from gymlab.lab.step_columns import (
+    STEP_COLUMNS,
+    STEP_DTYPES,
+    describe_action,
+    finish_steps,
+    item_text,
+    joined_output,
+    messages_text,
+)
+from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
+from gymlab.rewards.columns import PREFIX as COMPONENT_PREFIX
 from gymlab.rewards.columns import add_component_columns
 
-STEP_COLUMNS = [
-    "episode",
-    "step",
-    "action_type",
-    "tool",
-    "n_calls",
-    "arguments",
-    "output",
-    "observation",
-    "reward",
-    "cumulative_reward",
-    "terminated",
-    "truncated",
-    "duration_s",
-]
-
+#: Step columns shown by default (the optional ones only when some step has a value).
+STEP_CONCISE = ["episode", "step", "action_type", "tool", "arguments", "output", "text", "observation", "reward"]
+STEP_CONCISE += ["cumulative_reward"]
+STEP_OPTIONAL = {"tool", "arguments", "output", "text", "observation"}
 
 EPISODE_DTYPES = {
     "episode": "int64",
     "task": "Int64",
     "repeat": "Int64",
     "reward": "float64",
+    "prompt": "str",
+    "answer": "str",
     "n_steps": "int64",
     "mask_sample": "bool",
     "failure_kind": "category",
@@ -53,6 +58,13 @@ EPISODE_DTYPES = {
     "environment": "category",
     "agent": "category",
 }
+#: Episode columns shown by default, then the row's own fields; the optional ones only when some
+#: episode has a value (``failure_*`` when one failed).
+EPISODE_CONCISE = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "terminated", "truncated"]
+EPISODE_CONCISE += ["mask_sample"]
+EPISODE_CONCISE += ["failure_kind", "failure_reason", "total_tokens", "environment", "agent"]
+EPISODE_OPTIONAL = {"task", "repeat", "prompt", "answer", "failure_kind", "failure_reason", "total_tokens"}
+EPISODE_OPTIONAL |= {"environment", "agent"}
 CALL_DTYPES = {
     "episode": "int64",
     "step": "int64",
@@ -64,6 +76,8 @@ CALL_DTYPES = {
 }
 EPISODE_COLUMNS = list(EPISODE_DTYPES)
 CALL_COLUMNS = list(CALL_DTYPES)
+#: Record keys that are not the row's own fields.
+NOT_ROW_FIELDS = frozenset(RESULT_KEYS) | {"responses_create_params", *IDENTITY_KEYS}
 
 
 def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
@@ -79,77 +93,30 @@ def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
     )
 
 
-def action_type(items: list[Any]) -> str:
-    """What a step's action was: function_call, message, reasoning, mixed (call and message) or empty."""
-    kinds = {getattr(i, "type", None) for i in items}
-    if len(kinds) > 1:
-        kinds.discard("reasoning")
-    if not kinds:
-        return "empty"
-    if len(kinds) == 1:
-        return kinds.pop()
-    return "mixed" if {"function_call", "message"} <= kinds else "other"
+def store_of(records: Any):
+    """The ``RecordStore`` behind ``records``: ``Rollouts``, a store, a rollouts JSONL path, or records."""
+    import os
+
+    from gymlab.lab.store import RecordStore
+
+    if isinstance(records, RecordStore):
+        return records
+    if isinstance(records, (str, os.PathLike)):
+        return RecordStore.from_file(records)
+    store = getattr(records, "store", None)
+    return store if isinstance(store, RecordStore) else RecordStore.from_records(records)
 
 
-def episodes_frame(rollouts: Iterable[Rollout]):
-    """One row per episode: ids, reward, steps, failure fields, timing, token usage, names."""
-
-    records = list(rollouts)
-    cols: dict[str, list] = {c: [] for c in EPISODE_COLUMNS}
-    for position, r in enumerate(records):
-        usage = r.response.usage
-        last = r.steps[-1] if r.steps else None
-        terminated, truncated = r.terminated, r.truncated  # the record's own flags; else its last step's
-        cols["episode"].append(position)
-        cols["task"].append(r.task_index)
-        cols["repeat"].append(r.repeat)
-        cols["reward"].append(r.reward)
-        cols["n_steps"].append(len(r.steps))
-        cols["mask_sample"].append(bool(r.mask_sample))
-        cols["failure_kind"].append(r.failure_kind)
-        cols["failure_stage"].append(r.failure_stage)
-        cols["failure_reason"].append(r.failure_reason)
-        cols["terminated"].append(bool(terminated if terminated is not None else (last and last.terminated)))
-        cols["truncated"].append(bool(truncated if truncated is not None else (last and last.truncated)))
-        cols["duration_s"].append(r.duration_s)
-        cols["input_tokens"].append(usage.input_tokens if usage else None)
-        cols["output_tokens"].append(usage.output_tokens if usage else None)
-        cols["total_tokens"].append(usage.total_tokens if usage else None)
-        cols["model"].append(r.response.model or None)
-        cols["environment"].append(r.env)
-        cols["agent"].append(r.agent)
-    return add_component_columns(typed_frame(cols, EPISODE_DTYPES), records, "episodes")
-
-
-_FIELDS = ("index", "action", "tool_outputs", "observation", "reward", "terminated", "truncated", "duration_s")
-_ROW = attrgetter(*_FIELDS)
-
-
-def _describe_action(items: list[Any]) -> tuple[str, str | None, str | None, int]:
-    """(action type, first tool name, its arguments, number of calls) of one step's action."""
-    # ``item.type`` rather than isinstance: pydantic's ABC-based isinstance is slow at a million rows.
-    if len(items) == 1:
-        item = items[0]
-        kind = item.type
-        if kind == "function_call":
-            return kind, item.name, item.arguments, 1
-        return kind, None, None, 0
-    calls = [i for i in items if i.type == "function_call"]
-    if calls:
-        return action_type(items), calls[0].name, calls[0].arguments, len(calls)
-    return action_type(items), None, None, 0
-
-
-def _joined_output(outputs: list[Any]) -> str | None:
-    if len(outputs) == 1:
-        return outputs[0].output
-    return "\n".join(o.output for o in outputs) if outputs else None
+def concise(frame, columns: list[str], optional: set[str], extra: Iterable[str] = ()):
+    """``frame`` with ``columns`` (an optional one only when some row has a value) and ``extra``."""
+    keep = [c for c in columns if c in frame and (c not in optional or frame[c].notna().any())]
+    return frame[keep + [c for c in extra if c not in keep]]
 
 
 @contextmanager
 def _gc_paused():
     """Pause the cyclic collector while building columns: the lists hold no cycles, and at a million
-    rows repeated full collections over the records would double the build time."""
+    rows repeated full collections over them would double the build time."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -159,64 +126,188 @@ def _gc_paused():
             gc.enable()
 
 
-def steps_frame(rollouts: Iterable[Rollout]):
-    """One row per step: the action, its first tool call, outputs, per-step and cumulative reward."""
-    records = list(rollouts)
+def _fast_available(fast: bool | None) -> bool:
+    if fast is False:
+        return False
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        if fast:
+            raise ImportError(
+                "the fast frames path needs pyarrow, which is not installed; "
+                "install gymlab with `pip install gymlab[fast]` (or pass fast=None)"
+            ) from None
+        return False
+    return True
+
+
+# -- the frames ----------------------------------------------------------------------------------
+
+
+def steps_frame(records: Any, *, full: bool = False, fast: bool | None = None):
+    """One row per step: the action, its first tool call, outputs, the assistant's ``text``, per-step
+    and cumulative reward. ``fast``: None uses pyarrow when installed, False the pure-Python path."""
+    store = store_of(records)
     with _gc_paused():
-        return add_component_columns(_steps_frame(records), records, "steps")
+        frame = None
+        if _fast_available(fast) and not has_components(store):
+            from gymlab.lab.columnar import steps_frame_arrow
+
+            frame = steps_frame_arrow(store)  # None: the records do not fit the columnar schema
+        if frame is None:
+            frame = _steps_frame(store)
+    extra = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
+    return frame if full else concise(frame, STEP_CONCISE, STEP_OPTIONAL, extra=extra)
 
 
-def _steps_frame(rollouts: Iterable[Rollout]):
+def has_components(store) -> bool:
+    """True when some record of ``store`` has rubric components (one search of its bytes)."""
+    return b'"reward_components"' in store.buffer
+
+
+def _steps_frame(store):
     import numpy as np
+
+    lengths: list[int] = []
+    cols: list[list] = [[] for _ in range(8)]
+    step, actions, outputs, observation, reward, terminated, truncated, errors = cols
+    duration: list[float] = []
+    components: list[dict | None] = []
+    for record in store.dicts():
+        steps = record.get("steps") or ()
+        lengths.append(len(steps))
+        for s in steps:
+            components.append(s.get("reward_components"))
+            step.append(s["index"])
+            actions.append(describe_action(s.get("action") or []))
+            outputs.append(joined_output(s.get("tool_outputs") or []))
+            observation.append(s.get("observation"))
+            reward.append(s.get("reward", 0.0))
+            terminated.append(s.get("terminated", False))
+            truncated.append(s.get("truncated", False))
+            errors.append(s.get("tool_errors", 0))
+            duration.append(s.get("duration_s", 0.0))
+    episode = np.repeat(np.arange(len(lengths), dtype="int64"), lengths)
+    action = list(zip(*actions)) if actions else [[], [], [], [], []]
+    frame = finish_steps(episode, step, action, outputs, observation, reward, terminated, truncated, errors, duration)
+    return add_component_columns(frame, components)
+
+
+def prompt_of(params: Any) -> str | None:
+    """The prompt of a request: its input string, or its last user message's text (else its last message's)."""
+    if not isinstance(params, dict):
+        return None
+    items = params.get("input")
+    if isinstance(items, str):
+        return items
+    messages = [i for i in items or () if isinstance(i, dict) and i.get("type", "message") == "message"]
+    users = [m for m in messages if m.get("role") == "user"]
+    last = (users or messages)[-1:]
+    return item_text(last[0]) if last else None
+
+
+def answer_of(record: dict[str, Any]) -> str | None:
+    """The final assistant text: the response's messages, else the last step that said something."""
+    output = (record.get("response") or {}).get("output") or []
+    text = messages_text(output)
+    if text is None:
+        for s in reversed(record.get("steps") or []):
+            text = messages_text(s.get("action") or [])
+            if text is not None:
+                break
+    return text
+
+
+def _row_value(value: Any) -> Any:
+    if isinstance(value, (dict, list)):
+        from gymlab.jsonl import dumps
+
+        return dumps(value).decode()
+    return value
+
+
+def episodes_frame(records: Any, *, full: bool = False):
+    """One row per episode: ids, reward, prompt and answer, steps, failure fields, the row's own fields;
+    with ``full=True`` also timing, token usage and the model's name."""
     import pandas as pd
 
-    lengths, rows = [], []
-    for r in rollouts:
-        steps = r.steps
-        lengths.append(len(steps))
-        rows += map(_ROW, steps)  # one tuple per step, transposed below: fewer passes over the records
-    columns = list(zip(*rows)) if rows else [() for _ in _FIELDS]
-    index, actions, outputs, observation, reward, terminated, truncated, duration = columns
-    kind, tool, arguments, n_calls = zip(*map(_describe_action, actions)) if actions else ((), (), (), ())
-    episode = np.repeat(np.arange(len(lengths), dtype="int64"), lengths)
-    rewards = np.asarray(reward, dtype="float64")
-    cumulative = pd.Series(rewards).groupby(episode).cumsum().to_numpy() if len(rewards) else rewards
-    return pd.DataFrame(
-        {
-            "episode": episode,
-            "step": np.asarray(index, dtype="int64"),
-            "action_type": pd.Categorical(kind),
-            "tool": pd.Categorical(tool),
-            "n_calls": np.asarray(n_calls, dtype="int64"),
-            "arguments": pd.array(arguments, dtype="str"),
-            "output": pd.array(list(map(_joined_output, outputs)), dtype="str"),
-            "observation": pd.array(observation, dtype="str"),
-            "reward": rewards,
-            "cumulative_reward": cumulative,
-            "terminated": np.asarray(terminated, dtype="bool"),
-            "truncated": np.asarray(truncated, dtype="bool"),
-            "duration_s": np.asarray(duration, dtype="float64"),
-        },
-        columns=STEP_COLUMNS,
-    )
+    store = store_of(records)
+    cols: dict[str, list] = {c: [] for c in EPISODE_COLUMNS}
+    row_fields: dict[str, list] = {}
+    components: list[dict | None] = []
+    with _gc_paused():
+        for position, r in enumerate(store.dicts()):
+            components.append(r.get("reward_components"))
+            usage = (r.get("response") or {}).get("usage") or {}
+            steps = r.get("steps") or []
+            last = steps[-1] if steps else {}
+            terminated, truncated = r.get("terminated"), r.get("truncated")  # the record's own; else its last step's
+            agent = r.get("agent_ref")
+            agent = agent.get("name") if isinstance(agent, dict) else None
+            cols["episode"].append(position)
+            cols["task"].append(r.get("_ng_task_index"))
+            cols["repeat"].append(r.get("_ng_rollout_index"))
+            cols["reward"].append(r.get("reward", 0.0))
+            cols["prompt"].append(prompt_of(r.get("responses_create_params")))
+            cols["answer"].append(answer_of(r))
+            cols["n_steps"].append(len(steps))
+            cols["mask_sample"].append(bool(r.get("mask_sample")))
+            cols["failure_kind"].append(r.get("failure_kind"))
+            cols["failure_stage"].append(r.get("failure_stage"))
+            cols["failure_reason"].append(r.get("failure_reason"))
+            cols["terminated"].append(bool(terminated if terminated is not None else last.get("terminated")))
+            cols["truncated"].append(bool(truncated if truncated is not None else last.get("truncated")))
+            cols["duration_s"].append(r.get("duration_s", 0.0))
+            cols["input_tokens"].append(usage.get("input_tokens"))
+            cols["output_tokens"].append(usage.get("output_tokens"))
+            cols["total_tokens"].append(usage.get("total_tokens"))
+            cols["model"].append((r.get("response") or {}).get("model") or None)
+            cols["environment"].append(r.get("env_name"))
+            cols["agent"].append(agent if agent is not None else r.get("agent_name"))
+            for key, value in r.items():
+                if key not in NOT_ROW_FIELDS:
+                    row_fields.setdefault(key, [None] * position).append(_row_value(value))
+            for values in row_fields.values():
+                if len(values) <= position:
+                    values.append(None)
+    frame = add_component_columns(typed_frame(cols, EPISODE_DTYPES), components)
+    extra = {(f"row.{k}" if k in frame else k): v for k, v in row_fields.items()}
+    if extra:
+        frame = pd.concat([frame, pd.DataFrame(extra).convert_dtypes()], axis=1)
+    extra = [*(c for c in frame if c.startswith(COMPONENT_PREFIX)), *extra]
+    if full:
+        return frame
+    return concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=extra)
 
 
-def calls_frame(rollouts: Iterable[Rollout]):
+def calls_frame(records: Any):
     """One row per function call, with the output that answered it (matched by ``call_id``)."""
 
     cols: dict[str, list] = {c: [] for c in CALL_COLUMNS}
-    for position, r in enumerate(rollouts):
-        for s in r.steps:
-            outputs = {o.call_id: o.output for o in s.tool_outputs}
+    for position, r in enumerate(store_of(records).dicts()):
+        for s in r.get("steps") or ():
+            outputs = {o.get("call_id"): o.get("output") for o in s.get("tool_outputs") or ()}
             n = 0
-            for item in s.action:
-                if isinstance(item, FunctionCall):
+            for item in s.get("action") or ():
+                if item.get("type") == "function_call":
                     cols["episode"].append(position)
-                    cols["step"].append(s.index)
+                    cols["step"].append(s["index"])
                     cols["call"].append(n)
-                    cols["tool"].append(item.name)
-                    cols["call_id"].append(item.call_id)
-                    cols["arguments"].append(item.arguments)
-                    cols["output"].append(outputs.get(item.call_id))
+                    cols["tool"].append(item.get("name"))
+                    cols["call_id"].append(item.get("call_id"))
+                    cols["arguments"].append(item.get("arguments"))
+                    cols["output"].append(outputs.get(item.get("call_id")))
                     n += 1
     return typed_frame(cols, CALL_DTYPES)
+
+
+__all__ = [
+    "CALL_COLUMNS",
+    "EPISODE_COLUMNS",
+    "STEP_COLUMNS",
+    "STEP_DTYPES",
+    "calls_frame",
+    "episodes_frame",
+    "steps_frame",
+    "typed_frame",
+]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, NamedTuple
+from typing import Any
 
 from gymlab.client import error_message, post
 from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
-from gymlab.lab.episode import Episode, _on_gymlab_loop, _Session, _synced
+from gymlab.lab.episode import Episode, Step, _on_gymlab_loop, _Session, _synced
 from gymlab.loop import DEFAULT_MAX_STEPS, LoopState, with_user_message
 from gymlab.protocol import (
     NeMoGymResponse,
@@ -18,16 +18,6 @@ from gymlab.protocol import (
     function_call,
 )
 from gymlab.protocol import record as records
-
-
-class Step(NamedTuple):
-    """What a Gymnasium step returns, in Gymnasium's order."""
-
-    observation: str | None
-    reward: float
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any]
 
 
 def response_of_action(action: Any = None, call: str | None = None, arguments: Any = None) -> NeMoGymResponse | None:
@@ -62,18 +52,18 @@ def response_of_action(action: Any = None, call: str | None = None, arguments: A
 
 
 class GymnasiumEpisode(Episode):
-    """A Gymnasium episode: ``reset()``, then ``step(action)`` until terminated or truncated.
+    """A Gymnasium episode: ``reset()``, then steps until terminated or truncated.
 
-    ``step()`` with no action asks the model; each step returns ``Step(observation, reward,
-    terminated, truncated, info)``. Tool outputs and observations join the conversation exactly as
+    An action is spelt as in a seed/verify episode: ``call("hit")`` (a tool call, arguments as
+    keywords) or ``say("I stand")`` (the assistant's text); ``step()`` with no action asks the model.
+    ``step(action)`` also takes text, ``(name, arguments)``, items or a response. Each step returns
+    ``Step(observation, reward, terminated, truncated, info)``. Tool outputs and observations join the conversation exactly as
     ``gymnasium_agent`` adds them, so a model sees the same history here as in a run.
     """
 
     protocol = "gymnasium"
     _start_name = "reset"
-    _other_protocol_methods = frozenset(
-        {"seed", "aseed", "call", "acall", "say", "asay", "model_turn", "amodel_turn", "verify", "averify"}
-    )
+    _other_protocol_methods = frozenset({"seed", "aseed", "model_turn", "amodel_turn", "verify", "averify"})
 
     def _init_protocol(self) -> None:
         self.state = LoopState(self.params)
@@ -160,9 +150,24 @@ class GymnasiumEpisode(Episode):
                 self.state.stop_reason = "max_steps"
                 self.result = {}
                 await self.aclose()
-        return Step(answer.observation, answer.reward, record.terminated, record.truncated, answer.info)
+        return Step.of(record, answer.observation, answer.info)
 
     step = _synced()
+
+    @_on_gymlab_loop
+    async def acall(self, tool: str, /, **arguments: Any) -> Step:
+        """Take a step whose action is a call of tool ``tool`` with ``arguments`` (spelt as a seed/verify
+        episode's ``call``); returns the ``Step``."""
+        return await self.astep(response_of_action((tool, arguments)))
+
+    call = _synced()
+
+    @_on_gymlab_loop
+    async def asay(self, text: str) -> Step:
+        """Take a step whose action is the assistant's ``text``; returns the ``Step``."""
+        return await self.astep(response_of_action(text))
+
+    say = _synced()
 
     @_on_gymlab_loop
     async def arun(self, max_steps: int | None = None) -> list[StepRecord]:

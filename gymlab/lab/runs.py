@@ -1,7 +1,8 @@
 """Runs of many episodes: ``lab.run_many(agent, rows, repeats=...)`` and the ``Rollouts`` it returns.
 
-``Rollouts`` is a list of rollout records (``gymlab.protocol.Rollout``) that reads and writes the
-rollouts JSONL of the wire reference, and offers the pandas frames of ``gymlab.lab.frames``.
+``Rollouts`` is a sequence of rollout records (``gymlab.protocol.Rollout``), held as their JSON and
+validated on access, that reads and writes the rollouts JSONL of the wire reference and offers the
+pandas frames of ``gymlab.lab.frames``.
 """
 
 from __future__ import annotations
@@ -9,34 +10,53 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from gymlab.errors import ServerError
 from gymlab.failures import run_failure
+from gymlab.lab.store import RecordStore
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward
 
 
-class Rollouts(list):
-    """Rollout records of one or more runs; ``.episodes``, ``.steps``, ``.calls`` are pandas frames."""
+class Rollouts(Sequence):
+    """Rollout records of one or more runs; ``.episodes``, ``.steps``, ``.calls`` are pandas frames.
 
-    def __init__(self, records: Iterable[Rollout | dict] = ()):
-        super().__init__(r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in records)
+    The records are held as their JSON (a ``gymlab.lab.store.RecordStore``: about the size of the
+    JSONL file) and validated into a ``Rollout`` when indexed or iterated; a bad line raises
+    ``DatasetError`` naming the file and line then. Frames are built from the JSON directly.
+    """
+
+    def __init__(
+        self,
+        records: Iterable[Rollout | dict] = (),
+        *,
+        store: RecordStore | None = None,
+        completed: list[int] | None = None,
+    ):
+        if store is None:
+            if isinstance(records, Rollouts):
+                store, completed = records.store, records.completed if completed is None else completed
+            else:
+                store = RecordStore.from_records(records)
+        self.store = store
+        #: Each record's rank in the order the episodes finished (runs of ``run_many``), else None.
+        self.completed = completed if completed is not None and len(completed) == len(store) else None
+        self._summary: list[tuple[float, bool, str | None, int]] | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Rollouts:
-        """Read a rollouts JSONL file; a bad line raises ``DatasetError`` naming the file and line."""
-        from gymlab.collection.dataset import read_rollouts
-
-        return cls(read_rollouts(path, what="a rollout record"))
+        """A rollouts JSONL file, read without parsing its records (a torn last line raises at once;
+        a bad line raises ``DatasetError`` naming the file and line when it is used)."""
+        return cls(store=RecordStore.from_file(path))
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write one record per line, atomically (a temp file in the same folder, then a rename)."""
-        from gymlab.jsonl import write_jsonl_atomic
+        from gymlab.jsonl import write_bytes_atomic
 
-        return write_jsonl_atomic(path, self)
+        return write_bytes_atomic(path, self.store.buffer)
 
     def to_hf(self, format: str = "trl-sft", **options: Any):
         """A ``datasets.Dataset`` in a trainer format (``gymlab.export.to_hf``; extra ``gymlab[export]``)."""
@@ -46,24 +66,54 @@ class Rollouts(list):
 
     @property
     def episodes(self):
-        """One row per episode (``gymlab.lab.frames.episodes_frame``)."""
-        from gymlab.lab.frames import episodes_frame
-
-        return episodes_frame(self)
+        """One row per episode, the concise columns (``episodes_frame(full=True)`` for all of them)."""
+        return self.episodes_frame()
 
     @property
     def steps(self):
-        """One row per step (``gymlab.lab.frames.steps_frame``)."""
-        from gymlab.lab.frames import steps_frame
-
-        return steps_frame(self)
+        """One row per step, the concise columns (``steps_frame(full=True)`` for all of them)."""
+        return self.steps_frame()
 
     @property
     def calls(self):
         """One row per tool call (``gymlab.lab.frames.calls_frame``)."""
         from gymlab.lab.frames import calls_frame
 
-        return calls_frame(self)
+        return calls_frame(self.store)
+
+    def episodes_frame(self, *, full: bool = False):
+        """One row per episode (``gymlab.lab.frames.episodes_frame``); ``full=True``: every column."""
+        from gymlab.lab.frames import episodes_frame
+
+        frame = episodes_frame(self.store, full=full)
+        if self.completed is not None:  # a run's own order of finishing (reward_curve plots over it)
+            frame["completed"] = self.completed
+        return frame
+
+    def steps_frame(self, *, full: bool = False, fast: bool | None = None):
+        """One row per step (``gymlab.lab.frames.steps_frame``); ``full=True``: every column;
+        ``fast=False``: the pure-Python path even when pyarrow is installed."""
+        from gymlab.lab.frames import steps_frame
+
+        return steps_frame(self.store, full=full, fast=fast)
+
+    def _summaries(self) -> list[tuple[float, bool, str | None, int]]:
+        """(reward, mask_sample, failure_kind, steps) of every record, parsed once."""
+        if self._summary is None and len(self) > 1000:  # a large run: read the four fields through Arrow
+            try:
+                from gymlab.lab.columnar import summaries_arrow
+            except ImportError:
+                pass
+            else:
+                self._summary = summaries_arrow(self.store)
+        if self._summary is None:
+            self._summary = summaries(self.store)
+        return self._summary
+
+    @property
+    def n_steps(self) -> int:
+        """Steps over all episodes."""
+        return sum(s[3] for s in self._summaries())
 
     def profile(self, **options: Any):
         """The reward profile per task (``gymlab.rewards.profile``): pass@k, flags, components."""
@@ -74,19 +124,39 @@ class Rollouts(list):
     @property
     def mean_reward(self) -> float:
         """Mean reward of the unmasked episodes (nan when there are none); failed episodes are masked."""
-        return mean_reward(self)
+        return mean_reward({"reward": s[0], "mask_sample": s[1]} for s in self._summaries())
 
     @property
     def failures(self) -> dict[str, int]:
         """Masked episodes by failure kind (an environment's own unlabelled mask counts as ``masked``)."""
-        return failure_counts(self)
+        return failure_counts({"mask_sample": s[1], "failure_kind": s[2]} for s in self._summaries())
 
-    def __add__(self, other: Iterable[Rollout]) -> Rollouts:
-        return Rollouts([*self, *other])
+    def __len__(self) -> int:
+        return len(self.store)
 
     def __getitem__(self, index):
-        item = super().__getitem__(index)
-        return Rollouts(item) if isinstance(index, slice) else item
+        if isinstance(index, slice):
+            completed = self.completed[index] if self.completed is not None else None
+            return Rollouts(store=self.store.take(range(len(self))[index]), completed=completed)
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"episode {index} of {n} (Rollouts holds {n} records)")
+        return self.store.record(index % n)
+
+    def __iter__(self) -> Iterator[Rollout]:
+        record = self.store.record
+        return (record(i) for i in range(len(self)))
+
+    def __add__(self, other: Iterable[Rollout]) -> Rollouts:
+        other_store = other.store if isinstance(other, Rollouts) else RecordStore.from_records(other)
+        return Rollouts(store=RecordStore.concat([self.store, other_store]))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rollouts):
+            return self.store.lines() == other.store.lines() or list(self) == list(other)
+        return isinstance(other, list) and list(self) == other
+
+    __hash__ = None  # mutable-looking sequence, like a list
 
     def _repr_html_(self) -> str:
         from gymlab.lab.display import rollouts_html
@@ -103,17 +173,28 @@ class Rollouts(list):
         return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
 
 
+def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:
+    """(reward, mask_sample, failure_kind, steps) of every record, parsed (not validated) by orjson."""
+    return [
+        (float(r.get("reward") or 0.0), bool(r.get("mask_sample")), r.get("failure_kind"), len(r.get("steps") or ()))
+        for r in store.dicts()
+    ]
+
+
 def load(path: str | os.PathLike, kind: str | None = None):
     """Read a JSONL file written by gymlab or NeMo Gym; rollout files give ``Rollouts`` (with frames).
 
     Other kinds (sft, rl, task) come back as ``gymlab.read_jsonl`` gives them.
     """
-    from gymlab.collection.dataset import read_jsonl
+    from gymlab.collection.dataset import kind_of, read_jsonl
+    from gymlab.jsonl import iter_jsonl
 
-    rows = read_jsonl(path, kind)
-    if rows and isinstance(rows[0], Rollout):
-        return Rollouts(rows)
-    return rows
+    if kind is None:
+        first = next(iter_jsonl(path), None)
+        kind = kind_of(first[1]) if first is not None else None
+    if kind == "rollout":
+        return Rollouts.load(path)  # lazy: validated when used
+    return read_jsonl(path, kind)
 
 
 class RunState:
@@ -151,8 +232,8 @@ async def arun_many(
 ) -> Rollouts:
     """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``), ``concurrency`` at a time.
 
-    Records come back in "aabbcc" order, each with the agent's and environment's names. An episode the agent fails is recorded
-    masked with a ``failure_kind`` (``on_error="raise"`` raises instead). ``state`` follows the run.
+    Records come back in "aabbcc" order, each with the agent's and environment's names. An episode
+    the agent fails is recorded masked with a ``failure_kind`` (``on_error="raise"`` raises instead). ``state`` follows the run.
     """
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
@@ -164,7 +245,9 @@ async def arun_many(
     sem = asyncio.Semaphore(max(1, concurrency))
     bar = _progress(len(jobs), agent.name) if progress else None
 
-    async def one(row: dict[str, Any]) -> Rollout:
+    finished: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
+
+    async def one(position: int, row: dict[str, Any]) -> Rollout:
         async with sem:
             state.running += 1
             t0 = time.perf_counter()
@@ -181,6 +264,7 @@ async def arun_many(
                 state.running -= 1
             if bar is not None:
                 bar.update(1)
+            finished.append(position)
         record = records.with_identity(
             record,
             task_index=row["_ng_task_index"],
@@ -191,9 +275,10 @@ async def arun_many(
         state.finished.append(record)
         return record
 
-    tasks = [asyncio.ensure_future(one(r)) for r in jobs]
+    tasks = [asyncio.ensure_future(one(i, r)) for i, r in enumerate(jobs)]
     try:
-        return Rollouts(await asyncio.gather(*tasks))
+        done = await asyncio.gather(*tasks)
+        return Rollouts(done, completed=[rank for _, rank in sorted(zip(finished, range(len(finished))))])
     except BaseException:
         # gather gives up at the first cancelled or failed episode; the others must stop too, and
         # each must finish its own cleanup (its session closed) before the run reports.

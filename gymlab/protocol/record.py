@@ -40,6 +40,7 @@ _RECORD_KEYS = frozenset(
         "failure_kind",
         "failure_reason",
         "failure_stage",
+        "failure_trace",
         "terminated",
         "truncated",
         "info",

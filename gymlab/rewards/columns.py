@@ -15,31 +15,30 @@ PREFIX = "reward_"
 
 
 def component_names(records: Sequence[Any]) -> list[str]:
-    """Every component name in ``records``, in first-seen order."""
+    """Every component name of ``records`` (models or dicts), in first-seen order."""
     names: dict[str, None] = {}
     for r in records:
-        for name in r.reward_components or ():
+        value = r.get("reward_components") if isinstance(r, dict) else getattr(r, "reward_components", None)
+        for name in value or ():
             names.setdefault(name, None)
     return list(names)
 
 
-def add_component_columns(frame: Any, records: Sequence[Any], level: str = "episodes") -> Any:
-    """``frame`` with a ``reward_<name>`` column per component (``level``: ``episodes`` or ``steps``)."""
-    names = component_names(records)
-    if not names:
+def add_component_columns(frame: Any, components: Sequence[dict | None]) -> Any:
+    """``frame`` with a ``reward_<name>`` column per component; ``components[i]`` is row ``i``'s
+    ``reward_components`` (an episode's in an episodes frame, a step's in a steps frame) or None."""
+    if not any(components):
         return frame
     import numpy as np
 
-    if level == "episodes":
-        rows = [r.reward_components or {} for r in records]
-    elif level == "steps":
-        rows = [s.reward_components or {} for r in records for s in r.steps]
-    else:
-        raise ValueError(f"level must be 'episodes' or 'steps', got {level!r}")
-    if len(rows) != len(frame):
-        raise ValueError(f"{len(rows)} {level} in the records but {len(frame)} rows in the frame")
+    if len(components) != len(frame):
+        raise ValueError(f"{len(components)} rows of components but {len(frame)} rows in the frame")
+    names: dict[str, None] = {}
+    for row in components:
+        for name in row or ():
+            names.setdefault(name, None)
     for name in names:
-        values = [row.get(name) for row in rows]
+        values = [(row or {}).get(name) for row in components]
         frame[PREFIX + name] = np.array([np.nan if v is None else v for v in values], dtype="float64")
     return frame
 

@@ -11,6 +11,11 @@ from gymlab.lab.frames import CALL_COLUMNS, EPISODE_COLUMNS, STEP_COLUMNS
 from gymlab.lab.runs import Rollouts
 from gymlab.protocol.record import synthetic as synthetic_rollouts
 
+#: The concise episode columns of a run in which nothing failed (before its row fields).
+EPISODE_CONCISE_CLEAN = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "terminated"]
+EPISODE_CONCISE_CLEAN += ["truncated", "mask_sample"]
+EPISODE_CONCISE_CLEAN += ["total_tokens", "environment", "agent"]
+
 
 @pytest.fixture(scope="module")
 def runs():
@@ -63,8 +68,9 @@ def test_run_many_orders_repeats_aabbcc_and_names_agent_and_env(runs):
 
 
 def test_episodes_frame(runs):
-    frame = (runs["counter"] + runs["blackjack"]).episodes
-    assert list(frame.columns) == EPISODE_COLUMNS
+    frame = (runs["counter"] + runs["blackjack"]).episodes_frame(full=True)
+    row_fields = ["initial_count", "target", "final_count", "seed"]  # the rows' own (and verify's echo)
+    assert list(frame.columns) == EPISODE_COLUMNS + row_fields
     dtypes = frame.dtypes.astype(str).to_dict()
     assert dtypes["episode"] == "int64" and dtypes["n_steps"] == "int64"
     assert dtypes["task"] == "Int64" and dtypes["repeat"] == "Int64" and dtypes["total_tokens"] == "Int64"
@@ -77,9 +83,33 @@ def test_episodes_frame(runs):
     assert frame["terminated"].all()
 
 
+def test_episodes_frame_is_concise_and_reads_like_the_conversation(runs):
+    rollouts = runs["counter"]
+    frame = rollouts.episodes
+    # no column that is empty for every episode of this run; the row's own fields after the ids
+    assert list(frame.columns) == [*EPISODE_CONCISE_CLEAN, "initial_count", "target", "final_count", "completed"]
+    assert frame["target"].tolist() == [r.target for r in rollouts]
+    assert frame["prompt"].tolist() == [r.responses_create_params.input_items()[-1].text for r in rollouts]
+    assert frame["answer"].tolist() == [r.response.output_text for r in rollouts]
+    assert frame["answer"].str.len().gt(0).all()
+    broken = runs["broken"].episodes
+    assert {"failure_kind", "failure_reason"} <= set(broken.columns)  # shown when an episode failed
+    blackjack = runs["blackjack"].episodes
+    assert blackjack["seed"].tolist() == [r.seed for r in runs["blackjack"]]  # the row's own field
+
+
+def test_steps_frame_has_the_assistants_text(runs):
+    steps = runs["counter"].steps
+    assert "observation" not in steps  # no counter step has one
+    finals = steps[steps["action_type"] == "message"]
+    assert len(finals) == len(runs["counter"]) and finals["text"].str.len().gt(0).all()
+    assert steps.loc[steps["action_type"] == "function_call", "text"].isna().all()
+    assert "observation" in runs["blackjack"].steps
+
+
 def test_steps_frame_rewards_sum_to_the_episode_reward(runs):
     rollouts = runs["counter"] + runs["blackjack"]
-    steps, episodes = rollouts.steps, rollouts.episodes
+    steps, episodes = rollouts.steps_frame(full=True), rollouts.episodes
     assert list(steps.columns) == STEP_COLUMNS
     assert str(steps["action_type"].dtype) == "category" and str(steps["tool"].dtype) == "category"
     assert str(steps["reward"].dtype) == "float64" and str(steps["step"].dtype) == "int64"
@@ -123,20 +153,37 @@ def test_save_load_round_trip(runs, tmp_path):
     assert list(tmp_path.iterdir()) == [path]  # the temp file was renamed, none left behind
     loaded = Rollouts.load(path)
     assert len(loaded) == len(rollouts)
-    assert loaded.episodes.drop(columns="duration_s").equals(rollouts.episodes.drop(columns="duration_s"))
-    assert loaded.steps.equals(rollouts.steps)
+    assert (
+        loaded.episodes_frame(full=True)
+        .drop(columns="duration_s")
+        .equals(rollouts.episodes_frame(full=True).drop(columns="duration_s"))
+    )
+    assert loaded.steps_frame(full=True).equals(rollouts.steps_frame(full=True))
+    assert loaded == rollouts and list(loaded) == list(rollouts)
 
 
 def test_load_errors_name_file_and_line(tmp_path):
     good = synthetic_rollouts(1, 1)[0].model_dump_json()
     path = tmp_path / "bad.jsonl"
     path.write_text(good + "\n{not json\n")
+    loaded = Rollouts.load(path)  # lazy: the bad line is found when used
+    assert loaded[0].reward == 1.0
     with pytest.raises(DatasetError, match=r"bad.jsonl:2: not valid JSON"):
-        Rollouts.load(path)
+        _ = loaded[1]
+    with pytest.raises(DatasetError, match=r"bad.jsonl:2: not valid JSON"):
+        loaded.episodes_frame()
     path.write_text(good + "\n\n" + json.dumps({"reward": 1.0}) + "\n")
     with pytest.raises(DatasetError, match=r"bad.jsonl:3: not a rollout record: responses_create_params"):
-        Rollouts.load(path)
+        list(Rollouts.load(path))
+    with pytest.raises(DatasetError, match=r"bad.jsonl:3: not a rollout record"):
+        Rollouts.load(path).steps_frame()
+    path.write_text(good + "\n" + good[:40])
+    with pytest.raises(DatasetError, match=r"bad.jsonl:2: torn last line"):
+        Rollouts.load(path)  # a torn last line is reported at once
 
 
 def test_frames_benchmark_builds_the_rows_it_times():
-    assert frames_benchmark(n_steps=2_000, steps_per_episode=10) >= 0.0
+    figures = frames_benchmark(n_steps=2_000, steps_per_episode=10, memory_episodes=20)
+    assert figures["step rows"] == 2_000
+    assert any(key.startswith("JSONL file -> steps frame, pure path") for key in figures)
+    assert figures["20 calculator episodes held as Rollouts (MB)"] > 0

@@ -10,7 +10,7 @@ def _record(**fields):
 def test_a_step_less_record_keeps_its_own_flags():
     frame = Rollouts(
         [_record(terminated=True, truncated=False), _record(terminated=False, truncated=True), _record()]
-    ).episodes
+    ).episodes_frame(full=True)
     assert frame["terminated"].tolist() == [True, False, False]
     assert frame["truncated"].tolist() == [False, True, False]
     assert frame["n_steps"].tolist() == [0, 0, 0]
@@ -18,6 +18,8 @@ def test_a_step_less_record_keeps_its_own_flags():
 
 def test_the_record_wins_over_its_last_step_and_the_step_is_the_fallback():
     step = {"index": 0, "terminated": True, "truncated": False}
-    frame = Rollouts([_record(terminated=False, truncated=True, steps=[step]), _record(steps=[step])]).episodes
+    frame = Rollouts([_record(terminated=False, truncated=True, steps=[step]), _record(steps=[step])]).episodes_frame(
+        full=True
+    )
     assert frame["terminated"].tolist() == [False, True]
     assert frame["truncated"].tolist() == [True, False]

@@ -46,45 +46,120 @@ def _markers(ax, marker):
     return [line for line in ax.get_lines() if line.get_marker() == marker]
 
 
-def test_reward_curve_has_points_rolling_mean_band_and_marks_failures(runs):
-    episodes = runs["stand"].episodes
+def _title(fig):
+    return fig.axes[0].get_title()
+
+
+def test_every_plot_says_what_it_draws_and_over_how_many_episodes(runs):
+    rollouts = runs["stand"]
+    episodes, steps = rollouts.episodes, rollouts.steps
+    n, left_out = len(episodes), int(episodes["failure_kind"].notna().sum())
+    figures = {
+        "curve": plots.reward_curve(episodes),
+        "steps": plots.step_rewards(steps, episodes=episodes),
+        "heatmap": plots.reward_heatmap(steps, episodes=episodes),
+        "distribution": plots.reward_distribution(episodes),
+        "compare": plots.compare_runs({"rule": runs["rule"].episodes, "stand": episodes}),
+    }
+    for name, fig in figures.items():
+        ax = fig.axes[0]
+        assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel(), name
+    n_tasks = len(example_rows("blackjack"))  # the default window: one repeat's worth of episodes
+    assert _title(figures["curve"]) == (
+        f"Reward per episode in repeat order, rolling mean of {n_tasks} ({n} episodes, {left_out} left out (masked or failed))"
+    )
+    assert _title(figures["steps"]) == f"Mean reward by step over {n - left_out} episodes (band: +-1 std)"
+    assert _title(figures["heatmap"]) == f"Reward by episode and step ({n - left_out} episodes)"
+    assert _title(figures["distribution"]).startswith(f"Reward by task ({n} episodes")
+    assert "rule: 18, stand: 18" in _title(figures["compare"])
+
+
+def test_reward_curve_follows_completion_order_and_marks_failures(runs):
+    rollouts = runs["stand"]
+    episodes = rollouts.episodes
+    assert sorted(episodes["completed"]) == list(range(len(episodes)))  # run_many knows the order of finishing
     n_failed = int(episodes["failure_kind"].notna().sum())
     assert n_failed and n_failed % 3 == 0  # every repeat of each task that starts at 10
-    fig = plots.reward_curve(episodes, window=5)
+    fig = plots.reward_curve(episodes, window=5, order="completed")
     assert isinstance(fig, Figure)
     (ax,) = fig.axes
+    assert ax.get_xlabel() == "episode, in the order it finished"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["reward", "rolling mean (5)", "+-1 std", "failed"]
     assert any(isinstance(c, PolyCollection) for c in ax.collections)  # the band
     (failed,) = [line for line in _markers(ax, "x") if line.get_label() == "failed"]
     assert len(failed.get_xdata()) == n_failed
+    (points,) = [line for line in ax.get_lines() if line.get_label() == "reward"]
+    by_completion = episodes.sort_values("completed")
+    kept = by_completion[by_completion["failure_kind"].isna()]
+    assert list(points.get_ydata()) == list(kept["reward"])  # drawn in the order episodes finished
     (mean,) = [line for line in ax.get_lines() if line.get_label().startswith("rolling mean")]
     assert len(mean.get_xdata()) == len(episodes) - n_failed  # failures stay out of the mean
 
 
-def test_step_rewards_bars_and_cumulative_lines(runs):
+def test_reward_curve_goes_repeat_by_repeat_also_for_a_loaded_run(runs, tmp_path):
+    from gymlab.lab.runs import Rollouts
+
+    loaded = Rollouts.load(runs["rule"].save(tmp_path / "rule.jsonl"))
+    episodes = loaded.episodes
+    assert "completed" not in episodes  # a file does not keep the order of finishing
+    fig = plots.reward_curve(episodes, window=4)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "episode, repeat by repeat (every task once per repeat)"
+    (points,) = [line for line in ax.get_lines() if line.get_label() == "reward"]
+    assert list(points.get_ydata()) == list(episodes.sort_values(["repeat", "task"])["reward"])
+    n_tasks = len(example_rows("blackjack"))
+    boundaries = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert boundaries == [k * n_tasks - 0.5 for k in (1, 2)]  # three repeats: two boundaries
+    with pytest.raises(KeyError, match="completion order is known for runs of lab.run_many"):
+        plots.reward_curve(episodes, order="completed")
+
+
+def test_step_rewards_mean_by_step_with_a_band(runs):
     rollouts = runs["rule"]
-    fig = plots.step_rewards(rollouts.steps, episodes=rollouts.episodes, max_episodes=4)
+    steps, episodes = rollouts.steps, rollouts.episodes
+    fig = plots.step_rewards(steps, episodes=episodes)
     (ax,) = fig.axes
-    lines = [line for line in ax.get_lines() if line.get_label().startswith("episode")]
-    assert len(lines) == 4
-    steps = rollouts.steps
-    for line in lines:
-        key = int(line.get_label().split()[1])
-        assert list(line.get_ydata()) == pytest.approx(list(steps.loc[steps["episode"] == key, "cumulative_reward"]))
-    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
-    assert sum(len(b) for b in bars) == steps["episode"].isin(range(4)).sum()
+    (mean,) = [line for line in ax.get_lines() if line.get_label() == "mean reward at the step"]
+    expected = steps.groupby("step")["reward"].mean()
+    assert list(mean.get_xdata()) == list(expected.index)
+    assert list(mean.get_ydata()) == pytest.approx(list(expected))
+    assert any(isinstance(c, PolyCollection) for c in ax.collections)  # the +-1 std band
+    assert not [c for c in ax.containers if isinstance(c, BarContainer)]  # no per-episode bars
+    fig = plots.step_rewards(steps, episodes=episodes, max_episodes=4)
+    assert fig.axes[0].get_title().startswith("Mean reward by step over 4 episodes")
 
 
-def test_reward_distribution_per_task_and_per_environment(runs):
-    episodes = runs["rule"].episodes
+def test_reward_heatmap_is_episode_by_step(runs):
+    steps = runs["rule"].steps
+    fig = plots.reward_heatmap(steps, max_episodes=5)
+    (image,) = fig.axes[0].get_images()
+    grid = image.get_array()
+    assert grid.shape == (5, steps.loc[steps["episode"] < 5, "step"].max() + 1)
+    first = steps[steps["episode"] == 0]
+    assert list(grid[0][: len(first)]) == list(first["reward"])
+
+
+def test_reward_distribution_draws_no_collapsed_box_for_deterministic_rows(runs):
+    episodes = runs["rule"].episodes  # seeded decks, a rule-based policy: each task's repeats agree
     fig = plots.reward_distribution(episodes, by="task")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == [str(t) for t in sorted(set(episodes["task"]))]
+    assert not [line for line in ax.get_lines() if line.get_label() == "_nolegend_" and len(line.get_xdata()) == 2]
+    assert "mean +-1 std" in [t.get_text() for t in ax.get_legend().get_texts()]
     fig = plots.reward_distribution(episodes, by="environment")
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["blackjack_env"]
     with pytest.raises(KeyError, match="no column 'nope'"):
         plots.reward_distribution(episodes, by="nope")
+
+
+def test_reward_distribution_draws_a_box_where_rewards_vary(runs):
+    import pandas as pd
+
+    episodes = pd.concat([runs["rule"].episodes, runs["stand"].episodes]).assign(policy="both")
+    fig = plots.reward_distribution(episodes, by="policy")
+    whiskers = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) == 2]
+    assert whiskers  # the pooled rewards vary (-1, 0, 1): a box is drawn
 
 
 def test_compare_runs_side_by_side_with_ax(runs):

@@ -1,0 +1,133 @@
+"""What a step's frame columns are, from plain JSON values (the pure path) or Arrow arrays (the fast
+path): one definition of ``text``, ``action_type``, ``tool`` and ``output`` for both."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STEP_DTYPES = {
+    "episode": "int64",
+    "step": "int64",
+    "action_type": "category",
+    "tool": "category",
+    "n_calls": "int64",
+    "arguments": "str",
+    "output": "str",
+    "text": "str",
+    "observation": "str",
+    "reward": "float64",
+    "cumulative_reward": "float64",
+    "terminated": "bool",
+    "truncated": "bool",
+    "tool_errors": "int64",
+    "duration_s": "float64",
+}
+STEP_COLUMNS = list(STEP_DTYPES)
+
+
+# -- items --------------------------------------------------------
+
+
+def item_text(item: dict[str, Any]) -> str | None:
+    """A message item's text (its content string, or its parts' texts joined); None for other items."""
+    if item.get("type", "message") != "message":
+        return None
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text") or "" for p in content or () if isinstance(p, dict))
+
+
+def messages_text(items: list[dict[str, Any]], role: str | None = "assistant") -> str | None:
+    """The text of ``items``' messages (of ``role``), one message a line; None when there is none."""
+    texts = [
+        t
+        for i in items
+        if isinstance(i, dict) and (role is None or i.get("role", "assistant") == role)
+        for t in (item_text(i),)
+        if t is not None
+    ]
+    return "\n".join(texts) if texts else None
+
+
+def action_type(kinds: list[str]) -> str:
+    """What a step's action was: function_call, message, reasoning, mixed (call and message) or empty."""
+    found = set(kinds)
+    if len(found) > 1:
+        found.discard("reasoning")
+    if not found:
+        return "empty"
+    if len(found) == 1:
+        return found.pop()
+    return "mixed" if {"function_call", "message"} <= found else "other"
+
+
+def describe_action(items: list[dict[str, Any]]) -> tuple[str, str | None, str | None, int, str | None]:
+    """(action type, first tool name, its arguments, number of calls, message text) of one step."""
+    if len(items) == 1:
+        item = items[0]
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            return kind, item.get("name"), item.get("arguments"), 1, None
+        return kind, None, None, 0, item_text(item) if kind == "message" else None
+    kinds = [i.get("type", "message") for i in items]
+    calls = [i for i in items if i.get("type") == "function_call"]
+    first = calls[0] if calls else {}
+    return action_type(kinds), first.get("name"), first.get("arguments"), len(calls), messages_text(items, None)
+
+
+def joined_output(outputs: list[dict[str, Any]]) -> str | None:
+    if len(outputs) == 1:
+        return outputs[0].get("output")
+    return "\n".join(o.get("output") or "" for o in outputs) if outputs else None
+
+
+def _categorical(values):
+    """A Categorical with sorted categories, from a list or a pyarrow array (same result for both)."""
+    import pandas as pd
+
+    if hasattr(values, "dictionary_encode"):
+        encoded = values.dictionary_encode()
+        cat = pd.Categorical.from_codes(
+            encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
+        )
+        return cat.reorder_categories(sorted(cat.categories))
+    return pd.Categorical(values)
+
+
+def _strings(values):
+    """A pandas string array from a list or a pyarrow array."""
+    import pandas as pd
+
+    return pd.array(values.to_pandas() if hasattr(values, "to_pandas") else values, dtype="str")
+
+
+def finish_steps(episode, step, action, outputs, observation, reward, terminated, truncated, errors, duration):
+    """The steps frame from its column values (lists or pyarrow arrays); ``action`` is the five
+    columns of ``describe_action`` (kind, tool, arguments, n_calls, text)."""
+    import numpy as np
+    import pandas as pd
+
+    kind, tool, arguments, n_calls, text = action
+    rewards = np.asarray(reward, dtype="float64")
+    cumulative = pd.Series(rewards).groupby(episode).cumsum().to_numpy() if len(rewards) else rewards
+    return pd.DataFrame(
+        {
+            "episode": episode,
+            "step": np.asarray(step, dtype="int64"),
+            "action_type": _categorical(kind),
+            "tool": _categorical(tool),
+            "n_calls": np.asarray(n_calls, dtype="int64"),
+            "arguments": _strings(arguments),
+            "output": _strings(outputs),
+            "text": _strings(text),
+            "observation": _strings(observation),
+            "reward": rewards,
+            "cumulative_reward": cumulative,
+            "terminated": np.asarray(terminated, dtype="bool"),
+            "truncated": np.asarray(truncated, dtype="bool"),
+            "tool_errors": np.asarray(errors, dtype="int64"),
+            "duration_s": np.asarray(duration, dtype="float64"),
+        },
+        columns=STEP_COLUMNS,
+    )

@@ -1,0 +1,192 @@
+"""The columnar data side: the fast (pyarrow) and pure (orjson) paths give the same frames, and
+``Rollouts`` holds JSON lines, validated when used, with bad lines reported by number."""
+
+import json
+import sys
+
+import pytest
+
+from gymlab import DatasetError, Lab
+from gymlab.examples import example_rows, load_environment
+from gymlab.lab import columnar
+from gymlab.lab.frames import STEP_COLUMNS, episodes_frame, steps_frame
+from gymlab.lab.runs import Rollouts
+from gymlab.lab.store import RecordStore
+from gymlab.protocol import Rollout
+from gymlab.protocol.record import synthetic
+
+
+@pytest.fixture(scope="module")
+def collected():
+    """Calculator (tool call, then a final message) and blackjack (observations, per-step rewards)."""
+    calculator, blackjack = load_environment("calculator"), load_environment("blackjack")
+    with Lab() as lab:
+        calc = lab.serve_agent(
+            "simple_agent", resources=lab.serve(calculator.CalculatorServer), model=lab.serve_model(calculator.policy)
+        )
+        bj = lab.serve_agent(
+            "gymnasium_agent",
+            name="bj_agent",
+            resources=lab.serve(blackjack.BlackjackEnv),
+            model=lab.serve_model(blackjack.policy, name="bj_policy"),
+        )
+        yield lab.run_many(calc, example_rows("calculator"), repeats=2) + lab.run_many(
+            bj, example_rows("blackjack"), repeats=2
+        )
+
+
+def _record(steps, **fields):
+    return {
+        "responses_create_params": {"input": "q"},
+        "response": {"output": []},
+        "reward": 1.0,
+        "steps": steps,
+        **fields,
+    }
+
+
+#: Steps the single-item fast path cannot read directly: several items, reasoning, no items, a
+#: missing output, a message made of several parts.
+ODD_STEPS = [
+    {
+        "index": 0,
+        "action": [
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+            {"type": "function_call", "name": "a", "arguments": "{}", "call_id": "1"},
+            {"type": "function_call", "name": "b", "arguments": '{"x": 1}', "call_id": "2"},
+        ],
+        "tool_outputs": [
+            {"type": "function_call_output", "call_id": "1", "output": "one"},
+            {"type": "function_call_output", "call_id": "2", "output": "two"},
+        ],
+        "reward": 0.5,
+    },
+    {"index": 1, "action": [], "observation": "nothing happened"},
+    {
+        "index": 2,
+        "action": [
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Hel"}, {"text": "lo"}],
+            },
+            {"type": "function_call", "name": "c", "arguments": "{}", "call_id": "3"},
+        ],
+        "terminated": True,
+        "reward": 1,
+    },
+    {"index": 3, "action": [{"type": "reasoning", "summary": []}], "truncated": True, "duration_s": 0.25},
+]
+
+
+def test_fast_and_pure_paths_give_the_same_frame_on_collected_runs(collected):
+    fast = collected.steps_frame(full=True, fast=True)
+    pure = collected.steps_frame(full=True, fast=False)
+    assert list(fast.columns) == STEP_COLUMNS
+    assert fast.equals(pure)
+    assert collected.store.columns is not None  # the fast path read Arrow columns and kept them
+    assert collected.steps_frame(full=True).equals(pure)  # ...and builds the same frame from them
+    assert set(fast["tool"].dropna()) == {"square", "hit", "stand"}
+
+
+def test_fast_and_pure_paths_agree_on_odd_steps():
+    records = Rollouts([_record(ODD_STEPS), _record([]), _record(ODD_STEPS[1:2])])
+    fast, pure = records.steps_frame(full=True, fast=True), records.steps_frame(full=True, fast=False)
+    assert fast.equals(pure)
+    first = pure.iloc[0]
+    assert (first["action_type"], first["tool"], first["n_calls"], first["output"]) == (
+        "function_call",
+        "a",
+        2,
+        "one\ntwo",
+    )
+    assert pure["action_type"].tolist() == ["function_call", "empty", "mixed", "reasoning", "empty"]
+    assert pure["text"].iloc[2] == "Hello"
+    assert pure["episode"].tolist() == [0, 0, 0, 0, 2]
+    assert pure["cumulative_reward"].tolist() == [0.5, 0.5, 1.5, 1.5, 0.0]
+
+
+def test_records_the_schema_does_not_fit_fall_back_to_the_pure_path():
+    # A message whose content is a string (valid for the protocol) does not fit the Arrow schema.
+    step = {"index": 0, "action": [{"type": "message", "role": "assistant", "content": "plain"}]}
+    store = RecordStore.from_records([_record([step])])
+    assert columnar.steps_frame_arrow(store) is None
+    frame = steps_frame(store, full=True)
+    assert frame["text"].tolist() == ["plain"] and frame["action_type"].tolist() == ["message"]
+
+
+def test_without_pyarrow_the_pure_path_builds_the_frame_and_fast_true_names_the_extra(monkeypatch):
+    records = synthetic(3, 2)
+    expected = steps_frame(records, full=True, fast=True)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if it were not installed
+    assert steps_frame(records, full=True).equals(expected)
+    with pytest.raises(ImportError, match=r"pip install gymlab\[fast\]"):
+        steps_frame(records, fast=True)
+
+
+def test_rollouts_hold_json_and_validate_each_record_when_used(tmp_path, collected):
+    path = collected.save(tmp_path / "run.jsonl")
+    loaded = Rollouts.load(path)
+    assert loaded.store.buffer == path.read_bytes()  # held as the file's bytes, not as models
+    assert isinstance(loaded[0], Rollout) and [r.reward for r in loaded] == [r.reward for r in collected]
+    assert loaded[-1] == collected[-1] and len(loaded[1:3]) == 2 and loaded[1:3][0] == collected[1]
+    lines = path.read_bytes().splitlines()
+    broken = json.loads(lines[2])
+    broken["steps"] = "not a list"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\n".join([lines[0], b"", lines[1], json.dumps(broken).encode(), *lines[3:]]) + b"\n")
+    lazy = Rollouts.load(bad)  # nothing parsed yet: loading a bad file succeeds
+    assert len(lazy) == len(collected) and lazy[0].reward == collected[0].reward
+    with pytest.raises(DatasetError, match=r"bad\.jsonl:4: not a rollout record: steps: ") as info:
+        _ = lazy[2]  # the blank line 2 is skipped, the record's own line number is given
+    assert info.value.line == 4
+    with pytest.raises(DatasetError, match=r"bad\.jsonl:4"):
+        list(lazy)
+    assert lazy[1:].store.where(1) == (str(bad), 4)  # a slice keeps its records' line numbers
+    with pytest.raises(DatasetError, match=r"^records:2: not a rollout record: response"):
+        _ = Rollouts([_record([]), {"reward": 1.0}])[1]  # records built in memory: their position
+
+
+def test_episodes_frame_takes_records_or_models_alike(collected):
+    assert (
+        episodes_frame(list(collected), full=True)
+        .drop(columns="duration_s")
+        .equals(collected.episodes_frame(full=True).drop(columns="duration_s"))
+    )
+
+
+def test_a_bad_line_in_a_frame_is_reported_with_its_number(tmp_path):
+    good = synthetic(1, 2)[0].model_dump_json()
+    path = tmp_path / "r.jsonl"
+    path.write_text(f"{good}\n{good}\n[1, 2]\n")
+    for fast in (True, False):
+        with pytest.raises(DatasetError, match=r"r\.jsonl:3: not a rollout record"):
+            Rollouts.load(path).steps_frame(fast=fast)
+
+
+def test_a_large_runs_summary_through_arrow_matches_the_pure_one():
+    from gymlab.lab.runs import summaries
+
+    records = [
+        _record([], reward=1),
+        _record(ODD_STEPS, reward=0.5),
+        {**_record([]), "mask_sample": True, "failure_kind": "verifier_error", "reward": 0.0},
+        {**_record([]), "mask_sample": True},
+        {"responses_create_params": {"input": "q"}, "response": {}},
+    ] * 250
+    store = RecordStore.from_records(records)
+    assert columnar.summaries_arrow(store) == summaries(store)
+    big = Rollouts(store=store)  # over 1000 records: summarised through Arrow
+    assert (
+        repr(big)
+        == "<Rollouts 1250 episodes, mean reward 0.500 over the unmasked, 500 masked (masked 250, verifier_error 250)>"
+    )
+    assert big.n_steps == 250 * len(ODD_STEPS)
+
+
+def test_a_record_longer_than_a_read_block_still_takes_the_fast_path():
+    long_text = "x" * (40 << 20)  # 40 MB: more than pyarrow's 16 MB block
+    step = {"index": 0, "action": [{"type": "message", "content": [{"type": "output_text", "text": long_text}]}]}
+    store = RecordStore.from_records([_record([step]), _record([])])
+    frame = columnar.steps_frame_arrow(store)
+    assert frame is not None and frame["text"].str.len().tolist() == [len(long_text)]
