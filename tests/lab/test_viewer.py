@@ -52,7 +52,7 @@ def test_viewer_filters_then_browses_a_run(mixed_run):
     kind = next(iter(mixed_run.failures))
     viewer.failure_filter.value = kind  # the dropdown, as a click in the browser sets it
     assert [mixed_run[i].task_index for i in viewer.shown] == [1, 1]
-    assert viewer.record is mixed_run[viewer.index] and viewer.record.mask_sample
+    assert viewer.record == mixed_run[viewer.index] and viewer.record.mask_sample
     assert f"masked: {kind}" in viewer.status.value and "the policy broke on purpose" in viewer.status.value
 
     viewer.failure_filter.value = ""
