@@ -9,13 +9,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.sessions import SessionMiddleware
 
 from gymlab._runtime.bodies import BodyGuardMiddleware
 from gymlab._runtime.ownership import install as install_ownership_routing
 from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_of
 from gymlab._runtime.routes import RouteKinds
-from gymlab._runtime.sessions import SessionIdMiddleware
+from gymlab._runtime.sessions import SessionMiddleware
 from gymlab._runtime.workers import worker_context
 from gymlab.errors import ResourcesSessionError, error_body
 from gymlab.protocol.failure_kinds import Failure
@@ -88,14 +87,14 @@ def build_app(server: BaseServer) -> FastAPI:
         return answer
 
     app.add_middleware(SessionActivityMiddleware, server=server)
-    # Added last = outermost: the cookie is decoded before the id is assigned.
     kinds = RouteKinds(app, server)  # one rule for the cookie and for worker routing
-    app.add_middleware(SessionIdMiddleware, server_name=name, kinds=kinds)
     app.add_middleware(
         SessionMiddleware,
         secret_key=server.session_secret.get_secret_value(),
         session_cookie=f"gymlab_{_cookie_safe(name)}",
         same_site="lax",
+        server_name=name,
+        kinds=kinds,
     )
     install_ownership_routing(app, server, worker_context(), kinds)  # only in a worker of several
     app.add_middleware(  # outermost
