@@ -42,7 +42,7 @@ def _describe_validation(errors: list[dict]) -> str:
 
 def build_app(server: BaseServer) -> FastAPI:
     """The FastAPI app for ``server``: sessions, error bodies that name server and route, health."""
-    app = FastAPI(title=f"gymlab {server.name}")
+    app = _fastapi(f"gymlab {server.name}")
     name = server.name
 
     @app.exception_handler(RequestValidationError)
@@ -105,6 +105,20 @@ def build_app(server: BaseServer) -> FastAPI:
         max_bytes=server.max_body_bytes,
         route_limits={"/aggregate_metrics": server.max_metrics_body_bytes},
     )
+    return app
+
+
+def _fastapi(title: str) -> FastAPI:
+    """A FastAPI app; its native OpenTelemetry off unless a provider is configured when the app is built.
+
+    FastAPI versions with native telemetry ask the OpenTelemetry globals on every request whether a
+    provider is configured, which costs more server CPU than the rest of a small request's routing.
+    A process that sets up OpenTelemetry before its servers start keeps the tracing.
+    """
+    app = FastAPI(title=title)
+    telemetry = getattr(app, "_native_telemetry", None)
+    if telemetry is not None and not telemetry.enabled():
+        app = FastAPI(title=title, telemetry={"tracing": False, "metrics": False, "logs": False})
     return app
 
 

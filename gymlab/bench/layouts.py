@@ -215,7 +215,8 @@ async def _drive(url: str, path: str, bodies: list[Any], concurrency: int, check
 
 
 def _count(conc: int, base: int) -> int:
-    return max(base, 2 * conc)
+    """Episodes at one concurrency: ``base``, and at least two rounds of ``conc`` (one in a quick run)."""
+    return max(base, conc * (2 if base >= 100 else 1))
 
 
 def _rewarded(answer: Any) -> bool:
@@ -284,6 +285,7 @@ def _gymlab_serve(config: Path):
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env=_same_gymlab_env(),
     )
     try:
         urls: dict[str, str] = {}
@@ -299,6 +301,15 @@ def _gymlab_serve(config: Path):
         yield urls["calculator_simple_agent"], urls["calculator"], children_of(proc.pid)
     finally:
         _stop([proc])
+
+
+def _same_gymlab_env() -> dict[str, str]:
+    """This process's environment, with the ``gymlab`` it imported first on the path of its children."""
+    import gymlab.examples
+
+    root = str(Path(gymlab.examples.__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, path]) if path else root}
 
 
 def _free_ports(k: int) -> list[int]:
@@ -321,9 +332,9 @@ def _bare_processes():
     env_url, model_url = f"http://127.0.0.1:{env_port}", f"http://127.0.0.1:{model_port}"
     me = [sys.executable, os.path.abspath(__file__), "--serve-bare"]
     procs = [
-        subprocess.Popen([*me, str(env_port)]),
-        subprocess.Popen([*me, str(model_port)]),
-        subprocess.Popen([*me, str(agent_port), "--env", env_url, "--model", model_url]),
+        subprocess.Popen([*me, str(env_port)], env=_same_gymlab_env()),
+        subprocess.Popen([*me, str(model_port)], env=_same_gymlab_env()),
+        subprocess.Popen([*me, str(agent_port), "--env", env_url, "--model", model_url], env=_same_gymlab_env()),
     ]
     try:
         agent_url = f"http://127.0.0.1:{agent_port}"
@@ -367,9 +378,9 @@ def _lab_points(lab, agent, rows: list[dict], base: int) -> list[dict[str, Any]]
 
 
 def lab_layout(base: int) -> dict[str, Any]:
-    from gymlab import Lab
     from gymlab._runtime.serve import ThreadedServer
     from gymlab.examples import example_rows, load_environment
+    from gymlab.lab import Lab
 
     rows = example_rows("calculator")
     calc = load_environment("calculator")
@@ -392,7 +403,7 @@ def lab_layout(base: int) -> dict[str, Any]:
 
 
 def measure(sections: list[str], quick: bool) -> dict[str, Any]:
-    base, hops = (40, 500) if quick else (400, 4000)
+    base, hops = (20, 500) if quick else (400, 4000)
     out: dict[str, Any] = {"stack": stack_used(), "python": sys.version.split()[0]}
     if "process" in sections:
         out["process"] = process_layout(base, hops)

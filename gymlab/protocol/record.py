@@ -120,10 +120,6 @@ class Rollout(BaseModel):
         return Failure(kind=self.failure_kind, stage=self.failure_stage, message=self.failure_reason or "")
 
 
-def _dump(items: Iterable[BaseModel]) -> list[dict[str, Any]]:
-    return [i.model_dump(mode="json", exclude_none=True) for i in items]
-
-
 def _row_fields(row: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (row or {}).items() if k not in _RECORD_KEYS}
 
@@ -159,9 +155,18 @@ def verified(
         fields["response"] = response.model_dump(mode="json", exclude_none=True)
     fields.setdefault("terminated", stop_reason == "final_message")
     fields.setdefault("truncated", stop_reason == "max_steps")
-    fields["steps"] = _dump(steps)
     fields["duration_s"] = duration_s
-    return Rollout.model_validate(fields)
+    return _with_steps(fields, steps)
+
+
+def _with_steps(fields: dict[str, Any], steps: list[StepRecord]) -> Rollout:
+    """The record of ``fields``, validated (they came from a row or a server's answer), holding
+    ``steps`` as they are: they were built from validated items, so they are not dumped and
+    validated again."""
+    fields["steps"] = []
+    record = Rollout.model_validate(fields)
+    record.steps = [s if type(s) is StepRecord else StepRecord.model_validate(s) for s in steps]
+    return record
 
 
 def from_transitions(
@@ -180,7 +185,7 @@ def from_transitions(
     """
     if cut_by_limit and steps:
         steps[-1].truncated = True
-    return Rollout.model_validate(
+    return _with_steps(
         {
             **_row_fields(row),
             "responses_create_params": params.model_dump(mode="json", exclude_none=True),
@@ -192,9 +197,9 @@ def from_transitions(
             "mask_sample": bool(last is not None and last.mask_sample),
             "failure_kind": last.failure_kind if last is not None else None,
             "failure_reason": last.failure_reason if last is not None else None,
-            "steps": _dump(steps),
             "duration_s": duration_s,
-        }
+        },
+        steps,
     )
 
 
@@ -208,7 +213,7 @@ def failed(
 ) -> Rollout:
     """A masked record for an episode that could not finish: reward 0, never a graded zero."""
     params = row.get("responses_create_params") or {"input": ""}
-    return Rollout.model_validate(
+    return _with_steps(
         {
             **_row_fields(row),
             "responses_create_params": params,
@@ -220,9 +225,9 @@ def failed(
             "failure_kind": failure.kind,
             "failure_reason": failure.message or failure.kind,
             "failure_stage": failure.stage,
-            "steps": _dump(steps),
             "duration_s": duration_s,
-        }
+        },
+        list(steps),
     )
 
 
