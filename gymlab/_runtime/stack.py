@@ -11,6 +11,7 @@ import asyncio
 import functools
 import importlib
 import os
+from typing import Any
 
 #: Set to ``asyncio`` to serve on h11 and the standard event loop even when the fast stack is installed.
 STACK_ENV = "GYMLAB_SERVER_STACK"
@@ -32,10 +33,16 @@ def fast() -> tuple[bool, bool]:
     return _has("httptools"), _has("uvloop")
 
 
-def uvicorn_options() -> dict[str, str]:
-    """``http`` and ``loop`` for ``uvicorn.Config``, named explicitly rather than left to ``auto``."""
+def uvicorn_options() -> dict[str, Any]:
+    """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named explicitly rather
+    than left to ``auto``, and no ``X-Forwarded-*`` rewriting of each request's client address (no
+    gymlab server reads it; uvicorn's default wraps every request in a middleware for it)."""
     httptools, uvloop = fast()
-    return {"http": "httptools" if httptools else "h11", "loop": "uvloop" if uvloop else "asyncio"}
+    return {
+        "http": "httptools" if httptools else "h11",
+        "loop": "uvloop" if uvloop else "asyncio",
+        "proxy_headers": False,
+    }
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -59,3 +66,16 @@ def describe() -> str:
 
     httptools, uvloop = fast()
     return ", ".join([v("uvicorn"), v("httptools") if httptools else "h11", v("uvloop") if uvloop else "asyncio"])
+
+
+def run_foreground(app, host: str, port: int, log_level: str = "info") -> None:
+    """Serve ``app`` in the foreground on this stack until Ctrl-C (``python app.py``, ``gymlab serve``)."""
+    import uvicorn
+
+    from gymlab._runtime.serve import bind_socket
+
+    sock = bind_socket(host, port)
+    h, p = sock.getsockname()[:2]
+    print(f"gymlab: serving on http://{h}:{p}", flush=True)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **uvicorn_options())
+    uvicorn.Server(config).run(sockets=[sock])

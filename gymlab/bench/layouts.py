@@ -113,7 +113,7 @@ def bare_app(env_url: str = "", model_url: str = ""):
     return app
 
 
-def stack_options() -> dict[str, str]:
+def stack_options() -> dict[str, Any]:
     """The uvicorn options gymlab's servers use here (uvicorn's ``auto`` in versions that name none)."""
     try:
         from gymlab._runtime.stack import uvicorn_options
@@ -145,12 +145,9 @@ def stack_used() -> str:
 def serve_bare(port: int, env_url: str, model_url: str) -> None:
     import uvicorn
 
-    config = uvicorn.Config(
-        bare_app(env_url, model_url), host="127.0.0.1", port=port, log_level="warning", access_log=False
-    )
-    for key, value in stack_options().items():
-        setattr(config, key, value)
-    uvicorn.Server(config).run()
+    app = bare_app(env_url, model_url)
+    options = {"host": "127.0.0.1", "port": port, "log_level": "warning", "access_log": False, "timeout_keep_alive": 30}
+    uvicorn.Server(uvicorn.Config(app, **options, **stack_options())).run()
 
 
 # -- CPU time ----------------------------------------------------------------------------------------
