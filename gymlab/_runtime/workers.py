@@ -199,6 +199,9 @@ def _load_entrypoint_app() -> Any:
             f"{path} defines no module-level `app` for the worker to serve; end it with "
             "`elif is_gymlab_fastapi_entrypoint(__file__): app = YourServer.run_webserver()`"
         )
+    from gymlab._runtime.stack import settle_heap
+
+    settle_heap()  # this worker's imports and app, out of the collector's sight
     return module.app
 
 

@@ -146,6 +146,12 @@ def serve_bare(port: int, env_url: str, model_url: str) -> None:
     import uvicorn
 
     app = bare_app(env_url, model_url)
+    try:  # what gymlab's own server processes do before serving, where this version does it
+        from gymlab._runtime.stack import settle_heap
+    except ImportError:
+        pass
+    else:
+        settle_heap()
     options = {"host": "127.0.0.1", "port": port, "log_level": "warning", "access_log": False, "timeout_keep_alive": 30}
     uvicorn.Server(uvicorn.Config(app, **options, **stack_options())).run()
 
