@@ -159,9 +159,10 @@ class DirectRoutes:
     async def _render(self, plan: _Plan, result: Any) -> Response:
         route = plan.route
         status = {"status_code": route.status_code} if route.status_code else {}
+        response_class = getattr(route.response_class, "value", route.response_class)
         field = route.response_field
         if field is None:
-            return JSONResponse(jsonable_encoder(result), **status)
+            return response_class(jsonable_encoder(result), **status)
         value, errors = field.validate(result, {}, loc=("response",))
         if errors:  # FastAPI raises its own ResponseValidationError for it
             from fastapi.routing import serialize_response
@@ -177,7 +178,6 @@ class DirectRoutes:
         }
         if plan.dump_json:
             return Response(field.serialize_json(value, **options), media_type="application/json", **status)
-        response_class = getattr(route.response_class, "value", route.response_class)
         return response_class(field.serialize(value, **options), **status)
 
     def _handler_for(self, exc: Exception):
