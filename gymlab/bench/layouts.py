@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 CONCURRENCY = (1, 16, 64, 256)
+#: No request of the benchmark waits longer than this (a stuck server fails the run instead of hanging it).
+REQUEST_TIMEOUT_S = 120.0
 #: A canned Responses object: what the bare model answers (a tool call, then a message).
 _CALL = {
     "id": "resp_bare",
@@ -198,7 +200,9 @@ async def _drive(url: str, path: str, bodies: list[Any], concurrency: int, check
     import aiohttp
 
     async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
+        connector=aiohttp.TCPConnector(limit=0),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
     ) as session:
         queue = list(reversed(bodies))
 
