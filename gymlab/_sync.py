@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -24,6 +25,8 @@ _thread: threading.Thread | None = None
 def _new_loop() -> asyncio.AbstractEventLoop:
     """uvloop's loop where it is installed (every Lab server and client call runs on this loop; uvloop
     measured 1.5x on the same hops), else asyncio's."""
+    if os.environ.get("GYMLAB_SERVER_STACK") == "asyncio":  # the fallback stack, forced (to compare)
+        return asyncio.new_event_loop()
     try:
         import uvloop
     except ImportError:

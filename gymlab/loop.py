@@ -110,10 +110,20 @@ class LoopState:
     usage: Usage | None = None
     last: NeMoGymResponse | None = None
     stop_reason: str | None = None
+    _wire: tuple[Any, dict, list] | None = field(default=None, repr=False, compare=False)
 
     @property
     def items(self) -> list[Any]:
         return self.params.input_items() + self.added
+
+    def request_body(self) -> dict:
+        """``model_request(params, items)``, with the authored request dumped once per episode (only
+        the items added since are dumped on each turn)."""
+        if self._wire is None or self._wire[0] is not self.params:
+            base = model_request(self.params, self.params.input_items())
+            self._wire = (self.params, base, base["input"])
+        _, base, authored = self._wire
+        return {**base, "input": authored + [dump_item(i) for i in self.added]}
 
     def record(self, turn: TurnResult) -> StepRecord:
         step = StepRecord(
@@ -150,7 +160,7 @@ def stop_reason_of(response: NeMoGymResponse) -> str | None:
 
 async def ask_model(state: LoopState, call_model: ModelCall) -> NeMoGymResponse:
     """One model call on the conversation so far; its output items and usage join the state."""
-    response = await call_model(model_request(state.params, state.items))
+    response = await call_model(state.request_body())
     state.last = response
     state.usage = response.usage if state.usage is None else state.usage + response.usage
     state.added.extend(response.output)

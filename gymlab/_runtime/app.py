@@ -10,13 +10,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.sessions import SessionMiddleware
 
 from gymlab._runtime.bodies import BodyGuardMiddleware
+from gymlab._runtime.direct import DirectRoutes
 from gymlab._runtime.ownership import install as install_ownership_routing
 from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_of
 from gymlab._runtime.routes import RouteKinds
-from gymlab._runtime.sessions import SessionIdMiddleware
+from gymlab._runtime.sessions import SessionMiddleware
 from gymlab._runtime.workers import worker_context
 from gymlab._traces import cause_line
 from gymlab.errors import ResourcesSessionError, error_body
@@ -44,7 +44,7 @@ def _describe_validation(errors: list[dict]) -> str:
 
 def build_app(server: BaseServer) -> FastAPI:
     """The FastAPI app for ``server``: sessions, error bodies that name server and route, health."""
-    app = FastAPI(title=f"gymlab {server.name}")
+    app = _fastapi(f"gymlab {server.name}")
     name = server.name
 
     @app.exception_handler(RequestValidationError)
@@ -77,6 +77,7 @@ def build_app(server: BaseServer) -> FastAPI:
         body["detail"] = exc.detail  # what the route raised, as it raised it
         return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
 
+    app.add_middleware(DirectRoutes, fastapi_app=app)  # added first = innermost: inside the crash guard
     # Crashes are answered by an ASGI middleware, not an exception handler: Starlette re-raises after
     # its handler runs, and uvicorn then drops the keep-alive connection the client is about to reuse.
     app.add_middleware(CrashMiddleware, server_name=name, traces=server.error_traces)
@@ -90,14 +91,14 @@ def build_app(server: BaseServer) -> FastAPI:
         return answer
 
     app.add_middleware(SessionActivityMiddleware, server=server)
-    # Added last = outermost: the cookie is decoded before the id is assigned.
     kinds = RouteKinds(app, server)  # one rule for the cookie and for worker routing
-    app.add_middleware(SessionIdMiddleware, server_name=name, kinds=kinds)
     app.add_middleware(
         SessionMiddleware,
         secret_key=server.session_secret.get_secret_value(),
         session_cookie=f"gymlab_{_cookie_safe(name)}",
         same_site="lax",
+        server_name=name,
+        kinds=kinds,
     )
     install_ownership_routing(app, server, worker_context(), kinds)  # only in a worker of several
     app.add_middleware(  # outermost
@@ -106,6 +107,20 @@ def build_app(server: BaseServer) -> FastAPI:
         max_bytes=server.max_body_bytes,
         route_limits={"/aggregate_metrics": server.max_metrics_body_bytes},
     )
+    return app
+
+
+def _fastapi(title: str) -> FastAPI:
+    """A FastAPI app; its native OpenTelemetry off unless a provider is configured when the app is built.
+
+    FastAPI versions with native telemetry ask the OpenTelemetry globals on every request whether a
+    provider is configured, which costs more server CPU than the rest of a small request's routing.
+    A process that sets up OpenTelemetry before its servers start keeps the tracing.
+    """
+    app = FastAPI(title=title)
+    telemetry = getattr(app, "_native_telemetry", None)
+    if telemetry is not None and not telemetry.enabled():
+        app = FastAPI(title=title, telemetry={"tracing": False, "metrics": False, "logs": False})
     return app
 
 

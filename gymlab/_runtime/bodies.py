@@ -17,6 +17,8 @@ from gymlab.errors import error_body
 
 #: Where the guard leaves the whole request body for inner middlewares.
 BODY_KEY = "gymlab.body"
+#: Where a middleware that had to parse the JSON body leaves ``(body, parsed)`` for the route.
+PARSED_KEY = "gymlab.json"
 
 
 def replaying(body: bytes, receive, after: dict | None = None):

@@ -9,7 +9,9 @@ request that takes no ownership also gets no session cookie:
   and ``/verify`` end it;
 - any other route uses the session only when its handler (or a dependency of it) takes the
   ``Request``: a handler without one cannot read the session (health, ``/aggregate_metrics``, a
-  stateless tool such as the spec's ``/square``), so it runs with no session ID and sets no cookie.
+  stateless tool such as the spec's ``/square``), so it runs with no session ID and sets no cookie;
+  nor does a handler marked ``@sessionless`` (it takes the ``Request`` for its headers only, as an
+  agent's ``/v1/responses`` does).
 """
 
 from __future__ import annotations
@@ -81,11 +83,20 @@ class RouteKinds:
         return NONE, False  # no route: a 404 (or 405) that no session is needed for
 
 
+def sessionless(handler):
+    """Mark a handler that takes the ``Request`` but never reads or writes the session: its requests
+    get no session ID, no cookie and no worker ownership."""
+    handler.gymlab_sessionless = True
+    return handler
+
+
 def uses_session(route: Any) -> bool:
     """Whether a route's handler (or a dependency of it) takes the Request, and so can see the session."""
     dependant = getattr(route, "dependant", None)
     if dependant is None:
         return True
+    if getattr(getattr(route, "endpoint", None), "gymlab_sessionless", False):
+        return False
     stack = [dependant]
     while stack:
         d = stack.pop()

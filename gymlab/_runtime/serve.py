@@ -18,6 +18,7 @@ import time
 import uvicorn
 
 import gymlab.inproc as inproc
+from gymlab._runtime.stack import new_event_loop, uvicorn_options
 from gymlab._sync import background_loop
 from gymlab.errors import ServerStartError
 
@@ -60,7 +61,9 @@ class ThreadedServer:
         self.name = name
         self.sock = bind_socket(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
-        config = uvicorn.Config(app, log_level=log_level, lifespan="on", access_log=False, timeout_keep_alive=30)
+        config = uvicorn.Config(
+            app, log_level=log_level, lifespan="on", access_log=False, timeout_keep_alive=30, **_thread_options()
+        )
         self.server = _ThreadServer(config)
         self._error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=f"gymlab-{name}", daemon=True)
@@ -71,7 +74,7 @@ class ThreadedServer:
         return f"http://{host}:{self.port}"
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = new_event_loop()
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self.server.serve(sockets=[self.sock]))
@@ -127,7 +130,13 @@ class LoopServer:
         # log_config=None: uvicorn leaves logging alone (its default config would replace the Lab's
         # one-line error handler on every server it starts).
         config = uvicorn.Config(
-            app, log_level=log_level, log_config=None, lifespan="on", access_log=False, timeout_keep_alive=30
+            app,
+            log_level=log_level,
+            log_config=None,
+            lifespan="on",
+            access_log=False,
+            timeout_keep_alive=30,
+            **_thread_options(),
         )
         self.server = _ThreadServer(config)
         self.loop = background_loop()
@@ -199,10 +208,6 @@ class LoopServer:
             self.sock.close()
 
 
-def run_blocking(app, host: str, port: int, log_level: str = "info") -> None:
-    """Serve in the foreground (``python app.py`` / ``gymlab serve``) until Ctrl-C."""
-    sock = bind_socket(host, port)
-    h, p = sock.getsockname()[:2]
-    print(f"gymlab: serving on http://{h}:{p}", flush=True)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30)
-    uvicorn.Server(config).run(sockets=[sock])
+def _thread_options() -> dict:
+    """The stack's uvicorn options for a server on a loop it does not create (the loop is given)."""
+    return {k: v for k, v in uvicorn_options().items() if k != "loop"}

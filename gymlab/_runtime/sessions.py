@@ -1,24 +1,31 @@
-"""Per-rollout session ids inside Starlette's signed session cookie.
+"""Per-rollout session ids in a signed session cookie, decoded and set only where a session is used.
 
-Starlette's ``SessionMiddleware`` (itsdangerous-signed) carries the cookie; this middleware, inside
-it, makes sure every HTTP request's session has a ``SESSION_ID_KEY`` so handlers can key state by it.
+The cookie is Starlette's (itsdangerous-signed JSON, the same name, format and secret), but this
+middleware does the work only where it is needed: a request whose handler never reads or writes the
+session (``routes.RouteKinds``, the rule worker routing uses too: an agent's ``/run``, a model's
+``/v1/responses``, a stateless tool) gets no session and no cookie; a cookie is verified once per
+value (cached, its age still checked), and ``Set-Cookie`` is sent only when the session changed.
 
-Which requests get an ID is decided from the route and its handler (``routes.RouteKinds``, the rule
-worker routing uses too): a request whose handler never reads or writes the session gets none, and so
-no cookie. An episode seed or close names its session in the body (``resources_session_id``, or an
-agent session's ``agent_session_id``): that ID becomes the session's ``SESSION_ID_KEY``, so the seed,
-its close and every request in between (which carry the cookie) name the session by the same ID. A
-request whose cookie and body name different sessions is answered 409 before any handler runs.
+A request that uses a session gets a ``SESSION_ID_KEY`` so handlers can key state by it. An episode
+seed or close names its session in the body (``resources_session_id``, or an agent session's
+``agent_session_id``): that ID becomes the session's ``SESSION_ID_KEY``, so the seed, its close and
+every request in between (which carry the cookie) name the session by the same ID. A request whose
+cookie and body name different sessions is answered 409 before any handler runs.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from base64 import b64decode, b64encode
 
+from itsdangerous import BadSignature
+from starlette.middleware.sessions import Session
+from starlette.middleware.sessions import SessionMiddleware as _StarletteSessions
 from starlette.responses import JSONResponse
 
-from gymlab._runtime.bodies import request_body
+from gymlab._runtime.bodies import PARSED_KEY, request_body
 from gymlab._runtime.routes import BODY_ID_KEYS, END, NONE, START, USE, RouteKinds
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
@@ -28,16 +35,19 @@ from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 SESSIONLESS_ROUTES = frozenset({"/health", "/aggregate_metrics", "/openapi.json", "/docs"})
 
 
-def body_session_id(body: bytes) -> tuple[str, str] | None:
+def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] | None:
     """``(key, id)`` of the session a JSON body names (``resources_session_id`` or ``agent_session_id``),
     or None (not JSON, not an object, not a string of 1 to ``MAX_SESSION_ID_LENGTH`` characters: the
-    route's validation then answers 4xx)."""
+    route's validation then answers 4xx). The parsed body is left in ``scope`` (``PARSED_KEY``) for
+    the route, so the body is parsed once."""
     if not body or b"_session_id" not in body:
         return None
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
         return None
+    if scope is not None:
+        scope[PARSED_KEY] = (body, data)
     if isinstance(data, dict):
         for key in BODY_ID_KEYS:
             sid = data.get(key)
@@ -46,22 +56,48 @@ def body_session_id(body: bytes) -> tuple[str, str] | None:
     return None
 
 
-class SessionIdMiddleware:
-    """Inside Starlette's session middleware: give the requests that use a session its ID."""
+#: How many verified cookie values a server remembers (then it starts again): more than the sessions
+#: in flight at once, few enough that reaped sessions do not stay held here.
+_CACHE_SIZE = 2048
 
-    def __init__(self, app, server_name: str = "", kinds: RouteKinds | None = None):
-        self.app, self.server_name, self.kinds = app, server_name, kinds
+
+class SessionMiddleware(_StarletteSessions):
+    """The session cookie, and the ID of the session each request that uses one works in.
+
+    A subclass of Starlette's, so the cookie's name, signer and age are read from it the same way
+    (``ownership.py`` does); it replaces Starlette's behaviour for HTTP requests.
+    """
+
+    def __init__(
+        self,
+        app,
+        secret_key: str,
+        session_cookie: str,
+        server_name: str = "",
+        kinds: RouteKinds | None = None,
+        **options,
+    ):
+        super().__init__(app, secret_key=secret_key, session_cookie=session_cookie, **options)
+        self.server_name, self.kinds = server_name, kinds
+        self._prefix = session_cookie + "="
+        self._verified: dict[str, tuple[dict, float]] = {}  # cookie value -> (session, signed at)
+        self._attrs = f"; path={self.path}; " + (f"Max-Age={self.max_age}; " if self.max_age is not None else "")
+        self._attrs += self.security_flags
 
     async def __call__(self, scope, receive, send):
-        session = scope.get("session") if scope["type"] == "http" else None
-        if session is None:
-            return await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await super().__call__(scope, receive, send)
         kind = self.kinds.kind(scope) if self.kinds is not None else USE
-        if kind == NONE:  # the handler cannot see the session: no ID, no cookie
+        value = self._cookie_value(scope)
+        initial = self._decode(value) if value is not None else None
+        if kind == NONE:  # the handler cannot see the session: no ID, no cookie (the reaper still reads it)
+            if initial:
+                scope["session"] = dict(initial)
             return await self.app(scope, receive, send)
+        session = scope["session"] = Session(initial or {})
         if kind in (START, END) and scope["method"] == "POST":
             body, receive = await request_body(scope, receive)
-            named = body_session_id(body)
+            named = body_session_id(body, scope)
             current = session.get(SESSION_ID_KEY)
             if named is not None and current is not None and current != named[1]:
                 return await self._conflict(scope, current, *named)(scope, receive, send)
@@ -69,7 +105,58 @@ class SessionIdMiddleware:
                 session[SESSION_ID_KEY] = named[1]
         if SESSION_ID_KEY not in session and (self.kinds is None or self.kinds.assigns_id(scope)):
             session[SESSION_ID_KEY] = uuid.uuid4().hex
-        await self.app(scope, receive, send)
+        before = initial or {}
+
+        async def send_with_cookie(message):
+            if message["type"] == "http.response.start" and session != before:
+                header = self._set_cookie(session) if session else self._cleared()
+                message = {**message, "headers": [*message.get("headers", ()), (b"set-cookie", header)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)
+
+    def _cookie_value(self, scope) -> str | None:
+        for key, raw in scope["headers"]:
+            if key == b"cookie":
+                for part in raw.decode("latin-1").split(";"):
+                    part = part.strip()
+                    if part.startswith(self._prefix):
+                        return part[len(self._prefix) :]
+        return None
+
+    def _decode(self, value: str) -> dict | None:
+        """The session a cookie value holds, or None (a bad signature, garbage, or older than max_age)."""
+        now = time.time()
+        found = self._verified.get(value)
+        if found is None:
+            try:
+                data, signed = self.signer.unsign(value.encode(), max_age=self.max_age, return_timestamp=True)
+                session = json.loads(b64decode(data))
+            except (BadSignature, ValueError, TypeError):
+                return None
+            if not isinstance(session, dict):
+                return None
+            found = self._remember(value, session, signed.timestamp())
+        if self.max_age is not None and now - found[1] > self.max_age:
+            return None
+        return found[0]
+
+    def _remember(self, value: str, session: dict, signed_at: float) -> tuple[dict, float]:
+        if len(self._verified) >= _CACHE_SIZE:
+            self._verified.clear()
+        found = self._verified[value] = (dict(session), signed_at)
+        return found
+
+    def _set_cookie(self, session: dict) -> bytes:
+        value = self.signer.sign(b64encode(json.dumps(session).encode())).decode()
+        self._remember(value, session, time.time())
+        return f"{self.session_cookie}={value}{self._attrs}".encode("latin-1")
+
+    def _cleared(self) -> bytes:
+        return (
+            f"{self.session_cookie}=null; path={self.path}; expires=Thu, 01 Jan 1970 00:00:00 GMT; "
+            f"{self.security_flags}"
+        ).encode("latin-1")
 
     def _conflict(self, scope, cookie_id: str, key: str, body_id: str) -> JSONResponse:
         route = f"{scope['method']} {scope['path']}"

@@ -142,6 +142,7 @@ def serve_workers(server: BaseServer, log_level: str = "info") -> None:
 
     from gymlab._runtime.ownership import create_table
     from gymlab._runtime.serve import bind_socket
+    from gymlab._runtime.stack import uvicorn_options
 
     path, module = entrypoint_of(type(server))
     worker_config = _worker_config(server)
@@ -162,6 +163,7 @@ def serve_workers(server: BaseServer, log_level: str = "info") -> None:
             log_level=log_level,
             access_log=False,
             timeout_keep_alive=30,
+            **uvicorn_options(),
         )
         Multiprocess(config, sockets=[sock]).run()
     finally:
@@ -197,6 +199,9 @@ def _load_entrypoint_app() -> Any:
             f"{path} defines no module-level `app` for the worker to serve; end it with "
             "`elif is_gymlab_fastapi_entrypoint(__file__): app = YourServer.run_webserver()`"
         )
+    from gymlab._runtime.stack import settle_heap
+
+    settle_heap()  # this worker's imports and app, out of the collector's sight
     return module.app
 
 

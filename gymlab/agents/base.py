@@ -12,7 +12,7 @@ import contextlib
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from gymlab._runtime.hangup import CancelOnHangup
@@ -175,9 +175,10 @@ async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:
     )
 
 
-def record_response(record: Rollout) -> JSONResponse:
-    """A rollout as ``/run``'s answer, serialised once (FastAPI would validate it again)."""
-    return JSONResponse(record.model_dump(mode="json", exclude_none=True))
+def record_response(record: Rollout) -> Response:
+    """A rollout as ``/run``'s answer, serialised once, straight to JSON bytes (FastAPI would validate
+    it again, then encode a dict)."""
+    return Response(record.model_dump_json(exclude_none=True), media_type="application/json")
 
 
 def is_lost(failure: Failure) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 
+from gymlab._runtime.routes import sessionless
 from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, is_lost, record_response, typed
 from gymlab.client import Cookies, error_message, post
 from gymlab.errors import ServerError
@@ -50,6 +51,7 @@ class SimpleAgent(BaseAgent):
     ) -> LoopState:
         return await run_loop(params, self.call_model, self.tool_caller(cookies, resources_server), self.max_steps)
 
+    @sessionless  # the Request is read for its headers, never for a session
     async def responses(self, request: Request, body: ResponseCreateParams) -> NeMoGymResponse:
         """The agent loop as a Responses endpoint (tools dispatched to the resources server).
 

@@ -1,8 +1,11 @@
-"""``gymlab bench``: the figures the README quotes, measured on this machine.
+"""``gymlab bench``: the figures the README quotes, each beside its ceiling, measured on this machine.
 
-Episodes/s of the calculator at concurrency 1 and 16, per-hop latency, server start-up, import time,
-and the async HTTP clients compared (client in this process, server in another). Sections that
-other layers provide (frames, collection, workers) run when those layers are installed.
+``process`` and ``lab`` (``layouts.py``): calculator episodes/s and CPU per episode at concurrency 1,
+16, 64 and 256 in both layouts, and server CPU per tool-call hop, each beside a bare ASGI app on the
+same server stack doing the same hops, and the ratio. They run in a subprocess of their own, so
+``--against DIR`` runs the very same measurement with another checkout's ``gymlab`` in the same run
+and prints both with the ratio. Other sections: import time, start-up, the async HTTP clients, and
+those other layers provide (frames, collection, workers) when installed.
 """
 
 from __future__ import annotations
@@ -20,13 +23,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gymlab._sync import run_sync
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-    parser.add_argument("--only", nargs="*", help="run only these sections")
+    parser.add_argument("--only", nargs="*", help="run only these sections (process, lab, import, start, ...)")
+    parser.add_argument(
+        "--against",
+        metavar="DIR",
+        help="also measure the process and Lab layouts with the gymlab of another checkout (DIR on PYTHONPATH)",
+    )
+    parser.add_argument(
+        "--against-stack",
+        choices=("asyncio", "installed"),
+        default="asyncio",
+        help="the server stack the --against checkout runs on: asyncio (h11 and the standard loop, as a "
+        "checkout without httptools and uvloop as dependencies gets; the default) or installed",
+    )
+    parser.add_argument(
+        "--stack",
+        choices=("installed", "asyncio"),
+        default="installed",
+        help="the server stack this checkout runs on (asyncio: hide httptools and uvloop, to compare)",
+    )
 
 
 def machine() -> str:
@@ -36,7 +55,15 @@ def machine() -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()}"
+    memory = ""
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(next(line.split()[1] for line in f if line.startswith("MemTotal")))
+        memory = f", {kb / 2**20:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        pass
+    load = f", load average {os.getloadavg()[0]:.1f} at start" if hasattr(os, "getloadavg") else ""
+    return f"{os.cpu_count()} cores, {cpu}{memory}, Python {platform.python_version()}, {platform.system()}{load}"
 
 
 def _ms(seconds: float) -> float:
@@ -78,51 +105,6 @@ def bench_start(n: int) -> dict[str, Any]:
         "one server ready (ms)": _ms(statistics.median(one)),
         "Lab with three servers ready (ms)": _ms(statistics.median(three)),
     }
-
-
-def bench_episodes(n: int) -> dict[str, Any]:
-    from gymlab.client import post_ok
-    from gymlab.lab import Lab
-
-    calc, rows = _calculator()
-    out: dict[str, Any] = {}
-    with Lab() as lab:
-        env = lab.serve(calc.CalculatorServer)
-        model = lab.serve_model(calc.policy)
-        agent = lab.serve_agent("simple_agent", resources=env, model=model)
-        agent.run(rows[0])  # warm up connections
-        for conc in (1, 16):
-            count = n if conc > 1 else max(n // 4, 20)
-            batch = [rows[i % len(rows)] for i in range(count)]
-            t = time.perf_counter()
-            results = lab.run_many(agent, batch, concurrency=conc)
-            elapsed = time.perf_counter() - t
-            assert all(r.reward == 1.0 for r in results)
-            out[f"calculator episodes/s, concurrency {conc}"] = round(count / elapsed, 1)
-
-        async def latency(url: str, path: str, body: Any, k: int) -> list[float]:
-            times = []
-            for _ in range(k):
-                t = time.perf_counter()
-                await post_ok(url, path, body)
-                times.append(time.perf_counter() - t)
-            return times
-
-        k = max(n // 4, 50)
-        hops = {
-            "tool call POST /square": (env.url, "/square", {"value": 4}),
-            "model POST /v1/responses": (model.url, "/v1/responses", rows[0]["responses_create_params"]),
-            "whole episode POST /run": (agent.url, "/run", rows[0]),
-        }
-        for label, (url, path, body) in hops.items():
-            times = run_sync(latency(url, path, body, k))
-            out[f"{label}: median / p90 (ms)"] = f"{_ms(statistics.median(times))} / {_ms(_quantile(times, 0.9))}"
-    return out
-
-
-def _quantile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def bench_clients(n: int) -> dict[str, Any]:
@@ -202,7 +184,6 @@ def main(args: argparse.Namespace) -> int:
     sections: dict[str, Callable[[], dict]] = {
         "import": lambda: bench_import(3 if args.quick else 10),
         "start": lambda: bench_start(5 if args.quick else 20),
-        "episodes": lambda: bench_episodes(n),
         "clients": lambda: bench_clients(n),
     }
     for name, (module, func, full, quick) in OPTIONAL.items():
@@ -214,6 +195,13 @@ def main(args: argparse.Namespace) -> int:
         sections[name] = lambda fn=fn, kwargs=kwargs: _as_dict(fn(**kwargs))
     figures: dict[str, Any] = {"machine": machine()}
     print(f"gymlab bench on {figures['machine']}")
+    layouts = [name for name in ("process", "lab") if not args.only or name in args.only]
+    if layouts:
+        from gymlab.bench.report import measure_layouts, print_layouts
+
+        measured = measure_layouts(layouts, args.quick, args.stack, args.against, args.against_stack)
+        figures.update(measured)
+        print_layouts(measured)
     for name, fn in sections.items():
         if args.only and name not in args.only:
             continue

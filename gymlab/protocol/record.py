@@ -136,10 +136,6 @@ class Rollout(BaseModel):
         )
 
 
-def _dump(items: Iterable[BaseModel]) -> list[dict[str, Any]]:
-    return [i.model_dump(mode="json", exclude_none=True) for i in items]
-
-
 def _row_fields(row: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (row or {}).items() if k not in _RECORD_KEYS}
 
@@ -176,9 +172,18 @@ def verified(
         fields["response"] = response.model_dump(mode="json", exclude_none=True)
     fields.setdefault("terminated", stop_reason == "final_message")
     fields.setdefault("truncated", stop_reason == "max_steps")
-    fields["steps"] = _dump(steps)
     fields["duration_s"] = duration_s
-    return Rollout.model_validate(fields)
+    return _with_steps(fields, steps)
+
+
+def _with_steps(fields: dict[str, Any], steps: list[StepRecord]) -> Rollout:
+    """The record of ``fields``, validated (they came from a row or a server's answer), holding
+    ``steps`` as they are: they were built from validated items, so they are not dumped and
+    validated again."""
+    fields["steps"] = []
+    record = Rollout.model_validate(fields)
+    record.steps = [s if type(s) is StepRecord else StepRecord.model_validate(s) for s in steps]
+    return record
 
 
 def from_transitions(
@@ -204,7 +209,7 @@ def from_transitions(
             s.reward_components = s.info["reward_components"]
         if isinstance(s.info.get("judgements"), list):
             judgements.extend(s.info["judgements"])
-    return Rollout.model_validate(
+    return _with_steps(
         {
             **_row_fields(row),
             "responses_create_params": params.model_dump(mode="json", exclude_none=True),
@@ -216,11 +221,11 @@ def from_transitions(
             "mask_sample": bool(last is not None and last.mask_sample),
             "failure_kind": last.failure_kind if last is not None else None,
             "failure_reason": last.failure_reason if last is not None else None,
-            "steps": _dump(steps),
             "duration_s": duration_s,
             "reward_components": _summed_components(s.reward_components for s in steps),
             "judgements": judgements or None,
-        }
+        },
+        steps,
     )
 
 
@@ -244,7 +249,7 @@ def failed(
 ) -> Rollout:
     """A masked record for an episode that could not finish: reward 0, never a graded zero."""
     params = row.get("responses_create_params") or {"input": ""}
-    return Rollout.model_validate(
+    return _with_steps(
         {
             **_row_fields(row),
             "responses_create_params": params,
@@ -257,9 +262,9 @@ def failed(
             "failure_reason": failure.message or failure.kind,
             "failure_stage": failure.stage,
             "failure_trace": failure.trace,
-            "steps": _dump(steps),
             "duration_s": duration_s,
-        }
+        },
+        list(steps),
     )
 
 

@@ -1,0 +1,95 @@
+"""The HTTP stack a server runs on: httptools and uvloop where they are installed, else h11 and asyncio.
+
+Both are dependencies where the platform has wheels (uvloop has none for Windows); without them a
+server runs on uvicorn's pure-Python h11 parser and the standard loop, unchanged in behaviour.
+``GYMLAB_SERVER_STACK=asyncio`` forces the fallback (to compare the two on one machine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import os
+from typing import Any
+
+#: Set to ``asyncio`` to serve on h11 and the standard event loop even when the fast stack is installed.
+STACK_ENV = "GYMLAB_SERVER_STACK"
+
+
+@functools.cache
+def _has(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def fast() -> tuple[bool, bool]:
+    """Whether (httptools, uvloop) are used."""
+    if os.environ.get(STACK_ENV, "").strip().lower() == "asyncio":
+        return False, False
+    return _has("httptools"), _has("uvloop")
+
+
+def uvicorn_options() -> dict[str, Any]:
+    """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named explicitly rather
+    than left to ``auto``, and no ``X-Forwarded-*`` rewriting of each request's client address (no
+    gymlab server reads it; uvicorn's default wraps every request in a middleware for it)."""
+    httptools, uvloop = fast()
+    return {
+        "http": "httptools" if httptools else "h11",
+        "loop": "uvloop" if uvloop else "asyncio",
+        "proxy_headers": False,
+    }
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop of the stack's kind (a server thread runs uvicorn on it)."""
+    if fast()[1]:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def describe() -> str:
+    """The stack as a line for benchmark tables: ``uvicorn 0.x, httptools 0.y, uvloop 0.z``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(name: str) -> str:
+        try:
+            return f"{name} {version(name)}"
+        except PackageNotFoundError:
+            return name
+
+    httptools, uvloop = fast()
+    return ", ".join([v("uvicorn"), v("httptools") if httptools else "h11", v("uvloop") if uvloop else "asyncio"])
+
+
+def run_foreground(app, host: str, port: int, log_level: str = "info") -> None:
+    """Serve ``app`` in the foreground on this stack until Ctrl-C (``python app.py``, ``gymlab serve``)."""
+    import uvicorn
+
+    from gymlab._runtime.serve import bind_socket
+
+    sock = bind_socket(host, port)
+    h, p = sock.getsockname()[:2]
+    print(f"gymlab: serving on http://{h}:{p}", flush=True)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **uvicorn_options())
+    settle_heap()
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def settle_heap() -> None:
+    """Move everything a server process holds before it serves out of the garbage collector's sight.
+
+    The framework, the models' schemas and the routes are hundreds of thousands of objects that live
+    as long as the process; without this, every full collection a request triggers walks them all.
+    For server processes only: a Lab's kernel keeps collecting its own objects.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()

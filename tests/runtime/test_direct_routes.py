@@ -1,0 +1,145 @@
+"""Routes answered directly (``_runtime/direct.py``) answer exactly as FastAPI does: same status, body,
+content type and cookie, for good input, bad input, refusals and crashes; other route shapes are left
+to FastAPI."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from fastapi import FastAPI, HTTPException, Request
+from pydantic import BaseModel
+
+from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
+from gymlab._runtime.direct import DirectRoutes, plan_for
+from gymlab.examples import example_rows
+
+
+class Value(BaseModel):
+    value: int
+
+
+class Maybe(BaseModel):
+    value: int
+    note: str | None = None
+
+
+class Refused(Exception):
+    pass
+
+
+class Probe(SimpleResourcesServer):
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/square")(self.square)
+        app.post("/maybe", response_model_exclude_none=True)(self.maybe)
+        app.post("/plain")(self.plain)
+        app.post("/refuse")(self.refuse)
+        app.post("/typed")(self.typed)
+        app.post("/boom")(self.boom)
+        app.post("/sees")(self.sees)
+        app.post("/query")(self.query)
+
+        async def refused(request: Request, exc: Refused):
+            from fastapi.responses import JSONResponse
+
+            return JSONResponse({"refused": str(exc)}, status_code=418)
+
+        app.exception_handler(Refused)(refused)
+        return app
+
+    async def square(self, body: Value) -> Value:
+        return Value(value=body.value**2)
+
+    async def maybe(self, body: Value) -> Maybe:
+        return Maybe(value=body.value)
+
+    async def plain(self, body: Value):
+        return {"value": body.value, "list": [1, 2]}
+
+    async def refuse(self, body: Value) -> Value:
+        raise HTTPException(409, f"value {body.value} is taken")
+
+    async def typed(self, body: Value) -> Value:
+        raise Refused(str(body.value))
+
+    async def boom(self, body: Value) -> Value:
+        raise RuntimeError("broken tool")
+
+    async def sees(self, request: Request, body: Value) -> dict:
+        return {"session": bool(request.session), "value": body.value, "json": await request.json()}
+
+    async def query(self, body: Value, times: int = 1) -> Value:
+        return Value(value=body.value * times)
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+def _without_direct_routes(server: Probe) -> Probe:
+    app = server.app
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not DirectRoutes]
+    return server
+
+
+REQUESTS = [
+    ("/square", {"json": {"value": 3}}),
+    ("/square", {"json": {"value": "three"}}),
+    ("/square", {"json": {"value": 3, "extra": 1}}),
+    ("/square", {"json": [1, 2]}),
+    ("/square", {"content": b'{"value": 3', "headers": {"content-type": "application/json"}}),
+    ("/square", {"content": b'{"value": 3}', "headers": {"content-type": "text/plain"}}),
+    ("/square", {"content": b'{"value": 3}'}),
+    ("/square", {"content": b"", "headers": {"content-type": "application/json"}}),
+    ("/maybe", {"json": {"value": 2}}),
+    ("/plain", {"json": {"value": 2}}),
+    ("/refuse", {"json": {"value": 5}}),
+    ("/typed", {"json": {"value": 6}}),
+    ("/boom", {"json": {"value": 7}}),
+    ("/sees", {"json": {"value": 8}}),
+    ("/query?times=3", {"json": {"value": 2}}),
+    ("/verify", {"json": {**example_rows("calculator")[0], "response": {"output": []}}}),
+    ("/verify", {"json": {"response": {"output": []}}}),
+    ("/seed_session", {"json": example_rows("calculator")[0]}),
+    ("/seed_session", {"json": {"resources_session_id": "s-1", "episode_id": "e-1"}}),
+]
+
+
+def _answer(reply: httpx.Response) -> tuple:
+    cookie = reply.headers.get("set-cookie")
+    body = reply.text.replace("probe_plain", "probe")  # error bodies name their own server
+    try:
+        body = json.loads(body)
+    except ValueError:
+        pass
+    if isinstance(body, dict) and isinstance(body.get("response"), dict):
+        body["response"].pop("id", None)  # a fresh random id in each answer
+    return reply.status_code, reply.headers.get("content-type"), body, cookie is not None
+
+
+@pytest.mark.parametrize("path, kwargs", REQUESTS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(REQUESTS)])
+def test_a_direct_answer_is_fastapis_answer(lab, path, kwargs):
+    direct = lab.serve(Probe(name="probe"))
+    plain = lab.serve(_without_direct_routes(Probe(name="probe_plain")))
+    with httpx.Client(timeout=60) as client:
+        got = _answer(client.post(direct.url + path, **kwargs))
+        want = _answer(client.post(plain.url + path, **kwargs))
+    assert got == want
+
+
+def test_plain_json_routes_are_planned_and_others_are_not():
+    app = Probe().app
+    routes = {r.path: r for r in app.router.routes if hasattr(r, "dependant")}
+    for path in ("/square", "/maybe", "/plain", "/sees", "/verify", "/seed_session", "/close_session"):
+        assert plan_for(routes[path]) is not None, path
+    assert plan_for(routes["/query"]) is None  # a query parameter: FastAPI's way
+    assert plan_for(routes["/health"]) is None  # no body
+
+
+def test_a_crash_is_a_json_500_naming_server_and_route(lab):
+    probe = lab.serve(Probe(name="probe"))
+    reply = httpx.post(probe.url + "/boom", json={"value": 1}, timeout=60)
+    assert reply.status_code == 500
+    assert reply.json()["server"] == "probe" and reply.json()["route"] == "POST /boom"
+    assert "broken tool" in reply.json()["detail"]

@@ -1,0 +1,54 @@
+"""The session cookie is set when a session starts or changes, never again while it stays the same,
+and never by servers and routes that do not use a session (an agent's /run, a model's /v1/responses)."""
+
+from __future__ import annotations
+
+import httpx
+
+from gymlab.examples import example_rows
+
+TIMEOUT = 60.0
+
+
+def test_the_cookie_is_set_once_and_then_read_without_being_set_again(lab, counter):
+    env = lab.serve(counter.CounterServer)
+    with httpx.Client(base_url=env.url, timeout=TIMEOUT) as client:
+        seeded = client.post("/seed_session", json={"initial_count": 2})
+        assert seeded.status_code == 200 and seeded.headers.get("set-cookie")
+        for expected in (3, 4, 5):
+            reply = client.post("/increment", json={"by": 1})
+            assert reply.json() == {"count": expected}  # the session was read from the cookie
+            assert "set-cookie" not in reply.headers
+        again = client.post("/seed_session", json={"initial_count": 0})  # same session, same cookie
+        assert again.status_code == 200 and "set-cookie" not in again.headers
+        assert client.post("/increment", json={"by": 1}).json() == {"count": 1}
+
+
+def test_a_tampered_cookie_starts_a_new_session(lab, counter):
+    env = lab.serve(counter.CounterServer)
+    with httpx.Client(base_url=env.url, timeout=TIMEOUT) as client:
+        seeded = client.post("/seed_session", json={"initial_count": 2})
+        name, value = seeded.headers["set-cookie"].split(";")[0].split("=", 1)
+        data, stamp, signature = value.rsplit(".", 2)
+        good = {"cookie": f"{name}={value}"}
+        assert client.post("/increment", json={"by": 1}, headers=good).json() == {"count": 3}
+        tampered = {"cookie": f"{name}={data}.{stamp}.{signature[::-1]}"}
+        reply = httpx.post(env.url + "/increment", json={"by": 1}, headers=tampered, timeout=TIMEOUT)
+        assert reply.status_code == 404  # no counter for the new session
+        assert reply.headers.get("set-cookie", "").startswith(f"{name}=")  # and its cookie
+
+
+def test_agents_and_models_set_no_cookie(lab, calculator):
+    env = lab.serve(calculator.CalculatorServer)
+    model = lab.serve_model(calculator.policy)
+    agent = lab.serve_agent("simple_agent", resources=env, model=model)
+    row = example_rows("calculator")[0]
+    with httpx.Client(timeout=TIMEOUT) as client:
+        run = client.post(agent.url + "/run", json=row)
+        assert run.status_code == 200 and run.json()["reward"] == 1.0
+        assert "set-cookie" not in run.headers
+        answer = client.post(model.url + "/v1/responses", json=row["responses_create_params"])
+        assert answer.status_code == 200 and answer.json()["output"]
+        assert "set-cookie" not in answer.headers
+        loop = client.post(agent.url + "/v1/responses", json=row["responses_create_params"])
+        assert loop.status_code == 200 and "set-cookie" not in loop.headers
