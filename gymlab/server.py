@@ -135,6 +135,6 @@ class BaseServer(BaseModel):
             return self.app
         if self.num_workers > 1:
             return workers.serve_workers(self)
-        from gymlab._runtime.stack import run_foreground
+        from gymlab._runtime.serve import run_foreground
 
         run_foreground(self.app, self.host, self.port)

@@ -18,7 +18,7 @@ import time
 import uvicorn
 
 import gymlab.inproc as inproc
-from gymlab._runtime.stack import new_event_loop, uvicorn_options
+from gymlab._runtime.stack import new_event_loop, settle_heap, uvicorn_options
 from gymlab._sync import background_loop
 from gymlab.errors import ServerStartError
 
@@ -211,3 +211,13 @@ class LoopServer:
 def _thread_options() -> dict:
     """The stack's uvicorn options for a server on a loop it does not create (the loop is given)."""
     return {k: v for k, v in uvicorn_options().items() if k != "loop"}
+
+
+def run_foreground(app, host: str, port: int, log_level: str = "info") -> None:
+    """Serve ``app`` in the foreground on the stack until Ctrl-C (``python app.py``, ``gymlab serve``)."""
+    sock = bind_socket(host, port)
+    h, p = sock.getsockname()[:2]
+    print(f"gymlab: serving on http://{h}:{p}", flush=True)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **uvicorn_options())
+    settle_heap()
+    uvicorn.Server(config).run(sockets=[sock])

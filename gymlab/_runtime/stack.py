@@ -68,20 +68,6 @@ def describe() -> str:
     return ", ".join([v("uvicorn"), v("httptools") if httptools else "h11", v("uvloop") if uvloop else "asyncio"])
 
 
-def run_foreground(app, host: str, port: int, log_level: str = "info") -> None:
-    """Serve ``app`` in the foreground on this stack until Ctrl-C (``python app.py``, ``gymlab serve``)."""
-    import uvicorn
-
-    from gymlab._runtime.serve import bind_socket
-
-    sock = bind_socket(host, port)
-    h, p = sock.getsockname()[:2]
-    print(f"gymlab: serving on http://{h}:{p}", flush=True)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **uvicorn_options())
-    settle_heap()
-    uvicorn.Server(config).run(sockets=[sock])
-
-
 def settle_heap() -> None:
     """Move everything a server process holds before it serves out of the garbage collector's sight.
 
