@@ -14,11 +14,12 @@ JSON is parsed and written with orjson (4.5x the standard library's rows/s in th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -154,22 +155,21 @@ def read_lines(path: str | os.PathLike) -> tuple[bytes, list[int], list[int]]:
     return data, starts, numbers
 
 
-def write_jsonl_atomic(
-    path: str | os.PathLike, records: Iterable[Any], to_line: Callable[[Any], str] | None = json_line
-) -> Path:
-    """Write one record a line to ``path`` atomically: readers see the old file or the new one."""
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary file that becomes ``path`` only when the block ends without error: written to a temp
+    file in the same folder (the umask's mode, as ``open`` gives), fsynced, then renamed over
+    ``path``. Readers see the old file or the new one, never half of one; an ``OSError`` (disk
+    full, read-only) is a ``PersistenceError`` naming the file, and the temp file is removed."""
     path = Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         name = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode as open() gives (umask), not 0600
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         tmp = name
         with os.fdopen(fd, "wb") as f:
-            if to_line is None:  # already the file's bytes
-                f.writelines(records)
-            else:
-                f.writelines((to_line(record) + "\n").encode() for record in records)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -179,7 +179,18 @@ def write_jsonl_atomic(
         if isinstance(exc, OSError):
             raise PersistenceError(str(path), exc) from exc
         raise
-    return path
+
+
+def write_jsonl_atomic(
+    path: str | os.PathLike, records: Iterable[Any], to_line: Callable[[Any], str] | None = json_line
+) -> Path:
+    """Write one record a line to ``path`` atomically: readers see the old file or the new one."""
+    with atomic_file(path) as f:
+        if to_line is None:  # already the file's bytes
+            f.writelines(records)
+        else:
+            f.writelines((to_line(record) + "\n").encode() for record in records)
+    return Path(path)
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:

@@ -9,11 +9,11 @@ a bool, scores float64. pyarrow is the optional extra ``gymlab[export]``, import
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from gymlab.errors import DatasetError, ExportError, PersistenceError
+from gymlab.errors import DatasetError, ExportError
+from gymlab.jsonl import atomic_file
 
 INSTALL = "pip install 'gymlab[export]'"
 
@@ -86,26 +86,12 @@ def table(format_name: str, rows: list[dict[str, Any]]):
 
 
 def write_parquet_atomic(path: str | os.PathLike, data) -> Path:
-    """Write a table to ``path`` atomically: a temp file in the same folder, fsync, then a rename."""
+    """Write a table to ``path`` atomically (``gymlab.jsonl.atomic_file``: temp file, fsync, rename)."""
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            pq.write_table(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise PersistenceError(str(path), exc) from exc
-        raise
-    return path
+    with atomic_file(path) as f:
+        pq.write_table(data, f)
+    return Path(path)
 
 
 def read_parquet(path: str | os.PathLike):

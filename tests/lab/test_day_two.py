@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import httpx
 import pytest
@@ -12,18 +11,11 @@ import pytest
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, ConfigError, Lab, ServerError
 from gymlab.examples import example_rows, load_environment
 from gymlab.resources.tools import check_rows, rows_from, tools_from
+from gymlab.testing.workers import wait_until
 
 
 def _open_sessions(env) -> int:
     return httpx.get(env.url + "/health").json()["sessions"]["held"]
-
-
-def _wait_for(condition, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("wire", [False, True], ids=["in-process", "wire"])
@@ -92,7 +84,7 @@ def test_cancel_stops_running_episodes_and_closes_their_sessions(counter, wire):
             release.set()
         assert isinstance(outcome.get("error"), asyncio.CancelledError), outcome
         assert "4 running episode(s) stopped" in str(outcome["error"])
-        _wait_for(lambda: _open_sessions(env) == 0, what="the cancelled episodes' sessions to close")
+        wait_until(lambda: _open_sessions(env) == 0, 60, "the cancelled episodes' sessions closed")
         assert env.server.session_state == {}  # the environment's own per-episode state released too
         assert lab.last_run is not None and len(lab.last_run) == 0
 
