@@ -1,39 +1,25 @@
-"""Notebook 08 (reward probes) executed in a real kernel; assertions on its JSON output."""
-
-from pathlib import Path
-
-import nbformat
-from nbclient import NotebookClient
+"""Notebook 08 (reward probes) executed in a real kernel; the checks live here (a probe cell)."""
 
 from gymlab.probes import BUILTIN_PROBES
+from tests.notebooks.kernel import run_notebook
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "08_reward_probes.ipynb"
-
-
-def run_notebook() -> dict:
-    """Execute the notebook and return its last ``application/json`` output."""
-    book = nbformat.read(NOTEBOOK, as_version=4)
-    assert all(not c.get("outputs") for c in book.cells if c.cell_type == "code"), "committed with outputs"
-    NotebookClient(
-        book,
-        timeout=600,
-        startup_timeout=180,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
-    ).execute()
-    found = [
-        o["data"]["application/json"]
-        for c in book.cells
-        if c.cell_type == "code"
-        for o in c.outputs
-        if o.get("output_type") == "display_data" and "application/json" in o.get("data", {})
-    ]
-    assert found, "the notebook displayed no application/json output"
-    return found[-1]
+PROBE = """{
+    "flagged_before": report.flagged,
+    "spray_before": report.cell("answer_spray").mean_reward,
+    "real_before": report.cell("answer_spray").real_reward,
+    "spray_episode_reward": spray[0].reward,
+    "flagged_after": fixed.flagged,
+    "hits_after": fixed.hits,
+    "spray_after": fixed.cell("answer_spray").mean_reward,
+    "real_after": fixed.cell("answer_spray").real_reward,
+    "mine_probes": list(mine.rollouts),
+    "mine_flagged": mine.flagged,
+    "html_has_flag": "gl-flag" in report._repr_html_(),
+}"""
 
 
 def test_08_reward_probes():
-    out = run_notebook()
+    out, _ = run_notebook("08_reward_probes.ipynb", PROBE)
     # the hackable verify: the answer spray earns what the real policy earns, on every task
     assert out["flagged_before"] == ["answer_spray"] and out["html_has_flag"] is True
     assert out["spray_before"] == out["real_before"] == out["spray_episode_reward"] == 1.0

@@ -5,14 +5,7 @@ import pytest
 
 from tests.notebooks.kernel import NOTEBOOKS, html_of, read, run_notebook, text_of
 
-TUTORIALS = [
-    "01_quickstart.ipynb",
-    "02_prototype_environment.ipynb",
-    "02b_your_first_environment.ipynb",
-    "03_step_through.ipynb",
-    "04_reward_curves.ipynb",
-    "06_widgets.ipynb",
-]
+TUTORIALS = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))  # every notebook is a tutorial
 
 
 @pytest.mark.parametrize("name", TUTORIALS)
