@@ -234,22 +234,18 @@ class Lab:
         finished ones in ``lab.last_run``.
         """
         __tracebackhide__ = True
+        from gymlab.lab.runs import RunState
+
+        state = RunState()
+        options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
         try:
-            return run_sync(
-                self.arun_many(
-                    agent,
-                    rows,
-                    repeats=repeats,
-                    concurrency=concurrency,
-                    on_error=on_error,
-                    progress=progress,
-                    check=check,
-                )
-            )
-        except KeyboardInterrupt:
-            raise KeyboardInterrupt(self._cancelled_line) from None
-        except asyncio.CancelledError:  # lab.cancel() from another thread
-            raise asyncio.CancelledError(self._cancelled_line) from None
+            result = run_sync(self._run_many(agent, rows, state, **options))
+        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+            # printed here, in the caller's thread, so a notebook shows it under the interrupted cell
+            print(state.cancelled_line(), file=sys.stderr, flush=True)
+            raise type(exc)(state.cancelled_line()) from None
+        _report_failures(result)
+        return result
 
     async def arun_many(
         self,
@@ -262,44 +258,36 @@ class Lab:
         progress: bool = False,
         check: bool = True,
     ):
-        from gymlab.lab.runs import Rollouts, RunState, arun_many, env_name_of
+        """``run_many`` for async code (``await lab.arun_many(...)`` in a cell, or a task)."""
+        from gymlab.lab.runs import RunState
+
+        state = RunState()
+        options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
+        try:
+            result = await self._run_many(agent, rows, state, **options)
+        except asyncio.CancelledError:
+            print(state.cancelled_line(), file=sys.stderr, flush=True)
+            raise
+        _report_failures(result)
+        return result
+
+    async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool, **options):
+        from gymlab.lab.runs import Rollouts, arun_many, env_name_of
 
         if check and not (report := self.check(agent, rows)).ok:
             raise ConfigError(f"{report} (fix the rows or the server; run_many(..., check=False) skips this check)")
-        state = RunState()
         task = asyncio.current_task()
         self._running.add(task)
         try:
             with self._book.quiet():
-                result = await arun_many(
-                    agent,
-                    rows,
-                    repeats=repeats,
-                    concurrency=concurrency,
-                    env_name=env_name_of(self, agent),
-                    on_error=on_error,
-                    progress=progress,
-                    state=state,
-                )
+                result = await arun_many(agent, rows, env_name=env_name_of(self, agent), state=state, **options)
         except asyncio.CancelledError:
             self.last_run = Rollouts(state.finished)
-            self._cancelled_line = state.cancelled_line()
-            print(self._cancelled_line, file=sys.stderr, flush=True)
             raise
         finally:
             self._running.discard(task)
         self.last_run = result
-        if failed := result.failures:
-            kinds = ", ".join(f"{kind} {n}" for kind, n in failed.items())
-            print(
-                f"gymlab: {sum(failed.values())} of {len(result)} episodes failed ({kinds}); "
-                "they are masked, and lab.logs() has the server-side traces",
-                file=sys.stderr,
-                flush=True,
-            )
         return result
-
-    _cancelled_line = "gymlab: run cancelled"
 
     def check(self, target: ServerHandle, rows: list[dict[str, Any]]):
         """The tools ``rows`` declare against the routes the environment serves (``target``: its
@@ -427,3 +415,15 @@ def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = Non
         env_server=server,
         max_steps=max_steps,
     )
+
+
+def _report_failures(result) -> None:
+    """One line for a run's failures, by kind (nothing is printed per episode)."""
+    if failed := result.failures:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in failed.items())
+        print(
+            f"gymlab: {sum(failed.values())} of {len(result)} episodes failed ({kinds}); "
+            "they are masked, and lab.logs() has the server-side traces",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -164,6 +164,7 @@ def test_an_interrupt_stops_the_run_and_frees_the_cpu_and_the_sessions(kernel):
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
     lines = shown_lines(outputs)
     assert any("run cancelled:" in line and "running episode(s) stopped" in line for line in lines), lines
+    assert "running episode(s) stopped" in reply["evalue"]  # the interrupt itself says what it stopped
     assert returned_after < 60, returned_after  # promptly: a bound for a loaded machine, not a benchmark
     deadline = time.monotonic() + 60
     while held() != 0:
