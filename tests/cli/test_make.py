@@ -1,4 +1,4 @@
-"""Day one's two commands: what `make demo` installs, and `make lab` serving the notebooks on loopback with a token."""
+"""The commands of day one: what `make demo` installs, and `make lab` serving the notebooks on loopback with a token."""
 
 from __future__ import annotations
 
