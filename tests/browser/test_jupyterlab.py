@@ -9,6 +9,7 @@ browser is downloaded: Chromium comes from the system (``make browser-deps``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -162,73 +163,82 @@ def open_and_run_all(page, base: str, token: str, name: str) -> None:
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
 
 
-def test_viewer_and_stepper_render_and_respond(jupyterlab):
+@contextlib.contextmanager
+def notebook_page(jupyterlab, notebook: str, failure: str):
+    """A Chromium page with ``notebook`` opened and every cell run; a full-page screenshot named
+    ``failure`` when the block fails."""
     base, token = jupyterlab
     SCREENSHOTS.mkdir(exist_ok=True)
-    (SCREENSHOTS / "failure.png").unlink(missing_ok=True)
+    (SCREENSHOTS / failure).unlink(missing_ok=True)
     playwright_sync.expect.set_options(timeout=WAIT_MS)
     with playwright_sync.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = None
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(WAIT_MS)
-            open_and_run_all(page, base, token, "widgets.ipynb")
-
-            viewer = page.locator(".gl-viewer").first  # the standalone viewer (its cell comes first)
-            status = viewer.locator(".gl-status")
-            # the notebook's own last cells click next once and step the stepper twice
-            playwright_sync.expect(status).to_contain_text("step 2 of 4", timeout=WAIT_MS)
-            playwright_sync.expect(status).to_contain_text("reward 0")
-            wait_idle(page)
-            page.locator(".gl-live").first.scroll_into_view_if_needed()
-            summary = page.locator(".gl-live .gl-summary").first
-            playwright_sync.expect(summary).to_contain_text("20 of 20")
-            playwright_sync.expect(summary).to_contain_text("over 16 unmasked of 20")
-            playwright_sync.expect(page.locator(".gl-live .gl-failures").first).to_contain_text("provider_unavailable")
-            page.locator(".gl-live").first.screenshot(path=str(SCREENSHOTS / "live_panel.png"))
-            viewer.scroll_into_view_if_needed()
-            assert expect_slider_in_step(viewer) == 2
-            viewer.screenshot(path=str(SCREENSHOTS / "viewer_step2.png"))
-
-            viewer.locator(".gl-next").click()
-            playwright_sync.expect(status).to_contain_text("step 3 of 4")
-            assert expect_slider_in_step(viewer) == 3
-            viewer.locator(".gl-next").click()
-            playwright_sync.expect(status).to_contain_text("step 4 of 4")
-            assert expect_slider_in_step(viewer) == 4
-            playwright_sync.expect(status).to_contain_text("reward 1")
-            playwright_sync.expect(viewer.locator(".gl-conversation")).to_contain_text("The counter reads 3.")
-            playwright_sync.expect(viewer.locator(".gl-next button, button.gl-next").first).to_be_disabled()
-            viewer.screenshot(path=str(SCREENSHOTS / "viewer_step4.png"))
-
-            browse_run(page.locator(".gl-viewer").nth(1))  # the run browser (its cell comes second)
-
-            stepper = page.locator(".gl-stepper").first
-            stepper.scroll_into_view_if_needed()
-            s_status = stepper.locator(".gl-status")
-            playwright_sync.expect(s_status).to_contain_text("step 2 of 2")
-            assert expect_slider_in_step(stepper) == 2  # the slider follows the stepper's steps
-            stepper.locator(".gl-arguments input").fill('{"by": 1}')
-            stepper.locator(".gl-arguments input").press("Enter")
-            stepper.locator(".gl-step-button").click()
-            playwright_sync.expect(s_status).to_contain_text("step 3 of 3")
-            assert expect_slider_in_step(stepper) == 3
-            playwright_sync.expect(stepper.locator(".gl-conversation")).to_contain_text('{"count":3}')
-            stepper.locator(".gl-model-button").click()  # the policy sees 3 and answers
-            playwright_sync.expect(s_status).to_contain_text("step 4 of 4")
-            assert expect_slider_in_step(stepper) == 4
-            playwright_sync.expect(s_status).to_contain_text("episode reward 0")
-            stepper.locator(".gl-verify-button").click()
-            playwright_sync.expect(stepper.locator(".gl-message")).to_contain_text("verified: reward 1")
-            playwright_sync.expect(s_status).to_contain_text("reward 1")
-            playwright_sync.expect(s_status).to_contain_text("episode reward 1")
-            stepper.screenshot(path=str(SCREENSHOTS / "stepper_verified.png"))
-            page.screenshot(path=str(SCREENSHOTS / "jupyterlab.png"), full_page=True)
+            open_and_run_all(page, base, token, notebook)
+            yield page
         except BaseException:
-            page.screenshot(path=str(SCREENSHOTS / "failure.png"), full_page=True)
+            if page is not None:
+                page.screenshot(path=str(SCREENSHOTS / failure), full_page=True)
             raise
         finally:
             browser.close()
+
+
+def test_viewer_and_stepper_render_and_respond(jupyterlab):
+    with notebook_page(jupyterlab, "widgets.ipynb", "failure.png") as page:
+        viewer = page.locator(".gl-viewer").first  # the standalone viewer (its cell comes first)
+        status = viewer.locator(".gl-status")
+        # the notebook's own last cells click next once and step the stepper twice
+        playwright_sync.expect(status).to_contain_text("step 2 of 4", timeout=WAIT_MS)
+        playwright_sync.expect(status).to_contain_text("reward 0")
+        wait_idle(page)
+        page.locator(".gl-live").first.scroll_into_view_if_needed()
+        summary = page.locator(".gl-live .gl-summary").first
+        playwright_sync.expect(summary).to_contain_text("20 of 20")
+        playwright_sync.expect(summary).to_contain_text("over 16 unmasked of 20")
+        playwright_sync.expect(page.locator(".gl-live .gl-failures").first).to_contain_text("provider_unavailable")
+        page.locator(".gl-live").first.screenshot(path=str(SCREENSHOTS / "live_panel.png"))
+        viewer.scroll_into_view_if_needed()
+        assert expect_slider_in_step(viewer) == 2
+        viewer.screenshot(path=str(SCREENSHOTS / "viewer_step2.png"))
+
+        viewer.locator(".gl-next").click()
+        playwright_sync.expect(status).to_contain_text("step 3 of 4")
+        assert expect_slider_in_step(viewer) == 3
+        viewer.locator(".gl-next").click()
+        playwright_sync.expect(status).to_contain_text("step 4 of 4")
+        assert expect_slider_in_step(viewer) == 4
+        playwright_sync.expect(status).to_contain_text("reward 1")
+        playwright_sync.expect(viewer.locator(".gl-conversation")).to_contain_text("The counter reads 3.")
+        playwright_sync.expect(viewer.locator(".gl-next button, button.gl-next").first).to_be_disabled()
+        viewer.screenshot(path=str(SCREENSHOTS / "viewer_step4.png"))
+
+        browse_run(page.locator(".gl-viewer").nth(1))  # the run browser (its cell comes second)
+
+        stepper = page.locator(".gl-stepper").first
+        stepper.scroll_into_view_if_needed()
+        s_status = stepper.locator(".gl-status")
+        playwright_sync.expect(s_status).to_contain_text("step 2 of 2")
+        assert expect_slider_in_step(stepper) == 2  # the slider follows the stepper's steps
+        stepper.locator(".gl-arguments input").fill('{"by": 1}')
+        stepper.locator(".gl-arguments input").press("Enter")
+        stepper.locator(".gl-step-button").click()
+        playwright_sync.expect(s_status).to_contain_text("step 3 of 3")
+        assert expect_slider_in_step(stepper) == 3
+        playwright_sync.expect(stepper.locator(".gl-conversation")).to_contain_text('{"count":3}')
+        stepper.locator(".gl-model-button").click()  # the policy sees 3 and answers
+        playwright_sync.expect(s_status).to_contain_text("step 4 of 4")
+        assert expect_slider_in_step(stepper) == 4
+        playwright_sync.expect(s_status).to_contain_text("episode reward 0")
+        stepper.locator(".gl-verify-button").click()
+        playwright_sync.expect(stepper.locator(".gl-message")).to_contain_text("verified: reward 1")
+        playwright_sync.expect(s_status).to_contain_text("reward 1")
+        playwright_sync.expect(s_status).to_contain_text("episode reward 1")
+        stepper.screenshot(path=str(SCREENSHOTS / "stepper_verified.png"))
+        page.screenshot(path=str(SCREENSHOTS / "jupyterlab.png"), full_page=True)
 
 
 def browse_run(run) -> None:
@@ -271,32 +281,18 @@ def browse_run(run) -> None:
 
 def test_first_environment_notebook_runs_in_jupyterlab(jupyterlab):
     """Notebook 02b, run top to bottom as a newcomer would: no cell fails and its frames render."""
-    base, token = jupyterlab
-    SCREENSHOTS.mkdir(exist_ok=True)
-    (SCREENSHOTS / "failure_first_environment.png").unlink(missing_ok=True)
-    playwright_sync.expect.set_options(timeout=WAIT_MS)
-    with playwright_sync.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(WAIT_MS)
-            open_and_run_all(page, base, token, "first_environment.ipynb")
-            cells = page.locator(".jp-NotebookPanel .jp-CodeCell")
-            count = cells.count()
-            # the last code cell (lab.close()) has run once its prompt shows a number
-            playwright_sync.expect(cells.nth(count - 1).locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]"))
-            wait_idle(page)
-            assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").count() == 0
-            outputs = page.locator(".jp-NotebookPanel .jp-OutputArea-output")
-            playwright_sync.expect(outputs.filter(has_text="{'hint': 'higher', 'guesses': 1}")).to_have_count(1)
-            frames = page.locator(".jp-NotebookPanel .jp-OutputArea-output table")
-            playwright_sync.expect(frames.first).to_be_visible()
-            assert frames.count() >= 4  # before, after, after.steps and the Gymnasium steps
-            page.screenshot(path=str(SCREENSHOTS / "first_environment_end.png"))
-            outputs.filter(has_text="{'hint': 'higher', 'guesses': 1}").scroll_into_view_if_needed()
-            page.screenshot(path=str(SCREENSHOTS / "first_environment_by_hand.png"))
-        except BaseException:
-            page.screenshot(path=str(SCREENSHOTS / "failure_first_environment.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with notebook_page(jupyterlab, "first_environment.ipynb", "failure_first_environment.png") as page:
+        cells = page.locator(".jp-NotebookPanel .jp-CodeCell")
+        count = cells.count()
+        # the last code cell (lab.close()) has run once its prompt shows a number
+        playwright_sync.expect(cells.nth(count - 1).locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]"))
+        wait_idle(page)
+        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").count() == 0
+        outputs = page.locator(".jp-NotebookPanel .jp-OutputArea-output")
+        playwright_sync.expect(outputs.filter(has_text="{'hint': 'higher', 'guesses': 1}")).to_have_count(1)
+        frames = page.locator(".jp-NotebookPanel .jp-OutputArea-output table")
+        playwright_sync.expect(frames.first).to_be_visible()
+        assert frames.count() >= 4  # before, after, after.steps and the Gymnasium steps
+        page.screenshot(path=str(SCREENSHOTS / "first_environment_end.png"))
+        outputs.filter(has_text="{'hint': 'higher', 'guesses': 1}").scroll_into_view_if_needed()
+        page.screenshot(path=str(SCREENSHOTS / "first_environment_by_hand.png"))
