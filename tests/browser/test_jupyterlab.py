@@ -18,11 +18,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from gymlab.testing.workers import wait_until
+from tests.jupyterlab_status import answers
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -94,20 +95,15 @@ def jupyterlab(tmp_path_factory):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_S
-        while True:
+
+        def ready() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"JupyterLab exited with {proc.returncode}: {(tmp_path / 'jupyterlab.log').read_text()[-2000:]}"
                 )
-            try:
-                if httpx.get(f"{base}/api/status", params={"token": token}, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"JupyterLab did not answer /api/status within {START_S} s")
-            time.sleep(0.2)
+            return answers(base, token)
+
+        wait_until(ready, START_S, "JupyterLab answering /api/status")
         yield base, token
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

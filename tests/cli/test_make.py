@@ -9,12 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
 import httpx
 import pytest
+
+from gymlab.testing.workers import wait_until
+from tests.jupyterlab_status import answers
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent  # the venv these tests run in stands in for .venv
@@ -72,16 +74,12 @@ def test_make_lab_serves_the_notebooks_on_loopback_with_a_token(tmp_path):
         assert match, first
         token = match.group(1)
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
+
+        def ready() -> bool:
             assert proc.poll() is None, proc.stdout.read()
-            try:
-                if httpx.get(f"{base}/api/status", params={"token": token}, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "make lab: JupyterLab did not answer within 120 s"
-            time.sleep(0.2)
+            return answers(base, token)
+
+        wait_until(ready, 120, "make lab: JupyterLab answering")
         assert httpx.get(f"{base}/api/status", timeout=5).status_code == 403  # the token is required
         listing = httpx.get(f"{base}/api/contents", params={"token": token}, timeout=5).json()
         served = {item["name"] for item in listing["content"]}

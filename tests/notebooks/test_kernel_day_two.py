@@ -15,6 +15,8 @@ import httpx
 import pytest
 from jupyter_client import KernelManager
 
+from gymlab.testing.workers import wait_until
+
 SETUP = """
 from gymlab import Lab, BaseVerifyRequest, BaseVerifyResponse
 from gymlab.examples import example_rows, load_environment
@@ -154,9 +156,7 @@ def test_an_interrupt_stops_the_run_and_frees_the_cpu_and_the_sessions(kernel):
     url = kernel.value("slow_env.url")
     held = lambda: httpx.get(url + "/health").json()["sessions"]["held"]  # noqa: E731
     msg_id = kernel.submit("run = lab.run_many(slow, example_rows('counter'), repeats=100, concurrency=8)")
-    deadline = time.monotonic() + 120
-    while held() == 0:  # the run is under way: episodes hold sessions
-        assert time.monotonic() < deadline, "the run never started"
+    wait_until(lambda: held() > 0, 120, "the run under way (its episodes holding sessions)")
     kernel.manager.interrupt_kernel()
     t0 = time.monotonic()
     reply, outputs = kernel.collect(msg_id, timeout=120)
@@ -166,9 +166,7 @@ def test_an_interrupt_stops_the_run_and_frees_the_cpu_and_the_sessions(kernel):
     assert any("run cancelled:" in line and "running episode(s) stopped" in line for line in lines), lines
     assert "running episode(s) stopped" in reply["evalue"]  # the interrupt itself says what it stopped
     assert returned_after < 60, returned_after  # promptly: a bound for a loaded machine, not a benchmark
-    deadline = time.monotonic() + 60
-    while held() != 0:
-        assert time.monotonic() < deadline, "sessions left held after the interrupt"
+    wait_until(lambda: held() == 0, 60, "every session released after the interrupt")
     # Idle: over the next two seconds the kernel burns a small fraction of a core. Without the
     # cancel, 2,000 episodes of 80 ms of policy CPU each would keep it busy for minutes.
     cpu0, wall0 = kernel.cpu_seconds(), time.monotonic()
