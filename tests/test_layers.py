@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "gymlab.jsonl",
             "gymlab.failures",
             "gymlab.inproc",
+            "gymlab.http1",
             "gymlab.client",
         ],
     ),

@@ -9,8 +9,8 @@
 
 The ceiling of each figure is a bare ASGI callable (no framework, it parses the JSON body and answers
 JSON) served by uvicorn with the same options, doing the same hops: a bare agent that seeds, asks a
-bare model twice, calls the tool once and verifies, over the same aiohttp client. The ratio says how
-far gymlab is from what the server stack itself costs on this machine.
+bare model twice, calls the tool once and verifies, over the HTTP client gymlab's own hops use. The
+ratio says how far gymlab is from what the server stack itself costs on this machine.
 
 This file runs as a script too (``python layouts.py --json OUT``) and imports from ``gymlab`` only
 what every version has (``Lab``, ``examples``, ``gymlab serve``, ``ThreadedServer``), so
@@ -49,6 +49,14 @@ _MESSAGE = {**_CALL, "output": [{"type": "message", "role": "assistant", "conten
 
 # -- the bare ASGI app -------------------------------------------------------------------------------
 
+try:  # gymlab's client for plain http:// hops (httptools); older versions and other checkouts: aiohttp
+    import gymlab.http1 as _http1
+
+    if not _http1.available():
+        _http1 = None
+except ImportError:
+    _http1 = None
+
 
 def bare_app(env_url: str = "", model_url: str = ""):
     """A raw ASGI callable: every POST parses its JSON body and answers JSON; ``/run`` (given the URLs)
@@ -56,6 +64,9 @@ def bare_app(env_url: str = "", model_url: str = ""):
     state: dict[str, Any] = {}
 
     async def post(path: str, url: str, body: bytes) -> Any:
+        if _http1 is not None:  # the client gymlab's own hops use, where this version has it
+            answer = await _http1.post(url, path, body, {"Content-Type": "application/json"}, connect_timeout=30)
+            return json.loads(answer.body)
         session = state.get("session")
         if session is None:
             import aiohttp
