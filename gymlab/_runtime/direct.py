@@ -16,7 +16,6 @@ handler runs. The body is parsed once (or taken as already parsed from ``bodies.
 from __future__ import annotations
 
 import inspect
-import json
 from typing import Any
 
 from fastapi import params
@@ -26,7 +25,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY
+from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, parse_json
 
 _UNSET = object()
 
@@ -117,7 +116,7 @@ class DirectRoutes:
             data = parsed[1]
         else:
             try:
-                data = json.loads(body)
+                data = parse_json(body)
             except (ValueError, RecursionError):
                 return await self.app(scope, receive, send)  # FastAPI answers the parse error
         value, errors = plan.field.validate(data, {}, loc=("body",))

@@ -25,7 +25,7 @@ from starlette.middleware.sessions import Session
 from starlette.middleware.sessions import SessionMiddleware as _StarletteSessions
 from starlette.responses import JSONResponse
 
-from gymlab._runtime.bodies import PARSED_KEY, request_body
+from gymlab._runtime.bodies import PARSED_KEY, parse_json, request_body
 from gymlab._runtime.routes import BODY_ID_KEYS, END, NONE, START, USE, RouteKinds
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
@@ -43,7 +43,7 @@ def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] |
     if not body or b"_session_id" not in body:
         return None
     try:
-        data = json.loads(body)
+        data = parse_json(body)
     except (ValueError, RecursionError):
         return None
     if scope is not None:
