@@ -122,7 +122,12 @@ class ReplicaPool:
         return [s.replica for s in self._slots if s.live]
 
     def in_flight(self) -> dict[str, int]:
+        """Rollouts running now, by replica name."""
         return {s.replica.name: s.in_flight for s in self._slots}
+
+    def started(self) -> dict[str, int]:
+        """Rollouts given to each replica so far (a moved rollout counts on each replica it reached)."""
+        return {s.replica.name: s.started for s in self._slots}
 
     def _slot(self, replica: Replica) -> _Slot:
         return next(s for s in self._slots if s.replica is replica)

@@ -102,7 +102,8 @@ async def _run_one(
     timeout_s: float | None,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """One job to a record or a failure row. A job whose replica is gone moves at once to another
-    live replica; moving costs one of its retries the first time only."""
+    live replica; the first move counts as one of its retries (never the reason it fails), later
+    moves are free."""
     import aiohttp
 
     name = str(target.agent_ref.get("name") or target.url)
@@ -124,7 +125,7 @@ async def _run_one(
                     record[k] = job[k]
             return record, None
         except ReplicaGone as gone:
-            if pool.lose(replica) and (moved or retries < max_retries):
+            if pool.lose(replica):  # moves are bounded: each one takes a replica out of rotation
                 retries += 0 if moved else 1
                 moved = True
                 continue
