@@ -16,8 +16,9 @@ import pytest
 
 import gymlab
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, Lab
+from gymlab._sync import run_sync
 from gymlab.cli import main as cli
-from gymlab.collection import ReplicaPool, collect, merge
+from gymlab.collection import HttpReplica, ReplicaPool, collect, merge
 from gymlab.collection.files import output_paths
 from gymlab.collection.shards import in_shard, parse_shard, shard_of
 from gymlab.errors import ConfigError, DatasetError
@@ -157,6 +158,8 @@ def test_an_agent_stopped_mid_run_loses_and_duplicates_nothing(servers, full_run
     keys = [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in lines(out)]
     assert keys == [(t, k) for t in range(5) for k in range(2)]  # each once, in order
     assert [stable(r) for r in lines(out)] == [stable(r) for r in lines(full_run)]
+    # what a re-probe would find: the stopped agent absent, the other answering
+    assert run_sync(HttpReplica(doomed.url).alive()) is False and run_sync(HttpReplica(a.url).alive()) is True
 
 
 def refuses(url: str) -> bool:
