@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gymlab.collection import HttpReplica, Replica, ReplicaPool, collect
+from gymlab.collection import HttpReplica, Replica, ReplicaPool, acollect, collect
 from gymlab.collection.dispatch import agent_pool
 from gymlab.errors import ConfigError, ReplicaGone
 from gymlab.examples import example_rows
@@ -88,6 +88,20 @@ def test_a_replica_that_comes_back_re_enters_rotation(agent, tmp_path):
     assert len(run.rollouts) == 20 and run.failures == []
     assert cell.runs >= 1 and cell.back is False  # probed, found back, and given rollouts again
     assert pool.started()[cell.name] >= 3
+
+
+async def test_an_unreachable_url_names_the_agent_as_before(tmp_path):
+    rows = example_rows("calculator")[:1]
+    run = await acollect(
+        rows, tmp_path / "a.jsonl", agent_url="http://127.0.0.1:9", agent_name="gone", max_retries=0, progress=False
+    )
+    [failure] = run.failures
+    assert (failure["failure_server"], failure["failure_kind"], failure["failure_stage"]) == (
+        "gone",
+        "transport_unreachable",
+        "admission",
+    )
+    assert "http://127.0.0.1:9" in failure["failure_reason"]
 
 
 def test_agent_url_forms():
