@@ -219,7 +219,7 @@ async def _acollect(
     for t in targets:
         if t.url not in pools:
             server = str(t.agent_ref.get("name") or t.url)
-            pools[t.url] = t.replicas or ReplicaPool([HttpReplica(t.url, server=server)])
+            pools[t.url] = t.replicas if t.replicas is not None else ReplicaPool([HttpReplica(t.url, server=server)])
     pending = deque((job, t) for job, t in zip(jobs, targets) if key_of(job) not in done)
     n_skipped = len(jobs) - len(pending)
 

@@ -197,7 +197,7 @@ def test_overlapping_shards_with_different_content_are_refused(full_run, tmp_pat
     assert result.failures == [lost] == lines(output_paths(tmp_path / "out.jsonl")["failures"])
 
 
-def test_shard_choice_and_its_errors():
+def test_shard_choice_and_its_errors(tmp_path, capsys):
     jobs = [{"_ng_task_index": t, "_ng_rollout_index": r} for t in range(5) for r in range(3)]
     parts = [in_shard(jobs, (i, 3)) for i in (1, 2, 3)]
     assert sorted(map(str, sum(parts, []))) == sorted(map(str, jobs))  # a partition
@@ -207,3 +207,9 @@ def test_shard_choice_and_its_errors():
     for bad in ("0/2", "3/2", "1", "a/b", (0, 1)):
         with pytest.raises(ConfigError, match="1 <= i <= n"):
             parse_shard(bad)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in example_rows("calculator")))
+    out = tmp_path / "out.jsonl"
+    argv = ["collect", "--agent-url", "http://127.0.0.1:9", "-i", str(rows), "-o", str(out), "--shard", "3/2"]
+    assert cli(argv) == 2
+    assert "gymlab collect: error: shard '3/2': expected i/n with 1 <= i <= n" in capsys.readouterr().err
