@@ -6,8 +6,10 @@ materialized row) and returns the ``/run`` answer; it raises ``ReplicaGone`` whe
 can take no more work (connection refused or reset, an actor that died), and any other error
 (``ServerError``, ``TimeoutError``) when the rollout failed. A ``ReplicaPool`` gives each job to the
 live replica with the fewest rollouts in flight, takes a gone replica out of rotation and probes it
-again after ``reprobe_s`` seconds. The last live replica is never taken out: its jobs fail and are
-retried as with a single URL (a rerun retries what is left in the failures file).
+again after ``reprobe_s`` seconds. The job moves at once to another live replica; its first move
+counts as one of its retries, later moves are free (each takes a replica out, so they are bounded).
+The last live replica is never taken out: its jobs are retried with backoff, then written to the
+failures file, as with a single URL (a rerun retries them).
 
 The collection driver stays the only writer of the output files; replicas only answer.
 
