@@ -22,9 +22,9 @@ from fastapi import FastAPI
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gymlab import inproc
 from gymlab._version import __version__
 from gymlab.errors import error_body
+from gymlab.inproc import LocalApp, call
 from gymlab.loop import refusal
 from gymlab.resources.tools import tools_from
 from gymlab.server import BaseServer
@@ -134,7 +134,7 @@ class McpTools:
         if request is not None and (cookie := request.headers.get("cookie")):
             headers["cookie"] = cookie  # the episode session the MCP client brought
         body = json.dumps(params.arguments or {}).encode()
-        status, _, answer = await inproc.call(self._local(request), "POST", f"/{params.name}", body, headers)
+        status, _, answer = await call(self._local(request), "POST", f"/{params.name}", body, headers)
         text = answer.decode("utf-8", "replace")
         try:
             parsed = json.loads(text)
@@ -146,13 +146,11 @@ class McpTools:
             is_error=not 200 <= status < 300,
         )
 
-    def _local(self, request: Any) -> inproc.LocalApp:
+    def _local(self, request: Any) -> LocalApp:
         scope = request.scope if request is not None else {}
         host, port = scope.get("server") or (self.server.host, self.server.port)
         state = dict(scope.get("state") or {})
-        return inproc.LocalApp(
-            self.server.app, asyncio.get_running_loop(), host, port, self.server.name, state=lambda: state
-        )
+        return LocalApp(self.server.app, asyncio.get_running_loop(), host, port, self.server.name, state=lambda: state)
 
 
 def _loopback_only(host: str) -> Any:
