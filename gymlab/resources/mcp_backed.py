@@ -19,6 +19,7 @@ import functools
 import inspect
 import json
 import logging
+import sys
 import typing
 from collections.abc import AsyncIterator
 from typing import Any
@@ -57,11 +58,21 @@ async def open_mcp(target: McpTarget, *, env: dict[str, str] | None = None) -> A
         return
     if not target:
         raise ValueError("an MCP command line needs at least the program to run")
-    from mcp import Client, StdioServerParameters
+    from mcp import Client, StdioServerParameters, stdio_client
 
     params = StdioServerParameters(command=target[0], args=list(target[1:]), env=env)
-    async with Client(params, mode="legacy") as client:
+    async with Client(stdio_client(params, errlog=_errlog()), mode="legacy") as client:
         yield client
+
+
+def _errlog() -> Any:
+    """Where an MCP process's stderr goes: this process's stderr, or the real one when it is not a file
+    (a notebook kernel's stderr is a stream object without a file descriptor)."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
 
 
 def _describe(target: McpTarget) -> str:
