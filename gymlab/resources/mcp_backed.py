@@ -289,8 +289,11 @@ class McpResourcesServer(SimpleResourcesServer):
         except McpSessionLost as exc:
             raise HTTPException(410, f"{exc}; the episode cannot go on") from None
         except Exception as exc:
+            from mcp import types
             from mcp.shared.exceptions import MCPError
 
+            if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+                raise HTTPException(410, f"the MCP session ended during the call ({exc.message})") from None
             if isinstance(exc, MCPError):
                 raise HTTPException(422, f"the MCP server refused tools/call {name!r}: {exc.message}") from None
             if not episode.alive:

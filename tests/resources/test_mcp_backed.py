@@ -122,3 +122,14 @@ def _notes_processes() -> list[int]:
         if int(stat[1]) == os.getpid() and stat[0] not in "ZX" and b"notes_mcp.py" in cmdline:
             found.append(int(entry.name))
     return found
+
+
+def test_an_mcp_session_that_ended_is_410_and_still_closes(lab, native, backed):
+    with httpx.Client(base_url=backed.url) as http:
+        assert http.post("/seed_session", json={}).status_code == 200
+        native.stop()  # the MCP server goes away mid-episode
+        lost = http.post("/square", json={"value": 3})
+        assert lost.status_code == 410, lost.text  # simple_agent masks the episode: session_lost
+        assert lost.json()["route"] == "POST /square" and "the MCP session ended" in lost.json()["detail"]
+        assert http.post("/close_session", json={}).status_code == 200
+    assert backed.server.open_mcp_sessions == 0

@@ -105,10 +105,24 @@ def test_errors_are_the_routes_errors(served):
 def test_malformed_mcp_input_is_a_clear_4xx(served):
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     with httpx.Client(base_url=served.url, headers=headers) as http:
-        for body in (b"{not json", b"[]", b'{"jsonrpc": "2.0", "id": 1, "method": 7}', b'"text"'):
-            answer = http.post("/mcp", content=body)
+        call = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "increment", "arguments": [1]}}'
+        malformed = [
+            (b"{not json", {}),
+            (b"[]", {}),
+            (b'"text"', {}),
+            (b'{"jsonrpc": "2.0", "id": 1, "method": 7}', {}),
+            (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"cursor": NaN}}', {}),
+            (call, {}),  # no MCP session
+            (call, {"mcp-protocol-version": "2026-07-28"}),  # no request envelope
+            (call, {"mcp-protocol-version": "bogus"}),
+        ]
+        for body, extra in malformed:
+            answer = http.post("/mcp", content=body, headers=extra)
             assert 400 <= answer.status_code < 500, (body, answer.status_code, answer.text)
-            assert answer.json()["error"]["message"], answer.text
+            assert answer.json()["error"], answer.text
+        bad_init = b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 5}}'
+        answer = http.post("/mcp", content=bad_init)  # a JSON-RPC error in a 200, as the spec has it
+        assert answer.status_code == 200 and answer.json()["error"]["message"] == "Invalid request parameters"
         assert http.get("/mcp").status_code == 405  # no standalone stream: this server sends nothing unasked
         assert http.get("/health").json()["status"] == "ok"
 
