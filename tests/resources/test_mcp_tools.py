@@ -127,6 +127,18 @@ def test_malformed_mcp_input_is_a_clear_4xx(served):
         assert http.get("/health").json()["status"] == "ok"
 
 
+def test_an_app_started_without_its_lifespan_says_so(counter):
+    async def post():
+        app = counter.CounterServer(serve_mcp=True).app
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
+            return await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+
+    answer = _run(post())
+    assert answer.status_code == 503
+    assert "the MCP session manager is not running" in answer.json()["detail"]
+    assert "serve the app with uvicorn" in answer.json()["hint"]
+
+
 def test_off_by_default(lab, counter):
     plain = lab.serve(counter.CounterServer)
     assert mcp_tools_of(plain.server) is None
