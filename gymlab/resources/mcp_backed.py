@@ -139,9 +139,13 @@ class McpEpisode:
         """End the session (idempotent); waits until the client has left and a process has exited."""
         self._closing.set()
         task = self._task
-        if task is not None and task is not asyncio.current_task():
-            with contextlib.suppress(BaseException):
-                await task
+        if task is None or task is asyncio.current_task():
+            return
+        if not self._ready.done():
+            task.cancel()  # still opening: stop there rather than wait for the connection
+        await asyncio.wait({task})  # the caller's own cancellation still reaches it
+        if self._ready.done() and not self._ready.cancelled():
+            self._ready.exception()  # an opening failure was reported to the opener (or nobody waits)
 
 
 def _as_function_tool(tool: Any, strict: bool) -> dict[str, Any]:
