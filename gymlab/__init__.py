@@ -106,6 +106,10 @@ _NAMES: dict[str, str] = {
     # tools and rows from a server's routes
     "tools_from": "gymlab.resources.tools",
     "rows_from": "gymlab.resources.tools",
+    # tools over MCP, both ways
+    "McpResourcesServer": "gymlab.resources.mcp_backed",
+    "mcp_tools_from": "gymlab.resources.mcp_backed",
+    "connect_mcp": "gymlab.resources.mcp_tools",
     # agent sessions
     "AgentSeedSessionRequest": "gymlab.protocol.agent_sessions",
     "AgentSeedSessionResponse": "gymlab.protocol.agent_sessions",
@@ -138,6 +142,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from gymlab.models.openai import OpenAIModel
     from gymlab.models.policy import PolicyModel
     from gymlab.protocol import *  # noqa: F403
+    from gymlab.resources.mcp_backed import McpResourcesServer, mcp_tools_from
+    from gymlab.resources.mcp_tools import connect_mcp
     from gymlab.resources.simple import SimpleResourcesServer
     from gymlab.rewards.judge import Judge
     from gymlab.rewards.rubric import Component, Rubric

@@ -6,7 +6,7 @@ import sys
 
 import gymlab
 
-HEAVY = ["pandas", "matplotlib", "ipywidgets", "gymnasium", "openai", "fastapi", "uvicorn", "aiohttp"]
+HEAVY = ["pandas", "matplotlib", "ipywidgets", "gymnasium", "openai", "fastapi", "uvicorn", "aiohttp", "mcp"]
 
 
 #: The public API, sorted. Adding or removing a name is a decision: change it here on purpose.
@@ -43,6 +43,7 @@ EXPORTED = [
     "Judge",
     "Lab",
     "LivePanel",
+    "McpResourcesServer",
     "Message",
     "NeMoGymResponse",
     "OpenAIModel",
@@ -76,6 +77,7 @@ EXPORTED = [
     "acollect",
     "assistant_message",
     "collect",
+    "connect_mcp",
     "export_dataset",
     "export_rl",
     "export_rollouts",
@@ -88,6 +90,7 @@ EXPORTED = [
     "load_config",
     "load_environment",
     "lost_session_verification",
+    "mcp_tools_from",
     "merge",
     "probe",
     "profile",

@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ConfigDict, PrivateAttr, ValidationError
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS
@@ -77,9 +77,18 @@ class SimpleResourcesServer(BaseServer):
     server with state overrides ``seed_session`` and ``close_resources_session`` and keys its state
     by ``resources_session_id``. A server without per-rollout state needs no changes. To take
     both seed forms, annotate the body ``ResourcesSeedSessionRequest | MySeedRequest``.
+
+    ``serve_mcp=True`` (a config key) also serves the tool routes as MCP tools at ``/mcp``
+    (``gymlab.resources.mcp_tools``). It is a switch, off by default: the SDK is an extra whose import
+    a server without MCP clients should not pay, and MCP sessions are state a server should hold only
+    when asked; off, nothing of MCP is imported, mounted or run.
     """
 
     session_close_retry_window_seconds: float = DEFAULT_WINDOW_SECONDS
+    serve_mcp: bool = Field(
+        default=False,
+        description="Also serve the tool routes as MCP tools at /mcp (streamable HTTP; needs gymlab[mcp]).",
+    )
 
     _episodes: EpisodeSessions | None = PrivateAttr(default=None)
 
@@ -89,6 +98,10 @@ class SimpleResourcesServer(BaseServer):
         app.post("/close_session")(self._close_session_route)
         app.post("/verify")(self.verify)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
+        if self.serve_mcp:  # off by default (see the class docstring)
+            from gymlab.resources.mcp_tools import mount_mcp
+
+            mount_mcp(app, self)
         return app
 
     @property

@@ -53,12 +53,17 @@ def _clean(schema: Any) -> Any:
 
 def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) -> list[dict[str, Any]]:
     """The function tools a server serves: one per POST route that is not a lifecycle route, with
-    the route's request model as ``parameters`` and its docstring's first line as ``description``.
+    the route's request model as ``parameters`` and its docstring's first line as ``description``
+    (a server with a ``listed_tools(strict=...)`` method, whose tools come from elsewhere, lists them).
 
     >>> tools_from(CalculatorServer)
     [{'type': 'function', 'name': 'square', 'description': 'Square an integer.', 'parameters': {...}, 'strict': True}]
     """
-    app = _instance(server).app
+    instance = _instance(server)
+    listed = getattr(instance, "listed_tools", None)
+    if callable(listed):  # a server whose tools are not routes of its own (McpResourcesServer)
+        return listed(strict=strict)
+    app = instance.app
     tools = []
     for route in app.routes:
         path, methods = getattr(route, "path", ""), getattr(route, "methods", None) or set()
@@ -66,23 +71,28 @@ def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) ->
         if "POST" not in methods or not name or "/" in name or "{" in name or name in RESERVED_ROUTES:
             continue
         model = _body_model(route.endpoint)
-        if model is None:
-            parameters: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
-        else:
-            parameters = _clean(model.model_json_schema())
-            if strict:  # the Responses API's strict mode: every property required, no extra keys
-                props = parameters.get("properties") or {}
-                for prop in props.values():
-                    if isinstance(prop, dict):
-                        prop.pop("default", None)
-                parameters["required"] = list(props)
-                parameters["additionalProperties"] = False
-        doc = inspect.getdoc(route.endpoint) or ""
-        tool = {"type": "function", "name": name, "description": doc.split("\n\n")[0].replace("\n", " ").strip()}
-        tool["parameters"] = parameters
-        tool["strict"] = strict
-        tools.append(tool)
+        schema = None if model is None else model.model_json_schema()
+        tools.append(function_tool(name, inspect.getdoc(route.endpoint) or "", schema, strict=strict))
     return tools
+
+
+def function_tool(name: str, doc: str, schema: dict[str, Any] | None, *, strict: bool = True) -> dict[str, Any]:
+    """A row's function tool: ``doc``'s first paragraph as ``description``, ``schema`` (a JSON schema
+    of the arguments; None: no arguments) as ``parameters``, made strict unless ``strict`` is false."""
+    if schema is None:
+        parameters: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+    else:
+        parameters = _clean(schema)
+        parameters.setdefault("type", "object")
+        if strict:  # the Responses API's strict mode: every property required, no extra keys
+            props = parameters.get("properties") or {}
+            for prop in props.values():
+                if isinstance(prop, dict):
+                    prop.pop("default", None)
+            parameters["required"] = list(props)
+            parameters["additionalProperties"] = False
+    description = doc.split("\n\n")[0].replace("\n", " ").strip()
+    return {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": strict}
 
 
 def rows_from(
@@ -176,4 +186,4 @@ def check_rows(server: BaseServer, rows: Iterable[dict[str, Any]]) -> CheckRepor
     return report
 
 
-__all__ = ["CheckReport", "check_rows", "rows_from", "tools_from"]
+__all__ = ["CheckReport", "check_rows", "function_tool", "rows_from", "tools_from"]

@@ -1,0 +1,363 @@
+"""McpResourcesServer: an MCP server's tools served as routes for simple_agent, one MCP session per episode.
+
+Point it at an MCP server: ``mcp_command`` (launched over stdio, one process per episode, so the
+process is the session) or ``mcp_url`` (streamable HTTP, one handshake-era MCP session per episode).
+A seed opens the episode's MCP session; its verify, ``/close_session``, the idle-session reaper and
+the server's shutdown close it. Each tool is ``POST /{tool}``: the call goes to the episode's
+session and its answer is the route's body (structured content as JSON, else the text). A tool
+error is a 422 naming the server, route and cause; an episode whose MCP session ended is a 410, which
+simple_agent masks as ``session_lost``. ``verify`` is the environment's: it can read the episode's
+MCP state with ``await self.call_mcp_tool(request, name, args)``. ``mcp_tools_from`` gives rows their
+tools, derived from the MCP server's tool list as ``tools_from`` derives them from routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import json
+import logging
+import sys
+import typing
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Body, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import Field, PrivateAttr
+
+from gymlab._sync import run_sync
+from gymlab.errors import ServerStartError
+from gymlab.loop import refusal
+from gymlab.protocol import (
+    SESSION_ID_KEY,
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
+    ResourcesSeedSessionRequest,
+)
+from gymlab.resources.mcp_tools import connect_mcp, require_mcp
+from gymlab.resources.simple import SimpleResourcesServer
+from gymlab.resources.tools import function_tool
+
+log = logging.getLogger("gymlab.server")
+
+#: An MCP server: a command line to launch over stdio, or the URL of a streamable HTTP endpoint.
+McpTarget = list[str] | str
+
+
+@contextlib.asynccontextmanager
+async def open_mcp(target: McpTarget, *, env: dict[str, str] | None = None) -> AsyncIterator[Any]:
+    """An ``mcp.Client`` of ``target`` in the handshake era (the one with sessions): a URL over
+    streamable HTTP, a command line launched over stdio (its process ends when the client exits)."""
+    require_mcp()
+    if isinstance(target, str):
+        async with connect_mcp(target, mode="legacy") as client:
+            yield client
+        return
+    if not target:
+        raise ValueError("an MCP command line needs at least the program to run")
+    from mcp import Client, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=target[0], args=list(target[1:]), env=env)
+    async with Client(stdio_client(params, errlog=_errlog()), mode="legacy") as client:
+        yield client
+
+
+def _errlog() -> Any:
+    """Where an MCP process's stderr goes: this process's stderr, or the real one when it is not a file
+    (a notebook kernel's stderr is a stream object without a file descriptor)."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
+
+
+def _describe(target: McpTarget) -> str:
+    return target if isinstance(target, str) else " ".join(target)
+
+
+class McpSessionLost(ConnectionError):
+    """The episode's MCP session ended before the episode did (its process exited, its server went away)."""
+
+
+class McpEpisode:
+    """One episode's MCP session, held open by its own task.
+
+    The SDK's cancel scopes must be left by the task that entered them, and an episode's seed and
+    its verify run in different request tasks, so a task of its own enters the client at ``open``
+    and leaves it at ``close``.
+    """
+
+    def __init__(self, target: McpTarget, env: dict[str, str] | None = None):
+        self.target, self.env = target, env
+        self.client: Any = None
+        self._closing = asyncio.Event()
+        self._ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done() and not self._closing.is_set()
+
+    async def open(self, timeout: float) -> McpEpisode:
+        self._task = asyncio.get_running_loop().create_task(self._hold())
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def _hold(self) -> None:
+        try:
+            async with open_mcp(self.target, env=self.env) as client:
+                self.client = client
+                self._ready.set_result(None)
+                await self._closing.wait()
+        except asyncio.CancelledError:
+            if not self._ready.done():
+                self._ready.set_exception(McpSessionLost("cancelled while opening"))
+            raise
+        except Exception as exc:  # reported to the opener, or logged once the session was open
+            if not self._ready.done():
+                self._ready.set_exception(exc)
+            elif not self._closing.is_set():
+                log.warning("MCP session with %s ended: %s", _describe(self.target), _cause(exc))
+        finally:
+            self.client = None
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        client = self.client
+        if client is None or not self.alive:
+            raise McpSessionLost(f"the MCP session with {_describe(self.target)} has ended")
+        return await client.call_tool(name, arguments)
+
+    async def close(self) -> None:
+        """End the session (idempotent); waits until the client has left and a process has exited."""
+        self._closing.set()
+        task = self._task
+        if task is None or task is asyncio.current_task():
+            return
+        if not self._ready.done():
+            task.cancel()  # still opening: stop there rather than wait for the connection
+        await asyncio.wait({task})  # the caller's own cancellation still reaches it
+        if self._ready.done() and not self._ready.cancelled():
+            self._ready.exception()  # an opening failure was reported to the opener (or nobody waits)
+
+
+def _as_function_tool(tool: Any, strict: bool) -> dict[str, Any]:
+    return function_tool(tool.name, tool.description or "", dict(tool.input_schema or {}), strict=strict)
+
+
+async def _list_tools(target: McpTarget, env: dict[str, str] | None) -> list[Any]:
+    async with open_mcp(target, env=env) as client:
+        tools, cursor = [], None
+        while True:
+            page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+
+def mcp_tools_from(target: McpTarget, *, strict: bool = True, env: dict[str, str] | None = None) -> list[dict]:
+    """The function tools rows declare for an MCP server's tools: one per listed tool whose name a
+    model may call (``loop.refusal``'s rule: lifecycle names and non-route names are left out), its
+    input schema as ``parameters`` and its description's first paragraph as ``description``.
+
+    >>> mcp_tools_from([sys.executable, "notes_mcp.py"])
+    [{'type': 'function', 'name': 'write_note', ...}]
+    """
+    tools = run_sync(_list_tools(target, env))
+    return [_as_function_tool(t, strict) for t in tools if refusal(t.name, [t.name]) is None]
+
+
+class McpResourcesServer(SimpleResourcesServer):
+    """A resources server whose tools are an MCP server's: subclass it and write ``verify``.
+
+    Set ``mcp_command`` (stdio) or ``mcp_url`` (streamable HTTP) in the class or the config.
+    """
+
+    mcp_command: list[str] | None = Field(
+        default=None, description="An MCP server to launch over stdio, one process per episode."
+    )
+    mcp_url: str | None = Field(default=None, description="An MCP server's streamable HTTP URL; a session per episode.")
+    mcp_env: dict[str, str] | None = Field(default=None, description="The environment of an mcp_command process.")
+    mcp_open_timeout_seconds: float = Field(default=60.0, description="How long a seed waits for the MCP session.")
+    mcp_call_timeout_seconds: float = Field(default=300.0, description="How long a tool call waits for its answer.")
+
+    _mcp_sessions: dict[str, McpEpisode] = PrivateAttr(default_factory=dict)
+    _listed: list[Any] | None = PrivateAttr(default=None)
+
+    @property
+    def mcp_target(self) -> McpTarget:
+        """The MCP server this server's tools come from."""
+        if bool(self.mcp_command) == bool(self.mcp_url):
+            raise ValueError(
+                f"{self.name}: set exactly one of mcp_command (an MCP server launched over stdio) and mcp_url "
+                f"(a streamable HTTP endpoint); got mcp_command={self.mcp_command!r}, mcp_url={self.mcp_url!r}"
+            )
+        return self.mcp_url or list(self.mcp_command or ())
+
+    @property
+    def open_mcp_sessions(self) -> int:
+        """Episodes whose MCP session is open now."""
+        return len(self._mcp_sessions)
+
+    def setup_webserver(self) -> FastAPI:
+        require_mcp()
+        self.mcp_target  # noqa: B018 - a misconfigured target fails when the app is built, not at a seed
+        app = super().setup_webserver()
+        app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/verify"]
+        app.post("/verify")(_closing_after(self.verify, self.close_mcp_session))
+        app.post("/{tool}")(self._tool_route)
+        previous = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def lifespan(a: Any) -> AsyncIterator[Any]:
+            async with previous(a) as state:
+                if self._listed is None:  # the tools, once: rows are checked against them before any seed
+                    self._listed = await self._list_tools()
+                try:
+                    yield state
+                finally:
+                    await asyncio.gather(*(self.close_mcp_session(sid) for sid in list(self._mcp_sessions)))
+
+        app.router.lifespan_context = lifespan
+        return app
+
+    async def _list_tools(self) -> list[Any]:
+        try:
+            return await asyncio.wait_for(_list_tools(self.mcp_target, self.mcp_env), self.mcp_open_timeout_seconds)
+        except (Exception, TimeoutError) as exc:
+            cause = "no answer in time" if isinstance(exc, TimeoutError) else _cause(exc)
+            raise ServerStartError(
+                f"{self.name}: could not list the tools of the MCP server {_describe(self.mcp_target)}: {cause}; "
+                "check that it runs (or its command starts) and speaks MCP"
+            ) from exc
+
+    def listed_tools(self, *, strict: bool = True) -> list[dict[str, Any]]:
+        """The rows' function tools for the MCP server's tools (listed when the server started, or now)."""
+        if self._listed is None:
+            self._listed = run_sync(self._list_tools())
+        return [_as_function_tool(t, strict) for t in self._listed if refusal(t.name, [t.name]) is None]
+
+    async def seed_session(
+        self, request: Request, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest
+    ) -> BaseSeedSessionResponse:
+        """Open the episode's MCP session (a subclass that overrides this calls ``super()`` first)."""
+        if isinstance(body, ResourcesSeedSessionRequest):
+            sid = body.resources_session_id
+        else:
+            sid = request.session[SESSION_ID_KEY]
+        await self.open_mcp_session(sid)
+        return BaseSeedSessionResponse()
+
+    async def open_mcp_session(self, session_id: str) -> McpEpisode:
+        """Open ``session_id``'s MCP session (a session it already holds is closed first)."""
+        await self.close_mcp_session(session_id)
+        episode = McpEpisode(self.mcp_target, self.mcp_env)
+        try:
+            await episode.open(self.mcp_open_timeout_seconds)
+        except (Exception, TimeoutError) as exc:
+            cause = "no answer in time" if isinstance(exc, TimeoutError) else _cause(exc)
+            raise HTTPException(
+                502,
+                f"could not open an MCP session with {_describe(self.mcp_target)}: {cause}; "
+                "check that the MCP server runs (or its command starts) and speaks MCP",
+            ) from exc
+        self._mcp_sessions[session_id] = episode
+        return episode
+
+    async def close_mcp_session(self, session_id: str) -> None:
+        """Close ``session_id``'s MCP session, if it holds one."""
+        episode = self._mcp_sessions.pop(session_id, None)
+        if episode is not None:
+            await episode.close()
+
+    async def close_resources_session(self, resources_session_id: str) -> None:
+        await self.close_mcp_session(resources_session_id)
+
+    async def call_mcp_tool(self, request: Request, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        """Call tool ``name`` in the MCP session of ``request``'s episode: the ``CallToolResult``."""
+        episode = self._mcp_sessions.get(request.session[SESSION_ID_KEY])
+        if episode is None:
+            raise HTTPException(404, "no MCP session is open for this episode; POST /seed_session first")
+        try:
+            return await asyncio.wait_for(episode.call(name, arguments or {}), self.mcp_call_timeout_seconds)
+        except TimeoutError:
+            raise HTTPException(504, f"the MCP tool {name!r} did not answer in time") from None
+        except McpSessionLost as exc:
+            raise HTTPException(410, f"{exc}; the episode cannot go on") from None
+        except Exception as exc:
+            from mcp import types
+            from mcp.shared.exceptions import MCPError
+
+            if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+                raise HTTPException(410, f"the MCP session ended during the call ({exc.message})") from None
+            if isinstance(exc, MCPError):
+                raise HTTPException(422, f"the MCP server refused tools/call {name!r}: {exc.message}") from None
+            if not episode.alive:
+                raise HTTPException(410, f"the MCP session ended during the call ({_cause(exc)})") from None
+            raise
+
+    async def _tool_route(
+        self, request: Request, tool: str, body: dict[str, Any] | None = Body(default=None)
+    ) -> Response:
+        if (why := refusal(tool, [tool])) is not None:
+            raise HTTPException(404, why)
+        result = await self.call_mcp_tool(request, tool, body)
+        text = _text(result)
+        if result.is_error:
+            raise HTTPException(422, f"the tool {tool!r} failed: {text}")
+        if result.structured_content is not None:
+            return JSONResponse(result.structured_content)
+        return PlainTextResponse(text)
+
+
+def _text(result: Any) -> str:
+    parts = []
+    for block in result.content or ():
+        text = getattr(block, "text", None)
+        parts.append(text if isinstance(text, str) else json.dumps(block.model_dump(mode="json", by_alias=True)))
+    return "\n".join(parts)
+
+
+def _cause(exc: BaseException) -> str:
+    inner = getattr(exc, "exceptions", None)
+    while inner:  # an exception group from the SDK's task groups: its first cause
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _closing_after(verify, close):
+    """``verify`` as the ``/verify`` endpoint, closing the episode's MCP session after it answers
+    (or raises). FastAPI sees verify's own signature plus a request parameter when it has none."""
+    signature = inspect.signature(verify)
+    try:
+        hints = typing.get_type_hints(verify)
+    except NameError:
+        hints = {}
+    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
+    own = next((p.name for p in params if p.annotation is Request), None)
+    if own is None:
+        params.append(inspect.Parameter("_gymlab_request", inspect.Parameter.KEYWORD_ONLY, annotation=Request))
+
+    @functools.wraps(verify)
+    async def endpoint(**kwargs):
+        request: Request = kwargs[own] if own is not None else kwargs.pop("_gymlab_request")
+        try:
+            return await verify(**kwargs)
+        finally:
+            await close(request.session[SESSION_ID_KEY])
+
+    returns = hints.get("return", signature.return_annotation)
+    endpoint.__signature__ = signature.replace(parameters=params, return_annotation=returns)
+    return endpoint
+
+
+__all__ = ["McpEpisode", "McpResourcesServer", "McpSessionLost", "mcp_tools_from", "open_mcp"]

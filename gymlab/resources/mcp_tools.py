@@ -1,0 +1,216 @@
+"""A resources server's tool routes as MCP tools: streamable HTTP at ``/mcp`` (the official ``mcp`` SDK).
+
+Each MCP tool is one tool route, listed with the schema ``tools_from`` derives for the rows, and a
+call runs as ``POST /{tool}`` through the server's own app (in-process, ``inproc.call``) carrying
+the cookie of the MCP request. So an MCP client that brings the cookie its episode's
+``/seed_session`` answered sees that episode's state, the same as one calling the routes over HTTP;
+and its calls meet the same validation, session rules and error bodies. A route's error status
+comes back as an MCP tool error (``isError``) whose text is the route's JSON error body. Which
+names are tools is decided in one place: ``tools_from`` lists the routes, ``loop.refusal`` refuses
+the rest (lifecycle and built-in routes included), as it does for a model's calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gymlab._version import __version__
+from gymlab.errors import error_body
+from gymlab.inproc import LocalApp, call
+from gymlab.loop import refusal
+from gymlab.resources.tools import tools_from
+from gymlab.server import BaseServer
+
+#: Where the tools are served.
+MCP_PATH = "/mcp"
+_MISSING = "the 'mcp' package is not installed; install it with `pip install 'gymlab[mcp]'`"
+
+
+def require_mcp() -> None:
+    """Raise ``ImportError`` naming the install command when the SDK is missing."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(_MISSING) from exc
+
+
+class McpTools:
+    """The ``/mcp`` ASGI endpoint of one server.
+
+    The SDK's session manager must run for the app's lifetime, so it is entered from the app's
+    lifespan (``running``: uvicorn runs it under a Lab, ``gymlab serve`` and ``python app.py``),
+    a fresh one each time the app starts. An MCP session idle for the server's
+    ``session_ttl_seconds`` is closed, like an episode session.
+    """
+
+    def __init__(self, server: BaseServer):
+        require_mcp()
+        from mcp.server.lowlevel import Server
+
+        self.server = server
+        self._tools: dict[str, dict[str, Any]] | None = None
+        self._manager: Any = None
+        self.mcp = Server(
+            server.name, version=__version__, on_list_tools=self._list_tools, on_call_tool=self._call_tool
+        )
+
+    @property
+    def tools(self) -> dict[str, dict[str, Any]]:
+        """The rows' function tools by name (read once, when the app is complete)."""
+        if self._tools is None:
+            self._tools = {tool["name"]: tool for tool in tools_from(self.server)}
+        return self._tools
+
+    def open_sessions(self) -> int:
+        """MCP sessions open now (handshake-era clients; a 2026-era request is its own session)."""
+        manager = self._manager
+        return len(getattr(manager, "_server_instances", ())) if manager is not None else 0
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        manager = StreamableHTTPSessionManager(
+            self.mcp,
+            json_response=True,  # one JSON answer per POST: no server-to-client requests are needed
+            security_settings=_loopback_only(self.server.host),
+            session_idle_timeout=self.server.session_ttl_seconds or None,
+            max_request_body_size=self.server.max_body_bytes,
+        )
+        async with manager.run():
+            self._manager = manager
+            try:
+                yield
+            finally:
+                self._manager = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        manager = self._manager
+        if manager is None:
+            route = f"{scope.get('method', 'GET')} {scope['path']}"
+            body = error_body(
+                self.server.name,
+                route,
+                "the MCP session manager is not running (the app was started without its lifespan)",
+                hint="serve the app with uvicorn (lifespan on), a Lab or `gymlab serve`",
+            )
+            return await JSONResponse(body, status_code=503)(scope, receive, send)
+        if scope.get("method") == "GET":
+            # No server-initiated messages, so no standalone SSE stream to hold open: the spec's 405.
+            return await JSONResponse(
+                error_body(self.server.name, f"GET {scope['path']}", "this server sends no messages of its own"),
+                status_code=405,
+                headers={"allow": "POST, DELETE"},
+            )(scope, receive, send)
+        await manager.handle_request(scope, receive, send)
+
+    async def _list_tools(self, ctx: Any, params: Any) -> Any:
+        from mcp import types
+
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name=name, description=tool.get("description") or None, input_schema=tool["parameters"])
+                for name, tool in self.tools.items()
+            ]
+        )
+
+    async def _call_tool(self, ctx: Any, params: Any) -> Any:
+        from mcp import types
+        from mcp.shared.exceptions import MCPError
+
+        why = refusal(params.name, list(self.tools))
+        if why is not None:
+            raise MCPError(types.INVALID_PARAMS, f"{self.server.name}: tools/call: {why}")
+        request = ctx.request
+        headers = {"content-type": "application/json"}
+        if request is not None and (cookie := request.headers.get("cookie")):
+            headers["cookie"] = cookie  # the episode session the MCP client brought
+        body = json.dumps(params.arguments or {}).encode()
+        status, _, answer = await call(self._local(request), "POST", f"/{params.name}", body, headers)
+        text = answer.decode("utf-8", "replace")
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        return types.CallToolResult(
+            content=[types.TextContent(text=text)],
+            structured_content=parsed if isinstance(parsed, dict) else None,
+            is_error=not 200 <= status < 300,
+        )
+
+    def _local(self, request: Any) -> LocalApp:
+        scope = request.scope if request is not None else {}
+        host, port = scope.get("server") or (self.server.host, self.server.port)
+        state = dict(scope.get("state") or {})
+        return LocalApp(self.server.app, asyncio.get_running_loop(), host, port, self.server.name, state=lambda: state)
+
+
+def _loopback_only(host: str) -> Any:
+    """The SDK's DNS-rebinding protection for a server on a loopback address (None elsewhere)."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
+def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
+    """Serve ``server``'s tool routes at ``/mcp`` of ``app``, its session manager run by the app's lifespan.
+
+    One route and one lifespan step: requests to other paths do not pass through anything of it.
+    """
+    tools = McpTools(server)
+    app.router.routes.append(Route(MCP_PATH, endpoint=tools))
+    previous = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[Any]:
+        async with previous(a) as state, tools.running():
+            yield state
+
+    app.router.lifespan_context = lifespan
+    return tools
+
+
+@contextlib.asynccontextmanager
+async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: str = "auto") -> AsyncIterator[Any]:
+    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies``.
+
+    Give it the cookies an episode's ``/seed_session`` answered and its tool calls act in that
+    episode. ``mode="legacy"`` opens a handshake-era MCP session (``Mcp-Session-Id``) held until exit.
+
+    >>> async with connect_mcp(f"{handle.url}/mcp", cookies=dict(seeded.cookies)) as client:
+    ...     await client.call_tool("increment", {"by": 1})
+    """
+    require_mcp()
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    headers = {"cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())} if cookies else None
+    async with create_mcp_http_client(headers=headers) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            yield client
+
+
+def mcp_tools_of(server: BaseServer) -> McpTools | None:
+    """The ``McpTools`` serving ``server`` at ``/mcp``, or None when it does not serve MCP."""
+    for route in server.app.router.routes:
+        if getattr(route, "path", None) == MCP_PATH and isinstance(getattr(route, "endpoint", None), McpTools):
+            return route.endpoint
+    return None
+
+
+__all__ = ["MCP_PATH", "McpTools", "connect_mcp", "mcp_tools_of", "mount_mcp", "require_mcp"]
