@@ -47,7 +47,9 @@ SCHEMA = pa.schema([("steps", pa.list_(_STEP)), ("response", pa.struct([("id", p
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 
 
-_PIECE = 16 << 20  # bytes of whole records one worker parses (and turns into columns) at a time
+#: Bytes of whole records one worker parses (and turns into columns) at a time: at most this, and
+#: small enough that every core gets a few pieces of a small run.
+PIECE = (1 << 20, 16 << 20)
 
 
 def _workers() -> int:
@@ -58,16 +60,17 @@ def _workers() -> int:
 
 
 def _pieces(store: Any) -> list[tuple[pa.Buffer, int, int]]:
-    """The store's buffer cut into pieces of whole records, about ``_PIECE`` bytes each, as
+    """The store's buffer cut into pieces of whole records (see ``PIECE``), as
     (bytes, number of records, longest record)."""
     starts, n = store.starts, len(store)
     if n == 0:
         return []
     buffer = pa.py_buffer(store.buffer)
     sizes = np.diff(np.asarray(starts, dtype="int64"))
+    target = min(max(PIECE[0], (starts[n] - starts[0]) // (4 * _workers())), PIECE[1])
     pieces, first = [], 0
     while first < n:
-        last = bisect.bisect_left(starts, starts[first] + _PIECE, first + 1, n)
+        last = bisect.bisect_left(starts, starts[first] + target, first + 1, n)
         size = starts[last] - starts[first]
         pieces.append((buffer.slice(starts[first], size), last - first, int(sizes[first:last].max())))
         first = last
