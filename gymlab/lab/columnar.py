@@ -1,8 +1,10 @@
 """The steps frame through pyarrow: the records' JSON read into Arrow columns, and Arrow compute.
 
-The fast path of ``gymlab.lab.frames.steps_frame`` (the ``fast`` extra): pyarrow's JSON reader
-parses only the step fields the frame shows, in C++ on every core, and the columns are derived
-without a Python call per step (steps of more than one item, rare, are described in Python).
+The fast path of ``gymlab.lab.frames.steps_frame`` (the ``fast`` extra): the records' buffer is cut
+into pieces of whole records, and a thread per core reads a piece at a time with pyarrow's JSON
+reader (only the step fields the frame shows) and derives that piece's columns with Arrow compute,
+without a Python call per step (steps of more than one item, rare, are described in Python); the
+pieces' columns are then joined, the numeric ones handed to pandas without a copy.
 Records whose JSON does not fit the schema (a message whose content is a string, a field of
 another type) return None, and the pure-Python path builds the frame; both give the same frame.
 """
