@@ -6,7 +6,8 @@ reader (only the step fields the frame shows) and derives that piece's columns w
 without a Python call per step (steps of more than one item, rare, are described in Python); the
 pieces' columns are then joined, the numeric ones handed to pandas without a copy.
 Records whose JSON does not fit the schema (a message whose content is a string, a field of
-another type) return None, and the pure-Python path builds the frame; both give the same frame.
+another type), and steps with rubric components, return None, and the pure-Python path builds the
+frame; both give the same frame.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ _STEP = pa.struct(
         ("truncated", pa.bool_()),
         ("tool_errors", pa.int64()),
         ("duration_s", pa.float64()),
+        ("reward_components", pa.struct([])),  # only whether a step has rubric components
     ]
 )
 SCHEMA = pa.schema([("steps", pa.list_(_STEP)), ("response", pa.struct([("id", pa.string())]))])
@@ -135,12 +137,12 @@ def _joined(lists: pa.ListArray, field: str, sep: str) -> pa.Array:
 
 def _columns(steps: pa.ListArray) -> dict[str, Any] | None:
     """The frame's columns for the records of ``steps`` (one chunk: each record's list of steps),
-    or None to leave the frame to the pure path (a step without its index)."""
+    or None to leave the frame to the pure path."""
     flat = pc.list_flatten(steps)
     index = pc.struct_field(flat, "index")
-    if index.null_count:
-        return None
     n = len(flat)
+    if index.null_count or pc.struct_field(flat, "reward_components").null_count != n:
+        return None  # rubric components (their columns come from the pure path) or a step without index
 
     # Actions: a step of one item reads that item's fields; longer ones go through describe_action.
     actions = pc.struct_field(flat, "action")

@@ -215,8 +215,9 @@ MASKED = {**_record([]), "mask_sample": True, "failure_kind": "verifier_error", 
         [_record([EDGE_STEPS[0]]), _record([EDGE_STEPS[3]])],  # no step names a tool
         [MASKED, _record(EDGE_STEPS), {**_record([]), "mask_sample": True}],
         [_record([{**EDGE_STEPS[2], "reward_components": {"exact": 1.0}}]), _record(EDGE_STEPS)],  # rubric: pure
+        [{**_record(EDGE_STEPS), "reward_components": {"exact": 1.0}}],  # the episode's own: no step column
     ],
-    ids=["edge-steps", "no-tool-names", "masked-and-failed", "reward-components"],
+    ids=["edge-steps", "no-tool-names", "masked-and-failed", "step-components", "episode-components"],
 )
 def test_fast_and_pure_paths_agree_on_edge_records(records):
     rollouts = Rollouts(records)
@@ -225,8 +226,11 @@ def test_fast_and_pure_paths_agree_on_edge_records(records):
     assert pure["step"].tolist() == [s["index"] for r in records for s in r["steps"]]
     if records[0] is MASKED:
         assert pure["episode"].tolist() == [1, 1, 1, 1]
-    if "reward_components" in (records[0]["steps"] or [{}])[0]:
+    step_rubric = "reward_components" in (records[0]["steps"] or [{}])[0]
+    if step_rubric:
         assert pure["reward_exact"].tolist()[:1] == [1.0]
+    else:  # an episode's own components do not keep the steps frame from the fast path
+        assert rollouts.store.columns is not None
 
 
 @pytest.fixture
