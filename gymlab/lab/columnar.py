@@ -4,7 +4,7 @@ The fast path of ``gymlab.lab.frames.steps_frame`` (the ``fast`` extra): the rec
 into pieces of whole records, and a thread per core reads a piece at a time with pyarrow's JSON
 reader (only the step fields the frame shows) and derives that piece's columns with Arrow compute,
 without a Python call per step (steps of more than one item, rare, are described in Python); the
-pieces' columns are then joined, the numeric ones handed to pandas without a copy.
+pieces' columns are then joined (strings stay in Arrow memory, as the pure path's do).
 Records whose JSON does not fit the schema (a message whose content is a string, a field of
 another type), and steps with rubric components, return None, and the pure-Python path builds the
 frame; both give the same frame.
@@ -215,8 +215,7 @@ def steps_frame_arrow(store: Any):
     """The full steps frame of ``store`` (a ``RecordStore``), or None to leave it to the pure path.
 
     Each worker reads a piece of the records and derives its columns; the first frame keeps the
-    Arrow columns it read with the store, and later frames derive theirs from them. Numeric columns
-    are joined in Arrow memory and handed to pandas without a copy."""
+    Arrow columns it read with the store, and later frames derive theirs from them."""
     if store.columns is not None:
         parts = _parallel(_columns, store.columns["steps"].chunks)
     else:
@@ -231,13 +230,13 @@ def steps_frame_arrow(store: Any):
     def chunked(key: str) -> pa.ChunkedArray:
         return pa.chunked_array([p[key] for p in parts])
 
-    def numbers(key: str) -> np.ndarray:
-        return pa.concat_arrays([p[key] for p in parts]).to_numpy(zero_copy_only=False)
+    def numbers(key: str) -> np.ndarray:  # one copy, into memory pandas may write to
+        return np.concatenate([p[key].to_numpy(zero_copy_only=False) for p in parts])
 
     bases = np.cumsum([0] + [p["records"] for p in parts[:-1]])
-    episode = pa.concat_arrays([pc.add(p["episode"].cast(pa.int64()), int(b)) for p, b in zip(parts, bases)])
+    episode = np.concatenate([p["episode"].to_numpy() + b for p, b in zip(parts, bases)])
     return finish_steps(
-        episode.to_numpy(),
+        episode,
         numbers("index"),
         (chunked("kind"), chunked("tool"), chunked("arguments"), numbers("n_calls"), chunked("text")),
         chunked("output"),

@@ -271,3 +271,14 @@ def test_a_bad_line_in_a_later_piece_is_reported_with_its_number(tmp_path, small
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(DatasetError, match=r"r\.jsonl:42: not a rollout record"):
         Rollouts.load(path).steps_frame(full=True, fast=True)
+
+
+def test_a_fast_frame_can_be_edited_like_the_pure_one():
+    rollouts = Rollouts(synthetic(4, 3))
+    for fast in (True, False):
+        frame = rollouts.steps_frame(full=True, fast=fast)
+        frame.loc[0, "reward"] = 5.0
+        frame.iloc[1, frame.columns.get_loc("step")] = 7
+        frame["tool_errors"] += 1
+        assert (frame.loc[0, "reward"], frame.loc[1, "step"], frame["tool_errors"].min()) == (5.0, 7, 1)
+    assert rollouts.steps_frame(full=True).loc[0, "reward"] != 5.0  # the kept columns did not change
