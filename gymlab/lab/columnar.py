@@ -1,14 +1,20 @@
 """The steps frame through pyarrow: the records' JSON read into Arrow columns, and Arrow compute.
 
-The fast path of ``gymlab.lab.frames.steps_frame`` (the ``fast`` extra): pyarrow's JSON reader
-parses only the step fields the frame shows, in C++ on every core, and the columns are derived
-without a Python call per step (steps of more than one item, rare, are described in Python).
+The fast path of ``gymlab.lab.frames.steps_frame`` (the ``fast`` extra): the records' buffer is cut
+into pieces of whole records, and a thread per core reads a piece at a time with pyarrow's JSON
+reader (only the step fields the frame shows) and derives that piece's columns with Arrow compute,
+without a Python call per step (steps of more than one item, rare, are described in Python); the
+pieces' columns are then joined (strings stay in Arrow memory, as the pure path's do).
 Records whose JSON does not fit the schema (a message whose content is a string, a field of
-another type) return None, and the pure-Python path builds the frame; both give the same frame.
+another type), and steps with rubric components, return None, and the pure-Python path builds the
+frame; both give the same frame.
 """
 
 from __future__ import annotations
 
+import bisect
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -38,22 +44,72 @@ _STEP = pa.struct(
         ("truncated", pa.bool_()),
         ("tool_errors", pa.int64()),
         ("duration_s", pa.float64()),
+        ("reward_components", pa.struct([])),  # only whether a step has rubric components
     ]
 )
 SCHEMA = pa.schema([("steps", pa.list_(_STEP)), ("response", pa.struct([("id", pa.string())]))])
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 
 
-def _read(store: Any, parse: pj.ParseOptions) -> pa.Table | None:
-    """The records read with ``parse`` (None when one does not fit its schema). A block holds whole
-    records, so it is at least twice the longest one."""
-    starts = store.starts
-    longest = max((b - a for a, b in zip(starts, starts[1:])), default=0)
-    options = pj.ReadOptions(block_size=max(1 << 24, 2 * longest + 1))
+#: Bytes of whole records one worker parses (and turns into columns) at a time: at most this, and
+#: small enough that every core gets a few pieces of a small run.
+PIECE = (1 << 20, 16 << 20)
+
+
+def _workers() -> int:
     try:
-        return pj.read_json(pa.BufferReader(store.buffer), read_options=options, parse_options=parse)
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _pieces(store: Any) -> list[tuple[pa.Buffer, int, int]]:
+    """The store's buffer cut into pieces of whole records (see ``PIECE``), as
+    (bytes, number of records, longest record)."""
+    starts, n = store.starts, len(store)
+    if n == 0:
+        return []
+    buffer = pa.py_buffer(store.buffer)
+    sizes = np.diff(np.asarray(starts, dtype="int64"))
+    target = min(max(PIECE[0], (starts[n] - starts[0]) // (4 * _workers())), PIECE[1])
+    pieces, first = [], 0
+    while first < n:
+        last = bisect.bisect_left(starts, starts[first] + target, first + 1, n)
+        size = starts[last] - starts[first]
+        pieces.append((buffer.slice(starts[first], size), last - first, int(sizes[first:last].max())))
+        first = last
+    return pieces
+
+
+def _parse(piece: tuple[pa.Buffer, int, int], parse: pj.ParseOptions) -> pa.Table | None:
+    """One piece read with ``parse`` on this thread (None when a record does not fit the schema or
+    is not a rollout record). A block holds whole records, so it is at least twice the longest."""
+    data, n, longest = piece
+    options = pj.ReadOptions(block_size=max(1 << 24, 2 * longest + 1), use_threads=False)
+    try:
+        table = pj.read_json(pa.BufferReader(data), read_options=options, parse_options=parse)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
+    if table.num_rows != n or table["response"].null_count:
+        return None
+    return table
+
+
+def _parallel(work, items: list) -> list:
+    """``work`` over ``items`` on every core (pyarrow releases the GIL while it parses and computes)."""
+    workers = min(_workers(), len(items))
+    if workers <= 1:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(workers, thread_name_prefix="gymlab-frames") as pool:
+        return list(pool.map(work, items))
+
+
+def _read(store: Any, parse: pj.ParseOptions) -> pa.Table | None:
+    """Every record read with ``parse``, the pieces in parallel (None when one does not fit)."""
+    tables = _parallel(lambda piece: _parse(piece, parse), _pieces(store))
+    if not tables or any(t is None for t in tables):
+        return None
+    return pa.concat_tables(tables)
 
 
 def read_steps(store: Any) -> pa.Table | None:
@@ -61,94 +117,135 @@ def read_steps(store: Any) -> pa.Table | None:
     return _read(store, _PARSE)
 
 
-def _starts(lists: pa.ListArray) -> np.ndarray:
-    """Each list's first position in ``lists.values``."""
-    return lists.offsets.to_numpy()[:-1]
+def _taken(values: pa.Array, at: np.ndarray, keep: np.ndarray) -> pa.Array:
+    """``values[at]`` where ``keep``, else null (a slice, without copying, when every position is kept
+    and they follow each other)."""
+    if len(at) == 0:
+        return values.slice(0, 0)
+    if len(values) == 0:
+        return pa.nulls(len(at), values.type)
+    if keep.all() and at[-1] - at[0] == len(at) - 1:
+        return values.slice(int(at[0]), len(at))
+    return values.take(pa.array(np.minimum(at, len(values) - 1), mask=~keep))
 
 
 def _joined(lists: pa.ListArray, field: str, sep: str) -> pa.Array:
-    """Per list: the string ``field`` of its structs joined by ``sep`` (a missing value as "")."""
+    """Per list: the string ``field`` of its structs joined by ``sep`` (a missing value, or list, as "")."""
     values = pc.fill_null(pc.struct_field(lists.values, field), "")
     return pc.binary_join(pa.ListArray.from_arrays(lists.offsets, values), sep)
 
 
-def _pick(values: pa.Array, at: np.ndarray, keep: np.ndarray) -> pa.Array:
-    """``values[at]`` where ``keep``, else null."""
-    if len(values) == 0:
-        return pa.nulls(len(at), values.type)
-    taken = values.take(pa.array(np.minimum(at, len(values) - 1)))
-    return pc.if_else(pa.array(keep), taken, pa.scalar(None, values.type))
-
-
-def steps_frame_arrow(store: Any):
-    """The full steps frame of ``store`` (a ``RecordStore``), or None to leave it to the pure path."""
-    table = store.columns
-    if table is None:
-        table = read_steps(store)
-        if table is None or table.num_rows != len(store) or table["response"].null_count:
-            return None
-        store.columns = table
-    steps = table["steps"].combine_chunks()
-    lengths = pc.fill_null(pc.list_value_length(steps), 0).to_numpy()
+def _columns(steps: pa.ListArray) -> dict[str, Any] | None:
+    """The frame's columns for the records of ``steps`` (one chunk: each record's list of steps),
+    or None to leave the frame to the pure path."""
     flat = pc.list_flatten(steps)
     index = pc.struct_field(flat, "index")
-    if index.null_count:
-        return None
+    n = len(flat)
+    if index.null_count or pc.struct_field(flat, "reward_components").null_count != n:
+        return None  # rubric components (their columns come from the pure path) or a step without index
 
     # Actions: a step of one item reads that item's fields; longer ones go through describe_action.
     actions = pc.struct_field(flat, "action")
-    if not isinstance(actions, pa.ListArray):
-        actions = actions.cast(pa.list_(_ITEM))
     n_items = pc.fill_null(pc.list_value_length(actions), 0).to_numpy()
-    first = _starts(actions)
     one = n_items == 1
+    first = actions.offsets.to_numpy()[:-1]
     items = actions.values
-    item_type = pc.fill_null(pc.struct_field(items, "type"), "message")
-    is_call = pc.equal(item_type, "function_call")
-    is_message = pc.equal(item_type, "message")
-    text = pc.if_else(is_message, _joined(pc.struct_field(items, "content"), "text", ""), None)
-    name = pc.if_else(is_call, pc.struct_field(items, "name"), None)
-    arguments = pc.if_else(is_call, pc.struct_field(items, "arguments"), None)
-    kind = pc.if_else(pa.array(one), _pick(item_type, first, one), "empty")
-    columns = {
-        "kind": kind,
-        "tool": _pick(name, first, one),
-        "arguments": _pick(arguments, first, one),
-        "text": _pick(text, first, one),
-    }
-    n_calls = np.where(one, _pick(is_call, first, one).fill_null(False).to_numpy(zero_copy_only=False), 0)
+
+    def field(name: str) -> pa.Array:
+        return _taken(pc.struct_field(items, name), first, one)
+
+    kind = pc.fill_null(field("type"), "message")
+    if not one.all():  # no item, or several (described below)
+        kind = pc.if_else(pa.array(one), kind, "empty")
+    is_call = pc.equal(kind, "function_call")
+    none = pa.scalar(None, pa.string())
+    tool = pc.if_else(is_call, field("name"), none)
+    arguments = pc.if_else(is_call, field("arguments"), none)
+    content = _taken(pc.struct_field(items, "content"), first, one)
+    text = pc.if_else(pc.equal(kind, "message"), _joined(content, "text", ""), none)
+    n_calls = is_call.to_numpy(zero_copy_only=False).astype("int64")
     multi = np.flatnonzero(n_items > 1)
     if len(multi):
         described = [describe_action(a) for a in actions.take(pa.array(multi)).to_pylist()]
         mask = pa.array(n_items > 1)
-        for position, key in enumerate(("kind", "tool", "arguments")):
-            columns[key] = pc.replace_with_mask(
-                columns[key], mask, pa.array([d[position] for d in described], pa.string())
-            )
-        columns["text"] = pc.replace_with_mask(columns["text"], mask, pa.array([d[4] for d in described], pa.string()))
+
+        def replaced(values: pa.Array, position: int) -> pa.Array:
+            return pc.replace_with_mask(values, mask, pa.array([d[position] for d in described], pa.string()))
+
+        kind, tool, arguments, text = (replaced(kind, 0), replaced(tool, 1), replaced(arguments, 2), replaced(text, 4))
         n_calls[multi] = [d[3] for d in described]
 
     # Tool outputs: one output as it is, several joined by newlines, none as null.
     outputs = pc.struct_field(flat, "tool_outputs")
     n_out = pc.fill_null(pc.list_value_length(outputs), 0).to_numpy()
-    single = _pick(pc.struct_field(outputs.values, "output"), _starts(outputs), n_out == 1)
-    output = pc.if_else(pa.array(n_out > 1), _joined(outputs, "output", "\n"), single)
+    output = _taken(pc.struct_field(outputs.values, "output"), outputs.offsets.to_numpy()[:-1], n_out == 1)
+    if (n_out > 1).any():
+        output = pc.if_else(pa.array(n_out > 1), _joined(outputs, "output", "\n"), output)
 
-    def filled(field: str, default: Any) -> np.ndarray:
-        return pc.fill_null(pc.struct_field(flat, field), default).to_numpy(zero_copy_only=False)
+    def filled(name: str, default: Any) -> pa.Array:
+        return pc.fill_null(pc.struct_field(flat, name), default)
 
-    episode = np.repeat(np.arange(len(lengths), dtype="int64"), lengths)
+    return {
+        "records": len(steps),
+        "episode": pc.list_parent_indices(steps),  # the record's position in this chunk
+        "index": index,
+        "kind": kind.dictionary_encode(),
+        "tool": tool.dictionary_encode(),
+        "arguments": arguments,
+        "n_calls": pa.array(n_calls),
+        "text": text,
+        "output": output,
+        "observation": pc.struct_field(flat, "observation") if n else pa.array([], pa.string()),
+        "reward": filled("reward", 0.0),
+        "terminated": filled("terminated", False),
+        "truncated": filled("truncated", False),
+        "tool_errors": filled("tool_errors", 0),
+        "duration_s": filled("duration_s", 0.0),
+    }
+
+
+def _piece_columns(piece: tuple[pa.Buffer, int, int]) -> tuple[pa.Table, list] | None:
+    table = _parse(piece, _PARSE)
+    if table is None:
+        return None
+    return table, [_columns(chunk) for chunk in table["steps"].chunks]
+
+
+def steps_frame_arrow(store: Any):
+    """The full steps frame of ``store`` (a ``RecordStore``), or None to leave it to the pure path.
+
+    Each worker reads a piece of the records and derives its columns; the first frame keeps the
+    Arrow columns it read with the store, and later frames derive theirs from them."""
+    if store.columns is not None:
+        parts = _parallel(_columns, store.columns["steps"].chunks)
+    else:
+        done = _parallel(_piece_columns, _pieces(store))
+        if not done or any(d is None for d in done):
+            return None
+        store.columns = pa.concat_tables([table for table, _ in done])
+        parts = [part for _, chunk in done for part in chunk]
+    if not parts or any(p is None for p in parts):
+        return None
+
+    def chunked(key: str) -> pa.ChunkedArray:
+        return pa.chunked_array([p[key] for p in parts])
+
+    def numbers(key: str) -> np.ndarray:  # one copy, into memory pandas may write to
+        return np.concatenate([p[key].to_numpy(zero_copy_only=False) for p in parts])
+
+    bases = np.cumsum([0] + [p["records"] for p in parts[:-1]])
+    episode = np.concatenate([p["episode"].to_numpy() + b for p, b in zip(parts, bases)])
     return finish_steps(
         episode,
-        index.to_numpy(),
-        (columns["kind"], columns["tool"], columns["arguments"], n_calls, columns["text"]),
-        output,
-        pc.struct_field(flat, "observation"),
-        filled("reward", 0.0),
-        filled("terminated", False),
-        filled("truncated", False),
-        filled("tool_errors", 0),
-        filled("duration_s", 0.0),
+        numbers("index"),
+        (chunked("kind"), chunked("tool"), chunked("arguments"), numbers("n_calls"), chunked("text")),
+        chunked("output"),
+        chunked("observation"),
+        numbers("reward"),
+        numbers("terminated"),
+        numbers("truncated"),
+        numbers("tool_errors"),
+        numbers("duration_s"),
     )
 
 
@@ -169,7 +266,7 @@ _SUMMARY = pj.ParseOptions(
 def summaries_arrow(store: Any) -> list[tuple[float, bool, str | None, int]] | None:
     """(reward, mask_sample, failure_kind, steps) of every record, or None to leave it to orjson."""
     table = _read(store, _SUMMARY)
-    if table is None or table.num_rows != len(store) or table["response"].null_count:
+    if table is None:
         return None
     return list(
         zip(

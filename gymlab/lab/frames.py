@@ -150,19 +150,14 @@ def steps_frame(records: Any, *, full: bool = False, fast: bool | None = None):
     store = store_of(records)
     with _gc_paused():
         frame = None
-        if _fast_available(fast) and not has_components(store):
+        if _fast_available(fast):
             from gymlab.lab.columnar import steps_frame_arrow
 
-            frame = steps_frame_arrow(store)  # None: the records do not fit the columnar schema
+            frame = steps_frame_arrow(store)  # None: the records do not fit the schema, or have rubrics
         if frame is None:
             frame = _steps_frame(store)
     extra = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
     return frame if full else concise(frame, STEP_CONCISE, STEP_OPTIONAL, extra=extra)
-
-
-def has_components(store) -> bool:
-    """True when some record of ``store`` has rubric components (one search of its bytes)."""
-    return b'"reward_components"' in store.buffer
 
 
 def _steps_frame(store):

@@ -83,16 +83,36 @@ def joined_output(outputs: list[dict[str, Any]]) -> str | None:
 
 
 def _categorical(values):
-    """A Categorical with sorted categories, from a list or a pyarrow array (same result for both)."""
+    """A Categorical with sorted categories, from a list or a pyarrow (chunked, dictionary) array
+    (same result for both)."""
     import pandas as pd
 
     if hasattr(values, "dictionary_encode"):
-        encoded = values.dictionary_encode()
-        cat = pd.Categorical.from_codes(
-            encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
-        )
-        return cat.reorder_categories(sorted(cat.categories))
-    return pd.Categorical(values)
+        import numpy as np
+        import pyarrow as pa
+
+        chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+        chunks = [c if pa.types.is_dictionary(c.type) else c.dictionary_encode() for c in chunks]
+        if not chunks:
+            return _no_categories(0)
+        unified = pa.chunked_array(chunks).unify_dictionaries()
+        names = unified.chunk(0).dictionary.to_pylist()
+        order = sorted(range(len(names)), key=names.__getitem__)
+        rank = np.empty(len(names) + 1, dtype="int64")
+        rank[order], rank[-1] = np.arange(len(names)), -1  # a null (index -1) stays missing
+        indices = pa.concat_arrays([c.indices.cast(pa.int64()) for c in unified.chunks]).fill_null(-1)
+        if not names:
+            return _no_categories(len(values))
+        return pd.Categorical.from_codes(rank[indices.to_numpy()], [names[i] for i in order])
+    cat = pd.Categorical(values)
+    return cat if len(cat.categories) else _no_categories(len(cat))
+
+
+def _no_categories(n: int):
+    """``n`` missing names: string categories, none of them (as a column of names with none set)."""
+    import pandas as pd
+
+    return pd.Categorical.from_codes([-1] * n, dtype=pd.CategoricalDtype(pd.Index([], dtype="str")))
 
 
 def _strings(values):
@@ -130,4 +150,5 @@ def finish_steps(episode, step, action, outputs, observation, reward, terminated
             "duration_s": np.asarray(duration, dtype="float64"),
         },
         columns=STEP_COLUMNS,
+        copy=False,  # the columns are new: no second copy of a million rows
     )

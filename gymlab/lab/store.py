@@ -4,8 +4,9 @@ about the memory of its JSONL, not ten times that in pydantic objects.
 A ``RecordStore`` is one ``bytes`` buffer (a record a line, as in the rollouts file) and each line's
 start offset and line number. ``record(i)`` validates one line into a ``Rollout``; ``dicts()``
 parses every line with orjson for the frames' pure-Python path; ``buffer`` is what pyarrow reads
-for their fast path. A bad line is a ``DatasetError`` naming the file (or ``records`` for records
-built in memory) and the line, whenever it is first used.
+for their fast path, and ``columns`` what it read (kept, and carried by ``take`` and ``concat``).
+A bad line is a ``DatasetError`` naming the file (or ``records`` for records built in memory) and
+the line, whenever it is first used.
 """
 
 from __future__ import annotations
@@ -118,7 +119,10 @@ class RecordStore:
         """A store of the records at ``indices`` (their file and line numbers kept)."""
         indices = list(indices)
         numbers = [self.where(i)[1] for i in indices]
-        return RecordStore._joined([self.line(i).rstrip(b"\n") for i in indices], numbers, self.source)
+        taken = RecordStore._joined([self.line(i).rstrip(b"\n") for i in indices], numbers, self.source)
+        if self.columns is not None:  # the frames' Arrow columns come along: no second parse
+            taken.columns = self.columns.take(indices)
+        return taken
 
     @staticmethod
     def concat(stores: list[RecordStore]) -> RecordStore:
@@ -127,5 +131,11 @@ class RecordStore:
         lines = [line.rstrip(b"\n") for s in stores for line in s.lines()]
         if len(sources) == 1 and None not in sources:
             numbers = [n for s in stores for n in (s.numbers or [])]
-            return RecordStore._joined(lines, numbers, sources.pop())
-        return RecordStore._joined(lines, None, None)
+            joined = RecordStore._joined(lines, numbers, sources.pop())
+        else:
+            joined = RecordStore._joined(lines, None, None)
+        if stores and all(s.columns is not None for s in stores):  # the frames' Arrow columns too
+            import pyarrow as pa
+
+            joined.columns = pa.concat_tables([s.columns for s in stores])
+        return joined

@@ -190,3 +190,95 @@ def test_a_record_longer_than_a_read_block_still_takes_the_fast_path():
     store = RecordStore.from_records([_record([step]), _record([])])
     frame = columnar.steps_frame_arrow(store)
     assert frame is not None and frame["text"].str.len().tolist() == [len(long_text)]
+
+
+#: Steps at the edges of the schema: a message without content, a call without a name, an output
+#: without its text, text outside ASCII, and steps whose tool names are all missing.
+EDGE_STEPS = [
+    {"index": 0, "action": [{"type": "message", "role": "assistant"}], "observation": "ünïcode ✓"},
+    {"index": 1, "action": [{"type": "function_call", "arguments": "{}", "call_id": "1"}]},
+    {
+        "index": 2,
+        "action": [{"type": "function_call", "name": "f", "arguments": "{}", "call_id": "2"}],
+        "tool_outputs": [{"type": "function_call_output", "call_id": "2"}],
+        "tool_errors": 1,
+    },
+    {"index": 3, "action": [{"type": "message", "content": [{"type": "output_text", "text": "dé 🎲"}]}], "reward": 1},
+]
+MASKED = {**_record([]), "mask_sample": True, "failure_kind": "verifier_error", "reward": 0.0}
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [_record(EDGE_STEPS)],
+        [_record([EDGE_STEPS[0]]), _record([EDGE_STEPS[3]])],  # no step names a tool
+        [MASKED, _record(EDGE_STEPS), {**_record([]), "mask_sample": True}],
+        [_record([{**EDGE_STEPS[2], "reward_components": {"exact": 1.0}}]), _record(EDGE_STEPS)],  # rubric: pure
+        [{**_record(EDGE_STEPS), "reward_components": {"exact": 1.0}}],  # the episode's own: no step column
+    ],
+    ids=["edge-steps", "no-tool-names", "masked-and-failed", "step-components", "episode-components"],
+)
+def test_fast_and_pure_paths_agree_on_edge_records(records):
+    rollouts = Rollouts(records)
+    fast, pure = rollouts.steps_frame(full=True, fast=True), rollouts.steps_frame(full=True, fast=False)
+    assert fast.equals(pure)
+    assert pure["step"].tolist() == [s["index"] for r in records for s in r["steps"]]
+    if records[0] is MASKED:
+        assert pure["episode"].tolist() == [1, 1, 1, 1]
+    step_rubric = "reward_components" in (records[0]["steps"] or [{}])[0]
+    if step_rubric:
+        assert pure["reward_exact"].tolist()[:1] == [1.0]
+    else:  # an episode's own components do not keep the steps frame from the fast path
+        assert rollouts.store.columns is not None
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """Every record its own piece: the pieces (and their columns) are read on several threads."""
+    monkeypatch.setattr(columnar, "PIECE", (1, 1))
+
+
+def _many_records():
+    return [_record(ODD_STEPS), _record(EDGE_STEPS), MASKED, _record([])] * 15 + [
+        r.model_dump(exclude_none=True) for r in synthetic(20, 3)
+    ]
+
+
+def test_records_read_in_pieces_give_the_pure_frame_and_keep_their_columns(small_pieces):
+    records = _many_records()
+    rollouts = Rollouts(records)
+    assert len(columnar._pieces(rollouts.store)) == len(records)
+    pure = rollouts.steps_frame(full=True, fast=False)
+    assert rollouts.steps_frame(full=True, fast=True).equals(pure)
+    assert rollouts.store.columns.num_rows == len(records)
+    assert rollouts.steps_frame(full=True, fast=True).equals(pure)  # from the kept columns
+    assert pure["episode"].iloc[-1] == len(records) - 1
+
+    # Slices and sums carry the columns they were read with; their frames are the pure ones.
+    part = rollouts[10:30]
+    assert part.store.columns is not None and part.store.columns.num_rows == 20
+    assert part.steps_frame(full=True, fast=True).equals(part.steps_frame(full=True, fast=False))
+    both = part + rollouts[:5]
+    assert both.store.columns is not None
+    assert both.steps_frame(full=True, fast=True).equals(Rollouts(records[10:30] + records[:5]).steps_frame(full=True))
+
+
+def test_a_bad_line_in_a_later_piece_is_reported_with_its_number(tmp_path, small_pieces):
+    path = tmp_path / "r.jsonl"
+    lines = [json.dumps(r) for r in _many_records()]
+    lines[41] = '{"responses_create_params": {"input": "q"}, "steps": []}'  # not a rollout record
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=r"r\.jsonl:42: not a rollout record"):
+        Rollouts.load(path).steps_frame(full=True, fast=True)
+
+
+def test_a_fast_frame_can_be_edited_like_the_pure_one():
+    rollouts = Rollouts(synthetic(4, 3))
+    for fast in (True, False):
+        frame = rollouts.steps_frame(full=True, fast=fast)
+        frame.loc[0, "reward"] = 5.0
+        frame.iloc[1, frame.columns.get_loc("step")] = 7
+        frame["tool_errors"] += 1
+        assert (frame.loc[0, "reward"], frame.loc[1, "step"], frame["tool_errors"].min()) == (5.0, 7, 1)
+    assert rollouts.steps_frame(full=True).loc[0, "reward"] != 5.0  # the kept columns did not change
