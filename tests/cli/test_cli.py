@@ -88,7 +88,7 @@ def served():
 
 def test_serve_then_collect_the_calculator_end_to_end(served, tmp_path):
     proc, urls, lines = served
-    assert set(urls) == {"policy_model", "calculator", "calculator_simple_agent"}
+    assert set(urls) == {"policy_model", "calculator", "calculator_simple_agent"}, "".join(lines)
     order = [line.split(" -> ")[0] for line in lines if " -> " in line]
     assert order.index("calculator_simple_agent") > order.index("calculator")  # refs start first
     out = tmp_path / "calc.jsonl"
