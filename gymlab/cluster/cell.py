@@ -1,0 +1,104 @@
+"""One cell: the servers of one replica, in a Ray actor on one node, run as a ``Lab`` runs them.
+
+Each server is a uvicorn task on gymlab's loop in the actor's process, bound to 127.0.0.1 on the
+node, and calls between them go in-process (``gymlab.inproc``). The driver reaches the cell only
+through the actor's methods: ``run`` (one ``POST /run`` of an agent, answered whole inside the
+cell) and ``request`` (any POST to one of its servers, for an episode pinned to this cell).
+Within a cell a server has one worker (``num_workers`` > 1 is refused with the reason).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gymlab.cluster.recipe import Recipe, ordered
+from gymlab.errors import ConfigError
+
+
+class Cell:
+    """The body of the cell actor (``gymlab.cluster.pool`` wraps it with ``ray.remote``)."""
+
+    def __init__(self, recipes: list[Recipe], index: int, log_level: str = "warning"):
+        from gymlab._runtime.serve import LoopServer
+
+        self.index = index
+        self.urls: dict[str, str] = {}
+        self.roles: dict[str, str] = {}
+        self.servers: dict[str, Any] = {}
+        self._runners: list[LoopServer] = []
+        for recipe in ordered(recipes):
+            instance = recipe.build(self.urls)
+            if instance.num_workers > 1:
+                raise ConfigError(
+                    f"{recipe.name}: num_workers={instance.num_workers}, but a cell serves each server in one "
+                    "process; give the cell more replicas (num_replicas) instead"
+                )
+            if "error_traces" not in instance.model_fields_set:
+                instance.error_traces = True  # a crash's trace travels to the failed record, as in a Lab
+            runner = LoopServer(instance.app, instance.host, 0, instance.name, log_level).start()
+            self._runners.append(runner)
+            self.urls[recipe.name] = runner.url
+            self.roles[recipe.name] = recipe.role
+            self.servers[recipe.name] = instance
+
+    def info(self) -> dict[str, Any]:
+        """Where this cell runs: node id and address, process id, its servers and their roles."""
+        import ray
+
+        return {
+            "index": self.index,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "urls": dict(self.urls),
+            "roles": dict(self.roles),
+            "protocols": {n: protocol_of(s) for n, s in self.servers.items() if self.roles[n] == "resources"},
+        }
+
+    async def run(self, agent: str, job: dict[str, Any], timeout: float | None = None) -> tuple[int, bytes]:
+        """``POST /run`` of ``job`` to the cell's ``agent``: the answer's status and body, as sent."""
+        from gymlab._sync import on_background_loop
+        from gymlab.client import post
+
+        reply = await on_background_loop(post(self.urls[agent], "/run", job, server=agent, timeout=timeout))
+        return reply.status, reply.body
+
+    async def request(
+        self, server: str, path: str, body: bytes, headers: dict[str, str], timeout: float | None = None
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """One POST to ``server`` of this cell, in-process: ``(status, headers, body)`` as it answered."""
+        import asyncio
+
+        from gymlab import inproc
+        from gymlab._sync import on_background_loop
+
+        url = self.urls[server]
+
+        async def call():
+            async with asyncio.timeout(timeout):
+                return await inproc.call(inproc.lookup(url), "POST", path, body, headers)
+
+        return await on_background_loop(call())
+
+    def check(self, server: str, rows: list[dict[str, Any]]):
+        """The rows' declared tools against ``server``'s routes (``gymlab.resources.tools.check_rows``)."""
+        from gymlab.resources.tools import check_rows
+
+        return check_rows(self.servers[server], rows)
+
+    def close(self) -> None:
+        """Stop the cell's servers (the pool kills the actor after)."""
+        for runner in reversed(self._runners):
+            runner.stop()
+        self._runners.clear()
+
+
+def protocol_of(server: Any) -> str | None:
+    """'seed/verify' or 'gymnasium' from a resources server's routes (what ``lab.episode`` opens)."""
+    paths = {getattr(r, "path", None) for r in server.app.routes}
+    if {"/seed_session", "/verify"} <= paths:
+        return "seed/verify"
+    if {"/reset", "/step"} <= paths:
+        return "gymnasium"
+    return None
