@@ -99,6 +99,7 @@ _NAMES: dict[str, str] = {
     "load_config": "gymlab.collection.config",
     "collect": "gymlab.collection.runner",
     "acollect": "gymlab.collection.runner",
+    "merge": "gymlab.collection.merge",
     # entrypoints
     "is_gymlab_fastapi_entrypoint": "gymlab.utils",
     "is_nemo_gym_fastapi_entrypoint": "gymlab.utils",

@@ -13,6 +13,7 @@ GymlabError
 ├── EpisodeError           a notebook episode used out of order (acting before seeding, after closing)
 ├── ForkDivergedError      a forked episode's replay gave another result at some step
 ├── PersistenceError       a file could not be written (disk full, read-only): path, cause, what to do
+├── ReplicaGone            a collection replica can take no more rollouts (refused, reset, actor died)
 ├── ResourcesSessionError  an episode seed or close refused (its HTTP status in ``status_code``)
 │   ├── ResourcesSeedRejectedError     422: invalid seed input that no retry can fix
 │   ├── ResourcesSessionConflictError  409: the ID is bound to another episode, or closed
@@ -95,6 +96,17 @@ class PersistenceError(GymlabError):
             f"cannot write {path}: {cause.strerror or cause} (nothing was half-written; {todo}, "
             "then run the same command again)"
         )
+
+
+class ReplicaGone(GymlabError):
+    """Raised by a collection replica that is itself gone (connection refused or reset, its actor
+    died), as opposed to a failure of the rollout it ran: the rollout moves to another replica.
+    ``failure`` is the typed failure recorded if no other replica is left."""
+
+    def __init__(self, replica: str, cause: str, failure: Failure | None = None):
+        self.replica, self.cause = replica, cause
+        self.failure = failure or Failure(kind="transport_peer_drop", server=replica, message=cause)
+        super().__init__(f"{replica}: replica gone: {cause} (its rollouts move to the other replicas)")
 
 
 class ResourcesSessionError(GymlabError):

@@ -88,6 +88,7 @@ EXPORTED = [
     "load_config",
     "load_environment",
     "lost_session_verification",
+    "merge",
     "probe",
     "profile",
     "read_dataset",

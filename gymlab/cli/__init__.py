@@ -13,6 +13,7 @@ import sys
 COMMANDS = {
     "serve": ("gymlab.cli.serve", "run every server of a YAML config, each in its own process"),
     "collect": ("gymlab.cli.collect", "collect rollouts of a dataset into resumable JSONL files"),
+    "merge": ("gymlab.cli.merge", "join the outputs of 'gymlab collect --shard' runs into one collection"),
     "list": ("gymlab.cli.list", "list the environments, agents, datasets and tasksets of a config"),
     "demo": ("gymlab.cli.demo", "run the example environments with rule-based policies"),
     "bench": ("gymlab.bench", "measure episodes/s, latency and start-up"),

@@ -2,10 +2,13 @@
 
 Two ways to reach the servers:
 
-- ``--agent-url URL --input rows.jsonl``: servers already running (``gymlab serve``);
+- ``--agent-url URL --input rows.jsonl``: servers already running (``gymlab serve``); several
+  ``--agent-url``s are replicas of one agent (``collection.dispatch``);
 - ``CONFIG...``: the config's servers start in threads of this process for the run. Rows come from
   ``--input`` or the config's datasets (``--dataset``/``--split`` pick some); each row goes to the
   agent its ``agent_ref`` names (or ``--agent``), a taskset row to its environment server.
+
+``--shard I/N`` collects one shard of the tasks (``collection.shards``); ``gymlab merge`` joins them.
 
 Exit status 1 when some rollouts still failed after their retries (they are in NAME_failures.jsonl).
 """
@@ -25,7 +28,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="*", metavar="CONFIG", help="YAML files whose servers to run")
     parser.add_argument("-o", "--output", required=True, help="NAME.jsonl; companion files go next to it")
     parser.add_argument("-i", "--input", help="rows JSONL (default: the config's datasets)")
-    parser.add_argument("--agent-url", help="an agent server already running (POST /run)")
+    parser.add_argument(
+        "--agent-url",
+        action="append",
+        help="an agent server already running (POST /run); repeat it for replicas of the same agent on "
+        "several hosts: each rollout goes to the least busy, and a replica that goes away hands its "
+        "rollouts to the others",
+    )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="collect only shard I of N (tasks whose index mod N is I-1, every repeat of a task in one "
+        "shard), into its own output; join the shards with 'gymlab merge'",
+    )
     parser.add_argument("--resources-url", help="with --agent-url: the resources server for /aggregate_metrics")
     parser.add_argument("--agent", help="send every row to this agent (default: each row's agent_ref)")
     parser.add_argument("--dataset", help="only this config dataset (by name)")
@@ -106,6 +121,7 @@ def main(args: argparse.Namespace) -> int:
         responses_create_params=_overrides(args.responses_create_params),
         num_repeats_add_seed=args.num_repeats_add_seed,
         limit=args.limit,
+        shard=args.shard,
         progress=not args.no_progress,
     )
     if not args.configs:

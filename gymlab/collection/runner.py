@@ -23,15 +23,17 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gymlab.collection.dispatch import ReplicaPool, agent_pool
 from gymlab.collection.expand import check_rows, expand
 from gymlab.collection.files import Key, key_of, output_paths, sort_key
 from gymlab.collection.metrics import aggregate
-from gymlab.errors import ConfigError, DatasetError, ServerError
+from gymlab.collection.shards import in_shard
+from gymlab.errors import ConfigError, DatasetError, ReplicaGone, ServerError
 from gymlab.failures import run_failure
 from gymlab.jsonl import LineWriter, read_appendable, write_jsonl_atomic, write_text_atomic
 from gymlab.protocol.record import identity
@@ -47,11 +49,16 @@ RETRY_STATUSES = frozenset({0, 408, 409, 425, 429, 500, 502, 503, 504})
 
 @dataclass(frozen=True)
 class Target:
-    """Where one row goes: ``POST {url}/run``, recorded as ``agent_ref``; metrics from ``metrics_url``."""
+    """Where one row goes: ``POST {url}/run``, recorded as ``agent_ref``; metrics from ``metrics_url``.
+
+    ``replicas``: interchangeable replicas of this target (``dispatch.ReplicaPool``: several agent
+    URLs, Ray cells) instead of the one server at ``url``; ``url`` then only names the target.
+    """
 
     url: str
     agent_ref: dict[str, Any]
     metrics_url: str | None = None
+    replicas: ReplicaPool | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -86,18 +93,27 @@ class CollectResult:
 
 
 async def _run_one(
-    job: dict[str, Any], target: Target, *, max_retries: int, backoff_s: float, timeout_s: float | None
+    job: dict[str, Any],
+    target: Target,
+    pool: ReplicaPool,
+    *,
+    max_retries: int,
+    backoff_s: float,
+    timeout_s: float | None,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """One job to a record or a failure row. A job whose replica is gone moves at once to another
+    live replica; the first move counts as one of its retries (never the reason it fails), later
+    moves are free."""
     import aiohttp
 
-    from gymlab.client import post_ok
-
     name = str(target.agent_ref.get("name") or target.url)
-    attempt = 0
+    attempt = retries = 0
+    moved = False
     while True:
         attempt += 1
+        replica = pool.pick()
         try:
-            result = await post_ok(target.url, "/run", job, server=name, timeout=timeout_s)
+            result = await replica.run(job, timeout_s)
             if not isinstance(result, dict):
                 raise ServerError(name, "POST /run", 200, f"answer is not a JSON object: {str(result)[:200]}")
             record = {
@@ -108,21 +124,31 @@ async def _run_one(
                 if k in job and k not in record:
                     record[k] = job[k]
             return record, None
-        except (TimeoutError, ServerError, aiohttp.ClientError, OSError) as exc:
-            failure = run_failure(exc, name)
-            retry = getattr(exc, "status", 0) in RETRY_STATUSES or isinstance(exc, asyncio.TimeoutError)
-            if not retry or attempt > max_retries:
-                return None, {
-                    **job,
-                    "agent_ref": target.agent_ref,
-                    "failure_kind": failure.kind,
-                    "failure_reason": failure.message or str(exc),
-                    "failure_stage": failure.stage,
-                    "failure_server": failure.server,
-                    "attempts": attempt,
-                    "status": getattr(exc, "status", None),
-                }
-            await asyncio.sleep(backoff_delay(backoff_s, attempt))
+        except ReplicaGone as gone:
+            if pool.lose(replica):  # moves are bounded: each one takes a replica out of rotation
+                retries += 0 if moved else 1
+                moved = True
+                continue
+            exc = gone.__cause__ if isinstance(gone.__cause__, ServerError) else gone
+            failure = run_failure(exc, name) if exc is not gone else gone.failure
+        except (TimeoutError, ServerError, aiohttp.ClientError, OSError) as err:
+            failure, exc = run_failure(err, name), err
+        finally:
+            pool.done(replica)
+        retry = getattr(exc, "status", 0) in RETRY_STATUSES or isinstance(exc, asyncio.TimeoutError)
+        if not retry or retries >= max_retries:
+            return None, {
+                **job,
+                "agent_ref": target.agent_ref,
+                "failure_kind": failure.kind,
+                "failure_reason": failure.message or str(exc),
+                "failure_stage": failure.stage,
+                "failure_server": failure.server,
+                "attempts": attempt,
+                "status": getattr(exc, "status", None),
+            }
+        retries += 1
+        await asyncio.sleep(backoff_delay(backoff_s, retries))
 
 
 # -- collection --------------------------------------------------------------------------------
@@ -132,7 +158,7 @@ async def _acollect(
     rows: Iterable[dict[str, Any]] | str | os.PathLike,
     output: str | os.PathLike,
     *,
-    agent_url: str | None = None,
+    agent_url: str | Sequence[str] | ReplicaPool | None = None,
     route: Callable[[dict[str, Any]], Target] | None = None,
     agent_name: str | None = None,
     resources_url: str | None = None,
@@ -144,14 +170,19 @@ async def _acollect(
     responses_create_params: dict | None = None,
     num_repeats_add_seed: bool = False,
     limit: int | None = None,
+    shard: tuple[int, int] | str | None = None,
     progress: bool = True,
 ) -> CollectResult:
     """Collect rollouts of ``rows`` (dicts, or a JSONL path) into ``output`` (see the module doc).
 
     Give ``agent_url`` (every row to that server's ``/run``; ``resources_url`` for its metrics) or
     ``route`` (row -> ``Target``, for configs with several agents or environment servers).
-    Failed rollouts are retried ``max_retries`` times (backoff ``backoff_s``, doubling) when the
-    error may pass (connection, 5xx, timeout), then written to the failures file.
+    ``agent_url`` may list several URLs of the same agent, or be a ``ReplicaPool``: each rollout
+    goes to the one with the fewest in flight, and a replica that is gone (refused, reset) hands
+    its rollouts to the others. Failed rollouts are retried ``max_retries`` times (backoff
+    ``backoff_s``, doubling) when the error may pass (connection, 5xx, timeout), then written to
+    the failures file. ``shard=(i, n)`` (or ``"i/n"``) collects only the tasks of shard i of n
+    (1-based; see ``shards``), for ``merge`` to join later.
     """
     t0 = time.perf_counter()
     if isinstance(rows, (str, os.PathLike)):
@@ -164,15 +195,18 @@ async def _acollect(
     if (agent_url is None) == (route is None):
         raise ConfigError("give exactly one of agent_url= (one agent server) or route= (row -> Target)")
     if route is None:
-        default_ref = {"type": "responses_api_agents", "name": agent_name or agent_url}
+        pool = agent_pool(agent_url)
+        default_ref = {"type": "responses_api_agents", "name": agent_name or pool.name}
 
         def route(row: dict[str, Any]) -> Target:
             ref = {"type": "responses_api_agents", "name": agent_name} if agent_name else row.get("agent_ref")
-            return Target(agent_url, ref or default_ref, resources_url)
+            return Target(pool.name, ref or default_ref, resources_url, pool)
 
     jobs = expand(
         rows, repeats, responses_create_params=responses_create_params, num_repeats_add_seed=num_repeats_add_seed
     )
+    if shard is not None:
+        jobs = in_shard(jobs, shard)
     targets = [route(job) for job in jobs]
     for job, target in zip(jobs, targets):
         job.setdefault("agent_ref", target.agent_ref)
@@ -181,6 +215,12 @@ async def _acollect(
     done = {key_of(r): r for r in _checked_done(paths["rollouts"])}
     _check_materialized(paths["materialized_inputs"], jobs, done)
     old_failures = read_appendable(paths["failures"], what="failures")
+    pools: dict[str, ReplicaPool] = {}
+    for t in targets:
+        if t.replicas is None:
+            pools.setdefault(t.url, ReplicaPool([t.url]))
+        else:
+            pools.setdefault(t.url, t.replicas)
     pending = deque((job, t) for job, t in zip(jobs, targets) if key_of(job) not in done)
     n_skipped = len(jobs) - len(pending)
 
@@ -195,7 +235,7 @@ async def _acollect(
         while pending:
             job, target = pending.popleft()
             record, failure = await _run_one(
-                job, target, max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s
+                job, target, pools[target.url], max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s
             )
             if record is not None:
                 writer.write(record)
@@ -221,6 +261,8 @@ async def _acollect(
         for task in tasks:  # on an error or a cancel, no worker may write after the files close
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for p in pools.values():
+            await p.aclose()
         writer.close()
         fail_writer.close()
         if bar is not None:

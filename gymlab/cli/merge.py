@@ -1,0 +1,25 @@
+"""``gymlab merge OUT.jsonl SHARD.jsonl...``: shard outputs of ``gymlab collect --shard`` as one collection.
+
+Exit status 2 (with the files and lines) when two shards hold the same (task, repeat) differently.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("output", metavar="OUT.jsonl", help="the merged collection; companion files go next to it")
+    parser.add_argument("shards", nargs="+", metavar="SHARD.jsonl", help="the shard outputs to join")
+    parser.add_argument("--resources-url", help="a resources server whose /aggregate_metrics computes the metrics")
+
+
+def main(args: argparse.Namespace) -> int:
+    from gymlab.collection.merge import merge
+
+    result = merge(args.output, *args.shards, resources_url=args.resources_url)
+    print(
+        f"gymlab merge: {len(result.rollouts)} rollouts from {len(args.shards)} shards in {result.output}, "
+        f"{len(result.failures)} still failed, mean reward {result.mean_reward:.3f}"
+    )
+    return 0

@@ -1,0 +1,211 @@
+"""Interchangeable replicas of one collection target, and which replica runs the next rollout.
+
+One agent (or environment server) may run as several interchangeable replicas: several
+``--agent-url``s of the same agent on plain hosts, or Ray cells. A ``Replica`` runs one job (a
+materialized row) and returns the ``/run`` answer; it raises ``ReplicaGone`` when the replica itself
+can take no more work (connection refused or reset, an actor that died), and any other error
+(``ServerError``, ``TimeoutError``) when the rollout failed. A ``ReplicaPool`` gives each job to the
+live replica with the fewest rollouts in flight, takes a gone replica out of rotation and probes it
+again after ``reprobe_s`` seconds. The last live replica is never taken out: its jobs fail and are
+retried as with a single URL (a rerun retries what is left in the failures file).
+
+The collection driver stays the only writer of the output files; replicas only answer.
+
+Another kind of replica plugs in by having these three members::
+
+    class MyReplica:
+        name: str                                          # in failures, logs and the pool's repr
+        async def run(self, job: dict, timeout_s: float | None) -> dict: ...  # the /run answer
+        async def alive(self) -> bool: ...                 # may a replica taken out come back?
+
+and is given to ``collect(..., agent_url=ReplicaPool([...]))`` or to a ``Target(..., replicas=pool)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from gymlab.errors import ConfigError, ReplicaGone, ServerError
+
+#: Transport failure kinds that say the server itself is gone (set from exception types by the client).
+GONE_KINDS = frozenset({"transport_unreachable", "transport_peer_drop"})
+
+#: Seconds before a replica taken out of rotation is probed again (None: never).
+DEFAULT_REPROBE_S = 10.0
+
+
+@runtime_checkable
+class Replica(Protocol):
+    """One replica of a collection target: runs a job, returns the ``/run`` answer."""
+
+    name: str
+
+    async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
+        """The ``/run`` answer for ``job``; ``ReplicaGone`` when this replica is gone."""
+        ...
+
+    async def alive(self) -> bool:
+        """True when a replica taken out of rotation can take jobs again."""
+        ...
+
+
+class HttpReplica:
+    """An agent or environment server at ``url``: ``POST {url}/run``."""
+
+    def __init__(self, url: str, name: str | None = None):
+        self.url, self.name = url.rstrip("/"), name or url
+
+    async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
+        from gymlab.client import post_ok
+
+        try:
+            return await post_ok(self.url, "/run", job, server=self.name, timeout=timeout_s)
+        except ServerError as exc:
+            # The client set this kind from the exception's type (refused, reset, disconnected).
+            if exc.status == 0 and exc.failure is not None and exc.failure.kind in GONE_KINDS:
+                raise ReplicaGone(self.name, exc.cause, exc.failure) from exc
+            raise
+
+    async def alive(self) -> bool:
+        """Any HTTP answer (even a 404) from the server's root means it listens again."""
+        import aiohttp
+
+        import gymlab.inproc as inproc
+        from gymlab.client import http_session
+
+        if inproc.lookup(self.url) is not None:
+            return True
+        try:
+            async with http_session().get(self.url + "/", timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                await resp.read()
+                return True
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
+
+    def __repr__(self) -> str:
+        return f"<HttpReplica {self.url}>"
+
+
+@dataclass
+class _Slot:
+    replica: Replica
+    in_flight: int = 0
+    started: int = 0
+    live: bool = True
+    probe_at: float = 0.0
+
+
+class ReplicaPool:
+    """Interchangeable replicas of one target; each job goes to the live one with the fewest in flight."""
+
+    def __init__(self, replicas: Iterable[Replica | str], *, reprobe_s: float | None = DEFAULT_REPROBE_S):
+        self._slots = [_Slot(HttpReplica(r) if isinstance(r, str) else r) for r in replicas]
+        if not self._slots:
+            raise ConfigError("a replica pool needs at least one replica (an agent URL)")
+        self.reprobe_s = reprobe_s
+        self._probes: set[asyncio.Task] = set()
+
+    @property
+    def name(self) -> str:
+        return self._slots[0].replica.name
+
+    @property
+    def replicas(self) -> list[Replica]:
+        return [s.replica for s in self._slots]
+
+    @property
+    def live(self) -> list[Replica]:
+        return [s.replica for s in self._slots if s.live]
+
+    def in_flight(self) -> dict[str, int]:
+        """Rollouts running now, by replica name."""
+        return {s.replica.name: s.in_flight for s in self._slots}
+
+    def started(self) -> dict[str, int]:
+        """Rollouts given to each replica so far (a moved rollout counts on each replica it reached)."""
+        return {s.replica.name: s.started for s in self._slots}
+
+    def _slot(self, replica: Replica) -> _Slot:
+        return next(s for s in self._slots if s.replica is replica)
+
+    def pick(self) -> Replica:
+        """The live replica with the fewest rollouts in flight (then the fewest started)."""
+        self._reprobe()
+        live = [s for s in self._slots if s.live]
+        slot = min(live, key=lambda s: (s.in_flight, s.started))
+        slot.in_flight += 1
+        slot.started += 1
+        return slot.replica
+
+    def done(self, replica: Replica) -> None:
+        """``replica`` finished a job ``pick`` gave it (whatever the outcome)."""
+        self._slot(replica).in_flight -= 1
+
+    def lose(self, replica: Replica) -> bool:
+        """``replica`` is gone: out of rotation unless it is the last live one. True when another
+        live replica can take its jobs."""
+        slot = self._slot(replica)
+        others = [s for s in self._slots if s.live and s is not slot]
+        if not others:
+            return False
+        if slot.live:
+            slot.live = False
+            slot.probe_at = time.monotonic() + (self.reprobe_s or 0.0)
+        return True
+
+    def _reprobe(self) -> None:
+        if self.reprobe_s is None:
+            return
+        now = time.monotonic()
+        for slot in self._slots:
+            if not slot.live and slot.probe_at <= now:
+                slot.probe_at = float("inf")  # one probe at a time
+                task = asyncio.ensure_future(self._probe(slot))
+                self._probes.add(task)
+                task.add_done_callback(self._probes.discard)
+
+    async def _probe(self, slot: _Slot) -> None:
+        try:
+            back = await slot.replica.alive()
+        except Exception:  # a probe that raised says the replica is not back
+            back = False
+        if back:
+            slot.live = True
+        else:
+            slot.probe_at = time.monotonic() + (self.reprobe_s or 0.0)
+
+    async def aclose(self) -> None:
+        """Stop the probes in progress (the replicas themselves belong to whoever started them)."""
+        for task in list(self._probes):
+            task.cancel()
+        await asyncio.gather(*self._probes, return_exceptions=True)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{s.replica.name} {'live' if s.live else 'out'} {s.in_flight} in flight" for s in self._slots
+        )
+        return f"<ReplicaPool {len(self.live)}/{len(self._slots)} live: {parts}>"
+
+
+def agent_pool(agent_url: str | Sequence[str] | ReplicaPool) -> ReplicaPool:
+    """The pool ``collect(agent_url=...)`` means: one URL, several URLs of the same agent, or a pool."""
+    if isinstance(agent_url, ReplicaPool):
+        return agent_url
+    if isinstance(agent_url, str):
+        return ReplicaPool([agent_url])
+    urls = list(agent_url)
+    if not urls or not all(isinstance(u, str) for u in urls):
+        raise ConfigError(f"agent_url: expected a URL, a list of URLs or a ReplicaPool, got {agent_url!r}")
+    if len(set(urls)) != len(urls):
+        raise ConfigError(f"agent_url: a URL is given twice: {', '.join(urls)}")
+    return ReplicaPool(urls)
+
+
+__all__ = ["DEFAULT_REPROBE_S", "GONE_KINDS", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]

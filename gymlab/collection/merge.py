@@ -1,0 +1,103 @@
+"""Shard outputs joined into one collection: ``merge("run.jsonl", "run.1.jsonl", "run.2.jsonl")``.
+
+Each shard is a collection's four files (``files.output_paths``). The merge holds every
+(task, repeat) once, in "aabbcc" order: rollouts and materialized inputs are united (the same key
+twice with the same content is kept once; with different content it is an error naming both files
+and lines), a failure is kept only when no shard holds a rollout for its key (the later shard's
+failure wins), and the aggregate metrics are computed again over the merged rollouts as ``collect``
+computes them (from ``resources_url``'s ``/aggregate_metrics`` when given, else here). Every file is
+written atomically; the output may be one of the shards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from gymlab.collection.files import Key, key_of, output_paths, sort_key
+from gymlab.collection.metrics import aggregate
+from gymlab.collection.runner import CollectResult
+from gymlab.errors import DatasetError
+from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
+
+
+def _united(files: list[Path], what: str, *, required: bool) -> dict[Key, tuple[dict[str, Any], Path, int]]:
+    """key -> (record, file, line) over ``files``; a key seen twice with different content raises."""
+    out: dict[Key, tuple[dict[str, Any], Path, int]] = {}
+    for path in files:
+        if not path.exists():
+            if required:
+                raise DatasetError(str(path), None, f"no such {what} file (is the shard finished, and named right?)")
+            continue
+        for line, record in iter_jsonl(path, what=what):
+            k = key_of(record)
+            if k[0] is None or k[1] is None:
+                raise DatasetError(str(path), line, f"a {what} line needs _ng_task_index and _ng_rollout_index")
+            if k in out and out[k][0] != record:
+                _, first, first_line = out[k]
+                raise DatasetError(
+                    str(path),
+                    line,
+                    f"(task {k[0]}, repeat {k[1]}) is also in {first}:{first_line} with different content; "
+                    "the shards overlap (collected with different --shard counts, or rerun elsewhere): "
+                    "delete one of the two lines, then merge again",
+                )
+            out.setdefault(k, (record, path, line))
+    return out
+
+
+async def amerge(
+    output: str | os.PathLike, *shards: str | os.PathLike, resources_url: str | None = None
+) -> CollectResult:
+    """``merge`` on the running loop."""
+    t0 = time.perf_counter()
+    if not shards:
+        raise DatasetError(str(output), None, "nothing to merge: give the shard outputs (NAME.jsonl) to join")
+    parts = [output_paths(s) for s in shards]
+    rollouts = _united([p["rollouts"] for p in parts], "rollouts", required=True)
+    inputs = _united([p["materialized_inputs"] for p in parts], "materialized inputs", required=False)
+    failures: dict[Key, dict[str, Any]] = {}
+    for p in parts:
+        if p["failures"].exists():
+            for _, failure in iter_jsonl(p["failures"], what="failures"):
+                if key_of(failure) not in rollouts:
+                    failures[key_of(failure)] = failure
+
+    records = sorted((r for r, _, _ in rollouts.values()), key=sort_key)
+    failed = sorted(failures.values(), key=sort_key)
+    agents = {str((r.get("agent_ref") or {}).get("name")) for r in records}
+    metrics = await aggregate(records, dict.fromkeys(agents, resources_url))
+    paths = output_paths(output)
+    write_jsonl_atomic(paths["materialized_inputs"], sorted((r for r, _, _ in inputs.values()), key=sort_key))
+    write_jsonl_atomic(paths["failures"], failed)
+    write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
+    write_jsonl_atomic(paths["rollouts"], records)  # last: the rollouts file says the merge finished
+    return CollectResult(
+        output=paths["rollouts"],
+        rollouts=records,
+        failures=failed,
+        aggregate_metrics=metrics,
+        n_new=len(records),
+        n_skipped=0,
+        paths=paths,
+        duration_s=time.perf_counter() - t0,
+    )
+
+
+def merge(output: str | os.PathLike, *shards: str | os.PathLike, resources_url: str | None = None) -> CollectResult:
+    """Join the outputs of ``collect(..., shard=(i, n))`` runs into ``output`` (see the module doc)."""
+    from gymlab._sync import run_sync
+
+    async def go() -> CollectResult:
+        from gymlab.client import http_scope
+
+        async with http_scope():
+            return await amerge(output, *shards, resources_url=resources_url)
+
+    return run_sync(go())
+
+
+__all__ = ["amerge", "merge"]
