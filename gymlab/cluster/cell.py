@@ -12,16 +12,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gymlab.cluster.recipe import Recipe, ordered
+from gymlab.cluster.recipe import ordered, unpack
 from gymlab.errors import ConfigError
 
 
 class Cell:
     """The body of the cell actor (``gymlab.cluster.pool`` wraps it with ``ray.remote``)."""
 
-    def __init__(self, recipes: list[Recipe], index: int, log_level: str = "warning"):
+    def __init__(self, files: list[tuple[str, str]], blob: bytes, index: int, log_level: str = "warning"):
+        """``files`` and ``blob``: the recipes as ``gymlab.cluster.recipe.pack`` made them."""
         from gymlab._runtime.serve import LoopServer
 
+        recipes = unpack(files, blob)
         self.index = index
         self.urls: dict[str, str] = {}
         self.roles: dict[str, str] = {}

@@ -14,9 +14,8 @@ from typing import Any
 
 from gymlab.cluster.cell import Cell
 from gymlab.cluster.connect import connect
-from gymlab.cluster.recipe import Recipe, portable_recipes
+from gymlab.cluster.recipe import Recipe, pack
 from gymlab.errors import ConfigError, ServerError, ServerStartError
-from gymlab.protocol.failure_kinds import Failure
 
 _pool_ids = itertools.count()
 
@@ -52,7 +51,8 @@ class CellRef:
             return await getattr(self.actor, method).remote(*args)
         except RayActorError as exc:
             self.alive = False
-            raise CellGone(f"cell {self.index} on node {self.node_ip or '?'} is gone: {exc}") from None
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CellGone(f"cell {self.index} on node {self.node_ip or '?'} is gone: {cause}") from None
 
     def __repr__(self) -> str:
         state = "" if self.alive else " dead"
@@ -92,14 +92,15 @@ class CellPool:
         self.id = next(_pool_ids)
         self.cpus_per_replica = cpus_per_replica
         self._closed = False
+        self._replicas: dict[str, Any] = {}  # agent -> its ReplicaPool over the cells (the dispatch seam)
         self._bridges: dict[int, dict[str, Any]] = {}  # cell -> server -> its driver-side URL (episodes)
         options: dict[str, Any] = {"num_cpus": cpus_per_replica, "scheduling_strategy": "SPREAD"}
         if runtime_env:
             options["runtime_env"] = runtime_env
         options.update(ray_options or {})
         remote = ray.remote(Cell).options(**options)
-        shipped = portable_recipes(recipes)
-        self.cells = [CellRef(i, remote.remote(shipped, i, log_level)) for i in range(replicas)]
+        files, blob = pack(recipes)
+        self.cells = [CellRef(i, remote.remote(files, blob, i, log_level)) for i in range(replicas)]
         self._start(ray, startup_timeout)
 
     def _start(self, ray, timeout: float) -> None:
@@ -129,48 +130,54 @@ class CellPool:
         return [c for c in self.cells if c.alive]
 
     def pick(self) -> CellRef:
-        """The live cell with the fewest rollouts in flight; none left raises ``CellGone``."""
+        """The live cell with the fewest rollouts in flight (where an episode is pinned); none left
+        raises ``CellGone``."""
         live = self.live
         if not live:
             raise CellGone(f"{self.name}: no live cell left of {len(self.cells)}")
         return min(live, key=lambda c: (c.in_flight, c.done, c.index))
 
-    async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None):
-        """``POST /run`` of ``job`` in one cell, retried on another while cells die; ``(status, body)``.
+    def replicas(self, agent: str | None = None):
+        """The cells as one ``ReplicaPool`` of ``agent`` (default: the pool's agent), kept per agent."""
+        from gymlab.cluster.replica import CellReplica
+        from gymlab.collection.dispatch import ReplicaPool
 
-        No live cell left raises ``ServerError`` with a ``transport_unreachable`` failure at admission.
-        """
         agent = agent or self.agent
-        while True:
-            try:
-                cell = self.pick()
-            except CellGone as exc:
-                failure = Failure(kind="transport_unreachable", stage="admission", server=self.name, message=str(exc))
-                raise ServerError(self.name, "POST /run", 0, str(exc), "start the pool again", failure) from None
-            try:
-                reply = await self.arun_on(cell, agent, job, timeout)
-            except CellGone:
-                continue  # its rollout runs again on another cell: the driver records it once
-            return reply
+        if agent not in self._replicas:
+            self._replicas[agent] = ReplicaPool([CellReplica(c, agent) for c in self.cells], reprobe_s=None)
+        return self._replicas[agent]
 
-    async def arun_on(self, cell: CellRef, agent: str, job: dict[str, Any], timeout: float | None):
-        """``POST /run`` in ``cell``: ``(status, body)``; ``CellGone`` when the cell died meanwhile."""
-        cell.in_flight += 1
-        try:
-            reply = await cell.call("run", agent, job, timeout)
-        finally:
-            cell.in_flight -= 1
-        cell.done += 1
-        return reply
+    async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
+        """``POST /run`` of ``job`` in the live cell with the fewest in flight, moved to another cell
+        while cells die: the parsed answer. No live cell left raises ``ServerError`` (status 0) with
+        the gone cell's ``transport_peer_drop`` failure; a failed rollout raises its ``ServerError``."""
+        from gymlab.errors import ReplicaGone
+
+        replicas = self.replicas(agent)
+        while True:
+            replica = replicas.pick()
+            try:
+                return await replica.run(job, timeout)
+            except ReplicaGone as gone:
+                if replicas.lose(replica):
+                    continue  # its rollout runs again in another cell: the driver records it once
+                raise ServerError(
+                    self.name,
+                    "POST /run",
+                    0,
+                    gone.cause,
+                    "every cell of the pool is gone; serve it again",
+                    gone.failure,
+                ) from None
+            finally:
+                replicas.done(replica)
 
     async def arun(self, row: dict[str, Any]):
         """One episode of ``row`` through the pool's agent: a ``Rollout`` (what ``run_many`` calls)."""
         from gymlab._sync import on_background_loop
-        from gymlab.client import Reply, _parsed
         from gymlab.protocol import Rollout
 
-        status, body = await on_background_loop(self.apost_run(row))
-        return Rollout.model_validate(_parsed(Reply(status, body), "/run", self.name))
+        return Rollout.model_validate(await on_background_loop(self.apost_run(row)))
 
     def run(self, row: dict[str, Any]):
         """``arun`` from sync code."""
@@ -239,9 +246,7 @@ class CellPool:
             return f"<CellPool {self.name}: closed>"
         in_flight = sum(c.in_flight for c in self.cells)
         dead = len(self.cells) - len(self.live)
-        head = (
-            f"<CellPool {self.name}: {len(self.live)} cells on {len(self.nodes)} nodes, {in_flight} in flight"
-            + (f", {dead} dead" if dead else "")
+        head = f"<CellPool {self.name}: {len(self.live)} cells on {len(self.nodes)} nodes, {in_flight} in flight" + (
+            f", {dead} dead" if dead else ""
         )
         return head + "".join(f"\n  {c!r}" for c in self.cells) + ">"
-

@@ -1,16 +1,16 @@
 """What a cell serves: one ``Recipe`` per server, and the code they name shipped to the nodes.
 
 A recipe holds the server class and its config, with references to the other servers of the same
-cell by name; the cell binds them to its own URLs. How a class (or a ``policy`` function) reaches a
-node (``portable``):
+cell by name; the cell binds them to its own URLs. The recipes travel to a node pickled by Ray's
+cloudpickle (``pack``), and the node first imports the files their code comes from (``unpack``):
 
-- installed packages (gymlab, site-packages) and the standard library travel by name;
-- a class from a file (a config's ``app.py``, an example environment, a test module) travels as a
-  ``FileRef``: the node imports that file under the same module name, so its annotations, helper
-  models and module state are whole (the file must be on the node: a shared filesystem, or Ray's
-  ``runtime_env={"working_dir": ...}``);
-- anything else (a notebook's ``__main__``, a class defined inside a function) is pickled by value
-  by Ray's cloudpickle, "as it is".
+- installed packages (gymlab, site-packages) and the standard library are imported by name;
+- a class or function from a file (a config's ``app.py``, an example environment, a test module),
+  and the file of every base class, is imported on the node from the same path under the same
+  module name, so its annotations, helper models and module state are whole (the file must be on
+  the node: a shared filesystem, or Ray's ``runtime_env={"working_dir": ...}``);
+- a notebook's classes (``__main__``) and classes defined inside a function are pickled by value,
+  "as they are".
 """
 
 from __future__ import annotations
@@ -45,31 +45,8 @@ class Recipe:
 
     def build(self, urls: dict[str, str]):
         """The server instance on this node, its references bound to ``urls``, on 127.0.0.1."""
-        config = {k: resolve(v) for k, v in self.config.items()}
-        config.update({key: urls[name] for key, name in self.refs.items()})
-        return resolve(self.server)(**{**config, "name": self.name, "host": "127.0.0.1", "port": 0})
-
-
-@dataclass(frozen=True)
-class FileRef:
-    """A class or function by the file that defines it: imported on the node under the same name."""
-
-    path: str
-    module: str
-    qualname: str
-
-    def load(self) -> Any:
-        from gymlab.utils import import_file
-
-        obj: Any = import_file(self.path, self.module, sibling_imports=True)
-        for part in self.qualname.split("."):
-            obj = getattr(obj, part)
-        return obj
-
-
-def resolve(value: Any) -> Any:
-    """``value``, or what a ``FileRef`` names."""
-    return value.load() if isinstance(value, FileRef) else value
+        config = {**self.config, **{key: urls[name] for key, name in self.refs.items()}}
+        return self.server(**{**config, "name": self.name, "host": "127.0.0.1", "port": 0})
 
 
 def ordered(recipes: list[Recipe]) -> list[Recipe]:
@@ -104,43 +81,53 @@ def _installed(path: str | None) -> bool:
     return any(here.is_relative_to(Path(root).resolve()) for root in roots) or "site-packages" in here.parts
 
 
-def portable(obj: Any) -> Any:
-    """``obj`` as it travels to a node: itself (by name, or by value) or a ``FileRef`` (see the module doc)."""
-    name = getattr(obj, "__module__", None)
-    module = sys.modules.get(name or "")
-    path = getattr(module, "__file__", None)
-    if module is None or name == "__main__" or _installed(path):
-        return obj  # by name, or (``__main__``) by value already
-    if path and "<locals>" not in getattr(obj, "__qualname__", "<locals>") and Path(path).is_file():
-        return FileRef(str(Path(path).resolve()), name, obj.__qualname__)
+def _files_of(obj: Any) -> set[tuple[str, str]]:
+    """(path, module name) of the files a node must import for ``obj`` to unpickle: its module's,
+    and its base classes' (nothing for installed modules and ``__main__``)."""
+    found = set()
+    for item in obj.__mro__ if isinstance(obj, type) else (obj,):
+        name = getattr(item, "__module__", None)
+        module = sys.modules.get(name or "")
+        path = getattr(module, "__file__", None)
+        if module is None or name == "__main__" or _installed(path) or not Path(path).is_file():
+            continue
+        found.add((str(Path(path).resolve()), name))
+    return found
+
+
+def pack(recipes: list[Recipe]) -> tuple[list[tuple[str, str]], bytes]:
+    """The recipes as they travel: the files to import first, and the pickled recipes."""
     from ray import cloudpickle
 
-    cloudpickle.register_pickle_by_value(module)
-    return obj
+    files: set[tuple[str, str]] = set()
+    for recipe in recipes:
+        files |= _files_of(recipe.server)
+        for value in recipe.config.values():
+            if callable(value):
+                files |= _files_of(value)
+    return sorted(files), cloudpickle.dumps(recipes)
 
 
-def portable_recipes(recipes: list[Recipe]) -> list[Recipe]:
-    """The recipes with every class and callable they name made ``portable``."""
-    return [
-        Recipe(
-            r.name,
-            r.role,
-            portable(r.server),
-            {k: portable(v) if callable(v) and not isinstance(v, type) else v for k, v in r.config.items()},
-            dict(r.refs),
-        )
-        for r in recipes
-    ]
+def unpack(files: list[tuple[str, str]], blob: bytes) -> list[Recipe]:
+    """On the node: import ``files`` under their module names, then unpickle the recipes."""
+    from ray import cloudpickle
+
+    from gymlab.utils import import_file
+
+    for path, name in files:
+        import_file(path, name, sibling_imports=True)
+    return cloudpickle.loads(blob)
 
 
 def from_config(config) -> list[Recipe]:
     """The recipes of every server of a loaded YAML config (``gymlab.collection.config.Config``):
-    classes and ``policy: app.py:fn`` imported here, on the driver (``portable`` says how they reach a node)."""
+    classes and ``policy: app.py:fn`` imported here, on the driver (``pack`` says how they reach a node)."""
     from gymlab.collection.imports import load_object
 
     recipes = []
     for spec in config.launch_order():
-        fields = {k: v for k, v in spec.fields.items() if k not in ("host", "port", "num_replicas")}
+        # a cell binds 127.0.0.1 on a free port, one worker per server (scale with num_replicas)
+        fields = {k: v for k, v in spec.fields.items() if k not in ("host", "port", "num_workers")}
         if isinstance(fields.get("policy"), str) and ":" in fields["policy"]:
             fields["policy"] = load_object(fields["policy"], where=f"{spec.where}.policy")
         refs = {key: name for key, (_type, name) in spec.refs.items()}
