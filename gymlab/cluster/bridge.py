@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gymlab import inproc
+import gymlab.inproc as inproc
 from gymlab.errors import error_body
 from gymlab.protocol.failure_kinds import Failure
 
@@ -24,7 +24,7 @@ _HOP_HEADERS = frozenset({b"host", b"content-length"})
 
 def bridge_app(cell: Any, server: str, timeout: float | None = None):
     """An ASGI app answering every POST by forwarding it to ``server`` in ``cell`` (a ``CellRef``)."""
-    from gymlab.cluster.pool import CellGone
+    from gymlab.cluster.cell import CellGone
 
     async def app(scope: dict, receive, send) -> None:
         chunks, more = [], True

@@ -16,6 +16,10 @@ from gymlab.cluster.recipe import ordered, unpack
 from gymlab.errors import ConfigError
 
 
+class CellGone(ConnectionError):
+    """A cell's actor is gone (its process or node died): its in-flight rollouts go to another cell."""
+
+
 class Cell:
     """The body of the cell actor (``gymlab.cluster.pool`` wraps it with ``ray.remote``)."""
 
@@ -72,7 +76,7 @@ class Cell:
         """One POST to ``server`` of this cell, in-process: ``(status, headers, body)`` as it answered."""
         import asyncio
 
-        from gymlab import inproc
+        import gymlab.inproc as inproc
         from gymlab._sync import on_background_loop
 
         url = self.urls[server]

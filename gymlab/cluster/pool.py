@@ -12,16 +12,12 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymlab.cluster.cell import Cell
+from gymlab.cluster.cell import Cell, CellGone
 from gymlab.cluster.connect import connect
 from gymlab.cluster.recipe import Recipe, pack
 from gymlab.errors import ConfigError, ServerError, ServerStartError
 
 _pool_ids = itertools.count()
-
-
-class CellGone(ConnectionError):
-    """A cell's actor is gone (its process or node died): its in-flight rollouts go to another cell."""
 
 
 @dataclass(eq=False)

@@ -23,7 +23,7 @@ class CellReplica:
     async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
         """The ``/run`` answer; ``ReplicaGone`` when the cell died, ``ServerError`` when the rollout failed."""
         from gymlab.client import Reply, _parsed
-        from gymlab.cluster.pool import CellGone
+        from gymlab.cluster.cell import CellGone
 
         cell = self.cell
         cell.in_flight += 1

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fastapi import Request
 
-from gymlab import Lab, SimpleResourcesServer
+from gymlab import Lab
 from gymlab.examples import environment_dir, example_rows, load_environment
 from gymlab.testing.workers import wait_until
 
@@ -128,12 +128,22 @@ def test_a_cell_killed_mid_collection_loses_and_duplicates_nothing(lab, tmp_path
     result: dict = {}
     thread = threading.Thread(
         target=lambda: result.update(
-            r=collect(rows, out, agent_url=pool.replicas(), agent_name="simple_agent", repeats=3, concurrency=6, progress=False)
+            r=collect(
+                rows,
+                out,
+                agent_url=pool.replicas(),
+                agent_name="simple_agent",
+                repeats=3,
+                concurrency=6,
+                progress=False,
+            )
         )
     )
     thread.start()
     victim = pool.cells[1]
-    wait_until(lambda: out.exists() and len(out.read_text().splitlines()) >= 6 and victim.in_flight > 0, 60, "rollouts written")
+    wait_until(
+        lambda: out.exists() and len(out.read_text().splitlines()) >= 6 and victim.in_flight > 0, 60, "rollouts written"
+    )
     in_flight_when_killed = victim.in_flight
     ray.kill(victim.actor)
     thread.join(120)
@@ -182,19 +192,25 @@ def test_collect_ray_resumes_after_a_driver_kill_to_the_same_file(ray_cluster, t
     config = write_config(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     whole = tmp_path / "whole.jsonl"
-    done = subprocess.run(collect_command(config, whole, ray_cluster.address), env=env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        collect_command(config, whole, ray_cluster.address), env=env, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr
     assert "32 rollouts" in done.stdout and "2 cells on 2 nodes" in done.stderr
 
     cut = tmp_path / "cut.jsonl"
-    driver = subprocess.Popen(collect_command(config, cut, ray_cluster.address), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    driver = subprocess.Popen(
+        collect_command(config, cut, ray_cluster.address), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         wait_until(lambda: cut.exists() and len(cut.read_text().splitlines()) >= 5, 120, "the first lines written")
     finally:
         os.kill(driver.pid, signal.SIGKILL)
         driver.communicate()
     assert 5 <= len(cut.read_text().splitlines()) < 32
-    resumed = subprocess.run(collect_command(config, cut, ray_cluster.address), env=env, capture_output=True, text=True, timeout=180)
+    resumed = subprocess.run(
+        collect_command(config, cut, ray_cluster.address), env=env, capture_output=True, text=True, timeout=180
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "already done" in resumed.stdout
     lines = lambda p: [json.loads(line) for line in p.read_text().splitlines()]  # noqa: E731
