@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import FastAPI, Request  # at module level: the route's annotations name Request
+from fastapi.responses import JSONResponse
+
 from gymlab.errors import ServerError, error_body
 
 
 def front_app(pool: Any, agent: str, timeout_s: float | None = None):
     """A FastAPI app: ``POST /run`` of ``agent`` in ``pool``'s cells, ``GET /health``."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-
     app = FastAPI(title=f"{agent} on Ray cells")
 
     @app.post("/run")

@@ -153,7 +153,10 @@ def test_a_cell_killed_mid_collection_loses_and_duplicates_nothing(lab, tmp_path
     assert len(out.read_text().splitlines()) == 36 and collected.failures == []
     assert in_flight_when_killed > 0 and not victim.alive
     assert all(r["reward"] == 1.0 for r in collected.rollouts)
-    pool.close()
+    survivor = pool.cells[0].actor
+    pool.close()  # kills its actors
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(survivor.info.remote(), timeout=60)
 
 
 def write_config(folder: Path) -> Path:
@@ -188,15 +191,15 @@ def collect_command(config: Path, out: Path, address: str) -> list[str]:
     ]  # fmt: skip
 
 
-def test_collect_ray_resumes_after_a_driver_kill_to_the_same_file(ray_cluster, tmp_path):
+def test_collect_ray_resumes_after_a_driver_kill_to_the_same_file(ray_cluster, tmp_path, capsys):
+    from gymlab.cli import main
+
     config = write_config(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    whole = tmp_path / "whole.jsonl"
-    done = subprocess.run(
-        collect_command(config, whole, ray_cluster.address), env=env, capture_output=True, text=True, timeout=180
-    )
-    assert done.returncode == 0, done.stderr
-    assert "32 rollouts" in done.stdout and "2 cells on 2 nodes" in done.stderr
+    whole = tmp_path / "whole.jsonl"  # the uninterrupted run: the same command in this process (Ray connected)
+    assert main(collect_command(config, whole, ray_cluster.address)[3:]) == 0
+    printed = capsys.readouterr()
+    assert "32 rollouts" in printed.out and "2 cells on 2 nodes" in printed.err
 
     cut = tmp_path / "cut.jsonl"
     driver = subprocess.Popen(
@@ -221,3 +224,50 @@ def test_import_gymlab_does_not_import_ray():
     code = "import sys, gymlab; gymlab.Lab; import gymlab.lab.lab; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+def test_a_door_answers_run_through_the_cells_over_http(pool):
+    """What ``gymlab serve CONFIG --ray`` prints: one URL per agent, /run through the cells."""
+    import urllib.request
+
+    from gymlab.cluster.front import serve_fronts
+
+    fronts = serve_fronts(pool)
+    try:
+        url = fronts["simple_agent"].url
+        row = counter_rows(2)[1]
+        request = urllib.request.Request(
+            url + "/run", json.dumps(row).encode(), {"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            answer = json.loads(resp.read())
+        assert (answer["reward"], answer["final_count"]) == (1.0, row["target"])
+        with urllib.request.urlopen(url + "/health", timeout=60) as resp:
+            health = json.loads(resp.read())
+        assert (health["cells"], health["live"], health["nodes"]) == (2, 2, 2)
+    finally:
+        for runner in fronts.values():
+            runner.stop()
+
+
+@pytest.mark.parametrize("value", [0, -1, "two", True])
+def test_num_replicas_is_a_positive_whole_number(tmp_path, value):
+    from gymlab.collection.config import load_config
+    from gymlab.errors import ConfigError
+
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "env:\n  resources_servers:\n    counter:\n"
+        f"      entrypoint: {environment_dir('counter') / 'app.py'}\n      num_replicas: {json.dumps(value)}\n"
+    )
+    with pytest.raises(ConfigError, match="num_replicas"):
+        load_config(config)
+
+
+def test_num_replicas_sets_the_cells_of_a_config(tmp_path):
+    from gymlab.cluster.configs import replicas_of
+    from gymlab.collection.config import load_config
+
+    config = load_config(write_config(tmp_path))
+    assert config.servers["counter"].num_replicas == 2
+    assert (replicas_of(config, None), replicas_of(config, 5)) == (2, 5)
