@@ -224,6 +224,8 @@ class CellPool:
 
         if not ray.is_initialized():
             return
+        live = [c.actor.close.remote() for c in self.cells if c.alive]
+        ray.wait(live, num_returns=len(live), timeout=15)  # their server processes stop cleanly first
         for cell in self.cells:
             try:
                 ray.kill(cell.actor)

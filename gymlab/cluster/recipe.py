@@ -42,6 +42,15 @@ class Recipe:
     server: type
     config: dict[str, Any] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
+    #: For a server from a config: its import target and YAML fields (JSON), so a cell can run it as
+    #: processes when it has ``num_workers`` > 1 (as ``gymlab serve`` does); ``where`` names it.
+    target: str | None = None
+    raw: dict[str, Any] | None = None
+    where: str = ""
+
+    @property
+    def workers(self) -> int:
+        return int(self.config.get("num_workers", 1) or 1)
 
     def build(self, urls: dict[str, str]):
         """The server instance on this node, its references bound to ``urls``, on 127.0.0.1."""
@@ -126,10 +135,11 @@ def from_config(config) -> list[Recipe]:
 
     recipes = []
     for spec in config.launch_order():
-        # a cell binds 127.0.0.1 on a free port, one worker per server (scale with num_replicas)
-        fields = {k: v for k, v in spec.fields.items() if k not in ("host", "port", "num_workers")}
+        raw = {k: v for k, v in spec.fields.items() if k not in ("host", "port")}  # a cell binds 127.0.0.1
+        fields = dict(raw)
         if isinstance(fields.get("policy"), str) and ":" in fields["policy"]:
             fields["policy"] = load_object(fields["policy"], where=f"{spec.where}.policy")
         refs = {key: name for key, (_type, name) in spec.refs.items()}
-        recipes.append(Recipe(spec.instance, ROLE_OF_TYPE[spec.server_type], spec.server_cls(), fields, refs))
+        role = ROLE_OF_TYPE[spec.server_type]
+        recipes.append(Recipe(spec.instance, role, spec.server_cls(), fields, refs, spec.target(), raw, spec.where))
     return recipes
