@@ -6,8 +6,10 @@ materialized row) and returns the ``/run`` answer; it raises ``ReplicaGone`` whe
 can take no more work (connection refused or reset, an actor that died), and any other error
 (``ServerError``, ``TimeoutError``) when the rollout failed. A ``ReplicaPool`` gives each job to the
 live replica with the fewest rollouts in flight, takes a gone replica out of rotation and probes it
-again after ``reprobe_s`` seconds. The last live replica is never taken out: its jobs fail and are
-retried as with a single URL (a rerun retries what is left in the failures file).
+again after ``reprobe_s`` seconds. The job moves at once to another live replica; its first move
+counts as one of its retries, later moves are free (each takes a replica out, so they are bounded).
+The last live replica is never taken out: its jobs are retried with backoff, then written to the
+failures file, as with a single URL (a rerun retries them).
 
 The collection driver stays the only writer of the output files; replicas only answer.
 
@@ -54,20 +56,26 @@ class Replica(Protocol):
 
 
 class HttpReplica:
-    """An agent or environment server at ``url``: ``POST {url}/run``."""
+    """An agent or environment server at ``url``: ``POST {url}/run``.
 
-    def __init__(self, url: str, name: str | None = None):
-        self.url, self.name = url.rstrip("/"), name or url
+    ``name`` tells replicas apart (default: the URL). Errors name the server as ``server`` when
+    given, else as the agent the job's ``agent_ref`` names, and always say the URL.
+    """
+
+    def __init__(self, url: str, name: str | None = None, *, server: str | None = None):
+        self.url = url.rstrip("/")
+        self.name, self._server = name or self.url, server
 
     async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
         from gymlab.client import post_ok
 
+        server = self._server or str((job.get("agent_ref") or {}).get("name") or self.url)
         try:
-            return await post_ok(self.url, "/run", job, server=self.name, timeout=timeout_s)
+            return await post_ok(self.url, "/run", job, server=server, timeout=timeout_s)
         except ServerError as exc:
             # The client set this kind from the exception's type (refused, reset, disconnected).
             if exc.status == 0 and exc.failure is not None and exc.failure.kind in GONE_KINDS:
-                raise ReplicaGone(self.name, exc.cause, exc.failure) from exc
+                raise ReplicaGone(self.name, exc.cause, exc.failure) from exc  # the URL: which replica
             raise
 
     async def alive(self) -> bool:
@@ -194,18 +202,19 @@ class ReplicaPool:
         return f"<ReplicaPool {len(self.live)}/{len(self._slots)} live: {parts}>"
 
 
-def agent_pool(agent_url: str | Sequence[str] | ReplicaPool) -> ReplicaPool:
-    """The pool ``collect(agent_url=...)`` means: one URL, several URLs of the same agent, or a pool."""
+def agent_pool(agent_url: str | Sequence[str] | ReplicaPool, server: str | None = None) -> ReplicaPool:
+    """The pool ``collect(agent_url=...)`` means: one URL, several URLs of the same agent, or a pool.
+    ``server``: how errors name the agent (default: each job's ``agent_ref``)."""
     if isinstance(agent_url, ReplicaPool):
         return agent_url
     if isinstance(agent_url, str):
-        return ReplicaPool([agent_url])
+        agent_url = [agent_url]
     urls = list(agent_url)
     if not urls or not all(isinstance(u, str) for u in urls):
         raise ConfigError(f"agent_url: expected a URL, a list of URLs or a ReplicaPool, got {agent_url!r}")
     if len(set(urls)) != len(urls):
         raise ConfigError(f"agent_url: a URL is given twice: {', '.join(urls)}")
-    return ReplicaPool(urls)
+    return ReplicaPool([HttpReplica(url, server=server) for url in urls])
 
 
 __all__ = ["DEFAULT_REPROBE_S", "GONE_KINDS", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gymlab.collection.dispatch import ReplicaPool, agent_pool
+from gymlab.collection.dispatch import HttpReplica, ReplicaPool, agent_pool
 from gymlab.collection.expand import check_rows, expand
 from gymlab.collection.files import Key, key_of, output_paths, sort_key
 from gymlab.collection.metrics import aggregate
@@ -195,7 +195,7 @@ async def _acollect(
     if (agent_url is None) == (route is None):
         raise ConfigError("give exactly one of agent_url= (one agent server) or route= (row -> Target)")
     if route is None:
-        pool = agent_pool(agent_url)
+        pool = agent_pool(agent_url, server=agent_name)
         default_ref = {"type": "responses_api_agents", "name": agent_name or pool.name}
 
         def route(row: dict[str, Any]) -> Target:
@@ -217,10 +217,9 @@ async def _acollect(
     old_failures = read_appendable(paths["failures"], what="failures")
     pools: dict[str, ReplicaPool] = {}
     for t in targets:
-        if t.replicas is None:
-            pools.setdefault(t.url, ReplicaPool([t.url]))
-        else:
-            pools.setdefault(t.url, t.replicas)
+        if t.url not in pools:
+            server = str(t.agent_ref.get("name") or t.url)
+            pools[t.url] = t.replicas if t.replicas is not None else ReplicaPool([HttpReplica(t.url, server=server)])
     pending = deque((job, t) for job, t in zip(jobs, targets) if key_of(job) not in done)
     n_skipped = len(jobs) - len(pending)
 

@@ -16,8 +16,9 @@ import pytest
 
 import gymlab
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, Lab
+from gymlab._sync import run_sync
 from gymlab.cli import main as cli
-from gymlab.collection import ReplicaPool, collect, merge
+from gymlab.collection import HttpReplica, ReplicaPool, collect, merge
 from gymlab.collection.files import output_paths
 from gymlab.collection.shards import in_shard, parse_shard, shard_of
 from gymlab.errors import ConfigError, DatasetError
@@ -157,6 +158,8 @@ def test_an_agent_stopped_mid_run_loses_and_duplicates_nothing(servers, full_run
     keys = [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in lines(out)]
     assert keys == [(t, k) for t in range(5) for k in range(2)]  # each once, in order
     assert [stable(r) for r in lines(out)] == [stable(r) for r in lines(full_run)]
+    # what a re-probe would find: the stopped agent absent, the other answering
+    assert run_sync(HttpReplica(doomed.url).alive()) is False and run_sync(HttpReplica(a.url).alive()) is True
 
 
 def refuses(url: str) -> bool:
@@ -194,7 +197,7 @@ def test_overlapping_shards_with_different_content_are_refused(full_run, tmp_pat
     assert result.failures == [lost] == lines(output_paths(tmp_path / "out.jsonl")["failures"])
 
 
-def test_shard_choice_and_its_errors():
+def test_shard_choice_and_its_errors(tmp_path, capsys):
     jobs = [{"_ng_task_index": t, "_ng_rollout_index": r} for t in range(5) for r in range(3)]
     parts = [in_shard(jobs, (i, 3)) for i in (1, 2, 3)]
     assert sorted(map(str, sum(parts, []))) == sorted(map(str, jobs))  # a partition
@@ -204,3 +207,9 @@ def test_shard_choice_and_its_errors():
     for bad in ("0/2", "3/2", "1", "a/b", (0, 1)):
         with pytest.raises(ConfigError, match="1 <= i <= n"):
             parse_shard(bad)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in example_rows("calculator")))
+    out = tmp_path / "out.jsonl"
+    argv = ["collect", "--agent-url", "http://127.0.0.1:9", "-i", str(rows), "-o", str(out), "--shard", "3/2"]
+    assert cli(argv) == 2
+    assert "gymlab collect: error: shard '3/2': expected i/n with 1 <= i <= n" in capsys.readouterr().err
