@@ -176,12 +176,13 @@ def serve_ray(config, args: argparse.Namespace) -> int:
     from gymlab.cluster.configs import config_pool
     from gymlab.cluster.front import serve_fronts
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
     with config_pool(config, **ray_options(args)) as pool:
+        signal.signal(signal.SIGTERM, _on_sigterm)  # after ray.init, which installs its own
         fronts = serve_fronts(pool, args.host, args.port)
         try:
             for agent, runner in fronts.items():
-                print(f"{agent} -> {runner.url} (POST /run through {len(pool.cells)} cells)", flush=True)
+                cells = f"{len(pool.cells)} cell" + "s" * (len(pool.cells) != 1)
+                print(f"{agent} -> {runner.url} (POST /run through {cells})", flush=True)
             print(f"gymlab serve: {pool!r}", flush=True)
             print("gymlab serve: all cells are up; Ctrl-C stops them", flush=True)
             while pool.live:

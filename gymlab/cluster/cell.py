@@ -58,7 +58,6 @@ class Cell:
 
     def _spawn(self, recipe) -> str:
         """``recipe``'s server as ``gymlab serve`` runs it (a process and its workers): its URL."""
-        from gymlab.cli.serve import free_port
         from gymlab.cli.serve_one import TARGET_ENV, WHERE_ENV
         from gymlab.server import CONFIG_ENV
 
@@ -68,7 +67,7 @@ class Cell:
                 "it from its file; serve it from a config (gymlab collect/serve CONFIG --ray), or give the "
                 "pool more replicas with num_workers=1"
             )
-        port = free_port("127.0.0.1")
+        port = _free_port()
         config = {**recipe.raw, **{k: self.urls[v] for k, v in recipe.refs.items()}}
         config.update(name=recipe.name, host="127.0.0.1", port=port)
         env = {**os.environ, CONFIG_ENV: json.dumps(config), TARGET_ENV: recipe.target, WHERE_ENV: recipe.where}
@@ -167,6 +166,14 @@ async def _over_http(url: str, path: str, body: bytes, headers: dict[str, str]):
 
     async with http_session().post(url + path, data=body, headers=headers) as resp:
         return resp.status, list(resp.raw_headers), await resp.read()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _healthy(url: str) -> bool:

@@ -204,7 +204,12 @@ class CellPool:
         recipe = next((r for r in self.recipes if r.name == env), None)
         if recipe is None or not issubclass(recipe.server, SimpleResourcesServer):
             return CheckReport(env or self.name, [])
-        return ray.get(self.pick().actor.check.remote(env, rows))
+        for cell in self.live:
+            try:
+                return ray.get(cell.actor.check.remote(env, rows))
+            except ray.exceptions.RayActorError:
+                cell.alive = False
+        return CheckReport(env, [])  # no live cell: the run's rollouts fail with a typed failure instead
 
     @property
     def nodes(self) -> list[str]:

@@ -304,3 +304,27 @@ def _ppid(proc: Path) -> int | None:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def test_gymlab_serve_ray_gives_each_agent_a_door(ray_cluster, tmp_path):
+    import urllib.request
+
+    config = write_config(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "gymlab", "serve", str(config), "--ray", "--address", ray_cluster.address]
+    server = subprocess.Popen(
+        [*command, "--replicas", "1", "--cpus-per-replica", "0.25"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        first = server.stdout.readline()  # "counter_agent -> http://127.0.0.1:PORT (POST /run through 1 cell)"
+        assert first.startswith("counter_agent -> "), first
+        url = first.split()[2]
+        row = counter_rows(3)[2]
+        request = urllib.request.Request(
+            url + "/run", json.dumps(row).encode(), {"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            assert json.loads(resp.read())["final_count"] == row["target"]
+    finally:
+        os.kill(server.pid, signal.SIGTERM)  # it stops its cells and exits
+        assert server.wait(60) == 0
