@@ -18,16 +18,19 @@ def require_ray():
     return ray
 
 
-def connect(address: str | None = None, **init_options: Any):
+def connect(address: str | None = None, runtime_env: dict[str, Any] | None = None, **init_options: Any):
     """The ``ray`` module, connected: the running connection if there is one, else ``ray.init``.
 
     ``address=None`` starts a local cluster (no dashboard); ``"auto"`` joins the cluster this host
-    belongs to; ``"HOST:PORT"`` (or ``ray://...``) joins that one. ``init_options`` go to ``ray.init``.
+    belongs to; ``"HOST:PORT"`` (or ``ray://...``) joins that one. ``runtime_env`` is the job's
+    (Ray uploads a local ``working_dir`` only at this level); ``init_options`` go to ``ray.init``.
     """
     ray = require_ray()
     if ray.is_initialized():
         return ray
     options = {"include_dashboard": False} if address is None else {}
+    if runtime_env:
+        options["runtime_env"] = runtime_env
     options.update(init_options)
     try:
         ray.init(address=address, **options)

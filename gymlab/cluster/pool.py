@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymlab.cluster.cell import Cell, CellGone
-from gymlab.cluster.connect import connect
+from gymlab.cluster.connect import connect, require_ray
 from gymlab.cluster.recipe import Recipe, pack
 from gymlab.errors import ConfigError, ServerError, ServerStartError
 
@@ -80,7 +80,8 @@ class CellPool:
         agents = [r.name for r in recipes if r.role == "agent"]
         if not agents:
             raise ConfigError("a cell needs an agent (or environment) server to answer /run; none was given")
-        ray = connect(address)
+        job_level = not require_ray().is_initialized()  # then runtime_env is the job's (a local folder uploads)
+        ray = connect(address, runtime_env)
         self.recipes = recipes
         self.agents = agents
         self.agent = agents[0]
@@ -91,12 +92,18 @@ class CellPool:
         self._replicas: dict[str, Any] = {}  # agent -> its ReplicaPool over the cells (the dispatch seam)
         self._bridges: dict[int, dict[str, Any]] = {}  # cell -> server -> its driver-side URL (episodes)
         options: dict[str, Any] = {"num_cpus": cpus_per_replica, "scheduling_strategy": "SPREAD"}
-        if runtime_env:
-            options["runtime_env"] = runtime_env
+        if runtime_env and not job_level:
+            options["runtime_env"] = runtime_env  # per cell: env_vars, pip, URIs (not a local folder)
         options.update(ray_options or {})
-        remote = ray.remote(Cell).options(**options)
-        files, blob = pack(recipes)
-        self.cells = [CellRef(i, remote.remote(files, blob, i, log_level)) for i in range(replicas)]
+        files, blob = pack(recipes, (runtime_env or {}).get("working_dir"))
+        try:
+            remote = ray.remote(Cell).options(**options)
+            self.cells = [CellRef(i, remote.remote(files, blob, i, log_level)) for i in range(replicas)]
+        except ValueError as exc:  # Ray's check of runtime_env (a local folder once Ray is connected)
+            raise ConfigError(
+                f"{self.name}: runtime_env: {exc} (give a local working_dir to the first serve_pool of the "
+                "process, or to ray.init(runtime_env=...))"
+            ) from None
         self._start(ray, startup_timeout)
 
     def _start(self, ray, timeout: float) -> None:

@@ -104,8 +104,9 @@ def _files_of(obj: Any) -> set[tuple[str, str]]:
     return found
 
 
-def pack(recipes: list[Recipe]) -> tuple[list[tuple[str, str]], bytes]:
-    """The recipes as they travel: the files to import first, and the pickled recipes."""
+def pack(recipes: list[Recipe], working_dir: str | None = None) -> tuple[list[tuple[str, str, str | None]], bytes]:
+    """The recipes as they travel: the files to import first (path, module name, and the path
+    relative to Ray's ``working_dir`` when the file is under it), and the pickled recipes."""
     from ray import cloudpickle
 
     files: set[tuple[str, str]] = set()
@@ -114,16 +115,27 @@ def pack(recipes: list[Recipe]) -> tuple[list[tuple[str, str]], bytes]:
         for value in recipe.config.values():
             if callable(value):
                 files |= _files_of(value)
-    return sorted(files), cloudpickle.dumps(recipes)
+    root = Path(working_dir).resolve() if working_dir else None
+    relative = lambda p: str(Path(p).relative_to(root)) if root and Path(p).is_relative_to(root) else None  # noqa: E731
+    return [(path, name, relative(path)) for path, name in sorted(files)], cloudpickle.dumps(recipes)
 
 
-def unpack(files: list[tuple[str, str]], blob: bytes) -> list[Recipe]:
-    """On the node: import ``files`` under their module names, then unpickle the recipes."""
+def unpack(files: list[tuple[str, str, str | None]], blob: bytes) -> list[Recipe]:
+    """On the node: import ``files`` under their module names, then unpickle the recipes. A file
+    not at its driver's path is looked for in the working directory (Ray's ``working_dir`` copy)."""
     from ray import cloudpickle
 
+    from gymlab.errors import ConfigError
     from gymlab.utils import import_file
 
-    for path, name in files:
+    for path, name, relative in files:
+        if not Path(path).is_file() and relative and Path(relative).is_file():
+            path = str(Path(relative).resolve())
+        if not Path(path).is_file():
+            raise ConfigError(
+                f"{path}: not on this node; put it there (a shared filesystem) or under the runtime_env "
+                "working_dir given when Ray is first connected"
+            )
         import_file(path, name, sibling_imports=True)
     return cloudpickle.loads(blob)
 

@@ -328,3 +328,25 @@ def test_gymlab_serve_ray_gives_each_agent_a_door(ray_cluster, tmp_path):
     finally:
         os.kill(server.pid, signal.SIGTERM)  # it stops its cells and exits
         assert server.wait(60) == 0
+
+
+def test_a_file_not_at_its_driver_path_is_found_in_the_working_dir_copy(tmp_path, monkeypatch):
+    """On another machine Ray's working_dir copy holds the config's files under other paths."""
+    from gymlab.cluster.recipe import Recipe, pack, unpack
+
+    project = tmp_path / "project"
+    (project / "envs").mkdir(parents=True)
+    source = project / "envs" / "moved_env.py"
+    source.write_text((environment_dir("counter") / "app.py").read_text())
+    from gymlab.utils import import_file
+
+    module = import_file(source, "gymlab_test_moved_env")
+    files, blob = pack([Recipe("counter", "resources", module.CounterServer)], str(project))
+    assert files == [(str(source), "gymlab_test_moved_env", "envs/moved_env.py")]
+    copy = tmp_path / "node_copy"
+    project.rename(copy)  # the driver's path is gone; the node's working directory holds the copy
+    monkeypatch.chdir(copy)
+    monkeypatch.delitem(sys.modules, "gymlab_test_moved_env")
+    (recipe,) = unpack(files, blob)
+    assert Path(sys.modules["gymlab_test_moved_env"].__file__) == copy / "envs" / "moved_env.py"
+    assert recipe.server.__name__ == "CounterServer"
