@@ -251,6 +251,19 @@ class CellPool:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def _repr_html_(self) -> str:
+        """A notebook's view: one row per cell with its node and load."""
+        from html import escape
+
+        rows = "".join(
+            f"<tr><td>{c.index}</td><td>{escape(c.node_ip)}</td><td><code>{escape(c.node_id[:12])}</code></td>"
+            f"<td>{c.in_flight}</td><td>{c.done}</td><td>{'live' if c.alive else 'dead'}</td></tr>"
+            for c in self.cells
+        )
+        head = "".join(f"<th>{h}</th>" for h in ("cell", "node", "node id", "in flight", "done", "state"))
+        title = escape(repr(self).splitlines()[0].strip("<>"))
+        return f"<div><b>{title}</b><table><tr>{head}</tr>{rows}</table></div>"
+
     def __repr__(self) -> str:
         if self._closed:
             return f"<CellPool {self.name}: closed>"

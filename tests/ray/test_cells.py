@@ -76,6 +76,8 @@ def pool(lab):
 def test_cells_land_on_different_nodes(pool, node_ids):
     assert {c.node_id for c in pool.cells} == set(node_ids)
     assert "2 cells on 2 nodes" in repr(pool)
+    html = pool._repr_html_()
+    assert html.count("<tr>") == 3 and all(node[:12] in html for node in node_ids)
 
 
 def test_a_class_of_this_module_runs_on_the_second_node(lab, pool, node_ids):
