@@ -67,6 +67,7 @@ _NAMES: dict[str, str] = {
     "AgentHandle": "gymlab.lab",
     "Episode": "gymlab.lab.episode",
     "Rollouts": "gymlab.lab.runs",
+    "CellPool": "gymlab.cluster.pool",  # lab.serve_pool: replicas on Ray (the ray extra)
     "ForkDivergedError": "gymlab.errors",
     # failures
     "Failure": "gymlab.failure_kinds",

@@ -6,7 +6,7 @@ import sys
 
 import gymlab
 
-HEAVY = ["pandas", "matplotlib", "ipywidgets", "gymnasium", "openai", "fastapi", "uvicorn", "aiohttp", "mcp"]
+HEAVY = ["pandas", "matplotlib", "ipywidgets", "gymnasium", "openai", "fastapi", "uvicorn", "aiohttp", "mcp", "ray"]
 
 
 #: The public API, sorted. Adding or removing a name is a decision: change it here on purpose.
@@ -24,6 +24,7 @@ EXPORTED = [
     "BaseServer",
     "BaseVerifyRequest",
     "BaseVerifyResponse",
+    "CellPool",
     "Component",
     "ConfigError",
     "Dataset",

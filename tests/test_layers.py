@@ -53,7 +53,10 @@ LAYERS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("collection", ["gymlab.collection", "gymlab.export"]),
-    ("notebook and CLI", ["gymlab.lab", "gymlab.probes", "gymlab.cli", "gymlab.bench", "gymlab.__main__"]),
+    (
+        "notebook and CLI",
+        ["gymlab.lab", "gymlab.probes", "gymlab.cluster", "gymlab.cli", "gymlab.bench", "gymlab.__main__"],
+    ),
     ("public API", ["gymlab"]),
 ]
 

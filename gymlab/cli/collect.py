@@ -10,6 +10,10 @@ Two ways to reach the servers:
 
 ``--shard I/N`` collects one shard of the tasks (``collection.shards``); ``gymlab merge`` joins them.
 
+``CONFIG... --ray``: the config's servers run in Ray cells instead (``gymlab.cluster``), on a local
+cluster or the one ``--address`` names; each rollout goes to the cell with the fewest in flight, and
+this process stays the only writer of the output.
+
 Exit status 1 when some rollouts still failed after their retries (they are in NAME_failures.jsonl).
 """
 
@@ -62,6 +66,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--num-repeats-add-seed", action="store_true", help="give repeat r the seed r (flat rows only)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_ray_arguments(parser)
+
+
+def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--ray`` and its options (shared by ``gymlab serve``)."""
+    group = parser.add_argument_group("Ray (the ray extra)")
+    group.add_argument("--ray", action="store_true", help="run the config's servers in Ray cells (replicas)")
+    group.add_argument("--address", help="with --ray: join this cluster (HOST:PORT or 'auto'); default: a local one")
+    group.add_argument(
+        "--replicas", type=int, help="with --ray: cells (default: the config's num_replicas, else one per node)"
+    )
+    group.add_argument("--cpus-per-replica", type=float, default=1.0, help="with --ray: CPUs a cell reserves (1)")
+    group.add_argument(
+        "--runtime-env",
+        metavar="JSON",
+        help='with --ray: Ray\'s runtime_env for the cells, e.g. \'{"working_dir": "."}\'',
+    )
+
+
+def ray_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``config_pool`` keywords of ``--ray``'s options."""
+    runtime_env = None
+    if args.runtime_env:
+        try:
+            runtime_env = json.loads(args.runtime_env)
+        except ValueError as exc:
+            raise ConfigError(f"--runtime-env: not JSON: {exc}") from None
+    return dict(
+        address=args.address, replicas=args.replicas, cpus_per_replica=args.cpus_per_replica, runtime_env=runtime_env
+    )
 
 
 def _overrides(text: str | None) -> dict | None:
@@ -76,8 +110,11 @@ def _overrides(text: str | None) -> dict | None:
     return value
 
 
-def config_route(config, urls: dict[str, str], agent: str | None):
-    """row -> Target for a served config: taskset rows to their environment server, others to an agent."""
+def config_route(config, urls: dict[str, str], agent: str | None, replicas=None):
+    """row -> Target for a served config: taskset rows to their environment server, others to an agent.
+
+    ``replicas`` (name -> ``ReplicaPool``): the servers run as replicas (Ray cells); ``urls`` then
+    only name them (and reach one cell's resources server for its metrics)."""
     from gymlab.collection.runner import Target
 
     agents = config.agents
@@ -88,6 +125,9 @@ def config_route(config, urls: dict[str, str], agent: str | None):
         ref = config.servers[name].refs.get("resources_server")
         return urls.get(ref[1]) if ref else None
 
+    def pool_of(name: str):
+        return replicas(name) if replicas is not None else None
+
     def route(row: dict[str, Any]) -> Target:
         if "task_input" in row and agent is None:
             taskset = str(row.get("task_id", "")).split("/", 1)[0]
@@ -96,7 +136,7 @@ def config_route(config, urls: dict[str, str], agent: str | None):
                 raise ConfigError(
                     f"row {row.get('task_id')!r}: taskset {taskset!r} is not in environment_server_routes"
                 )
-            return Target(urls[env], {"type": "environment_servers", "name": env})
+            return Target(urls[env], {"type": "environment_servers", "name": env}, None, pool_of(env))
         name = agent or (row.get("agent_ref") or {}).get("name")
         if name is None and len(agents) == 1:
             name = next(iter(agents))
@@ -105,7 +145,7 @@ def config_route(config, urls: dict[str, str], agent: str | None):
                 f"row names agent {name!r}, which the config does not define; agents: "
                 f"{', '.join(agents) or 'none'} (use --agent to choose one)"
             )
-        return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name))
+        return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool_of(name))
 
     return route
 
@@ -124,6 +164,8 @@ def main(args: argparse.Namespace) -> int:
         shard=args.shard,
         progress=not args.no_progress,
     )
+    if args.ray and (args.agent_url or not args.configs):
+        raise ConfigError("--ray runs a CONFIG's servers in Ray cells: give the CONFIG, and no --agent-url")
     if not args.configs:
         if not args.agent_url or not args.input:
             raise ConfigError("give --agent-url and --input, or a CONFIG whose servers to run")
@@ -151,6 +193,17 @@ def main(args: argparse.Namespace) -> int:
             resources_url=args.resources_url,
             **options,
         )
+        return _report(result)
+
+    if args.ray:
+        from gymlab.cluster.bridge import bridged_urls
+        from gymlab.cluster.configs import config_pool
+
+        with config_pool(config, **ray_options(args)) as pool:
+            print(f"gymlab collect: {pool!r}", file=sys.stderr, flush=True)
+            urls = bridged_urls(pool, pool.pick())  # names the targets; one cell answers /aggregate_metrics
+            route = config_route(config, urls, args.agent, pool.replicas)
+            result = collect(rows, args.output, route=route, **options)
         return _report(result)
 
     from gymlab.lab import Lab

@@ -4,6 +4,9 @@ Servers start after the servers they refer to (models and resources before agent
 without a port gets a free one, chosen before anything starts, so every reference is a URL from
 the start. Each server's name and URL is printed once it answers ``GET /health``. Ctrl-C or
 SIGTERM stops them all; so does any one of them exiting.
+
+With ``--ray`` the servers run in Ray cells instead (``gymlab.cluster``), and each agent gets one
+URL on this host that answers ``POST /run`` through the cells (``gymlab.cluster.front``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds each server has to answer /health (default 60)",
     )
+    parser.add_argument("--host", default="127.0.0.1", help="with --ray: the interface the agents' doors bind")
+    parser.add_argument("--port", type=int, default=0, help="with --ray: the first agent's door port (0: free)")
+    from gymlab.cli.collect import add_ray_arguments
+
+    add_ray_arguments(parser)
 
 
 @dataclass
@@ -118,6 +126,8 @@ def main(args: argparse.Namespace) -> int:
     from gymlab.server import CONFIG_ENV
 
     config = load_config(*args.configs)
+    if args.ray and not args.dry_run:
+        return serve_ray(config, args)
     planned = plan(config)
     if args.dry_run:
         for p in planned:  # plan() has refused any num_workers a server cannot have
@@ -158,3 +168,29 @@ def main(args: argparse.Namespace) -> int:
         return 0
     finally:
         _stop(procs)
+
+
+def serve_ray(config, args: argparse.Namespace) -> int:
+    """The config's servers in Ray cells, each agent behind one door on this host, until Ctrl-C."""
+    from gymlab.cli.collect import ray_options
+    from gymlab.cluster.configs import config_pool
+    from gymlab.cluster.front import serve_fronts
+
+    with config_pool(config, **ray_options(args)) as pool:
+        signal.signal(signal.SIGTERM, _on_sigterm)  # after ray.init, which installs its own
+        fronts = serve_fronts(pool, args.host, args.port)
+        try:
+            for agent, runner in fronts.items():
+                cells = f"{len(pool.cells)} cell" + "s" * (len(pool.cells) != 1)
+                print(f"{agent} -> {runner.url} (POST /run through {cells})", flush=True)
+            print(f"gymlab serve: {pool!r}", flush=True)
+            print("gymlab serve: all cells are up; Ctrl-C stops them", flush=True)
+            while pool.live:
+                time.sleep(0.5)
+            raise GymlabError(f"{pool.name}: every cell is gone; stopping")
+        except KeyboardInterrupt:
+            print("gymlab serve: stopping", file=sys.stderr, flush=True)
+            return 0
+        finally:
+            for runner in fronts.values():
+                runner.stop()

@@ -32,8 +32,9 @@ SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_mode
 #: Top-level keys that are not server instances.
 TOP_LEVEL_KEYS = frozenset({"environment_server_routes", "environment_routing_mode"})
 
-#: Keys of an implementation block that are for gymlab itself, not fields of the server class.
-LAUNCH_KEYS = frozenset({"entrypoint", "server_class", "domain", "datasets", "description"})
+#: Keys of an implementation block that are for gymlab itself, not fields of the server class
+#: (``num_replicas``: how many Ray cells ``--ray`` starts, beside the server's own ``num_workers``).
+LAUNCH_KEYS = frozenset({"entrypoint", "server_class", "domain", "datasets", "description", "num_replicas"})
 
 #: Keys holding a path (resolved relative to the YAML file that sets them).
 _PATH_KEYS = ("entrypoint", "jsonl_fpath", "prepare_script")
@@ -66,6 +67,7 @@ class ServerSpec:
     server_class: str | None = None
     domain: str | None = None
     datasets: list[DatasetSpec] = field(default_factory=list)
+    num_replicas: int | None = None
 
     @property
     def where(self) -> str:
@@ -347,6 +349,11 @@ def _parse_instance(inst: str, body: dict[str, Any], src: Path) -> ServerSpec:
         domain=block.get("domain"),
     )
     spec.datasets = _parse_datasets(block.get("datasets"), spec)
+    replicas = block.get("num_replicas")
+    if replicas is not None:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise ConfigError(f"{where}.num_replicas: a positive whole number of Ray cells, got {replicas!r}")
+        spec.num_replicas = replicas
     return spec
 
 

@@ -100,6 +100,7 @@ class Lab:
         self.log_level = log_level
         self.wire = wire
         self._handles: dict[str, ServerHandle] = {}
+        self._pools: list = []  # CellPools this lab started (``serve_pool``); closed with the lab
         self._running: set[asyncio.Task] = set()
         self._book = logbook()  # server errors: one line in the cell, the trace in lab.logs()
         self._started = time.time()
@@ -206,10 +207,73 @@ class Lab:
             cls, name=name or (agent if isinstance(agent, str) else None), handle_cls=AgentHandle, **config
         )
 
+    def serve_pool(
+        self,
+        env: type[BaseServer],
+        *,
+        agent: str | type[BaseServer] = "simple_agent",
+        model: Any = None,
+        replicas: int = 1,
+        cpus_per_replica: float = 1.0,
+        address: str | None = None,
+        name: str | None = None,
+        agent_config: dict[str, Any] | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        **config: Any,
+    ):
+        """``replicas`` cells on a Ray cluster, each running ``env`` (built with ``config``), the agent
+        and the model as this Lab would: a ``CellPool`` that ``run_many`` and ``episode`` take.
+
+        ``model``: a policy function (a ``PolicyModel`` in each cell), ``dict(openai=...)``-style
+        options for an ``OpenAIModel`` in each cell, or the URL of a model server every node reaches.
+        ``address``: None starts a local Ray cluster (unless one is connected), ``"auto"`` or
+        ``HOST:PORT`` joins one. Needs the ``ray`` extra.
+        """
+        from gymlab.cluster.pool import CellPool
+        from gymlab.cluster.recipe import Recipe
+        from gymlab.registry import agent_class
+
+        if not isinstance(env, type):
+            raise TypeError(f"serve_pool takes a server class (each cell builds its own), not {type(env).__name__}")
+        env_name = config.pop("name", None) or env.model_fields["name"].default or env.__name__.lower()
+        recipes = [Recipe(env_name, "resources", env, config)]
+        agent_cls = agent_class(agent) if isinstance(agent, str) else agent
+        agent_name = name or (agent if isinstance(agent, str) else agent_cls.__name__.lower())
+        agent_recipe = Recipe(agent_name, "agent", agent_cls, dict(agent_config or {}), {"resources_server": env_name})
+        if isinstance(model, str):
+            agent_recipe.config["model_server"] = model
+        elif isinstance(model, dict):
+            from gymlab.models.openai import OpenAIModel
+
+            recipes.append(Recipe("openai_model", "model", OpenAIModel, dict(model.get("openai", model))))
+            agent_recipe.refs["model_server"] = "openai_model"
+        elif callable(model):
+            from gymlab.models.policy import PolicyModel
+
+            recipes.append(Recipe("policy_model", "model", PolicyModel, {"policy": model}))
+            agent_recipe.refs["model_server"] = "policy_model"
+        elif model is not None:
+            raise TypeError(
+                f"serve_pool model=: a policy function, openai options or a model server URL, not {type(model).__name__}"
+            )
+        recipes.append(agent_recipe)
+        pool = CellPool(
+            recipes,
+            replicas=replicas,
+            cpus_per_replica=cpus_per_replica,
+            name=agent_name,
+            address=address,
+            runtime_env=runtime_env,
+            log_level=self.log_level,
+        )
+        self._pools.append(pool)
+        return pool
+
     def episode(self, target: ServerHandle, row: dict[str, Any], *, model: Any = None, max_steps: int | None = None):
         """An interactive episode of ``row`` against a resources server or an agent's environment.
 
         ``model`` (a handle or URL) answers ``model_turn``/``step()``; an agent handle brings its own.
+        A ``CellPool`` (``serve_pool``) pins the episode to one cell: its environment and model.
         """
         return open_episode(self, target, row, model=model, max_steps=max_steps)
 
@@ -224,7 +288,8 @@ class Lab:
         progress: bool = False,
         check: bool = True,
     ):
-        """Run every row ``repeats`` times ("aabbcc" order) through ``agent``; returns ``Rollouts``.
+        """Run every row ``repeats`` times ("aabbcc" order) through ``agent`` (an agent handle, or a
+        ``CellPool``: each episode in the cell with the fewest in flight); returns ``Rollouts``.
 
         Before the first episode the rows' declared tools are checked against the environment's
         routes (``lab.check``); a mismatch raises ``ConfigError`` naming it (``check=False`` skips).
@@ -280,7 +345,8 @@ class Lab:
         self._running.add(task)
         try:
             with self._book.quiet():
-                result = await arun_many(agent, rows, env_name=env_name_of(self, agent), state=state, **options)
+                env_name = agent.env_name() if _is_pool(agent) else env_name_of(self, agent)
+                result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
         except asyncio.CancelledError:
             self.last_run = Rollouts(state.finished)
             raise
@@ -295,6 +361,8 @@ class Lab:
         from gymlab.resources.simple import SimpleResourcesServer
         from gymlab.resources.tools import CheckReport, check_rows
 
+        if _is_pool(target):
+            return target.check(rows)
         env = target
         if isinstance(target, AgentHandle):
             url = getattr(target.server, "resources_server", "")
@@ -327,7 +395,10 @@ class Lab:
         return probe(self, env, rows, **kw)
 
     def close(self) -> None:
-        """Stop every server this lab started."""
+        """Stop every server this lab started, and every pool's cells."""
+        for pool in self._pools:
+            pool.close()
+        self._pools.clear()
         for handle in list(self._handles.values()):
             handle._runner.stop()
         self._handles.clear()
@@ -340,6 +411,11 @@ class Lab:
 
     def __repr__(self) -> str:
         return f"<Lab {', '.join(f'{n}={h.url}' for n, h in self._handles.items()) or 'no servers'}>"
+
+
+def _is_pool(target: Any) -> bool:
+    """True for a ``gymlab.cluster.pool.CellPool`` (checked without importing Ray or the pool)."""
+    return type(target).__name__ == "CellPool" and type(target).__module__ == "gymlab.cluster.pool"
 
 
 def _url(target: Any) -> str:
@@ -378,6 +454,20 @@ def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = Non
     from gymlab.lab.gymnasium_episode import GymnasiumEpisode
     from gymlab.lab.seed_verify import SeedVerifyEpisode
 
+    if _is_pool(target):
+        from gymlab.cluster.bridge import pinned
+
+        at = pinned(target)
+        cls = SeedVerifyEpisode if at["protocol"] == "seed/verify" else GymnasiumEpisode
+        return cls(
+            at["env_url"],
+            row,
+            env_name=at["env_name"],
+            model_url=model.url if hasattr(model, "url") else model or at["model_url"],
+            model_name=at["model_name"],
+            agent_name=at["agent_name"],
+            max_steps=max_steps if max_steps is not None else at["max_steps"],
+        )
     by_url = {h.url: h for h in lab.servers.values()}
     agent, agent_name = None, ""
     if isinstance(target, AgentHandle):

@@ -1,0 +1,99 @@
+"""A cell's servers reachable from the driver's loop, for an episode pinned to that cell.
+
+Each server of the cell gets a driver-side URL registered with ``gymlab.inproc``: a request made on
+gymlab's loop to it goes into a small ASGI app that forwards it whole to the cell's actor
+(``Cell.request``) and hands back its status, headers (cookies included) and body. So
+``lab.episode(pool, row)`` steps the cell's environment and asks the cell's model with the same
+client code as against a local server, and its session stays in that one cell. A cell that dies
+answers 410 with a ``session_lost`` failure: the episode's state went with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+import gymlab.inproc as inproc
+from gymlab.errors import error_body
+from gymlab.protocol.failure_kinds import Failure
+
+#: Headers the forwarding call sets again itself.
+_HOP_HEADERS = frozenset({b"host", b"content-length"})
+
+
+def bridge_app(cell: Any, server: str, timeout: float | None = None):
+    """An ASGI app answering every POST by forwarding it to ``server`` in ``cell`` (a ``CellRef``)."""
+    from gymlab.cluster.cell import CellGone
+
+    async def app(scope: dict, receive, send) -> None:
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        headers = {
+            k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k.lower() not in _HOP_HEADERS
+        }
+        path = scope["path"] + (f"?{scope['query_string'].decode()}" if scope.get("query_string") else "")
+        try:
+            status, answer_headers, body = await cell.call("request", server, path, b"".join(chunks), headers, timeout)
+        except CellGone as exc:
+            failure = Failure(kind="session_lost", server=server, status=410, message=str(exc))
+            status, answer_headers = 410, [(b"content-type", b"application/json")]
+            body = orjson.dumps(
+                error_body(server, f"POST {scope['path']}", str(exc), hint="open the episode again", failure=failure)
+            )
+        await send({"type": "http.response.start", "status": status, "headers": list(answer_headers)})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+def bridged_urls(pool: Any, cell: Any) -> dict[str, str]:
+    """Driver-side URLs of ``cell``'s servers (registered once per cell, dropped by ``unbridge``)."""
+    from gymlab._sync import background_loop
+
+    entries = pool._bridges.setdefault(cell.index, {})
+    for server in cell.info.get("urls", {}):
+        if server not in entries:
+            entry = inproc.LocalApp(
+                bridge_app(cell, server), background_loop(), f"cell{cell.index}.pool{pool.id}.{server}.ray", 0, server
+            )
+            inproc.register(entry)
+            entries[server] = entry
+    return {server: entry.url for server, entry in entries.items()}
+
+
+def unbridge(pool: Any) -> None:
+    """Unregister every bridged URL of ``pool``."""
+    for entries in pool._bridges.values():
+        for entry in entries.values():
+            inproc.unregister(entry)
+    pool._bridges.clear()
+
+
+def pinned(pool: Any, agent: str | None = None) -> dict[str, Any]:
+    """What ``lab.episode(pool, row)`` opens: one cell's environment (and model) URLs and names."""
+    from gymlab.errors import EpisodeError
+
+    agent = agent or pool.agent
+    env = pool.env_name(agent)
+    if not env:
+        raise EpisodeError(f"{pool.name}: the agent {agent!r} has no resources_server; lab.episode needs one")
+    cell = pool.pick()
+    urls = bridged_urls(pool, cell)
+    model = pool.model_name(agent)
+    recipe = next(r for r in pool.recipes if r.name == agent)
+    field = recipe.server.model_fields.get("max_steps")
+    max_steps = recipe.config.get("max_steps", field.default if field is not None else None)
+    return {
+        "cell": cell,
+        "env_url": urls[env],
+        "env_name": env,
+        "model_url": urls.get(model) if model else recipe.config.get("model_server") or None,
+        "model_name": model or "",
+        "agent_name": agent,
+        "max_steps": max_steps,
+        "protocol": cell.info.get("protocols", {}).get(env),
+    }

@@ -1,0 +1,200 @@
+"""One cell: the servers of one replica, in a Ray actor on one node, run as a ``Lab`` runs them.
+
+Each server is a uvicorn task on gymlab's loop in the actor's process, bound to 127.0.0.1 on the
+node, and calls between them go in-process (``gymlab.inproc``). The driver reaches the cell only
+through the actor's methods: ``run`` (one ``POST /run`` of an agent, answered whole inside the
+cell) and ``request`` (any POST to one of its servers, for an episode pinned to this cell).
+A server with ``num_workers`` > 1 keeps that meaning: the cell runs it as ``gymlab serve`` would
+(a process with its workers, on a free port of 127.0.0.1), reached over loopback HTTP; such a
+server comes from a config, whose import target its processes load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from gymlab.cluster.recipe import ordered, unpack
+from gymlab.errors import ConfigError
+
+
+class CellGone(ConnectionError):
+    """A cell's actor is gone (its process or node died): its in-flight rollouts go to another cell."""
+
+
+class Cell:
+    """The body of the cell actor (``gymlab.cluster.pool`` wraps it with ``ray.remote``)."""
+
+    def __init__(self, files: list[tuple[str, str]], blob: bytes, index: int, log_level: str = "warning"):
+        """``files`` and ``blob``: the recipes as ``gymlab.cluster.recipe.pack`` made them."""
+        from gymlab._runtime.serve import LoopServer
+
+        recipes = unpack(files, blob)
+        self.index = index
+        self.urls: dict[str, str] = {}
+        self.roles: dict[str, str] = {}
+        self.servers: dict[str, Any] = {}
+        self._runners: list[LoopServer] = []
+        self._processes: list[subprocess.Popen] = []
+        self.processes: dict[str, int] = {}  # server -> the pid of its process (num_workers > 1)
+        for recipe in ordered(recipes):
+            if recipe.workers > 1:
+                self.urls[recipe.name] = self._spawn(recipe)
+                self.roles[recipe.name] = recipe.role
+                self.servers[recipe.name] = recipe.build(self.urls)  # for its routes only: not served here
+                continue
+            instance = recipe.build(self.urls)
+            if "error_traces" not in instance.model_fields_set:
+                instance.error_traces = True  # a crash's trace travels to the failed record, as in a Lab
+            runner = LoopServer(instance.app, instance.host, 0, instance.name, log_level).start()
+            self._runners.append(runner)
+            self.urls[recipe.name] = runner.url
+            self.roles[recipe.name] = recipe.role
+            self.servers[recipe.name] = instance
+
+    def _spawn(self, recipe) -> str:
+        """``recipe``'s server as ``gymlab serve`` runs it (a process and its workers): its URL."""
+        from gymlab.cli.serve_one import TARGET_ENV, WHERE_ENV
+        from gymlab.server import CONFIG_ENV
+
+        if recipe.target is None or recipe.raw is None:
+            raise ConfigError(
+                f"{recipe.name}: num_workers={recipe.workers} in a cell runs the server as processes that import "
+                "it from its file; serve it from a config (gymlab collect/serve CONFIG --ray), or give the "
+                "pool more replicas with num_workers=1"
+            )
+        port = _free_port()
+        config = {**recipe.raw, **{k: self.urls[v] for k, v in recipe.refs.items()}}
+        config.update(name=recipe.name, host="127.0.0.1", port=port)
+        env = {**os.environ, CONFIG_ENV: json.dumps(config), TARGET_ENV: recipe.target, WHERE_ENV: recipe.where}
+        process = subprocess.Popen([sys.executable, "-m", "gymlab.cli.serve_one"], env=env, preexec_fn=_die_with_parent)
+        self._processes.append(process)
+        self.processes[recipe.name] = process.pid
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while not _healthy(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise ConfigError(
+                    f"{recipe.where or recipe.name}: its {recipe.workers} workers did not start in the cell"
+                )
+            time.sleep(0.05)
+        return url
+
+    def info(self) -> dict[str, Any]:
+        """Where this cell runs: node id and address, process id, its servers and their roles."""
+        import ray
+
+        return {
+            "index": self.index,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "urls": dict(self.urls),
+            "processes": dict(self.processes),
+            "roles": dict(self.roles),
+            "protocols": {n: protocol_of(s) for n, s in self.servers.items() if self.roles[n] == "resources"},
+        }
+
+    async def run(self, agent: str, job: dict[str, Any], timeout: float | None = None) -> tuple[int, bytes]:
+        """``POST /run`` of ``job`` to the cell's ``agent``: the answer's status and body, as sent."""
+        from gymlab._sync import on_background_loop
+        from gymlab.client import post
+
+        reply = await on_background_loop(post(self.urls[agent], "/run", job, server=agent, timeout=timeout))
+        return reply.status, reply.body
+
+    async def request(
+        self, server: str, path: str, body: bytes, headers: dict[str, str], timeout: float | None = None
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """One POST to ``server`` of this cell, in-process: ``(status, headers, body)`` as it answered."""
+        import asyncio
+
+        import gymlab.inproc as inproc
+        from gymlab._sync import on_background_loop
+
+        url = self.urls[server]
+
+        async def call():
+            async with asyncio.timeout(timeout):
+                local = inproc.lookup(url)
+                if local is None:  # a server run as processes (num_workers > 1): over loopback HTTP
+                    return await _over_http(url, path, body, headers)
+                return await inproc.call(local, "POST", path, body, headers)
+
+        return await on_background_loop(call())
+
+    def check(self, server: str, rows: list[dict[str, Any]]):
+        """The rows' declared tools against ``server``'s routes (``gymlab.resources.tools.check_rows``)."""
+        from gymlab.resources.tools import check_rows
+
+        return check_rows(self.servers[server], rows)
+
+    def close(self) -> None:
+        """Stop the cell's servers (the pool kills the actor after)."""
+        for runner in reversed(self._runners):
+            runner.stop()
+        self._runners.clear()
+        for process in self._processes:
+            process.terminate()
+        for process in self._processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._processes.clear()
+
+
+def protocol_of(server: Any) -> str | None:
+    """'seed/verify' or 'gymnasium' from a resources server's routes (what ``lab.episode`` opens)."""
+    paths = {getattr(r, "path", None) for r in server.app.routes}
+    if {"/seed_session", "/verify"} <= paths:
+        return "seed/verify"
+    if {"/reset", "/step"} <= paths:
+        return "gymnasium"
+    return None
+
+
+async def _over_http(url: str, path: str, body: bytes, headers: dict[str, str]):
+    """One POST over loopback HTTP: ``(status, headers, body)`` as ``inproc.call`` gives them."""
+    from gymlab.client import http_session
+
+    async with http_session().post(url + path, data=body, headers=headers) as resp:
+        return resp.status, list(resp.raw_headers), await resp.read()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _die_with_parent() -> None:
+    """In a server process the cell starts: SIGTERM when the cell's process dies (Linux), so a
+    killed cell leaves no server behind."""
+    import signal
+
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,275 @@
+"""The driver's side of the cells: ``CellPool`` starts them, sends each rollout to the cell with the
+fewest in flight, and retries a rollout on another cell when its cell dies.
+
+The driver is the only writer of records: a cell answers ``/run`` and the driver records the
+answer once, so a rollout retried after its cell died is still recorded once. A pool is built by
+``lab.serve_pool(...)`` (a notebook) or ``gymlab collect/serve CONFIG --ray`` (a YAML config).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymlab.cluster.cell import Cell, CellGone
+from gymlab.cluster.connect import connect, require_ray
+from gymlab.cluster.recipe import Recipe, pack
+from gymlab.errors import ConfigError, ServerError, ServerStartError
+
+_pool_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class CellRef:
+    """One cell as the driver sees it: its actor, where it runs, and its load."""
+
+    index: int
+    actor: Any
+    info: dict[str, Any] = field(default_factory=dict)
+    in_flight: int = 0
+    done: int = 0
+    alive: bool = True
+
+    @property
+    def node_id(self) -> str:
+        return self.info.get("node_id", "")
+
+    @property
+    def node_ip(self) -> str:
+        return self.info.get("node_ip", "")
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """Await one actor method; a dead actor raises ``CellGone``."""
+        from ray.exceptions import RayActorError
+
+        try:
+            return await getattr(self.actor, method).remote(*args)
+        except RayActorError as exc:
+            self.alive = False
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CellGone(f"cell {self.index} on node {self.node_ip or '?'} is gone: {cause}") from None
+
+    def __repr__(self) -> str:
+        state = "" if self.alive else " dead"
+        return f"<cell {self.index} node {self.node_ip} ({self.node_id[:6]}) {self.in_flight} in flight, {self.done} done{state}>"
+
+
+class CellPool:
+    """Replicas of a set of servers on a Ray cluster, one actor ("cell") per replica.
+
+    ``run_many`` and ``lab.episode`` take a pool as they take an agent handle: each rollout runs
+    whole inside one cell (its sessions never cross machines). ``close()`` kills the actors.
+    """
+
+    def __init__(
+        self,
+        recipes: list[Recipe],
+        *,
+        replicas: int = 1,
+        cpus_per_replica: float = 1.0,
+        name: str | None = None,
+        address: str | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        startup_timeout: float = 120.0,
+        log_level: str = "warning",
+        ray_options: dict[str, Any] | None = None,
+    ):
+        if replicas < 1:
+            raise ConfigError(f"replicas must be at least 1, got {replicas}")
+        agents = [r.name for r in recipes if r.role == "agent"]
+        if not agents:
+            raise ConfigError("a cell needs an agent (or environment) server to answer /run; none was given")
+        job_level = not require_ray().is_initialized()  # then runtime_env is the job's (a local folder uploads)
+        ray = connect(address, runtime_env)
+        self.recipes = recipes
+        self.agents = agents
+        self.agent = agents[0]
+        self.name = name or self.agent
+        self.id = next(_pool_ids)
+        self.cpus_per_replica = cpus_per_replica
+        self._closed = False
+        self._replicas: dict[str, Any] = {}  # agent -> its ReplicaPool over the cells (the dispatch seam)
+        self._bridges: dict[int, dict[str, Any]] = {}  # cell -> server -> its driver-side URL (episodes)
+        options: dict[str, Any] = {"num_cpus": cpus_per_replica, "scheduling_strategy": "SPREAD"}
+        if runtime_env and not job_level:
+            options["runtime_env"] = runtime_env  # per cell: env_vars, pip, URIs (not a local folder)
+        options.update(ray_options or {})
+        files, blob = pack(recipes, (runtime_env or {}).get("working_dir"))
+        try:
+            remote = ray.remote(Cell).options(**options)
+            self.cells = [CellRef(i, remote.remote(files, blob, i, log_level)) for i in range(replicas)]
+        except ValueError as exc:  # Ray's check of runtime_env (a local folder once Ray is connected)
+            raise ConfigError(
+                f"{self.name}: runtime_env: {exc} (give a local working_dir to the first serve_pool of the "
+                "process, or to ray.init(runtime_env=...))"
+            ) from None
+        self._start(ray, startup_timeout)
+
+    def _start(self, ray, timeout: float) -> None:
+        refs = {cell.actor.info.remote(): cell for cell in self.cells}
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        try:
+            if pending:
+                raise ServerStartError(
+                    f"{self.name}: {len(pending)} of {len(self.cells)} cells did not start within {timeout:.0f}s; "
+                    f"each asks for {self.cpus_per_replica:g} CPU and the cluster has "
+                    f"{ray.available_resources().get('CPU', 0):g} free of {ray.cluster_resources().get('CPU', 0):g}: "
+                    "ask for fewer replicas or cpus_per_replica, or add nodes"
+                )
+            for ref in ready:
+                try:
+                    refs[ref].info = ray.get(ref)
+                except Exception as exc:
+                    raise ServerStartError(f"{self.name}: cell {refs[ref].index} failed to start: {exc}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    @property
+    def live(self) -> list[CellRef]:
+        return [c for c in self.cells if c.alive]
+
+    def pick(self) -> CellRef:
+        """The live cell with the fewest rollouts in flight (where an episode is pinned); none left
+        raises ``CellGone``."""
+        live = self.live
+        if not live:
+            raise CellGone(f"{self.name}: no live cell left of {len(self.cells)}")
+        return min(live, key=lambda c: (c.in_flight, c.done, c.index))
+
+    def replicas(self, agent: str | None = None):
+        """The cells as one ``ReplicaPool`` of ``agent`` (default: the pool's agent), kept per agent."""
+        from gymlab.cluster.replica import CellReplica
+        from gymlab.collection.dispatch import ReplicaPool
+
+        agent = agent or self.agent
+        if agent not in self._replicas:
+            self._replicas[agent] = ReplicaPool([CellReplica(c, agent) for c in self.cells], reprobe_s=None)
+        return self._replicas[agent]
+
+    async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
+        """``POST /run`` of ``job`` in the live cell with the fewest in flight, moved to another cell
+        while cells die: the parsed answer. No live cell left raises ``ServerError`` (status 0) with
+        the gone cell's ``transport_peer_drop`` failure; a failed rollout raises its ``ServerError``."""
+        from gymlab.errors import ReplicaGone
+
+        replicas = self.replicas(agent)
+        while True:
+            replica = replicas.pick()
+            try:
+                return await replica.run(job, timeout)
+            except ReplicaGone as gone:
+                if replicas.lose(replica):
+                    continue  # its rollout runs again in another cell: the driver records it once
+                raise ServerError(
+                    self.name,
+                    "POST /run",
+                    0,
+                    gone.cause,
+                    "every cell of the pool is gone; serve it again",
+                    gone.failure,
+                ) from None
+            finally:
+                replicas.done(replica)
+
+    async def arun(self, row: dict[str, Any]):
+        """One episode of ``row`` through the pool's agent: a ``Rollout`` (what ``run_many`` calls)."""
+        from gymlab._sync import on_background_loop
+        from gymlab.protocol import Rollout
+
+        return Rollout.model_validate(await on_background_loop(self.apost_run(row)))
+
+    def run(self, row: dict[str, Any]):
+        """``arun`` from sync code."""
+        __tracebackhide__ = True
+        from gymlab._sync import run_sync
+
+        return run_sync(self.arun(row))
+
+    # -- what the Lab asks ------------------------------------------------------------------------
+
+    def env_name(self, agent: str | None = None) -> str | None:
+        """The name of the resources server ``agent`` is bound to in each cell."""
+        recipe = next(r for r in self.recipes if r.name == (agent or self.agent))
+        return recipe.refs.get("resources_server")
+
+    def model_name(self, agent: str | None = None) -> str | None:
+        recipe = next(r for r in self.recipes if r.name == (agent or self.agent))
+        return recipe.refs.get("model_server")
+
+    def check(self, rows: list[dict[str, Any]]):
+        """The rows' declared tools against the environment's routes, checked in one cell."""
+        import ray
+
+        from gymlab.resources.simple import SimpleResourcesServer
+        from gymlab.resources.tools import CheckReport
+
+        env = self.env_name()
+        recipe = next((r for r in self.recipes if r.name == env), None)
+        if recipe is None or not issubclass(recipe.server, SimpleResourcesServer):
+            return CheckReport(env or self.name, [])
+        for cell in self.live:
+            try:
+                return ray.get(cell.actor.check.remote(env, rows))
+            except ray.exceptions.RayActorError:
+                cell.alive = False
+        return CheckReport(env, [])  # no live cell: the run's rollouts fail with a typed failure instead
+
+    @property
+    def nodes(self) -> list[str]:
+        """Ids of the nodes the live cells run on, each once."""
+        return sorted({c.node_id for c in self.live})
+
+    def close(self) -> None:
+        """Stop every cell's servers and kill its actor (the Lab does this when it closes)."""
+        if self._closed:
+            return
+        self._closed = True
+        import ray
+
+        from gymlab.cluster.bridge import unbridge
+
+        unbridge(self)
+
+        if not ray.is_initialized():
+            return
+        live = [c.actor.close.remote() for c in self.cells if c.alive]
+        ray.wait(live, num_returns=len(live), timeout=15)  # their server processes stop cleanly first
+        for cell in self.cells:
+            try:
+                ray.kill(cell.actor)
+            except Exception:
+                pass
+            cell.alive = False
+
+    def __enter__(self) -> CellPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: one row per cell with its node and load."""
+        from html import escape
+
+        rows = "".join(
+            f"<tr><td>{c.index}</td><td>{escape(c.node_ip)}</td><td><code>{escape(c.node_id[:12])}</code></td>"
+            f"<td>{c.in_flight}</td><td>{c.done}</td><td>{'live' if c.alive else 'dead'}</td></tr>"
+            for c in self.cells
+        )
+        head = "".join(f"<th>{h}</th>" for h in ("cell", "node", "node id", "in flight", "done", "state"))
+        title = escape(repr(self).splitlines()[0].strip("<>"))
+        return f"<div><b>{title}</b><table><tr>{head}</tr>{rows}</table></div>"
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"<CellPool {self.name}: closed>"
+        in_flight = sum(c.in_flight for c in self.cells)
+        dead = len(self.cells) - len(self.live)
+        head = f"<CellPool {self.name}: {len(self.live)} cells on {len(self.nodes)} nodes, {in_flight} in flight" + (
+            f", {dead} dead" if dead else ""
+        )
+        return head + "".join(f"\n  {c!r}" for c in self.cells) + ">"

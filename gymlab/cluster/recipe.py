@@ -1,0 +1,157 @@
+"""What a cell serves: one ``Recipe`` per server, and the code they name shipped to the nodes.
+
+A recipe holds the server class and its config, with references to the other servers of the same
+cell by name; the cell binds them to its own URLs. The recipes travel to a node pickled by Ray's
+cloudpickle (``pack``), and the node first imports the files their code comes from (``unpack``):
+
+- installed packages (gymlab, site-packages) and the standard library are imported by name;
+- a class or function from a file (a config's ``app.py``, an example environment, a test module),
+  and the file of every base class, is imported on the node from the same path under the same
+  module name, so its annotations, helper models and module state are whole (the file must be on
+  the node: a shared filesystem, or Ray's ``runtime_env={"working_dir": ...}``);
+- a notebook's classes (``__main__``) and classes defined inside a function are pickled by value,
+  "as they are".
+"""
+
+from __future__ import annotations
+
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Roles of a cell's servers, in the order a cell starts them (referenced servers first).
+ROLES = ("model", "resources", "agent")
+
+#: Config types of a YAML instance -> the role its server has in a cell.
+ROLE_OF_TYPE = {
+    "responses_api_models": "model",
+    "resources_servers": "resources",
+    "responses_api_agents": "agent",
+    "environment_servers": "agent",  # answers /run itself
+}
+
+
+@dataclass
+class Recipe:
+    """One server of a cell: ``server(**config)`` with ``refs`` (field -> server name) as URLs."""
+
+    name: str
+    role: str
+    server: type
+    config: dict[str, Any] = field(default_factory=dict)
+    refs: dict[str, str] = field(default_factory=dict)
+    #: For a server from a config: its import target and YAML fields (JSON), so a cell can run it as
+    #: processes when it has ``num_workers`` > 1 (as ``gymlab serve`` does); ``where`` names it.
+    target: str | None = None
+    raw: dict[str, Any] | None = None
+    where: str = ""
+
+    @property
+    def workers(self) -> int:
+        return int(self.config.get("num_workers", 1) or 1)
+
+    def build(self, urls: dict[str, str]):
+        """The server instance on this node, its references bound to ``urls``, on 127.0.0.1."""
+        config = {**self.config, **{key: urls[name] for key, name in self.refs.items()}}
+        return self.server(**{**config, "name": self.name, "host": "127.0.0.1", "port": 0})
+
+
+def ordered(recipes: list[Recipe]) -> list[Recipe]:
+    """Every recipe after the ones it refers to (a cell starts them in this order)."""
+    by_name = {r.name: r for r in recipes}
+    out: list[Recipe] = []
+    seen: set[str] = set()
+
+    def visit(recipe: Recipe) -> None:
+        if recipe.name in seen:
+            return
+        seen.add(recipe.name)
+        for name in recipe.refs.values():
+            if name in by_name:
+                visit(by_name[name])
+        out.append(recipe)
+
+    for recipe in sorted(recipes, key=lambda r: ROLES.index(r.role) if r.role in ROLES else len(ROLES)):
+        visit(recipe)
+    return out
+
+
+def _installed(path: str | None) -> bool:
+    """True for a file every node has by name: the standard library, site-packages, gymlab itself."""
+    if not path:
+        return True  # a built-in module
+    here = Path(path).resolve()
+    gymlab_root = Path(__file__).resolve().parents[1]
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    if here.is_relative_to(gymlab_root):
+        return True
+    return any(here.is_relative_to(Path(root).resolve()) for root in roots) or "site-packages" in here.parts
+
+
+def _files_of(obj: Any) -> set[tuple[str, str]]:
+    """(path, module name) of the files a node must import for ``obj`` to unpickle: its module's,
+    and its base classes' (nothing for installed modules and ``__main__``)."""
+    found = set()
+    for item in obj.__mro__ if isinstance(obj, type) else (obj,):
+        name = getattr(item, "__module__", None)
+        module = sys.modules.get(name or "")
+        path = getattr(module, "__file__", None)
+        if module is None or name == "__main__" or _installed(path) or not Path(path).is_file():
+            continue
+        found.add((str(Path(path).resolve()), name))
+    return found
+
+
+def pack(recipes: list[Recipe], working_dir: str | None = None) -> tuple[list[tuple[str, str, str | None]], bytes]:
+    """The recipes as they travel: the files to import first (path, module name, and the path
+    relative to Ray's ``working_dir`` when the file is under it), and the pickled recipes."""
+    from ray import cloudpickle
+
+    files: set[tuple[str, str]] = set()
+    for recipe in recipes:
+        files |= _files_of(recipe.server)
+        for value in recipe.config.values():
+            if callable(value):
+                files |= _files_of(value)
+    root = Path(working_dir).resolve() if working_dir else None
+    relative = lambda p: str(Path(p).relative_to(root)) if root and Path(p).is_relative_to(root) else None  # noqa: E731
+    return [(path, name, relative(path)) for path, name in sorted(files)], cloudpickle.dumps(recipes)
+
+
+def unpack(files: list[tuple[str, str, str | None]], blob: bytes) -> list[Recipe]:
+    """On the node: import ``files`` under their module names, then unpickle the recipes. A file
+    not at its driver's path is looked for in the working directory (Ray's ``working_dir`` copy)."""
+    from ray import cloudpickle
+
+    from gymlab.errors import ConfigError
+    from gymlab.utils import import_file
+
+    for path, name, relative in files:
+        if not Path(path).is_file() and relative and Path(relative).is_file():
+            path = str(Path(relative).resolve())
+        if not Path(path).is_file():
+            raise ConfigError(
+                f"{path}: not on this node; put it there (a shared filesystem) or under the runtime_env "
+                "working_dir given when Ray is first connected"
+            )
+        import_file(path, name, sibling_imports=True)
+    return cloudpickle.loads(blob)
+
+
+def from_config(config) -> list[Recipe]:
+    """The recipes of every server of a loaded YAML config (``gymlab.collection.config.Config``):
+    classes and ``policy: app.py:fn`` imported here, on the driver (``pack`` says how they reach a node)."""
+    from gymlab.collection.imports import load_object
+
+    recipes = []
+    for spec in config.launch_order():
+        raw = {k: v for k, v in spec.fields.items() if k not in ("host", "port")}  # a cell binds 127.0.0.1
+        fields = dict(raw)
+        if isinstance(fields.get("policy"), str) and ":" in fields["policy"]:
+            fields["policy"] = load_object(fields["policy"], where=f"{spec.where}.policy")
+        refs = {key: name for key, (_type, name) in spec.refs.items()}
+        role = ROLE_OF_TYPE[spec.server_type]
+        recipes.append(Recipe(spec.instance, role, spec.server_cls(), fields, refs, spec.target(), raw, spec.where))
+    return recipes
