@@ -221,3 +221,15 @@ def run_foreground(app, host: str, port: int, log_level: str = "info") -> None:
     config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **uvicorn_options())
     settle_heap()
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def answers_health(url: str, timeout: float = 2.0) -> bool:
+    """Whether ``url/health`` answers 200 now (a server process being waited for)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False

@@ -19,8 +19,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
 from gymlab.errors import ConfigError, GymlabError
@@ -95,14 +93,6 @@ def _check_workers(spec) -> None:
         raise ConfigError(f"{spec.where}.num_workers: {reason}")
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
 def _stop(procs: list[tuple[Planned, subprocess.Popen]], timeout: float = 10.0) -> None:
     for _p, proc in reversed(procs):
         if proc.poll() is None:
@@ -121,6 +111,7 @@ def _on_sigterm(signum, frame):
 
 
 def main(args: argparse.Namespace) -> int:
+    from gymlab._runtime.serve import answers_health
     from gymlab.cli.serve_one import TARGET_ENV, WHERE_ENV
     from gymlab.collection.config import load_config
     from gymlab.server import CONFIG_ENV
@@ -143,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
             procs.append((p, subprocess.Popen([sys.executable, "-m", "gymlab.cli.serve_one"], env=env)))
         for p, proc in procs:
             deadline = time.monotonic() + args.startup_timeout
-            while not _healthy(p.url):
+            while not answers_health(p.url):
                 if proc.poll() is not None:
                     raise GymlabError(
                         f"{p.where}: server {p.name} exited with code {proc.returncode} before "

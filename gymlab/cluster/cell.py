@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any
 
+from gymlab._runtime.serve import answers_health
 from gymlab.cluster.recipe import ordered, unpack
 from gymlab.errors import ConfigError
 
@@ -76,7 +77,7 @@ class Cell:
         self.processes[recipe.name] = process.pid
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
-        while not _healthy(url):
+        while not answers_health(url):
             if process.poll() is not None or time.monotonic() > deadline:
                 self.close()
                 raise ConfigError(
@@ -174,17 +175,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 def _die_with_parent() -> None:

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import inspect
 import json
 import logging
 import sys
-import typing
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,7 +35,7 @@ from gymlab.protocol import (
     ResourcesSeedSessionRequest,
 )
 from gymlab.resources.mcp_tools import connect_mcp, require_mcp
-from gymlab.resources.simple import SimpleResourcesServer
+from gymlab.resources.simple import SimpleResourcesServer, with_request
 from gymlab.resources.tools import function_tool
 
 log = logging.getLogger("gymlab.server")
@@ -336,28 +333,15 @@ def _cause(exc: BaseException) -> str:
 
 def _closing_after(verify, close):
     """``verify`` as the ``/verify`` endpoint, closing the episode's MCP session after it answers
-    (or raises). FastAPI sees verify's own signature plus a request parameter when it has none."""
-    signature = inspect.signature(verify)
-    try:
-        hints = typing.get_type_hints(verify)
-    except NameError:
-        hints = {}
-    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
-    own = next((p.name for p in params if p.annotation is Request), None)
-    if own is None:
-        params.append(inspect.Parameter("_gymlab_request", inspect.Parameter.KEYWORD_ONLY, annotation=Request))
+    (or raises)."""
 
-    @functools.wraps(verify)
-    async def endpoint(**kwargs):
-        request: Request = kwargs[own] if own is not None else kwargs.pop("_gymlab_request")
+    async def closing(request: Request, call):
         try:
-            return await verify(**kwargs)
+            return await call()
         finally:
             await close(request.session[SESSION_ID_KEY])
 
-    returns = hints.get("return", signature.return_annotation)
-    endpoint.__signature__ = signature.replace(parameters=params, return_annotation=returns)
-    return endpoint
+    return with_request(verify, closing)
 
 
 __all__ = ["McpEpisode", "McpResourcesServer", "McpSessionLost", "mcp_tools_from", "open_mcp"]

@@ -159,15 +159,13 @@ class _EchoedVerifyResponse(BaseVerifyResponse):
     model_config = ConfigDict(extra="allow")
 
 
-def _episode_aware(seed_session, episodes: EpisodeSessions):
-    """``seed_session`` as the ``/seed_session`` endpoint, keeping the episode-session rules.
-
-    FastAPI still sees the hook's own signature (its body type, ``request: Request``), plus a
-    request parameter the wrapper uses to recognise an episode seed in the raw body.
-    """
-    signature = inspect.signature(seed_session)
+def with_request(hook, run):
+    """An endpoint for ``hook`` that FastAPI reads with the hook's own signature (its body type,
+    ``request: Request``) plus a request parameter for the wrapper: ``run(request, call)`` answers,
+    where ``call()`` calls the hook with FastAPI's arguments."""
+    signature = inspect.signature(hook)
     try:
-        hints = typing.get_type_hints(seed_session)
+        hints = typing.get_type_hints(hook)
     except NameError:  # an annotation only its own scope can resolve: leave it to FastAPI
         hints = {}
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
@@ -175,15 +173,27 @@ def _episode_aware(seed_session, episodes: EpisodeSessions):
     if own is None:
         params.append(inspect.Parameter("_gymlab_request", inspect.Parameter.KEYWORD_ONLY, annotation=Request))
 
-    @functools.wraps(seed_session)
+    @functools.wraps(hook)
     async def endpoint(**kwargs):
         request: Request = kwargs[own] if own is not None else kwargs.pop("_gymlab_request")
+        return await run(request, lambda: hook(**kwargs))
+
+    returns = hints.get("return", signature.return_annotation)
+    endpoint.__signature__ = signature.replace(parameters=params, return_annotation=returns)
+    return endpoint
+
+
+def _episode_aware(seed_session, episodes: EpisodeSessions):
+    """``seed_session`` as the ``/seed_session`` endpoint, keeping the episode-session rules (the raw
+    body tells an episode seed from a flat one)."""
+
+    async def seed(request: Request, call):
         try:
             raw = await request.json()
         except (ValueError, RecursionError):
             raw = None
         if not (isinstance(raw, dict) and "resources_session_id" in raw):
-            answer = await seed_session(**kwargs)
+            answer = await call()
             episodes.track_flat(request.session[SESSION_ID_KEY])  # held until its verify or close
             return answer
         try:
@@ -192,8 +202,6 @@ def _episode_aware(seed_session, episodes: EpisodeSessions):
             raise RequestValidationError(
                 [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
             ) from None
-        return JSONResponse(await episodes.seed(body, lambda: seed_session(**kwargs)))
+        return JSONResponse(await episodes.seed(body, call))
 
-    returns = hints.get("return", signature.return_annotation)
-    endpoint.__signature__ = signature.replace(parameters=params, return_annotation=returns)
-    return endpoint
+    return with_request(seed_session, seed)
