@@ -12,10 +12,7 @@ URL on this host that answers ``POST /run`` through the cells (``gymlab.cluster.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -59,15 +56,10 @@ class Planned:
         return f"http://{host}:{self.port}"
 
 
-def free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def plan(config) -> list[Planned]:
     """Each server in launch order with its port fixed and its references as URLs."""
+    from gymlab._runtime.serve import free_port
+
     planned: list[Planned] = []
     urls: dict[str, str] = {}
     for spec in config.launch_order():
@@ -112,9 +104,8 @@ def _on_sigterm(signum, frame):
 
 def main(args: argparse.Namespace) -> int:
     from gymlab._runtime.serve import answers_health
-    from gymlab.cli.serve_one import TARGET_ENV, WHERE_ENV
+    from gymlab.cli.serve_one import spawn
     from gymlab.collection.config import load_config
-    from gymlab.server import CONFIG_ENV
 
     config = load_config(*args.configs)
     if args.ray and not args.dry_run:
@@ -130,8 +121,7 @@ def main(args: argparse.Namespace) -> int:
     procs: list[tuple[Planned, subprocess.Popen]] = []
     try:
         for p in planned:
-            env = {**os.environ, CONFIG_ENV: json.dumps(p.config), TARGET_ENV: p.target, WHERE_ENV: p.where}
-            procs.append((p, subprocess.Popen([sys.executable, "-m", "gymlab.cli.serve_one"], env=env)))
+            procs.append((p, spawn(p.config, p.target, p.where)))
         for p, proc in procs:
             deadline = time.monotonic() + args.startup_timeout
             while not answers_health(p.url):

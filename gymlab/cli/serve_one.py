@@ -16,6 +16,16 @@ TARGET_ENV = "GYMLAB_SERVER_TARGET"
 WHERE_ENV = "GYMLAB_SERVER_WHERE"
 
 
+def spawn(config: dict, target: str, where: str, **popen):
+    """Start one server of a config as ``python -m gymlab.cli.serve_one`` (``popen``: more Popen options)."""
+    import subprocess
+
+    from gymlab.server import CONFIG_ENV
+
+    env = {**os.environ, CONFIG_ENV: json.dumps(config), TARGET_ENV: target, WHERE_ENV: where}
+    return subprocess.Popen([sys.executable, "-m", "gymlab.cli.serve_one"], env=env, **popen)
+
+
 def main() -> int:
     from gymlab.collection.imports import build_server
     from gymlab.errors import GymlabError

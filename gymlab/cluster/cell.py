@@ -11,14 +11,12 @@ server comes from a config, whose import target its processes load.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from typing import Any
 
-from gymlab._runtime.serve import answers_health
+from gymlab._runtime.serve import answers_health, free_port
 from gymlab.cluster.recipe import ordered, unpack
 from gymlab.errors import ConfigError
 
@@ -59,8 +57,7 @@ class Cell:
 
     def _spawn(self, recipe) -> str:
         """``recipe``'s server as ``gymlab serve`` runs it (a process and its workers): its URL."""
-        from gymlab.cli.serve_one import TARGET_ENV, WHERE_ENV
-        from gymlab.server import CONFIG_ENV
+        from gymlab.cli.serve_one import spawn
 
         if recipe.target is None or recipe.raw is None:
             raise ConfigError(
@@ -68,11 +65,10 @@ class Cell:
                 "it from its file; serve it from a config (gymlab collect/serve CONFIG --ray), or give the "
                 "pool more replicas with num_workers=1"
             )
-        port = _free_port()
+        port = free_port()
         config = {**recipe.raw, **{k: self.urls[v] for k, v in recipe.refs.items()}}
         config.update(name=recipe.name, host="127.0.0.1", port=port)
-        env = {**os.environ, CONFIG_ENV: json.dumps(config), TARGET_ENV: recipe.target, WHERE_ENV: recipe.where}
-        process = subprocess.Popen([sys.executable, "-m", "gymlab.cli.serve_one"], env=env, preexec_fn=_die_with_parent)
+        process = spawn(config, recipe.target, recipe.where, preexec_fn=_die_with_parent)
         self._processes.append(process)
         self.processes[recipe.name] = process.pid
         url = f"http://127.0.0.1:{port}"
@@ -167,14 +163,6 @@ async def _over_http(url: str, path: str, body: bytes, headers: dict[str, str]):
 
     async with http_session().post(url + path, data=body, headers=headers) as resp:
         return resp.status, list(resp.raw_headers), await resp.read()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:
