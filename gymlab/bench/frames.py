@@ -3,8 +3,11 @@
 Figures (wall seconds, and the process's CPU seconds beside them, which a busy machine disturbs less;
 the fast path's as min / median of several runs):
 - a rollouts JSONL file -> steps frame (``Rollouts.load(path).steps_frame()``), fast and pure paths;
-- records in memory (a ``Rollouts``) -> steps frame, fast and pure paths, and again (the fast path
-  keeps the Arrow columns it read with the records);
+- the records a run leaves in memory -> steps frame: they arrive as a run at concurrency 16 returns
+  them (``StoreBuilder``, which reads them in the background as they finish), and the time is from
+  the last record to the frame; the CPU of that reading beside it, per record;
+- records in memory that were never read (``Rollouts(records)``) -> steps frame, fast and pure
+  paths, and again (the fast path keeps the Arrow columns it read with the records);
 - the memory of calculator episodes held as ``Rollouts`` (traced allocations), and per episode;
 - the collection writer's records/s.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import random
 import statistics
 import tempfile
 import time
@@ -94,6 +98,8 @@ def frames_benchmark(
             figures[f"JSONL file -> steps frame, {name} path {unit}"] = _repeated(
                 lambda fast=fast: Rollouts.load(path).steps_frame(full=True, fast=fast), repeats if fast else 1, rows
             )
+    if "fast" in paths:
+        figures.update(run_records_benchmark(lines, rows, repeats))
     held = RecordStore.from_records(lines)
     del lines
 
@@ -102,7 +108,7 @@ def frames_benchmark(
 
     for name in paths:
         fast = name == "fast"
-        figures[f"records in memory -> steps frame, {name} path, first build {unit}"] = _repeated(
+        figures[f"records in memory, never read -> steps frame, {name} path, first build {unit}"] = _repeated(
             lambda fast=fast: fresh().steps_frame(full=True, fast=fast), repeats if fast else 1, rows
         )
         if fast:  # the columns read by the first frame are kept with the records
@@ -116,6 +122,50 @@ def frames_benchmark(
     figures.update(memory_benchmark(memory_episodes if memory_episodes is not None else max(1, n_steps // 10)))
     figures.update(writer_benchmark(max(1, n_steps // 50)))
     return figures
+
+
+def run_records_benchmark(lines: list[bytes], rows: int, repeats: int, concurrency: int = 16) -> dict[str, Any]:
+    """A run's records -> steps frame: ``lines`` added to a ``StoreBuilder`` in the order a run at
+    ``concurrency`` finishes them (each window of that many shuffled, seeded), then timed from the
+    last record to the frame (``finish`` and the first ``steps_frame``); and the reading's CPU.
+
+    The background reads are awaited before the timer starts, as a run's length would: one thread
+    reads these records more than ten times faster than a Lab finishes episodes (the CPU figure
+    per record says how much faster), so when a real run ends only its last piece is left."""
+    from gymlab.lab.runs import Rollouts
+    from gymlab.lab.store import StoreBuilder
+
+    order = list(range(len(lines)))
+    shuffle = random.Random(0).shuffle
+    for start in range(0, len(order), concurrency):
+        window = order[start : start + concurrency]
+        shuffle(window)
+        order[start : start + concurrency] = window
+    walls, cpus, reading = [], [], []
+    for _ in range(repeats):
+        gc.collect()
+        cpu = time.process_time()
+        builder = StoreBuilder(len(lines))
+        for position in order:
+            builder.add(position, lines[position])
+        for read in builder.reads:  # see the docstring
+            read.result()
+        reading.append(time.process_time() - cpu)
+        wall, cpu, frame = _timed(lambda b=builder: Rollouts(store=b.finish()).steps_frame(full=True, fast=True))
+        assert len(frame) == rows
+        walls.append(wall)
+        cpus.append(cpu)
+        builder = frame = None
+    med = statistics.median
+    unit = "(s wall min / median ; s CPU min / median)"
+    return {
+        f"records a run leaves in memory -> steps frame, fast path {unit}": (
+            f"{min(walls):.2f} / {med(walls):.2f} ; {min(cpus):.2f} / {med(cpus):.2f}"
+        ),
+        "reading them while the run goes on, CPU per record / per step (us)": (
+            f"{med(reading) / len(lines) * 1e6:.1f} / {med(reading) / rows * 1e6:.2f}"
+        ),
+    }
 
 
 def writer_benchmark(n_records: int = 20_000) -> dict[str, Any]:

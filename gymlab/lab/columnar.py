@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import bisect
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -63,16 +64,16 @@ def _workers() -> int:
         return os.cpu_count() or 1
 
 
-def _pieces(store: Any) -> list[tuple[pa.Buffer, int, int]]:
-    """The store's buffer cut into pieces of whole records (see ``PIECE``), as
-    (bytes, number of records, longest record)."""
+def _pieces(store: Any, first: int = 0) -> list[tuple[pa.Buffer, int, int]]:
+    """The store's buffer from record ``first`` on, cut into pieces of whole records (see ``PIECE``),
+    as (bytes, number of records, longest record)."""
     starts, n = store.starts, len(store)
-    if n == 0:
+    if n <= first:
         return []
     buffer = pa.py_buffer(store.buffer)
     sizes = np.diff(np.asarray(starts, dtype="int64"))
-    target = min(max(PIECE[0], (starts[n] - starts[0]) // (4 * _workers())), PIECE[1])
-    pieces, first = [], 0
+    target = min(max(PIECE[0], (starts[n] - starts[first]) // (4 * _workers())), PIECE[1])
+    pieces = []
     while first < n:
         last = bisect.bisect_left(starts, starts[first] + target, first + 1, n)
         size = starts[last] - starts[first]
@@ -93,6 +94,33 @@ def _parse(piece: tuple[pa.Buffer, int, int], parse: pj.ParseOptions) -> pa.Tabl
     if table.num_rows != n or table["response"].null_count:
         return None
     return table
+
+
+_background: ThreadPoolExecutor | None = None
+_background_lock = threading.Lock()
+
+
+def read_in_background(data: bytes, n: int, longest: int) -> Future:
+    """A piece of ``n`` whole records read on a background thread: a future of its table (None when
+    a record does not fit the schema). One thread, so a run's reading takes at most one core."""
+    global _background
+    with _background_lock:
+        if _background is None:
+            _background = ThreadPoolExecutor(1, thread_name_prefix="gymlab-read-ahead")
+    return _background.submit(_parse, (pa.py_buffer(data), n, longest), _PARSE)
+
+
+def _read_ahead(store: Any) -> tuple[list[pa.Table], int] | None:
+    """The tables read while ``store``'s run went on and how many records they cover ((``[]``, 0)
+    when none were); None when one of them did not fit the schema."""
+    if store.ahead is None:
+        return [], 0
+    futures, covered = store.ahead
+    try:
+        tables = [future.result() for future in futures]
+    except Exception:  # a failed read: the records are read again, here
+        return [], 0
+    return None if any(t is None for t in tables) else (tables, covered)
 
 
 def _parallel(work, items: list) -> list:
@@ -204,11 +232,14 @@ def _columns(steps: pa.ListArray) -> dict[str, Any] | None:
     }
 
 
-def _piece_columns(piece: tuple[pa.Buffer, int, int]) -> tuple[pa.Table, list] | None:
-    table = _parse(piece, _PARSE)
+def _table_columns(table: pa.Table | None) -> tuple[pa.Table, list] | None:
     if table is None:
         return None
     return table, [_columns(chunk) for chunk in table["steps"].chunks]
+
+
+def _piece_columns(piece: tuple[pa.Buffer, int, int]) -> tuple[pa.Table, list] | None:
+    return _table_columns(_parse(piece, _PARSE))
 
 
 def steps_frame_arrow(store: Any):
@@ -219,10 +250,16 @@ def steps_frame_arrow(store: Any):
     if store.columns is not None:
         parts = _parallel(_columns, store.columns["steps"].chunks)
     else:
-        done = _parallel(_piece_columns, _pieces(store))
+        ahead = _read_ahead(store)
+        if ahead is None:
+            return None
+        tables, covered = ahead
+        work = [(_table_columns, table) for table in tables]  # already read: only their columns
+        work += [(_piece_columns, piece) for piece in _pieces(store, covered)]
+        done = _parallel(lambda job: job[0](job[1]), work)
         if not done or any(d is None for d in done):
             return None
-        store.columns = pa.concat_tables([table for table, _ in done])
+        store.columns, store.ahead = pa.concat_tables([table for table, _ in done]), None
         parts = [part for _, chunk in done for part in chunk]
     if not parts or any(p is None for p in parts):
         return None

@@ -16,7 +16,7 @@ from typing import Any
 
 from gymlab.errors import ServerError
 from gymlab.failures import run_failure
-from gymlab.lab.store import RecordStore
+from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward
 
@@ -246,8 +246,9 @@ async def arun_many(
     bar = _progress(len(jobs), agent.name) if progress else None
 
     finished: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
+    held = StoreBuilder(len(jobs))  # the records by position, the frames' columns read meanwhile
 
-    async def one(position: int, row: dict[str, Any]) -> Rollout:
+    async def one(position: int, row: dict[str, Any]) -> None:
         async with sem:
             state.running += 1
             t0 = time.perf_counter()
@@ -273,12 +274,13 @@ async def arun_many(
             env=env_name or agent.name,
         )
         state.finished.append(record)
-        return record
+        held.add(position, record)
 
     tasks = [asyncio.ensure_future(one(i, r)) for i, r in enumerate(jobs)]
     try:
-        done = await asyncio.gather(*tasks)
-        return Rollouts(done, completed=[rank for _, rank in sorted(zip(finished, range(len(finished))))])
+        await asyncio.gather(*tasks)
+        completed = [rank for _, rank in sorted(zip(finished, range(len(finished))))]
+        return Rollouts(store=held.finish(), completed=completed)
     except BaseException:
         # gather gives up at the first cancelled or failed episode; the others must stop too, and
         # each must finish its own cleanup (its session closed) before the run reports.

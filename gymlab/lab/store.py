@@ -5,6 +5,8 @@ A ``RecordStore`` is one ``bytes`` buffer (a record a line, as in the rollouts f
 start offset and line number. ``record(i)`` validates one line into a ``Rollout``; ``dicts()``
 parses every line with orjson for the frames' pure-Python path; ``buffer`` is what pyarrow reads
 for their fast path, and ``columns`` what it read (kept, and carried by ``take`` and ``concat``).
+``StoreBuilder`` holds a run's records as they finish and has the fast path read them meanwhile, so
+the first frame after a run reads only the records that finished last.
 A bad line is a ``DatasetError`` naming the file (or ``records`` for records built in memory) and
 the line, whenever it is first used.
 """
@@ -43,7 +45,7 @@ def describe(exc: ValidationError) -> str:
 class RecordStore:
     """Records as JSON lines in one buffer (see the module docstring)."""
 
-    __slots__ = ("buffer", "starts", "numbers", "source", "columns")
+    __slots__ = ("buffer", "starts", "numbers", "source", "columns", "ahead")
 
     def __init__(self, buffer: bytes, starts: list[int], numbers: list[int] | None = None, source: str | None = None):
         self.buffer = buffer
@@ -51,6 +53,9 @@ class RecordStore:
         self.numbers = numbers
         self.source = source
         self.columns: Any = None  # the fast path's Arrow columns, read once (the records never change)
+        #: (futures of Arrow tables, n): the fast path's columns of the first n records, read while a
+        #: run went on (``StoreBuilder``); the first frame waits for them and reads only the rest.
+        self.ahead: tuple[list[Any], int] | None = None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> RecordStore:
@@ -73,7 +78,7 @@ class RecordStore:
             starts.append(at)
             at += len(line) + 1
         starts.append(at)
-        buffer = b"\n".join(lines) + b"\n" if lines else b""
+        buffer = b"\n".join([*lines, b""])  # one copy (``join(...) + b"\n"`` would make two)
         return cls(buffer, starts, numbers, source)
 
     def __len__(self) -> int:
@@ -138,4 +143,80 @@ class RecordStore:
             import pyarrow as pa
 
             joined.columns = pa.concat_tables([s.columns for s in stores])
+        else:  # what was read of the first ones (runs read while they went on), without a second read
+            joined.ahead = _read_so_far(stores)
         return joined
+
+
+class StoreBuilder:
+    """A run's records, added by position as they finish (in any order), made a ``RecordStore`` by
+    ``finish``. Each time the records finished from the start on, not yet handed over, reach
+    ``piece`` bytes, they go to the fast path's background reader (pyarrow, off the GIL), so a frame
+    of a long run is ready in about the time of its last piece rather than of all its records. A
+    record that finishes late holds back only the reading of those after it, never their order.
+    Without pyarrow, nothing is read ahead."""
+
+    #: Bytes of finished records handed to the reader at a time: large enough that a piece's columns
+    #: cost little more than its reading, small enough that the last piece reads in a few ms.
+    PIECE = 4 << 20
+
+    def __init__(self, total: int, piece: int | None = None):
+        self.lines: list[bytes | None] = [None] * total
+        self.piece = self.PIECE if piece is None else piece
+        self.ready = 0  # records [0, ready) have finished
+        self.sent = 0  # records [0, sent) went to the reader
+        self.waiting = 0  # bytes of records [sent, ready)
+        self.reads: list[Any] = []  # one future per piece sent, in order
+        self.reader = _reader()
+
+    def add(self, position: int, record: Any) -> None:
+        line = _line_of(record)
+        self.lines[position] = line
+        lines, total = self.lines, len(self.lines)
+        while self.ready < total and lines[self.ready] is not None:
+            self.waiting += len(lines[self.ready]) + 1
+            self.ready += 1
+        if self.reader is not None and self.waiting >= self.piece:
+            piece = lines[self.sent : self.ready]
+            self.reads.append(self.reader(b"\n".join([*piece, b""]), len(piece), max(map(len, piece)) + 1))
+            self.sent, self.waiting = self.ready, 0
+
+    def finish(self) -> RecordStore:
+        """The store of every record, in position order (each position must have its record)."""
+        missing = self.lines.count(None)
+        if missing:
+            raise ValueError(f"{missing} record(s) of the run were never added")
+        store = RecordStore._joined(self.lines, None, None)
+        if self.reads:
+            store.ahead = (self.reads, self.sent)
+        return store
+
+
+def _read_so_far(stores: list[RecordStore]) -> tuple[list[Any], int] | None:
+    """The reads (futures of Arrow tables) covering the first records of ``stores`` one after the
+    other, and how many records they cover; None when they cover none."""
+    from concurrent.futures import Future
+
+    reads: list[Any] = []
+    covered = 0
+    for store in stores:
+        if store.columns is not None:
+            done: Future = Future()
+            done.set_result(store.columns)
+            part = ([done], len(store))
+        else:
+            part = store.ahead or ([], 0)
+        reads += part[0]
+        covered += part[1]
+        if part[1] < len(store):  # the rest of this store is unread: the stores after it wait too
+            break
+    return (reads, covered) if reads else None
+
+
+def _reader():
+    """The fast path's background reader, or None without pyarrow."""
+    try:
+        from gymlab.lab.columnar import read_in_background
+    except ImportError:
+        return None
+    return read_in_background

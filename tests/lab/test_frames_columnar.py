@@ -11,7 +11,7 @@ from gymlab.examples import example_rows, load_environment
 from gymlab.lab import columnar
 from gymlab.lab.frames import STEP_COLUMNS, episodes_frame, steps_frame
 from gymlab.lab.runs import Rollouts
-from gymlab.lab.store import RecordStore
+from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol import Rollout
 from gymlab.protocol.record import synthetic
 
@@ -282,3 +282,77 @@ def test_a_fast_frame_can_be_edited_like_the_pure_one():
         frame["tool_errors"] += 1
         assert (frame.loc[0, "reward"], frame.loc[1, "step"], frame["tool_errors"].min()) == (5.0, 7, 1)
     assert rollouts.steps_frame(full=True).loc[0, "reward"] != 5.0  # the kept columns did not change
+
+
+def test_a_run_read_ahead_in_pieces_gives_the_pure_frame_whatever_the_finishing_order():
+    records = _many_records()
+    order = list(range(len(records)))
+    straggler = order.pop(7)  # finishes last: the reading of every record after it waits for it
+    order = order[::-1][: len(order) // 2][::-1] + order[: len(order) - len(order) // 2][::-1]
+    builder = StoreBuilder(len(records), piece=1)
+    for position in order:
+        builder.add(position, records[position])
+    assert builder.sent == 7 and builder.reads  # the records before the straggler were read meanwhile
+    builder.add(straggler, records[straggler])
+    assert builder.sent == len(records)
+    store = builder.finish()
+    assert store.buffer == RecordStore.from_records(records).buffer  # in position order
+    rollouts = Rollouts(store=store)
+    pure = rollouts.steps_frame(full=True, fast=False)
+    assert store.ahead is not None
+    assert rollouts.steps_frame(full=True, fast=True).equals(pure)
+    assert store.ahead is None and store.columns.num_rows == len(records)  # the reads became the columns
+
+
+def test_read_ahead_leaves_the_last_records_to_the_first_frame_and_refuses_a_missing_one():
+    records = _many_records()
+    builder = StoreBuilder(len(records), piece=sum(len(json.dumps(r)) for r in records[:30]))
+    for position, record in enumerate(records):
+        builder.add(position, record)
+    assert 0 < builder.sent < len(records)  # a piece or more was read; the rest waits for the frame
+    rollouts = Rollouts(store=builder.finish())
+    assert rollouts.steps_frame(full=True, fast=True).equals(Rollouts(records).steps_frame(full=True, fast=False))
+    unfinished = StoreBuilder(3)
+    unfinished.add(0, records[0])
+    with pytest.raises(ValueError, match="2 record"):
+        unfinished.finish()
+
+
+def test_a_piece_read_ahead_that_does_not_fit_the_schema_leaves_the_frame_to_the_pure_path():
+    plain = _record([{"index": 0, "action": [{"type": "message", "role": "assistant", "content": "plain"}]}])
+    records = [_record(ODD_STEPS), plain, _record([])]
+    builder = StoreBuilder(len(records), piece=1)
+    for position, record in enumerate(records):
+        builder.add(position, record)
+    rollouts = Rollouts(store=builder.finish())
+    assert rollouts.steps_frame(full=True, fast=True).equals(Rollouts(records).steps_frame(full=True, fast=False))
+    assert rollouts.store.columns is None  # nothing fitted the schema, so no columns were kept
+
+
+def test_run_many_reads_its_records_ahead_and_its_frames_match_the_pure_path(monkeypatch):
+    monkeypatch.setattr(StoreBuilder, "PIECE", 1)  # every finished stretch is read at once
+    calculator = load_environment("calculator")
+    with Lab() as lab:
+        agent = lab.serve_agent(
+            "simple_agent", resources=lab.serve(calculator.CalculatorServer), model=lab.serve_model(calculator.policy)
+        )
+        run = lab.run_many(agent, example_rows("calculator"), repeats=3, concurrency=4)
+    assert run.store.ahead is not None and run.store.ahead[1] == len(run)  # all read during the run
+    assert run.steps_frame(full=True, fast=True).equals(run.steps_frame(full=True, fast=False))
+    assert [r.reward for r in run] == [r["reward"] for r in run.store.dicts()]
+
+
+def test_sums_of_runs_keep_what_was_read_ahead(small_pieces):
+    records = _many_records()
+    first, second = StoreBuilder(30, piece=1), StoreBuilder(len(records) - 30, piece=1)
+    for position, record in enumerate(records[:30]):
+        first.add(position, record)
+    for position, record in enumerate(records[30:]):
+        second.add(position, record)
+    read = Rollouts(store=first.finish())
+    read.steps_frame(full=True)  # its columns are now kept
+    both = read + Rollouts(store=second.finish())
+    assert both.store.ahead is not None and both.store.ahead[1] == len(records)
+    assert both.steps_frame(full=True, fast=True).equals(Rollouts(records).steps_frame(full=True, fast=False))
+    partly = Rollouts(records[:5]) + both  # nothing read of the first: nothing to keep
+    assert partly.store.ahead is None
