@@ -1,6 +1,7 @@
 """``gymlab merge OUT.jsonl SHARD.jsonl...``: shard outputs of ``gymlab collect --shard`` as one collection.
 
-Exit status 2 (with the files and lines) when two shards hold the same (task, repeat) differently.
+Exit status 2 (with the files and lines) when two shards hold the same (task, repeat) differently,
+and when OUT.jsonl exists with a record the merge would lose (``--force`` replaces it).
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("output", metavar="OUT.jsonl", help="the merged collection; companion files go next to it")
     parser.add_argument("shards", nargs="+", metavar="SHARD.jsonl", help="the shard outputs to join")
     parser.add_argument("--resources-url", help="a resources server whose /aggregate_metrics computes the metrics")
+    parser.add_argument(
+        "--force", action="store_true", help="replace an existing OUT.jsonl even if the merge lacks some of its records"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     from gymlab.collection.merge import merge
 
-    result = merge(args.output, *args.shards, resources_url=args.resources_url)
+    result = merge(args.output, *args.shards, resources_url=args.resources_url, overwrite=args.force)
     print(
         f"gymlab merge: {len(result.rollouts)} rollouts from {len(args.shards)} shards in {result.output}, "
         f"{len(result.failures)} still failed, mean reward {result.mean_reward:.3f}"

@@ -6,7 +6,9 @@ twice with the same content is kept once; with different content it is an error 
 and lines), a failure is kept only when no shard holds a rollout for its key (the later shard's
 failure wins), and the aggregate metrics are computed again over the merged rollouts as ``collect``
 computes them (from ``resources_url``'s ``/aggregate_metrics`` when given, else here). Every file is
-written atomically; the output may be one of the shards.
+written atomically; the output may be one of the shards. An existing output that is not a shard
+is replaced only when every record it holds is in the merge unchanged (merging again), or with
+``overwrite=True`` (``--force``): a merge never loses a collection by mistake.
 """
 
 from __future__ import annotations
@@ -49,8 +51,28 @@ def _united(files: list[Path], what: str, *, required: bool) -> dict[Key, tuple[
     return out
 
 
+def _refuse_losing(target: Path, shards: list[Path], merged: dict[Key, tuple[dict[str, Any], Path, int]]) -> None:
+    """Raise when writing ``merged`` over an existing ``target`` that is not a shard would lose or
+    change one of its records (merging the same shards again is fine: it writes the same file)."""
+    if not target.exists() or any(s.exists() and target.samefile(s) for s in shards):
+        return
+    for line, record in iter_jsonl(target, what="rollouts"):
+        k = key_of(record)
+        if k not in merged or merged[k][0] != record:
+            what = "is in none of the shards" if k not in merged else f"differs from {merged[k][1]}:{merged[k][2]}"
+            raise DatasetError(
+                str(target),
+                line,
+                f"the output exists and its (task {k[0]}, repeat {k[1]}) {what}, so merging would lose it: "
+                "choose another output, or pass --force (overwrite=True) to replace it",
+            )
+
+
 async def amerge(
-    output: str | os.PathLike, *shards: str | os.PathLike, resources_url: str | None = None
+    output: str | os.PathLike,
+    *shards: str | os.PathLike,
+    resources_url: str | None = None,
+    overwrite: bool = False,
 ) -> CollectResult:
     """``merge`` on the running loop."""
     t0 = time.perf_counter()
@@ -58,6 +80,8 @@ async def amerge(
         raise DatasetError(str(output), None, "nothing to merge: give the shard outputs (NAME.jsonl) to join")
     parts = [output_paths(s) for s in shards]
     rollouts = _united([p["rollouts"] for p in parts], "rollouts", required=True)
+    if not overwrite:
+        _refuse_losing(output_paths(output)["rollouts"], [p["rollouts"] for p in parts], rollouts)
     inputs = _united([p["materialized_inputs"] for p in parts], "materialized inputs", required=False)
     failures: dict[Key, dict[str, Any]] = {}
     for p in parts:
@@ -87,7 +111,9 @@ async def amerge(
     )
 
 
-def merge(output: str | os.PathLike, *shards: str | os.PathLike, resources_url: str | None = None) -> CollectResult:
+def merge(
+    output: str | os.PathLike, *shards: str | os.PathLike, resources_url: str | None = None, overwrite: bool = False
+) -> CollectResult:
     """Join the outputs of ``collect(..., shard=(i, n))`` runs into ``output`` (see the module doc)."""
     from gymlab._sync import run_sync
 
@@ -95,7 +121,7 @@ def merge(output: str | os.PathLike, *shards: str | os.PathLike, resources_url: 
         from gymlab.client import http_scope
 
         async with http_scope():
-            return await amerge(output, *shards, resources_url=resources_url)
+            return await amerge(output, *shards, resources_url=resources_url, overwrite=overwrite)
 
     return run_sync(go())
 

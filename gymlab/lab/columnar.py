@@ -4,7 +4,9 @@ The fast path of ``gymlab.lab.frames.steps_frame`` (the ``fast`` extra): the rec
 into pieces of whole records, and a thread per core reads a piece at a time with pyarrow's JSON
 reader (only the step fields the frame shows) and derives that piece's columns with Arrow compute,
 without a Python call per step (steps of more than one item, rare, are described in Python); the
-pieces' columns are then joined (strings stay in Arrow memory, as the pure path's do).
+pieces' columns are then joined (strings stay in Arrow memory, as the pure path's do). A run's
+records are read while it goes on (``read_in_background``, fed by ``gymlab.lab.store.StoreBuilder``),
+so its first frame derives the columns of what was read and reads only the rest.
 Records whose JSON does not fit the schema (a message whose content is a string, a field of
 another type), and steps with rubric components, return None, and the pure-Python path builds the
 frame; both give the same frame.

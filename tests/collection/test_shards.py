@@ -196,6 +196,17 @@ def test_overlapping_shards_with_different_content_are_refused(full_run, tmp_pat
     assert lines(tmp_path / "out.jsonl") == records
     assert result.failures == [lost] == lines(output_paths(tmp_path / "out.jsonl")["failures"])
 
+    # an existing output whose records the merge lacks is not replaced unless asked
+    kept = (tmp_path / "out.jsonl").read_bytes()
+    with pytest.raises(DatasetError, match=r"out\.jsonl:4: the output exists and its \(task 1, repeat 1\) is in none"):
+        merge(tmp_path / "out.jsonl", s2)
+    assert (tmp_path / "out.jsonl").read_bytes() == kept
+    assert cli(["merge", str(tmp_path / "out.jsonl"), str(s2)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert cli(["merge", "--force", str(tmp_path / "out.jsonl"), str(s2)]) == 0
+    assert lines(tmp_path / "out.jsonl") == records[:3]
+    assert merge(s1, s1, s2).output == s1  # the output is one of the shards: no --force needed
+
 
 def test_shard_choice_and_its_errors(tmp_path, capsys):
     jobs = [{"_ng_task_index": t, "_ng_rollout_index": r} for t in range(5) for r in range(3)]
