@@ -99,11 +99,15 @@ class LogBook(logging.Handler):
         self.stream = stream
         self._quiet = 0
         self._lock_quiet = threading.Lock()
+        self._held: list[str] | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             message = record.getMessage()
             trace = ""
+            lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+            if len(lines) > 1:  # a message that is a whole trace (uvicorn logs a failed startup so)
+                message, trace = lines[-1], message
             if record.exc_info and record.exc_info[1] is not None:
                 exc = record.exc_info[1]
                 message = f"{message}: {cause_line(exc)}"
@@ -112,9 +116,33 @@ class LogBook(logging.Handler):
             self.entries.append(Entry(record.created, record.name, line, trace))
             if not self._quiet:
                 hint = " · lab.logs() has the trace" if trace else ""
-                print(f"gymlab {line}{hint}", file=self.stream or sys.stderr, flush=True)
+                self._print(f"gymlab {line}{hint}")
         except Exception:  # a log handler never raises into the code that logged
             self.handleError(record)
+
+    def _print(self, text: str) -> None:
+        with self._lock_quiet:
+            if self._held is not None:
+                self._held.append(text)
+                return
+        print(text, file=self.stream or sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def held(self):
+        """Lines inside are printed at the end if the block succeeds, and dropped if it raises: a
+        server whose start fails is reported by its error alone (which names the cause); entries
+        are kept either way."""
+        with self._lock_quiet:
+            outer, self._held = self._held, []
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            with self._lock_quiet:
+                lines, self._held = self._held, outer
+            for text in lines if ok else ():
+                self._print(text)
 
     @contextlib.contextmanager
     def quiet(self):

@@ -16,6 +16,7 @@ import threading
 import time
 
 import uvicorn
+from uvicorn.lifespan.on import LifespanOn
 
 import gymlab.inproc as inproc
 from gymlab._runtime.stack import new_event_loop, settle_heap, uvicorn_options
@@ -43,6 +44,37 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _KeptCause(LifespanOn):
+    """uvicorn's lifespan, keeping the trace a failed startup sends (uvicorn only logs it)."""
+
+    trace: str | None = None
+
+    async def send(self, message) -> None:
+        if message["type"] == "lifespan.startup.failed":
+            self.trace = message.get("message") or None
+        await super().send(message)
+
+
+def _thread_config(app, log_level: str, **options) -> uvicorn.Config:
+    """The uvicorn config of a server in this process: the stack's options, and a lifespan that
+    keeps a failed startup's cause for the error the caller sees (``_startup_failed``)."""
+    config = uvicorn.Config(
+        app, log_level=log_level, lifespan="on", access_log=False, timeout_keep_alive=30, **options, **_thread_options()
+    )
+    config.load()
+    config.lifespan_class = _KeptCause
+    return config
+
+
+def _startup_failed(name: str, server: uvicorn.Server) -> ServerStartError:
+    """The error for a server whose startup (its lifespan) failed, naming the cause: the last line
+    of the trace (the exception and its message); the whole trace is in the log (``lab.logs()``)."""
+    trace = getattr(getattr(server, "lifespan", None), "trace", None) or ""
+    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    cause = lines[-1] if lines else "an error in its lifespan"
+    return ServerStartError(f"{name}: its startup failed: {cause} (its trace: lab.logs() in a Lab, else the log)")
+
+
 class _ThreadServer(uvicorn.Server):
     """A uvicorn server that never touches signal handlers (the host process owns them)."""
 
@@ -61,10 +93,7 @@ class ThreadedServer:
         self.name = name
         self.sock = bind_socket(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
-        config = uvicorn.Config(
-            app, log_level=log_level, lifespan="on", access_log=False, timeout_keep_alive=30, **_thread_options()
-        )
-        self.server = _ThreadServer(config)
+        self.server = _ThreadServer(_thread_config(app, log_level))
         self._error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=f"gymlab-{name}", daemon=True)
 
@@ -91,6 +120,8 @@ class ThreadedServer:
         while not self.server.started:
             if not self.thread.is_alive():
                 self.sock.close()
+                if isinstance(self._error, SystemExit):  # uvicorn exits on a lifespan failure
+                    raise _startup_failed(self.name, self.server) from None
                 raise ServerStartError(f"{self.name} failed to start: {self._error!r}") from self._error
             if time.monotonic() > deadline:
                 self.stop()
@@ -129,16 +160,7 @@ class LoopServer:
         self.host, self.port = self.sock.getsockname()[:2]
         # log_config=None: uvicorn leaves logging alone (its default config would replace the Lab's
         # one-line error handler on every server it starts).
-        config = uvicorn.Config(
-            app,
-            log_level=log_level,
-            log_config=None,
-            lifespan="on",
-            access_log=False,
-            timeout_keep_alive=30,
-            **_thread_options(),
-        )
-        self.server = _ThreadServer(config)
+        self.server = _ThreadServer(_thread_config(app, log_level, log_config=None))
         self.loop = background_loop()
         self._future = None
         self._local: inproc.LocalApp | None = None
@@ -155,8 +177,8 @@ class LoopServer:
     async def _serve(self) -> None:
         try:
             await self.server.serve(sockets=[self.sock])
-        except SystemExit as exc:  # uvicorn exits on a lifespan failure: never let it reach the loop
-            raise ServerStartError(f"{self.name}: its startup failed (see the log above)") from exc
+        except SystemExit:  # uvicorn exits on a lifespan failure: never let it reach the loop
+            raise _startup_failed(self.name, self.server) from None
 
     def start(self, timeout: float = 30.0) -> LoopServer:
         self._future = asyncio.run_coroutine_threadsafe(self._serve(), self.loop)
@@ -165,6 +187,8 @@ class LoopServer:
             if self._future.done():
                 self.sock.close()
                 error = self._future.exception() if not self._future.cancelled() else None
+                if isinstance(error, ServerStartError):
+                    raise error
                 raise ServerStartError(f"{self.name} failed to start: {error!r}") from error
             if time.monotonic() > deadline:
                 self.stop()

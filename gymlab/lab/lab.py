@@ -155,7 +155,8 @@ class Lab:
 
     def _start(self, instance: BaseServer, port: int, *, fallback: bool) -> LoopServer:
         try:
-            return LoopServer(instance.app, instance.host, port, instance.name, self.log_level, self.wire).start()
+            with self._book.held():  # a failed start prints its error alone (lab.logs() keeps the log)
+                return LoopServer(instance.app, instance.host, port, instance.name, self.log_level, self.wire).start()
         except ServerStartError:
             if not fallback:
                 raise

@@ -82,7 +82,10 @@ def test_startup_failure_raises_the_real_cause(lab):
             app.router.lifespan_context = lifespan
             return app
 
-    with pytest.raises(ServerStartError, match="broken failed to start"):
+    with pytest.raises(
+        ServerStartError,
+        match=r"broken: its startup failed: ConnectionRefusedError: judge at 127\.0\.0\.1:9 refused the connection",
+    ):
         lab.serve(Broken)
 
 

@@ -92,7 +92,7 @@ def test_errors_name_the_server_route_and_cause(lab, native, backed, caplog):
         assert http.post("/square", json={"value": 5}).json() == {"result": 25}  # the episode goes on
     with pytest.raises(ValueError, match="set exactly one of mcp_command"):
         McpCalculator().app  # noqa: B018
-    with pytest.raises(ServerStartError, match="nowhere: its startup failed"):
+    with pytest.raises(ServerStartError, match="nowhere: its startup failed: .*could not list the tools of the MCP"):
         lab.serve(McpCalculator, name="nowhere", mcp_url="http://127.0.0.1:9/mcp", mcp_open_timeout_seconds=10)
     assert "could not list the tools of the MCP server http://127.0.0.1:9/mcp: ConnectError" in caplog.text
 
