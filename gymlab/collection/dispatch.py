@@ -5,9 +5,11 @@ One agent (or environment server) may run as several interchangeable replicas: s
 materialized row) and returns the ``/run`` answer; it raises ``ReplicaGone`` when the replica itself
 can take no more work (connection refused or reset, an actor that died), and any other error
 (``ServerError``, ``TimeoutError``) when the rollout failed. A ``ReplicaPool`` gives each job to the
-live replica with the fewest rollouts in flight, takes a gone replica out of rotation and probes it
-again after ``reprobe_s`` seconds. The job moves at once to another live replica; its first move
-counts as one of its retries, later moves are free (each takes a replica out, so they are bounded).
+live replica with the fewest rollouts in flight and takes a gone replica out of rotation. A replica
+lost for the first time in ``reprobe_s`` seconds is probed at once (one dropped connection from a
+server that still answers costs it nothing more); one lost again within that time is probed after
+``reprobe_s``, and then every ``reprobe_s``. The job moves at once to another live replica; its
+first move counts as one of its retries, and so does every move past twice the pool's size.
 The last live replica is never taken out: its jobs are retried with backoff, then written to the
 failures file, as with a single URL (a rerun retries them).
 
@@ -105,6 +107,7 @@ class _Slot:
     started: int = 0
     live: bool = True
     probe_at: float = 0.0
+    lost_at: float = float("-inf")  # when it was last taken out of rotation
 
 
 class ReplicaPool:
@@ -161,8 +164,10 @@ class ReplicaPool:
         if not others:
             return False
         if slot.live:
-            slot.live = False
-            slot.probe_at = time.monotonic() + (self.reprobe_s or 0.0)
+            now = time.monotonic()
+            recently = now - slot.lost_at < (self.reprobe_s or 0.0)
+            slot.live, slot.lost_at = False, now
+            slot.probe_at = now + (self.reprobe_s or 0.0) if recently else now  # a first loss: probe at once
         return True
 
     def _reprobe(self) -> None:

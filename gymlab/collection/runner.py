@@ -103,12 +103,11 @@ async def _run_one(
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """One job to a record or a failure row. A job whose replica is gone moves at once to another
     live replica; the first move counts as one of its retries (never the reason it fails), later
-    moves are free."""
+    ones are free up to twice the pool's size (a replica probed back at once may be lost again)."""
     import aiohttp
 
     name = str(target.agent_ref.get("name") or target.url)
-    attempt = retries = 0
-    moved = False
+    attempt = retries = moves = 0
     while True:
         attempt += 1
         replica = pool.pick()
@@ -125,10 +124,11 @@ async def _run_one(
                     record[k] = job[k]
             return record, None
         except ReplicaGone as gone:
-            if pool.lose(replica):  # moves are bounded: each one takes a replica out of rotation
-                retries += 0 if moved else 1
-                moved = True
-                continue
+            if pool.lose(replica):
+                moves += 1
+                retries += 1 if moves == 1 or moves > 2 * len(pool) else 0
+                if retries <= max_retries + 1:  # the first move is never the reason a job fails
+                    continue
             exc = gone.__cause__ if isinstance(gone.__cause__, ServerError) else gone
             failure = run_failure(exc, name) if exc is not gone else gone.failure
         except (TimeoutError, ServerError, aiohttp.ClientError, OSError) as err:

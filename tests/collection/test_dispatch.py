@@ -113,3 +113,38 @@ def test_agent_url_forms():
         agent_pool([])
     with pytest.raises(ConfigError, match="at least one replica"):
         ReplicaPool([])
+
+
+class DropsOnce:
+    """A replica whose server still answers but whose ``drops``-th rollouts lost their connection
+    (a reset on one keep-alive connection): ``alive`` is the real server's answer."""
+
+    def __init__(self, inner: HttpReplica, drops: set[int]):
+        self.inner, self.drops = inner, drops
+        self.name = f"flaky-{inner.name}"
+        self.calls = 0
+
+    async def run(self, job: dict, timeout_s: float | None) -> dict:
+        self.calls += 1
+        if self.calls in self.drops:
+            raise ReplicaGone(self.name, "connection reset by peer")
+        return await self.inner.run(job, timeout_s)
+
+    async def alive(self) -> bool:
+        return await self.inner.alive()
+
+
+def test_one_dropped_connection_does_not_keep_a_live_replica_out(agent, tmp_path):
+    flaky = DropsOnce(HttpReplica(agent.url), drops={2})
+    pool = ReplicaPool([HttpReplica(agent.url, "host-a"), flaky], reprobe_s=3600)
+    rows = example_rows("calculator")
+    run = collect(rows, tmp_path / "a.jsonl", agent_url=pool, repeats=8, concurrency=2, progress=False)
+    assert len(run.rollouts) == 40 and run.failures == []
+    assert pool.live == pool.replicas and flaky.calls > 4  # probed at once, found answering, given more
+
+    # lost again within reprobe_s: out until the next probe (an hour here)
+    again = DropsOnce(HttpReplica(agent.url), drops={1, 3})
+    pool = ReplicaPool([HttpReplica(agent.url, "host-a"), again], reprobe_s=3600)
+    run = collect(rows, tmp_path / "b.jsonl", agent_url=pool, repeats=8, concurrency=2, progress=False)
+    assert len(run.rollouts) == 40 and run.failures == []
+    assert again.calls == 3 and pool.live == [pool.replicas[0]]
