@@ -66,7 +66,7 @@ def test_handle_is_a_context_manager(lab, calculator):
     assert not env.running and "calculator_server" not in lab.servers
 
 
-def test_startup_failure_raises_the_real_cause(lab):
+def test_startup_failure_raises_the_real_cause_alone_and_keeps_the_trace(lab, capfd):
     class Broken(SimpleResourcesServer):
         async def verify(self, body):
             return None
@@ -82,11 +82,16 @@ def test_startup_failure_raises_the_real_cause(lab):
             app.router.lifespan_context = lifespan
             return app
 
+    capfd.readouterr()
     with pytest.raises(
         ServerStartError,
         match=r"broken: its startup failed: ConnectionRefusedError: judge at 127\.0\.0\.1:9 refused the connection",
     ):
         lab.serve(Broken)
+    assert capfd.readouterr().err.strip() == ""  # nothing printed beside the error itself
+    kept = lab.logs(last=None)
+    assert any("Traceback" in e.trace and "in lifespan" in e.trace for e in kept), kept
+    assert any(e.line == "error: ConnectionRefusedError: judge at 127.0.0.1:9 refused the connection" for e in kept)
 
 
 def test_port_in_use_is_a_clear_error(lab, calculator):
