@@ -167,7 +167,7 @@ class StoreBuilder:
         self.sent = 0  # records [0, sent) went to the reader
         self.waiting = 0  # bytes of records [sent, ready)
         self.reads: list[Any] = []  # one future per piece sent, in order
-        self.reader = _reader()
+        self.reader: Any = None  # imported with the first piece (a small run never loads pyarrow)
 
     def add(self, position: int, record: Any) -> None:
         line = _line_of(record)
@@ -176,7 +176,11 @@ class StoreBuilder:
         while self.ready < total and lines[self.ready] is not None:
             self.waiting += len(lines[self.ready]) + 1
             self.ready += 1
-        if self.reader is not None and self.waiting >= self.piece:
+        if self.waiting >= self.piece and self.reader is not False:
+            if self.reader is None:
+                self.reader = _reader() or False
+                if self.reader is False:
+                    return
             piece = lines[self.sent : self.ready]
             self.reads.append(self.reader(b"\n".join([*piece, b""]), len(piece), max(map(len, piece)) + 1))
             self.sent, self.waiting = self.ready, 0
@@ -214,7 +218,7 @@ def _read_so_far(stores: list[RecordStore]) -> tuple[list[Any], int] | None:
 
 
 def _reader():
-    """The fast path's background reader, or None without pyarrow."""
+    """The fast path's background reader, or None without pyarrow (nothing is read ahead then)."""
     try:
         from gymlab.lab.columnar import read_in_background
     except ImportError:

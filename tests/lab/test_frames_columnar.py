@@ -356,3 +356,26 @@ def test_sums_of_runs_keep_what_was_read_ahead(small_pieces):
     assert both.steps_frame(full=True, fast=True).equals(Rollouts(records).steps_frame(full=True, fast=False))
     partly = Rollouts(records[:5]) + both  # nothing read of the first: nothing to keep
     assert partly.store.ahead is None
+
+
+def test_a_small_run_does_not_load_pyarrow_and_without_it_nothing_is_read_ahead(monkeypatch):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    code = (
+        "import sys; from gymlab.lab.store import StoreBuilder; from gymlab.protocol.record import synthetic; "
+        "b = StoreBuilder(3); [b.add(i, r) for i, r in enumerate(synthetic(3, 2))]; b.finish(); "
+        "print('pyarrow' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": root}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout == (
+        "False\n"
+    )
+    monkeypatch.setitem(sys.modules, "gymlab.lab.columnar", None)  # as if pyarrow were not installed
+    records = _many_records()
+    builder = StoreBuilder(len(records), piece=1)
+    for position, record in enumerate(records):
+        builder.add(position, record)
+    assert builder.reads == [] and builder.finish().ahead is None
