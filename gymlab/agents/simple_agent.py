@@ -100,5 +100,15 @@ class SimpleAgent(BaseAgent):
                 return record_response(records.failed(row, failure, duration_s=time.perf_counter() - t0))
             raise self.episode_failed(exc, stage) from exc
         return record_response(
-            records.verified(answer, state.steps, state.stop_reason, time.perf_counter() - t0, row=row)
+            records.verified(
+                answer,
+                state.steps,
+                state.stop_reason,
+                time.perf_counter() - t0,
+                row=row,
+                sent={
+                    "response": (verify["response"], response),
+                    "responses_create_params": (row["responses_create_params"], body.responses_create_params),
+                },
+            )
         )

@@ -148,8 +148,12 @@ def verified(
     *,
     row: dict[str, Any] | None = None,
     response: NeMoGymResponse | None = None,
+    sent: dict[str, tuple[Any, BaseModel]] | None = None,
 ) -> Rollout:
     """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps.
+
+    ``sent`` maps a field the verify request carried to (what was sent, its validated model): a
+    field the answer echoes unchanged is the model already validated, not validated again.
 
     Grading sets the last step's reward to the verify's (in ``steps`` itself, so the episode that
     holds them sees it); the last step is terminated when the model gave its final message and
@@ -173,6 +177,9 @@ def verified(
     fields.setdefault("terminated", stop_reason == "final_message")
     fields.setdefault("truncated", stop_reason == "max_steps")
     fields["duration_s"] = duration_s
+    for key, (value, model) in (sent or {}).items():
+        if key in fields and fields[key] == value:  # echoed unchanged: the model it was dumped from
+            fields[key] = model
     return _with_steps(fields, steps)
 
 
