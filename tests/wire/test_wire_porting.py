@@ -3,6 +3,7 @@ sample, ending with its multi-worker entrypoint (``is_nemo_gym_fastapi_entrypoin
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
@@ -41,18 +42,27 @@ def response(text: str) -> dict:
     }
 
 
+def _episode(url: str, secret: int) -> str:
+    """One seed + verify on fresh connections (so requests may land on either worker), checked;
+    the worker that took the seed."""
+    with httpx.Client(base_url=url, timeout=TIMEOUT, limits=httpx.Limits(max_keepalive_connections=0)) as client:
+        seed = client.post("/seed_session", json=row(secret))
+        assert seed.status_code == 200, seed.text
+        answer = client.post("/verify", json={**row(secret), "response": response(f"It is {secret}.")})
+        assert answer.status_code == 200, answer.text  # not a KeyError from another worker's memory
+        assert answer.json()["reward"] == 1.0
+        return seed.headers["x-gymlab-worker"]
+
+
 def test_spec_multi_worker_entrypoint_sample_runs_on_two_workers():
     with serve_entrypoint(APP, workers=2) as served:
         assert len(served.worker_pids()) == 2
+        # Batches of 12 episodes until seeds landed on both workers: a busy machine can hand one
+        # worker every connection of a batch. Every episode is graded whichever worker took it.
         workers: set[str] = set()
-        for secret in range(12):  # each episode on fresh connections: requests land on either worker
-            with httpx.Client(
-                base_url=served.url, timeout=TIMEOUT, limits=httpx.Limits(max_keepalive_connections=0)
-            ) as client:
-                seed = client.post("/seed_session", json=row(secret))
-                assert seed.status_code == 200, seed.text
-                workers.add(seed.headers["x-gymlab-worker"])
-                answer = client.post("/verify", json={**row(secret), "response": response(f"It is {secret}.")})
-                assert answer.status_code == 200, answer.text  # not a KeyError from another worker's memory
-                assert answer.json()["reward"] == 1.0
-        assert len(workers) == 2, f"all 12 seeds landed on worker {workers}; the routing was not exercised"
+        secret, deadline = 0, time.monotonic() + TIMEOUT
+        while len(workers) < 2:
+            assert time.monotonic() < deadline, f"all {secret} seeds landed on worker {workers}; routing not exercised"
+            for _ in range(12):
+                workers.add(_episode(served.url, secret))
+                secret += 1
