@@ -54,11 +54,12 @@ def _fast_available() -> bool:
     return True
 
 
-def _repeated(fn, repeats: int, rows: int) -> str:
-    """``fn`` timed ``repeats`` times: wall min / median ; CPU min / median (seconds)."""
+def _repeated(fn, repeats: int, rows: int, setup=None) -> str:
+    """``fn`` timed ``repeats`` times: wall min / median ; CPU min / median (seconds). With ``setup``,
+    each time ``fn(setup())``, the setup untimed."""
     walls, cpus = [], []
     for _ in range(repeats):
-        wall, cpu, frame = _timed(fn)
+        wall, cpu, frame = _timed(fn if setup is None else functools.partial(fn, setup()))
         assert len(frame) == rows
         walls.append(wall)
         cpus.append(cpu)
@@ -141,8 +142,9 @@ def run_records_benchmark(lines: list[bytes], rows: int, repeats: int, concurren
         window = order[start : start + concurrency]
         shuffle(window)
         order[start : start + concurrency] = window
-    walls, cpus, reading = [], [], []
-    for _ in range(repeats):
+    reading: list[float] = []
+
+    def arrived() -> StoreBuilder:  # the run's records added as they finish; its CPU is the reading's
         gc.collect()
         cpu = time.process_time()
         builder = StoreBuilder(len(lines))
@@ -151,19 +153,18 @@ def run_records_benchmark(lines: list[bytes], rows: int, repeats: int, concurren
         for read in builder.reads:  # see the docstring
             read.result()
         reading.append(time.process_time() - cpu)
-        wall, cpu, frame = _timed(lambda b=builder: Rollouts(store=b.finish()).steps_frame(full=True, fast=True))
-        assert len(frame) == rows
-        walls.append(wall)
-        cpus.append(cpu)
-        builder = frame = None
-    med = statistics.median
+        return builder
+
+    def frame(builder: StoreBuilder):
+        return Rollouts(store=builder.finish()).steps_frame(full=True, fast=True)
+
     unit = "(s wall min / median ; s CPU min / median)"
+    timed = _repeated(frame, repeats, rows, setup=arrived)
+    per_record = statistics.median(reading) / len(lines)
     return {
-        f"records a run leaves in memory -> steps frame, fast path {unit}": (
-            f"{min(walls):.2f} / {med(walls):.2f} ; {min(cpus):.2f} / {med(cpus):.2f}"
-        ),
+        f"records a run leaves in memory -> steps frame, fast path {unit}": timed,
         "reading them while the run goes on, CPU per record / per step (us)": (
-            f"{med(reading) / len(lines) * 1e6:.1f} / {med(reading) / rows * 1e6:.2f}"
+            f"{per_record * 1e6:.1f} / {per_record * len(lines) / rows * 1e6:.2f}"
         ),
     }
 

@@ -13,6 +13,7 @@ the line, whenever it is first used.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -167,7 +168,6 @@ class StoreBuilder:
         self.sent = 0  # records [0, sent) went to the reader
         self.waiting = 0  # bytes of records [sent, ready)
         self.reads: list[Any] = []  # one future per piece sent, in order
-        self.reader: Any = None  # imported with the first piece (a small run never loads pyarrow)
 
     def add(self, position: int, record: Any) -> None:
         line = _line_of(record)
@@ -176,13 +176,9 @@ class StoreBuilder:
         while self.ready < total and lines[self.ready] is not None:
             self.waiting += len(lines[self.ready]) + 1
             self.ready += 1
-        if self.waiting >= self.piece and self.reader is not False:
-            if self.reader is None:
-                self.reader = _reader() or False
-                if self.reader is False:
-                    return
+        if self.waiting >= self.piece and (reader := _reader()) is not None:  # imported with the first piece
             piece = lines[self.sent : self.ready]
-            self.reads.append(self.reader(b"\n".join([*piece, b""]), len(piece), max(map(len, piece)) + 1))
+            self.reads.append(reader(b"\n".join([*piece, b""]), len(piece), max(map(len, piece)) + 1))
             self.sent, self.waiting = self.ready, 0
 
     def finish(self) -> RecordStore:
@@ -217,8 +213,10 @@ def _read_so_far(stores: list[RecordStore]) -> tuple[list[Any], int] | None:
     return (reads, covered) if reads else None
 
 
+@functools.cache
 def _reader():
-    """The fast path's background reader, or None without pyarrow (nothing is read ahead then)."""
+    """The fast path's background reader, or None without pyarrow (nothing is read ahead then); a
+    small run never gets here, so it never loads pyarrow."""
     try:
         from gymlab.lab.columnar import read_in_background
     except ImportError:

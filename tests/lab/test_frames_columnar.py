@@ -373,9 +373,16 @@ def test_a_small_run_does_not_load_pyarrow_and_without_it_nothing_is_read_ahead(
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout == (
         "False\n"
     )
+    from gymlab.lab import store
+
     monkeypatch.setitem(sys.modules, "gymlab.lab.columnar", None)  # as if pyarrow were not installed
-    records = _many_records()
-    builder = StoreBuilder(len(records), piece=1)
-    for position, record in enumerate(records):
-        builder.add(position, record)
-    assert builder.reads == [] and builder.finish().ahead is None
+    store._reader.cache_clear()  # the import is looked up once per process
+    try:
+        records = _many_records()
+        builder = StoreBuilder(len(records), piece=1)
+        for position, record in enumerate(records):
+            builder.add(position, record)
+        assert builder.reads == [] and builder.finish().ahead is None
+    finally:
+        monkeypatch.undo()
+        store._reader.cache_clear()  # later tests find pyarrow again
