@@ -139,7 +139,8 @@ def stack_used() -> str:
     """What uvicorn runs on in this process's environment."""
     opts = stack_options()
     if opts:
-        return f"{opts['http']} + {opts['loop']}"
+        http = opts["http"] if isinstance(opts["http"], str) else "httptools, one write per answer"
+        return f"{http} + {opts['loop']}"
     try:
         import httptools  # noqa: F401
 
