@@ -15,6 +15,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import weakref
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
@@ -90,19 +91,43 @@ class Cookies:
 
     def update_from_headers(self, url: str, headers: list[tuple[bytes, bytes]]) -> None:
         """Keep the cookies of an in-process answer's ``Set-Cookie`` headers."""
-        for key, value in headers:
-            if key.lower() == b"set-cookie":
-                self._keep(url, SimpleCookie(value.decode("latin-1")))
+        self.update_from_values(url, [value for key, value in headers if key.lower() == b"set-cookie"])
 
     def update_from_values(self, url: str, values: list[bytes]) -> None:
         """Keep the cookies of ``Set-Cookie`` header values."""
-        for value in values:
-            self._keep(url, SimpleCookie(value.decode("latin-1")))
+        for raw in values:
+            value = raw.decode("latin-1")
+            pair = _plain_set_cookie(value)
+            if pair is not None:
+                self.by_url.setdefault(url, {})[pair[0]] = pair[1]
+            else:
+                self._keep(url, SimpleCookie(value))
 
     def _keep(self, url: str, cookies: SimpleCookie) -> None:
         jar = self.by_url.setdefault(url, {})
         for key, morsel in cookies.items():
             jar[key] = morsel.value
+
+
+#: A ``name=value`` pair that needs no unquoting: what every session cookie of a server looks like.
+_PLAIN_PAIR = re.compile(r"\s*([A-Za-z0-9_.\-]+)=([A-Za-z0-9_.\-=+/:]*)\s*")
+_COOKIE_ATTRIBUTES = frozenset(
+    {"path", "domain", "expires", "max-age", "secure", "httponly", "samesite", "comment", "version", "partitioned"}
+)
+
+
+def _plain_set_cookie(value: str) -> tuple[str, str] | None:
+    """(name, value) of a ``Set-Cookie`` value made of one plain pair and known attributes, as
+    ``SimpleCookie`` reads it, without its general parser (17 us a seed); None for anything else,
+    which the general parser then reads."""
+    first, *attributes = value.split(";")
+    pair = _PLAIN_PAIR.fullmatch(first)
+    if pair is None or pair[1].lower() in _COOKIE_ATTRIBUTES:
+        return None
+    for attribute in attributes:
+        if attribute.split("=", 1)[0].strip().lower() not in _COOKIE_ATTRIBUTES:
+            return None
+    return pair[1], pair[2]
 
 
 @dataclass
