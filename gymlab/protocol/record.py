@@ -153,7 +153,8 @@ def verified(
     """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps.
 
     ``sent`` maps a field the verify request carried to (what was sent, its validated model): a
-    field the answer echoes unchanged is the model already validated, not validated again.
+    field the answer echoes unchanged (nulls spelled out allowed) is the model already validated,
+    not validated again.
 
     Grading sets the last step's reward to the verify's (in ``steps`` itself, so the episode that
     holds them sees it); the last step is terminated when the model gave its final message and
@@ -178,9 +179,28 @@ def verified(
     fields.setdefault("truncated", stop_reason == "max_steps")
     fields["duration_s"] = duration_s
     for key, (value, model) in (sent or {}).items():
-        if key in fields and fields[key] == value:  # echoed unchanged: the model it was dumped from
+        if key in fields and _echoes(fields[key], value):  # echoed unchanged: the model it was dumped from
             fields[key] = model
     return _with_steps(fields, steps)
+
+
+def _echoes(echo: Any, sent: Any) -> bool:
+    """Whether ``echo`` is ``sent`` given back: equal, except that the echo may spell out as null a key
+    that ``sent`` (a dump without nulls) left out. Validating either gives that field None, so the
+    model ``sent`` was dumped from is the model the echo would validate to."""
+    if echo == sent:
+        return True
+    if isinstance(echo, dict) and isinstance(sent, dict):
+        for key, value in echo.items():
+            if key in sent:
+                if not _echoes(value, sent[key]):
+                    return False
+            elif value is not None:
+                return False
+        return all(key in echo for key in sent)
+    if isinstance(echo, list) and isinstance(sent, list):
+        return len(echo) == len(sent) and all(map(_echoes, echo, sent))
+    return False
 
 
 def _with_steps(fields: dict[str, Any], steps: list[StepRecord]) -> Rollout:

@@ -35,3 +35,27 @@ def test_a_changed_echo_is_validated_from_the_answer():
     )
     assert record.response is not response and record.response.output[0].text == "nine"
     assert record.reward == 0.0
+
+
+def test_an_echo_that_spells_out_nulls_is_unchanged():
+    row, verify, sent, response, params = _sent()
+    echo = {**verify, "response": {**verify["response"], "incomplete_details": None}, "reward": 1.0}
+    echo["responses_create_params"] = {**verify["responses_create_params"], "instructions": None}
+    record = records.verified(echo, [], "final_message", 0.5, row=row, sent=sent)
+    assert record.response is response and record.responses_create_params is params
+    plain = records.verified(echo, [], "final_message", 0.5, row=row)
+    assert record.model_dump_json(exclude_none=True) == plain.model_dump_json(exclude_none=True)
+
+
+def test_an_echo_that_drops_a_key_or_fills_a_null_is_changed():
+    row, verify, sent, response, params = _sent()
+    dropped = {k: v for k, v in verify["response"].items() if k != "status"}
+    record = records.verified(
+        {**verify, "response": dropped, "reward": 1.0}, [], "final_message", 0.5, row=row, sent=sent
+    )
+    assert record.response is not response
+    filled = {**verify["responses_create_params"], "instructions": "be brief"}
+    record = records.verified(
+        {**verify, "responses_create_params": filled, "reward": 1.0}, [], "final_message", 0.5, row=row, sent=sent
+    )
+    assert record.responses_create_params is not params and record.responses_create_params.instructions == "be brief"
