@@ -18,6 +18,7 @@ interrupted (a timeout, a cancel, a drop) is closed, so the server sees the hang
 from __future__ import annotations
 
 import asyncio
+import functools
 import weakref
 from collections import deque
 from urllib.parse import urlsplit
@@ -191,6 +192,7 @@ def close_pool() -> None:
         pool.close()
 
 
+@functools.lru_cache(maxsize=1024)  # a run posts to a handful of URLs, thousands of times each
 def address_of(url: str) -> tuple[str, int, bytes] | None:
     """(host, port, Host header) of a plain ``http://`` URL with no path, or None."""
     parts = urlsplit(url)

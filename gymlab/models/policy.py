@@ -94,6 +94,7 @@ class PolicyModel(BaseServer):
     _pool: ThreadPoolExecutor | None = PrivateAttr(default=None)
     _inline: bool = PrivateAttr(default=False)
     _recent: deque = PrivateAttr(default_factory=lambda: deque(maxlen=16))
+    _async_of: tuple[Any, bool] | None = PrivateAttr(default=None)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -115,7 +116,13 @@ class PolicyModel(BaseServer):
 
     def _is_async(self) -> bool:
         call = self.policy
-        return inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(type(call).__call__)
+        known = self._async_of
+        if known is None or known[0] is not call:  # asked once per policy, not on every request
+            known = self._async_of = (
+                call,
+                inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(type(call).__call__),
+            )
+        return known[1]
 
     async def responses(self, body: ResponseCreateParams) -> NeMoGymResponse:
         if self._is_async():
