@@ -35,21 +35,14 @@ def fast() -> tuple[bool, bool]:
 
 def uvicorn_options() -> dict[str, Any]:
     """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named explicitly rather
-    than left to ``auto`` (httptools as a protocol class that writes each answer once), and no ``X-Forwarded-*`` rewriting of each request's client address (no
+    than left to ``auto``, and no ``X-Forwarded-*`` rewriting of each request's client address (no
     gymlab server reads it; uvicorn's default wraps every request in a middleware for it)."""
     httptools, uvloop = fast()
     return {
-        "http": _coalescing() if httptools else "h11",
+        "http": "httptools" if httptools else "h11",
         "loop": "uvloop" if uvloop else "asyncio",
         "proxy_headers": False,
     }
-
-
-def _coalescing() -> type:
-    """uvicorn's httptools protocol, sending each answer's head and body as one write (``coalesce``)."""
-    from gymlab._runtime.coalesce import CoalescingHttpToolsProtocol
-
-    return CoalescingHttpToolsProtocol
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -139,8 +139,7 @@ def stack_used() -> str:
     """What uvicorn runs on in this process's environment."""
     opts = stack_options()
     if opts:
-        http = opts["http"] if isinstance(opts["http"], str) else "httptools, one write per answer"
-        return f"{http} + {opts['loop']}"
+        return f"{opts['http']} + {opts['loop']}"
     try:
         import httptools  # noqa: F401
 

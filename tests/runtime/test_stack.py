@@ -23,7 +23,7 @@ def test_the_fast_stack_is_named_where_it_is_installed():
     pytest.importorskip("httptools")
     pytest.importorskip("uvloop")
     options = stack.uvicorn_options()
-    assert (options["http"].__name__, options["loop"]) == ("CoalescingHttpToolsProtocol", "uvloop")
+    assert (options["http"], options["loop"]) == ("httptools", "uvloop")
     loop = stack.new_event_loop()
     try:
         assert type(loop).__module__.startswith("uvloop")
