@@ -152,9 +152,10 @@ def verified(
 ) -> Rollout:
     """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps.
 
-    ``sent`` maps a field the verify request carried to (what was sent, its validated model): a
-    field the answer echoes unchanged (nulls spelled out allowed) is the model already validated,
-    not validated again.
+    ``sent`` maps a field the verify request carried to (what was sent, its validated model), what
+    was sent being the model's JSON dump, with or without nulls, so that a key it lacks is None in
+    the model: a field the answer echoes unchanged (nulls spelled out allowed) is the model already
+    validated, not validated again.
 
     Grading sets the last step's reward to the verify's (in ``steps`` itself, so the episode that
     holds them sees it); the last step is terminated when the model gave its final message and
