@@ -155,14 +155,24 @@ class BaseAgent(BaseServer):
         return EpisodeFailed(self.name, "POST /run", failure)
 
 
-@contextlib.contextmanager
-def typed(role: Role, stage: Stage | None = None):
-    """Give a ``ServerError`` raised inside the failure of a request to a ``role`` server."""
-    try:
-        yield
-    except ServerError as exc:
-        exc.failure = failure_of(exc, role=role, stage=stage)
-        raise
+class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
+    """Give a ``ServerError`` raised inside the failure of a request to a ``role`` server.
+
+    A class rather than a generator context manager: it is entered on every hop of every episode.
+    """
+
+    __slots__ = ("role", "stage")
+
+    def __init__(self, role: Role, stage: Stage | None = None):
+        self.role, self.stage = role, stage
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, trace) -> bool:
+        if isinstance(exc, ServerError):
+            exc.failure = failure_of(exc, role=self.role, stage=self.stage)
+        return False
 
 
 async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:

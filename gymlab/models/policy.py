@@ -84,6 +84,26 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
     return response.model_copy(update=update) if update else response
 
 
+class _Calls:
+    """How a server calls its policy: on the loop (``inline``) or in ``pool``, judged from the
+    ``recent`` pooled calls; whether the policy is async, asked once per policy."""
+
+    __slots__ = ("inline", "pool", "recent", "_async_of")
+
+    def __init__(self) -> None:
+        self.inline = False
+        self.pool: ThreadPoolExecutor | None = None
+        self.recent: deque = deque(maxlen=16)
+        self._async_of: tuple[Any, bool] | None = None
+
+    def is_async(self, policy: Policy) -> bool:
+        known = self._async_of
+        if known is None or known[0] is not policy:
+            is_async = inspect.iscoroutinefunction(policy) or inspect.iscoroutinefunction(type(policy).__call__)
+            known = self._async_of = (policy, is_async)
+        return known[1]
+
+
 class PolicyModel(BaseServer):
     """POST /v1/responses answered by ``policy(request)``."""
 
@@ -91,10 +111,7 @@ class PolicyModel(BaseServer):
     model_name: str = "policy"
     policy_threads: int = Field(64, ge=1, description="Most calls of a sync policy running at once.")
 
-    _pool: ThreadPoolExecutor | None = PrivateAttr(default=None)
-    _inline: bool = PrivateAttr(default=False)
-    _recent: deque = PrivateAttr(default_factory=lambda: deque(maxlen=16))
-    _async_of: tuple[Any, bool] | None = PrivateAttr(default=None)
+    _calls: _Calls = PrivateAttr(default_factory=_Calls)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -107,50 +124,43 @@ class PolicyModel(BaseServer):
                 async with inner(a) as state:
                     yield state
             finally:
-                if self._pool is not None:
-                    self._pool.shutdown(wait=False, cancel_futures=True)
-                    self._pool = None
+                calls = self._calls
+                if calls.pool is not None:
+                    calls.pool.shutdown(wait=False, cancel_futures=True)
+                    calls.pool = None
 
         app.router.lifespan_context = lifespan
         return app
 
-    def _is_async(self) -> bool:
-        call = self.policy
-        known = self._async_of
-        if known is None or known[0] is not call:  # asked once per policy, not on every request
-            known = self._async_of = (
-                call,
-                inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(type(call).__call__),
-            )
-        return known[1]
-
     async def responses(self, body: ResponseCreateParams) -> NeMoGymResponse:
-        if self._is_async():
-            answer = await self.policy(body)
+        calls, policy = self._calls, self.policy  # one private read a request: pydantic's are slow
+        if calls.is_async(policy):
+            answer = await policy(body)
         else:
-            answer = await self._call_sync(body)
+            answer = await self._call_sync(calls, policy, body)
             if inspect.isawaitable(answer):
                 answer = await answer
         return as_response(answer, body, self.model_name)
 
-    async def _call_sync(self, body: ResponseCreateParams) -> Any:
-        if self._inline:
+    async def _call_sync(self, calls: _Calls, policy: Policy, body: ResponseCreateParams) -> Any:
+        if calls.inline:
             t0 = time.perf_counter()
             try:
-                return self.policy(body)
+                return policy(body)
             finally:
                 if time.perf_counter() - t0 > SLOW_CALL_S:  # it held the loop: back to the pool
-                    self._inline = False
-                    self._recent.clear()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.policy_threads, thread_name_prefix=f"gymlab-{self.name}")
+                    calls.inline = False
+                    calls.recent.clear()
+        if calls.pool is None:
+            calls.pool = ThreadPoolExecutor(self.policy_threads, thread_name_prefix=f"gymlab-{self.name}")
 
         def timed() -> tuple[Any, float]:
             t0 = time.perf_counter()
-            return self.policy(body), time.perf_counter() - t0
+            return policy(body), time.perf_counter() - t0
 
-        answer, took = await asyncio.get_running_loop().run_in_executor(self._pool, timed)
-        self._recent.append(took < FAST_CALL_S)
-        if len(self._recent) == self._recent.maxlen and sum(self._recent) >= FAST_SHARE * len(self._recent):
-            self._inline = True
+        answer, took = await asyncio.get_running_loop().run_in_executor(calls.pool, timed)
+        recent = calls.recent
+        recent.append(took < FAST_CALL_S)
+        if len(recent) == recent.maxlen and sum(recent) >= FAST_SHARE * len(recent):
+            calls.inline = True
         return answer

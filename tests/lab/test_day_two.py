@@ -160,12 +160,12 @@ def test_a_sync_policy_answers_concurrently(calculator):
         agent = lab.serve_agent("simple_agent", resources=env, model=model)
         run = lab.run_many(agent, example_rows("calculator")[:2], repeats=2, concurrency=4)
         assert run.mean_reward == 1.0 and peak == 4
-        assert not model.server._inline  # a blocking policy stays in the pool
+        assert not model.server._calls.inline  # a blocking policy stays in the pool
 
         fast = lab.serve_model(calculator.policy, name="fast")
         agent = lab.serve_agent("simple_agent", name="fast_agent", resources=env, model=fast)
         assert lab.run_many(agent, example_rows("calculator"), repeats=8).mean_reward == 1.0
-        assert fast.server._inline  # a rule-based policy is called on the loop: no thread hand-off
+        assert fast.server._calls.inline  # a rule-based policy is called on the loop: no thread hand-off
 
 
 def test_a_trace_shaped_log_message_prints_as_one_line(calculator, capfd):
