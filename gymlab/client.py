@@ -15,10 +15,8 @@ import contextlib
 import errno
 import json
 import os
-import re
 import weakref
 from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
 from typing import Any
 
 import aiohttp
@@ -26,6 +24,7 @@ import orjson
 
 import gymlab.http1 as http1
 import gymlab.inproc as inproc
+from gymlab.cookies import cookie_header, request_cookies, set_cookie_pairs
 from gymlab.errors import ServerError
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.responses import NeMoGymResponse
@@ -77,57 +76,35 @@ async def http_scope():
 
 @dataclass
 class Cookies:
-    """One rollout's cookies, per server URL."""
+    """One rollout's cookies, per server URL (read and written by ``gymlab.cookies``)."""
 
     by_url: dict[str, dict[str, str]] = field(default_factory=dict)
 
+    @classmethod
+    def from_header(cls, url: str, header: str | None) -> Cookies:
+        """The cookies of a ``Cookie`` header (as ``header`` wrote it) kept for ``url``."""
+        jar = cls()
+        if pairs := request_cookies(header):
+            jar.by_url[url] = pairs
+        return jar
+
     def header(self, url: str) -> str | None:
-        jar = self.by_url.get(url)
-        return "; ".join(f"{k}={v}" for k, v in jar.items()) if jar else None
+        return cookie_header(self.by_url.get(url) or {})
 
     def update(self, url: str, response: aiohttp.ClientResponse) -> None:
-        if response.cookies:
-            self._keep(url, response.cookies)
+        if values := response.headers.getall("Set-Cookie", ()):
+            self.update_from_values(url, values)
 
     def update_from_headers(self, url: str, headers: list[tuple[bytes, bytes]]) -> None:
         """Keep the cookies of an in-process answer's ``Set-Cookie`` headers."""
         self.update_from_values(url, [value for key, value in headers if key.lower() == b"set-cookie"])
 
-    def update_from_values(self, url: str, values: list[bytes]) -> None:
+    def update_from_values(self, url: str, values: list[bytes] | list[str]) -> None:
         """Keep the cookies of ``Set-Cookie`` header values."""
         for raw in values:
-            value = raw.decode("latin-1")
-            pair = _plain_set_cookie(value)
-            if pair is not None:
-                self.by_url.setdefault(url, {})[pair[0]] = pair[1]
-            else:
-                self._keep(url, SimpleCookie(value))
-
-    def _keep(self, url: str, cookies: SimpleCookie) -> None:
-        jar = self.by_url.setdefault(url, {})
-        for key, morsel in cookies.items():
-            jar[key] = morsel.value
-
-
-#: A ``name=value`` pair that needs no unquoting: what every session cookie of a server looks like.
-_PLAIN_PAIR = re.compile(r"\s*([A-Za-z0-9_.\-]+)=([A-Za-z0-9_.\-=+/:]*)\s*")
-_COOKIE_ATTRIBUTES = frozenset(
-    {"path", "domain", "expires", "max-age", "secure", "httponly", "samesite", "comment", "version", "partitioned"}
-)
-
-
-def _plain_set_cookie(value: str) -> tuple[str, str] | None:
-    """(name, value) of a ``Set-Cookie`` value made of one plain pair and known attributes, as
-    ``SimpleCookie`` reads it, without its general parser (17 us a seed); None for anything else,
-    which the general parser then reads."""
-    first, *attributes = value.split(";")
-    pair = _PLAIN_PAIR.fullmatch(first)
-    if pair is None or pair[1].lower() in _COOKIE_ATTRIBUTES:
-        return None
-    for attribute in attributes:
-        if attribute.split("=", 1)[0].strip().lower() not in _COOKIE_ATTRIBUTES:
-            return None
-    return pair[1], pair[2]
+            pairs = set_cookie_pairs(raw if isinstance(raw, str) else raw.decode("latin-1"))
+            if pairs:
+                self.by_url.setdefault(url, {}).update(pairs)
 
 
 @dataclass

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "gymlab.retry",
             "gymlab.jsonl",
             "gymlab.failures",
+            "gymlab.cookies",
             "gymlab.inproc",
             "gymlab.http1",
             "gymlab.client",

@@ -56,6 +56,7 @@ from gymlab._runtime.routes import (  # noqa: F401
     RouteKinds,
     uses_session,
 )
+from gymlab.cookies import scope_cookie
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
@@ -236,13 +237,8 @@ class SessionOwnershipMiddleware:
     # -- the session ID from the signed cookie -----------------------------------------------------
 
     def _cookie_sid(self, scope) -> str | None:
-        raw = next((v for k, v in scope["headers"] if k == b"cookie"), None)
-        if not raw:
-            return None
-        from starlette.requests import cookie_parser
-
         name, signer, max_age = self._cookie or self._cookie_config()
-        value = cookie_parser(raw.decode("latin-1")).get(name)
+        value = scope_cookie(scope["headers"], name)
         if not value:
             return None
         if value in self._sids:

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse
 
 from gymlab._runtime.bodies import PARSED_KEY, parse_json, request_body
 from gymlab._runtime.routes import BODY_ID_KEYS, END, NONE, START, USE, RouteKinds
+from gymlab.cookies import expired_cookie, scope_cookie, set_cookie, set_cookie_attributes
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
@@ -79,16 +80,14 @@ class SessionMiddleware(_StarletteSessions):
     ):
         super().__init__(app, secret_key=secret_key, session_cookie=session_cookie, **options)
         self.server_name, self.kinds = server_name, kinds
-        self._prefix = session_cookie + "="
         self._verified: dict[str, tuple[dict, float]] = {}  # cookie value -> (session, signed at)
-        self._attrs = f"; path={self.path}; " + (f"Max-Age={self.max_age}; " if self.max_age is not None else "")
-        self._attrs += self.security_flags
+        self._attrs = set_cookie_attributes(self.path, self.max_age, self.security_flags)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await super().__call__(scope, receive, send)
         kind = self.kinds.kind(scope) if self.kinds is not None else USE
-        value = self._cookie_value(scope)
+        value = scope_cookie(scope["headers"], self.session_cookie)
         initial = self._decode(value) if value is not None else None
         if kind == NONE:  # the handler cannot see the session: no ID, no cookie (the reaper still reads it)
             if initial:
@@ -114,15 +113,6 @@ class SessionMiddleware(_StarletteSessions):
             await send(message)
 
         await self.app(scope, receive, send_with_cookie)
-
-    def _cookie_value(self, scope) -> str | None:
-        for key, raw in scope["headers"]:
-            if key == b"cookie":
-                for part in raw.decode("latin-1").split(";"):
-                    part = part.strip()
-                    if part.startswith(self._prefix):
-                        return part[len(self._prefix) :]
-        return None
 
     def _decode(self, value: str) -> dict | None:
         """The session a cookie value holds, or None (a bad signature, garbage, or older than max_age)."""
@@ -150,13 +140,10 @@ class SessionMiddleware(_StarletteSessions):
     def _set_cookie(self, session: dict) -> bytes:
         value = self.signer.sign(b64encode(json.dumps(session).encode())).decode()
         self._remember(value, session, time.time())
-        return f"{self.session_cookie}={value}{self._attrs}".encode("latin-1")
+        return set_cookie(self.session_cookie, value, self._attrs)
 
     def _cleared(self) -> bytes:
-        return (
-            f"{self.session_cookie}=null; path={self.path}; expires=Thu, 01 Jan 1970 00:00:00 GMT; "
-            f"{self.security_flags}"
-        ).encode("latin-1")
+        return expired_cookie(self.session_cookie, self.path, self.security_flags)
 
     def _conflict(self, scope, cookie_id: str, key: str, body_id: str) -> JSONResponse:
         route = f"{scope['method']} {scope['path']}"

@@ -66,9 +66,7 @@ class SimpleAgent(BaseAgent):
                 f"{self.name}: bound to resources server {self.resources_server}, "
                 f"but the episode's resources server is {url}",
             )
-        cookies = Cookies()
-        if cookie := request.headers.get(RESOURCES_COOKIE_HEADER):
-            cookies.by_url[url] = dict(p.split("=", 1) for p in cookie.split("; ") if "=" in p)
+        cookies = Cookies.from_header(url, request.headers.get(RESOURCES_COOKIE_HEADER))
         try:
             return (await self.loop(body, cookies, url)).final_response()
         except (ServerError, TimeoutError) as exc:

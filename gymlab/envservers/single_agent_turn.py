@@ -75,10 +75,7 @@ class EpisodeHandles(BaseModel):
     observation: str | None = None
 
     def cookies(self) -> Cookies:
-        jar = Cookies()
-        if self.cookie:
-            jar.by_url[self.resources_server] = dict(p.split("=", 1) for p in self.cookie.split("; ") if "=" in p)
-        return jar
+        return Cookies.from_header(self.resources_server, self.cookie)
 
 
 def parse_task(body: dict[str, Any]) -> Task:

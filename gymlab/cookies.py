@@ -1,0 +1,100 @@
+"""The one cookie codec: every server path, the worker router and every agent read and write cookies here.
+
+Reading a request's ``Cookie`` header (RFC 6265 section 4.2): pairs split on ``;``, the name and the
+value stripped of surrounding spaces, and one pair of double quotes around a value removed (aiohttp's
+cookie jar sends a value holding ``=`` quoted, as RFC 6265 allows). Quoted values are not unescaped:
+RFC 6265 forbids ``\\`` and ``"`` inside a cookie value, so such a value is passed on as it is and a
+signed session cookie holding it fails its signature (no session, never an error). A part without
+``=`` is skipped. When a name appears twice the first pair wins: RFC 6265 orders the pairs most
+specific path first, and the session middleware and the worker router must agree on one. A ``Cookie``
+header carries no attributes, so a pair named ``Path`` is just a cookie of that name.
+
+Reading a ``Set-Cookie`` value: one plain ``name=value`` pair with known attributes (what every gymlab
+server sends) is read by a regular expression; anything else by the standard library's parser
+(``http.cookies.SimpleCookie``, which unquotes and drops attributes), and a value it refuses is dropped
+as a browser drops it. Writing: a ``Cookie`` header from a name -> value map, and the server's
+``Set-Cookie`` values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from http.cookies import CookieError, SimpleCookie
+
+#: A ``Set-Cookie`` pair that needs no unquoting: what every session cookie of a gymlab server looks like.
+_PLAIN_PAIR = re.compile(r"\s*([A-Za-z0-9_.\-]+)=([A-Za-z0-9_.\-=+/:]*)\s*")
+_ATTRIBUTES = frozenset(
+    {"path", "domain", "expires", "max-age", "secure", "httponly", "samesite", "comment", "version", "partitioned"}
+)
+
+
+def _unquote(value: str) -> str:
+    return value[1:-1] if len(value) > 1 and value[0] == '"' and value[-1] == '"' else value
+
+
+def request_cookie(header: str, name: str) -> str | None:
+    """The value of cookie ``name`` in a request's ``Cookie`` header (the first, unquoted), or None."""
+    for part in header.split(";"):
+        key, eq, value = part.partition("=")
+        if eq and key.strip() == name:
+            return _unquote(value.strip())
+    return None
+
+
+def scope_cookie(headers: Iterable[tuple[bytes, bytes]], name: str) -> str | None:
+    """The value of cookie ``name`` in an ASGI request's headers: the first ``Cookie`` header naming it."""
+    for key, raw in headers:
+        if key == b"cookie":
+            value = request_cookie(raw.decode("latin-1"), name)
+            if value is not None:
+                return value
+    return None
+
+
+def request_cookies(header: str | None) -> dict[str, str]:
+    """Every cookie in a request's ``Cookie`` header, name -> value (the first of a repeated name)."""
+    cookies: dict[str, str] = {}
+    for part in (header or "").split(";"):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if eq and key and key not in cookies:
+            cookies[key] = _unquote(value.strip())
+    return cookies
+
+
+def cookie_header(cookies: Mapping[str, str]) -> str | None:
+    """A request's ``Cookie`` header for ``cookies`` (None when there are none)."""
+    return "; ".join(f"{k}={v}" for k, v in cookies.items()) if cookies else None
+
+
+def set_cookie_pairs(value: str) -> list[tuple[str, str]]:
+    """The ``(name, value)`` pairs a ``Set-Cookie`` value sets (attributes dropped, values unquoted)."""
+    first, *attributes = value.split(";")
+    pair = _PLAIN_PAIR.fullmatch(first)
+    if (
+        pair is not None
+        and pair[1].lower() not in _ATTRIBUTES
+        and all(a.split("=", 1)[0].strip().lower() in _ATTRIBUTES for a in attributes)
+    ):
+        return [(pair[1], pair[2])]
+    try:
+        parsed = SimpleCookie(value)
+    except CookieError:
+        return []
+    return [(key, morsel.value) for key, morsel in parsed.items()]
+
+
+def set_cookie_attributes(path: str, max_age: int | None, flags: str) -> str:
+    """The attributes after a server's session cookie pair: ``; path=...; Max-Age=...; <flags>``."""
+    return f"; path={path}; " + (f"Max-Age={max_age}; " if max_age is not None else "") + flags
+
+
+def set_cookie(name: str, value: str, attributes: str) -> bytes:
+    """A ``Set-Cookie`` value (``attributes`` from ``set_cookie_attributes``)."""
+    return f"{name}={value}{attributes}".encode("latin-1")
+
+
+def expired_cookie(name: str, path: str, flags: str) -> bytes:
+    """A ``Set-Cookie`` value that makes the client drop cookie ``name``."""
+    return f"{name}=null; path={path}; expires=Thu, 01 Jan 1970 00:00:00 GMT; {flags}".encode("latin-1")
