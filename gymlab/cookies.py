@@ -72,12 +72,12 @@ def set_cookie_pairs(value: str) -> list[tuple[str, str]]:
     """The ``(name, value)`` pairs a ``Set-Cookie`` value sets (attributes dropped, values unquoted)."""
     first, *attributes = value.split(";")
     pair = _PLAIN_PAIR.fullmatch(first)
-    if (
-        pair is not None
-        and pair[1].lower() not in _ATTRIBUTES
-        and all(a.split("=", 1)[0].strip().lower() in _ATTRIBUTES for a in attributes)
-    ):
-        return [(pair[1], pair[2])]
+    if pair is not None and pair[1].lower() not in _ATTRIBUTES:
+        for attribute in attributes:
+            if attribute.partition("=")[0].strip().lower() not in _ATTRIBUTES:
+                break
+        else:
+            return [(pair[1], pair[2])]
     try:
         parsed = SimpleCookie(value)
     except CookieError:
