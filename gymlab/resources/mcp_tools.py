@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gymlab._version import __version__
+from gymlab.cookies import cookie_header
 from gymlab.errors import error_body
 from gymlab.inproc import LocalApp, call
 from gymlab.loop import refusal
@@ -199,7 +200,7 @@ async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: 
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    headers = {"cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())} if cookies else None
+    headers = {"cookie": cookie_header(cookies)} if cookies else None
     async with create_mcp_http_client(headers=headers) as http:
         async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             yield client
