@@ -70,19 +70,27 @@ def cookie_header(cookies: Mapping[str, str]) -> str | None:
 
 def set_cookie_pairs(value: str) -> list[tuple[str, str]]:
     """The ``(name, value)`` pairs a ``Set-Cookie`` value sets (attributes dropped, values unquoted)."""
-    first, *attributes = value.split(";")
-    pair = _PLAIN_PAIR.fullmatch(first)
-    if pair is not None and pair[1].lower() not in _ATTRIBUTES:
-        for attribute in attributes:
-            if attribute.partition("=")[0].strip().lower() not in _ATTRIBUTES:
-                break
-        else:
-            return [(pair[1], pair[2])]
+    pair = _plain_pair(value)
+    if pair is not None:
+        return [pair]
     try:
         parsed = SimpleCookie(value)
     except CookieError:
         return []
     return [(key, morsel.value) for key, morsel in parsed.items()]
+
+
+def _plain_pair(value: str) -> tuple[str, str] | None:
+    """The pair of a ``Set-Cookie`` value made of one plain pair and known attributes, read as
+    ``SimpleCookie`` reads it without its general parser (17 us a seed); None for anything else."""
+    first, *attributes = value.split(";")
+    pair = _PLAIN_PAIR.fullmatch(first)
+    if pair is None or pair[1].lower() in _ATTRIBUTES:
+        return None
+    for attribute in attributes:
+        if attribute.partition("=")[0].strip().lower() not in _ATTRIBUTES:
+            return None
+    return pair[1], pair[2]
 
 
 def set_cookie_attributes(path: str, max_age: int | None, flags: str) -> str:

@@ -22,7 +22,9 @@ import httpx
 import pytest
 
 from gymlab._runtime.serve import ThreadedServer
+from gymlab.client import Cookies
 from gymlab.cookies import (
+    _plain_pair,
     cookie_header,
     request_cookie,
     request_cookies,
@@ -89,8 +91,12 @@ def test_writing_then_reading_gives_the_same_cookies():
         f"gymlab_counter={SESSION}; path=/; Max-Age=1209600; httponly; samesite=lax",
         "gymlab_counter=null; path=/; expires=Thu, 01 Jan 1970 00:00:00 GMT; httponly; samesite=lax",
         f'sess="{SESSION}"; Path=/',
+        "session=; Path=/; Secure; HttpOnly",
+        "a=b=c",
+        'quoted="a;b"; path=/',  # quoted: the general parser
         "a=1; b=2",  # not an attribute: the general parser reads two pairs
         "path=/x",  # a cookie named like an attribute
+        "odd name=1; path=/",
         "a=b c; Path=/",
         'a="x\\"y"; Path=/',
         "a=1; Unknown=2; Secure",
@@ -98,7 +104,24 @@ def test_writing_then_reading_gives_the_same_cookies():
     ],
 )
 def test_set_cookie_reads_as_the_standard_parser_does(value):
-    assert set_cookie_pairs(value) == [(k, m.value) for k, m in SimpleCookie(value).items()]
+    standard = [(k, m.value) for k, m in SimpleCookie(value).items()]
+    assert set_cookie_pairs(value) == standard
+    jar = Cookies()  # an agent keeps what it reads
+    jar.update_from_values("http://s", [value.encode("latin-1")])
+    assert jar.by_url.get("http://s", {}) == dict(standard)
+
+
+def test_a_servers_session_cookie_takes_the_plain_path():
+    value = f"gymlab_counter={SESSION}; path=/; Max-Age=86400; httponly; samesite=lax"
+    assert _plain_pair(value) == ("gymlab_counter", SESSION)
+    assert _plain_pair('quoted="a;b"; path=/') is None
+
+
+def test_an_agent_reads_the_cookie_header_it_wrote():
+    jar = Cookies.from_header("http://s", f'sess="{SESSION}"; plain=abc123')
+    assert jar.by_url == {"http://s": {"sess": SESSION, "plain": "abc123"}}
+    assert Cookies.from_header("http://s", jar.header("http://s")).by_url == jar.by_url
+    assert Cookies.from_header("http://s", None).by_url == {}
 
 
 def test_a_set_cookie_the_standard_parser_refuses_is_dropped():

@@ -183,33 +183,3 @@ async def test_line_breaks_never_reach_the_request_head(echo):
     with pytest.raises(ValueError, match="line breaks"):
         await http1.post(echo.url, "/x HTTP/1.1\r\nX: y", b"{}", {}, connect_timeout=5)
     http1.close_pool()
-
-
-@pytest.mark.parametrize(
-    "header",
-    [
-        "gymlab_calculator=eyJpZCI6ICJhIn0=.Z1abcd.Ab-Cd_Ef; path=/; Max-Age=86400; httponly; samesite=lax",
-        "gymlab_calculator=null; path=/; expires=Thu, 01 Jan 1970 00:00:00 GMT; httponly; samesite=lax",
-        "session=; Path=/; Secure; HttpOnly",
-        "a=b=c",
-        'quoted="a;b"; path=/',  # quoted: the general parser
-        "a=1; b=2",  # two pairs: the general parser
-        "path=/x",  # a name that is an attribute: the general parser
-        "odd name=1; path=/",
-        "x=1; unknown=2",
-    ],
-)
-def test_set_cookie_values_are_read_as_the_standard_parser_reads_them(header):
-    from http.cookies import SimpleCookie
-
-    jar = Cookies()
-    jar.update_from_values("http://s", [header.encode("latin-1")])
-    assert jar.by_url.get("http://s", {}) == {k: m.value for k, m in SimpleCookie(header).items()}
-
-
-def test_a_servers_session_cookie_takes_the_plain_path():
-    from gymlab.client import _plain_set_cookie
-
-    value = "gymlab_calculator=eyJpZCI6ICJhIn0=.Z1abcd.Ab-Cd_Ef; path=/; Max-Age=86400; httponly; samesite=lax"
-    assert _plain_set_cookie(value) == ("gymlab_calculator", "eyJpZCI6ICJhIn0=.Z1abcd.Ab-Cd_Ef")
-    assert _plain_set_cookie('quoted="a;b"; path=/') is None
