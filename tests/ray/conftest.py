@@ -29,7 +29,13 @@ def start_cluster():
         before = {p.pid for p in me.children(recursive=True)}
         cluster = Cluster()
         try:
-            cluster.add_node(num_cpus=1, object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False)
+            cluster.add_node(  # no log monitor (log_to_driver is off) and no autoscaler: fewer processes to start
+                num_cpus=1,
+                object_store_memory=OBJECT_STORE_BYTES,
+                include_dashboard=False,
+                include_log_monitor=False,
+                no_monitor=True,
+            )
             cluster.add_node(num_cpus=1, object_store_memory=OBJECT_STORE_BYTES)
             ray.init(address=cluster.address, log_to_driver=False)
             cluster.wait_for_nodes()
