@@ -29,7 +29,19 @@ from gymlab.protocol.failure_kinds import Failure
 
 
 class GymlabError(Exception):
-    """Base of every error gymlab raises on purpose."""
+    """Base of every error gymlab raises on purpose. Any subclass pickles whole (its fields, whatever
+    its ``__init__`` takes), so an error raised in a Ray cell or a worker process crosses to the driver."""
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), self.args), self.__dict__ or None
+
+
+def _rebuilt(cls: type[GymlabError], args: tuple) -> GymlabError:
+    """An unpickled error: made without ``__init__`` (which may take other arguments than ``args``);
+    pickle then restores its fields."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    return error
 
 
 class ServerError(GymlabError):

@@ -1,31 +1,53 @@
-"""Ray, imported when first used: start a local cluster or join one (``address="auto"`` or an address)."""
+"""Ray, imported when first used: start a local cluster or join one (``address="auto"`` or an address).
+
+A local cluster (``address=None``) listens on 127.0.0.1 only: Ray's servers (GCS, raylet, workers,
+agents) otherwise bind every interface, and a Ray cluster takes work from anyone who reaches it
+unless token authentication is turned on. Ray decides its node address once, when it is imported;
+so the first import of Ray in the process (``require_ray(local=True)``) is what binds loopback. A
+process that imported Ray itself first starts its local cluster on Ray's own terms.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from gymlab.errors import ConfigError
 
+#: Ray's switch for clusters of several machines on Windows and macOS, read once at import; off
+#: ("0"), the address of a node this process starts is 127.0.0.1 (Linux reads the same switch).
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
-def require_ray():
-    """The ``ray`` module, or a ``ConfigError`` saying how to install it."""
+
+def require_ray(local: bool = False):
+    """The ``ray`` module, or a ``ConfigError`` saying how to install it. ``local``: the process
+    will start a local cluster, so a first import makes that cluster's address loopback."""
+    first = "ray" not in sys.modules
+    saved = os.environ.get(LOOPBACK_ENV)
+    if local and first and saved is None:
+        os.environ[LOOPBACK_ENV] = "0"
     try:
         import ray
     except ImportError:
         raise ConfigError(
             "Ray is not installed: pip install 'gymlab[ray]' (plain ray is enough; no dashboard needed)"
         ) from None
+    finally:
+        if saved is None:
+            os.environ.pop(LOOPBACK_ENV, None)  # read once at import; processes started later join as usual
     return ray
 
 
 def connect(address: str | None = None, runtime_env: dict[str, Any] | None = None, **init_options: Any):
     """The ``ray`` module, connected: the running connection if there is one, else ``ray.init``.
 
-    ``address=None`` starts a local cluster (no dashboard); ``"auto"`` joins the cluster this host
-    belongs to; ``"HOST:PORT"`` (or ``ray://...``) joins that one. ``runtime_env`` is the job's
-    (Ray uploads a local ``working_dir`` only at this level); ``init_options`` go to ``ray.init``.
+    ``address=None`` starts a local cluster (no dashboard, loopback only); ``"auto"`` joins the
+    cluster this host belongs to; ``"HOST:PORT"`` (or ``ray://...``) joins that one. ``runtime_env``
+    is the job's (Ray uploads a local ``working_dir`` only at this level); ``init_options`` go to
+    ``ray.init``.
     """
-    ray = require_ray()
+    ray = require_ray(local=address is None)
     if ray.is_initialized():
         return ray
     options = {"include_dashboard": False} if address is None else {}

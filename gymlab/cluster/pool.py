@@ -8,6 +8,8 @@ answer once, so a rollout retried after its cell died is still recorded once. A 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +20,9 @@ from gymlab.cluster.recipe import Recipe, pack
 from gymlab.errors import ConfigError, ServerError, ServerStartError
 
 _pool_ids = itertools.count()
+
+#: Seconds a cell may take to check a run's rows against its environment's routes.
+CHECK_TIMEOUT_S = 30.0
 
 
 @dataclass(eq=False)
@@ -39,16 +44,28 @@ class CellRef:
     def node_ip(self) -> str:
         return self.info.get("node_ip", "")
 
-    async def call(self, method: str, *args: Any) -> Any:
-        """Await one actor method; a dead actor raises ``CellGone``."""
-        from ray.exceptions import RayActorError
+    async def call(self, method: str, *args: Any, budget: float | None = None) -> Any:
+        """Await one actor method for at most ``budget`` seconds, on the driver's clock: a frozen or
+        partitioned cell cannot hold its caller. Past the budget (or when the caller is cancelled)
+        the call is cancelled in the cell and ``TimeoutError`` raised; a dead actor raises
+        ``CellGone``; an error the method raised comes back as itself."""
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
 
+        ref = getattr(self.actor, method).remote(*args)
         try:
-            return await getattr(self.actor, method).remote(*args)
+            async with asyncio.timeout(budget):
+                return await ref
+        except RayTaskError as exc:
+            raise exc.cause from None
         except RayActorError as exc:
             self.alive = False
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CellGone(f"cell {self.index} on node {self.node_ip or '?'} is gone: {cause}") from None
+        except (TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(Exception):  # sends the cancel and returns: a frozen cell gets it when it wakes
+                ray.cancel(ref)
+            raise
 
     def __repr__(self) -> str:
         state = "" if self.alive else " dead"
@@ -80,7 +97,8 @@ class CellPool:
         agents = [r.name for r in recipes if r.role == "agent"]
         if not agents:
             raise ConfigError("a cell needs an agent (or environment) server to answer /run; none was given")
-        job_level = not require_ray().is_initialized()  # then runtime_env is the job's (a local folder uploads)
+        ray = require_ray(local=address is None)  # a first import binds a local cluster to loopback
+        job_level = not ray.is_initialized()  # then runtime_env is the job's (a local folder uploads)
         ray = connect(address, runtime_env)
         self.recipes = recipes
         self.agents = agents
@@ -153,9 +171,11 @@ class CellPool:
     async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
         """``POST /run`` of ``job`` in the live cell with the fewest in flight, moved to another cell
         while cells die: the parsed answer. No live cell left raises ``ServerError`` (status 0) with
-        the gone cell's ``transport_peer_drop`` failure; a failed rollout raises its ``ServerError``."""
+        the gone cell's ``transport_peer_drop`` failure; a failed rollout raises its ``ServerError``.
+        ``timeout`` (default: ``rollout_budget``) is kept by the driver, whatever the cell does."""
         from gymlab.errors import ReplicaGone
 
+        timeout = self.rollout_budget(agent) if timeout is None else timeout
         replicas = self.replicas(agent)
         while True:
             replica = replicas.pick()
@@ -196,6 +216,19 @@ class CellPool:
         recipe = next(r for r in self.recipes if r.name == (agent or self.agent))
         return recipe.refs.get("resources_server")
 
+    def rollout_budget(self, agent: str | None = None) -> float:
+        """Seconds the driver waits for one rollout of ``agent`` when none is given: the agent's own bounds
+        on a whole episode and on its cleanup (so its typed ``agent_timeout`` comes first), plus one."""
+        from gymlab.agents.base import Timeouts
+
+        recipe = next(r for r in self.recipes if r.name == (agent or self.agent))
+        given, default = recipe.config.get("timeouts") or {}, Timeouts()
+        try:
+            bounds = given if isinstance(given, Timeouts) else Timeouts.model_validate(given)
+        except ValueError:  # an environment server's own timeouts field: the agent defaults
+            bounds = default
+        return (bounds.episode or default.episode) + (bounds.cleanup or default.cleanup) + 1.0
+
     def model_name(self, agent: str | None = None) -> str | None:
         recipe = next(r for r in self.recipes if r.name == (agent or self.agent))
         return recipe.refs.get("model_server")
@@ -213,9 +246,11 @@ class CellPool:
             return CheckReport(env or self.name, [])
         for cell in self.live:
             try:
-                return ray.get(cell.actor.check.remote(env, rows))
+                return ray.get(cell.actor.check.remote(env, rows), timeout=CHECK_TIMEOUT_S)
             except ray.exceptions.RayActorError:
                 cell.alive = False
+            except ray.exceptions.GetTimeoutError:
+                continue  # a frozen cell: ask the next one
         return CheckReport(env, [])  # no live cell: the run's rollouts fail with a typed failure instead
 
     @property

@@ -3,14 +3,24 @@
 The dispatch seam gives each rollout to the live replica with the fewest in flight and moves the
 rollouts of a gone replica to another, so collection (``gymlab collect --ray``) and ``run_many``
 over a pool share one dispatcher with collection over several agent URLs.
+
+The driver keeps each rollout's budget itself: it stops waiting for the cell when the budget is
+spent and cancels the call there, so a frozen or partitioned cell costs its rollouts a
+``transport_timeout``, never the run. The cell gets a little less of the budget for its own ``/run``,
+so a healthy cell's own typed answer (naming the server that was late) arrives first.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gymlab.errors import ReplicaGone
+from gymlab.errors import GymlabError, ReplicaGone, ServerError
 from gymlab.protocol.failure_kinds import Failure
+
+
+def cell_budget(timeout_s: float | None) -> float | None:
+    """The part of a rollout's budget the cell's own ``/run`` gets: a tenth less, at most a second."""
+    return None if timeout_s is None else timeout_s - min(1.0, timeout_s / 10)
 
 
 class CellReplica:
@@ -21,17 +31,27 @@ class CellReplica:
         self.name = f"{agent}@cell{cell.index}"
 
     async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
-        """The ``/run`` answer; ``ReplicaGone`` when the cell died, ``ServerError`` when the rollout failed."""
-        from gymlab.client import Reply, _parsed
+        """The ``/run`` answer within ``timeout_s``; ``ReplicaGone`` when the cell died, ``ServerError``
+        when the rollout failed (a ``transport_timeout`` one when the cell did not answer in time)."""
+        from gymlab.client import Reply, _parsed, transport_error
         from gymlab.cluster.cell import CellGone
 
         cell = self.cell
         cell.in_flight += 1
         try:
-            status, body = await cell.call("run", self.agent, job, timeout_s)
+            status, body = await cell.call("run", self.agent, job, cell_budget(timeout_s), budget=timeout_s)
         except CellGone as exc:
             failure = Failure(kind="transport_peer_drop", server=self.name, message=str(exc))
             raise ReplicaGone(self.name, str(exc), failure) from None
+        except TimeoutError as exc:
+            where = f"cell {cell.index} on node {cell.node_ip or '?'}"
+            raise transport_error(self.name, where, "/run", exc, timeout_s) from None
+        except (GymlabError, OSError):
+            raise
+        except Exception as exc:  # the cell's own code failed (not the rollout's servers): still one record
+            cause = f"cell {cell.index} raised {type(exc).__name__}: {exc}"
+            failure = Failure(kind="agent_run_error", server=self.name, message=cause)
+            raise ServerError(self.name, "POST /run", 500, cause, failure=failure) from None
         finally:
             cell.in_flight -= 1
         cell.done += 1

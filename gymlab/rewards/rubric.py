@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gymlab.errors import GymlabError
 from gymlab.protocol.failure_kinds import Failure
 
 #: The key of a step's ``info`` (and of a verify response) that holds the component values.
@@ -35,7 +36,7 @@ COMPONENTS_KEY = "reward_components"
 JUDGEMENTS_KEY = "judgements"
 
 
-class ComponentFailed(Exception):
+class ComponentFailed(GymlabError):
     """Raised by a component whose grader failed; the episode is masked with ``failure``."""
 
     def __init__(self, failure: Failure, judgement: dict[str, Any] | None = None):
