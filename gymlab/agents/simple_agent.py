@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 
 from gymlab._runtime.routes import sessionless
-from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, is_lost, record_response, typed
+from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row, typed
 from gymlab.client import Cookies, error_message, post
 from gymlab.errors import ServerError
-from gymlab.failures import failure_of
 from gymlab.loop import LoopState, run_loop
 from gymlab.protocol import RESOURCES_COOKIE_HEADER, RESOURCES_SERVER_HEADER, NeMoGymResponse, ResponseCreateParams
 from gymlab.protocol import record as records
@@ -75,40 +72,28 @@ class SimpleAgent(BaseAgent):
             raise self.episode_failed(exc, "agent") from exc
 
     async def run(self, body: AgentRunRequest) -> Rollout:
-        """One graded episode: the verify response plus per-step records (a masked record if the
-        session was lost; a typed 502 for any other failure, after releasing the seeded session)."""
-        t0 = time.perf_counter()
+        """One graded episode: the verify response plus per-step records (``run_episode``: a masked
+        record if the session was lost, a typed 502 for any other failure)."""
         row = dump_row(body)
-        cookies = Cookies()
-        stage = "seed"
-        try:
-            async with asyncio.timeout(self.timeouts.episode):
-                await self.post_resources("/seed_session", row, cookies, self.timeouts.seed)
-                stage = "agent"
-                state = await self.loop(body.responses_create_params, cookies)
-                response = state.final_response()
-                stage = "verification"
-                verify = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
-                answer = await self.post_resources("/verify", verify, cookies, self.timeouts.verify)
-        except BaseException as exc:
-            if stage != "seed":  # the seeded session will never be verified: release it now
-                await self.release("/close_session", cookies)
-            if not isinstance(exc, (ServerError, TimeoutError)):
-                raise
-            failure = failure_of(exc, role="agent", stage=stage)
-            if is_lost(failure):
-                return record_response(records.failed(row, failure, duration_s=time.perf_counter() - t0))
-            raise self.episode_failed(exc, stage) from exc
-        return record_response(
-            records.verified(
+
+        async def play(run: EpisodeRun) -> Rollout:
+            await self.open_session(run, "/seed_session", row, "/close_session")
+            state = await self.loop(body.responses_create_params, run.cookies)
+            response = state.final_response()
+            run.stage = "verification"
+            verify = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
+            answer = await self.post_resources("/verify", verify, run.cookies, self.timeouts.verify)
+            run.session.ended()  # a verify releases the session it grades
+            return records.verified(
                 answer,
                 state.steps,
                 state.stop_reason,
-                time.perf_counter() - t0,
+                run.elapsed(),
                 row=row,
                 sent={
                     "response": (verify["response"], response),
                     "responses_create_params": (row["responses_create_params"], body.responses_create_params),
                 },
             )
-        )
+
+        return await self.run_episode(row, play)
