@@ -171,24 +171,26 @@ async def ask_model(state: LoopState, call_model: ModelCall) -> NeMoGymResponse:
 
 
 async def model_turn(
-    state: LoopState, call_model: ModelCall, call_tool: ToolCall, *, check_tools: bool = True
+    state: LoopState, call_model: ModelCall, call_tool: ToolCall | None, *, check_tools: bool = True
 ) -> TurnResult:
     """One model call, then each of its function calls in order; the state is updated.
 
     A call of an undeclared or reserved tool is answered with an error output and counted on the
-    step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand.
+    step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand. Without
+    ``call_tool`` the calls are left unresolved and the loop stops (``tool_calls``): whoever asked
+    runs them (NeMo Gym's ``execute_tools: false``).
     """
     t0 = time.perf_counter()
     response = await ask_model(state, call_model)
     outputs, refused = [], 0
     declared = declared_tools(state.params)
-    for call in response.output:
+    for call in response.output if call_tool is not None else ():
         if isinstance(call, FunctionCall):
             why = refusal(call.name, declared) if check_tools else None
             refused += why is not None
             outputs.append(await run_tool(call, call_tool, why))
     state.added.extend(outputs)
-    reason = stop_reason_of(response)
+    reason = stop_reason_of(response) or (None if call_tool is not None else "tool_calls")
     turn = TurnResult(response, outputs, reason is not None, reason, time.perf_counter() - t0)
     state.record(turn).tool_errors = refused
     if reason:
@@ -210,7 +212,7 @@ async def run_tool(call: FunctionCall, call_tool: ToolCall, refused: str | None 
 async def run_loop(
     params: ResponseCreateParams,
     call_model: ModelCall,
-    call_tool: ToolCall,
+    call_tool: ToolCall | None,
     max_steps: int | None = DEFAULT_MAX_STEPS,
     state: LoopState | None = None,
 ) -> LoopState:

@@ -33,7 +33,8 @@ from gymlab.protocol import record as records
 from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
 from gymlab.protocol.failure_kinds import Failure, Stage
 from gymlab.protocol.record import Rollout
-from gymlab.protocol.resources import AgentRunRequest, dump_row  # noqa: F401  (re-exported for agents)
+from gymlab.protocol.resources import AgentRunRequest, AggregateMetrics, AggregateMetricsRequest, dump_row  # noqa: F401
+from gymlab.resources.simple import aggregate_metrics as default_metrics
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.server")
@@ -148,13 +149,29 @@ class BaseAgent(BaseServer):
     resources_server: str = ""
     max_steps: int | None = Field(DEFAULT_MAX_STEPS, ge=1, description="Model calls per episode (None: no limit).")
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    skip_verification: bool = Field(
+        False,
+        description="Grade nothing: the record's reward is skip_verification_reward and verification_skipped "
+        "is true (NeMo Gym's option; agents that verify only).",
+    )
+    skip_verification_reward: float = Field(0.0, description="The reward of an episode under skip_verification.")
 
+    #: Whether this agent grades episodes with ``/verify`` (``skip_verification`` applies to it).
+    verifies: ClassVar[bool] = True
     #: Statuses of a refused seed that keep their status (a 4xx no retry can fix) instead of a 502.
     seed_refusals: ClassVar[frozenset[int]] = frozenset()
 
     _episodes: Any = PrivateAttr(default=None)
     _session_state: dict[str, Any] = PrivateAttr(default_factory=dict)
     _release_retries: ReleaseRetries | None = PrivateAttr(default=None)
+
+    def model_post_init(self, __context: Any) -> None:
+        super().model_post_init(__context)
+        if self.skip_verification and not self.verifies:
+            raise ValueError(
+                f"{type(self).__name__} never calls /verify (its rewards come from the environment's steps), "
+                "so skip_verification does not apply to it; leave it false"
+            )
 
     @property
     def session_state(self) -> dict[str, Any]:
@@ -171,6 +188,7 @@ class BaseAgent(BaseServer):
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         mount_agent_session_routes(app, lambda: self.episode_sessions, self.seed_agent_session)
+        app.post("/aggregate_metrics")(self.aggregate_metrics)
 
         @contextlib.asynccontextmanager
         async def lifespan(_app):
@@ -231,6 +249,45 @@ class BaseAgent(BaseServer):
         url = self._resources(path)
         with typed("resources", "verification" if path == "/verify" else None):
             return await post_ok(url, path, body, cookies, server="resources server", timeout=timeout)
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        """A run's metrics, answered as NeMo Gym's agents answer them (its ``gym eval run`` asks the agent
+        at its last step): proxied to the resources server, whose metrics they are.
+
+        An agent without a resources server, or one whose server has no such route (a Gymnasium
+        server: 404), computes the resources servers' default here; under ``skip_verification`` no
+        reward was measured, so there are none. An unreachable or failing resources server is a 502
+        naming it; a refusal of the body (4xx) keeps its status.
+        """
+        if self.skip_verification:
+            return AggregateMetrics()
+        if not self.resources_server:
+            return default_metrics(body.verify_responses)
+        route = "POST /aggregate_metrics"
+        try:
+            answer = await post_ok(
+                self.resources_server,
+                "/aggregate_metrics",
+                body.model_dump(mode="json"),
+                server="resources server",
+                timeout=self.timeouts.verify,
+            )
+            return AggregateMetrics.model_validate(answer)
+        except ServerError as exc:
+            if exc.status == 404:
+                return default_metrics(body.verify_responses)
+            if 400 <= exc.status < 500:
+                raise HTTPException(
+                    exc.status, f"{self.name}: {route}: the resources server refused it: {exc}"
+                ) from exc
+            cause = exc
+        except ValueError as exc:
+            cause = f"its answer is not an aggregate-metrics object: {str(exc).splitlines()[0]}"
+        raise HTTPException(
+            502,
+            f"{self.name}: {route} is answered by the resources server {self.resources_server}, "
+            f"which failed: {cause}. Is it running, and is resources_server right?",
+        )
 
     # -- the episode life cycle ------------------------------------------------------------------
 
@@ -355,9 +412,9 @@ async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:
 
 
 def record_response(record: Rollout) -> Response:
-    """A rollout as ``/run``'s answer, serialised once, straight to JSON bytes (FastAPI would validate
-    it again, then encode a dict)."""
-    return Response(record.model_dump_json(exclude_none=True), media_type="application/json")
+    """A rollout as ``/run``'s answer, serialised once, straight to JSON (FastAPI would validate it
+    again, then encode a dict); the reserved failure keys null when unset, as NeMo Gym writes them."""
+    return Response(records.record_json(record), media_type="application/json")
 
 
 def is_lost(failure: Failure) -> bool:

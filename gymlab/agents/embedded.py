@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import FastAPI
 
@@ -56,6 +56,8 @@ class EmbeddedEnvironmentAgent(BaseAgent):
     ``gymlab.protocol.record``). A ``ServerError`` or timeout in ``run`` (the model failed, the
     episode ran past ``timeouts.episode``) is answered 502 with its typed failure, as other agents do.
     """
+
+    verifies: ClassVar[bool] = False  # ``run`` grades the episode itself
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()

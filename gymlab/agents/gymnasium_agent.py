@@ -7,6 +7,7 @@ Function calls are not dispatched as HTTP routes: the whole model response goes 
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 from fastapi import FastAPI
 from pydantic import Field
@@ -22,6 +23,7 @@ class GymnasiumAgent(BaseAgent):
     """The built-in Gymnasium agent. ``/run`` plays one episode and returns its rollout record."""
 
     max_steps: int = Field(10, ge=1, description="Model calls per episode; running out forces truncated.")
+    verifies: ClassVar[bool] = False  # the rewards are the steps'
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()

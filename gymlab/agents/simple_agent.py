@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from pydantic import Field
 
 from gymlab._runtime.routes import sessionless
 from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row, typed
@@ -17,7 +18,18 @@ from gymlab.protocol.record import Rollout
 
 
 class SimpleAgent(BaseAgent):
-    """The built-in seed/verify agent. ``/run`` grades an episode; ``/v1/responses`` runs the loop."""
+    """The built-in seed/verify agent. ``/run`` grades an episode; ``/v1/responses`` runs the loop.
+
+    NeMo Gym's options, with its meaning: ``skip_verification`` ends an episode without ``/verify``
+    (reward ``skip_verification_reward``, ``verification_skipped: true``; the session is closed);
+    ``execute_tools: false`` makes ``/v1/responses`` return the model's function calls unresolved,
+    for the environment server that runs them, and ``/run`` refuse (400).
+    """
+
+    execute_tools: bool = Field(
+        True,
+        description="Run the model's tool calls (false: /v1/responses returns them unresolved; /run refuses).",
+    )
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -46,7 +58,8 @@ class SimpleAgent(BaseAgent):
     async def loop(
         self, params: ResponseCreateParams, cookies: Cookies, resources_server: str | None = None
     ) -> LoopState:
-        return await run_loop(params, self.call_model, self.tool_caller(cookies, resources_server), self.max_steps)
+        call_tool = self.tool_caller(cookies, resources_server) if self.execute_tools else None
+        return await run_loop(params, self.call_model, call_tool, self.max_steps)
 
     @sessionless  # the Request is read for its headers, never for a session
     async def responses(self, request: Request, body: ResponseCreateParams) -> NeMoGymResponse:
@@ -74,6 +87,12 @@ class SimpleAgent(BaseAgent):
     async def run(self, body: AgentRunRequest) -> Rollout:
         """One graded episode: the verify response plus per-step records (``run_episode``: a masked
         record if the session was lost, a typed 502 for any other failure)."""
+        if not self.execute_tools:
+            raise HTTPException(
+                400,
+                f"{self.name}: POST /run needs execute_tools: true (with execute_tools: false the tools would "
+                "never run); drive this agent through an environment server's /v1/responses, or set it true",
+            )
         row = dump_row(body)
 
         async def play(run: EpisodeRun) -> Rollout:
@@ -82,8 +101,11 @@ class SimpleAgent(BaseAgent):
             response = state.final_response()
             run.stage = "verification"
             verify = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
-            answer = await self.post_resources("/verify", verify, run.cookies, self.timeouts.verify)
-            run.session.ended()  # a verify releases the session it grades
+            if self.skip_verification:  # nothing graded: the session is closed by run_episode
+                answer = {**verify, "reward": self.skip_verification_reward, "verification_skipped": True}
+            else:
+                answer = await self.post_resources("/verify", verify, run.cookies, self.timeouts.verify)
+                run.session.ended()  # a verify releases the session it grades
             return records.verified(
                 answer,
                 state.steps,
