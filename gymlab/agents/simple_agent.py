@@ -12,6 +12,7 @@ from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row,
 from gymlab.client import Cookies, error_message, post
 from gymlab.errors import ServerError
 from gymlab.loop import LoopState, run_loop
+from gymlab.models.streaming import StreamableParams, streamed, unstreamed
 from gymlab.protocol import RESOURCES_COOKIE_HEADER, RESOURCES_SERVER_HEADER, NeMoGymResponse, ResponseCreateParams
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout
@@ -62,12 +63,13 @@ class SimpleAgent(BaseAgent):
         return await run_loop(params, self.call_model, call_tool, self.max_steps)
 
     @sessionless  # the Request is read for its headers, never for a session
-    async def responses(self, request: Request, body: ResponseCreateParams) -> NeMoGymResponse:
+    async def responses(self, request: Request, body: StreamableParams) -> NeMoGymResponse:
         """The agent loop as a Responses endpoint (tools dispatched to the resources server).
 
         An environment server running an episode session names the session's resources server and
         cookie in the ``x-gymlab-resources-server`` / ``x-gymlab-resources-cookie`` headers, so the
         tool calls reach that session. An agent bound to another resources server refuses (409).
+        ``stream: true`` answers with the loop's final response as Responses events.
         """
         url = request.headers.get(RESOURCES_SERVER_HEADER) or self.resources_server
         if self.resources_server and url != self.resources_server:
@@ -80,9 +82,10 @@ class SimpleAgent(BaseAgent):
         if cookie := request.headers.get(RESOURCES_COOKIE_HEADER):
             cookies.by_url[url] = dict(p.split("=", 1) for p in cookie.split("; ") if "=" in p)
         try:
-            return (await self.loop(body, cookies, url)).final_response()
+            response = (await self.loop(unstreamed(body) if body.stream else body, cookies, url)).final_response()
         except (ServerError, TimeoutError) as exc:
             raise self.episode_failed(exc, "agent") from exc
+        return streamed(response) if body.stream else response
 
     async def run(self, body: AgentRunRequest) -> Rollout:
         """One graded episode: the verify response plus per-step records (``run_episode``: a masked
