@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 from gymlab.agents.base import BaseAgent, EpisodeRun, typed
 from gymlab.client import Cookies, error_message, failure_in, http_session, transport_error
 from gymlab.errors import ServerError
+from gymlab.loop import EpisodeSession
 from gymlab.protocol import (
     RESOURCES_COOKIE_HEADER,
     RESOURCES_SERVER_HEADER,
@@ -211,7 +212,7 @@ class SingleAgentTurn(BaseAgent):
         body = ResourcesSeedSessionRequest(
             resources_session_id=sid, episode_id=task.episode_id, task_id=task.task_id, task_data=task.task_data
         )
-        close = {"resources_session_id": sid, "episode_id": task.episode_id.model_dump(mode="json")}
+        close = _close_body(sid, task.episode_id)
         answer = await self.open_session(run, "/seed_session", body.model_dump(mode="json"), "/close_session", close)
         observation = answer.get("observation") if isinstance(answer, dict) else None
         return EpisodeHandles(
@@ -252,12 +253,20 @@ class SingleAgentTurn(BaseAgent):
         return await self.post_resources("/verify", body, handles.cookies(), self.timeouts.verify)
 
     async def close(self, handles: EpisodeHandles) -> None:
-        """Close the episode's session (a restored episode's; ``run`` closes its own)."""
-        body = {
-            "resources_session_id": handles.resources_session_id,
-            "episode_id": handles.episode_id.model_dump(mode="json"),
-        }
-        await self.post_resources("/close_session", body, handles.cookies(), self.timeouts.cleanup)
+        """Close a restored episode's session (``run`` closes its own, in its life cycle)."""
+        session = EpisodeSession(
+            handles.resources_server,
+            "/close_session",
+            server="resources server",
+            cookies=handles.cookies(),
+            release_body=_close_body(handles.resources_session_id, handles.episode_id),
+        )
+        session.opened()
+        await session.release(self.timeouts.cleanup)
+
+
+def _close_body(sid: str, episode_id: EpisodeId) -> dict[str, Any]:
+    return {"resources_session_id": sid, "episode_id": episode_id.model_dump(mode="json")}
 
 
 async def _post_json(
