@@ -144,3 +144,15 @@ def test_many_concurrent_failed_releases_are_all_retried(lab, counter, rows):
     assert [r.reward for r in results] == [1.0] * 40
     wait_until(lambda: env.server.session_state == {}, 60, "every session released")
     assert retries.counts()["given_up"] == 0 and retries.counts()["pending"] == 0
+
+
+def test_stopping_the_agent_stops_its_waiting_retries(lab, counter, rows):
+    env = lab.serve(flaky_counter(counter, fails=100), attempts=[])
+    agent = lab.serve_agent("simple_agent", model=lab.serve_model(counter.policy))
+    turn = lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url)
+    retries = quick(turn, first_delay=600)  # the retry would wait ten minutes
+    assert turn.run({"task_input": rows("counter")[0]}).reward == 1.0
+    assert retries.counts()["pending"] == 1
+    turn.stop()
+    wait_until(lambda: retries.counts()["pending"] == 0, 30, "the retry stopped with its server")
+    assert len(env.server.attempts) == 1  # nothing more was sent; the environment's reaper frees it
