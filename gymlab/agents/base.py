@@ -78,7 +78,7 @@ class ReleaseRetries:
     A release is idempotent on the server (a repeated close answers as the first did; one whose
     release raised stays open for the retry), so it is safe to send again. Attempts wait
     ``first_delay``, then twice as long each time, ``attempts`` in all; a status no retry can fix
-    (a 4xx) stops them. At most ``limit`` wait at once. A release given up on is logged and left to
+    (another 4xx) stops them. At most ``limit`` wait at once. A release given up on is logged and left to
     the environment's idle-session reaper (``session_ttl_seconds``).
     """
 
@@ -131,8 +131,8 @@ class ReleaseRetries:
 
 
 def retryable(exc: ServerError) -> bool:
-    """A release failure a later attempt may fix: no answer, or a server error (5xx)."""
-    return exc.status == 0 or exc.status >= 500
+    """A release failure a later attempt may fix: no answer, a server error (5xx), or "later" (408, 425, 429)."""
+    return exc.status == 0 or exc.status >= 500 or exc.status in (408, 425, 429)
 
 
 class BaseAgent(BaseServer):
