@@ -116,10 +116,15 @@ class GymnasiumEpisode(Episode):
         body = {**self.row, "response": response.model_dump(mode="json", exclude_none=True)}
         try:
             answer = GymnasiumStepResponse.model_validate(await self._env("/step", body))
-        except ServerError:
-            self._closed = True  # the server released the state of a step that raised
-            self._session.ended()
+        except ServerError as exc:
+            # The agents' rule: a failed episode releases its session once (a step that raised released
+            # it on the server already, and the close says so; one that timed out did not).
+            self._closed = True
             self._finalizer.detach()
+            try:
+                await self._session.release()
+            except ServerError as also:
+                exc.add_note(f"closing the episode also failed: {also}")
             raise
         record = gymnasium_transition(self.state, response, answer, time.perf_counter() - t0)
         self.last_step, self.observation = answer, answer.observation
