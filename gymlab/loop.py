@@ -1,13 +1,15 @@
-"""The model <-> tools loop as plain async functions.
+"""The model <-> tools loop as plain async functions, and the server session an episode holds.
 
 Agent servers and notebook episodes both call these; no HTTP handler lives here. The caller
 passes two coroutines: one asks the model for a response, one runs a tool and returns its output.
+``EpisodeSession`` is how both hold an environment's session and release it exactly once.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gymlab.client import Cookies, post_ok
 from gymlab.errors import ServerError
 from gymlab.protocol import (
     FunctionCall,
@@ -168,24 +171,26 @@ async def ask_model(state: LoopState, call_model: ModelCall) -> NeMoGymResponse:
 
 
 async def model_turn(
-    state: LoopState, call_model: ModelCall, call_tool: ToolCall, *, check_tools: bool = True
+    state: LoopState, call_model: ModelCall, call_tool: ToolCall | None, *, check_tools: bool = True
 ) -> TurnResult:
     """One model call, then each of its function calls in order; the state is updated.
 
     A call of an undeclared or reserved tool is answered with an error output and counted on the
-    step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand.
+    step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand. Without
+    ``call_tool`` the calls are left unresolved and the loop stops (``tool_calls``): whoever asked
+    runs them (NeMo Gym's ``execute_tools: false``).
     """
     t0 = time.perf_counter()
     response = await ask_model(state, call_model)
     outputs, refused = [], 0
     declared = declared_tools(state.params)
-    for call in response.output:
+    for call in response.output if call_tool is not None else ():
         if isinstance(call, FunctionCall):
             why = refusal(call.name, declared) if check_tools else None
             refused += why is not None
             outputs.append(await run_tool(call, call_tool, why))
     state.added.extend(outputs)
-    reason = stop_reason_of(response)
+    reason = stop_reason_of(response) or (None if call_tool is not None else "tool_calls")
     turn = TurnResult(response, outputs, reason is not None, reason, time.perf_counter() - t0)
     state.record(turn).tool_errors = refused
     if reason:
@@ -207,7 +212,7 @@ async def run_tool(call: FunctionCall, call_tool: ToolCall, refused: str | None 
 async def run_loop(
     params: ResponseCreateParams,
     call_model: ModelCall,
-    call_tool: ToolCall,
+    call_tool: ToolCall | None,
     max_steps: int | None = DEFAULT_MAX_STEPS,
     state: LoopState | None = None,
 ) -> LoopState:
@@ -270,3 +275,71 @@ def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: An
         if answer.observation:
             state.added.append(Message(role="user", content=answer.observation))
     return record
+
+
+class EpisodeSession:
+    """The environment session one episode holds, released exactly once.
+
+    The one rule of agents (``BaseAgent.run_episode``) and notebook episodes alike: the session is
+    held from the request that may open it (a seed or reset: its reply can be lost after it took
+    effect) until the episode ends it (``ended()``: a verify, a terminal step) or ``release()``
+    posts ``release_path`` for it. ``take()`` is true once, for whoever releases (thread-safe: a
+    dropped notebook episode is released from the collector's thread).
+    """
+
+    __slots__ = ("url", "server", "cookies", "release_path", "release_body", "open", "_lock")
+
+    def __init__(
+        self,
+        url: str,
+        release_path: str,
+        *,
+        server: str = "",
+        cookies: Cookies | None = None,
+        release_body: dict | Callable[[], dict] | None = None,
+    ):
+        self.url, self.server, self.release_path = url, server or url, release_path
+        self.cookies = cookies if cookies is not None else Cookies()
+        self.release_body = release_body
+        self.open = False
+        self._lock = threading.Lock()
+
+    def opened(self) -> None:
+        """The episode now holds the session (or may: its seed went out)."""
+        self.open = True
+
+    def ended(self) -> None:
+        """The server released the session itself (a verify, a terminal step): nothing to release."""
+        self.open = False
+
+    def take(self) -> bool:
+        """True exactly once per opened session: the caller then releases it."""
+        with self._lock:
+            was_open, self.open = self.open, False
+            return was_open
+
+    def names_a_session(self) -> bool:
+        """Whether a release could name the session: a body naming it, or a cookie (a seed whose
+        reply was lost left neither, and then the server's idle reaper frees it)."""
+        return bool(self.release_body) or self.cookies.header(self.url) is not None
+
+    async def release(self, timeout: float | None = None) -> Any:
+        """Release the session if this call takes it (``send_release``); None otherwise."""
+        if self.take():
+            return await self.send_release(timeout)
+        return None
+
+    async def send_release(self, timeout: float | None = None) -> Any:
+        """POST the release route; its answer, or None when the server has no such route (404: it keeps
+        the state until it reclaims it). Any other error status raises ``ServerError``."""
+        body = self.release_body() if callable(self.release_body) else (self.release_body or {})
+        try:
+            return await post_ok(self.url, self.release_path, body, self.cookies, server=self.server, timeout=timeout)
+        except ServerError as exc:
+            if exc.status == 404:
+                self.missing_route()
+                return None
+            raise
+
+    def missing_route(self) -> None:
+        """The server has no release route (a reference server without ``/close_session``)."""

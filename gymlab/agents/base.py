@@ -1,31 +1,43 @@
-"""What every agent server shares: the run-request body, time budgets, typed failures, the model call.
+"""What every agent server shares: the run-request body, time budgets, the model call, and the one
+episode life cycle (``BaseAgent.run_episode``) whose loop each agent writes.
 
-An agent that cannot finish an episode answers 502 with a typed ``failure`` in its error body (the
-kind, the stage, which server failed with which status), so collection and the Lab read the kind
-as data. A lost session (HTTP 410) is the one failure answered with a masked record instead.
+The life cycle: open the environment's session (seed or reset), the agent's loop, grading, then
+the session released once on every exit path. An agent that cannot finish an episode answers 502
+with a typed ``failure`` in its error body (the kind, the stage, which server failed with which
+status), so collection and the Lab read the kind as data. A lost session (HTTP 410) is the one
+failure answered with a masked record instead. A release that fails never costs a graded episode its
+reward: it is retried in the background (``ReleaseRetries``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from gymlab._runtime.hangup import CancelOnHangup
-from gymlab.client import Cookies, ask_model_server, close_http_session, post, post_ok
+from gymlab.agents.sessions import agent_sessions, mount_agent_session_routes
+from gymlab.client import Cookies, ask_model_server, close_http_session, post_ok
 from gymlab.errors import EpisodeFailed, ServerError, error_body
 from gymlab.failures import Role, failure_of
-from gymlab.loop import DEFAULT_MAX_STEPS
+from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
 from gymlab.protocol import NeMoGymResponse
+from gymlab.protocol import record as records
 from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
 from gymlab.protocol.failure_kinds import Failure, Stage
 from gymlab.protocol.record import Rollout
-from gymlab.protocol.resources import AgentRunRequest, dump_row  # noqa: F401  (re-exported for agents)
+from gymlab.protocol.resources import AgentRunRequest, AggregateMetrics, AggregateMetricsRequest, dump_row  # noqa: F401
+from gymlab.resources.simple import aggregate_metrics as default_metrics
 from gymlab.server import BaseServer
+
+log = logging.getLogger("gymlab.server")
 
 
 class Timeouts(BaseModel):
@@ -46,6 +58,83 @@ class Timeouts(BaseModel):
     episode: float | None = Field(1800.0, gt=0, description="A whole /run.")
 
 
+class EpisodeRun:
+    """One ``/run`` in progress: the row, its cookies, the stage it is at, the session it holds."""
+
+    __slots__ = ("row", "cookies", "stage", "session", "started")
+
+    def __init__(self, row: dict[str, Any], stage: Stage = "seed"):
+        self.row, self.cookies, self.stage = row, Cookies(), stage
+        self.session: EpisodeSession | None = None
+        self.started = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
+class ReleaseRetries:
+    """Session releases that failed, retried in the background until one succeeds.
+
+    A release is idempotent on the server (a repeated close answers as the first did; one whose
+    release raised stays open for the retry), so it is safe to send again. Attempts wait
+    ``first_delay``, then twice as long each time, ``attempts`` in all; a status no retry can fix
+    (another 4xx) stops them. At most ``limit`` wait at once. A release given up on is logged and left to
+    the environment's idle-session reaper (``session_ttl_seconds``).
+    """
+
+    def __init__(self, name: str, attempts: int = 6, first_delay: float = 0.5, limit: int = 4096):
+        self.name, self.attempts, self.first_delay, self.limit = name, attempts, first_delay, limit
+        self.released = self.given_up = 0
+        self._tasks: set[asyncio.Task] = set()
+
+    def counts(self) -> dict[str, int]:
+        return {"pending": len(self._tasks), "released": self.released, "given_up": self.given_up}
+
+    def add(self, session: EpisodeSession, timeout: float | None) -> None:
+        """Retry ``session``'s release later (its first attempt already failed)."""
+        if len(self._tasks) >= self.limit:
+            self._give_up(session, f"{self.limit} releases already wait for a retry")
+            return
+        task = asyncio.get_running_loop().create_task(self._retry(session, timeout))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _retry(self, session: EpisodeSession, timeout: float | None) -> None:
+        delay, error = self.first_delay, None
+        for _ in range(self.attempts):
+            await asyncio.sleep(delay)
+            delay *= 2
+            try:
+                await session.send_release(timeout)
+            except ServerError as exc:
+                error = exc
+                if not retryable(exc):
+                    break
+                continue
+            self.released += 1
+            log.info("%s: released %s %s on a retry", self.name, session.url, session.release_path)
+            return
+        self._give_up(session, str(error))
+
+    def _give_up(self, session: EpisodeSession, why: str) -> None:
+        self.given_up += 1
+        log.error(
+            "%s: gave up releasing a session of %s (%s); its idle-session reaper frees it", self.name, session.url, why
+        )
+
+    async def aclose(self) -> None:
+        """Stop the retries (the server is shutting down); what they held is left to the reapers."""
+        tasks, self._tasks = list(self._tasks), set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def retryable(exc: ServerError) -> bool:
+    """A release failure a later attempt may fix: no answer, a server error (5xx), or "later" (408, 425, 429)."""
+    return exc.status == 0 or exc.status >= 500 or exc.status in (408, 425, 429)
+
+
 class BaseAgent(BaseServer):
     """An agent server bound to a model server (and usually a resources server), by URL.
 
@@ -60,24 +149,51 @@ class BaseAgent(BaseServer):
     resources_server: str = ""
     max_steps: int | None = Field(DEFAULT_MAX_STEPS, ge=1, description="Model calls per episode (None: no limit).")
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    skip_verification: bool = Field(
+        False,
+        description="Grade nothing: the record's reward is skip_verification_reward and verification_skipped "
+        "is true (NeMo Gym's option; agents that verify only).",
+    )
+    skip_verification_reward: float = Field(0.0, description="The reward of an episode under skip_verification.")
+
+    #: Whether this agent grades episodes with ``/verify`` (``skip_verification`` applies to it).
+    verifies: ClassVar[bool] = True
+    #: Statuses of a refused seed that keep their status (a 4xx no retry can fix) instead of a 502.
+    seed_refusals: ClassVar[frozenset[int]] = frozenset()
 
     _episodes: Any = PrivateAttr(default=None)
     _session_state: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _release_retries: ReleaseRetries | None = PrivateAttr(default=None)
+
+    def model_post_init(self, __context: Any) -> None:
+        super().model_post_init(__context)
+        if self.skip_verification and not self.verifies:
+            raise ValueError(
+                f"{type(self).__name__} never calls /verify (its rewards come from the environment's steps), "
+                "so skip_verification does not apply to it; leave it false"
+            )
 
     @property
     def session_state(self) -> dict[str, Any]:
         """Per-agent-session state, keyed by ``agent_session_id``: process state, never config."""
         return self._session_state
 
-    def setup_webserver(self) -> FastAPI:
-        from gymlab.agents.sessions import mount_agent_session_routes
+    @property
+    def release_retries(self) -> ReleaseRetries:
+        """The session releases that failed and wait for a retry."""
+        if self._release_retries is None:
+            self._release_retries = ReleaseRetries(self.name)
+        return self._release_retries
 
+    def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        mount_agent_session_routes(app, self)
+        mount_agent_session_routes(app, lambda: self.episode_sessions, self.seed_agent_session)
+        app.post("/aggregate_metrics")(self.aggregate_metrics)
 
         @contextlib.asynccontextmanager
         async def lifespan(_app):
             yield
+            await self.release_retries.aclose()
             await close_http_session()
 
         app.router.lifespan_context = lifespan
@@ -89,9 +205,9 @@ class BaseAgent(BaseServer):
     def episode_sessions(self):
         """This agent's open agent sessions, locks, fences and idle reaper."""
         if self._episodes is None:
-            from gymlab.agents.sessions import agent_sessions
-
-            self._episodes = agent_sessions(self)
+            self._episodes = agent_sessions(
+                self.session_close_retry_window_seconds, self.session_ttl_seconds, self.close_agent_session
+            )
         return self._episodes
 
     async def seed_agent_session(self, body: AgentSeedSessionRequest) -> None:
@@ -117,8 +233,7 @@ class BaseAgent(BaseServer):
         with typed("model"):
             return await ask_model_server(self.model_server, body, timeout=self.timeouts.model)
 
-    async def post_resources(self, path: str, body: Any, cookies: Cookies, timeout: float | None) -> Any:
-        """POST to the bound resources server; an error status raises ``ServerError``."""
+    def _resources(self, path: str) -> str:
         if not self.resources_server:
             raise ServerError(
                 self.name,
@@ -127,32 +242,143 @@ class BaseAgent(BaseServer):
                 "no resources_server configured",
                 "pass resources= to serve_agent or set resources_server in the config",
             )
+        return self.resources_server
+
+    async def post_resources(self, path: str, body: Any, cookies: Cookies, timeout: float | None) -> Any:
+        """POST to the bound resources server; an error status raises ``ServerError``."""
+        url = self._resources(path)
         with typed("resources", "verification" if path == "/verify" else None):
-            return await post_ok(self.resources_server, path, body, cookies, server="resources server", timeout=timeout)
+            return await post_ok(url, path, body, cookies, server="resources server", timeout=timeout)
 
-    async def release(self, path: str, cookies: Cookies) -> None:
-        """Release a session the episode will not end itself (``/close_session`` or ``/close``).
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        """A run's metrics, answered as NeMo Gym's agents answer them (its ``gym eval run`` asks the agent
+        at its last step): proxied to the resources server, whose metrics they are.
 
-        A server without the route (404) is fine; any other failure is swallowed so it does not
-        hide the error already being reported (the session then ends by the server's TTL).
+        An agent without a resources server, or one whose server has no such route (a Gymnasium
+        server: 404), computes the resources servers' default here; under ``skip_verification`` no
+        reward was measured, so there are none. An unreachable or failing resources server is a 502
+        naming it; a refusal of the body (4xx) keeps its status.
         """
-        if not self.resources_server or not cookies.header(self.resources_server):
-            return
-        with contextlib.suppress(ServerError):
-            await asyncio.shield(
-                post(self.resources_server, path, {}, cookies, server="resources server", timeout=self.timeouts.cleanup)
+        if self.skip_verification:
+            return AggregateMetrics()
+        if not self.resources_server:
+            return default_metrics(body.verify_responses)
+        route = "POST /aggregate_metrics"
+        try:
+            answer = await post_ok(
+                self.resources_server,
+                "/aggregate_metrics",
+                body.model_dump(mode="json"),
+                server="resources server",
+                timeout=self.timeouts.verify,
             )
+            return AggregateMetrics.model_validate(answer)
+        except ServerError as exc:
+            if exc.status == 404:
+                return default_metrics(body.verify_responses)
+            if 400 <= exc.status < 500:
+                raise HTTPException(
+                    exc.status, f"{self.name}: {route}: the resources server refused it: {exc}"
+                ) from exc
+            cause = exc
+        except ValueError as exc:
+            cause = f"its answer is not an aggregate-metrics object: {str(exc).splitlines()[0]}"
+        raise HTTPException(
+            502,
+            f"{self.name}: {route} is answered by the resources server {self.resources_server}, "
+            f"which failed: {cause}. Is it running, and is resources_server right?",
+        )
+
+    # -- the episode life cycle ------------------------------------------------------------------
+
+    async def run_episode(self, row: dict[str, Any], play: Callable[[EpisodeRun], Awaitable[Rollout]]) -> Response:
+        """The one episode life cycle of every agent; ``play(run)`` is the agent's own loop.
+
+        ``play`` opens the environment's session (``open_session``), moves ``run.stage`` along
+        (seed, agent, verification), marks the session ``ended()`` when the environment released it
+        itself, and returns the record. Here: the episode's time budget (``timeouts.episode``); the
+        session released once on every exit path (awaited, shielded from a caller that hangs up); a
+        lost session (410) answered with a masked ``session_lost`` record; any other ``ServerError``
+        or timeout a 502 with its typed failure at its stage. A release that fails is retried later
+        (``release_retries``): a graded record keeps its reward, a failure its kind.
+        """
+        run = EpisodeRun(row)
+        try:
+            async with asyncio.timeout(self.timeouts.episode):
+                record = await play(run)
+        except BaseException as exc:
+            await self._release(run, exc)
+            if not isinstance(exc, (ServerError, TimeoutError)):
+                raise
+            failure = failure_of(exc, role="agent", stage=run.stage)
+            if is_lost(failure):
+                return record_response(records.failed(row, failure, duration_s=run.elapsed()))
+            if run.stage == "seed" and isinstance(exc, ServerError) and exc.status in self.seed_refusals:
+                raise HTTPException(exc.status, f"{self.name}: {with_notes(str(exc), exc)}") from exc
+            raise self.episode_failed(exc, run.stage) from exc
+        await self._release(run)
+        if not isinstance(record, Rollout):
+            raise TypeError(f"{type(self).__name__}'s episode must return a Rollout, got {type(record).__name__}")
+        return record_response(record)
+
+    async def open_session(
+        self,
+        run: EpisodeRun,
+        path: str,
+        body: Any,
+        release_path: str,
+        release_body: dict[str, Any] | None = None,
+    ) -> Any:
+        """Seed (or reset) the episode's session on the resources server and return the answer.
+
+        The episode holds the session from the moment the request goes out (a reply lost after the
+        seed took effect still leaves a session to release); a seed refused with 409 names another
+        episode's session, which is not this one's to release. ``release_path`` (with
+        ``release_body``, and the cookies) releases it if the episode does not end it itself.
+        """
+        url = self._resources(path)
+        run.session = EpisodeSession(
+            url, release_path, server="resources server", cookies=run.cookies, release_body=release_body
+        )
+        run.session.opened()
+        try:
+            answer = await self.post_resources(path, body, run.cookies, self.timeouts.seed)
+        except ServerError as exc:
+            if exc.status == 409:
+                run.session.ended()
+            raise
+        run.stage = "agent"
+        return answer
+
+    async def _release(self, run: EpisodeRun, failed: BaseException | None = None) -> None:
+        """Release the session ``run`` still holds, once. A failure is retried later and, for an
+        episode that failed, noted on its error; a 410 means there is nothing left to release."""
+        session = run.session
+        if session is None or not session.names_a_session() or not session.take():
+            return
+        try:
+            await asyncio.shield(session.send_release(self.timeouts.cleanup))
+        except ServerError as exc:
+            if exc.status == 410:
+                return
+            log.warning("%s: releasing %s %s failed: %s", self.name, session.url, session.release_path, exc)
+            if failed is not None:
+                failed.add_note(f"releasing the session ({session.release_path}) also failed: {exc}")
+            if retryable(exc):
+                self.release_retries.add(session, self.timeouts.cleanup)
 
     def episode_failed(self, exc: BaseException, stage: Stage) -> EpisodeFailed:
         """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure."""
         failure = failure_of(exc, role="agent", stage=stage)
+        message = failure.message
         if isinstance(exc, TimeoutError) and not isinstance(exc, ServerError):
-            failure = failure.model_copy(
-                update={
-                    "message": f"the episode ran past timeouts.episode ({self.timeouts.episode:g} s) at stage {stage}"
-                }
-            )
-        return EpisodeFailed(self.name, "POST /run", failure)
+            message = f"the episode ran past timeouts.episode ({self.timeouts.episode:g} s) at stage {stage}"
+        return EpisodeFailed(self.name, "POST /run", failure.model_copy(update={"message": with_notes(message, exc)}))
+
+
+def with_notes(message: str, exc: BaseException) -> str:
+    """``message`` with the notes added to ``exc`` (a release that also failed)."""
+    return message + "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
 
 
 class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
@@ -186,9 +412,9 @@ async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:
 
 
 def record_response(record: Rollout) -> Response:
-    """A rollout as ``/run``'s answer, serialised once, straight to JSON bytes (FastAPI would validate
-    it again, then encode a dict)."""
-    return Response(record.model_dump_json(exclude_none=True), media_type="application/json")
+    """A rollout as ``/run``'s answer, serialised once, straight to JSON (FastAPI would validate it
+    again, then encode a dict); the reserved failure keys null when unset, as NeMo Gym writes them."""
+    return Response(records.record_json(record), media_type="application/json")
 
 
 def is_lost(failure: Failure) -> bool:

@@ -16,17 +16,14 @@ collection, the Lab, frames and export take it as they take any run::
 
 from __future__ import annotations
 
-import asyncio
 import time
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
 
-from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, record_response
-from gymlab.errors import ServerError
+from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row
 from gymlab.loop import LoopState, ask_model, gymnasium_transition
 from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol import record as records
@@ -60,6 +57,8 @@ class EmbeddedEnvironmentAgent(BaseAgent):
     episode ran past ``timeouts.episode``) is answered 502 with its typed failure, as other agents do.
     """
 
+    verifies: ClassVar[bool] = False  # ``run`` grades the episode itself
+
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/run", response_model=Rollout)(self._run_route)
@@ -69,17 +68,12 @@ class EmbeddedEnvironmentAgent(BaseAgent):
     async def run(self, body: AgentRunRequest) -> Rollout:
         """Play one episode of the row ``body`` and return its record."""
 
-    async def _run_route(self, body: AgentRunRequest) -> JSONResponse:
-        try:
-            async with asyncio.timeout(self.timeouts.episode):
-                record = await self.run(body)
-        except (ServerError, TimeoutError) as exc:
-            raise self.episode_failed(exc, "agent") from exc
-        if not isinstance(record, Rollout):
-            raise TypeError(
-                f"{type(self).__name__}.run must return a Rollout (use self.finish), got {type(record).__name__}"
-            )
-        return record_response(record)
+    async def _run_route(self, body: AgentRunRequest) -> Rollout:
+        async def play(run: EpisodeRun) -> Rollout:
+            run.stage = "agent"  # no session to open: the agent is the environment
+            return await self.run(body)
+
+        return await self.run_episode(dump_row(body), play)
 
     # -- helpers for run ---------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ the cookie and the close all run in the worker holding the session.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -26,19 +27,18 @@ from gymlab.protocol.agent_sessions import (
     AgentSeedSessionResponse,
 )
 
-if TYPE_CHECKING:
-    from gymlab.agents.base import BaseAgent
 
-
-def agent_sessions(agent: BaseAgent) -> EpisodeSessions:
-    """The agent's session table, with agent-session answers and its release hook."""
+def agent_sessions(
+    retry_window_seconds: float, ttl_seconds: float | None, close: Callable[[str], Awaitable[None]]
+) -> EpisodeSessions:
+    """An agent's session table, with agent-session answers; ``close(agent_session_id)`` releases one."""
 
     async def release(session_id: Any) -> None:
-        await agent.close_agent_session(str(session_id))
+        await close(str(session_id))
 
     return EpisodeSessions(
-        agent.session_close_retry_window_seconds,
-        agent.session_ttl_seconds,
+        retry_window_seconds,
+        ttl_seconds,
         release,
         id_name="agent_session_id",
         answers=(
@@ -48,14 +48,20 @@ def agent_sessions(agent: BaseAgent) -> EpisodeSessions:
     )
 
 
-def mount_agent_session_routes(app: FastAPI, agent: BaseAgent) -> None:
-    """Add ``POST /v1/agent_sessions`` (seed) and ``POST /v1/agent_sessions/close`` to ``app``."""
+def mount_agent_session_routes(
+    app: FastAPI,
+    sessions: Callable[[], EpisodeSessions],
+    seed_state: Callable[[AgentSeedSessionRequest], Awaitable[None]],
+) -> None:
+    """Add ``POST /v1/agent_sessions`` (seed) and ``POST /v1/agent_sessions/close`` to ``app``;
+    ``sessions()`` is the agent's table, ``seed_state(body)`` sets up a seeded session's state."""
 
     async def seed(body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
-        return JSONResponse(await agent.episode_sessions.seed(body, lambda: agent.seed_agent_session(body)))
+        return JSONResponse(await sessions().seed(body, lambda: seed_state(body)))
 
     async def close(body: AgentCloseSessionRequest) -> AgentCloseSessionResponse:
-        return JSONResponse(await agent.episode_sessions.close(body, agent.episode_sessions.release))
+        table = sessions()
+        return JSONResponse(await table.close(body, table.release))
 
     app.post(SEED_ROUTE, response_model=AgentSeedSessionResponse)(seed)
     app.post(CLOSE_ROUTE, response_model=AgentCloseSessionResponse)(close)

@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from pydantic import Field
 
 from gymlab._runtime.routes import sessionless
-from gymlab.agents.base import AgentRunRequest, BaseAgent, dump_row, is_lost, record_response, typed
+from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row, typed
 from gymlab.client import Cookies, error_message, post
 from gymlab.errors import ServerError
-from gymlab.failures import failure_of
 from gymlab.loop import LoopState, run_loop
+from gymlab.models.streaming import StreamableParams, streamed, unstreamed
 from gymlab.protocol import RESOURCES_COOKIE_HEADER, RESOURCES_SERVER_HEADER, NeMoGymResponse, ResponseCreateParams
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout
 
 
 class SimpleAgent(BaseAgent):
-    """The built-in seed/verify agent. ``/run`` grades an episode; ``/v1/responses`` runs the loop."""
+    """The built-in seed/verify agent. ``/run`` grades an episode; ``/v1/responses`` runs the loop.
+
+    NeMo Gym's options, with its meaning: ``skip_verification`` ends an episode without ``/verify``
+    (reward ``skip_verification_reward``, ``verification_skipped: true``; the session is closed);
+    ``execute_tools: false`` makes ``/v1/responses`` return the model's function calls unresolved,
+    for the environment server that runs them, and ``/run`` refuse (400).
+    """
+
+    execute_tools: bool = Field(
+        True,
+        description="Run the model's tool calls (false: /v1/responses returns them unresolved; /run refuses).",
+    )
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -49,15 +59,17 @@ class SimpleAgent(BaseAgent):
     async def loop(
         self, params: ResponseCreateParams, cookies: Cookies, resources_server: str | None = None
     ) -> LoopState:
-        return await run_loop(params, self.call_model, self.tool_caller(cookies, resources_server), self.max_steps)
+        call_tool = self.tool_caller(cookies, resources_server) if self.execute_tools else None
+        return await run_loop(params, self.call_model, call_tool, self.max_steps)
 
     @sessionless  # the Request is read for its headers, never for a session
-    async def responses(self, request: Request, body: ResponseCreateParams) -> NeMoGymResponse:
+    async def responses(self, request: Request, body: StreamableParams) -> NeMoGymResponse:
         """The agent loop as a Responses endpoint (tools dispatched to the resources server).
 
         An environment server running an episode session names the session's resources server and
         cookie in the ``x-gymlab-resources-server`` / ``x-gymlab-resources-cookie`` headers, so the
         tool calls reach that session. An agent bound to another resources server refuses (409).
+        ``stream: true`` answers with the loop's final response as Responses events.
         """
         url = request.headers.get(RESOURCES_SERVER_HEADER) or self.resources_server
         if self.resources_server and url != self.resources_server:
@@ -68,45 +80,43 @@ class SimpleAgent(BaseAgent):
             )
         cookies = Cookies.from_header(url, request.headers.get(RESOURCES_COOKIE_HEADER))
         try:
-            return (await self.loop(body, cookies, url)).final_response()
+            response = (await self.loop(unstreamed(body) if body.stream else body, cookies, url)).final_response()
         except (ServerError, TimeoutError) as exc:
             raise self.episode_failed(exc, "agent") from exc
+        return streamed(response) if body.stream else response
 
     async def run(self, body: AgentRunRequest) -> Rollout:
-        """One graded episode: the verify response plus per-step records (a masked record if the
-        session was lost; a typed 502 for any other failure, after releasing the seeded session)."""
-        t0 = time.perf_counter()
+        """One graded episode: the verify response plus per-step records (``run_episode``: a masked
+        record if the session was lost, a typed 502 for any other failure)."""
+        if not self.execute_tools:
+            raise HTTPException(
+                400,
+                f"{self.name}: POST /run needs execute_tools: true (with execute_tools: false the tools would "
+                "never run); drive this agent through an environment server's /v1/responses, or set it true",
+            )
         row = dump_row(body)
-        cookies = Cookies()
-        stage = "seed"
-        try:
-            async with asyncio.timeout(self.timeouts.episode):
-                await self.post_resources("/seed_session", row, cookies, self.timeouts.seed)
-                stage = "agent"
-                state = await self.loop(body.responses_create_params, cookies)
-                response = state.final_response()
-                stage = "verification"
-                verify = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
-                answer = await self.post_resources("/verify", verify, cookies, self.timeouts.verify)
-        except BaseException as exc:
-            if stage != "seed":  # the seeded session will never be verified: release it now
-                await self.release("/close_session", cookies)
-            if not isinstance(exc, (ServerError, TimeoutError)):
-                raise
-            failure = failure_of(exc, role="agent", stage=stage)
-            if is_lost(failure):
-                return record_response(records.failed(row, failure, duration_s=time.perf_counter() - t0))
-            raise self.episode_failed(exc, stage) from exc
-        return record_response(
-            records.verified(
+
+        async def play(run: EpisodeRun) -> Rollout:
+            await self.open_session(run, "/seed_session", row, "/close_session")
+            state = await self.loop(body.responses_create_params, run.cookies)
+            response = state.final_response()
+            run.stage = "verification"
+            verify = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
+            if self.skip_verification:  # nothing graded: the session is closed by run_episode
+                answer = {**verify, "reward": self.skip_verification_reward, "verification_skipped": True}
+            else:
+                answer = await self.post_resources("/verify", verify, run.cookies, self.timeouts.verify)
+                run.session.ended()  # a verify releases the session it grades
+            return records.verified(
                 answer,
                 state.steps,
                 state.stop_reason,
-                time.perf_counter() - t0,
+                run.elapsed(),
                 row=row,
                 sent={
                     "response": (verify["response"], response),
                     "responses_create_params": (row["responses_create_params"], body.responses_create_params),
                 },
             )
-        )
+
+        return await self.run_episode(row, play)

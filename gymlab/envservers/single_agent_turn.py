@@ -3,7 +3,9 @@
 ``POST /run`` takes a task, seeds the bound resources server with a fresh ``resources_session_id``,
 invokes the agent (its ``/v1/responses`` loop, whose tool calls reach the same session), grades the
 result with ``/verify`` (the authored request, saying that a close follows), closes the session on
-every path, and returns the rollout with the verify's mask and failure fields.
+every path, and returns the rollout with the verify's mask and failure fields. The life cycle is the
+agents' (``BaseAgent.run_episode``): a close that fails after grading is retried in the background
+and the graded reward stands.
 
 The task is either ``{"task_id": "<taskset>/<id>", "task_input": {flat row}}`` or a row of the
 ``{responses_create_params, task_data}`` shape. Fields of the row besides those two are merged into
@@ -16,21 +18,18 @@ handles (a restore) supplies it once without seeding again.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import time
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 from fastapi import Body, FastAPI, HTTPException
 from pydantic import BaseModel, Field, ValidationError
 
-from gymlab.agents.base import episode_failed, record_response, typed
-from gymlab.client import Cookies, close_http_session, error_message, failure_in, http_session, post_ok, transport_error
-from gymlab.errors import EpisodeFailed, ServerError
-from gymlab.failures import failure_of
+from gymlab.agents.base import BaseAgent, EpisodeRun, typed
+from gymlab.client import Cookies, error_message, failure_in, http_session, transport_error
+from gymlab.errors import ServerError
+from gymlab.loop import EpisodeSession
 from gymlab.protocol import (
     RESOURCES_COOKIE_HEADER,
     RESOURCES_SERVER_HEADER,
@@ -44,9 +43,6 @@ from gymlab.protocol import (
 )
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout
-from gymlab.server import BaseServer
-
-log = logging.getLogger("gymlab.server")
 
 #: Keys of a ``/run`` body that identify the episode rather than belong to the task.
 RUN_KEYS = frozenset(
@@ -160,107 +156,68 @@ def _user(text: str) -> dict[str, Any]:
     return Message(role="user", content=text).model_dump(mode="json", exclude_none=True)
 
 
-class SingleAgentTurn(BaseServer):
-    """The built-in Environment Server: one agent turn per episode session of ``resources_server``."""
+class SingleAgentTurn(BaseAgent):
+    """The built-in Environment Server: one agent turn per episode session of ``resources_server``.
 
-    resources_server: str = ""
+    Its ``/run`` is the agents' episode life cycle (``BaseAgent.run_episode``) around one agent
+    turn; a seed refused with 409 or 422 (no retry can fix it) keeps its status.
+    """
+
     agent_server: str = ""
     agent_timeout_s: float | None = Field(1800.0, gt=0, description="The agent's whole turn.")
+
+    seed_refusals: ClassVar[frozenset[int]] = frozenset({409, 422})
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/run", response_model=Rollout)(self.run)
-        app.exception_handler(EpisodeFailed)(episode_failed)
-
-        @contextlib.asynccontextmanager
-        async def lifespan(_app):
-            yield
-            await close_http_session()
-
-        app.router.lifespan_context = lifespan
         return app
 
     async def run(self, body: dict[str, Any] = Body(...)) -> Rollout:
         """One graded episode; the rollout record (verify answer, one step record, duration).
 
-        A failure answers with this server's typed error (``failure``: kind, stage, server): refusals
-        no retry can fix (a seed's 409/422) keep their status, anything else is a 502.
+        A failure answers with this server's typed error (``failure``: kind, stage, server).
         """
-        t0 = time.perf_counter()
         try:
             task = parse_task(body)
         except ValueError as exc:
             raise HTTPException(422, f"{self.name}: invalid task: {exc}") from None
-        stage = "seed"
-        try:
-            with typed("resources"):
-                handles = await self.seed(task)
-            stage = "agent"
-            try:
-                with typed("agent"):
-                    response = await self.invoke_agent(handles, task.params)
-                stage = "verification"
-                with typed("resources", "verification"):
-                    result = await self.verify(handles, task, response)
-            except BaseException as exc:
-                await self._close_after_failure(handles, exc)
-                raise
-            stage = "cleanup"
-            with typed("resources"):
-                await self.close(handles)
-        except ServerError as exc:
-            failure = failure_of(exc, role="agent", stage=stage)
-            notes = "".join(f"; {n}" for n in getattr(exc, "__notes__", ()))
-            if stage == "seed" and exc.status in (409, 422):
-                raise HTTPException(exc.status, f"{self.name}: {exc}{notes}") from exc
-            failure = failure.model_copy(update={"message": f"{failure.message}{notes}"})
-            raise EpisodeFailed(self.name, "POST /run", failure) from exc
-        incomplete = response.status == "incomplete"
-        step = StepRecord(
-            index=0,
-            action=list(response.output),
-            info={"observation": handles.observation} if handles.observation else {},
-        )
-        record = records.verified(
-            result, [step], "max_steps" if incomplete else "final_message", time.perf_counter() - t0
-        )
-        return record_response(record)
 
-    async def seed(self, task: Task) -> EpisodeHandles:
-        """Seed a fresh session for ``task``; a seed that may have taken effect is closed if it failed."""
-        if not self.resources_server:
-            raise ServerError(
-                "resources server",
-                "POST /seed_session",
-                0,
-                "no resources_server configured",
-                "set resources_server in the single_agent_turn config",
+        async def play(run: EpisodeRun) -> Rollout:
+            handles = await self.seed(task, run)
+            with typed("agent"):
+                response = await self.invoke_agent(handles, task.params)
+            run.stage = "verification"
+            result = await self.verify(handles, task, response)  # the close follows (run_episode)
+            step = StepRecord(
+                index=0,
+                action=list(response.output),
+                info={"observation": handles.observation} if handles.observation else {},
             )
+            stop = "max_steps" if response.status == "incomplete" else "final_message"
+            return records.verified(result, [step], stop, run.elapsed())
+
+        identity = {k: body[k] for k in ("_ng_task_index", "_ng_rollout_index", "agent_ref") if k in body}
+        row = {**identity, **task.task_data, "responses_create_params": task.responses_create_params}
+        return await self.run_episode(row, play)
+
+    async def seed(self, task: Task, run: EpisodeRun | None = None) -> EpisodeHandles:
+        """Seed a fresh session for ``task``. The episode holds it from the moment the seed goes out,
+        and its close names it by ID, so a seed whose reply was lost is closed too."""
+        run = run or EpisodeRun({})
         sid = f"rs-{uuid.uuid4().hex}"
         body = ResourcesSeedSessionRequest(
             resources_session_id=sid, episode_id=task.episode_id, task_id=task.task_id, task_data=task.task_data
         )
-        cookies = Cookies()
-        try:
-            answer = await post_ok(
-                self.resources_server, "/seed_session", body.model_dump(mode="json"), cookies, server="resources server"
-            )
-        except ServerError as exc:
-            if exc.status != 409:  # a 409 names a session that is not this episode's to close
-                await self._close_after_failure(
-                    EpisodeHandles(
-                        resources_server=self.resources_server, resources_session_id=sid, episode_id=task.episode_id
-                    ),
-                    exc,
-                )
-            raise
+        close = _close_body(sid, task.episode_id)
+        answer = await self.open_session(run, "/seed_session", body.model_dump(mode="json"), "/close_session", close)
         observation = answer.get("observation") if isinstance(answer, dict) else None
         return EpisodeHandles(
             resources_server=self.resources_server,
             resources_session_id=sid,
             episode_id=task.episode_id,
             task_id=task.task_id,
-            cookie=cookies.header(self.resources_server),
+            cookie=run.cookies.header(self.resources_server),
             observation=observation,
         )
 
@@ -287,22 +244,26 @@ class SingleAgentTurn(BaseServer):
             "response": response.model_dump(mode="json", exclude_none=True),
             "close_follows": True,
         }
-        return await post_ok(self.resources_server, "/verify", body, handles.cookies(), server="resources server")
+        if self.skip_verification:  # nothing graded (NeMo Gym's option); the close still follows
+            graded = {k: v for k, v in body.items() if k != "close_follows"}
+            return {**graded, "reward": self.skip_verification_reward, "verification_skipped": True}
+        return await self.post_resources("/verify", body, handles.cookies(), self.timeouts.verify)
 
     async def close(self, handles: EpisodeHandles) -> None:
-        body = {
-            "resources_session_id": handles.resources_session_id,
-            "episode_id": handles.episode_id.model_dump(mode="json"),
-        }
-        await post_ok(self.resources_server, "/close_session", body, handles.cookies(), server="resources server")
+        """Close a restored episode's session (``run`` closes its own, in its life cycle)."""
+        session = EpisodeSession(
+            handles.resources_server,
+            "/close_session",
+            server="resources server",
+            cookies=handles.cookies(),
+            release_body=_close_body(handles.resources_session_id, handles.episode_id),
+        )
+        session.opened()
+        await session.release(self.timeouts.cleanup)
 
-    async def _close_after_failure(self, handles: EpisodeHandles, failure: BaseException) -> None:
-        """Close after the episode failed; a close failure travels with the episode's own error."""
-        try:
-            await self.close(handles)
-        except Exception as exc:
-            log.error("%s: closing %s after %r failed", self.name, handles.resources_session_id, failure, exc_info=exc)
-            failure.add_note(f"closing session {handles.resources_session_id!r} also failed: {exc}")
+
+def _close_body(sid: str, episode_id: EpisodeId) -> dict[str, Any]:
+    return {"resources_session_id": sid, "episode_id": episode_id.model_dump(mode="json")}
 
 
 async def _post_json(

@@ -18,12 +18,12 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from gymlab._sync import background_loop, on_background_loop, run_sync
-from gymlab.client import Cookies, ask_model_server, post_ok
+from gymlab.client import ask_model_server, post_ok
 from gymlab.errors import EpisodeError
+from gymlab.loop import EpisodeSession
 from gymlab.protocol import (
     NeMoGymResponse,
     ResponseCreateParams,
@@ -112,26 +112,25 @@ class _synced:
         return method
 
 
-class _Session:
-    """The server-side session of one episode and how to release it; the finalizer holds this, not the episode."""
+class _Session(EpisodeSession):
+    """The server session of one episode (``gymlab.loop.EpisodeSession``, the agents' own); the
+    finalizer holds this, not the episode."""
 
-    def __init__(self, release: Callable[[_Session], Awaitable[Any]], env: str):
-        self.cookies = Cookies()
-        self.open = False
-        self.release_coro = release
+    __slots__ = ("env",)
+
+    def __init__(self, url: str, release_path: str, env: str, release_body: Any = None):
+        super().__init__(url, release_path, server=env, release_body=release_body)
         self.env = env
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        """True exactly once per opened session: the caller then releases it."""
-        with self._lock:
-            was_open, self.open = self.open, False
-            return was_open
 
     async def arelease(self) -> Any:
-        if self.take():
-            return await self.release_coro(self)
-        return None
+        return await self.release()
+
+    def missing_route(self) -> None:
+        warnings.warn(
+            f"{self.env}: has no {self.release_path} route, so an unfinished episode's state stays on the "
+            "server until the server reclaims it",
+            RuntimeWarning,
+        )
 
 
 def _release_dropped(session: _Session) -> None:
@@ -194,15 +193,16 @@ class Episode(abc.ABC):
         self._actions: list[tuple[str, Any]] = []
         self._started = time.perf_counter()
         self._init_protocol()
-        self._session = _Session(self._make_release(), self.env_name)
+        self._session = self._make_session()
         self._finalizer = weakref.finalize(self, _release_dropped, self._session)
 
     def _init_protocol(self) -> None:
         """Set up the protocol's own state (before the session exists)."""
 
     @abc.abstractmethod
-    def _make_release(self) -> Callable[[_Session], Awaitable[Any]]:
-        """The coroutine that releases the session; it must not hold the episode (the finalizer runs it)."""
+    def _make_session(self) -> _Session:
+        """The episode's session and how it is released; it must not hold the episode (the finalizer
+        releases it)."""
 
     # -- plumbing shared by both protocols ---------------------------------------------------
 

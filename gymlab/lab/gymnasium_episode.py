@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any
 
-from gymlab.client import error_message, post
 from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
 from gymlab.lab.episode import Episode, Step, _on_gymlab_loop, _Session, _synced
 from gymlab.loop import DEFAULT_MAX_STEPS, LoopState, with_user_message
@@ -78,23 +76,8 @@ class GymnasiumEpisode(Episode):
         """Every item of the conversation so far (the reset observation is the first user message)."""
         return self.state.items
 
-    def _make_release(self):
-        url, name = self.env_url, self.env_name
-
-        async def close(session: _Session) -> Any:
-            reply = await post(url, "/close", {}, session.cookies, server=name)
-            if reply.status == 404:
-                warnings.warn(
-                    f"{name}: has no /close route, so an unfinished episode's state stays on the server "
-                    "until the server reclaims it",
-                    RuntimeWarning,
-                )
-                return None
-            if not reply.ok:
-                raise ServerError(name, "POST /close", reply.status, error_message(reply.text))
-            return reply.json()
-
-        return close
+    def _make_session(self) -> _Session:
+        return _Session(self.env_url, "/close", self.env_name)
 
     @_on_gymlab_loop
     async def areset(self) -> tuple[str | None, dict[str, Any]]:
@@ -106,7 +89,7 @@ class GymnasiumEpisode(Episode):
                 f"{self.env_name}: the episode is already reset; use ep.fork() or a new lab.episode(...)"
             )
         reset = GymnasiumResetResponse.model_validate(await self._env("/reset", self.row))
-        self._session.open = True
+        self._session.opened()
         self._started = time.perf_counter()
         self.state.params = with_user_message(self.params, reset.observation)
         self.observation, self.reset_info = reset.observation, reset.info
@@ -133,15 +116,20 @@ class GymnasiumEpisode(Episode):
         body = {**self.row, "response": response.model_dump(mode="json", exclude_none=True)}
         try:
             answer = GymnasiumStepResponse.model_validate(await self._env("/step", body))
-        except ServerError:
-            self._closed = True  # the server released the state of a step that raised
-            self._session.take()
+        except ServerError as exc:
+            # The agents' rule: a failed episode releases its session once (a step that raised released
+            # it on the server already, and the close says so; one that timed out did not).
+            self._closed = True
             self._finalizer.detach()
+            try:
+                await self._session.release()
+            except ServerError as also:
+                exc.add_note(f"closing the episode also failed: {also}")
             raise
         record = gymnasium_transition(self.state, response, answer, time.perf_counter() - t0)
         self.last_step, self.observation = answer, answer.observation
         if answer.terminated or answer.truncated:
-            self._session.take()  # the server released the state itself
+            self._session.ended()  # the server released the state itself
             self._finalizer.detach()
             self.result = {}
         else:

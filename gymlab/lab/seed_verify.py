@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gymlab.client import error_message, post, post_ok
+from gymlab.client import error_message, post
 from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
 from gymlab.lab.episode import (
     Episode,
@@ -61,7 +61,7 @@ class SeedVerifyEpisode(Episode):
                 f"{self.env_name}: the episode is already seeded; use ep.fork() or a new lab.episode(...)"
             )
         answer = await self._env("/seed_session", self.row)
-        self._session.open = True
+        self._session.opened()
         self._started = time.perf_counter()
         return answer
 
@@ -152,14 +152,14 @@ class SeedVerifyEpisode(Episode):
         self._actions.append(("response", response))
         return response
 
-    def _make_release(self):
-        url, name, row, state = self.env_url, self.env_name, self.row, self.state
+    def _make_session(self) -> _Session:
+        """Released by a verify of the conversation so far (a dropped episode is graded, which frees it)."""
+        row, state = self.row, self.state
 
-        async def verify(session: _Session) -> dict[str, Any]:
-            response = state.final_response().model_dump(mode="json", exclude_none=True)
-            return await post_ok(url, "/verify", {**row, "response": response}, session.cookies, server=name)
+        def verify_body() -> dict[str, Any]:
+            return {**row, "response": state.final_response().model_dump(mode="json", exclude_none=True)}
 
-        return verify
+        return _Session(self.env_url, "/verify", self.env_name, verify_body)
 
     @_on_gymlab_loop
     async def averify(self) -> Rollout:
@@ -169,7 +169,7 @@ class SeedVerifyEpisode(Episode):
         if not self._session.take():
             raise EpisodeError(f"{self.env_name}: the episode was closed while verifying")
         try:
-            result = await self._session.release_coro(self._session)
+            result = await self._session.send_release()
         except BaseException:
             self._closed = True
             raise

@@ -36,6 +36,7 @@ from pydantic import Field
 from gymlab.client import close_http_session, error_message, http_session
 from gymlab.errors import ConfigError, ConversionError, UpstreamError
 from gymlab.models.chat_convert import chat_request, response_from_chat
+from gymlab.models.streaming import StreamableParams, streamed, unstreamed
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
 from gymlab.retry import backoff_delay
 from gymlab.server import BaseServer
@@ -103,7 +104,13 @@ class OpenAIModel(BaseServer):
 
     # --- the route ------------------------------------------------------------------------------
 
-    async def responses(self, body: ResponseCreateParams) -> NeMoGymResponse:
+    async def responses(self, body: StreamableParams) -> NeMoGymResponse:
+        """The upstream's response to ``body`` (``stream: true``: asked whole, answered as Responses events)."""
+        if body.stream:
+            return streamed(await self.respond(unstreamed(body)))
+        return await self.respond(body)
+
+    async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         if self.mode == "chat_completions":
             payload = chat_request(body, self.model, self.extra_body)
             answer = await self.call_upstream("/chat/completions", payload)

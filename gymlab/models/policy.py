@@ -26,6 +26,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import Field, PrivateAttr
 
+from gymlab.models.streaming import StreamableParams, streamed, unstreamed
 from gymlab.protocol import (
     Message,
     NeMoGymResponse,
@@ -132,7 +133,13 @@ class PolicyModel(BaseServer):
         app.router.lifespan_context = lifespan
         return app
 
-    async def responses(self, body: ResponseCreateParams) -> NeMoGymResponse:
+    async def responses(self, body: StreamableParams) -> NeMoGymResponse:
+        """The policy's response to ``body`` (``stream: true``: as Responses events)."""
+        if body.stream:
+            return streamed(await self.respond(unstreamed(body)))
+        return await self.respond(body)
+
+    async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         calls, policy = self._calls, self.policy  # one private read a request: pydantic's are slow
         if calls.is_async(policy):
             answer = await policy(body)

@@ -50,6 +50,9 @@ _RECORD_KEYS = frozenset(
         "judgements",
     }
 )
+#: Reserved keys written as null when unset, as NeMo Gym writes them (the wire reference's rollout
+#: row); every other unset field is left out.
+NULL_WRITTEN_KEYS = ("failure_kind", "failure_reason")
 #: What a record adds to its dataset row (everything else in a record came from the row).
 RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent_name"}
 
@@ -134,6 +137,14 @@ class Rollout(BaseModel):
             message=self.failure_reason or "",
             trace=self.failure_trace,
         )
+
+
+def record_json(record: Rollout) -> str:
+    """A record as JSON text: the fields gymlab adds left out when unset, the reserved failure keys
+    written as null (``NULL_WRITTEN_KEYS``), as NeMo Gym writes them."""
+    text = record.model_dump_json(exclude_none=True)
+    nulls = "".join(f',"{key}":null' for key in NULL_WRITTEN_KEYS if getattr(record, key) is None)
+    return text[:-1] + nulls + "}" if nulls else text
 
 
 def _row_fields(row: dict[str, Any] | None) -> dict[str, Any]:

@@ -278,3 +278,28 @@ def test_sync_forms_keep_the_async_signature_and_docstring(lab, calculator, rows
             assert inspect.signature(sync) == inspect.signature(coro), name
             assert sync.__name__ == name and coro.__doc__.strip() in sync.__doc__
             assert not inspect.iscoroutinefunction(sync)
+
+
+def test_a_failed_step_releases_the_episode_once(lab, blackjack, rows):
+    class Jammed(blackjack.BlackjackEnv):
+        closes: list = []
+
+        async def step(self, action, metadata, session_id=None):
+            if action.output_text == "jam":
+                raise RuntimeError("the shoe jammed")
+            return await super().step(action, metadata, session_id)
+
+        async def close_episode(self, session_id):
+            self.closes.append(session_id)
+            return await super().close_episode(session_id)
+
+    env = lab.serve(Jammed, closes=[])
+    ep = lab.episode(env, rows("blackjack")[2])
+    ep.reset()
+    with pytest.raises(ServerError, match="the shoe jammed"):
+        ep.step("jam")
+    assert env.server.session_state == {} and len(env.server.closes) == 1
+    ep.close()  # already released: nothing more is sent
+    assert len(env.server.closes) == 1
+    with pytest.raises(EpisodeError, match="finished"):
+        ep.step("hit")

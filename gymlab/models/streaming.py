@@ -1,0 +1,100 @@
+"""``stream: true`` on a ``/v1/responses`` route: the answer as server-sent Responses events.
+
+gymlab's model servers and agents make a response whole (an episode's loop needs it whole), so a
+streamed answer is that response told as the events OpenAI's Responses API streams: created and
+in progress, then each output item added, its text (or a call's arguments) as one delta, done, and
+last ``response.completed`` (``response.incomplete`` or ``response.failed`` by the response's
+status). A streaming client (the openai SDK's ``responses.create(stream=True)`` and
+``responses.stream``) reads the response a plain request gets. Every error comes before the first
+event, as an ordinary status and error body. A dataset row's ``stream`` stays false-only (the wire
+reference): an episode's model calls are never streamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import orjson
+from fastapi.responses import StreamingResponse
+
+from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
+
+_TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
+
+
+class StreamableParams(ResponseCreateParams):
+    """A ``/v1/responses`` body: the Responses request, where ``stream: true`` asks for events."""
+
+    stream: bool | None = None
+
+
+def unstreamed(body: StreamableParams) -> ResponseCreateParams:
+    """The request without ``stream`` (what is asked of a policy, an upstream or the agent's loop)."""
+    return ResponseCreateParams.model_validate(body.model_dump(mode="json", exclude_unset=True, exclude={"stream"}))
+
+
+def streamed(response: NeMoGymResponse) -> StreamingResponse:
+    """``response`` as a ``text/event-stream`` of Responses events."""
+    lines = [
+        f"event: {event['type']}\ndata: ".encode() + orjson.dumps(event) + b"\n\n"
+        for event in response_events(response)
+    ]
+
+    async def body() -> AsyncIterator[bytes]:
+        for line in lines:
+            yield line
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def response_events(response: NeMoGymResponse) -> Iterator[dict[str, Any]]:
+    """The Responses stream events that tell ``response``, numbered from 0."""
+    whole = response.model_dump(mode="json", exclude_none=True)
+    started = {**whole, "status": "in_progress", "output": []}
+    started.pop("usage", None)
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": started},
+        {"type": "response.in_progress", "response": started},
+    ]
+    for index, item in enumerate(whole.get("output", [])):
+        events.extend(_item_events(index, item))
+    events.append({"type": _TERMINAL.get(whole.get("status") or "completed", "response.completed"), "response": whole})
+    for number, event in enumerate(events):
+        event["sequence_number"] = number
+        yield event
+
+
+def _item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    kind = item.get("type")
+    item_id = item.get("id") or item.get("call_id") or f"item_{index}"
+    where = {"item_id": item_id, "output_index": index}
+    if kind == "message":
+        events = [_added(index, {**item, "status": "in_progress", "content": []})]
+        for part_index, part in enumerate(item.get("content") or []):
+            at = {**where, "content_index": part_index}
+            if part.get("type") == "output_text":
+                text = part.get("text", "")
+                events += [
+                    {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
+                    {"type": "response.output_text.delta", **at, "delta": text, "logprobs": []},
+                    {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
+                ]
+            else:
+                events.append({"type": "response.content_part.added", **at, "part": part})
+            events.append({"type": "response.content_part.done", **at, "part": part})
+    elif kind == "function_call":
+        arguments = item.get("arguments", "")
+        events = [
+            _added(index, {**item, "status": "in_progress", "arguments": ""}),
+            {"type": "response.function_call_arguments.delta", **where, "delta": arguments},
+            {"type": "response.function_call_arguments.done", **where, "arguments": arguments},
+        ]
+    else:
+        events = [_added(index, item)]
+    events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    return events
+
+
+def _added(index: int, item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "response.output_item.added", "output_index": index, "item": item}
