@@ -181,3 +181,22 @@ def test_null_token_counts_stay_unknown_when_summed():
     assert (known + known).input_tokens_details.cached_tokens == 2
     assert (known + unknown).input_tokens_details.cached_tokens is None  # never a measured 0
     assert (known + unknown).input_tokens == 5
+
+
+def test_verify_answers_write_reserved_keys_null_and_gymlab_options_only_when_set(lab):
+    """The reference's ``failure_kind``/``failure_reason`` are always in a verify answer (null when
+    unset); gymlab's ``reward_components``/``judgements`` only when set, so NeMo's agents, which write
+    the answer as the rollout, never put ``null`` for them into a file."""
+    calc = lab.serve(load_environment("calculator").CalculatorServer)
+    row = example_rows("calculator")[0]
+    client = httpx.Client(base_url=calc.url, timeout=60)
+    assert client.post("/seed_session", json=row).status_code == 200
+    answer = client.post("/verify", json={**row, "response": {"output": []}}).json()
+    assert answer["failure_kind"] is None and answer["failure_reason"] is None and answer["mask_sample"] is False
+    assert "reward_components" not in answer and "judgements" not in answer
+    from gymlab.protocol import BaseVerifyResponse
+
+    set_ = BaseVerifyResponse(**{**row, "response": {"output": []}}, reward=1.0, reward_components={"a": None})
+    assert set_.model_dump()["reward_components"] == {"a": None}  # a failed judge's None inside stays
+    schema = BaseVerifyResponse.model_json_schema(mode="serialization")
+    assert {"reward_components", "judgements"} <= set(schema["properties"]) - set(schema["required"])
