@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from gymlab.errors import DatasetError
 from gymlab.jsonl import dumps, read_lines
-from gymlab.protocol.record import STEPS_KEY, Rollout, derived_steps, steps_filled
+from gymlab.protocol.record import Rollout, derived_steps, has_steps, steps_filled
 
 IN_MEMORY = "records"
 
@@ -65,8 +65,7 @@ class RecordStore:
         """A JSONL file's records, unparsed (a torn last line raises ``DatasetError`` at once)."""
         data, starts, numbers = read_lines(path)
         ends = [*starts[1:], len(data)]
-        search = STEPS_KEY.search
-        bare = [i for i, (a, b) in enumerate(zip(starts, ends)) if not search(data, a, b)]
+        bare = [i for i, (a, b) in enumerate(zip(starts, ends)) if not has_steps(data, a, b)]
         if bare or (numbers and numbers[-1] != len(numbers)):  # blank lines: keep the records only (what pyarrow reads)
             lines = [data[a:b].strip() for a, b in zip(starts, ends)]
             for i in bare:  # records written without steps (NeMo Gym's) get them from their output

@@ -16,6 +16,7 @@ import gymlab
 from gymlab.errors import DatasetError
 from gymlab.examples import example_rows, load_environment
 from gymlab.lab.runs import Rollouts
+from gymlab.lab.viewer import episode_steps
 from gymlab.protocol import ResponseCreateParams
 from gymlab.protocol.record import Rollout
 from tests.wire.nemo_shapes import INPUTS, INTEROP, ROLLOUTS, fixture_rows
@@ -66,6 +67,7 @@ def test_shipped_example_rollouts_load_with_steps(path: Path):
         assert record.steps == Rollout.model_validate(row).steps  # the store and validation derive alike
         if record.steps:
             assert record.steps[-1].reward == record.reward
+        assert episode_steps(record) == record.steps  # the viewer shows the same steps
         items = [i for s in record.steps for i in (*s.action, *s.tool_outputs)]
         outputs = [i for i in record.response.output if not (i.type == "message" and i.role == "user")]
         assert len(items) == len(outputs)  # every item but a user message lands in one step
@@ -161,10 +163,11 @@ def test_derived_steps_refuse_nothing_and_invent_nothing(tmp_path):
         _nemo_record([]),
     ]
     path = tmp_path / "hostile.jsonl"
-    path.write_text("".join(json.dumps(c) + "\n" for c in cases))
+    spaced = json.dumps(_nemo_record([CALL, OUT])).replace('"response"', '"steps"  :  [], "response"', 1)
+    path.write_text("".join(json.dumps(c) + "\n" for c in cases) + spaced + "\n")
     loaded = gymlab.load(path)
     records = [loaded.store.record(i) for i in range(len(loaded))]
-    assert [len(r.steps) for r in records] == [1, 1, 0, 0]
+    assert [len(r.steps) for r in records] == [1, 1, 0, 0, 0]  # own steps kept, however spaced
     assert not records[0].steps[0].terminated  # an unanswered call is not a final message
     assert list(loaded.steps_frame(fast=False)["episode"]) == [0, 1]
     assert len(loaded.steps_frame()) == 2
