@@ -40,6 +40,8 @@ _NAMES: dict[str, str] = {
     "ResourcesCloseSessionRequest": "gymlab.protocol",
     "ResourcesCloseSessionResponse": "gymlab.protocol",
     "lost_session_verification": "gymlab.resources.simple",
+    "ResourcesSessionFences": "gymlab._runtime.fences",
+    "ResourcesSessionLocks": "gymlab._runtime.locks",
     # errors
     "GymlabError": "gymlab.errors",
     "ServerError": "gymlab.errors",
@@ -136,6 +138,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gymlab._runtime.fences import ResourcesSessionFences
+    from gymlab._runtime.locks import ResourcesSessionLocks
     from gymlab.agents.simple_agent import SimpleAgent
     from gymlab.errors import ConfigError, DatasetError, GymlabError, ServerError, ServerStartError
     from gymlab.examples import load_environment

@@ -58,6 +58,8 @@ EXPORTED = [
     "ResourcesSeedSessionResponse",
     "ResourcesSessionConflictError",
     "ResourcesSessionError",
+    "ResourcesSessionFences",
+    "ResourcesSessionLocks",
     "ResponseCreateParams",
     "Rollout",
     "Rollouts",
@@ -137,3 +139,25 @@ def test_unknown_name_is_an_attribute_error():
 
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         gymlab.Nope  # noqa: B018
+
+
+def test_session_fences_and_locks_are_public_and_constructible():
+    """The spec tells a server author to construct both (``from gymlab import ...``)."""
+    import asyncio
+
+    fences = gymlab.ResourcesSessionFences(window_seconds=300)
+    fences.fence("rs-1")
+    assert "rs-1" in fences and "rs-2" not in fences and 0 < fences.remaining("rs-1") <= 300
+    locks, order = gymlab.ResourcesSessionLocks(), []
+
+    async def seed_then_close():
+        async def hold(name):
+            async with locks("rs-1"):
+                order.append(f"{name} in")
+                await asyncio.sleep(0)
+                order.append(f"{name} out")
+
+        await asyncio.gather(hold("seed"), hold("close"))
+
+    asyncio.run(seed_then_close())
+    assert order == ["seed in", "seed out", "close in", "close out"] and len(locks) == 0

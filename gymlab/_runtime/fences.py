@@ -1,9 +1,20 @@
-"""``ResourcesSessionFences``: a closed session is fenced, so a late seed cannot reopen it.
+"""``ResourcesSessionFences`` (public: ``from gymlab import ResourcesSessionFences``): a closed
+session is fenced, so a late seed cannot reopen it.
 
 A seed that arrives after its session's close (a retry whose first reply was lost, a delayed
-request) is refused until the fence expires ``window_seconds`` after the close. Use the server's
-``session_close_retry_window_seconds`` (default 300), so the fence expires no later than the
-session's worker ownership and every worker gives a late seed the same answer.
+request) is refused until the fence expires ``window_seconds`` after the close. Construct it with
+the server's ``session_close_retry_window_seconds`` (default 300), so the fence expires no later
+than the session's worker ownership and every worker gives a late seed the same answer.
+
+``SimpleResourcesServer`` already fences the sessions of its ``/seed_session`` and
+``/close_session``; a server author constructs one for sessions a route of their own opens::
+
+    class MyServer(SimpleResourcesServer):
+        _fences: ResourcesSessionFences = PrivateAttr(default=None)
+
+        def setup_webserver(self):
+            self._fences = ResourcesSessionFences(self.session_close_retry_window_seconds)
+            ...  # a close calls self._fences.fence(sid); a seed refuses (409) while sid in self._fences
 
 Memory is bounded: expired fences are dropped as new ones are added, and past ``max_fences`` the
 oldest fence is dropped early (logged, never silently).
@@ -77,3 +88,6 @@ class ResourcesSessionFences:
             if expiry > now:
                 return
             del self._expiry[sid]
+
+
+ResourcesSessionFences.__module__ = "gymlab"  # public as gymlab.ResourcesSessionFences

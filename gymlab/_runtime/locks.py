@@ -1,7 +1,11 @@
-"""``ResourcesSessionLocks``: each session's seed and close run one at a time.
+"""``ResourcesSessionLocks`` (public: ``from gymlab import ResourcesSessionLocks``): each session's
+seed and close run one at a time.
 
 One ``asyncio.Lock`` per session ID, made on first use and dropped when nobody holds or waits for
 it, so memory follows the number of sessions being seeded or closed right now, not ever seen.
+``SimpleResourcesServer`` already serialises its ``/seed_session`` and ``/close_session``; a server
+author constructs one (``ResourcesSessionLocks()``, no settings) for routes of their own that seed
+or release a session's state, and holds ``async with locks(session_id):`` around each.
 """
 
 from __future__ import annotations
@@ -44,3 +48,6 @@ class ResourcesSessionLocks:
     def locked(self, session_id: str) -> bool:
         entry = self._entries.get(session_id)
         return entry is not None and entry[0].locked()
+
+
+ResourcesSessionLocks.__module__ = "gymlab"  # public as gymlab.ResourcesSessionLocks

@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ground-truth",
         action="append",
         metavar="FIELD",
-        help="GRPO, verl: the row field holding the answer (repeat for several; default: all the row's fields)",
+        help="GRPO, verl: the row field holding the answer (repeat for several; default: the task row's own input "
+        "fields, from FILE's NAME_materialized_inputs.jsonl)",
     )
     parser.add_argument("--data-source", help="verl: data_source (default: the environment's name)")
     parser.add_argument("--ability", help="verl: ability (default: tool_use when the task has tools, else chat)")

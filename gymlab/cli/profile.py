@@ -1,7 +1,9 @@
 """``gymlab profile FILE``: the reward profile of a rollouts file (gymlab's or NeMo Gym's).
 
 Prints the per-task table (mean, std, pass@k, majority@k, masked and failed counts, flags) and a
-summary; ``--nemo`` also writes NeMo Gym's three profiler files beside FILE; ``--plot PNG`` saves
+summary; ``--nemo`` also writes NeMo Gym's three profiler files beside FILE (every field its
+``ng_reward_profile`` writes, a masked rollout dropped with its input row as it does;
+``--masked-as-missing`` counts it as missing instead); ``--plot PNG`` saves
 the distribution of per-task means.
 """
 
@@ -16,6 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inputs", metavar="JSONL", help="the materialized input rows (NeMo Gym's `sample` field)")
     parser.add_argument("--threshold", type=float, default=1.0, help="reward at which an episode succeeds (1.0)")
     parser.add_argument("--nemo", action="store_true", help="write NeMo Gym's three profiler files beside FILE")
+    parser.add_argument(
+        "--masked-as-missing",
+        action="store_true",
+        help="with --nemo: count a masked rollout as missing (gymlab's view) rather than drop it with its input row",
+    )
     parser.add_argument("--plot", metavar="PNG", help="save a histogram of per-task mean rewards")
     parser.add_argument("--json", action="store_true", help="print the per-task rows and summary as JSON")
 
@@ -45,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
             from gymlab.jsonl import iter_jsonl
 
             inputs = [row for _, row in iter_jsonl(args.inputs)]
-        for path in result.write_nemo(args.file, inputs):
+        for path in result.write_nemo(args.file, inputs, masked_as_missing=args.masked_as_missing):
             print(f"wrote {path}")
     if args.plot:
         import matplotlib

@@ -119,10 +119,10 @@ def kind_of(row: dict) -> str:
     """Which kind of row this is: rollout, sft, rl or task (from its keys)."""
     if "messages" in row:
         return "sft"
+    if "response" in row:  # before rl: a rollout may carry its row's own ``prompt`` field
+        return "rollout"
     if "prompt" in row and "reward" in row:
         return "rl"
-    if "response" in row:
-        return "rollout"
     return "task"
 
 

@@ -19,8 +19,10 @@ from gymlab.errors import DatasetError, ExportError
 from gymlab.export.arrow import INSTALL, read_parquet, schema, table, write_parquet_atomic
 from gymlab.export.card import card_text, reward_stats
 from gymlab.export.filters import as_records
-from gymlab.export.trainers import FORMATS, Built, Format, Options
+from gymlab.export.ground_truth import described, inputs_by_task, sibling_inputs
+from gymlab.export.trainers import FORMATS, Built, Format, Inputs, Options
 from gymlab.export.validate import CHECKS, format_of
+from gymlab.export.verl_tools import tool_config, write_tool_config
 from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
 from gymlab.protocol import Rollout
 
@@ -37,6 +39,7 @@ class ExportResult:
     rows: int
     counts: dict[str, int] = field(default_factory=dict)
     rewards: dict[str, Any] = field(default_factory=dict)
+    tool_config: Path | None = None  # verl: the tool config YAML written beside the data file
 
 
 def _format(name: str) -> Format:
@@ -45,21 +48,36 @@ def _format(name: str) -> Format:
     return FORMATS[name]
 
 
-def _records(rollouts: Any) -> tuple[list[Rollout], list[str]]:
-    """Records and a description of where they came from (files, or memory)."""
+def _records(rollouts: Any) -> tuple[list[Rollout], list[str], list[Path]]:
+    """Records, a description of where they came from (files, or memory), and the materialized
+    inputs found beside the files."""
     if isinstance(rollouts, (str, os.PathLike)):
         rollouts = [rollouts]
     rollouts = list(rollouts)
     if rollouts and all(isinstance(r, (str, os.PathLike)) for r in rollouts):
         records: list[Rollout] = []
-        sources = []
+        sources, inputs = [], []
         for path in rollouts:
             some = as_records(path)
             records += some
             sources.append(f"`{path}` ({len(some)} episodes)")
-        return records, sources
+            inputs.append(sibling_inputs(path))
+        return records, sources, inputs if all(inputs) else []
     records = as_records(rollouts)
-    return records, [f"in-memory rollouts ({len(records)} episodes)"]
+    return records, [f"in-memory rollouts ({len(records)} episodes)"], []
+
+
+def _inputs(opts: Options, found: list[Path]) -> Inputs:
+    """The dataset rows the default ground truth reads: ``rows=``, else the files' materialized inputs."""
+    if opts.ground_truth is not None:
+        return Inputs()
+    if opts.rows is not None:
+        where = f"`{opts.rows}`" if isinstance(opts.rows, (str, os.PathLike)) else "the rows given"
+        return Inputs(inputs_by_task([(where, opts.rows)]), [where])
+    if found:
+        where = [f"`{p}`" for p in found]
+        return Inputs(inputs_by_task(list(zip(where, found))), where)
+    return Inputs()
 
 
 def _options(fmt: Format, given: dict[str, Any]) -> Options:
@@ -75,8 +93,11 @@ def build(rollouts: Any, format: str, **options: Any) -> tuple[list[Rollout], li
     """Read the records and build the format's rows (checked: a bad row is an ``ExportError``)."""
     fmt = _format(format)
     opts = _options(fmt, options)
-    records, sources = _records(rollouts)
-    built = fmt.build(records, opts)
+    records, sources, found = _records(rollouts)
+    inputs = _inputs(opts, found) if "rows" in fmt.options else None
+    built = fmt.build(records, opts, inputs) if inputs is not None else fmt.build(records, opts)
+    if inputs is not None:
+        built.ground_truth = described(opts.ground_truth, inputs.by_task, inputs.where)
     check = CHECKS[format]
     for i, row in enumerate(built.rows, 1):
         try:
@@ -103,7 +124,10 @@ def export_dataset(
     writes ``README.md`` beside it. ``options`` (each format takes the ones that apply to it):
     ``min_reward``, ``drop_masked`` (default True), ``best_of_n``, ``min_margin`` (DPO pairs),
     ``label_threshold`` (KTO: desirable at or above it, default 1.0), ``ground_truth`` (GRPO, verl:
-    a row field name, names, or a function of the record), ``data_source``, ``ability``, ``split`` (verl).
+    a row field name, names, or a function of the record; default: each task row's own input fields,
+    from ``rows`` or the materialized inputs beside the rollouts files, ``gymlab.export.ground_truth``),
+    ``rows`` (the dataset rows), ``data_source``, ``ability``, ``split``, ``tool_class`` (verl: rows
+    that declare tools also get ``NAME_tool_config.yaml`` beside the data file, ``gymlab.export.verl_tools``).
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -114,6 +138,8 @@ def export_dataset(
         write_parquet_atomic(path, table(format, built.rows))
     else:
         write_jsonl_atomic(path, built.rows)
+    tools = tool_config(built.rows, opts.tool_class) if format == "verl" else None
+    tools_path = write_tool_config(path, tools) if tools else None
     rewards = reward_stats(built.rewards)
     if format == "trl-dpo" and built.rows:
         n = len(built.rows)
@@ -122,9 +148,13 @@ def export_dataset(
         rewards["mean_margin"] = rewards["mean_chosen"] - rewards["mean_rejected"]
     card_path = None
     if card:
-        used = {k: v for k, v in asdict(opts).items() if k in FORMATS[format].options and not callable(v)}
-        if callable(opts.ground_truth):
-            used["ground_truth"] = getattr(opts.ground_truth, "__name__", "a function")
+        used = {k: v for k, v in asdict(opts).items() if k in FORMATS[format].options and k != "rows"}
+        if built.ground_truth is not None:
+            used["ground_truth"] = built.ground_truth
+        if tools_path is not None:
+            used["tool_config"] = f"{tools_path.name}: verl's multi_turn tool_config_path, class_name {opts.tool_class}"
+        elif "tool_class" in used:
+            del used["tool_class"]  # no row declares a tool
         card_path = write_text_atomic(
             path.parent / "README.md",
             card_text(
@@ -138,7 +168,7 @@ def export_dataset(
                 rows=len(built.rows),
             ),
         )
-    return ExportResult(path, card_path, format, len(built.rows), built.counts, rewards)
+    return ExportResult(path, card_path, format, len(built.rows), built.counts, rewards, tools_path)
 
 
 def _check_schema(path: Path, data, format: str) -> None:

@@ -35,6 +35,9 @@ ROLLOUT_KEYS = (
     "_ng_rollout_index",
     "agent_ref",
 )
+#: Fields gymlab adds to a record (failure_stage, terminated, info, reward_components, ...): left out
+#: of a row when None, where NeMo Gym's own keys (failure_kind, failure_reason) are written null.
+_GYMLAB_FIELDS = tuple(k for k in Rollout.model_fields if k not in ROLLOUT_KEYS)
 
 
 # -- rollout rows -----------------------------------------------------------------------------
@@ -47,6 +50,9 @@ def rollout_row(record: Rollout, gymlab_fields: bool = True) -> dict[str, Any]:
     ``agent_ref`` built from the agent's name when the record has none.
     """
     data = record.model_dump(mode="json")
+    for key in _GYMLAB_FIELDS:  # gymlab's own fields only when set (a row's own null stays)
+        if data.get(key, 0) is None:
+            del data[key]
     row = {k: data.pop(k) for k in ROLLOUT_KEYS if k in data}
     if not gymlab_fields:
         if "agent_ref" not in row and data.get("agent_name"):

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from gymlab.errors import ExportError
 from gymlab.export.chat import chat_messages, chat_tools, prompt_items
 from gymlab.export.filters import by_task, preference_pairs, select
+from gymlab.export.ground_truth import GroundTruth, Rows, ground_truth_of
+from gymlab.export.verl_tools import DEFAULT_TOOL_CLASS
 from gymlab.protocol import Rollout
-from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
-
-GroundTruth = str | Sequence[str] | Callable[[Rollout], Any] | None
 
 
 @dataclass
@@ -46,9 +44,19 @@ class Options:
     min_margin: float = 0.0
     label_threshold: float = 1.0
     ground_truth: GroundTruth = None
+    rows: Rows = None  # the dataset rows: the default ground truth is each task row's own fields
     data_source: str | None = None
     ability: str | None = None
     split: str = "train"
+    tool_class: str = DEFAULT_TOOL_CLASS  # verl: the class_name of each tool in the tool config
+
+
+@dataclass
+class Inputs:
+    """Each task's own input fields (``ground_truth.inputs_by_task``), and where they were read."""
+
+    by_task: dict[Any, dict[str, Any]] | None = None
+    where: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -58,6 +66,7 @@ class Built:
     rows: list[dict[str, Any]]
     rewards: list[float]  # rewards of the episodes the rows came from
     counts: dict[str, int]
+    ground_truth: str | None = None  # what the ground truth column holds, for the card
 
 
 def tools_json(record: Rollout) -> str:
@@ -76,38 +85,6 @@ def _prompt(record: Rollout) -> list[dict[str, Any]]:
 
 def _completion(record: Rollout) -> list[dict[str, Any]]:
     return chat_messages(record.response.output, _where(record))
-
-
-def task_fields(record: Rollout) -> dict[str, Any]:
-    """The row's own fields a record carries (the task's, and any its verifier echoed back)."""
-    skip = set(IDENTITY_KEYS) | set(RESULT_KEYS)
-    return {k: v for k, v in (record.__pydantic_extra__ or {}).items() if k not in skip and not k.startswith("_ng_")}
-
-
-def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def ground_truth_of(record: Rollout, spec: GroundTruth) -> str:
-    """The task's ground truth as a string (verl's ``ground_truth`` is one; TRL passes it as is).
-
-    ``spec``: a field name (its value: a string as it is, anything else as JSON), several names (a
-    JSON object of them), a function of the record, or None (a JSON object of all the row's own
-    fields: name the field when the verifier echoes outcomes too, as ``final_count``).
-    """
-    fields = task_fields(record)
-    if callable(spec):
-        return _as_text(spec(record))
-    names = [spec] if isinstance(spec, str) else list(spec) if spec is not None else None
-    missing = [n for n in names or () if n not in fields]
-    if missing:
-        raise ExportError(
-            f"{_where(record)}: no field {missing[0]!r} for the ground truth; the row has "
-            f"{', '.join(sorted(fields)) or 'no fields of its own'}"
-        )
-    if isinstance(spec, str):
-        return _as_text(fields[spec])
-    return _as_text({n: fields[n] for n in names} if names is not None else fields)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -176,12 +153,13 @@ def _tasks(records: list[Rollout], o: Options) -> list[tuple[int, Rollout, list[
     return out
 
 
-def trl_grpo(records: list[Rollout], o: Options) -> Built:
+def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Built:
+    inputs = inputs or Inputs()
     tasks = _tasks(records, o)
     rows = [
         {
             "prompt": _prompt(first),
-            "ground_truth": ground_truth_of(first, o.ground_truth),
+            "ground_truth": ground_truth_of(first, o.ground_truth, inputs.by_task),
             "tools": tools_json(first),
             "reward_mean": _mean(rewards),
             "episodes": n,
@@ -191,7 +169,8 @@ def trl_grpo(records: list[Rollout], o: Options) -> Built:
     return Built(rows, [x for _, _, rewards, _ in tasks for x in rewards], {"tasks": len(rows)})
 
 
-def verl(records: list[Rollout], o: Options) -> Built:
+def verl(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Built:
+    inputs = inputs or Inputs()
     tasks = _tasks(records, o)
     rows = []
     for index, first, rewards, n in tasks:
@@ -201,7 +180,10 @@ def verl(records: list[Rollout], o: Options) -> Built:
                 "data_source": o.data_source or first.env or first.agent or "gymlab",
                 "prompt": _prompt(first),
                 "ability": o.ability or ("tool_use" if first.responses_create_params.tools else "chat"),
-                "reward_model": {"style": "rule", "ground_truth": ground_truth_of(first, o.ground_truth)},
+                "reward_model": {
+                    "style": "rule",
+                    "ground_truth": ground_truth_of(first, o.ground_truth, inputs.by_task),
+                },
                 "extra_info": {
                     "index": index,
                     "split": o.split,
@@ -222,7 +204,7 @@ class Format:
     name: str
     title: str
     docs: str
-    build: Callable[[list[Rollout], Options], Built]
+    build: Callable[..., Built]  # (records, options) -> Built; with "rows" among its options, also Inputs
     options: frozenset[str]
     columns: dict[str, str]
 
@@ -276,10 +258,10 @@ FORMATS: dict[str, Format] = {
             "TRL GRPO: prompt-only, one row per task, with its ground truth",
             _TRL + "#prompt-only",
             trl_grpo,
-            frozenset({"drop_masked", "ground_truth"}),
+            frozenset({"drop_masked", "ground_truth", "rows"}),
             {
                 "prompt": "the request's messages",
-                "ground_truth": "string: the task's ground truth (reaches reward functions as a keyword)",
+                "ground_truth": "string: the task's ground truth (reaches reward functions as a keyword); null: none",
                 "tools": "JSON string: the tool schemas",
                 "reward_mean": "mean reward of the task's collected unmasked episodes",
                 "episodes": "how many episodes of the task were collected",
@@ -290,12 +272,12 @@ FORMATS: dict[str, Format] = {
             "verl: RL prompt rows (Parquet), one per task",
             _VERL,
             verl,
-            frozenset({"drop_masked", "ground_truth", "data_source", "ability", "split"}),
+            frozenset({"drop_masked", "ground_truth", "rows", "data_source", "ability", "split", "tool_class"}),
             {
                 "data_source": "dataset name; picks verl's reward function (default: the environment)",
                 "prompt": "the request's messages",
                 "ability": "task category",
-                "reward_model": "{style: 'rule', ground_truth: string}",
+                "reward_model": "{style: 'rule', ground_truth: string (null: none)}",
                 "extra_info": "{index, split, task_index, tools (JSON string), reward_mean, episodes}",
             },
         ),

@@ -48,9 +48,9 @@ def _number(row: dict, key: str, *, optional: bool = False) -> float | None:
     return float(value)
 
 
-def _string(row: dict, key: str) -> None:
-    if not isinstance(row.get(key), str):
-        raise ValueError(f"{key} must be a string, got {row.get(key)!r:.80}")
+def _string(row: dict, key: str, *, optional: bool = False) -> None:
+    if not isinstance(row.get(key), str) and not (optional and row.get(key) is None):
+        raise ValueError(f"{key} must be a string{' or null' * optional}, got {row.get(key)!r:.80}")
 
 
 def sft(row: dict) -> None:
@@ -80,7 +80,7 @@ def kto(row: dict) -> None:
 
 def grpo(row: dict) -> None:
     _messages(row, "prompt")
-    _string(row, "ground_truth")
+    _string(row, "ground_truth", optional=True)  # null: a task row without fields of its own
     _tools(row.get("tools"))
     _number(row, "reward_mean", optional=True)
 
@@ -92,7 +92,7 @@ def verl(row: dict) -> None:
     reward_model = row.get("reward_model")
     if not isinstance(reward_model, dict) or not isinstance(reward_model.get("style"), str):
         raise ValueError(f"reward_model must be {{style, ground_truth}}, got {reward_model!r:.80}")
-    _string(reward_model, "ground_truth")
+    _string(reward_model, "ground_truth", optional=True)
     extra = row.get("extra_info")
     if not isinstance(extra, dict) or not isinstance(extra.get("index"), int):
         raise ValueError(f"extra_info must be an object with an integer index, got {extra!r:.80}")

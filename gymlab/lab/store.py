@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from gymlab.errors import DatasetError
 from gymlab.jsonl import dumps, read_lines
-from gymlab.protocol.record import Rollout
+from gymlab.protocol.record import Rollout, derived_steps, has_steps, steps_filled
 
 IN_MEMORY = "records"
 
@@ -33,6 +33,8 @@ def _line_of(record: Any) -> bytes:
         return bytes(record).rstrip(b"\n")
     if isinstance(record, Rollout):
         return record.model_dump_json(exclude_none=True).encode()
+    if type(record) is dict and "steps" not in record and isinstance(record.get("response"), dict):
+        record = {**record, "steps": derived_steps(record)}  # a record written without steps (NeMo Gym's)
     return dumps(record)
 
 
@@ -62,8 +64,12 @@ class RecordStore:
     def from_file(cls, path: str | os.PathLike) -> RecordStore:
         """A JSONL file's records, unparsed (a torn last line raises ``DatasetError`` at once)."""
         data, starts, numbers = read_lines(path)
-        if numbers and numbers[-1] != len(numbers):  # blank lines: keep the records only (what pyarrow reads)
-            lines = [data[a:b].strip() for a, b in zip(starts, [*starts[1:], len(data)])]
+        ends = [*starts[1:], len(data)]
+        bare = [i for i, (a, b) in enumerate(zip(starts, ends)) if not has_steps(data, a, b)]
+        if bare or (numbers and numbers[-1] != len(numbers)):  # blank lines: keep the records only (what pyarrow reads)
+            lines = [data[a:b].strip() for a, b in zip(starts, ends)]
+            for i in bare:  # records written without steps (NeMo Gym's) get them from their output
+                lines[i] = steps_filled(lines[i]) or lines[i]
             return cls._joined(lines, numbers, str(path))
         return cls(data, [*starts, len(data)], numbers, str(path))
 

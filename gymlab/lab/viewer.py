@@ -16,7 +16,7 @@ from typing import Any
 import ipywidgets as w
 
 from gymlab.protocol import FunctionCall, FunctionCallOutput, Message, Reasoning, Rollout, StepRecord
-from gymlab.protocol.record import failure_counts
+from gymlab.protocol.record import derived_steps, failure_counts
 
 _CSS = """<style>
 .gl-chat{font-family:system-ui,sans-serif;font-size:13px;max-width:720px}
@@ -49,10 +49,12 @@ def _as_rollout(source: Any) -> Rollout:
 
 
 def episode_steps(record: Rollout) -> list[StepRecord]:
-    """The record's steps; a record without per-step records (a NeMo Gym file) is one step."""
+    """The record's steps; a record with none (a failed episode's) has them from its output, as a
+    record written without steps has (``derived_steps``)."""
     if record.steps:
         return list(record.steps)
-    return [StepRecord(index=0, action=list(record.response.output), reward=record.reward)]
+    fields = record.model_dump(mode="json", include={"response", "reward", "terminated", "truncated"})
+    return [StepRecord.model_validate(s) for s in derived_steps(fields)]
 
 
 def prompt_items(record: Rollout) -> list[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from gymlab.protocol.responses import NeMoGymResponse, ResponseCreateParams, dump_params
 
@@ -48,6 +48,11 @@ class BaseVerifyRequest(BaseRunRequest):
     response: NeMoGymResponse
 
 
+#: Fields gymlab adds to a verify answer: written only when set (the reference's own keys, such as
+#: ``failure_kind`` and ``failure_reason``, are always written, null when unset).
+OPTIONAL_VERIFY_KEYS = ("reward_components", "judgements")
+
+
 class BaseVerifyResponse(BaseVerifyRequest):
     reward: float
     mask_sample: bool = False
@@ -57,6 +62,14 @@ class BaseVerifyResponse(BaseVerifyRequest):
         None, description="Optional: the reward by rubric component (gymlab.rewards); None for a failed judge."
     )
     judgements: list[dict[str, Any]] | None = Field(None, description="Optional: what each judge asked and answered.")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_options(self, handler: SerializerFunctionWrapHandler):
+        data = handler(self)
+        for key in OPTIONAL_VERIFY_KEYS:
+            if key in data and data[key] is None:
+                del data[key]
+        return data
 
 
 class AggregateMetricsRequest(BaseModel):

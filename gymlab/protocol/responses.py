@@ -10,7 +10,7 @@ import os
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 
 def new_id(prefix: str) -> str:
@@ -112,7 +112,7 @@ class ResponseCreateParams(BaseModel):
     input: str | list[Item]
     tools: list[FunctionTool] = Field(default_factory=list)
     tool_choice: Any = "auto"
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = True  # null in some of the reference's own rollout files
     model: str | None = None
     instructions: str | None = None
     temperature: float | None = None
@@ -148,11 +148,16 @@ class ResponseCreateParams(BaseModel):
 
 
 class InputTokensDetails(_Open):
-    cached_tokens: int = 0
+    cached_tokens: int | None = 0  # None: the provider left the count out (the reference writes null)
 
 
 class OutputTokensDetails(_Open):
-    reasoning_tokens: int = 0
+    reasoning_tokens: int | None = 0  # None: as above
+
+
+def _add_counts(a: int | None, b: int | None) -> int | None:
+    """A sum of token counts; an unknown count makes the sum unknown (never a measured 0)."""
+    return None if a is None or b is None else a + b
 
 
 class Usage(_Open):
@@ -170,11 +175,14 @@ class Usage(_Open):
             output_tokens=self.output_tokens + other.output_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
             input_tokens_details=InputTokensDetails(
-                cached_tokens=self.input_tokens_details.cached_tokens + other.input_tokens_details.cached_tokens
+                cached_tokens=_add_counts(
+                    self.input_tokens_details.cached_tokens, other.input_tokens_details.cached_tokens
+                )
             ),
             output_tokens_details=OutputTokensDetails(
-                reasoning_tokens=self.output_tokens_details.reasoning_tokens
-                + other.output_tokens_details.reasoning_tokens
+                reasoning_tokens=_add_counts(
+                    self.output_tokens_details.reasoning_tokens, other.output_tokens_details.reasoning_tokens
+                )
             ),
         )
 
@@ -187,12 +195,20 @@ class NeMoGymResponse(_Open):
     model: str = ""
     object: Literal["response"] = "response"
     output: list[Item] = Field(default_factory=list)
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = True
     tool_choice: Any = "auto"
     tools: list[FunctionTool] = Field(default_factory=list)
     usage: Usage | None = None
     incomplete_details: dict[str, Any] | None = None
     status: str | None = "completed"
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _flatten(cls, value: Any) -> Any:
+        """Some of the reference's agents write each turn's items as one nested list: read in order."""
+        if isinstance(value, list) and any(isinstance(i, list) for i in value):
+            return [j for i in value for j in (i if isinstance(i, list) else [i])]
+        return value
 
     @property
     def function_calls(self) -> list[FunctionCall]:

@@ -1,36 +1,47 @@
 """NeMo Gym's reward-profiler files, from gymlab records: the same fields and figures.
 
-``ng_reward_profile`` (NeMo Gym 0.7.0) writes, beside a rollouts file:
+``ng_reward_profile`` (``gym eval profile``, NeMo Gym 0.7.0) writes, beside a rollouts file:
 
 - ``<stem>_reward_profiling.jsonl``: per task, ``mean/``, ``max/``, ``min/``, ``median/``, ``std/``
-  (sample std; 0 for one rollout) of the reward and the numeric usage counts, ``sample`` (the input
-  row), ``num_rollouts``, ``expected_num_rollouts``, ``missing_num_rollouts``,
-  ``reward_profile_completion_pct`` and ``rollout_infos``;
+  (sample std; 0 when every field has one value) of every numeric or bool top-level field of the
+  records (the reward, verify extras such as ``exact`` or ``distance``, ``duration_s``,
+  ``terminated``, ``truncated``; a bool counts as 0/1; ``_``-prefixed keys left out) and of the
+  usage counts, then ``sample`` (the input row), ``num_rollouts``, ``expected_num_rollouts``,
+  ``missing_num_rollouts``, ``reward_profile_completion_pct`` and ``rollout_infos``;
 - ``<stem>_agent_metrics.json``: per agent, the same five statistics over all its rollouts plus,
-  with several repeats, ``{mean,median,std,min,max,se,ci_low_95,ci_high_95}_across_repeats/mean/<field>``;
+  with several repeats, ``{mean,median,std,min,max,se,ci_low_95,ci_high_95}_across_repeats/mean/<field>``,
+  and, when anything was masked, ``coverage/measured_rollouts``, ``coverage/masked_rollouts``,
+  ``coverage/measured_tasks`` and ``coverage/fully_masked_tasks``;
 - ``<stem>_repeat_level_metrics.json``: per agent and repeat index, ``sample_count``,
-  ``missing_count`` and ``mean/median/std/sem/min/max/p25/p75`` of each field over the tasks.
+  ``missing_count`` and ``mean/median/std/sem/min/max/p25/p75`` (and a 95 % interval) of each field.
 
-gymlab's one difference: a masked record (an infrastructure failure, or the environment's own mask)
-is not a completed rollout, so it enters no figure and counts as missing.
+A masked record (an infrastructure failure, or the environment's own mask) is dropped with its
+input row, as NeMo Gym does: it is not a measurement, and it was not missing from the collection.
+``masked_as_missing=True`` gives gymlab's own report's view instead: the row stays, so a masked
+rollout counts as a missing one. The statistics are pandas' (NeMo Gym's), so every figure is the
+same number; the 95 % intervals use gymlab's Student t quantile (no SciPy), equal to 1e-12.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gymlab.protocol.record import RESULT_KEYS
-from gymlab.rewards.stats import quantile, sample_std, t_interval_95
+from gymlab.rewards.stats import t_interval_95
 
+_TASK, _REPEAT, _SERVER = "_ng_task_index", "_ng_rollout_index", "_ng_environment_server"
 _STATS = ("mean", "max", "min", "median", "std")
-_TASK, _REPEAT = "_ng_task_index", "_ng_rollout_index"
+#: Repeat-level names that are not point estimates (not summarized across repeats), as NeMo Gym's.
+_NOT_PRIMARY_SUFFIXES = (
+    *("/max", "/min", "/median", "/p5", "/p25", "/p75", "/p95", "/ci_low_95", "/ci_high_95"),
+    *("/ci_lower", "/ci_upper", "_ci_lower", "_ci_upper", "_ci95_lower", "_ci95_upper", "/_ng_attempt_index"),
+    *("/std_dev_across_runs", "/std_err_across_runs", "/avg_sample_std_dev"),
+)
 
 
 def _order(index: Any) -> tuple:
@@ -38,169 +49,276 @@ def _order(index: Any) -> tuple:
     return (index is None, index if isinstance(index, (int, float)) else str(index))
 
 
-def _numbers(record: Any) -> dict[str, float]:
-    """The reward and the numeric usage counts of a record (NeMo's profiled fields)."""
-    out = {"reward": float(record.reward)}
-    usage = record.response.usage
-    if usage is not None:
-        for key, value in usage.model_dump(mode="json").items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[key] = value
+def _key(row: dict[str, Any]) -> tuple:
+    return row.get(_TASK), row.get(_REPEAT)
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A record as the JSON object its file holds (a ``Rollout``: the fields it was given)."""
+    if isinstance(record, dict):
+        return record
+    return record.model_dump(mode="json", exclude_unset=True)
+
+
+def _row_of(result: dict[str, Any]) -> dict[str, Any]:
+    """The input row of a record, when no materialized inputs are given: its row fields and identity."""
+    skip = RESULT_KEYS | {"response", "_ng_result_type"}
+    return {k: v for k, v in result.items() if k not in skip}
+
+
+def _numbers(fields: Iterable[tuple[str, Any]]) -> dict[str, float | int]:
+    """The numeric and bool values (bools as 0/1) of ``fields``."""
+    out: dict[str, float | int] = {}
+    for k, v in fields:
+        if isinstance(v, bool):
+            out[k] = int(v)
+        elif isinstance(v, (int, float)):
+            out[k] = v
     return out
 
 
-def _describe(rows: list[dict[str, float]], columns: list[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    values = {c: [float(r[c]) for r in rows if c in r] for c in columns}
-    for stat in _STATS:
-        for c in columns:
-            v = values[c]
-            if not v:
-                continue
-            out[f"{stat}/{c}"] = {
-                "mean": lambda x: math.fsum(x) / len(x),
-                "max": max,
-                "min": min,
-                "median": statistics.median,
-                "std": sample_std,
-            }[stat](v)
-    return out
+def _profiled(result: dict[str, Any]) -> dict[str, float | int]:
+    """What a record contributes to the statistics: its top-level numbers, then its usage counts
+    (which win on a name clash), keys starting with ``_`` left out."""
+    usage = (result.get("response") or {}).get("usage") or {}
+    return _numbers((k, v) for k, v in {**result, **usage}.items() if not k.startswith("_"))
 
 
-def _columns(rows: Iterable[dict[str, float]]) -> list[str]:
-    seen: dict[str, None] = {}
-    for r in rows:
-        seen.update(dict.fromkeys(r))
-    return list(seen)
+def _rollout_info(result: dict[str, Any]) -> dict[str, Any]:
+    task, repeat = _key(result)
+    info: dict[str, Any] = {"rollout_id": f"{task}:{repeat}", _TASK: task, _REPEAT: repeat}
+    if "reward" in result:
+        info["reward"] = result["reward"]
+    info.update(_numbers(((result.get("response") or {}).get("usage") or {}).items()))
+    info.update(
+        _numbers((k, v) for k, v in result.items() if not k.startswith("_") and k not in ("reward", "response"))
+    )
+    return info
 
 
-def _sample(record: Any) -> dict[str, Any]:
-    """The input row of a record, when no materialized inputs are given: its row fields."""
-    data = record.model_dump(mode="json", exclude_none=True)
-    return {k: v for k, v in data.items() if k not in RESULT_KEYS and k not in (_TASK, _REPEAT, "_ng_result_type")}
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
 
 
-def nemo_profile(records: Iterable[Any], inputs: Iterable[dict] | None = None) -> tuple[list, list, list]:
+def _describe(frame: Any) -> dict[str, Any]:
+    """mean/max/min/median/std of each column of ``frame`` (pandas, NaN skipped): a std with one
+    value is NaN, made 0 where every column has one value (a column with a gap in it stays out)."""
+    import pandas as pd
+
+    stats = {"mean": frame.mean(), "max": frame.max(), "min": frame.min(), "median": frame.median(), "std": frame.std()}
+    if stats["std"].isna().all():
+        full = frame.columns[frame.notna().all()]
+        stats["std"][full] = stats["std"][full].fillna(0)
+    return {f"{s}/{c}": _plain(v) for s in _STATS for c, v in stats[s].items() if v is not None and pd.notna(v)}
+
+
+def _labels(rows: list[dict[str, Any]]) -> dict[Any, str]:
+    """A label per run key (a row's environment server, else its agent): the agent's name when it
+    names one run, else the key itself (NeMo Gym's ``rollout_run_labels``)."""
+    agent_by_key: dict[Any, Any] = {}
+    for row in rows:
+        key = _run_key(row)
+        if key is not None and key not in agent_by_key:
+            agent_by_key[key] = (row.get("agent_ref") or {}).get("name")
+    keys_by_agent: dict[Any, set] = defaultdict(set)
+    for key, agent in agent_by_key.items():
+        if agent is not None:
+            keys_by_agent[agent].add(key)
+    labels = {k: a if a is not None and len(keys_by_agent[a]) == 1 else k for k, a in agent_by_key.items()}
+    while clashing := [k for k, label in labels.items() if Counter(labels.values())[label] > 1 and label != k]:
+        for k in clashing:
+            labels[k] = k
+    return labels
+
+
+def _run_key(row: dict[str, Any]) -> Any:
+    return row.get(_SERVER) if row.get(_SERVER) is not None else (row.get("agent_ref") or {}).get("name")
+
+
+def _coverage(results: list[dict[str, Any]]) -> dict[str, int]:
+    """How many rollouts and tasks the figures come from (only when something was masked)."""
+    masked = [r for r in results if r.get("mask_sample")]
+    if not masked:
+        return {}
+    tasks = {r.get(_TASK, 0) for r in results}
+    measured = {r.get(_TASK, 0) for r in results if not r.get("mask_sample")}
+    return {
+        "coverage/measured_rollouts": len(results) - len(masked),
+        "coverage/masked_rollouts": len(masked),
+        "coverage/measured_tasks": len(measured),
+        "coverage/fully_masked_tasks": len(tasks - measured),
+    }
+
+
+def nemo_profile(
+    records: Iterable[Any], inputs: Iterable[dict] | None = None, *, masked_as_missing: bool = False
+) -> tuple[list, list, list]:
     """(per-task rows, per-agent metrics, per-repeat metrics) as NeMo Gym's profiler computes them.
 
-    ``inputs`` (the materialized input rows) give each task's ``sample`` and expected rollouts;
-    without them the records' own row fields and counts stand in.
+    ``inputs`` (the materialized input rows) give each task's ``sample``, agent and expected
+    rollouts; without them each record's own row fields stand in. A record whose key (task, repeat)
+    has no input row raises ``ValueError``. ``masked_as_missing``: see the module docstring.
     """
-    records = sorted(records, key=lambda r: (_order(r.task_index), _order(r.repeat)))
-    rows = list(inputs) if inputs is not None else None
-    expected = Counter(r[_TASK] for r in rows) if rows is not None else Counter(r.task_index for r in records)
-    samples: dict[Any, dict] = {}
-    if rows is not None:
-        for row in rows:
-            samples.setdefault(row[_TASK], {k: v for k, v in row.items() if k not in (_TASK, _REPEAT)})
-    done = [r for r in records if not r.mask_sample]
-    numbers = [_numbers(r) for r in done]
-    columns = _columns(numbers)
+    import pandas as pd
 
-    by_task: dict[Any, list[int]] = defaultdict(list)
-    for i, r in enumerate(done):
-        by_task[r.task_index].append(i)
-    groups = []
-    for task, idx in sorted(by_task.items(), key=lambda kv: _order(kv[0])):
-        n = len(idx)
-        infos = [
-            {"rollout_id": f"{task}:{done[i].repeat}", _TASK: task, _REPEAT: done[i].repeat, **numbers[i]}
-            for i in sorted(idx, key=lambda i: _order(done[i].repeat))
-        ]
-        groups.append(
-            {
-                _TASK: task,
-                **_describe([numbers[i] for i in idx], columns),
-                "sample": samples.get(task) or _sample(done[idx[0]]),
-                "num_rollouts": n,
-                "expected_num_rollouts": expected[task],
-                "missing_num_rollouts": expected[task] - n,
-                "reward_profile_completion_pct": 100.0 if not expected[task] else 100.0 * n / expected[task],
-                "rollout_infos": infos,
-            }
+    results = sorted((_fields(r) for r in records), key=lambda r: tuple(map(_order, _key(r))))
+    every_row = rows = list(inputs) if inputs is not None else [_row_of(r) for r in results]
+    row_by_key = {_key(row): row for row in rows}
+    extra = [_key(r) for r in results if _key(r) not in row_by_key]
+    if extra:
+        raise ValueError(f"{len(extra)} record(s) have no input row; first (task, repeat) keys: {extra[:10]}")
+    masked_keys = {_key(r) for r in results if r.get("mask_sample")}
+    measured = [{k: v for k, v in r.items() if k != "mask_sample"} for r in results if not r.get("mask_sample")]
+    if not masked_as_missing:
+        rows = [row for row in rows if _key(row) not in masked_keys]
+    label = _labels(rows)
+
+    def agent_of(row: dict[str, Any]) -> Any:
+        return label.get(_run_key(row))
+
+    per_agent = len({(row.get(_TASK), agent_of(row)) for row in rows}) > len({row.get(_TASK) for row in rows})
+
+    def group_of(row: dict[str, Any]) -> Any:
+        return (row.get(_TASK), agent_of(row)) if per_agent else row.get(_TASK)
+
+    expected = Counter(group_of(row) for row in rows)
+    kept = {_key(row): row for row in rows}
+    pairs = [(kept[_key(r)], r) for r in measured if _key(r) in kept]
+    groups, agent_rows, repeat_rows = [], [], []
+    if pairs:
+        frame = pd.DataFrame.from_records(
+            [
+                {"agent_name": agent_of(row), _TASK: row.get(_TASK), _REPEAT: row.get(_REPEAT), **_profiled(r)}
+                for row, r in pairs
+            ]
         )
-
-    agents: dict[str, list[int]] = defaultdict(list)
-    for i, r in enumerate(done):
-        agents[_agent_name(r, samples)].append(i)
-    agent_rows, repeat_rows = [], []
-    for name, idx in sorted(agents.items()):
-        entry = {**_describe([numbers[i] for i in idx], columns), "agent_ref": {"name": name}}
-        repeats = _repeat_level(name, [(done[i], numbers[i]) for i in idx])
-        repeat_rows += repeats
-        entry.update(_across_repeats(repeats))
-        agent_rows.append(entry)
+        infos: dict[Any, list] = defaultdict(list)
+        first_row: dict[Any, dict] = {}
+        for row, r in pairs:
+            infos[group_of(row)].append(_rollout_info(r))
+            first_row.setdefault(group_of(row), row)
+        by = [_TASK, "agent_name"] if per_agent else _TASK
+        for key, part in frame.drop(columns=[_REPEAT] if per_agent else [_REPEAT, "agent_name"]).groupby(by):
+            entry = {_TASK: _plain(key[0] if per_agent else key)}
+            entry.update(_describe(part.drop(columns=[c for c in (_TASK, "agent_name") if c in part])))
+            group = (entry[_TASK], key[1]) if per_agent else entry[_TASK]
+            if per_agent:
+                entry["agent_ref"] = {"name": key[1]}
+            n, want = len(infos[group]), expected[group]
+            entry.update(
+                sample={k: v for k, v in first_row[group].items() if k not in (_TASK, _REPEAT)},
+                num_rollouts=n,
+                expected_num_rollouts=want,
+                missing_num_rollouts=want - n,
+                reward_profile_completion_pct=100.0 if not want else 100.0 * n / want,
+                rollout_infos=sorted(infos[group], key=lambda i: _order(i[_REPEAT])),
+            )
+            groups.append(entry)
+        for name, part in frame.drop(columns=[_REPEAT, _TASK]).groupby("agent_name"):
+            agent_rows.append({**_describe(part.drop(columns=["agent_name"])), "agent_ref": {"name": name}})
+        repeat_rows = _repeat_level(frame)
+        across = _across_repeats(repeat_rows)
+        for entry in agent_rows:
+            entry.update(across.get(entry["agent_ref"]["name"], {}))
+    _add_coverage(agent_rows, every_row, results)
     return groups, agent_rows, repeat_rows
 
 
-def _agent_name(record: Any, samples: dict[Any, dict]) -> str:
-    ref = (samples.get(record.task_index) or {}).get("agent_ref")
-    return (ref or {}).get("name") or record.agent or "agent"
+def _add_coverage(agent_rows: list[dict], rows: list[dict], results: list[dict]) -> None:
+    """Each agent's own coverage (an agent whose every rollout was masked gets an entry of it alone)."""
+    agent_of_key = {_key(row): (row.get("agent_ref") or {}).get("name") for row in rows}
+    per_agent: dict[str, list] = defaultdict(list)
+    for r in results:
+        name = agent_of_key.get(_key(r)) or (r.get("agent_ref") or {}).get("name")
+        if name is not None:
+            per_agent[name].append(r)
+    coverage = {name: c for name, rs in per_agent.items() if (c := _coverage(rs))}
+    for entry in agent_rows:
+        entry.update(coverage.pop(entry["agent_ref"]["name"], {}))
+    agent_rows += [{"agent_ref": {"name": name}, **c} for name, c in coverage.items()]
 
 
-def _repeat_level(agent: str, pairs: list[tuple[Any, dict[str, float]]]) -> list[dict[str, Any]]:
-    """Per repeat index, the spread of each field over the tasks (only for several repeats)."""
-    by_repeat: dict[Any, list[tuple[Any, dict[str, float]]]] = defaultdict(list)
-    for record, nums in pairs:
-        by_repeat[record.repeat].append((record, nums))
-    if len(by_repeat) < 2:
-        return []
-    tasks = len({r.task_index for r, _ in pairs})
-    columns = sorted(_columns(n for _, n in pairs))
+def _with_interval(entry: dict[str, Any], low: str, high: str, mean: float, se: float, n: int) -> None:
+    if n > 1:
+        entry[low], entry[high] = t_interval_95(mean, se, n)
+
+
+def _repeat_level(frame: Any) -> list[dict[str, Any]]:
+    """Per agent and repeat index, each field's spread over the tasks (agents with several repeats)."""
+    columns = frame.select_dtypes(include="number").columns.difference([_TASK, _REPEAT])
+    repeats = frame.groupby("agent_name")[_REPEAT].nunique()
+    frame = frame[frame["agent_name"].isin(set(repeats[repeats > 1].index))]
+    tasks = frame.groupby("agent_name")[_TASK].nunique()
     out = []
-    for repeat, group in sorted(by_repeat.items(), key=lambda kv: _order(kv[0])):
-        present = len({r.task_index for r, _ in group})
+    for (agent, repeat), part in frame.groupby(["agent_name", _REPEAT]):
+        present = int(part[_TASK].nunique())
         entry: dict[str, Any] = {
             "agent_ref": {"name": agent},
-            _REPEAT: repeat,
+            _REPEAT: int(repeat),
             "sample_count": present,
-            "missing_count": tasks - present,
+            "missing_count": int(tasks[agent]) - present,
         }
         for col in columns:
-            v = [float(n[col]) for _, n in group if col in n]
-            if not v:
+            v = part[col].dropna()
+            n = len(v)
+            if not n:
                 continue
-            mean, std = math.fsum(v) / len(v), sample_std(v)
-            sem = std / math.sqrt(len(v))
+            mean = float(v.mean())
+            std = float(v.std(ddof=1)) if n > 1 else 0.0
+            sem = std / n**0.5
             entry.update(
                 {
                     f"mean/{col}": mean,
-                    f"median/{col}": statistics.median(v),
+                    f"median/{col}": float(v.median()),
                     f"std/{col}": std,
                     f"sem/{col}": sem,
-                    f"min/{col}": min(v),
-                    f"max/{col}": max(v),
-                    f"p25/{col}": quantile(v, 0.25),
-                    f"p75/{col}": quantile(v, 0.75),
+                    f"min/{col}": float(v.min()),
+                    f"max/{col}": float(v.max()),
+                    f"p25/{col}": float(v.quantile(0.25)),
+                    f"p75/{col}": float(v.quantile(0.75)),
                 }
             )
-            if len(v) > 1:
-                entry[f"ci_low_95/{col}"], entry[f"ci_high_95/{col}"] = t_interval_95(mean, sem, len(v))
+            _with_interval(entry, f"ci_low_95/{col}", f"ci_high_95/{col}", mean, sem, n)
         out.append(entry)
     return out
 
 
-def _across_repeats(repeats: list[dict[str, Any]]) -> dict[str, float]:
-    """Each per-repeat ``mean/<field>`` summarized over the repeats (mean, spread, 95 % interval)."""
-    out: dict[str, float] = {}
-    keys = sorted({k for r in repeats for k in r if k.startswith("mean/")})
-    for key in keys:
-        v = [float(r[key]) for r in repeats if key in r]
-        mean, std = math.fsum(v) / len(v), sample_std(v)
-        se = std / math.sqrt(len(v))
-        low, high = t_interval_95(mean, se, len(v))
-        out.update(
-            {
-                f"mean_across_repeats/{key}": mean,
-                f"median_across_repeats/{key}": statistics.median(v),
-                f"std_across_repeats/{key}": std,
-                f"min_across_repeats/{key}": min(v),
-                f"max_across_repeats/{key}": max(v),
-                f"se_across_repeats/{key}": se,
-                f"ci_low_95_across_repeats/{key}": low,
-                f"ci_high_95_across_repeats/{key}": high,
-            }
-        )
+def _across_repeats(repeats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per agent, each per-repeat point estimate (``mean/<field>``) summarized over the repeats."""
+    import pandas as pd
+
+    if not repeats:
+        return {}
+    frame = pd.DataFrame.from_records(repeats)
+    frame["agent_name"] = frame["agent_ref"].map(lambda ref: ref["name"])
+    columns = [
+        c
+        for c in frame.select_dtypes(include="number").columns
+        if c.startswith("mean/") and not c.endswith(_NOT_PRIMARY_SUFFIXES) and "_across_repeats/" not in c
+    ]
+    out: dict[str, dict[str, float]] = {}
+    for agent, part in frame.groupby("agent_name"):
+        entry: dict[str, float] = {}
+        for col in columns:
+            v = part[col].dropna()
+            n = len(v)
+            if not n:
+                continue
+            mean = float(v.mean())
+            std = float(v.std(ddof=1)) if n > 1 else 0.0
+            se = std / n**0.5
+            entry.update(
+                {
+                    f"mean_across_repeats/{col}": mean,
+                    f"median_across_repeats/{col}": float(v.median()),
+                    f"std_across_repeats/{col}": std,
+                    f"min_across_repeats/{col}": float(v.min()),
+                    f"max_across_repeats/{col}": float(v.max()),
+                    f"se_across_repeats/{col}": se,
+                }
+            )
+            _with_interval(entry, f"ci_low_95_across_repeats/{col}", f"ci_high_95_across_repeats/{col}", mean, se, n)
+        out[agent] = entry
     return out
 
 
@@ -215,12 +333,16 @@ def profile_paths(path: str | os.PathLike) -> tuple[Path, Path, Path]:
 
 
 def write_nemo_profile(
-    records: Iterable[Any], path: str | os.PathLike, inputs: Iterable[dict] | None = None
+    records: Iterable[Any],
+    path: str | os.PathLike,
+    inputs: Iterable[dict] | None = None,
+    *,
+    masked_as_missing: bool = False,
 ) -> tuple[Path, Path, Path]:
     """Write NeMo Gym's three profiler files beside rollouts file ``path``; returns their paths."""
     from gymlab.jsonl import write_text_atomic
 
-    groups, agents, repeats = nemo_profile(records, inputs)
+    groups, agents, repeats = nemo_profile(records, inputs, masked_as_missing=masked_as_missing)
     compact = {"separators": (",", ":")}
     tasks_path, agents_path, repeats_path = profile_paths(path)
     write_text_atomic(tasks_path, "".join(json.dumps(g, **compact) + "\n" for g in groups))

@@ -157,18 +157,25 @@ class Profile:
         ax.set_title(f"{len(means)} tasks, {len(self.flagged)} flagged (always 0 or always 1)")
         return ax
 
-    def nemo(self, inputs: Iterable[dict] | None = None) -> tuple[list[dict], list[dict], list[dict]]:
-        """NeMo Gym's profiler output: per-task rows, per-agent metrics, per-repeat metrics."""
+    def nemo(
+        self, inputs: Iterable[dict] | None = None, *, masked_as_missing: bool = False
+    ) -> tuple[list[dict], list[dict], list[dict]]:
+        """NeMo Gym's profiler output: per-task rows, per-agent metrics, per-repeat metrics. A masked
+        record is dropped with its input row, as NeMo Gym does; ``masked_as_missing=True`` counts it
+        as a missing rollout instead (this report's own view)."""
         from gymlab.rewards.nemo_profile import nemo_profile
 
-        return nemo_profile(self.records, inputs)
+        return nemo_profile(self.records, inputs, masked_as_missing=masked_as_missing)
 
-    def write_nemo(self, path: str | os.PathLike, inputs: Iterable[dict] | None = None) -> tuple[Path, Path, Path]:
+    def write_nemo(
+        self, path: str | os.PathLike, inputs: Iterable[dict] | None = None, *, masked_as_missing: bool = False
+    ) -> tuple[Path, Path, Path]:
         """Write ``<stem>_reward_profiling.jsonl``, ``<stem>_agent_metrics.json`` and
-        ``<stem>_repeat_level_metrics.json`` beside ``path`` (the rollouts file), as NeMo Gym does."""
+        ``<stem>_repeat_level_metrics.json`` beside ``path`` (the rollouts file), every field NeMo
+        Gym's profiler writes (``masked_as_missing`` as in ``nemo``)."""
         from gymlab.rewards.nemo_profile import write_nemo_profile
 
-        return write_nemo_profile(self.records, path, inputs)
+        return write_nemo_profile(self.records, path, inputs, masked_as_missing=masked_as_missing)
 
     def _repr_html_(self) -> str:
         s = self.summary

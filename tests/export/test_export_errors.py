@@ -48,7 +48,7 @@ def test_an_invalid_jsonl_row_is_reported_with_its_line(tmp_path, collected):
 
 def test_a_torn_parquet_file_is_reported(tmp_path, collected):
     _, count = collected
-    path = export_dataset(count, tmp_path / "verl.parquet", "verl").path
+    path = export_dataset(count, tmp_path / "verl.parquet", "verl", ground_truth="target").path
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(DatasetError, match=r"verl\.parquet: not a readable Parquet file .*interrupted"):

@@ -9,8 +9,11 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
-from gymlab import export_dataset, read_dataset
+from gymlab import export_dataset, export_rollouts, read_dataset
+from gymlab.errors import ExportError
+from gymlab.examples import example_rows
 from gymlab.export import FORMATS, by_task, select
 
 MESSAGE = pa.struct(
@@ -138,9 +141,62 @@ def test_trl_grpo_has_one_prompt_per_task_with_its_ground_truth(tmp_path, collec
     assert ds["ground_truth"] == [str(g[0].target) for g in tasks.values()]
     assert ds["reward_mean"] == [sum(r.reward for r in g) / len(g) for g in tasks.values()]
     assert [m["role"] for m in ds[0]["prompt"]] == ["user"]
-    # default: all the row's own fields, as a JSON object
-    whole = read_dataset(export_dataset(count, tmp_path / f"all{suffix}", "trl-grpo").path)
-    assert json.loads(whole[0]["ground_truth"]) == {"initial_count": 0, "target": 3, "final_count": 3}
+    # default: the task row's own input fields (never the verifier's echo, final_count), named in the card
+    whole = export_dataset(count, tmp_path / f"all{suffix}", "trl-grpo", rows=example_rows("counter"))
+    assert json.loads(read_dataset(whole.path)[0]["ground_truth"]) == {"initial_count": 0, "target": 3}
+    card = whole.card.read_text()
+    assert "the task row's own input fields (initial_count, target)" in card and "the rows given" in card
+
+
+def test_default_ground_truth_reads_the_materialized_inputs_beside_a_collection(tmp_path, collected):
+    """A rollouts file with its ``NAME_materialized_inputs.jsonl`` (as gymlab collect and NeMo Gym write
+    them) needs no option; rows without fields of their own give null, never "{}"."""
+    calc, count = collected
+    path = export_rollouts(count, tmp_path / "count.jsonl")
+    inputs = [{**row, "_ng_task_index": i, "_ng_rollout_index": 0} for i, row in enumerate(example_rows("counter"))]
+    (tmp_path / "count_materialized_inputs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in inputs))
+    result = export_dataset(path, tmp_path / "out" / "verl.jsonl", "verl")
+    truths = [json.loads(r["reward_model"]["ground_truth"]) for r in read_dataset(result.path)]
+    assert truths == [{"initial_count": r["initial_count"], "target": r["target"]} for r in example_rows("counter")]
+    assert "count_materialized_inputs.jsonl" in result.card.read_text()
+    bare = export_dataset(calc, tmp_path / "calc" / "grpo.parquet", "trl-grpo", rows=example_rows("calculator"))
+    assert {r["ground_truth"] for r in read_dataset(bare.path)} == {None}  # the calculator's rows have no fields
+
+
+def test_default_ground_truth_without_rows_is_refused_naming_both_ways_out(tmp_path, collected):
+    _, count = collected
+    with pytest.raises(
+        ExportError, match=r"the default ground truth is the task row's own input fields.*rows=.*ground_truth="
+    ):
+        export_dataset(count, tmp_path / "grpo.jsonl", "trl-grpo")
+    with pytest.raises(ExportError, match=r"episode task 2 repeat 0: no dataset row for task 2 among the 2 rows given"):
+        export_dataset(count, tmp_path / "grpo.jsonl", "trl-grpo", rows=example_rows("counter")[:2])
+    clash = [{"_ng_task_index": 0, "target": 1}, {"_ng_task_index": 0, "target": 2}]
+    with pytest.raises(ExportError, match=r"task 0 has different input rows"):
+        export_dataset(count, tmp_path / "grpo.jsonl", "trl-grpo", rows=clash)
+    assert not (tmp_path / "grpo.jsonl").exists()
+
+
+def test_verl_writes_the_tool_config_its_multi_turn_rollout_reads(tmp_path, collected):
+    calc, count = collected
+    result = export_dataset(count, tmp_path / "verl.parquet", "verl", ground_truth="target", tool_class="my.tools.Gym")
+    assert result.tool_config == tmp_path / "verl_tool_config.yaml"
+    config = yaml.safe_load(result.tool_config.read_text())
+    (tool,) = config["tools"]
+    assert tool["class_name"] == "my.tools.Gym" and tool["config"] == {"type": "native"}
+    declared = example_rows("counter")[0]["responses_create_params"]["tools"][0]
+    assert tool["tool_schema"]["type"] == "function"
+    assert {k: tool["tool_schema"]["function"][k] for k in ("name", "description", "parameters")} == {
+        k: declared[k] for k in ("name", "description", "parameters")
+    }
+    assert "verl_tool_config.yaml: verl's multi_turn tool_config_path" in result.card.read_text()
+    # rows that declare no tools get none
+    plain = [
+        r.model_copy(update={"responses_create_params": r.responses_create_params.model_copy(update={"tools": []})})
+        for r in count
+    ]
+    assert export_dataset(plain, tmp_path / "p" / "v.parquet", "verl", ground_truth="target").tool_config is None
+    assert not (tmp_path / "p" / "v_tool_config.yaml").exists()
 
 
 def test_verl_rows_have_the_documented_columns_and_types(tmp_path, collected):

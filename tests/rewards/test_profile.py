@@ -15,9 +15,7 @@ from gymlab.jsonl import iter_jsonl
 from gymlab.rewards.nemo_profile import profile_paths
 from gymlab.rewards.stats import majority_at_k, pass_at_k
 
-INTEROP = Path(__file__).resolve().parents[3] / "shared" / "interop"
-if not INTEROP.is_dir():
-    INTEROP = Path("/work/shared/interop")
+INTEROP = Path(__file__).resolve().parents[1] / "data" / "nemo_gym"
 NEMO = INTEROP / "nemo_gym_0.7.0_rollouts.jsonl"
 
 
@@ -127,8 +125,17 @@ def test_profile_matches_the_nemo_gym_profiler(tmp_path):
     assert (tmp_path / "m.png").stat().st_size > 0
 
 
-def test_nemo_files_of_gymlab_records_leave_masked_records_out(rollouts):
+def test_nemo_files_of_gymlab_records_drop_masked_records_with_their_rows(rollouts):
     tasks, agents, repeats = rollouts.profile().nemo()
+    first = tasks[0]  # NeMo Gym's view: a masked rollout is neither measured nor missing
+    assert first["num_rollouts"] == 5 and first["expected_num_rollouts"] == 5 and first["missing_num_rollouts"] == 0
+    (agent,) = agents
+    assert (agent["coverage/measured_rollouts"], agent["coverage/masked_rollouts"]) == (11, 2)
+    assert (agent["coverage/measured_tasks"], agent["coverage/fully_masked_tasks"]) == (3, 0)
+
+
+def test_nemo_files_of_gymlab_records_can_count_masked_records_as_missing(rollouts):
+    tasks, agents, repeats = rollouts.profile().nemo(masked_as_missing=True)
     first = tasks[0]
     assert first["num_rollouts"] == 5 and first["expected_num_rollouts"] == 7 and first["missing_num_rollouts"] == 2
     assert first["mean/reward"] == pytest.approx(0.4) and first["std/reward"] == pytest.approx(math.sqrt(0.3))
@@ -148,3 +155,49 @@ def test_nemo_files_of_gymlab_records_leave_masked_records_out(rollouts):
     lo, hi = agent["ci_low_95_across_repeats/mean/reward"], agent["ci_high_95_across_repeats/mean/reward"]
     se = agent["se_across_repeats/mean/reward"]
     assert hi - lo == pytest.approx(2 * 2.7764451051977987 * se)  # t(0.975, df=4)
+
+
+def _same(mine, nemo, where=""):
+    """Equal field sets at every level and equal values (the 95 % interval bounds to 1e-12: gymlab's
+    Student t quantile is its own, not SciPy's); returns how many values were compared."""
+    if isinstance(nemo, dict):
+        assert isinstance(mine, dict) and set(mine) == set(nemo), (where, set(mine) ^ set(nemo))
+        return sum(_same(mine[k], nemo[k], f"{where}.{k}") for k in nemo)
+    if isinstance(nemo, list):
+        assert isinstance(mine, list) and len(mine) == len(nemo), where
+        return sum(_same(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(mine, nemo)))
+    if "ci_" in where.rsplit(".", 1)[-1]:
+        assert mine == pytest.approx(nemo, rel=1e-12, abs=1e-15), where
+    else:
+        assert mine == nemo and type(mine) is type(nemo) or (mine == nemo and isinstance(nemo, float)), where
+    return 1
+
+
+def test_profile_nemo_writes_every_field_of_nemo_gyms_profiler_on_masked_runs(tmp_path):
+    """A gymlab run (counter with ``exact``/``distance`` verify fields, and calculator) with a failed
+    verification, a fully masked task and a failed episode, profiled by NeMo Gym 0.7.0's own
+    ``gym eval profile`` (its files are in tests/data/nemo_gym, ``make_profile_fixture.py``)."""
+    rollouts = tmp_path / "profile_rollouts.jsonl"
+    rollouts.write_bytes((INTEROP / rollouts.name).read_bytes())
+    inputs = INTEROP / "profile_inputs.jsonl"
+    assert cli(["profile", str(rollouts), "--nemo", "--inputs", str(inputs)]) == 0
+    compared = 0
+    for mine, nemo in zip(profile_paths(rollouts), profile_paths(INTEROP / rollouts.name)):
+        if nemo.suffix == ".jsonl":
+            compared += _same([json.loads(x) for x in mine.open()], [json.loads(x) for x in nemo.open()], mine.name)
+        else:
+            compared += _same(json.loads(mine.read_text()), json.loads(nemo.read_text()), mine.name)
+    assert compared > 1500  # every value of the three files
+    agents = {a["agent_ref"]["name"]: a for a in json.loads(profile_paths(rollouts)[1].read_text())}
+    assert "mean/exact" in agents["counter_agent"] and "mean_across_repeats/mean/distance" in agents["counter_agent"]
+    assert agents["counter_agent"]["coverage/fully_masked_tasks"] == 1
+    assert agents["calculator_simple_agent"]["coverage/masked_rollouts"] == 1
+    tasks = [json.loads(x) for x in profile_paths(rollouts)[0].open()]
+    assert 0 not in [t["_ng_task_index"] for t in tasks]  # every rollout of task 0 was masked
+
+
+def test_profile_nemo_refuses_records_without_an_input_row(tmp_path):
+    rows = [row for _, row in iter_jsonl(INTEROP / "profile_inputs.jsonl")][1:]
+    records = Rollouts.load(INTEROP / "profile_rollouts.jsonl")
+    with pytest.raises(ValueError, match=r"1 record\(s\) have no input row; first \(task, repeat\) keys: \[\(0, 0\)\]"):
+        records.profile().nemo(rows)

@@ -1,0 +1,129 @@
+"""A task's ground truth for the trainer formats that carry one (TRL GRPO, verl).
+
+By default it is the task row's own input fields, read from the dataset rows: the ``rows`` option,
+or the materialized inputs a collection writes beside its rollouts (``NAME_materialized_inputs.jsonl``,
+found for each rollouts file given by path). Never what the verifier echoed back (a counter's
+``final_count`` describes one episode, not the task): a record alone cannot tell its row's fields from
+its verifier's, so without rows the default is refused, naming both ways out. A row with no fields of
+its own has no ground truth (null), never ``"{}"``. Named fields (``ground_truth="target"``) or a
+function of the record choose it explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gymlab.errors import ExportError
+from gymlab.protocol import Rollout
+from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
+
+GroundTruth = str | Sequence[str] | Callable[[Rollout], Any] | None
+#: Dataset rows: a list of row dicts, or a JSONL path (the dataset, or materialized inputs).
+Rows = Iterable[dict[str, Any]] | str | os.PathLike | None
+
+_NOT_FIELDS = {"responses_create_params", *IDENTITY_KEYS, *RESULT_KEYS}
+
+
+def own_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a row (or a record's extra fields) that are the task's, not identity or result."""
+    return {k: v for k, v in fields.items() if k not in _NOT_FIELDS and not k.startswith("_ng_")}
+
+
+def task_fields(record: Rollout) -> dict[str, Any]:
+    """Every field a record carries besides its identity and result: its row's and its verifier's echoes."""
+    return own_fields(record.__pydantic_extra__ or {})
+
+
+def sibling_inputs(path: str | os.PathLike) -> Path | None:
+    """The materialized inputs a collection wrote beside rollouts file ``path``, when there are any."""
+    path = Path(path)
+    stem = path.with_suffix("") if path.suffix == ".jsonl" else path
+    found = stem.with_name(stem.name + "_materialized_inputs.jsonl")
+    return found if found.is_file() else None
+
+
+def inputs_by_task(sources: list[tuple[str, Rows]]) -> dict[Any, dict[str, Any]]:
+    """Each task's own input fields (by ``_ng_task_index``, else the row's position), from
+    ``(where, rows)`` pairs; one task with two different rows is an ``ExportError``."""
+    from gymlab.jsonl import iter_jsonl
+
+    out: dict[Any, dict[str, Any]] = {}
+    seen: dict[Any, str] = {}
+    for where, rows in sources:
+        if isinstance(rows, (str, os.PathLike)):
+            rows = [row for _, row in iter_jsonl(rows)]
+        for position, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise ExportError(f"{where}: row {position + 1} is not an object: {row!r:.80}")
+            task = row.get("_ng_task_index", position)
+            fields = own_fields(row)
+            if task in out and out[task] != fields:
+                raise ExportError(
+                    f"task {task!r} has different input rows in {seen[task]} and {where}; "
+                    "export the runs one at a time, or pass rows= or ground_truth="
+                )
+            out[task], seen[task] = fields, where
+    return out
+
+
+def _where(record: Rollout) -> str:
+    task, repeat = record.task_index, record.repeat
+    return f"episode task {task} repeat {repeat}" if task is not None else "episode"
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None) -> str | None:
+    """The task's ground truth as a string (verl's ``ground_truth`` is one; TRL passes it as is), or
+    None for a row without fields of its own.
+
+    ``spec``: a field name (its value: a string as it is, anything else as JSON), several names (a
+    JSON object of them), a function of the record, or None: a JSON object of the row's own input
+    fields (``inputs``: ``inputs_by_task``).
+    """
+    if callable(spec):
+        return _as_text(spec(record))
+    if spec is None:
+        if inputs is None:
+            raise ExportError(
+                f"{_where(record)}: the default ground truth is the task row's own input fields, and these "
+                "records come without their rows; pass rows= (the dataset rows, or the materialized inputs "
+                "JSONL a collection writes beside its rollouts) or name the field(s): ground_truth="
+            )
+        task = record.task_index
+        if task not in inputs:
+            raise ExportError(f"{_where(record)}: no dataset row for task {task!r} among the {len(inputs)} rows given")
+        return _as_text(inputs[task]) if inputs[task] else None
+    fields = task_fields(record)
+    names = [spec] if isinstance(spec, str) else list(spec)
+    missing = [n for n in names if n not in fields]
+    if missing:
+        raise ExportError(
+            f"{_where(record)}: no field {missing[0]!r} for the ground truth; the row has "
+            f"{', '.join(sorted(fields)) or 'no fields of its own'}"
+        )
+    if isinstance(spec, str):
+        return _as_text(fields[spec])
+    return _as_text({n: fields[n] for n in names})
+
+
+def described(spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None, where: list[str]) -> str:
+    """What the ground truth is, for the dataset card."""
+    if callable(spec):
+        return f"{getattr(spec, '__name__', 'a function')}(record)"
+    if spec is not None:
+        return f"field {spec}" if isinstance(spec, str) else f"fields {', '.join(spec)} (a JSON object)"
+    names = sorted({k for fields in (inputs or {}).values() for k in fields})
+    return (
+        f"the task row's own input fields ({', '.join(names) or 'none: null'}) as a JSON object, "
+        f"from {', '.join(where)}; never the verifier's echoes"
+    )
+
+
+__all__ = ["GroundTruth", "Rows", "described", "ground_truth_of", "inputs_by_task", "own_fields", "sibling_inputs"]
