@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import traceback
-from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,13 +16,11 @@ from gymlab._runtime.ownership import install as install_ownership_routing
 from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_of
 from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionMiddleware
+from gymlab._runtime.spec import ServerSpec
 from gymlab._runtime.workers import worker_context
 from gymlab._traces import cause_line
 from gymlab.errors import ResourcesSessionError, error_body
 from gymlab.protocol.failure_kinds import Failure
-
-if TYPE_CHECKING:
-    from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.server")
 
@@ -42,8 +39,9 @@ def _describe_validation(errors: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def build_app(server: BaseServer) -> FastAPI:
-    """The FastAPI app for ``server``: sessions, error bodies that name server and route, health."""
+def build_app(server: ServerSpec) -> FastAPI:
+    """The FastAPI app for ``server`` (a ``ServerSpec``, e.g. a ``BaseServer``): sessions, error bodies
+    that name server and route, health."""
     app = _fastapi(f"gymlab {server.name}")
     name = server.name
 

@@ -11,7 +11,7 @@ the cookie and the close all run in the worker holding the session.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -26,11 +26,21 @@ from gymlab.protocol.agent_sessions import (
     AgentSeedSessionResponse,
 )
 
-if TYPE_CHECKING:
-    from gymlab.agents.base import BaseAgent
+
+class SessionAgent(Protocol):
+    """What the session routes read of an agent (``BaseAgent`` is one; named here, not imported, so
+    ``agents.base``, which mounts these routes, and this module do not import each other)."""
+
+    session_close_retry_window_seconds: float
+    session_ttl_seconds: float | None
+    episode_sessions: EpisodeSessions
+
+    async def seed_agent_session(self, body: AgentSeedSessionRequest) -> Any: ...
+
+    async def close_agent_session(self, agent_session_id: str) -> Any: ...
 
 
-def agent_sessions(agent: BaseAgent) -> EpisodeSessions:
+def agent_sessions(agent: SessionAgent) -> EpisodeSessions:
     """The agent's session table, with agent-session answers and its release hook."""
 
     async def release(session_id: Any) -> None:
@@ -48,7 +58,7 @@ def agent_sessions(agent: BaseAgent) -> EpisodeSessions:
     )
 
 
-def mount_agent_session_routes(app: FastAPI, agent: BaseAgent) -> None:
+def mount_agent_session_routes(app: FastAPI, agent: SessionAgent) -> None:
     """Add ``POST /v1/agent_sessions`` (seed) and ``POST /v1/agent_sessions/close`` to ``app``."""
 
     async def seed(body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
