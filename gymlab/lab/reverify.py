@@ -170,7 +170,8 @@ async def areverify(
     **config: Any,
 ):
     """Async form of ``reverify``."""
-    from gymlab.lab.lab import Lab, ServerHandle
+    from gymlab.lab.handles import ServerHandle
+    from gymlab.lab.lab import Lab
 
     records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
     options = {"replay_tools": replay_tools, "concurrency": concurrency, "rows": rows_by_task(rows)}
