@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gymlab.export.chat import chat_messages, chat_tools, prompt_items
 from gymlab.export.filters import as_records, select
 from gymlab.jsonl import write_jsonl_atomic
+from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
 from gymlab.protocol import Rollout
 
 #: The keys of a NeMo Gym rollout row, in the order it writes them.
