@@ -21,22 +21,9 @@ from gymlab._runtime.workers import worker_context
 from gymlab._traces import cause_line
 from gymlab.errors import ResourcesSessionError, error_body
 from gymlab.protocol.failure_kinds import Failure
+from gymlab.protocol.validation import describe_validation
 
 log = logging.getLogger("gymlab.server")
-
-
-def _describe_validation(errors: list[dict]) -> str:
-    parts = []
-    for e in errors:
-        path = list(e.get("loc", ()))
-        if path[:1] == ["body"] and len(path) > 1:
-            path = path[1:]
-        loc = ".".join(str(p) for p in path)
-        if e.get("type") == "extra_forbidden":
-            parts.append(f"unknown key '{loc.rsplit('.', 1)[-1]}' in {loc.rsplit('.', 1)[0] or 'body'}")
-        else:
-            parts.append(f"{loc or 'body'}: {e.get('msg')}")
-    return "; ".join(parts)
 
 
 def build_app(server: ServerSpec) -> FastAPI:
@@ -49,7 +36,9 @@ def build_app(server: ServerSpec) -> FastAPI:
     async def _invalid(request: Request, exc: RequestValidationError):
         errors = exc.errors()
         route = f"{request.method} {request.url.path}"
-        message = f"invalid request: {_describe_validation(errors)}"
+        # FastAPI files a body's errors under "body": the message names the fields inside it
+        located = [{**e, "loc": e["loc"][1:]} if _in_body(e.get("loc", ())) else e for e in errors]
+        message = f"invalid request: {describe_validation(located, 'body')}"
         body = error_body(name, route, message, hint="fix the named fields and send the request again")
         body["message"] = body["detail"]
         body["detail"] = _jsonable(errors)
@@ -106,6 +95,10 @@ def build_app(server: ServerSpec) -> FastAPI:
         route_limits={"/aggregate_metrics": server.max_metrics_body_bytes},
     )
     return app
+
+
+def _in_body(loc: tuple | list) -> bool:
+    return len(loc) > 1 and loc[0] == "body"
 
 
 def _fastapi(title: str) -> FastAPI:
