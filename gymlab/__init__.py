@@ -73,14 +73,14 @@ _NAMES: dict[str, str] = {
     "Failure": "gymlab.failure_kinds",
     "failure_kinds": "gymlab.failure_kinds",
     # export and reverification
-    "Dataset": "gymlab.collection.dataset",
+    "Dataset": "gymlab.collection.readers",
     "export_dataset": "gymlab.export",
     "export_rl": "gymlab.export",
     "export_rollouts": "gymlab.export",
     "export_sft": "gymlab.export",
     "load": "gymlab.lab.runs",
     "read_dataset": "gymlab.export",
-    "read_jsonl": "gymlab.collection.dataset",
+    "read_jsonl": "gymlab.collection.readers",
     "reverify": "gymlab.lab.reverify",
     # reward design
     "Component": "gymlab.rewards.rubric",
@@ -143,8 +143,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from gymlab.agents.simple_agent import SimpleAgent
     from gymlab.cluster.pool import CellPool
     from gymlab.collection.config import load_config
-    from gymlab.collection.dataset import Dataset, read_jsonl
     from gymlab.collection.merge import merge
+    from gymlab.collection.readers import Dataset, read_jsonl
     from gymlab.collection.runner import acollect, collect
     from gymlab.envservers.single_agent_turn import SingleAgentTurn
     from gymlab.errors import (

@@ -5,7 +5,7 @@
 * ``export_sft``: one OpenAI chat-format conversation per episode (``messages`` + ``tools``).
 * ``export_rl``: the prompt, the episode's completion and its reward.
 
-Every file is written atomically (``gymlab.jsonl.write_jsonl_atomic``); ``gymlab.collection.dataset``
+Every file is written atomically (``gymlab.jsonl.write_jsonl_atomic``); ``gymlab.collection.readers``
 reads each kind back, validated. Filters (``select``) are explicit arguments:
 nothing is dropped unless asked for. No pandas here. The trainer formats (TRL, verl, Parquet) are
 in ``gymlab.export.dataset``.

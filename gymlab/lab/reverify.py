@@ -221,7 +221,7 @@ def reverify(
     from gymlab._sync import run_sync
 
     if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
-        from gymlab.collection.dataset import read_rollouts
+        from gymlab.collection.readers import read_rollouts
 
         rollouts = read_rollouts(rollouts)
     return run_sync(

@@ -16,10 +16,9 @@ from pydantic import ValidationError
 
 from gymlab.errors import DatasetError
 from gymlab.jsonl import iter_jsonl, write_jsonl_atomic
+from gymlab.models.chat_convert import CHAT_ROLES
 from gymlab.protocol import ResponseCreateParams, Rollout
 from gymlab.protocol.validation import describe_validation
-
-CHAT_ROLES = {"system", "user", "assistant", "tool"}
 
 
 def check_chat_messages(messages: Any, key: str = "messages") -> None:
