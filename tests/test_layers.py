@@ -301,6 +301,45 @@ def test_the_layer_table_is_read_from_the_document():
         layer_of("gymlab.cli", read_layers(table))
 
 
+# -- the suite runs from a fresh clone ------------------------------------------------------------
+
+#: Kernel interfaces, the same on every Linux machine.
+SYSTEM_PATHS = ("/proc",)
+
+
+def outside_paths(source: str) -> list[str]:
+    """Paths a test module reads outside the repository: ``Path("/abs")`` (but ``/proc``) and ``../shared``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Path":
+            first = node.args[0] if node.args else None
+            value = first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else ""
+            if value.startswith("/") and not value.startswith(SYSTEM_PATHS):
+                found.append(value)
+        elif isinstance(node, ast.Constant) and node.value == "shared":
+            found.append("shared")  # ROOT / ".." / "shared": the folder beside the checkout
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "../shared" in node.value:
+            found.append(node.value)
+    return found
+
+
+def test_no_test_reads_a_file_outside_the_repository():
+    found = {
+        str(path.relative_to(ROOT)): paths
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if path != Path(__file__).resolve() and (paths := outside_paths(path.read_text()))  # this file names them
+    }
+    assert not found, f"tests that read outside the repository (copy the file into tests/data/): {found}"
+
+
+def test_the_path_check_finds_an_absolute_path_and_the_shared_folder():
+    source = (
+        'A = Path("/work/shared/interop")\nB = ROOT / ".." / "shared" / "interop"\n'
+        'C = Path("/proc") / "1"\nD = "/v1/agent_sessions"\n'
+    )
+    assert outside_paths(source) == ["/work/shared/interop", "shared"]
+
+
 # -- what imports what, at run time ---------------------------------------------------------------
 
 

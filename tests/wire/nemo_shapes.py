@@ -1,8 +1,9 @@
-"""Bodies shaped as NeMo Gym 0.7.0's agents send them, built from its real files in ``shared/interop``.
+"""Bodies shaped as NeMo Gym 0.7.0's agents send them, built from its real files in ``tests/data/nemo_gym``.
 
 Its agents send all 30 ``responses_create_params`` fields (null when unset), message items with
-``"phase": null``, and responses with every field of its response model. The fixtures are found next
-to the repository (``../shared/interop``); a missing fixture fails with what to do, never a skip.
+``"phase": null``, and responses with every field of its response model. The fixtures are kept in the
+repository (``tests/data/nemo_gym``, verbatim copies of the reference's output); a missing fixture fails,
+never a skip.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-INTEROP = REPO / ".." / "shared" / "interop"
+INTEROP = Path(__file__).resolve().parents[1] / "data" / "nemo_gym"
 ROLLOUTS = INTEROP / "nemo_gym_0.7.0_rollouts.jsonl"
 INPUTS = INTEROP / "nemo_gym_0.7.0_materialized_inputs.jsonl"
 
@@ -22,8 +22,7 @@ def fixture_rows(path: Path = ROLLOUTS) -> list[dict[str, Any]]:
     """The rows of an interop fixture file (fails, naming the path, when it is missing)."""
     if not path.exists():
         raise AssertionError(
-            f"interop fixture {path.resolve()} is missing: the tests expect the shared folder "
-            f"next to the repository ({INTEROP.resolve()}); check it out there"
+            f"interop fixture {path.resolve()} is missing: the tests read NeMo Gym's files from {INTEROP}"
         )
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
