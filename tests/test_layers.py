@@ -230,6 +230,14 @@ def test_no_module_is_over_500_lines():
     assert not long, f"modules over {MAX_LINES} lines (split them): {long}"
 
 
+def test_the_readme_names_the_layers_of_the_table_in_order():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## How it is built\n", 1)[1].split("\n## ", 1)[0]
+    chain = " ".join(p for p in section.split("\n\n") if "→" in p).replace("\n", " ")
+    named = [re.sub(r"\s*\(.*", "", step).strip() for step in chain.split("→")]
+    assert named == [name for name, _ in LAYERS], "README's 'How it is built' and docs/architecture.md's table differ"
+
+
 # -- the checker finds what it should -------------------------------------------------------------
 
 
