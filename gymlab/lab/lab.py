@@ -19,9 +19,6 @@ from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
 from gymlab.lab.open_episode import open_episode
 from gymlab.server import BaseServer
 
-__all__ = ["AgentHandle", "Lab", "ServerHandle"]  # the handles live in gymlab.lab.handles
-
-
 _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
