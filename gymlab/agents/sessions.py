@@ -33,7 +33,9 @@ class SessionAgent(Protocol):
 
     session_close_retry_window_seconds: float
     session_ttl_seconds: float | None
-    episode_sessions: EpisodeSessions
+
+    @property
+    def episode_sessions(self) -> EpisodeSessions: ...
 
     async def seed_agent_session(self, body: AgentSeedSessionRequest) -> Any: ...
 
