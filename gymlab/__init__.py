@@ -75,14 +75,14 @@ _NAMES: dict[str, str] = {
     "Failure": "gymlab.failure_kinds",
     "failure_kinds": "gymlab.failure_kinds",
     # export and reverification
-    "Dataset": "gymlab.collection.dataset",
+    "Dataset": "gymlab.collection.readers",
     "export_dataset": "gymlab.export",
     "export_rl": "gymlab.export",
     "export_rollouts": "gymlab.export",
     "export_sft": "gymlab.export",
     "load": "gymlab.lab.runs",
     "read_dataset": "gymlab.export",
-    "read_jsonl": "gymlab.collection.dataset",
+    "read_jsonl": "gymlab.collection.readers",
     "reverify": "gymlab.lab.reverify",
     # reward design
     "Component": "gymlab.rewards.rubric",
@@ -137,19 +137,85 @@ def __dir__() -> list[str]:
     return __all__
 
 
+# Every name of _NAMES again, for type checkers (tests/test_exported_members.py compares the two).
 if TYPE_CHECKING:  # pragma: no cover
+    from gymlab import failure_kinds
     from gymlab._runtime.fences import ResourcesSessionFences
     from gymlab._runtime.locks import ResourcesSessionLocks
+    from gymlab.agents.embedded import EmbeddedEnvironmentAgent
+    from gymlab.agents.gymnasium_agent import GymnasiumAgent
     from gymlab.agents.simple_agent import SimpleAgent
-    from gymlab.errors import ConfigError, DatasetError, GymlabError, ServerError, ServerStartError
+    from gymlab.cluster.pool import CellPool
+    from gymlab.collection.config import load_config
+    from gymlab.collection.merge import merge
+    from gymlab.collection.readers import Dataset, read_jsonl
+    from gymlab.collection.runner import acollect, collect
+    from gymlab.envservers.single_agent_turn import SingleAgentTurn
+    from gymlab.errors import (
+        ConfigError,
+        DatasetError,
+        EpisodeFailed,
+        ForkDivergedError,
+        GymlabError,
+        ResourcesSeedRejectedError,
+        ResourcesSessionConflictError,
+        ResourcesSessionError,
+        ServerError,
+        ServerStartError,
+        SessionContractError,
+    )
     from gymlab.examples import load_environment
+    from gymlab.export import export_dataset, export_rl, export_rollouts, export_sft, read_dataset
+    from gymlab.failure_kinds import Failure
     from gymlab.lab import AgentHandle, Lab, ServerHandle
+    from gymlab.lab.episode import Episode
+    from gymlab.lab.reverify import reverify
+    from gymlab.lab.runs import Rollouts, load
+    from gymlab.lab.widgets import EpisodeViewer, LivePanel, Stepper
     from gymlab.models.openai import OpenAIModel
     from gymlab.models.policy import PolicyModel
-    from gymlab.protocol import *  # noqa: F403
+    from gymlab.probes.report import ProbeReport
+    from gymlab.probes.run import probe
+    from gymlab.protocol import (
+        SESSION_ID_KEY,
+        AggregateMetrics,
+        AggregateMetricsRequest,
+        BaseRunRequest,
+        BaseSeedSessionRequest,
+        BaseSeedSessionResponse,
+        BaseVerifyRequest,
+        BaseVerifyResponse,
+        EpisodeId,
+        FunctionCall,
+        FunctionCallOutput,
+        Message,
+        NeMoGymResponse,
+        Reasoning,
+        ResourcesCloseSessionRequest,
+        ResourcesCloseSessionResponse,
+        ResourcesSeedSessionRequest,
+        ResourcesSeedSessionResponse,
+        ResponseCreateParams,
+        Rollout,
+        StepRecord,
+        TaskId,
+        Usage,
+        assistant_message,
+        function_call,
+    )
+    from gymlab.protocol.agent_sessions import (
+        AgentCloseSessionRequest,
+        AgentCloseSessionResponse,
+        AgentSeedSessionRequest,
+        AgentSeedSessionResponse,
+    )
+    from gymlab.resources.gymnasium import GymnasiumServer
     from gymlab.resources.mcp_backed import McpResourcesServer, mcp_tools_from
     from gymlab.resources.mcp_tools import connect_mcp
-    from gymlab.resources.simple import SimpleResourcesServer
+    from gymlab.resources.simple import SimpleResourcesServer, lost_session_verification
+    from gymlab.resources.tools import rows_from, tools_from
     from gymlab.rewards.judge import Judge
+    from gymlab.rewards.profile import profile
     from gymlab.rewards.rubric import Component, Rubric
     from gymlab.server import BaseServer
+    from gymlab.utils import is_gymlab_fastapi_entrypoint, is_nemo_gym_fastapi_entrypoint

@@ -161,3 +161,31 @@ def test_session_fences_and_locks_are_public_and_constructible():
 
     asyncio.run(seed_then_close())
     assert order == ["seed in", "seed out", "close in", "close out"] and len(locks) == 0
+
+
+def _type_checking_names() -> set[tuple[str, str]]:
+    """(name, module) for every import under ``if TYPE_CHECKING:`` in gymlab/__init__.py."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(gymlab.__file__).read_text())
+    blocks = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"]
+    assert len(blocks) == 1, "gymlab/__init__.py has one `if TYPE_CHECKING:` block"
+    found = set()
+    for node in ast.walk(blocks[0]):
+        if isinstance(node, ast.Import):
+            found.update((alias.asname or alias.name, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                assert alias.name != "*", "a star import hides which names a type checker sees"
+                full = f"{node.module}.{alias.name}"
+                found.add((alias.asname or alias.name, full if full in gymlab._NAMES.values() else node.module))
+    return found
+
+
+def test_type_checkers_see_every_public_name_where_it_loads_from():
+    """The ``TYPE_CHECKING`` block imports exactly the lazy map's names, each from the module it loads from."""
+    lazy = set(gymlab._NAMES.items())
+    seen = _type_checking_names()
+    assert seen == lazy, f"only in the lazy map: {sorted(lazy - seen)}; only for type checkers: {sorted(seen - lazy)}"
+    assert sorted({name for name, _ in seen} | {"__version__"}) == EXPORTED

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import traceback
-from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,33 +16,19 @@ from gymlab._runtime.ownership import install as install_ownership_routing
 from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_of
 from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionMiddleware
+from gymlab._runtime.spec import ServerSpec
 from gymlab._runtime.workers import worker_context
 from gymlab._traces import cause_line
 from gymlab.errors import ResourcesSessionError, error_body
 from gymlab.protocol.failure_kinds import Failure
-
-if TYPE_CHECKING:
-    from gymlab.server import BaseServer
+from gymlab.protocol.validation import describe_validation
 
 log = logging.getLogger("gymlab.server")
 
 
-def _describe_validation(errors: list[dict]) -> str:
-    parts = []
-    for e in errors:
-        path = list(e.get("loc", ()))
-        if path[:1] == ["body"] and len(path) > 1:
-            path = path[1:]
-        loc = ".".join(str(p) for p in path)
-        if e.get("type") == "extra_forbidden":
-            parts.append(f"unknown key '{loc.rsplit('.', 1)[-1]}' in {loc.rsplit('.', 1)[0] or 'body'}")
-        else:
-            parts.append(f"{loc or 'body'}: {e.get('msg')}")
-    return "; ".join(parts)
-
-
-def build_app(server: BaseServer) -> FastAPI:
-    """The FastAPI app for ``server``: sessions, error bodies that name server and route, health."""
+def build_app(server: ServerSpec) -> FastAPI:
+    """The FastAPI app for ``server`` (a ``ServerSpec``, e.g. a ``BaseServer``): sessions, error bodies
+    that name server and route, health."""
     app = _fastapi(f"gymlab {server.name}")
     name = server.name
 
@@ -51,7 +36,9 @@ def build_app(server: BaseServer) -> FastAPI:
     async def _invalid(request: Request, exc: RequestValidationError):
         errors = exc.errors()
         route = f"{request.method} {request.url.path}"
-        message = f"invalid request: {_describe_validation(errors)}"
+        # FastAPI files a body's errors under "body": the message names the fields inside it
+        located = [{**e, "loc": e["loc"][1:]} if _in_body(e.get("loc", ())) else e for e in errors]
+        message = f"invalid request: {describe_validation(located, 'body')}"
         body = error_body(name, route, message, hint="fix the named fields and send the request again")
         body["message"] = body["detail"]
         body["detail"] = _jsonable(errors)
@@ -108,6 +95,10 @@ def build_app(server: BaseServer) -> FastAPI:
         route_limits={"/aggregate_metrics": server.max_metrics_body_bytes},
     )
     return app
+
+
+def _in_body(loc: tuple | list) -> bool:
+    return len(loc) > 1 and loc[0] == "body"
 
 
 def _fastapi(title: str) -> FastAPI:

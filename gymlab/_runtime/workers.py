@@ -21,10 +21,9 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from gymlab.server import BaseServer
+from gymlab._runtime.spec import ServerSpec
 
 #: Set by the launcher for its workers: JSON with the entrypoint file, module name and state dir.
 WORKERS_ENV = "GYMLAB_WORKERS"
@@ -66,7 +65,7 @@ def entrypoint_of(server_cls: type) -> tuple[str, str]:
 ENTRYPOINT_CHECKS = ("is_gymlab_fastapi_entrypoint", "is_nemo_gym_fastapi_entrypoint")
 
 
-def check_workers(server_cls: type[BaseServer] | BaseServer, num_workers: int) -> str | None:
+def check_workers(server_cls: type | ServerSpec, num_workers: int) -> str | None:
     """Why ``server_cls`` cannot run with ``num_workers`` workers, or None when it can (for dry runs)."""
     if num_workers <= 1:
         return None
@@ -90,7 +89,7 @@ def check_workers(server_cls: type[BaseServer] | BaseServer, num_workers: int) -
     return None
 
 
-def _worker_config(server: BaseServer) -> str:
+def _worker_config(server: ServerSpec) -> str:
     raw = json.loads(os.environ.get(_config_env()) or "{}")
     try:
         raw.update(server.model_dump(mode="json", include=set(server.model_fields_set) | {"name", "num_workers"}))
@@ -104,7 +103,7 @@ def _worker_config(server: BaseServer) -> str:
 SECRET_FILE = "session_secret"
 
 
-def _write_secret(server: BaseServer, state_dir: str) -> None:
+def _write_secret(server: ServerSpec, state_dir: str) -> None:
     fd = os.open(os.path.join(state_dir, SECRET_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(server.session_secret.get_secret_value())
@@ -125,13 +124,13 @@ def _config_env() -> str:
     return CONFIG_ENV
 
 
-def _config_error(server: BaseServer, cause: str) -> Exception:
+def _config_error(server: ServerSpec, cause: str) -> Exception:
     from gymlab.errors import ConfigError
 
     return ConfigError(f"{server.name}: num_workers={server.num_workers}: {cause}")
 
 
-def serve_workers(server: BaseServer, log_level: str = "info") -> None:
+def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
     """Run ``server`` as ``server.num_workers`` uvicorn workers on one port until stopped."""
     global _launcher
     reason = check_workers(server, server.num_workers)

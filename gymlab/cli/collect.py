@@ -180,7 +180,7 @@ def main(args: argparse.Namespace) -> int:
         return _report(result)
 
     from gymlab.collection.config import load_config
-    from gymlab.collection.datasets import config_rows
+    from gymlab.collection.config_rows import config_rows
 
     config = load_config(*args.configs)
     rows: Any = args.input or config_rows(config, dataset=args.dataset, split=args.split)

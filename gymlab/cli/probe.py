@@ -55,7 +55,7 @@ def _group(rows: list[dict[str, Any]], agents: dict, agent: str | None) -> dict[
 
 def main(args: argparse.Namespace) -> int:
     from gymlab.collection.config import load_config
-    from gymlab.collection.datasets import config_rows, read_rows
+    from gymlab.collection.config_rows import config_rows, read_rows
     from gymlab.lab import AgentHandle, Lab
     from gymlab.probes import BUILTIN_PROBES, probe
 

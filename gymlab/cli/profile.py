@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab.collection.dataset import read_rollouts
+    from gymlab.collection.readers import read_rollouts
     from gymlab.rewards.profile import profile
 
     result = profile(read_rollouts(args.file), threshold=args.threshold)

@@ -104,8 +104,8 @@ def _on_sigterm(signum, frame):
 
 def main(args: argparse.Namespace) -> int:
     from gymlab._runtime.serve import answers_health
-    from gymlab.cli.serve_one import spawn
     from gymlab.collection.config import load_config
+    from gymlab.collection.serve_one import spawn
 
     config = load_config(*args.configs)
     if args.ray and not args.dry_run:

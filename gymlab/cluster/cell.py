@@ -57,7 +57,7 @@ class Cell:
 
     def _spawn(self, recipe) -> str:
         """``recipe``'s server as ``gymlab serve`` runs it (a process and its workers): its URL."""
-        from gymlab.cli.serve_one import spawn
+        from gymlab.collection.serve_one import spawn
 
         if recipe.target is None or recipe.raw is None:
             raise ConfigError(

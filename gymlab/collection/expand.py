@@ -12,7 +12,7 @@ from gymlab.errors import ConfigError, DatasetError
 def check_rows(rows: Iterable[dict[str, Any]], source: str = "rows") -> list[dict[str, Any]]:
     """Rows as a list, each a JSON object; flat rows need a valid ``responses_create_params``
     (collated taskset rows, with ``task_input``, are checked by their environment server)."""
-    from gymlab.collection.datasets import check_flat_row
+    from gymlab.collection.config_rows import check_flat_row
 
     out = []
     for i, row in enumerate(rows):
@@ -37,7 +37,7 @@ def expand(
     ``_ng_rollout_index`` is already materialized and runs once, as it is. Taskset rows (with
     ``task_input``) refuse run-level request overrides and ``num_repeats_add_seed``.
     """
-    from gymlab.collection.datasets import apply_run_overrides
+    from gymlab.collection.config_rows import apply_run_overrides
 
     if repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {repeats}")

@@ -81,6 +81,6 @@ def build_server(target: str, cfg: dict[str, Any], *, where: str = ""):
     try:
         return cls(**cfg)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        raise ConfigError(f"{where or cls.__name__}.{loc}: {first.get('msg')}") from None
+        from gymlab.protocol.validation import describe_validation
+
+        raise ConfigError(f"{where or cls.__name__}.{describe_validation(exc)}") from None

@@ -186,7 +186,7 @@ async def _acollect(
     """
     t0 = time.perf_counter()
     if isinstance(rows, (str, os.PathLike)):
-        from gymlab.collection.datasets import read_rows
+        from gymlab.collection.config_rows import read_rows
 
         rows = read_rows(rows, flat="auto")  # errors name the file's own line numbers
     else:

@@ -93,10 +93,9 @@ def parse_task(body: dict[str, Any]) -> Task:
     try:
         params = ResponseCreateParams.model_validate(authored)
     except ValidationError as exc:
-        raise ValueError(
-            "responses_create_params: "
-            + "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-        ) from None
+        from gymlab.protocol.validation import describe_validation
+
+        raise ValueError(f"responses_create_params: {describe_validation(exc, 'body')}") from None
     task_data = row.get("task_data", {})
     if not isinstance(task_data, dict):
         raise ValueError(f"task_data must be an object, got {type(task_data).__name__}")

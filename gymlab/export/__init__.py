@@ -5,10 +5,10 @@ and verl rows as JSONL or Parquet, with a dataset card; ``read_dataset`` reads t
 ``to_hf`` gives a ``datasets.Dataset``. ``filters``: the filters and the preference pairing rule.
 """
 
-from gymlab.export.chat import CHAT_ROLES, chat_messages, chat_tools, prompt_items
 from gymlab.export.dataset import FORMATS, ExportResult, export_dataset, read_dataset, to_hf
 from gymlab.export.filters import Pairing, as_records, by_task, group_key, preference_pairs, select
 from gymlab.export.rows import ROLLOUT_KEYS, export_rl, export_rollouts, export_sft, rl_row, rollout_row, sft_row
+from gymlab.models.chat_convert import CHAT_ROLES, chat_messages, chat_tools, prompt_items
 
 __all__ = [
     "CHAT_ROLES",

@@ -15,7 +15,7 @@ from gymlab.protocol import Rollout
 def as_records(rollouts: Iterable[Rollout | dict] | str | os.PathLike) -> list[Rollout]:
     """Rollout records from records, dicts or a rollouts JSONL path."""
     if isinstance(rollouts, (str, os.PathLike)):
-        from gymlab.collection.dataset import read_rollouts
+        from gymlab.collection.readers import read_rollouts
 
         return read_rollouts(rollouts)
     return [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]

@@ -5,7 +5,7 @@
 * ``export_sft``: one OpenAI chat-format conversation per episode (``messages`` + ``tools``).
 * ``export_rl``: the prompt, the episode's completion and its reward.
 
-Every file is written atomically (``gymlab.jsonl.write_jsonl_atomic``); ``gymlab.collection.dataset``
+Every file is written atomically (``gymlab.jsonl.write_jsonl_atomic``); ``gymlab.collection.readers``
 reads each kind back, validated. Filters (``select``) are explicit arguments:
 nothing is dropped unless asked for. No pandas here. The trainer formats (TRL, verl, Parquet) are
 in ``gymlab.export.dataset``.
@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gymlab.export.chat import chat_messages, chat_tools, prompt_items
 from gymlab.export.filters import as_records, select
 from gymlab.jsonl import write_jsonl_atomic
+from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
 from gymlab.protocol import Rollout
 
 #: The keys of a NeMo Gym rollout row, in the order it writes them.

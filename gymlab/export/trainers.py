@@ -13,7 +13,7 @@ Column names follow each library's documentation:
   ``data_source`` (picks the reward function), ``prompt`` (chat messages), ``ability`` (the task
   category), ``reward_model`` {``style``, ``ground_truth``}, ``extra_info`` (index, split, ...).
 
-Messages are OpenAI chat messages (``gymlab.export.chat``): assistant ``tool_calls`` with string
+Messages are OpenAI chat messages (``gymlab.models.chat_convert``): assistant ``tool_calls`` with string
 ``arguments``, ``tool`` messages with ``tool_call_id``, reasoning in the assistant's ``reasoning_content``
 (the key the Qwen3 and DeepSeek-R1 chat templates read). Extra score columns (``score_chosen``,
 ``score_rejected``, ``reward``) follow the preference datasets TRL's examples use; trainers ignore them.
@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymlab.export.chat import chat_messages, chat_tools, prompt_items
 from gymlab.export.filters import by_task, preference_pairs, select
 from gymlab.export.ground_truth import GroundTruth, Rows, ground_truth_of
 from gymlab.export.verl_tools import DEFAULT_TOOL_CLASS
+from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
 from gymlab.protocol import Rollout
 
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from gymlab.collection.dataset import check_chat_messages
+from gymlab.collection.readers import check_chat_messages
 
 
 def _messages(row: dict, key: str) -> None:

@@ -10,9 +10,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _NAMES = {
-    "AgentHandle": "gymlab.lab.lab",
+    "AgentHandle": "gymlab.lab.handles",
     "Lab": "gymlab.lab.lab",
-    "ServerHandle": "gymlab.lab.lab",
+    "ServerHandle": "gymlab.lab.handles",
     "Episode": "gymlab.lab.episode",
     "ForkDivergedError": "gymlab.errors",
     "SeedVerifyEpisode": "gymlab.lab.seed_verify",
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gymlab.errors import ForkDivergedError
     from gymlab.lab.episode import Episode
     from gymlab.lab.gymnasium_episode import GymnasiumEpisode, Step
-    from gymlab.lab.lab import AgentHandle, Lab, ServerHandle
+    from gymlab.lab.handles import AgentHandle, ServerHandle
+    from gymlab.lab.lab import Lab
     from gymlab.lab.runs import Rollouts
     from gymlab.lab.seed_verify import SeedVerifyEpisode

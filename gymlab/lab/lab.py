@@ -12,66 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from gymlab._runtime.serve import LoopServer
-from gymlab._sync import on_background_loop, run_sync
+from gymlab._sync import run_sync
 from gymlab._traces import logbook
-from gymlab.client import post_ok
 from gymlab.errors import ConfigError, ServerStartError
-from gymlab.protocol import Rollout
+from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
+from gymlab.lab.open_episode import open_episode
 from gymlab.server import BaseServer
-
-
-class ServerHandle:
-    """A running server: ``.url``, ``.server`` (the instance), ``.stop()``; a context manager."""
-
-    def __init__(self, server: BaseServer, runner: LoopServer, lab: Lab | None = None):
-        self.server, self._runner, self._lab = server, runner, lab
-
-    @property
-    def name(self) -> str:
-        return self.server.name
-
-    @property
-    def url(self) -> str:
-        return self._runner.url
-
-    @property
-    def running(self) -> bool:
-        return self._runner.running
-
-    def stop(self) -> None:
-        self._runner.stop()
-        if self._lab is not None and self._lab._handles.get(self.name) is self:
-            del self._lab._handles[self.name]
-
-    async def apost(self, path: str, body: Any) -> Any:
-        return await on_background_loop(post_ok(self.url, path, body, server=self.name))
-
-    def post(self, path: str, body: Any) -> Any:
-        """POST JSON to this server from sync code; an error status raises ``ServerError``."""
-        __tracebackhide__ = True
-        return run_sync(self.apost(path, body))
-
-    def __enter__(self) -> ServerHandle:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
-        return f"<{type(self).__name__} {self.name} {self.url} {state}>"
-
-
-class AgentHandle(ServerHandle):
-    """A running agent server: ``run(row)`` and ``await arun(row)`` return a ``Rollout``."""
-
-    async def arun(self, row: dict[str, Any]) -> Rollout:
-        return Rollout.model_validate(await self.apost("/run", row))
-
-    def run(self, row: dict[str, Any]) -> Rollout:
-        __tracebackhide__ = True
-        return run_sync(self.arun(row))
-
 
 _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 
@@ -346,7 +292,7 @@ class Lab:
         self._running.add(task)
         try:
             with self._book.quiet():
-                env_name = agent.env_name() if _is_pool(agent) else env_name_of(self, agent)
+                env_name = agent.env_name() if is_pool(agent) else env_name_of(self, agent)
                 result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
         except asyncio.CancelledError:
             self.last_run = Rollouts(state.finished)
@@ -362,7 +308,7 @@ class Lab:
         from gymlab.resources.simple import SimpleResourcesServer
         from gymlab.resources.tools import CheckReport, check_rows
 
-        if _is_pool(target):
+        if is_pool(target):
             return target.check(rows)
         env = target
         if isinstance(target, AgentHandle):
@@ -389,12 +335,6 @@ class Lab:
         entries = [e for e in self._book.entries if all or e.time >= self._started]
         return LogView(entries[-last:] if last else entries)
 
-    def probe(self, env: Any, rows: list[dict[str, Any]], **kw: Any):
-        """Run the reward probes over ``rows`` against ``env``; see ``gymlab.probes.probe``."""
-        from gymlab.probes.run import probe
-
-        return probe(self, env, rows, **kw)
-
     def close(self) -> None:
         """Stop every server this lab started, and every pool's cells."""
         for pool in self._pools:
@@ -414,11 +354,6 @@ class Lab:
         return f"<Lab {', '.join(f'{n}={h.url}' for n, h in self._handles.items()) or 'no servers'}>"
 
 
-def _is_pool(target: Any) -> bool:
-    """True for a ``gymlab.cluster.pool.CellPool`` (checked without importing Ray or the pool)."""
-    return type(target).__name__ == "CellPool" and type(target).__module__ == "gymlab.cluster.pool"
-
-
 def _url(target: Any) -> str:
     return target if isinstance(target, str) else target.url
 
@@ -427,85 +362,6 @@ def _url(target: Any) -> str:
 def _close_all() -> None:
     for lab in list(_labs):
         lab.close()
-
-
-# -- lab.episode ----------------------------------------------------------------------------------
-
-
-def _protocol_of(server: Any, agent: Any) -> str:
-    """'seed/verify' or 'gymnasium', from the environment's routes (or the agent's kind if it is remote)."""
-    from gymlab.errors import EpisodeError
-
-    if server is not None:
-        paths = {getattr(r, "path", None) for r in server.app.routes}
-        if "/seed_session" in paths and "/verify" in paths:
-            return "seed/verify"
-        if "/reset" in paths and "/step" in paths:
-            return "gymnasium"
-        raise EpisodeError(
-            f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
-            "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)"
-        )
-    return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
-
-
-def open_episode(lab: Any, target: Any, row: dict[str, Any], *, model: Any = None, max_steps: int | None = None):
-    """The episode ``Lab.episode`` returns: ``target`` is a resources server handle or an agent handle."""
-    from gymlab.errors import EpisodeError
-    from gymlab.lab.gymnasium_episode import GymnasiumEpisode
-    from gymlab.lab.seed_verify import SeedVerifyEpisode
-
-    if _is_pool(target):
-        from gymlab.cluster.bridge import pinned
-
-        at = pinned(target)
-        cls = SeedVerifyEpisode if at["protocol"] == "seed/verify" else GymnasiumEpisode
-        return cls(
-            at["env_url"],
-            row,
-            env_name=at["env_name"],
-            model_url=model.url if hasattr(model, "url") else model or at["model_url"],
-            model_name=at["model_name"],
-            agent_name=at["agent_name"],
-            max_steps=max_steps if max_steps is not None else at["max_steps"],
-        )
-    by_url = {h.url: h for h in lab.servers.values()}
-    agent, agent_name = None, ""
-    if isinstance(target, AgentHandle):
-        agent, agent_name = target.server, target.name
-        env_url = getattr(agent, "resources_server", "")
-        if not env_url:
-            raise EpisodeError(f"{target.name}: the agent has no resources_server; serve it with resources=...")
-        model = model if model is not None else (getattr(agent, "model_server", "") or None)
-        if max_steps is None:
-            max_steps = getattr(agent, "max_steps", None)
-        env_handle = by_url.get(env_url)
-    elif isinstance(target, ServerHandle):
-        env_url, env_handle = target.url, target
-    else:
-        raise TypeError(
-            f"lab.episode takes a server handle or an agent handle (from lab.serve / lab.serve_agent), "
-            f"not {type(target).__name__}"
-        )
-    if isinstance(model, str):
-        model_url, model_name = model, getattr(by_url.get(model), "name", model)
-    elif model is not None:
-        model_url, model_name = model.url, model.name
-    else:
-        model_url, model_name = None, ""
-    server = env_handle.server if env_handle is not None else None
-    protocol = _protocol_of(server, agent)
-    cls = SeedVerifyEpisode if protocol == "seed/verify" else GymnasiumEpisode
-    return cls(
-        env_url,
-        row,
-        env_name=env_handle.name if env_handle else env_url,
-        model_url=model_url,
-        model_name=model_name,
-        agent_name=agent_name,
-        env_server=server,
-        max_steps=max_steps,
-    )
 
 
 def _report_failures(result) -> None:

@@ -170,7 +170,8 @@ async def areverify(
     **config: Any,
 ):
     """Async form of ``reverify``."""
-    from gymlab.lab.lab import Lab, ServerHandle
+    from gymlab.lab.handles import ServerHandle
+    from gymlab.lab.lab import Lab
 
     records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
     options = {"replay_tools": replay_tools, "concurrency": concurrency, "rows": rows_by_task(rows)}
@@ -220,7 +221,7 @@ def reverify(
     from gymlab._sync import run_sync
 
     if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
-        from gymlab.collection.dataset import read_rollouts
+        from gymlab.collection.readers import read_rollouts
 
         rollouts = read_rollouts(rollouts)
     return run_sync(

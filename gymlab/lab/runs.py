@@ -186,7 +186,7 @@ def load(path: str | os.PathLike, kind: str | None = None):
 
     Other kinds (sft, rl, task) come back as ``gymlab.read_jsonl`` gives them.
     """
-    from gymlab.collection.dataset import kind_of, read_jsonl
+    from gymlab.collection.readers import kind_of, read_jsonl
     from gymlab.jsonl import iter_jsonl
 
     if kind is None:

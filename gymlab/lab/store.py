@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from gymlab.errors import DatasetError
 from gymlab.jsonl import dumps, read_lines
 from gymlab.protocol.record import Rollout, derived_steps, has_steps, steps_filled
+from gymlab.protocol.validation import describe_validation
 
 IN_MEMORY = "records"
 
@@ -36,13 +37,6 @@ def _line_of(record: Any) -> bytes:
     if type(record) is dict and "steps" not in record and isinstance(record.get("response"), dict):
         record = {**record, "steps": derived_steps(record)}  # a record written without steps (NeMo Gym's)
     return dumps(record)
-
-
-def describe(exc: ValidationError) -> str:
-    """The first error of a validation, as ``loc: message``."""
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first.get("loc", ())) or "record"
-    return f"{loc}: {first.get('msg')}"
 
 
 class RecordStore:
@@ -113,7 +107,7 @@ class RecordStore:
         except ValidationError as exc:
             if any(e.get("type") == "json_invalid" for e in exc.errors()):
                 raise self.error(i, f"not valid JSON: {exc.errors()[0].get('msg')}") from None
-            raise self.error(i, f"not a rollout record: {describe(exc)}") from None
+            raise self.error(i, f"not a rollout record: {describe_validation(exc, 'record')}") from None
 
     def dicts(self) -> Iterator[dict[str, Any]]:
         """Every record parsed (not validated) by orjson; a line that is not a JSON object raises."""

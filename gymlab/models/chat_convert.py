@@ -1,4 +1,7 @@
-"""Responses API <-> Chat Completions, as pure functions (no I/O).
+"""Responses API <-> Chat Completions, as pure functions (no I/O): the one chat converter.
+
+``chat_messages`` and ``chat_tools`` turn Responses items and tools into the Chat form, both for the
+requests below and for the chat rows of ``gymlab.export`` (where reasoning is kept and content is text).
 
 ``chat_request`` turns a Responses request into a ``/chat/completions`` body; ``response_from_chat``
 turns the answer back into a ``NeMoGymResponse``. ``OpenAIModel`` uses them in ``chat_completions``
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from gymlab.errors import ConversionError
@@ -36,6 +40,7 @@ from gymlab.protocol import (
     ContentPart,
     FunctionCall,
     FunctionCallOutput,
+    FunctionTool,
     Message,
     NeMoGymResponse,
     Reasoning,
@@ -45,6 +50,8 @@ from gymlab.protocol import (
 )
 from gymlab.protocol.responses import InputTokensDetails, OutputTokensDetails, SummaryText
 
+#: The roles a chat message may have.
+CHAT_ROLES = {"system", "user", "assistant", "tool"}
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text"}
 _DROPPED = ("store", "include", "metadata", "truncation", "max_tool_calls")
 _REFUSED = ("previous_response_id", "prompt", "background")
@@ -79,39 +86,99 @@ def _content(message: Message, where: str) -> str | list[dict]:
     return parts
 
 
-def chat_messages(params: ResponseCreateParams) -> list[dict]:
-    """The conversation of ``params`` as Chat messages."""
-    messages: list[dict] = []
+def prompt_items(params: ResponseCreateParams) -> list[Any]:
+    """The request's input items, with its ``instructions`` as a leading system message."""
+    items = params.input_items()
     if params.instructions:
-        messages.append({"role": "system", "content": params.instructions})
-    for n, item in enumerate(params.input_items()):
-        where = f"input[{n}]"
+        items = [Message(role="system", content=params.instructions), *items]
+    return items
+
+
+def chat_messages(
+    source: ResponseCreateParams | Iterable[Any], where: str = "", *, request: bool = False
+) -> list[dict[str, Any]]:
+    """Responses-API items (or a request: its instructions, then its input) as Chat messages.
+
+    The one converter, for the requests ``OpenAIModel`` sends (``request=True``) and for the chat rows
+    trainers read. ``developer`` becomes ``system``; function calls join the assistant turn before them
+    as ``tool_calls`` (an empty text becomes None); outputs become ``tool`` messages. A request leaves
+    ``reasoning`` items out (Chat endpoints ignore or refuse them) and keeps image parts; a training row
+    puts reasoning summaries in ``reasoning_content`` of the assistant message that follows and holds
+    text only. An item or part with no Chat form raises ``ConversionError`` naming ``where`` and its index.
+    """
+    if isinstance(source, ResponseCreateParams):
+        items, first, where = prompt_items(source), -1 if source.instructions else 0, where or "input"
+    else:
+        items, first, where = list(source), 0, where or "items"
+    messages: list[dict[str, Any]] = []
+    reasoning: list[str] = []
+    open_turn = False  # the last message is an assistant turn that later calls may join
+
+    def assistant(content: Any) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning:
+            message["reasoning_content"] = "\n".join(reasoning)
+            reasoning.clear()
+        return message
+
+    for n, item in enumerate(items, first):
+        at = f"{where}[{n}]" if n >= 0 else f"{where} instructions"
         if isinstance(item, Message):
-            role = "system" if item.role == "developer" else item.role
-            messages.append({"role": role, "content": _content(item, where)})
+            content = _content(item, at)
+            if not request and not isinstance(content, str):
+                raise ConversionError(
+                    f"{at}: a message has image content, which a text chat row cannot hold; filter such episodes out"
+                )
+            if item.role == "assistant":
+                messages.append(assistant(content))
+                open_turn = isinstance(content, (str, type(None)))
+            else:
+                messages.append({"role": "system" if item.role == "developer" else item.role, "content": content})
+                open_turn = False
         elif isinstance(item, FunctionCall):
             call = {
                 "id": item.call_id,
                 "type": "function",
                 "function": {"name": item.name, "arguments": item.arguments},
             }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), (str, type(None))):
-                last.setdefault("tool_calls", []).append(call)
-                if last.get("content") == "":
-                    last["content"] = None
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            if not open_turn:
+                messages.append(assistant(None))
+                open_turn = True
+            last = messages[-1]
+            last.setdefault("tool_calls", []).append(call)
+            if last["content"] == "":
+                last["content"] = None
         elif isinstance(item, FunctionCallOutput):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+            open_turn = False
         elif isinstance(item, Reasoning):
-            continue  # see the module docstring
+            if not request:  # see the module docstring
+                reasoning.append(" ".join(s.text for s in item.summary))
         else:
+            hint = "use mode='responses' with an endpoint that serves /v1/responses" if request else "filter it out"
             raise ConversionError(
-                f"{where}: item type {item.type!r} has no Chat Completions form; "
-                "use mode='responses' with an endpoint that serves /v1/responses"
+                f"{at}: item type {getattr(item, 'type', '?')!r} has no Chat Completions form; {hint}"
             )
+    if reasoning:
+        messages.append(assistant(None))
     return messages
+
+
+def chat_tools(tools: Iterable[FunctionTool]) -> list[dict[str, Any]]:
+    """Responses-API function tools in the Chat form (``{"type": "function", "function": {...}}``)."""
+    out = []
+    for n, tool in enumerate(tools):
+        if tool.type != "function":
+            raise ConversionError(f"tools[{n}]: tool type {tool.type!r} has no Chat Completions form")
+        function: dict[str, Any] = {
+            "name": tool.name,
+            "description": tool.description or "",
+            "parameters": tool.parameters or {"type": "object", "properties": {}},
+        }
+        if tool.strict is not None:
+            function["strict"] = tool.strict
+        out.append({"type": "function", "function": function})
+    return out
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -144,27 +211,10 @@ def chat_request(params: ResponseCreateParams, model: str = "", extra_body: dict
     for key in _REFUSED:
         if getattr(params, key) is not None:
             raise ConversionError(f"{key} has no Chat Completions form; use mode='responses'")
-    for n, tool in enumerate(params.tools):
-        if tool.type != "function":
-            raise ConversionError(f"tools[{n}]: tool type {tool.type!r} has no Chat Completions form")
-    body: dict[str, Any] = {"model": model or params.model or "", "messages": chat_messages(params)}
-    if params.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    k: v
-                    for k, v in (
-                        ("name", t.name),
-                        ("description", t.description),
-                        ("parameters", t.parameters),
-                        ("strict", t.strict),
-                    )
-                    if v is not None
-                },
-            }
-            for t in params.tools
-        ]
+    tools = chat_tools(params.tools)
+    body: dict[str, Any] = {"model": model or params.model or "", "messages": chat_messages(params, request=True)}
+    if tools:
+        body["tools"] = tools
         body["tool_choice"] = _tool_choice(params.tool_choice)
         body["parallel_tool_calls"] = params.parallel_tool_calls
     elif params.tool_choice not in (None, "auto", "none"):

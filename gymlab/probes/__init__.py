@@ -1,6 +1,6 @@
 """Reward robustness probes: adversarial policies run through the normal agent path, and their verdict.
 
-``probe(lab, env, rows)`` (or ``lab.probe(env, rows)``, ``gymlab probe CONFIG``) tells whether a
+``probe(lab, env, rows)`` (or ``gymlab probe CONFIG``) tells whether a
 reward can be earned without doing the task, before any training runs on it.
 """
 

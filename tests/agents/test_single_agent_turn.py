@@ -190,7 +190,10 @@ def test_task_shapes_and_seed_body(observed):
             'field \'city\' is "NYC" in the row but "SF" in task_data',
         ),
         ({"task_id": "a/1", "task_input": {"city": "SF"}}, "the task has no responses_create_params"),
-        ({"responses_create_params": {"input": "x", "temprature": 1}}, "responses_create_params: temprature"),
+        (
+            {"responses_create_params": {"input": "x", "temprature": 1}},
+            "responses_create_params: unknown key 'temprature'",
+        ),
         ({"task_input": [1]}, "task_input must be an object"),
     ],
     ids=["conflicting-field", "no-params", "bad-params", "task-input-not-object"],

@@ -26,7 +26,7 @@ from gymlab.testing.workers import wait_until
 from tests.jupyterlab_status import answers
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = shutil.which("chromium")  # Debian's package (`make browser-deps`), found on PATH
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 CHROMIUM_ARGS = [
     "--headless",
@@ -44,9 +44,9 @@ WAIT_MS = 60_000
 START_S = 120  # JupyterLab's start-up, polled
 
 playwright_sync = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[browser]'")
-if not os.path.exists(CHROMIUM):
+if CHROMIUM is None:
     # `make test` installs Chromium first, so under CI a missing browser is a failure, never a skip.
-    message = f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)"
+    message = "chromium is not on PATH: run `make browser-deps` (apt-get install chromium)"
     if os.environ.get("CI"):
         raise RuntimeError(message)
     pytest.skip(message, allow_module_level=True)

@@ -169,7 +169,7 @@ def test_function_call_without_preceding_text_opens_an_assistant_message():
             {"type": "function_call", "call_id": "c1", "name": "hit", "arguments": "{}"},
         ]
     )
-    assert chat_messages(params)[1] == {
+    assert chat_messages(params, request=True)[1] == {
         "role": "assistant",
         "content": None,
         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "hit", "arguments": "{}"}}],
@@ -206,7 +206,7 @@ def test_image_parts_become_image_url_parts():
             }
         ]
     )
-    assert chat_messages(params)[0]["content"] == [
+    assert chat_messages(params, request=True)[0]["content"] == [
         {"type": "text", "text": "what is this?"},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
     ]
@@ -220,3 +220,25 @@ def test_scrub_removes_the_key_and_pieces_of_it():
     assert out.startswith("Incorrect API key provided: ***.")
     assert scrub("nothing secret here", key) == "nothing secret here"
     assert scrub("text", None) == "text"
+
+
+def test_one_converter_two_uses_a_request_drops_reasoning_a_training_row_keeps_it():
+    """The same items: the request leaves reasoning out and keeps images; the training row keeps the
+    reasoning on the assistant turn that follows and refuses what a text row cannot hold."""
+    params = ResponseCreateParams.model_validate(_load("responses_request_multiturn"))
+    request = chat_messages(params, request=True)
+    row = chat_messages(params, "episode task 0")
+    assert not any("reasoning_content" in m for m in request)
+    assert [m for m in row if "reasoning_content" in m][0]["tool_calls"][0]["id"] == "call_a"
+    assert [{k: v for k, v in m.items() if k != "reasoning_content"} for m in row] == request
+    image = {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}
+    with pytest.raises(ConversionError, match=r"episode task 0\[0\]: a message has image content"):
+        chat_messages(_params(input=[image]).input_items(), "episode task 0")
+    with pytest.raises(ConversionError, match=r"input\[1\]: item type 'web_search_call'.*mode='responses'"):
+        chat_messages(
+            _params(
+                instructions="be brief",
+                input=[{"role": "user", "content": "hi"}, {"type": "web_search_call", "id": "w"}],
+            ),
+            request=True,
+        )

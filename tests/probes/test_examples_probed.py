@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gymlab.examples import example_rows, load_environment
-from gymlab.probes import BUILTIN_PROBES
+from gymlab.probes import BUILTIN_PROBES, probe
 
 SERVED = {
     "calculator": "CalculatorServer",
@@ -25,7 +25,7 @@ SERVED = {
 def test_example_is_not_flagged(lab, name):
     example = load_environment(name)
     env = lab.serve(getattr(example, SERVED[name]))
-    report = lab.probe(env, example_rows(name), real_policy=example.policy)
+    report = probe(lab, env, example_rows(name), real_policy=example.policy)
     assert list(report.rollouts) == list(BUILTIN_PROBES)
     assert report.flagged == [] and report.hits == [], report
     assert report.cell("refusal").real_reward == 1.0  # the real policy earns every reward
@@ -37,7 +37,7 @@ def test_blackjack_is_not_flagged_though_a_blind_hand_can_win(lab):
     then (a marked task), but loses on average, below the real policy."""
     blackjack = load_environment("blackjack")
     env = lab.serve(blackjack.BlackjackEnv)
-    report = lab.probe(env, example_rows("blackjack"), real_policy=blackjack.policy)
+    report = probe(lab, env, example_rows("blackjack"), real_policy=blackjack.policy)
     assert report.flagged == [], report
     real = report.cell("refusal").real_reward
     assert all(report.cell(p).mean_reward < real for p in report.rollouts)
@@ -49,7 +49,7 @@ def test_agent_embedded_guess_number_is_not_flagged(lab):
     """An agent handle is probed on copies of that agent; its own model is the real policy."""
     guess = load_environment("guess_number")
     agent = lab.serve_agent(guess.GuessNumberAgent, model=lab.serve_model(guess.policy), name="guess_number")
-    report = lab.probe(agent, example_rows("guess_number"))
+    report = probe(lab, agent, example_rows("guess_number"))
     assert report.flagged == [] and report.hits == [], report
     assert report.cell("answer_spray", 0).real_reward == 1.0
     assert {r.agent for r in report.episodes("answer_spray")} == {"probe-answer_spray-agent"}

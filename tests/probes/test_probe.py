@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, EpisodeViewer, ProbeReport, Rollouts, SimpleResourcesServer
-from gymlab.probes import BUILTIN_PROBES
+from gymlab.probes import BUILTIN_PROBES, probe
 from gymlab.protocol import function_call
 
 QUESTIONS = [
@@ -42,7 +42,7 @@ def answers_42(request):
 
 def test_answer_spray_flags_a_verify_that_checks_42_in_text(lab):
     env = lab.serve(FortyTwoInText)
-    report = lab.probe(env, QUESTIONS, real_policy=answers_42)
+    report = probe(lab, env, QUESTIONS, real_policy=answers_42)
     assert isinstance(report, ProbeReport) and list(report.rollouts) == list(BUILTIN_PROBES)
     assert "answer_spray" in report.flagged
     assert set(report.flagged) <= {"answer_spray", "call_every_tool_then_spray"}  # nothing else writes "42"
@@ -54,7 +54,7 @@ def test_answer_spray_flags_a_verify_that_checks_42_in_text(lab):
     assert episode.reward == 1.0 and " 41 42 43 " in episode.response.output_text
     assert isinstance(report.episodes("answer_spray"), Rollouts) and len(report.episodes("answer_spray")) == 2
 
-    fixed = lab.probe(lab.serve(FortyTwoOnly), QUESTIONS, real_policy=answers_42)
+    fixed = probe(lab, lab.serve(FortyTwoOnly), QUESTIONS, real_policy=answers_42)
     assert fixed.flagged == [] and fixed.hits == []
     assert fixed.cell("answer_spray").mean_reward == 0.0 and fixed.cell("answer_spray").real_reward == 1.0
 
@@ -103,7 +103,7 @@ def _tool_rows(n: int) -> list[dict]:
 
 def test_tool_calling_probe_flags_a_verify_that_checks_only_that_a_tool_was_called(lab):
     env = lab.serve(ToolCalledServer)
-    report = lab.probe(env, _tool_rows(3), max_steps=4)
+    report = probe(lab, env, _tool_rows(3), max_steps=4)
     tool_probes = ("call_every_tool", "call_every_tool_silent", "call_every_tool_random", "call_every_tool_then_spray")
     for name in (*tool_probes, "repeat_tool_call"):
         assert name in report.flagged and report.cell(name).mean_reward == 1.0
@@ -144,7 +144,7 @@ def test_probes_run_the_agent_path_step_limit_tool_guard_and_masking(lab, counte
         "silent": silent,
         "broken": broken,
     }
-    report = lab.probe(env, rows("counter")[:2], probes=probes, max_steps=3, timeouts={"model": 0.5})
+    report = probe(lab, env, rows("counter")[:2], probes=probes, max_steps=3, timeouts={"model": 0.5})
 
     for episode in report.episodes("repeat_tool_call"):  # looped until the step limit
         assert len(episode.steps) == 3 and episode.truncated and not episode.terminated
@@ -171,7 +171,7 @@ def test_probes_run_the_agent_path_step_limit_tool_guard_and_masking(lab, counte
 
 def test_verdict_table_html_text_frame_and_viewer(lab):
     env = lab.serve(FortyTwoInText)
-    report = lab.probe(env, QUESTIONS, probes=["answer_spray", "refusal"], real_policy=answers_42, threshold=0.5)
+    report = probe(lab, env, QUESTIONS, probes=["answer_spray", "refusal"], real_policy=answers_42, threshold=0.5)
     html = report._repr_html_()
     assert "real policy" in html and "gl-flag" in html and "answer_spray ⚑" in html
     assert "<details><summary>episode</summary>" in html and "What is 6 times 7?" in html
@@ -205,12 +205,12 @@ def test_verdict_table_html_text_frame_and_viewer(lab):
 def test_bad_arguments_name_what_to_do(lab):
     env = lab.serve(FortyTwoInText)
     with pytest.raises(ValueError, match="unknown probe 'nope'; built-in probes: empty_answer"):
-        lab.probe(env, QUESTIONS, probes=["nope"])
+        probe(lab, env, QUESTIONS, probes=["nope"])
     with pytest.raises(TypeError, match="a probe is a policy function"):
-        lab.probe(env, QUESTIONS, probes={"x": 3})
+        probe(lab, env, QUESTIONS, probes={"x": 3})
     with pytest.raises(ValueError, match="at least one row"):
-        lab.probe(env, [])
-    report = lab.probe(env, QUESTIONS, probes=["refusal"])
+        probe(lab, env, [])
+    report = probe(lab, env, QUESTIONS, probes=["refusal"])
     with pytest.raises(KeyError, match="no probe 'other' in this report; probes: refusal"):
         report.episodes("other")
     with pytest.raises(KeyError, match="no real-policy run"):
@@ -229,7 +229,7 @@ def test_gymnasium_environment_probed_with_a_real_model_server(lab):
 
     env = lab.serve(LooseQA)
     real = lab.serve_model(qa.policy, name="qa-policy")
-    report = lab.probe(env, example_rows("qa"), real_policy=real, probes=["echo_prompt", "refusal"])
+    report = probe(lab, env, example_rows("qa"), real_policy=real, probes=["echo_prompt", "refusal"])
     assert report.flagged == ["echo_prompt"] and report.hits == [("echo_prompt", 0)]
     assert report.cell("refusal").real_reward == 1.0
     (episode,) = report.episodes("echo_prompt", 0)

@@ -15,7 +15,7 @@ from gymlab.jsonl import iter_jsonl
 from gymlab.rewards.nemo_profile import profile_paths
 from gymlab.rewards.stats import majority_at_k, pass_at_k
 
-INTEROP = Path(__file__).resolve().parents[1] / "data" / "nemo_gym"
+INTEROP = Path(__file__).resolve().parents[1] / "data" / "nemo_gym"  # NeMo Gym 0.7.0's own files, verbatim
 NEMO = INTEROP / "nemo_gym_0.7.0_rollouts.jsonl"
 
 

@@ -17,7 +17,7 @@ from schemathesis import GenerationMode
 
 from gymlab.envservers.single_agent_turn import SingleAgentTurn
 from gymlab.examples import load_environment
-from gymlab.lab.lab import AgentHandle
+from gymlab.lab import AgentHandle
 
 MAX_EXAMPLES = 15
 ENVIRONMENTS = ["calculator", "counter", "blackjack", "qa", "calculator_gym", "stateless"]

@@ -21,6 +21,7 @@ from typing import Any
 
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import iter_jsonl
+from gymlab.protocol.validation import describe_validation
 
 #: Where collation looks for a task's own ID, in this order.
 ID_FIELDS = ("task_id", "problem_id", "instance_id")
@@ -62,14 +63,7 @@ def check_flat_row(row: dict[str, Any], path: str, line: int | None) -> None:
     try:
         ResponseCreateParams.model_validate(row["responses_create_params"])
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        what = (
-            f"unknown key {loc.rsplit('.', 1)[-1]!r}"
-            if first.get("type") == "extra_forbidden"
-            else f"{loc or 'value'}: {first.get('msg')}"
-        )
-        raise DatasetError(path, line, f"invalid responses_create_params: {what}") from None
+        raise DatasetError(path, line, f"invalid responses_create_params: {describe_validation(exc)}") from None
 
 
 def task_key(row: dict[str, Any]) -> str | None:

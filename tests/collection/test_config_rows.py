@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gymlab.collection.config import load_config
-from gymlab.collection.datasets import collate_taskset, config_rows, read_rows
+from gymlab.collection.config_rows import collate_taskset, config_rows, read_rows
 from gymlab.collection.expand import expand
 from gymlab.errors import ConfigError, DatasetError
 

@@ -16,21 +16,9 @@ from pydantic import ValidationError
 
 from gymlab.errors import DatasetError
 from gymlab.jsonl import iter_jsonl, write_jsonl_atomic
+from gymlab.models.chat_convert import CHAT_ROLES
 from gymlab.protocol import ResponseCreateParams, Rollout
-
-CHAT_ROLES = {"system", "user", "assistant", "tool"}
-
-
-def _describe(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first.get("loc", ())) or "row"
-    if first.get("type") == "extra_forbidden":
-        return f"unknown key {loc!r}"
-    return f"{loc}: {first.get('msg')}"
-
-
-def _pydantic_cause(exc: ValidationError, what: str) -> str:
-    return f"not {what}: {_describe(exc)}"
+from gymlab.protocol.validation import describe_validation
 
 
 def check_chat_messages(messages: Any, key: str = "messages") -> None:
@@ -103,7 +91,7 @@ def validate_task_row(row: dict) -> dict:
     try:
         ResponseCreateParams.model_validate(row["responses_create_params"])
     except ValidationError as exc:
-        raise ValueError(f"responses_create_params: {_describe(exc)}") from None
+        raise ValueError(f"responses_create_params: {describe_validation(exc)}") from None
     return row
 
 
@@ -145,7 +133,7 @@ def _read(path: str | os.PathLike, kind: str | None, what: str | None = None) ->
         try:
             value = validate(row)
         except ValidationError as exc:
-            raise DatasetError(str(path), number, _pydantic_cause(exc, what)) from None
+            raise DatasetError(str(path), number, f"not {what}: {describe_validation(exc, 'row')}") from None
         except ValueError as exc:
             raise DatasetError(str(path), number, f"not {what}: {exc}") from None
         out.append(value)

@@ -1,4 +1,4 @@
-"""One server of a config, in the foreground: ``python -m gymlab.cli.serve_one`` (``gymlab serve`` runs it).
+"""One server of a config, in the foreground: ``python -m gymlab.collection.serve_one`` (``gymlab serve`` runs it).
 
 The server's config (refs already URLs) comes as JSON in ``gymlab.server.CONFIG_ENV``; what to
 import comes in ``TARGET_ENV`` (an entrypoint path or a ``module:Class``, see ``gymlab.collection.imports``).
@@ -17,13 +17,13 @@ WHERE_ENV = "GYMLAB_SERVER_WHERE"
 
 
 def spawn(config: dict, target: str, where: str, **popen):
-    """Start one server of a config as ``python -m gymlab.cli.serve_one`` (``popen``: more Popen options)."""
+    """Start one server of a config as ``python -m gymlab.collection.serve_one`` (``popen``: more Popen options)."""
     import subprocess
 
     from gymlab.server import CONFIG_ENV
 
     env = {**os.environ, CONFIG_ENV: json.dumps(config), TARGET_ENV: target, WHERE_ENV: where}
-    return subprocess.Popen([sys.executable, "-m", "gymlab.cli.serve_one"], env=env, **popen)
+    return subprocess.Popen([sys.executable, "-m", "gymlab.collection.serve_one"], env=env, **popen)
 
 
 def main() -> int:

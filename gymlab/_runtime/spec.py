@@ -1,0 +1,34 @@
+"""What the runtime reads of a server: the small spec ``build_app`` and the worker launcher take.
+
+A structural type, so the runtime never imports ``gymlab.server`` (which imports the runtime): any
+object with these fields is served, and ``BaseServer`` is one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pydantic import SecretStr
+
+
+class ServerSpec(Protocol):
+    """A server as the app stack and the workers see it: its name, limits, secret and session hooks."""
+
+    name: str
+    host: str
+    port: int
+    num_workers: int
+    session_secret: SecretStr
+    session_close_retry_window_seconds: float
+    session_ttl_seconds: float | None
+    max_body_bytes: int
+    max_metrics_body_bytes: int
+    error_traces: bool
+
+    @property
+    def model_fields_set(self) -> set[str]: ...
+
+    def multiple_workers_unsupported_reason(self) -> str | None: ...
+
+    def model_dump(self, *, mode: str = ..., include: Any = ...) -> dict[str, Any]: ...

@@ -1,0 +1,132 @@
+"""The views of a probe report (``gymlab.probes.ProbeReport``): its verdict as a plain-text table and
+as an HTML table whose red cells open onto their best episode.
+
+The report holds the runs and the verdict; these functions only draw them, beside the other views
+of the notebook layer.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+from gymlab.lab.display import item_row
+from gymlab.protocol.record import failure_counts
+
+#: The row of the real policy's run, beside the probes'.
+REAL = "real policy"
+
+
+def _fmt(x: float) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.2f}"
+
+
+def report_text(report: Any) -> str:
+    """The verdict as a plain-text table (``!`` marks a task where a probe's mean reward is above
+    the threshold), then the flagged probes."""
+    head = ["probe", *(f"task {t}" for t in report.tasks), "all"]
+    body = []
+    if report.real is not None:
+        body.append([REAL, *(_fmt(report.real_reward(t)) for t in report.tasks), _fmt(report.real_reward(None))])
+    for probe in report.rollouts:
+        cells = [report.cell(probe, t) for t in report.tasks]
+        body.append(
+            [
+                probe,
+                *(_fmt(c.mean_reward) + ("!" if c.above else "") for c in cells),
+                _fmt(report.cell(probe).mean_reward),
+            ]
+        )
+    widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)) for r in [head, *body]]
+    flagged = report.flagged
+    verdict = (
+        f"flagged (mean reward over every task above {report.threshold:g}): {', '.join(flagged)}"
+        if flagged
+        else f"no probe earned a mean reward above {report.threshold:g} over every task"
+    )
+    if report.hits:
+        verdict += f"; ! marks a task where a probe's mean reward is above {report.threshold:g}"
+    return "\n".join(lines) + f"\n{verdict}"
+
+
+def report_html(report: Any, descriptions: dict[str, str]) -> str:
+    """The verdict as an HTML table; ``descriptions``: each probe's policy in a line (its row's tooltip)."""
+    prompts = report.prompts()
+    head = "".join(
+        f"<th title='{html.escape(prompts.get(t, ''), quote=True)}'>task {html.escape(str(t))}"
+        f"<br><small>{html.escape(_clip(prompts.get(t, ''), 40))}</small></th>"
+        for t in report.tasks
+    )
+    rows = []
+    if report.real is not None:
+        real = "".join(f"<td class='r'>{_fmt(report.real_reward(t))}</td>" for t in report.tasks)
+        rows.append(
+            f"<tr class='gl-real'><th>{REAL}</th>{real}<td class='r'>{_fmt(report.real_reward(None))}</td></tr>"
+        )
+    flagged = report.flagged
+    for probe in report.rollouts:
+        cells = "".join(_cell_html(report, report.cell(probe, t)) for t in report.tasks)
+        overall = report.cell(probe)
+        desc = html.escape(descriptions.get(probe, ""), quote=True)
+        mark = " ⚑" if probe in flagged else ""
+        cls = " class='gl-flag-probe'" if mark else ""
+        rows.append(
+            f"<tr><th title='{desc}'{cls}>{html.escape(probe)}{mark}</th>{cells}{_cell_html(report, overall)}</tr>"
+        )
+    verdict = (
+        f"<b class='gl-flag-probe'>Flagged ⚑</b> (mean reward over every task above {report.threshold:g}): "
+        f"{html.escape(', '.join(flagged))}."
+        if flagged
+        else f"No probe earned a mean reward above {report.threshold:g} over every task."
+    )
+    if report.hits:
+        verdict += (
+            " A red cell is a task where the probe's mean reward is above the threshold: open it for its "
+            "best episode, or <code>report.viewer(probe, task)</code>."
+        )
+    return (
+        f"{_STYLE}<div class='gl-probe'><b>Reward probes</b>: mean reward per probe and task "
+        f"(beat: share of episodes with reward above {report.threshold:g}).<table>"
+        f"<tr><th>probe</th>{head}<th>all tasks</th></tr>{''.join(rows)}</table>{verdict}</div>"
+    )
+
+
+def _cell_html(report: Any, c: Any) -> str:
+    masked = f"<br><small class='gl-masked'>{c.masked} masked</small>" if c.masked else ""
+    text = f"{_fmt(c.mean_reward)}<br><small>beat {_fmt(c.beat_rate)}</small>{masked}"
+    if not c.above:
+        return f"<td class='r'>{text}</td>"
+    best = max(report.episodes(c.probe, c.task), key=lambda r: (not r.mask_sample, r.reward))
+    return f"<td class='r gl-flag'>{text}<details><summary>episode</summary>{transcript_html(best)}</details></td>"
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def transcript_html(record: Any) -> str:
+    """An episode's conversation as a small table: the prompt, each step's items and observation, the reward."""
+    lines = [item_row(i) for i in record.responses_create_params.input_items()]
+    for step in record.steps:
+        lines.extend(item_row(i) for i in [*step.action, *step.tool_outputs])
+        if step.observation:
+            lines.append(("observation", str(step.observation)))
+    rows = "".join(
+        f"<tr><td>{html.escape(who)}</td><td>{html.escape(_clip(what, 200))}</td></tr>" for who, what in lines
+    )
+    failures = failure_counts([record])
+    tail = f" masked ({html.escape(', '.join(failures))})" if failures else ""
+    stop = " truncated" if record.truncated else ""
+    return f"<table class='gl-tr'>{rows}</table><small>reward {record.reward:g}{stop}{tail}</small>"
+
+
+_STYLE = (
+    "<style>.gl-probe table{border-collapse:collapse;font-size:12px}"
+    ".gl-probe td,.gl-probe th{border:1px solid #ddd;padding:2px 6px;vertical-align:top}"
+    ".gl-probe .r{text-align:right}.gl-probe .gl-flag{background:#fdd}"
+    ".gl-probe .gl-flag-probe{color:#b00}.gl-probe .gl-real{background:#eef6ee}"
+    ".gl-probe .gl-masked{color:#b60}.gl-probe .gl-tr td{text-align:left;border:0;font-family:monospace}</style>"
+)
