@@ -23,7 +23,8 @@ from pydantic import ValidationError
 
 from gymlab.errors import DatasetError
 from gymlab.jsonl import dumps, read_lines
-from gymlab.protocol.record import Rollout, derived_steps, has_steps, steps_filled
+from gymlab.protocol.derived_steps import derived_steps, has_steps, steps_filled
+from gymlab.protocol.record import Rollout
 from gymlab.protocol.validation import describe_validation
 
 IN_MEMORY = "records"

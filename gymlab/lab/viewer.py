@@ -16,7 +16,8 @@ from typing import Any
 import ipywidgets as w
 
 from gymlab.protocol import FunctionCall, FunctionCallOutput, Message, Reasoning, Rollout, StepRecord
-from gymlab.protocol.record import derived_steps, failure_counts
+from gymlab.protocol.derived_steps import derived_steps
+from gymlab.protocol.record import failure_counts
 
 _CSS = """<style>
 .gl-chat{font-family:system-ui,sans-serif;font-size:13px;max-width:720px}

@@ -1,0 +1,102 @@
+"""Steps of a record written without them (NeMo Gym's agents write none): derived from its
+``response.output``, in one place, for validated records, JSON lines held by a store, and the viewer."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+_TOOL_OUTPUTS = frozenset(
+    {"function_call_output", "mcp_call_output", "custom_tool_call_output", "computer_call_output"}
+)
+_CALLS = frozenset({"function_call", "mcp_call", "custom_tool_call", "computer_call"})
+
+
+def _flat(items: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, list):  # some agents write a turn's items as one nested list
+            out.extend(_flat(item))
+        elif isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+def _text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text") or "" for p in content or () if isinstance(p, dict))
+
+
+def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A record's steps from its ``response.output`` (a record written without steps).
+
+    A step is one model turn: its items up to the tool outputs that answer it (``tool_outputs``) or
+    the user message that follows it (``observation``, as a Gymnasium agent writes one). A user
+    message before any model item is the prompt's, not a step's. The last step carries the record's
+    reward; it is terminated when the record says so or, when the record does not say, when the
+    turn called no tool (the final message), and truncated when the record says so.
+    """
+    steps: list[dict[str, Any]] = []
+    step: dict[str, Any] | None = None
+    closed = True  # the current step got its outputs or observation: the next model item starts another
+    for item in _flat((record.get("response") or {}).get("output")):
+        kind = item.get("type", "message")
+        if kind in _TOOL_OUTPUTS and step is not None:
+            step["tool_outputs"].append(item)
+            closed = True
+        elif kind == "message" and item.get("role") == "user":
+            if step is not None:
+                step["observation"] = (
+                    _text(item) if step.get("observation") is None else step["observation"] + _text(item)
+                )
+                closed = True
+        else:
+            if closed:
+                step = {"index": len(steps), "action": [], "tool_outputs": [], "reward": 0.0}
+                steps.append(step)
+                closed = False
+            step["action"].append(item)
+    if steps:
+        last = steps[-1]
+        last["reward"] = float(record.get("reward") or 0.0)
+        terminated = record.get("terminated")
+        if not isinstance(terminated, bool):
+            terminated = not any(i.get("type") in _CALLS for i in last["action"]) and not record.get("truncated")
+        last["terminated"] = terminated
+        last["truncated"] = bool(record.get("truncated"))
+    return steps
+
+
+#: A list under a ``steps`` key in a record's JSON line (a string's quotes are escaped, so only a key
+#: matches). A line without one has no steps; a line with one is taken to have them (a nested list of
+#: that name, rare, hides a record's missing steps from the frames, not from its validation).
+_STEPS_KEY = re.compile(rb'"steps"\s*:\s*\[')
+
+
+def has_steps(buffer: bytes, start: int = 0, end: int | None = None) -> bool:
+    """Whether the JSON line ``buffer[start:end]`` holds a list under a ``steps`` key. The spellings
+    of gymlab's writer and of ``json.dumps`` are found by a plain bytes search (a few times faster
+    than a pattern); any other spacing by the pattern."""
+    end = len(buffer) if end is None else end
+    if buffer.find(b'"steps":[', start, end) >= 0 or buffer.find(b'"steps": [', start, end) >= 0:
+        return True
+    return buffer.find(b'"steps"', start, end) >= 0 and _STEPS_KEY.search(buffer, start, end) is not None
+
+
+def steps_filled(line: bytes) -> bytes | None:
+    """A record's JSON line with ``derived_steps`` added when it has no ``steps`` (None: the line is
+    kept as it is: it has its steps, or is not a record, whose error comes when it is used)."""
+    if has_steps(line):
+        return None
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or "steps" in data or not isinstance(data.get("response"), dict):
+        return None
+    data["steps"] = derived_steps(data)
+    return orjson.dumps(data)
