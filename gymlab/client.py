@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import os
 import re
@@ -26,9 +25,10 @@ import orjson
 
 import gymlab.http1 as http1
 import gymlab.inproc as inproc
-from gymlab.errors import ServerError
+from gymlab.errors import ServerError, TransportError, TransportPeerDrop, TransportTimeout, TransportUnreachable
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.responses import NeMoGymResponse
+from gymlab.retry import backoff_delay
 
 #: Seconds to open a connection before giving up (every hop).
 CONNECT_TIMEOUT_S = 10.0
@@ -149,55 +149,83 @@ class Reply:
         return 200 <= self.status < 300
 
 
-def _dropped(exc: BaseException) -> bool:
-    """True when the peer dropped an established connection (reset, closed before answering)."""
-    if isinstance(exc, (aiohttp.ServerDisconnectedError, http1.PeerDropped)):
-        return True
-    return (
-        isinstance(exc, aiohttp.ClientOSError)
-        and not isinstance(exc, aiohttp.ClientConnectorError)
-        and (exc.errno in (errno.ECONNRESET, errno.EPIPE, None))
+def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> TransportError:
+    """A broken exchange as the ``TransportError`` it is (unreachable, peer drop, timeout), decided by type:
+    whatever provably sent nothing is unreachable; a timeout is a timeout; anything else broke after
+    the request went out."""
+    route = f"POST {path}"
+    if isinstance(exc, (http1.NotSent, aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
+        return TransportUnreachable(
+            server, route, f"cannot connect to {url}: {exc}", "is the server running, and is the URL right?"
+        )
+    if isinstance(exc, TimeoutError):
+        return TransportTimeout(
+            server,
+            route,
+            f"no answer from {url} within {timeout:g} s" if timeout is not None else f"no answer from {url}",
+            "the server is slow or stuck; raise the timeout in the server's config or the run's options",
+        )
+    return TransportPeerDrop(
+        server,
+        route,
+        f"{url} dropped the connection after the request went out: {exc}",
+        "the server process may have died or restarted; the request was not sent again",
     )
 
 
-def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> ServerError:
-    """A broken exchange as a ``ServerError`` (status 0) whose ``failure`` names the transport kind."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        kind, cause, hint = (
-            "transport_timeout",
-            f"no answer from {url} within {timeout:g} s",
-            ("the server is slow or stuck; raise the timeout in the server's config or the run's options"),
-        )
-    elif _dropped(exc) or isinstance(exc, inproc.AppDropped):
-        kind, cause, hint = (
-            "transport_peer_drop",
-            f"{url} dropped the connection: {exc}",
-            ("the server process may have died or restarted"),
-        )
+#: Sends of a request that provably never reached its server (refused, or a connection found closed
+#: before a byte was written) before it fails as unreachable. A request that went out is never resent.
+SEND_ATTEMPTS = 3
+
+
+def _resend_delay(exc: BaseException, attempt: int) -> float | None:
+    """Seconds to wait before sending again after ``exc`` ended try ``attempt``, or None: not again."""
+    if attempt >= SEND_ATTEMPTS:
+        return None
+    if isinstance(exc, http1.NotSent):
+        if exc.stale:
+            return 0.0
+        refused = exc.refused
     else:
-        kind, cause, hint = (
-            "transport_unreachable",
-            f"cannot connect to {url}: {exc}",
-            ("is the server running, and is the URL right?"),
-        )
-    failure = Failure(kind=kind, server=server, status=None, message=cause)
-    return ServerError(server, f"POST {path}", 0, cause, hint, failure)
+        refused = isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionRefusedError)
+    return backoff_delay(0.05, attempt, cap_s=0.5) if refused else None
 
 
-async def _send(
-    session: aiohttp.ClientSession,
-    url: str,
-    path: str,
-    data: bytes,
-    headers: dict[str, str],
-    cookies: Cookies | None,
-    timeout: aiohttp.ClientTimeout,
-) -> Reply:
-    async with session.post(url + path, data=data, headers=headers, timeout=timeout) as resp:
+async def _deliver(send, url: str, path: str, data: bytes, headers: dict[str, str], cookies: Cookies | None) -> Reply:
+    """The one retry loop of every socket hop: send again only what provably never reached the server."""
+    attempt = 1
+    while True:
+        try:
+            return await send(url, path, data, headers, cookies)
+        except Exception as exc:
+            delay = _resend_delay(exc, attempt)
+            if delay is None:
+                raise
+        attempt += 1
+        if delay:
+            await asyncio.sleep(delay)
+
+
+async def _via_http1(url: str, path: str, data: bytes, headers: dict[str, str], cookies: Cookies | None) -> Reply:
+    answer = await http1.post(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S)
+    if cookies is not None and answer.set_cookies:
+        cookies.update_from_values(url, answer.set_cookies)
+    return Reply(answer.status, answer.body)
+
+
+async def _via_aiohttp(url: str, path: str, data: bytes, headers: dict[str, str], cookies: Cookies | None) -> Reply:
+    """One send through aiohttp, which itself resends only idempotent methods (never a POST) and skips
+    pooled connections it has seen closed."""
+    bound = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
+    async with http_session().post(url + path, data=data, headers=headers, timeout=bound) as resp:
         body = await resp.read()
         if cookies is not None:
             cookies.update(url, resp)
         return Reply(resp.status, body)
+
+
+#: What a socket hop raises when it got no whole answer (ValueErrors, a bad URL or header, are the caller's).
+_BROKEN = (TimeoutError, OSError, aiohttp.ClientError)
 
 
 async def post(
@@ -205,10 +233,9 @@ async def post(
 ) -> Reply:
     """POST JSON and return the status and body, whatever the status.
 
-    ``timeout`` bounds the whole exchange (None: only the connect is bounded). A connection the
-    peer dropped (a kept-open connection to a worker that died) is retried once on a fresh
-    connection, which reaches a live worker. A broken exchange raises ``ServerError`` with status 0
-    and a transport ``failure`` (unreachable, peer drop, timeout).
+    ``timeout`` bounds the whole exchange, resends included (None: only each connect is bounded).
+    A request is sent again only when it provably never reached the server; a broken exchange
+    raises a ``TransportError`` (unreachable, peer drop, timeout).
     """
     headers = {"Content-Type": "application/json"}
     if cookies is not None and (cookie := cookies.header(url)):
@@ -218,27 +245,13 @@ async def post(
     local = inproc.lookup(url)
     if local is not None:
         return await _send_local(local, url, path, data, headers, cookies, timeout, name)
-    if _plain(url):
-        try:
-            async with asyncio.timeout(timeout):
-                answer = await http1.post(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S)
-        except (TimeoutError, OSError) as exc:  # PeerDropped and BadAnswer are ConnectionErrors
-            raise transport_error(name, url, path, exc, timeout) from exc
-        if cookies is not None and answer.set_cookies:
-            cookies.update_from_values(url, answer.set_cookies)
-        return Reply(answer.status, answer.body)
-    bound = aiohttp.ClientTimeout(total=timeout, sock_connect=CONNECT_TIMEOUT_S)
+    send = _via_http1 if _plain(url) else _via_aiohttp
     try:
-        try:
-            return await _send(http_session(), url, path, data, headers, cookies, bound)
-        except aiohttp.ClientConnectionError as exc:
-            if not _dropped(exc):
-                raise
-        async with aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar()
-        ) as fresh:
-            return await _send(fresh, url, path, data, headers, cookies, bound)
-    except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+        async with asyncio.timeout(timeout):
+            return await _deliver(send, url, path, data, headers, cookies)
+    except _BROKEN as exc:
+        if isinstance(exc, ValueError):
+            raise
         raise transport_error(name, url, path, exc, timeout) from exc
 
 

@@ -4,21 +4,28 @@ Every hop of an episode (agent to environment, agent to model, collector to agen
 POST on loopback or a local network. aiohttp's client spends about 90 us of CPU on one such POST
 here; a connection that writes the request in one call and parses the answer with httptools (the
 parser uvicorn's servers already use) spends about 27 us, the rest being the kernel's own cost.
-Measured on a 2-core machine in the same run (``gymlab bench`` shows the episode-level effect).
 
 Only what a hop needs: POST, a body of known length, keep-alive connections pooled per event loop
-and address, the answer's status, body and ``Set-Cookie`` headers. ``https://`` URLs, and machines
-without httptools, go through aiohttp (``gymlab.client``). Failures are typed, never read from text:
-``ConnectionRefusedError`` and the other ``OSError``s of connecting (unreachable), ``PeerDropped``
-(the peer closed or reset the connection before its answer was whole, or sent bytes that are no
-answer), ``TimeoutError`` from the caller's own bound. A connection is reused only after a whole answer that allows it; one that was
-interrupted (a timeout, a cancel, a drop) is closed, so the server sees the hang-up.
+and address, the answer's status, body and ``Set-Cookie`` headers. Answers may be sized,
+chunked or close-delimited, follow 1xx interim answers, or carry no body (204, 304).
+``https://`` URLs, and machines without httptools, go through aiohttp (``gymlab.client``).
+
+No request is ever written twice. This module makes one attempt and says which of two things
+happened when it fails: ``NotSent`` (no connection could be opened, or the connection was found
+closed before a byte was written: the caller may send again) or ``PeerDropped`` (the peer closed
+or reset the connection, or sent bytes that are no answer, after the request went out: the server
+may have acted on it). A pooled connection is checked with a zero-timeout poll of its socket just
+before the write: an idle connection the server closed (or wrote to) is readable, even when the
+event loop has not yet seen it, and is discarded for the next one or a new one. A connection is
+reused only after a whole answer that allows it; one that was interrupted (a timeout, a cancel, a
+drop) is closed, so the server sees the hang-up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import select
 import weakref
 from collections import deque
 from urllib.parse import urlsplit
@@ -30,14 +37,27 @@ except ImportError:  # pragma: no cover - httptools is a dependency where the pl
 
 #: Idle connections kept per address (more are closed when they come back).
 MAX_IDLE = 256
+#: Bytes an answer's status line and headers may take (aiohttp allows 8 KiB a line; uvicorn's h11, 16 KiB in all).
+MAX_HEAD = 64 * 1024
+#: Bytes an answer's body may take: a hop's JSON is far smaller; an endless answer is cut here.
+MAX_BODY = 512 * 2**20
+
+
+class NotSent(ConnectionError):
+    """No byte of the request left this machine: the caller may send it again. ``refused`` when the
+    server's port refused the connection (as opposed to an unknown host or a connect timeout)."""
+
+    def __init__(self, message: str, *, refused: bool = False, stale: bool = False):
+        super().__init__(message)
+        self.refused, self.stale = refused, stale
 
 
 class PeerDropped(ConnectionError):
-    """The peer closed or reset the connection before its answer was whole."""
+    """The peer closed or reset the connection after the request went out, before its answer was whole."""
 
 
 class BadAnswer(PeerDropped):
-    """The peer's bytes are not an HTTP/1.1 answer (the connection is closed: a drop, as the caller sees it)."""
+    """The peer's bytes are not an HTTP/1.1 answer, or one too large (the connection is closed)."""
 
 
 def available() -> bool:
@@ -59,54 +79,79 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self._fd = -1
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future | None = None
+        self._reset()
+        self._complete = self._keep_alive = False
+
+    def _reset(self) -> None:
+        """Forget the answer read so far (a new exchange, or an interim answer that was read)."""
         self._body: list[bytes] = []
         self._cookies: list[bytes] = []
-        self._header: bytes = b""
-        self._started = False
-        self._complete = False
-        self._keep_alive = False
+        self._seen = self._body_size = 0
+        self._head_done = self._sized = False
 
     # -- asyncio.Protocol --
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
 
     def data_received(self, data: bytes) -> None:
+        if self._waiter is None:  # bytes on an idle connection answer nothing we asked: never reuse it
+            self.close()
+            return
+        self._seen += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(BadAnswer("the server asked to upgrade the connection"))
         except httptools.HttpParserError as exc:
             self._fail(BadAnswer(f"the answer is not HTTP/1.1: {exc}"))
+        else:
+            if not self._head_done and self._seen > MAX_HEAD:
+                self._fail(BadAnswer(f"the answer's head is over {MAX_HEAD} bytes"))
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            cause = f": {exc}" if exc else ""
-            waiter.set_exception(PeerDropped(f"the connection closed before the answer was whole{cause}"))
+        waiter, self._waiter = self._waiter, None
+        if waiter is None or waiter.done():
+            return
+        if exc is None and self._head_done and not self._sized:  # a close-delimited body ends here
+            waiter.set_result(Answer(self._parser.get_status_code(), b"".join(self._body), self._cookies))
+            return
+        cause = f": {exc}" if exc else ""
+        waiter.set_exception(PeerDropped(f"the connection closed before the answer was whole{cause}"))
 
     # -- httptools callbacks --
 
     def on_message_begin(self) -> None:
-        self._started = True
+        if self._waiter is None:  # a second answer in the same bytes as the first: never reuse the connection
+            self.closed = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"set-cookie":
+        name = name.lower()
+        if name == b"set-cookie":
             self._cookies.append(value)
+        elif name == b"content-length" or (name == b"transfer-encoding" and value.lower().endswith(b"chunked")):
+            self._sized = True
 
     def on_headers_complete(self) -> None:
+        self._head_done = True
         self._keep_alive = self._parser.should_keep_alive()  # read here: the parser forgets it after the body
 
     def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > MAX_BODY:
+            self._fail(BadAnswer(f"the answer's body is over {MAX_BODY} bytes"))
         self._body.append(body)
 
     def on_message_complete(self) -> None:
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
-            self._body, self._cookies, self._started = [], [], False
+            self._reset()
             return
         self._complete = True
         waiter, self._waiter = self._waiter, None
@@ -116,10 +161,10 @@ class _Connection(asyncio.Protocol):
     # -- use --
 
     def _fail(self, exc: BaseException) -> None:
-        waiter = self._waiter
+        waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
-        self.close()
+        self.abort()
 
     def close(self) -> None:
         self.closed = True
@@ -134,11 +179,26 @@ class _Connection(asyncio.Protocol):
     def reusable(self) -> bool:
         return not self.closed and self._complete and self._keep_alive
 
+    def idle_and_open(self) -> bool:
+        """Whether this pooled connection can carry a request: open, and its socket not readable (an
+        idle connection the peer closed, reset or wrote to is readable before the loop has seen it)."""
+        if self.closed or self.transport.is_closing():
+            return False
+        try:
+            readable, _, _ = select.select((self._fd,), (), (), 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
     async def exchange(self, request: bytes) -> Answer:
-        self._body, self._cookies, self._started, self._complete = [], [], False, False
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._reset()
+        self._complete = self._keep_alive = False
+        self._waiter = waiter = asyncio.get_running_loop().create_future()
         self.transport.write(request)
-        return await self._waiter
+        if self.transport.is_closing():  # the write failed at once (the peer had reset): nothing was sent
+            self._waiter = None
+            raise NotSent("the connection was found closed as the request was written", stale=True)
+        return await waiter
 
 
 class _Pool:
@@ -147,17 +207,14 @@ class _Pool:
     def __init__(self) -> None:
         self.idle: dict[tuple[str, int], deque[_Connection]] = {}
 
-    def drop(self, address: tuple[str, int]) -> None:
-        """Close the address's idle connections (one of them was stale: the rest likely are too)."""
-        for conn in self.idle.pop(address, ()):
-            conn.close()
-
     def take(self, address: tuple[str, int]) -> _Connection | None:
+        """The most recently used open idle connection; closed ones met on the way are discarded."""
         idle = self.idle.get(address)
         while idle:
             conn = idle.pop()
-            if not conn.closed:
+            if conn.idle_and_open():
                 return conn
+            conn.abort()
         return None
 
     def give(self, address: tuple[str, int], conn: _Connection) -> None:
@@ -217,17 +274,20 @@ def _request(host: bytes, path: str, data: bytes, headers: dict[str, str]) -> by
 
 async def _connect(host: str, port: int, connect_timeout: float) -> _Connection:
     loop = asyncio.get_running_loop()
-    async with asyncio.timeout(connect_timeout):
-        _, conn = await loop.create_connection(_Connection, host, port)
+    try:
+        async with asyncio.timeout(connect_timeout):
+            _, conn = await loop.create_connection(_Connection, host, port)
+    except TimeoutError as exc:
+        raise NotSent(f"no connection within {connect_timeout:g} s") from exc
+    except OSError as exc:  # refused, unknown host, no route
+        raise NotSent(f"cannot connect: {exc}", refused=isinstance(exc, ConnectionRefusedError)) from exc
     return conn
 
 
 async def post(url: str, path: str, data: bytes, headers: dict[str, str], *, connect_timeout: float) -> Answer:
-    """POST ``data`` to ``url + path`` on a pooled connection (``url`` as ``address_of`` accepts).
-
-    A pooled connection the peer dropped before answering (a keep-alive the server closed, a worker
-    that restarted) is retried once on a new connection; a new connection that drops raises.
-    """
+    """POST ``data`` to ``url + path`` once, on a pooled connection or a new one (``url`` as
+    ``address_of`` accepts). Raises ``NotSent`` when nothing was written, ``PeerDropped`` when the
+    connection broke after the request went out; the caller's own bound raises ``TimeoutError``."""
     if " " in path or "\r" in path or "\n" in path or not path.startswith("/"):
         raise ValueError(f"path {path!r}: must start with / and hold no spaces or line breaks")
     address = address_of(url)
@@ -237,25 +297,17 @@ async def post(url: str, path: str, data: bytes, headers: dict[str, str], *, con
     request = _request(host_header, path, data, headers)
     pool = _pool()
     key = (host, port)
-    conn = pool.take(key)
-    while True:
-        fresh = conn is None
-        if fresh:
-            conn = await _connect(host, port, connect_timeout)
-        try:
-            answer = await conn.exchange(request)
-        except PeerDropped:
-            conn.abort()
-            if fresh:
-                raise
-            pool.drop(key)
-            conn = None  # a stale keep-alive: once more, on a new connection
-            continue
-        except BaseException:
-            conn.abort()  # interrupted mid-exchange (timeout, cancel, bad bytes): never reused
-            raise
-        if conn.reusable():
-            pool.give(key, conn)
-        else:
-            conn.close()
-        return answer
+    conn = pool.take(key) or await _connect(host, port, connect_timeout)
+    try:
+        answer = await conn.exchange(request)
+    except BaseException:
+        conn.abort()  # dropped, stale or interrupted mid-exchange (timeout, cancel, bad bytes): never reused
+        raise
+    if conn.reusable():
+        pool.give(key, conn)
+    else:
+        conn.close()
+    return answer
+
+
+__all__ = ["Answer", "BadAnswer", "NotSent", "PeerDropped", "address_of", "available", "close_pool", "post"]
