@@ -218,6 +218,8 @@ async def _via_aiohttp(url: str, path: str, data: bytes, headers: dict[str, str]
     pooled connections it has seen closed."""
     bound = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
     async with http_session().post(url + path, data=data, headers=headers, timeout=bound) as resp:
+        if resp.status < 200:  # a 1xx as the final answer (an upgrade no hop asked for): no answer
+            raise http1.BadAnswer(f"the server answered {resp.status} and switched protocols")
         body = await resp.read()
         if cookies is not None:
             cookies.update(url, resp)
