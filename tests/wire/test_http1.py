@@ -153,7 +153,7 @@ async def test_a_silent_server_times_out_and_its_connection_is_closed():
             await post(url, "/x", {}, server="staller", timeout=0.3)
         await asyncio.wait_for(closed.wait(), 30)  # the server saw the hang-up
     assert err.value.failure.kind == "transport_timeout"
-    assert http1._pool().idle.get(("127.0.0.1", int(url.rsplit(":", 1)[1]))) is None
+    assert http1.DEFAULT.pool().idle.get(("127.0.0.1", int(url.rsplit(":", 1)[1]))) is None
 
 
 async def test_a_cancelled_call_closes_its_connection():

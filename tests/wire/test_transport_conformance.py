@@ -2,8 +2,8 @@
 
 Each server is a blocking socket in a thread of its own, so it acts while the client's event loop is
 busy or blocked: a close "just as the request goes out" is a real FIN in the client's socket that
-the loop has not seen yet. Every test runs through ``gymlab.client.post`` (the resend loop and the
-typed failures included), on httptools (``http1``) and on aiohttp, unless it names one.
+the loop has not seen yet. Every test runs through a ``gymlab.client.Client`` (the resend loop and
+the typed failures included), on httptools (``http1``) and on aiohttp, unless it names one.
 """
 
 from __future__ import annotations
@@ -142,18 +142,24 @@ def keep_answering(peer: Peer) -> None:
 
 
 @pytest.fixture(params=["http1", "aiohttp"])
-def transport(request, monkeypatch):
-    """Which socket transport ``client.post`` uses for plain http:// URLs."""
+def transport(request):
+    """Which socket transport plain http:// URLs take."""
     if request.param == "http1" and not http1.available():
         pytest.skip("httptools is not installed")
-    monkeypatch.setattr(client, "_plain_urls", {})
-    monkeypatch.setenv("GYMLAB_HTTP_CLIENT", "aiohttp" if request.param == "aiohttp" else "")
     return request.param
 
 
 @pytest.fixture
-async def serve(transport):
-    """Start raw servers with ``serve(handler)``; all are closed, and the loop's connections with them."""
+async def hop(transport):
+    """A ``Client`` of its own (registry and connections): ``hop.post(...)`` is what ``client.post`` does."""
+    own = client.Client(plain=transport)
+    yield own
+    await own.close()
+
+
+@pytest.fixture
+def serve():
+    """Start raw servers with ``serve(handler)``; all are closed at the end."""
     servers: list[RawServer] = []
 
     def start(handler) -> RawServer:
@@ -161,7 +167,6 @@ async def serve(transport):
         return servers[-1]
 
     yield start
-    await client.close_http_session()
     for server in servers:
         server.close()
 
@@ -169,29 +174,29 @@ async def serve(transport):
 # -- answers that must be read ---------------------------------------------------------------------
 
 
-async def test_a_close_delimited_answer_is_read(serve):
+async def test_a_close_delimited_answer_is_read(serve, hop):
     def close_delimited(peer: Peer) -> None:
         peer.read_request()
         peer.send(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"whole": ')
         peer.send(b'"until the close"}')  # then the server closes: the body ends with the connection
 
     server = serve(close_delimited)
-    assert await client.post_ok(server.url, "/x", {}) == {"whole": "until the close"}
-    assert await client.post_ok(server.url, "/x", {}) == {"whole": "until the close"}  # on a new connection
+    assert await hop.post_ok(server.url, "/x", {}) == {"whole": "until the close"}
+    assert await hop.post_ok(server.url, "/x", {}) == {"whole": "until the close"}  # on a new connection
     assert server.connections == 2
 
 
-async def test_an_http_1_0_answer_without_length_is_read(serve):
+async def test_an_http_1_0_answer_without_length_is_read(serve, hop):
     def old(peer: Peer) -> None:
         peer.read_request()
         peer.send(b'HTTP/1.0 201 Created\r\nContent-Type: application/json\r\n\r\n{"v": 1}')
 
     server = serve(old)
-    reply = await client.post(server.url, "/x", {})
+    reply = await hop.post(server.url, "/x", {})
     assert (reply.status, reply.json()) == (201, {"v": 1})
 
 
-async def test_a_chunked_answer_with_extensions_and_trailers_is_read_and_the_connection_reused(serve):
+async def test_a_chunked_answer_with_extensions_and_trailers_is_read_and_the_connection_reused(serve, hop):
     def chunked(peer: Peer) -> None:
         while peer.read_request() is not None:
             peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nSet-Cookie: c=1; path=/\r\n\r\n")
@@ -200,12 +205,12 @@ async def test_a_chunked_answer_with_extensions_and_trailers_is_read_and_the_con
 
     server = serve(chunked)
     jar = client.Cookies()
-    assert await client.post_ok(server.url, "/x", {}, cookies=jar) == {"a": [1, 2]}
-    assert await client.post_ok(server.url, "/x", {}, cookies=jar) == {"a": [1, 2]}
+    assert await hop.post_ok(server.url, "/x", {}, cookies=jar) == {"a": [1, 2]}
+    assert await hop.post_ok(server.url, "/x", {}, cookies=jar) == {"a": [1, 2]}
     assert server.connections == 1 and jar.header(server.url) == "c=1"
 
 
-async def test_interim_1xx_answers_are_skipped_for_the_final_one(serve):
+async def test_interim_1xx_answers_are_skipped_for_the_final_one(serve, hop):
     def interim(peer: Peer) -> None:
         while peer.read_request() is not None:
             peer.send(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -214,25 +219,25 @@ async def test_interim_1xx_answers_are_skipped_for_the_final_one(serve):
 
     server = serve(interim)
     for _ in range(2):
-        reply = await client.post(server.url, "/x", {})
+        reply = await hop.post(server.url, "/x", {})
         assert (reply.status, reply.json()) == (200, {"final": True})
     assert server.connections == 1
 
 
 @pytest.mark.parametrize("status", ["204 No Content", "304 Not Modified"])
-async def test_answers_that_have_no_body_end_at_their_head(serve, status):
+async def test_answers_that_have_no_body_end_at_their_head(serve, hop, status):
     def bodiless(peer: Peer) -> None:
         while peer.read_request() is not None:
             peer.send(b"HTTP/1.1 %s\r\nETag: x\r\n\r\n" % status.encode())
 
     server = serve(bodiless)
     for _ in range(3):  # each answer ends at its head, without a close: the connection carries the next
-        reply = await asyncio.wait_for(client.post(server.url, "/x", {}), WAIT_S)
+        reply = await asyncio.wait_for(hop.post(server.url, "/x", {}), WAIT_S)
         assert (reply.status, reply.body) == (int(status[:3]), b"")
     assert server.connections == 1
 
 
-async def test_connection_close_is_honoured(serve):
+async def test_connection_close_is_honoured(serve, hop):
     def once_each(peer: Peer) -> None:
         peer.read_request()
         peer.send(answer(b'{"n": %d}' % peer.number, extra=b"Connection: close\r\n"))
@@ -240,26 +245,26 @@ async def test_connection_close_is_honoured(serve):
         peer.read_request()  # the client closes its end too
 
     server = serve(once_each)
-    assert [(await client.post_ok(server.url, "/x", {"i": i}))["n"] for i in range(3)] == [1, 2, 3]
+    assert [(await hop.post_ok(server.url, "/x", {"i": i}))["n"] for i in range(3)] == [1, 2, 3]
     assert server.bodies() == [b'{"i":0}', b'{"i":1}', b'{"i":2}']
 
 
 # -- a pooled connection the server closed: sent again only when it provably never left ------------
 
 
-async def test_an_idle_connection_the_server_closed_is_replaced_transparently(serve, transport):
+async def test_an_idle_connection_the_server_closed_is_replaced_transparently(serve, hop, transport):
     def one_then_close(peer: Peer) -> None:
         if peer.read_request() is not None:
             peer.send(answer())
 
     server = serve(one_then_close)
-    await client.post_ok(server.url, "/x", {"i": 1})
-    await _client_sees_the_close(transport, server)
-    await client.post_ok(server.url, "/x", {"i": 2})
+    await hop.post_ok(server.url, "/x", {"i": 1})
+    await _client_sees_the_close(hop, transport, server)
+    await hop.post_ok(server.url, "/x", {"i": 2})
     assert server.bodies() == [b'{"i":1}', b'{"i":2}'] and server.connections == 2
 
 
-async def test_an_idle_connection_closed_as_the_request_goes_out(serve, transport):
+async def test_an_idle_connection_closed_as_the_request_goes_out(serve, hop, transport):
     """The server's FIN is in the client's socket, but the client's loop has not run since: the loop
     still counts the connection open. http1 polls the socket before writing and uses a new connection;
     aiohttp writes, finds the connection dropped, and (the request may have arrived) never resends."""
@@ -274,42 +279,42 @@ async def test_an_idle_connection_closed_as_the_request_goes_out(serve, transpor
         keep_answering(peer)
 
     server = serve(answer_then_close_on_signal)
-    await client.post_ok(server.url, "/x", {"i": 1})
-    client_socket = _pooled_socket(transport, server.url)
+    await hop.post_ok(server.url, "/x", {"i": 1})
+    client_socket = _pooled_socket(hop, transport, server.url)
     close_now.set()  # from here to the next post, the loop does not run: it cannot see the close
     with server.changed:
         assert server.changed.wait_for(lambda: server.closed_connections == 1, WAIT_S)
     assert select.select([client_socket], [], [], WAIT_S)[0]  # the FIN has reached the client's socket
     if transport == "http1":
-        assert (await client.post_ok(server.url, "/x", {"i": 2}))["connection"] == 2
+        assert (await hop.post_ok(server.url, "/x", {"i": 2}))["connection"] == 2
         assert server.bodies() == [b'{"i":1}', b'{"i":2}']
     else:
         with pytest.raises(TransportPeerDrop):
-            await client.post(server.url, "/x", {"i": 2})
+            await hop.post(server.url, "/x", {"i": 2})
         assert server.bodies() == [b'{"i":1}'] and server.connections == 1
 
 
-def _pooled_socket(transport: str, url: str) -> int:
+def _pooled_socket(hop: client.Client, transport: str, url: str) -> int:
     """The file descriptor of the one idle pooled connection to ``url``."""
     if transport == "http1":
         host, port, _ = http1.address_of(url)
-        (conn,) = http1._pool().idle[(host, port)]
+        (conn,) = hop.http1.pool().idle[(host, port)]
         assert not conn.closed
         return conn._fd
-    return _aiohttp_pooled(url).transport.get_extra_info("socket").fileno()
+    return _aiohttp_pooled(hop).transport.get_extra_info("socket").fileno()
 
 
-def _aiohttp_pooled(url: str):
+def _aiohttp_pooled(hop: client.Client):
     """aiohttp's one idle pooled connection (its protocol), or None when it kept none."""
-    pooled = [proto for conns in client.http_session().connector._conns.values() for proto, _ in conns]
+    pooled = [proto for conns in hop.aiohttp.session().connector._conns.values() for proto, _ in conns]
     assert len(pooled) <= 1
     return pooled[0] if pooled else None
 
 
-async def _client_sees_the_close(transport: str, server: RawServer) -> None:
+async def _client_sees_the_close(hop: client.Client, transport: str, server: RawServer) -> None:
     """Wait until the server closed its first connection and the client's loop has seen it (aiohttp
     drops a pooled connection only then; http1 polls the socket, so the server's close is enough)."""
-    pooled = _aiohttp_pooled(server.url) if transport == "aiohttp" else None
+    pooled = _aiohttp_pooled(hop) if transport == "aiohttp" else None
     closed = pooled.closed if pooled is not None else None
     await server.wait_for(lambda: server.closed_connections == 1)
     if closed is not None:
@@ -318,7 +323,7 @@ async def _client_sees_the_close(transport: str, server: RawServer) -> None:
 
 
 @pytest.mark.parametrize("how", ["reset", "writes then closes"])
-async def test_an_idle_connection_the_server_reset_or_wrote_to_is_replaced(serve, transport, how):
+async def test_an_idle_connection_the_server_reset_or_wrote_to_is_replaced(serve, hop, transport, how):
     def answer_then_end(peer: Peer) -> None:
         if peer.number > 1:
             return keep_answering(peer)
@@ -330,9 +335,9 @@ async def test_an_idle_connection_the_server_reset_or_wrote_to_is_replaced(serve
             peer.send(answer(b"{}", "408 Request Timeout", b"Connection: close\r\n"))
 
     server = serve(answer_then_end)
-    await client.post_ok(server.url, "/x", {"i": 1})
-    await _client_sees_the_close(transport, server)
-    assert (await client.post_ok(server.url, "/x", {"i": 2}))["connection"] == 2
+    await hop.post_ok(server.url, "/x", {"i": 1})
+    await _client_sees_the_close(hop, transport, server)
+    assert (await hop.post_ok(server.url, "/x", {"i": 2}))["connection"] == 2
     assert server.bodies() == [b'{"i":1}', b'{"i":2}']
 
 
@@ -341,7 +346,7 @@ async def test_an_idle_connection_the_server_reset_or_wrote_to_is_replaced(serve
 
 @pytest.mark.parametrize("pooled", [False, True], ids=["new connection", "pooled connection"])
 @pytest.mark.parametrize("how", ["close", "reset"])
-async def test_a_post_read_then_dropped_is_received_once_and_is_a_peer_drop(serve, pooled, how):
+async def test_a_post_read_then_dropped_is_received_once_and_is_a_peer_drop(serve, hop, pooled, how):
     def read_step_then_drop(peer: Peer) -> None:
         while (body := peer.read_request()) is not None:
             if b'"a":2' in body:
@@ -350,9 +355,9 @@ async def test_a_post_read_then_dropped_is_received_once_and_is_a_peer_drop(serv
 
     server = serve(read_step_then_drop)
     if pooled:
-        await client.post_ok(server.url, "/seed", {"a": 1})
+        await hop.post_ok(server.url, "/seed", {"a": 1})
     with pytest.raises(TransportPeerDrop) as err:
-        await client.post(server.url, "/step", {"a": 2}, server="env")
+        await hop.post(server.url, "/step", {"a": 2}, server="env")
     steps = [line for _, line, body in server.requests if body == b'{"a":2}']
     assert steps == [b"POST /step HTTP/1.1"] and server.connections == 1
     assert isinstance(err.value, ServerError) and err.value.status == 0
@@ -360,7 +365,7 @@ async def test_a_post_read_then_dropped_is_received_once_and_is_a_peer_drop(serv
 
 
 @pytest.mark.parametrize("framing", ["sized", "chunked"])
-async def test_a_truncated_answer_is_a_peer_drop_sent_once(serve, framing):
+async def test_a_truncated_answer_is_a_peer_drop_sent_once(serve, hop, framing):
     def truncate(peer: Peer) -> None:
         peer.read_request()
         if framing == "sized":
@@ -370,7 +375,7 @@ async def test_a_truncated_answer_is_a_peer_drop_sent_once(serve, framing):
 
     server = serve(truncate)
     with pytest.raises(TransportPeerDrop):
-        await client.post(server.url, "/x", {})
+        await hop.post(server.url, "/x", {})
     assert len(server.requests) == 1
 
 
@@ -385,7 +390,7 @@ async def test_a_truncated_answer_is_a_peer_drop_sent_once(serve, framing):
     ],
     ids=["not http", "bad length", "huge header", "many headers", "upgrade"],
 )
-async def test_bytes_that_are_no_answer_are_a_peer_drop_sent_once(serve, garbage):
+async def test_bytes_that_are_no_answer_are_a_peer_drop_sent_once(serve, hop, garbage):
     def misbehave(peer: Peer) -> None:
         peer.read_request()
         with contextlib.suppress(OSError):  # the client may hang up mid-way: it has seen enough
@@ -394,19 +399,19 @@ async def test_bytes_that_are_no_answer_are_a_peer_drop_sent_once(serve, garbage
 
     server = serve(misbehave)
     with pytest.raises(TransportPeerDrop):
-        await asyncio.wait_for(client.post(server.url, "/x", {}, timeout=WAIT_S), WAIT_S)
+        await asyncio.wait_for(hop.post(server.url, "/x", {}, timeout=WAIT_S), WAIT_S)
     await server.wait_for(lambda: server.closed_connections == 1)  # the client closed the connection
     assert len(server.requests) == 1
 
 
-async def test_a_silent_server_times_out_once(serve):
+async def test_a_silent_server_times_out_once(serve, hop):
     def silent(peer: Peer) -> None:
         peer.read_request()
         peer.read_request()  # no answer; returns when the client hangs up
 
     server = serve(silent)
     with pytest.raises(TransportTimeout) as err:
-        await client.post(server.url, "/x", {}, server="staller", timeout=0.3)
+        await hop.post(server.url, "/x", {}, server="staller", timeout=0.3)
     await server.wait_for(lambda: server.closed_connections == 1)
     assert err.value.failure.kind == "transport_timeout" and len(server.requests) == 1
 
@@ -420,27 +425,26 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-async def test_a_refused_connection_is_unreachable_and_typed(transport):
+async def test_a_refused_connection_is_unreachable_and_typed(hop, transport):
     url = f"http://127.0.0.1:{_closed_port()}"
     with pytest.raises(TransportUnreachable) as err:
-        await client.post(url, "/run", {}, server="agent")
-    await client.close_http_session()
+        await hop.post(url, "/run", {}, server="agent")
     assert err.value.failure.kind == "transport_unreachable" and err.value.status == 0
     assert run_failure(err.value, "agent").stage == "admission"
 
 
-async def test_a_refused_connection_is_tried_again_and_reaches_a_server_that_came_up(transport):
+async def test_a_refused_connection_is_tried_again_and_reaches_a_server_that_came_up(hop, transport):
     """The resend loop with the real transport: the port refuses, then listens (opened between tries)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    send = client._via_http1 if transport == "http1" else client._via_aiohttp
+    send = hop.http1.post if transport == "http1" else hop.aiohttp.post
     failures: list[BaseException] = []
     served: list[bytes] = []
 
-    async def send_then_listen(*args):
+    async def send_then_listen(*args, **kwargs):
         try:
-            return await send(*args)
+            return await send(*args, **kwargs)
         except Exception as exc:
             failures.append(exc)
             sock.listen()
@@ -448,11 +452,10 @@ async def test_a_refused_connection_is_tried_again_and_reaches_a_server_that_cam
             raise
 
     try:
-        reply = await client._deliver(send_then_listen, url, "/x", b'{"i":1}', {}, None)
+        answer = await client._deliver(send_then_listen, url, "/x", b'{"i":1}', {})
     finally:
-        await client.close_http_session()
         sock.close()
-    assert reply.json() == {"ok": True} and served == [b'{"i":1}'] and len(failures) == 1
+    assert answer.body == b'{"ok": true}' and served == [b'{"i":1}'] and len(failures) == 1
     assert client._resend_delay(failures[0], 1) is not None  # refused: provably never sent
 
 
