@@ -83,6 +83,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._fd = -1
+        self._poll = None
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future | None = None
         self._reset()
@@ -101,6 +102,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         sock = transport.get_extra_info("socket")
         self._fd = sock.fileno() if sock is not None else -1
+        if self._fd >= 0:
+            self._poll = select.poll()  # registered once, polled before each reuse
+            self._poll.register(self._fd, select.POLLIN)
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:  # bytes on an idle connection answer nothing we asked: never reuse it
@@ -185,13 +189,9 @@ class _Connection(asyncio.Protocol):
     def idle_and_open(self) -> bool:
         """Whether this pooled connection can carry a request: open, and its socket not readable (an
         idle connection the peer closed, reset or wrote to is readable before the loop has seen it)."""
-        if self.closed or self.transport.is_closing():
+        if self.closed or self._poll is None or self.transport.is_closing():
             return False
-        try:
-            readable, _, _ = select.select((self._fd,), (), (), 0)
-        except (OSError, ValueError):
-            return False
-        return not readable
+        return not self._poll.poll(0)  # any event (readable, hung up, an error) ends its use
 
     async def exchange(self, request: bytes) -> Answer:
         self._reset()
