@@ -1,9 +1,10 @@
-"""HTTP between servers: pooled keep-alive connections per event loop, cookies kept per rollout.
+"""HTTP between servers: one ``Client`` per Lab (or the process's default), cookies kept per rollout.
 
-A plain ``http://`` hop goes through ``gymlab.http1`` (httptools, about a third of aiohttp's client
-CPU per POST); ``https://`` and machines without httptools go through one shared aiohttp session
-per loop (DESIGN.md: 6,600 req/s at 16 concurrent vs 540 for httpx). A server of the same Lab is
-called in-process (``gymlab.inproc``). No pool keeps cookies: each rollout carries its own
+A ``Client`` sends a hop to a server of its Lab in-process (``gymlab.inproc``, the Lab's registry),
+a plain ``http://`` hop through ``gymlab.http1`` (httptools, about a third of aiohttp's client CPU per
+POST) and the rest through aiohttp, both pooling keep-alive connections per event loop. A request is
+sent again only when it provably never reached its server (one loop, ``_deliver``); every other
+broken exchange is a typed ``TransportError``. No pool keeps cookies: each rollout carries its own
 ``Cookies``, so concurrent rollouts never share a session while all of them share the connections.
 ``GYMLAB_HTTP_CLIENT=aiohttp`` sends every hop through aiohttp (to compare the two on one machine).
 """
@@ -12,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
+import contextvars
 import json
 import os
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,53 +25,13 @@ import orjson
 import gymlab.http1 as http1
 import gymlab.inproc as inproc
 from gymlab.cookies import cookie_header, request_cookies, set_cookie_pairs
-from gymlab.errors import ServerError
+from gymlab.errors import ServerError, TransportError, TransportPeerDrop, TransportTimeout, TransportUnreachable
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.responses import NeMoGymResponse
+from gymlab.retry import backoff_delay
 
 #: Seconds to open a connection before giving up (every hop).
 CONNECT_TIMEOUT_S = 10.0
-
-_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = weakref.WeakKeyDictionary()
-
-
-def http_session() -> aiohttp.ClientSession:
-    """The aiohttp session of the running event loop (created on first use)."""
-    loop = asyncio.get_running_loop()
-    session = _sessions.get(loop)
-    if session is None or session.closed:
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-        )
-        _sessions[loop] = session
-    return session
-
-
-async def close_http_session() -> None:
-    """Close the running loop's connections (servers call this on shutdown)."""
-    http1.close_pool()
-    loop = asyncio.get_running_loop()
-    session = _sessions.pop(loop, None)
-    if session is not None and not session.closed:
-        await session.close()
-
-
-@contextlib.asynccontextmanager
-async def http_scope():
-    """Close the running loop's session on exit if this scope created it.
-
-    Entry points that may run on a caller's short-lived loop (``asyncio.run(acollect(...))``) wrap
-    their work in this, so no connection pool outlives its loop.
-    """
-    loop = asyncio.get_running_loop()
-    existed = loop in _sessions and not _sessions[loop].closed
-    try:
-        yield
-    finally:
-        if not existed:
-            await close_http_session()
 
 
 @dataclass
@@ -90,10 +50,6 @@ class Cookies:
 
     def header(self, url: str) -> str | None:
         return cookie_header(self.by_url.get(url) or {})
-
-    def update(self, url: str, response: aiohttp.ClientResponse) -> None:
-        if values := response.headers.getall("Set-Cookie", ()):
-            self.update_from_values(url, values)
 
     def update_from_headers(self, url: str, headers: list[tuple[bytes, bytes]]) -> None:
         """Keep the cookies of an in-process answer's ``Set-Cookie`` headers."""
@@ -126,114 +82,235 @@ class Reply:
         return 200 <= self.status < 300
 
 
-def _dropped(exc: BaseException) -> bool:
-    """True when the peer dropped an established connection (reset, closed before answering)."""
-    if isinstance(exc, (aiohttp.ServerDisconnectedError, http1.PeerDropped)):
-        return True
-    return (
-        isinstance(exc, aiohttp.ClientOSError)
-        and not isinstance(exc, aiohttp.ClientConnectorError)
-        and (exc.errno in (errno.ECONNRESET, errno.EPIPE, None))
+def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> TransportError:
+    """A broken exchange as the ``TransportError`` it is (unreachable, peer drop, timeout), decided by type:
+    whatever provably sent nothing is unreachable; a timeout is a timeout; anything else broke after
+    the request went out."""
+    route = f"POST {path}"
+    if isinstance(exc, (http1.NotSent, aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
+        return TransportUnreachable(
+            server, route, f"cannot connect to {url}: {exc}", "is the server running, and is the URL right?"
+        )
+    if isinstance(exc, TimeoutError):
+        return TransportTimeout(
+            server,
+            route,
+            f"no answer from {url} within {timeout:g} s" if timeout is not None else f"no answer from {url}",
+            "the server is slow or stuck; raise the timeout in the server's config or the run's options",
+        )
+    return TransportPeerDrop(
+        server,
+        route,
+        f"{url} dropped the connection after the request went out: {exc}",
+        "the server process may have died or restarted; the request was not sent again",
     )
 
 
-def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> ServerError:
-    """A broken exchange as a ``ServerError`` (status 0) whose ``failure`` names the transport kind."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        kind, cause, hint = (
-            "transport_timeout",
-            f"no answer from {url} within {timeout:g} s",
-            ("the server is slow or stuck; raise the timeout in the server's config or the run's options"),
-        )
-    elif _dropped(exc) or isinstance(exc, inproc.AppDropped):
-        kind, cause, hint = (
-            "transport_peer_drop",
-            f"{url} dropped the connection: {exc}",
-            ("the server process may have died or restarted"),
-        )
+#: Sends of a request that provably never reached its server (refused, or a connection found closed
+#: before a byte was written) before it fails as unreachable. A request that went out is never resent.
+SEND_ATTEMPTS = 3
+#: What a socket hop raises when it got no whole answer (ValueErrors, a bad URL or header, are the caller's).
+_BROKEN = (TimeoutError, OSError, aiohttp.ClientError)
+
+
+def _resend_delay(exc: BaseException, attempt: int) -> float | None:
+    """Seconds to wait before sending again after ``exc`` ended try ``attempt``, or None: not again."""
+    if attempt >= SEND_ATTEMPTS:
+        return None
+    if isinstance(exc, http1.NotSent):
+        if exc.stale:
+            return 0.0
+        refused = exc.refused
     else:
-        kind, cause, hint = (
-            "transport_unreachable",
-            f"cannot connect to {url}: {exc}",
-            ("is the server running, and is the URL right?"),
-        )
-    failure = Failure(kind=kind, server=server, status=None, message=cause)
-    return ServerError(server, f"POST {path}", 0, cause, hint, failure)
+        refused = isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionRefusedError)
+    return backoff_delay(0.05, attempt, cap_s=0.5) if refused else None
 
 
-async def _send(
-    session: aiohttp.ClientSession,
-    url: str,
-    path: str,
-    data: bytes,
-    headers: dict[str, str],
-    cookies: Cookies | None,
-    timeout: aiohttp.ClientTimeout,
-) -> Reply:
-    async with session.post(url + path, data=data, headers=headers, timeout=timeout) as resp:
-        body = await resp.read()
-        if cookies is not None:
-            cookies.update(url, resp)
-        return Reply(resp.status, body)
+async def _deliver(send, url: str, path: str, data: bytes, headers: dict[str, str]) -> http1.Answer:
+    """The one resend loop of every socket hop: send again only what provably never reached the server."""
+    attempt = 1
+    while True:
+        try:
+            return await send(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S)
+        except Exception as exc:
+            delay = _resend_delay(exc, attempt)
+            if delay is None:
+                raise
+        attempt += 1
+        if delay:
+            await asyncio.sleep(delay)
+
+
+class Client:
+    """Every hop's HTTP, one object: a Lab's own servers in-process (its ``registry``), plain
+    ``http://`` through http1 (httptools), the rest through aiohttp; one resend rule; typed failures.
+
+    ``plain`` names the transport of plain ``http://`` URLs: ``"http1"``, ``"aiohttp"``, or None for
+    http1 where httptools is installed unless ``GYMLAB_HTTP_CLIENT=aiohttp``. The module's ``post``,
+    ``post_ok`` and ``ask_model_server`` use ``current_client()``: the one ``using_client`` set in
+    this context, else the process's default.
+    """
+
+    def __init__(
+        self,
+        registry: inproc.Registry | None = None,
+        *,
+        plain: str | None = None,
+        http1_transport: http1.Transport | None = None,
+        aiohttp_transport: http1.AiohttpTransport | None = None,
+    ):
+        if plain is None:
+            aiohttp_wanted = os.environ.get("GYMLAB_HTTP_CLIENT", "").strip().lower() == "aiohttp"
+            plain = "http1" if http1.available() and not aiohttp_wanted else "aiohttp"
+        if plain not in ("http1", "aiohttp") or (plain == "http1" and not http1.available()):
+            raise ValueError(f"plain={plain!r}: 'http1' (needs httptools) or 'aiohttp'")
+        self.registry = registry if registry is not None else inproc.Registry()
+        self.http1 = http1_transport or http1.Transport()
+        self.aiohttp = aiohttp_transport or http1.AiohttpTransport()
+        self._http1_plain = plain == "http1"
+        self._plain_urls: dict[str, bool] = {}
+
+    async def post(
+        self,
+        url: str,
+        path: str,
+        payload: Any,
+        cookies: Cookies | None = None,
+        server: str = "",
+        timeout: float | None = None,
+    ) -> Reply:
+        """POST JSON and return the status and body, whatever the status.
+
+        ``timeout`` bounds the whole exchange, resends included (None: only each connect is bounded).
+        A request is sent again only when it provably never reached the server; a broken exchange
+        raises a ``TransportError`` (unreachable, peer drop, timeout).
+        """
+        headers = {"Content-Type": "application/json"}
+        if cookies is not None and (cookie := cookies.header(url)):
+            headers["Cookie"] = cookie
+        data = _dumps(payload)
+        name = server or url
+        local = self.registry.lookup(url)
+        if local is not None:
+            return await _send_local(local, url, path, data, headers, cookies, timeout, name)
+        send = self.http1.post if self._plain(url) else self.aiohttp.post
+        try:
+            async with asyncio.timeout(timeout):
+                answer = await _deliver(send, url, path, data, headers)
+        except _BROKEN as exc:
+            if isinstance(exc, ValueError):
+                raise
+            raise transport_error(name, url, path, exc, timeout) from exc
+        if cookies is not None and answer.set_cookies:
+            cookies.update_from_values(url, answer.set_cookies)
+        return Reply(answer.status, answer.body)
+
+    async def post_ok(
+        self,
+        url: str,
+        path: str,
+        payload: Any,
+        cookies: Cookies | None = None,
+        server: str = "",
+        timeout: float | None = None,
+    ) -> Any:
+        """POST JSON and return the parsed answer; an error status raises ``ServerError`` carrying the
+        typed ``failure`` the error body gave, if any."""
+        return _parsed(await self.post(url, path, payload, cookies, server, timeout), path, server or url)
+
+    async def ask_model_server(
+        self, url: str, body: dict, *, server: str = "model server", timeout: float | None = None
+    ) -> NeMoGymResponse:
+        """``POST /v1/responses``: the model's response. An answer that is not a Responses object
+        (no ``output`` list, or an error object) raises ``ServerError`` with a provider failure: a
+        model's non-answer is never graded as an empty response."""
+        return _model_response(await self.post(url, "/v1/responses", body, server=server, timeout=timeout), server)
+
+    async def close(self) -> None:
+        """Close the running loop's connections (servers call ``close_http_session`` on shutdown)."""
+        self.http1.close()
+        await self.aiohttp.close()
+
+    def _plain(self, url: str) -> bool:
+        """Whether ``url``'s hops go through http1 (a plain http:// server URL, and http1 chosen)."""
+        plain = self._plain_urls.get(url)
+        if plain is None:
+            plain = self._http1_plain and http1.address_of(url) is not None
+            if len(self._plain_urls) < 4096:
+                self._plain_urls[url] = plain
+        return plain
+
+
+_current: contextvars.ContextVar[Client | None] = contextvars.ContextVar("gymlab_client", default=None)
+_default: list[Client] = []
+
+
+def default_client() -> Client:
+    """The process's client: the default in-process registry and transports (made on first use)."""
+    if not _default:
+        _default.append(Client(inproc.REGISTRY, http1_transport=http1.DEFAULT))
+    return _default[0]
+
+
+def current_client() -> Client:
+    """The client hops made in this context use: the one ``using_client`` set, else the default."""
+    return _current.get() or default_client()
+
+
+@contextlib.contextmanager
+def using_client(client: Client):
+    """Make ``client`` the one the module's functions use in this context (and the tasks it starts)."""
+    token = _current.set(client)
+    try:
+        yield client
+    finally:
+        _current.reset(token)
 
 
 async def post(
     url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "", timeout: float | None = None
 ) -> Reply:
-    """POST JSON and return the status and body, whatever the status.
+    """``Client.post`` of ``current_client()``."""
+    return await current_client().post(url, path, payload, cookies, server, timeout)
 
-    ``timeout`` bounds the whole exchange (None: only the connect is bounded). A connection the
-    peer dropped (a kept-open connection to a worker that died) is retried once on a fresh
-    connection, which reaches a live worker. A broken exchange raises ``ServerError`` with status 0
-    and a transport ``failure`` (unreachable, peer drop, timeout).
+
+async def post_ok(
+    url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "", timeout: float | None = None
+) -> Any:
+    """``Client.post_ok`` of ``current_client()``."""
+    return await current_client().post_ok(url, path, payload, cookies, server, timeout)
+
+
+async def ask_model_server(
+    url: str, body: dict, *, server: str = "model server", timeout: float | None = None
+) -> NeMoGymResponse:
+    """``Client.ask_model_server`` of ``current_client()``."""
+    return await current_client().ask_model_server(url, body, server=server, timeout=timeout)
+
+
+def http_session() -> aiohttp.ClientSession:
+    """The running loop's aiohttp session of ``current_client()`` (for requests other than a JSON POST)."""
+    return current_client().aiohttp.session()
+
+
+async def close_http_session() -> None:
+    """Close the running loop's connections of ``current_client()`` (servers call this on shutdown)."""
+    await current_client().close()
+
+
+@contextlib.asynccontextmanager
+async def http_scope():
+    """Close the running loop's connections on exit if this scope opened the first of them.
+
+    Entry points that may run on a caller's short-lived loop (``asyncio.run(acollect(...))``) wrap
+    their work in this, so no connection pool outlives its loop.
     """
-    headers = {"Content-Type": "application/json"}
-    if cookies is not None and (cookie := cookies.header(url)):
-        headers["Cookie"] = cookie
-    data = _dumps(payload)
-    name = server or url
-    local = inproc.lookup(url)
-    if local is not None:
-        return await _send_local(local, url, path, data, headers, cookies, timeout, name)
-    if _plain(url):
-        try:
-            async with asyncio.timeout(timeout):
-                answer = await http1.post(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S)
-        except (TimeoutError, OSError) as exc:  # PeerDropped and BadAnswer are ConnectionErrors
-            raise transport_error(name, url, path, exc, timeout) from exc
-        if cookies is not None and answer.set_cookies:
-            cookies.update_from_values(url, answer.set_cookies)
-        return Reply(answer.status, answer.body)
-    bound = aiohttp.ClientTimeout(total=timeout, sock_connect=CONNECT_TIMEOUT_S)
+    existed = current_client().aiohttp.has_session()
     try:
-        try:
-            return await _send(http_session(), url, path, data, headers, cookies, bound)
-        except aiohttp.ClientConnectionError as exc:
-            if not _dropped(exc):
-                raise
-        async with aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar()
-        ) as fresh:
-            return await _send(fresh, url, path, data, headers, cookies, bound)
-    except (TimeoutError, aiohttp.ClientConnectionError) as exc:
-        raise transport_error(name, url, path, exc, timeout) from exc
-
-
-_plain_urls: dict[str, bool] = {}
-
-
-def _plain(url: str) -> bool:
-    """Whether ``url``'s hops go through ``http1`` (a plain http:// server URL, httptools installed)."""
-    plain = _plain_urls.get(url)
-    if plain is None:
-        plain = (
-            http1.available()
-            and os.environ.get("GYMLAB_HTTP_CLIENT", "").strip().lower() != "aiohttp"
-            and http1.address_of(url) is not None
-        )
-        if len(_plain_urls) < 4096:
-            _plain_urls[url] = plain
-    return plain
+        yield
+    finally:
+        if not existed:
+            await close_http_session()
 
 
 async def _send_local(
@@ -246,7 +323,7 @@ async def _send_local(
     timeout: float | None,
     name: str,
 ) -> Reply:
-    """``post`` to a server of this Lab: into its ASGI app, with the same answer and failures."""
+    """A POST to a server of this Lab: into its ASGI app, with the same answer and failures."""
     try:
         async with asyncio.timeout(timeout):
             status, answer_headers, body = await inproc.call(local, "POST", path, data, headers)
@@ -255,14 +332,6 @@ async def _send_local(
     if cookies is not None:
         cookies.update_from_headers(url, answer_headers)
     return Reply(status, body)
-
-
-async def post_ok(
-    url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "", timeout: float | None = None
-) -> Any:
-    """POST JSON and return the parsed answer; an error status raises ``ServerError`` carrying the
-    typed ``failure`` the error body gave, if any."""
-    return _parsed(await post(url, path, payload, cookies, server, timeout), path, server or url)
 
 
 def _parsed(reply: Reply, path: str, server: str) -> Any:
@@ -282,13 +351,8 @@ def _parsed(reply: Reply, path: str, server: str) -> Any:
         raise ServerError(server, f"POST {path}", reply.status, f"answer is not JSON: {reply.text[:200]!r}") from exc
 
 
-async def ask_model_server(
-    url: str, body: dict, *, server: str = "model server", timeout: float | None = None
-) -> NeMoGymResponse:
-    """``POST /v1/responses``: the model's response. An answer that is not a Responses object
-    (no ``output`` list, or an error object) raises ``ServerError`` with a provider failure: a
-    model's non-answer is never graded as an empty response."""
-    reply = await post(url, "/v1/responses", body, server=server, timeout=timeout)
+def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
+    """A model server's answer as a Responses object, or ``ServerError`` with a provider failure."""
     if reply.ok:  # the common case, validated straight from the bytes in one pass
         try:
             response = NeMoGymResponse.model_validate_json(reply.body)

@@ -4,6 +4,10 @@ GymlabError
 ├── ServerError            a server answered with an error (names server, route, status, cause;
 │                          ``failure`` holds the typed failure an error body carried)
 │   ├── EpisodeFailed      an agent could not finish an episode: answered 502 with its ``Failure``
+│   ├── TransportError     no answer came (status 0); ``failure.kind`` is the transport kind
+│   │   ├── TransportUnreachable   the server could not be reached: nothing was sent
+│   │   ├── TransportPeerDrop      the connection broke after the request went out (never resent)
+│   │   └── TransportTimeout       no whole answer within the time budget
 │   └── UpstreamError      an OpenAI-compatible endpoint failed after the model proxy's retries
 ├── ServerStartError       a server could not start (the real cause attached)
 ├── ConfigError            a YAML config is wrong (names the file and key)
@@ -69,6 +73,35 @@ class EpisodeFailed(ServerError):
 
     def __init__(self, server: str, route: str, failure: Failure, hint: str = ""):
         super().__init__(server, route, 502, failure.message, hint, failure)
+
+
+class TransportError(ServerError):
+    """Raised when a request got no answer (status 0); ``failure`` carries the transport kind."""
+
+    kind = "transport_unreachable"
+
+    def __init__(self, server: str, route: str, cause: str, hint: str = "", failure: Failure | None = None):
+        failure = failure or Failure(kind=self.kind, server=server, message=cause)
+        super().__init__(server, route, 0, cause, hint, failure)
+
+
+class TransportUnreachable(TransportError):
+    """Raised when the server could not be reached (refused, unknown host, connect timeout): nothing was sent."""
+
+    kind = "transport_unreachable"
+
+
+class TransportPeerDrop(TransportError):
+    """Raised when the connection broke (closed, reset, bytes that are no answer) after the request went out;
+    the server may have acted on it, so it is never sent again."""
+
+    kind = "transport_peer_drop"
+
+
+class TransportTimeout(TransportError):
+    """Raised when no whole answer came within the request's time budget."""
+
+    kind = "transport_timeout"
 
 
 class ServerStartError(GymlabError):

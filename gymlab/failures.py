@@ -1,8 +1,9 @@
 """Typed failures from errors: which ``Failure`` an error of a hop is, decided from data only.
 
 A failure kind is never read out of an error's text. It comes, in this order, from the typed
-``failure`` an upstream error body carried (an agent's 502), from the transport (the client marks
-unreachable, peer drop and timeout), or from which server failed with which status at which stage.
+``failure`` an upstream error body carried (an agent's 502), from the transport (the client raises a
+``TransportError``: unreachable, peer drop or timeout, each carrying its kind), or from which server
+failed with which status at which stage.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from gymlab.errors import ServerError
+from gymlab.errors import ServerError, TransportUnreachable
 from gymlab.protocol.failure_kinds import Failure, Stage
 
 #: Who answered the failed request: the model server, the resources (environment) server, an agent.
@@ -47,8 +48,7 @@ def failure_of(exc: BaseException, *, role: Role, stage: Stage | None) -> Failur
 def run_failure(exc: BaseException, agent: str) -> Failure:
     """The failure of an episode whose ``POST /run`` to ``agent`` raised ``exc``: the kind the
     agent's error body carried, else the transport's, else ``agent_run_error``."""
-    unreached = isinstance(exc, ServerError) and exc.failure is not None and exc.failure.kind == "transport_unreachable"
-    failure = failure_of(exc, role="agent", stage="admission" if unreached else None)
+    failure = failure_of(exc, role="agent", stage="admission" if isinstance(exc, TransportUnreachable) else None)
     return failure if failure.server else failure.model_copy(update={"server": agent})
 
 

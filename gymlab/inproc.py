@@ -42,30 +42,37 @@ class AppDropped(ConnectionError):
     """The app raised after it had started answering: what a client sees as a dropped connection."""
 
 
-_apps: dict[str, LocalApp] = {}
+class Registry:
+    """The servers reachable in-process, by URL. A Lab owns one and hands it to its ``Client``; the
+    module's ``register``, ``unregister`` and ``lookup`` use ``REGISTRY``, the process's default."""
+
+    def __init__(self) -> None:
+        self._apps: dict[str, LocalApp] = {}
+
+    def register(self, entry: LocalApp) -> None:
+        """Answer requests to ``entry.url`` made on ``entry.loop`` in-process from now on."""
+        self._apps[entry.url] = entry
+
+    def unregister(self, entry: LocalApp) -> None:
+        """Stop answering ``entry.url`` in-process (only if ``entry`` still holds it)."""
+        if self._apps.get(entry.url) is entry:
+            del self._apps[entry.url]
+
+    def lookup(self, url: str) -> LocalApp | None:
+        """The in-process server at ``url``, if there is one on the running loop."""
+        entry = self._apps.get(url)
+        if entry is None:
+            return None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        return entry if entry.loop is running else None
 
 
-def register(entry: LocalApp) -> None:
-    """Answer requests to ``entry.url`` made on ``entry.loop`` in-process from now on."""
-    _apps[entry.url] = entry
-
-
-def unregister(entry: LocalApp) -> None:
-    """Stop answering ``entry.url`` in-process (only if ``entry`` still holds it)."""
-    if _apps.get(entry.url) is entry:
-        del _apps[entry.url]
-
-
-def lookup(url: str) -> LocalApp | None:
-    """The in-process server at ``url``, if there is one on the running loop."""
-    entry = _apps.get(url)
-    if entry is None:
-        return None
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    return entry if entry.loop is running else None
+#: The registry of servers started outside any Lab's own (and of callers that name none).
+REGISTRY = Registry()
+register, unregister, lookup = REGISTRY.register, REGISTRY.unregister, REGISTRY.lookup
 
 
 async def call(
@@ -131,4 +138,4 @@ async def call(
     return status, answer_headers, b"".join(chunks)
 
 
-__all__ = ["AppDropped", "LocalApp", "call", "lookup", "register", "unregister"]
+__all__ = ["REGISTRY", "AppDropped", "LocalApp", "Registry", "call", "lookup", "register", "unregister"]

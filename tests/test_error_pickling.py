@@ -35,6 +35,8 @@ def sample(name: str, annotation: str):
         return Failure(kind="transport_timeout", stage="agent", server=f"<{name}>", status=504, message="late")
     if "OSError" in annotation:
         return OSError(errno.ENOSPC, "No space left on device")
+    if annotation.startswith("bool"):
+        return True
     if annotation.startswith("int"):
         return 7
     if annotation.startswith("float"):
@@ -49,7 +51,8 @@ def instance(cls: type[BaseException]) -> BaseException:
     if not inspect.isfunction(cls.__init__):  # the built-in one: a message
         return cls(f"{cls.__name__}: what went wrong")
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    kwargs = {p.name: sample(p.name, str(p.annotation)) for p in params if p.kind is p.POSITIONAL_OR_KEYWORD}
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    kwargs = {p.name: sample(p.name, str(p.annotation)) for p in params if p.kind in kinds}
     return cls(**kwargs)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymlab.client import ask_model_server
-from gymlab.errors import ServerError
+from gymlab.errors import ServerError, TransportError
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.retry import backoff_delay
 from gymlab.rewards.rubric import ComponentFailed
@@ -195,7 +195,7 @@ class Judge:
 
 def _retryable(exc: ServerError) -> bool:
     """A transport failure, a 5xx, a 429 or a 200 non-answer is worth another try; a 4xx is not."""
-    return exc.status == 0 or exc.status >= 500 or exc.status in (200, 408, 429)
+    return isinstance(exc, TransportError) or exc.status >= 500 or exc.status in (200, 408, 429)
 
 
 __all__ = ["Judge", "Unparseable", "default_fields", "parse_json", "parse_label", "parse_score"]

@@ -14,7 +14,7 @@ import pytest
 import gymlab.http1 as http1
 from gymlab._runtime.serve import ThreadedServer
 from gymlab.client import Cookies, post, post_ok
-from gymlab.errors import ServerError
+from gymlab.errors import TransportPeerDrop, TransportTimeout, TransportUnreachable
 
 pytestmark = pytest.mark.skipif(not http1.available(), reason="httptools is not installed")
 
@@ -115,7 +115,7 @@ async def test_a_restarted_server_on_the_same_port_is_reached_on_a_new_connectio
 async def test_unreachable_server_is_a_typed_transport_failure():
     async with raw_server(lambda r, w: asyncio.sleep(0)) as (url, _, _):
         pass  # the port is free again once the server closed
-    with pytest.raises(ServerError) as err:
+    with pytest.raises(TransportUnreachable) as err:
         await post(url, "/x", {}, server="gone")
     assert err.value.failure.kind == "transport_unreachable" and err.value.status == 0
     assert "gone" in str(err.value)
@@ -126,7 +126,7 @@ async def test_a_peer_that_drops_before_answering_is_a_peer_drop():
         writer.transport.abort()
 
     async with raw_server(drop) as (url, _, _):
-        with pytest.raises(ServerError) as err:
+        with pytest.raises(TransportPeerDrop) as err:
             await post(url, "/x", {}, server="dropper")
     assert err.value.failure.kind == "transport_peer_drop"
 
@@ -138,7 +138,7 @@ async def test_garbage_bytes_are_a_peer_drop_not_an_answer():
         await reader.read()  # until the client closes
 
     async with raw_server(garbage) as (url, _, closed):
-        with pytest.raises(ServerError) as err:
+        with pytest.raises(TransportPeerDrop) as err:
             await post(url, "/x", {}, server="garbler")
         await asyncio.wait_for(closed.wait(), 30)  # the client closed the connection it gave up on
     assert err.value.failure.kind == "transport_peer_drop"
@@ -149,11 +149,11 @@ async def test_a_silent_server_times_out_and_its_connection_is_closed():
         await reader.read()  # never answers; returns when the client hangs up
 
     async with raw_server(stall) as (url, _, closed):
-        with pytest.raises(ServerError) as err:
+        with pytest.raises(TransportTimeout) as err:
             await post(url, "/x", {}, server="staller", timeout=0.3)
         await asyncio.wait_for(closed.wait(), 30)  # the server saw the hang-up
     assert err.value.failure.kind == "transport_timeout"
-    assert http1._pool().idle.get(("127.0.0.1", int(url.rsplit(":", 1)[1]))) is None
+    assert http1.DEFAULT.pool().idle.get(("127.0.0.1", int(url.rsplit(":", 1)[1]))) is None
 
 
 async def test_a_cancelled_call_closes_its_connection():

@@ -1,0 +1,66 @@
+"""``Client``: the in-process registry is the client's own (a Lab's), and the module's functions use
+the client set for the context, so a caller injects one without changing a call site."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+import gymlab.client as client
+import gymlab.http1 as http1
+import gymlab.inproc as inproc
+from gymlab.errors import TransportUnreachable
+
+
+async def _app(scope, receive, send):
+    """Answers every POST with the body it got."""
+    body = (await receive())["body"]
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b'{"in_process": %s}' % body})
+
+
+@pytest.fixture
+async def lab_registry():
+    """A registry holding one app, at an address where no socket listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    registry = inproc.Registry()
+    entry = inproc.LocalApp(_app, asyncio.get_running_loop(), "127.0.0.1", port, name="own")
+    registry.register(entry)
+    yield registry, entry.url
+    registry.unregister(entry)
+    assert registry.lookup(entry.url) is None
+
+
+async def test_a_clients_registry_is_its_own(lab_registry):
+    registry, url = lab_registry
+    own, other = client.Client(registry), client.Client()
+    assert await own.post_ok(url, "/x", {"a": 1}) == {"in_process": {"a": 1}}
+    for stranger in (other.post_ok, client.post_ok):  # another client, and the process's default, go to the socket
+        with pytest.raises(TransportUnreachable):
+            await stranger(url, "/x", {"a": 1})
+    await other.close()
+
+
+async def test_the_modules_functions_use_the_client_set_for_the_context(lab_registry):
+    registry, url = lab_registry
+    own = client.Client(registry, plain="aiohttp")
+    with client.using_client(own) as current:
+        assert current is own and client.current_client() is own
+        assert await client.post_ok(url, "/x", {"a": 2}) == {"in_process": {"a": 2}}
+        task = asyncio.ensure_future(client.post_ok(url, "/x", {"a": 3}))  # a task started here keeps it
+        assert client.http_session() is own.aiohttp.session()
+    assert await task == {"in_process": {"a": 3}}
+    assert client.current_client() is client.default_client()
+    assert client.default_client().registry is inproc.REGISTRY and client.default_client().http1 is http1.DEFAULT
+    with pytest.raises(TransportUnreachable):
+        await client.post_ok(url, "/x", {})
+    await own.close()
+
+
+def test_a_transport_that_cannot_run_is_refused():
+    with pytest.raises(ValueError, match="plain"):
+        client.Client(plain="h2")
