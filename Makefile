@@ -50,8 +50,10 @@ test: $(TEST_STAMP) browser-deps
 	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# The benchmarks (benchmarks/, not part of the package): `make bench ARGS="--only frames"`,
+# `make bench ARGS="--only process lab --against ../other-checkout --without-direct"`.
 bench: $(LAB_STAMP)
-	$(BIN)/gymlab bench
+	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
 	rm -rf $(VENV) gymlab-demo build *.egg-info

@@ -55,7 +55,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("collection", ["gymlab.collection", "gymlab.export"]),
     (
         "notebook and CLI",
-        ["gymlab.lab", "gymlab.probes", "gymlab.cluster", "gymlab.cli", "gymlab.bench", "gymlab.__main__"],
+        ["gymlab.lab", "gymlab.probes", "gymlab.cluster", "gymlab.cli", "gymlab.__main__"],
     ),
     ("public API", ["gymlab"]),
 ]
