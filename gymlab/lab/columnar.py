@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -80,18 +80,20 @@ def _fitted(store: Any) -> pa.Table:
 
     lines = []
     for record in store.dicts():
-        for step in record.get("steps") or ():
-            for item in step.get("action") or ():
+        steps = record.get("steps")
+        for step in steps if isinstance(steps, list) else ():
+            action = step.get("action") if isinstance(step, dict) else None
+            for item in action if isinstance(action, list) else ():
                 if isinstance(item, dict) and isinstance(item.get("content"), str):
                     item["content"] = [{"text": item["content"]}]
-        lines.append(dumps({"steps": record.get("steps"), "response": {}}))
+        lines.append(dumps({"steps": steps, "response": {}}))
     table = _parse(b"\n".join(lines), max(map(len, lines), default=0), _PARSE)
     if table is None:
         _misfit(store)
     return table
 
 
-def _misfit(store: Any):
+def _misfit(store: Any) -> NoReturn:
     """Raise for records whose steps do not fit the frame: validation names the first bad line."""
     for i in range(len(store)):
         store.record(i)

@@ -121,9 +121,15 @@ def test_records_the_schema_does_not_fit_as_written_are_rewritten_to_fit():
 def test_a_step_of_another_type_or_without_its_index_names_its_line(tmp_path):
     path = tmp_path / "r.jsonl"
     good = json.dumps(_record(ODD_STEPS))
-    for bad in ({"index": "first", "action": []}, {"action": []}):
-        path.write_text(f"{good}\n{json.dumps(_record([bad]))}\n")
-        with pytest.raises(DatasetError, match=r"r\.jsonl:2: not a rollout record: steps\.0\.index"):
+    for steps, where in (
+        ([{"index": "first", "action": []}], r"steps\.0\.index"),
+        ([{"action": []}], r"steps\.0\.index"),
+        ("not a list", "steps"),
+        ([{"index": 0, "action": "speak"}], r"steps\.0\.action"),
+        ([{"index": 0, "action": [{"type": "message", "content": 7}]}], r"steps\.0\.action\.0"),
+    ):
+        path.write_text(f"{good}\n{json.dumps(_record(steps))}\n")
+        with pytest.raises(DatasetError, match=rf"r\.jsonl:2: not a rollout record: {where}"):
             Rollouts.load(path).steps_frame()
 
 
