@@ -64,8 +64,11 @@ $(NEMO_VENV)/bin/gym:
 test-nemo: $(TEST_STAMP) $(NEMO_VENV)/bin/gym
 	NEMO_VENV=$(NEMO_VENV) $(BIN)/python -m pytest -q -p no:cacheprovider -m nemo tests
 
+
+# The benchmarks (benchmarks/, not part of the package): `make bench ARGS="--only frames"`,
+# `make bench ARGS="--only process lab --against ../other-checkout --without-direct"`.
 bench: $(LAB_STAMP)
-	$(BIN)/gymlab bench
+	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(NEMO_VENV) gymlab-demo build *.egg-info

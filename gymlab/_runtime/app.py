@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gymlab._runtime.bodies import BodyGuardMiddleware
-from gymlab._runtime.direct import DirectRoutes
+from gymlab._runtime.direct import DirectRoutes, direct_enabled
 from gymlab._runtime.ownership import install as install_ownership_routing
 from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_of
 from gymlab._runtime.routes import RouteKinds
@@ -64,7 +64,8 @@ def build_app(server: ServerSpec) -> FastAPI:
         body["detail"] = exc.detail  # what the route raised, as it raised it
         return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
 
-    app.add_middleware(DirectRoutes, fastapi_app=app)  # added first = innermost: inside the crash guard
+    if direct_enabled():  # added first = innermost: inside the crash guard
+        app.add_middleware(DirectRoutes, fastapi_app=app)
     # Crashes are answered by an ASGI middleware, not an exception handler: Starlette re-raises after
     # its handler runs, and uvicorn then drops the keep-alive connection the client is about to reuse.
     app.add_middleware(CrashMiddleware, server_name=name, traces=server.error_traces)

@@ -11,11 +11,18 @@ Anything else goes the ordinary way, untouched: another route shape, a body that
 not validate (FastAPI then gives its own 422 or 400), a non-JSON content type. So every status and
 error body is FastAPI's, and a request is never handled twice: the fall-back happens before the
 handler runs. The body is parsed once (or taken as already parsed from ``bodies.PARSED_KEY``).
+
+It reads FastAPI's internals (``route.dependant``, ``body_field``), so it runs only under the FastAPI
+releases it is tested with (``FASTAPI_RANGE``; pyproject.toml pins the same range, and
+``tests/runtime/test_fastapi_range.py`` runs its tests under both ends), and ``GYMLAB_DIRECT_ROUTES=0``
+turns it off. ``make bench ARGS="--without-direct"`` measures what it saves.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import re
 from typing import Any
 
 from fastapi import params
@@ -28,6 +35,19 @@ from starlette.responses import JSONResponse, Response
 from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, parse_json
 
 _UNSET = object()
+#: The first and last FastAPI minor releases this module is tested with (see the module docstring).
+FASTAPI_RANGE = ((0, 133), (0, 165))
+FLAG = "GYMLAB_DIRECT_ROUTES"
+
+
+def direct_enabled() -> bool:
+    """Whether plain JSON routes are answered directly: under a FastAPI of ``FASTAPI_RANGE``, unless
+    ``GYMLAB_DIRECT_ROUTES=0``."""
+    import fastapi
+
+    found = re.match(r"(\d+)\.(\d+)", fastapi.__version__)
+    minor = (int(found[1]), int(found[2])) if found else (0, 0)
+    return os.environ.get(FLAG, "1") != "0" and FASTAPI_RANGE[0] <= minor <= FASTAPI_RANGE[1]
 
 
 class _Plan:

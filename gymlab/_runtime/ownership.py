@@ -26,7 +26,7 @@ Rows name the worker as ``pid-token``, so a reused pid is never taken for the ol
 
 Forwarding is one length-prefixed frame each way over the owner's private Unix socket
 (``w<pid>-<token>.sock``, connections pooled per owner); the owner replays the request into its app
-below this middleware. ``gymlab bench`` measures it: ~0.2-0.4 ms a forwarded request over a local one.
+below this middleware. ``make bench`` measures it (docs: the figures).
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ COMMANDS = {
     "merge": ("gymlab.cli.merge", "join the outputs of 'gymlab collect --shard' runs into one collection"),
     "list": ("gymlab.cli.list", "list the environments, agents, datasets and tasksets of a config"),
     "demo": ("gymlab.cli.demo", "run the example environments with rule-based policies"),
-    "bench": ("gymlab.bench", "measure episodes/s, latency and start-up"),
     "profile": ("gymlab.cli.profile", "profile the rewards of a rollouts file, task by task"),
     "init": ("gymlab.cli.init", "write a new environment folder that passes its own test"),
     "export": ("gymlab.cli.export", "write rollouts as a TRL or verl dataset (Parquet or JSONL) with a dataset card"),

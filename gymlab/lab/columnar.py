@@ -1,24 +1,19 @@
 """The steps frame through pyarrow: the records' JSON read into Arrow columns, and Arrow compute.
 
-The fast path of ``gymlab.lab.frames.steps_frame`` (the ``fast`` extra): the records' buffer is cut
-into pieces of whole records, and a thread per core reads a piece at a time with pyarrow's JSON
-reader (only the step fields the frame shows) and derives that piece's columns with Arrow compute,
-without a Python call per step (steps of more than one item, rare, are described in Python); the
-pieces' columns are then joined (strings stay in Arrow memory, as the pure path's do). A run's
-records are read while it goes on (``read_in_background``, fed by ``gymlab.lab.store.StoreBuilder``),
-so its first frame derives the columns of what was read and reads only the rest.
-Records whose JSON does not fit the schema (a message whose content is a string, a field of
-another type), and steps with rubric components, return None, and the pure-Python path builds the
-frame; both give the same frame.
+pyarrow's JSON reader (on every core, off the GIL) reads only the step fields the frame shows, and
+Arrow compute derives the columns without a Python call per step (steps of more than one item, rare,
+are described in Python). Records whose JSON does not fit the schema as written (a message whose
+content is a string) are rewritten to fit and read again; a line that is not a rollout record is a
+``DatasetError`` naming it. A run's records are read while it goes on (``read_in_background``, fed
+by ``gymlab.lab.store.StoreBuilder``), so its first frame derives the columns of what was read and
+reads only the rest. Rubric components (``reward_<name>`` columns) come from the records' dicts.
 """
 
 from __future__ import annotations
 
-import bisect
-import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from gymlab.lab.step_columns import describe_action, finish_steps
+from gymlab.rewards.columns import add_component_columns
 
 _TEXT_PART = pa.struct([("text", pa.string())])
 _ITEM = pa.struct(
@@ -54,97 +50,95 @@ SCHEMA = pa.schema([("steps", pa.list_(_STEP)), ("response", pa.struct([("id", p
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 
 
-#: Bytes of whole records one worker parses (and turns into columns) at a time: at most this, and
-#: small enough that every core gets a few pieces of a small run.
-PIECE = (1 << 20, 16 << 20)
-
-
-def _workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def _pieces(store: Any, first: int = 0) -> list[tuple[pa.Buffer, int, int]]:
-    """The store's buffer from record ``first`` on, cut into pieces of whole records (see ``PIECE``),
-    as (bytes, number of records, longest record)."""
-    starts, n = store.starts, len(store)
-    if n <= first:
-        return []
-    buffer = pa.py_buffer(store.buffer)
-    sizes = np.diff(np.asarray(starts, dtype="int64"))
-    target = min(max(PIECE[0], (starts[n] - starts[first]) // (4 * _workers())), PIECE[1])
-    pieces = []
-    while first < n:
-        last = bisect.bisect_left(starts, starts[first] + target, first + 1, n)
-        size = starts[last] - starts[first]
-        pieces.append((buffer.slice(starts[first], size), last - first, int(sizes[first:last].max())))
-        first = last
-    return pieces
-
-
-def _parse(piece: tuple[pa.Buffer, int, int], parse: pj.ParseOptions) -> pa.Table | None:
-    """One piece read with ``parse`` on this thread (None when a record does not fit the schema or
-    is not a rollout record). A block holds whole records, so it is at least twice the longest."""
-    data, n, longest = piece
-    options = pj.ReadOptions(block_size=max(1 << 24, 2 * longest + 1), use_threads=False)
+def _parse(data: Any, longest: int, parse: pj.ParseOptions, threads: bool = True) -> pa.Table | None:
+    """JSON lines read with ``parse`` (None when a record does not fit the schema or has no
+    response). A block holds whole records, so it is at least twice the longest."""
+    options = pj.ReadOptions(block_size=max(1 << 24, 2 * longest + 1), use_threads=threads)
     try:
         table = pj.read_json(pa.BufferReader(data), read_options=options, parse_options=parse)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    if table.num_rows != n or table["response"].null_count:
-        return None
+    return None if table["response"].null_count else table
+
+
+def _longest(store: Any, first: int = 0) -> int:
+    starts = np.asarray(store.starts[first:], dtype="int64")
+    return int(np.diff(starts).max()) if len(starts) > 1 else 0
+
+
+def _read(store: Any, parse: pj.ParseOptions, first: int = 0) -> pa.Table | None:
+    """Records ``first`` on read with ``parse`` (None when one does not fit)."""
+    start = store.starts[first]
+    data = pa.py_buffer(store.buffer).slice(start, store.starts[-1] - start)
+    return _parse(data, _longest(store, first), parse)
+
+
+def _fitted(store: Any) -> pa.Table:
+    """The step fields of every record, rewritten to fit the schema: a message's content string
+    becomes one text part. A line that is not a rollout record raises ``DatasetError`` with its number."""
+    from gymlab.jsonl import dumps
+
+    lines = []
+    for record in store.dicts():
+        steps = record.get("steps")
+        for step in steps if isinstance(steps, list) else ():
+            action = step.get("action") if isinstance(step, dict) else None
+            for item in action if isinstance(action, list) else ():
+                if isinstance(item, dict) and isinstance(item.get("content"), str):
+                    item["content"] = [{"text": item["content"]}]
+        lines.append(dumps({"steps": steps, "response": {}}))
+    table = _parse(b"\n".join(lines), max(map(len, lines), default=0), _PARSE)
+    if table is None:
+        _misfit(store)
     return table
+
+
+def _misfit(store: Any) -> NoReturn:
+    """Raise for records whose steps do not fit the frame: validation names the first bad line."""
+    for i in range(len(store)):
+        store.record(i)
+    raise ValueError("the records' steps do not fit the steps frame (a field of an unexpected type)")
 
 
 _background: ThreadPoolExecutor | None = None
 _background_lock = threading.Lock()
 
 
-def read_in_background(data: bytes, n: int, longest: int) -> Future:
-    """A piece of ``n`` whole records read on a background thread: a future of its table (None when
-    a record does not fit the schema). One thread, so a run's reading takes at most one core."""
+def read_in_background(data: bytes, longest: int) -> Future:
+    """Whole records read on a background thread: a future of their table (None when a record does
+    not fit the schema). One thread, so a run's reading takes at most one core."""
     global _background
     with _background_lock:
         if _background is None:
             _background = ThreadPoolExecutor(1, thread_name_prefix="gymlab-read-ahead")
-    return _background.submit(_parse, (pa.py_buffer(data), n, longest), _PARSE)
+    return _background.submit(_parse, pa.py_buffer(data), longest, _PARSE, False)
 
 
-def _read_ahead(store: Any) -> tuple[list[pa.Table], int] | None:
-    """The tables read while ``store``'s run went on and how many records they cover ((``[]``, 0)
-    when none were); None when one of them did not fit the schema."""
+def _read_ahead(store: Any) -> tuple[list[pa.Table], int]:
+    """The tables read while ``store``'s run went on and how many records they cover; ([], 0) when
+    none were, or one of them failed or did not fit (then the records are all read again here)."""
     if store.ahead is None:
         return [], 0
     futures, covered = store.ahead
     try:
         tables = [future.result() for future in futures]
-    except Exception:  # a failed read: the records are read again, here
+    except Exception:
         return [], 0
-    return None if any(t is None for t in tables) else (tables, covered)
+    return ([], 0) if any(t is None for t in tables) else (tables, covered)
 
 
-def _parallel(work, items: list) -> list:
-    """``work`` over ``items`` on every core (pyarrow releases the GIL while it parses and computes)."""
-    workers = min(_workers(), len(items))
-    if workers <= 1:
-        return [work(item) for item in items]
-    with ThreadPoolExecutor(workers, thread_name_prefix="gymlab-frames") as pool:
-        return list(pool.map(work, items))
-
-
-def _read(store: Any, parse: pj.ParseOptions) -> pa.Table | None:
-    """Every record read with ``parse``, the pieces in parallel (None when one does not fit)."""
-    tables = _parallel(lambda piece: _parse(piece, parse), _pieces(store))
-    if not tables or any(t is None for t in tables):
-        return None
-    return pa.concat_tables(tables)
-
-
-def read_steps(store: Any) -> pa.Table | None:
-    """The step fields of every record (None when a record does not fit the schema)."""
-    return _read(store, _PARSE)
+def read_steps(store: Any) -> pa.Table:
+    """The step fields of every record (what was read ahead, the rest read now), kept with the store."""
+    if store.columns is None and not len(store):
+        store.columns = SCHEMA.empty_table()
+    if store.columns is None:
+        tables, covered = _read_ahead(store)
+        rest = _read(store, _PARSE, covered) if covered < len(store) else None
+        if covered < len(store) and rest is None:
+            tables, rest = [], _fitted(store)
+        store.columns = pa.concat_tables([*tables, *([rest] if rest is not None else [])])
+        store.ahead = None
+    return store.columns
 
 
 def _taken(values: pa.Array, at: np.ndarray, keep: np.ndarray) -> pa.Array:
@@ -165,14 +159,10 @@ def _joined(lists: pa.ListArray, field: str, sep: str) -> pa.Array:
     return pc.binary_join(pa.ListArray.from_arrays(lists.offsets, values), sep)
 
 
-def _columns(steps: pa.ListArray) -> dict[str, Any] | None:
-    """The frame's columns for the records of ``steps`` (one chunk: each record's list of steps),
-    or None to leave the frame to the pure path."""
+def _columns(steps: pa.ListArray) -> dict[str, Any]:
+    """The frame's columns for the records of ``steps`` (one chunk: each record's list of steps)."""
     flat = pc.list_flatten(steps)
-    index = pc.struct_field(flat, "index")
     n = len(flat)
-    if index.null_count or pc.struct_field(flat, "reward_components").null_count != n:
-        return None  # rubric components (their columns come from the pure path) or a step without index
 
     # Actions: a step of one item reads that item's fields; longer ones go through describe_action.
     actions = pc.struct_field(flat, "action")
@@ -218,7 +208,7 @@ def _columns(steps: pa.ListArray) -> dict[str, Any] | None:
     return {
         "records": len(steps),
         "episode": pc.list_parent_indices(steps),  # the record's position in this chunk
-        "index": index,
+        "index": pc.struct_field(flat, "index"),
         "kind": kind.dictionary_encode(),
         "tool": tool.dictionary_encode(),
         "arguments": arguments,
@@ -231,40 +221,16 @@ def _columns(steps: pa.ListArray) -> dict[str, Any] | None:
         "truncated": filled("truncated", False),
         "tool_errors": filled("tool_errors", 0),
         "duration_s": filled("duration_s", 0.0),
+        "rubric": pc.struct_field(flat, "reward_components").null_count != n,
     }
 
 
-def _table_columns(table: pa.Table | None) -> tuple[pa.Table, list] | None:
-    if table is None:
-        return None
-    return table, [_columns(chunk) for chunk in table["steps"].chunks]
-
-
-def _piece_columns(piece: tuple[pa.Buffer, int, int]) -> tuple[pa.Table, list] | None:
-    return _table_columns(_parse(piece, _PARSE))
-
-
 def steps_frame_arrow(store: Any):
-    """The full steps frame of ``store`` (a ``RecordStore``), or None to leave it to the pure path.
-
-    Each worker reads a piece of the records and derives its columns; the first frame keeps the
-    Arrow columns it read with the store, and later frames derive theirs from them."""
-    if store.columns is not None:
-        parts = _parallel(_columns, store.columns["steps"].chunks)
-    else:
-        ahead = _read_ahead(store)
-        if ahead is None:
-            return None
-        tables, covered = ahead
-        work = [(_table_columns, table) for table in tables]  # already read: only their columns
-        work += [(_piece_columns, piece) for piece in _pieces(store, covered)]
-        done = _parallel(lambda job: job[0](job[1]), work)
-        if not done or any(d is None for d in done):
-            return None
-        store.columns, store.ahead = pa.concat_tables([table for table, _ in done]), None
-        parts = [part for _, chunk in done for part in chunk]
-    if not parts or any(p is None for p in parts):
-        return None
+    """The full steps frame of ``store`` (a ``RecordStore``); the Arrow columns it reads are kept
+    with the store, and later frames derive theirs from them."""
+    parts = [_columns(chunk) for chunk in read_steps(store)["steps"].chunks]
+    if not parts:
+        parts = [_columns(pa.array([], pa.list_(_STEP)))]
 
     def chunked(key: str) -> pa.ChunkedArray:
         return pa.chunked_array([p[key] for p in parts])
@@ -272,9 +238,11 @@ def steps_frame_arrow(store: Any):
     def numbers(key: str) -> np.ndarray:  # one copy, into memory pandas may write to
         return np.concatenate([p[key].to_numpy(zero_copy_only=False) for p in parts])
 
+    if any(p["index"].null_count for p in parts):  # a step without its index
+        _misfit(store)
     bases = np.cumsum([0] + [p["records"] for p in parts[:-1]])
     episode = np.concatenate([p["episode"].to_numpy() + b for p, b in zip(parts, bases)])
-    return finish_steps(
+    frame = finish_steps(
         episode,
         numbers("index"),
         (chunked("kind"), chunked("tool"), chunked("arguments"), numbers("n_calls"), chunked("text")),
@@ -286,6 +254,10 @@ def steps_frame_arrow(store: Any):
         numbers("tool_errors"),
         numbers("duration_s"),
     )
+    if any(p["rubric"] for p in parts):
+        components = [s.get("reward_components") for r in store.dicts() for s in r.get("steps") or ()]
+        frame = add_component_columns(frame, components)
+    return frame
 
 
 _SUMMARY = pj.ParseOptions(

@@ -1,8 +1,7 @@
 """Rollout records as tidy pandas frames: one row per episode, per step, per tool call.
 
 Frames are built from the records' JSON (a ``RecordStore``), never from a million pydantic models:
-the steps frame through pyarrow when it is installed (``gymlab.lab.columnar``, the ``fast`` extra)
-and through orjson and plain Python otherwise; both give the same frame (a test holds them equal).
+the steps frame through pyarrow (``gymlab.lab.columnar``), the episodes and calls frames through orjson.
 Names are categoricals, counts integers, and a value a record lacks is a missing value, not a guess.
 The ``episode`` column (the record's position) joins the three frames.
 
@@ -18,15 +17,7 @@ from collections.abc import Iterable
 from contextlib import contextmanager
 from typing import Any
 
-from gymlab.lab.step_columns import (
-    STEP_COLUMNS,
-    STEP_DTYPES,
-    describe_action,
-    finish_steps,
-    item_text,
-    joined_output,
-    messages_text,
-)
+from gymlab.lab.step_columns import STEP_COLUMNS, STEP_DTYPES, item_text, messages_text
 from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
 from gymlab.rewards.columns import PREFIX as COMPONENT_PREFIX
 from gymlab.rewards.columns import add_component_columns
@@ -126,66 +117,18 @@ def _gc_paused():
             gc.enable()
 
 
-def _fast_available(fast: bool | None) -> bool:
-    if fast is False:
-        return False
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        if fast:
-            raise ImportError(
-                "the fast frames path needs pyarrow, which is not installed; "
-                "install gymlab with `pip install gymlab[fast]` (or pass fast=None)"
-            ) from None
-        return False
-    return True
-
-
 # -- the frames ----------------------------------------------------------------------------------
 
 
-def steps_frame(records: Any, *, full: bool = False, fast: bool | None = None):
+def steps_frame(records: Any, *, full: bool = False):
     """One row per step: the action, its first tool call, outputs, the assistant's ``text``, per-step
-    and cumulative reward. ``fast``: None uses pyarrow when installed, False the pure-Python path."""
-    store = store_of(records)
-    with _gc_paused():
-        frame = None
-        if _fast_available(fast):
-            from gymlab.lab.columnar import steps_frame_arrow
+    and cumulative reward (and a ``reward_<name>`` column per rubric component)."""
+    from gymlab.lab.columnar import steps_frame_arrow
 
-            frame = steps_frame_arrow(store)  # None: the records do not fit the schema, or have rubrics
-        if frame is None:
-            frame = _steps_frame(store)
+    with _gc_paused():
+        frame = steps_frame_arrow(store_of(records))
     extra = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
     return frame if full else concise(frame, STEP_CONCISE, STEP_OPTIONAL, extra=extra)
-
-
-def _steps_frame(store):
-    import numpy as np
-
-    lengths: list[int] = []
-    cols: list[list] = [[] for _ in range(8)]
-    step, actions, outputs, observation, reward, terminated, truncated, errors = cols
-    duration: list[float] = []
-    components: list[dict | None] = []
-    for record in store.dicts():
-        steps = record.get("steps") or ()
-        lengths.append(len(steps))
-        for s in steps:
-            components.append(s.get("reward_components"))
-            step.append(s["index"])
-            actions.append(describe_action(s.get("action") or []))
-            outputs.append(joined_output(s.get("tool_outputs") or []))
-            observation.append(s.get("observation"))
-            reward.append(s.get("reward", 0.0))
-            terminated.append(s.get("terminated", False))
-            truncated.append(s.get("truncated", False))
-            errors.append(s.get("tool_errors", 0))
-            duration.append(s.get("duration_s", 0.0))
-    episode = np.repeat(np.arange(len(lengths), dtype="int64"), lengths)
-    action = list(zip(*actions)) if actions else [[], [], [], [], []]
-    frame = finish_steps(episode, step, action, outputs, observation, reward, terminated, truncated, errors, duration)
-    return add_component_columns(frame, components)
 
 
 def prompt_of(params: Any) -> str | None:

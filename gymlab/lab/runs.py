@@ -90,12 +90,11 @@ class Rollouts(Sequence):
             frame["completed"] = self.completed
         return frame
 
-    def steps_frame(self, *, full: bool = False, fast: bool | None = None):
-        """One row per step (``gymlab.lab.frames.steps_frame``); ``full=True``: every column;
-        ``fast=False``: the pure-Python path even when pyarrow is installed."""
+    def steps_frame(self, *, full: bool = False):
+        """One row per step (``gymlab.lab.frames.steps_frame``); ``full=True``: every column."""
         from gymlab.lab.frames import steps_frame
 
-        return steps_frame(self.store, full=full, fast=fast)
+        return steps_frame(self.store, full=full)
 
     def _summaries(self) -> list[tuple[float, bool, str | None, int]]:
         """(reward, mask_sample, failure_kind, steps) of every record, parsed once."""

@@ -1,5 +1,5 @@
-"""What a step's frame columns are, from plain JSON values (the pure path) or Arrow arrays (the fast
-path): one definition of ``text``, ``action_type``, ``tool`` and ``output`` for both."""
+"""What a step's frame columns are: ``text``, ``action_type``, ``tool`` of an item or a step (the
+episodes frame's answer and the steps of several items use them), and the steps frame's dtypes."""
 
 from __future__ import annotations
 
@@ -76,36 +76,25 @@ def describe_action(items: list[dict[str, Any]]) -> tuple[str, str | None, str |
     return action_type(kinds), first.get("name"), first.get("arguments"), len(calls), messages_text(items, None)
 
 
-def joined_output(outputs: list[dict[str, Any]]) -> str | None:
-    if len(outputs) == 1:
-        return outputs[0].get("output")
-    return "\n".join(o.get("output") or "" for o in outputs) if outputs else None
-
-
 def _categorical(values):
-    """A Categorical with sorted categories, from a list or a pyarrow (chunked, dictionary) array
-    (same result for both)."""
+    """A Categorical with sorted categories from a pyarrow (chunked, dictionary) array; a null stays missing."""
+    import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
-    if hasattr(values, "dictionary_encode"):
-        import numpy as np
-        import pyarrow as pa
-
-        chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
-        chunks = [c if pa.types.is_dictionary(c.type) else c.dictionary_encode() for c in chunks]
-        if not chunks:
-            return _no_categories(0)
-        unified = pa.chunked_array(chunks).unify_dictionaries()
-        names = unified.chunk(0).dictionary.to_pylist()
-        order = sorted(range(len(names)), key=names.__getitem__)
-        rank = np.empty(len(names) + 1, dtype="int64")
-        rank[order], rank[-1] = np.arange(len(names)), -1  # a null (index -1) stays missing
-        indices = pa.concat_arrays([c.indices.cast(pa.int64()) for c in unified.chunks]).fill_null(-1)
-        if not names:
-            return _no_categories(len(values))
-        return pd.Categorical.from_codes(rank[indices.to_numpy()], [names[i] for i in order])
-    cat = pd.Categorical(values)
-    return cat if len(cat.categories) else _no_categories(len(cat))
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    chunks = [c if pa.types.is_dictionary(c.type) else c.dictionary_encode() for c in chunks]
+    if not chunks:
+        return _no_categories(0)
+    unified = pa.chunked_array(chunks).unify_dictionaries()
+    names = unified.chunk(0).dictionary.to_pylist()
+    if not names:
+        return _no_categories(len(values))
+    order = sorted(range(len(names)), key=names.__getitem__)
+    rank = np.empty(len(names) + 1, dtype="int64")
+    rank[order], rank[-1] = np.arange(len(names)), -1  # a null (index -1) stays missing
+    indices = pa.concat_arrays([c.indices.cast(pa.int64()) for c in unified.chunks]).fill_null(-1)
+    return pd.Categorical.from_codes(rank[indices.to_numpy()], [names[i] for i in order])
 
 
 def _no_categories(n: int):
@@ -115,16 +104,9 @@ def _no_categories(n: int):
     return pd.Categorical.from_codes([-1] * n, dtype=pd.CategoricalDtype(pd.Index([], dtype="str")))
 
 
-def _strings(values):
-    """A pandas string array from a list or a pyarrow array."""
-    import pandas as pd
-
-    return pd.array(values.to_pandas() if hasattr(values, "to_pandas") else values, dtype="str")
-
-
 def finish_steps(episode, step, action, outputs, observation, reward, terminated, truncated, errors, duration):
-    """The steps frame from its column values (lists or pyarrow arrays); ``action`` is the five
-    columns of ``describe_action`` (kind, tool, arguments, n_calls, text)."""
+    """The steps frame from its columns (numbers as numpy arrays, names and texts as pyarrow arrays);
+    ``action`` is the five columns of ``describe_action`` (kind, tool, arguments, n_calls, text)."""
     import numpy as np
     import pandas as pd
 
@@ -138,10 +120,10 @@ def finish_steps(episode, step, action, outputs, observation, reward, terminated
             "action_type": _categorical(kind),
             "tool": _categorical(tool),
             "n_calls": np.asarray(n_calls, dtype="int64"),
-            "arguments": _strings(arguments),
-            "output": _strings(outputs),
-            "text": _strings(text),
-            "observation": _strings(observation),
+            "arguments": pd.array(arguments, dtype="str"),
+            "output": pd.array(outputs, dtype="str"),
+            "text": pd.array(text, dtype="str"),
+            "observation": pd.array(observation, dtype="str"),
             "reward": rewards,
             "cumulative_reward": cumulative,
             "terminated": np.asarray(terminated, dtype="bool"),

@@ -3,17 +3,16 @@ about the memory of its JSONL, not ten times that in pydantic objects.
 
 A ``RecordStore`` is one ``bytes`` buffer (a record a line, as in the rollouts file) and each line's
 start offset and line number. ``record(i)`` validates one line into a ``Rollout``; ``dicts()``
-parses every line with orjson for the frames' pure-Python path; ``buffer`` is what pyarrow reads
-for their fast path, and ``columns`` what it read (kept, and carried by ``take`` and ``concat``).
-``StoreBuilder`` holds a run's records as they finish and has the fast path read them meanwhile, so
-the first frame after a run reads only the records that finished last.
+parses every line with orjson (the episodes and calls frames); ``buffer`` is what pyarrow reads for
+the steps frame, and ``columns`` what it read (kept, and carried by ``take`` and ``concat``).
+``StoreBuilder`` holds a run's records as they finish and has pyarrow read them meanwhile, so the
+first frame after a run reads only the records that finished last.
 A bad line is a ``DatasetError`` naming the file (or ``records`` for records built in memory) and
 the line, whenever it is first used.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -50,8 +49,8 @@ class RecordStore:
         self.starts = starts  # len(records) + 1 offsets: line i is buffer[starts[i]:starts[i + 1]]
         self.numbers = numbers
         self.source = source
-        self.columns: Any = None  # the fast path's Arrow columns, read once (the records never change)
-        #: (futures of Arrow tables, n): the fast path's columns of the first n records, read while a
+        self.columns: Any = None  # the steps frame's Arrow columns, read once (the records never change)
+        #: (futures of Arrow tables, n): the steps frame's columns of the first n records, read while a
         #: run went on (``StoreBuilder``); the first frame waits for them and reads only the rest.
         self.ahead: tuple[list[Any], int] | None = None
 
@@ -153,10 +152,9 @@ class RecordStore:
 class StoreBuilder:
     """A run's records, added by position as they finish (in any order), made a ``RecordStore`` by
     ``finish``. Each time the records finished from the start on, not yet handed over, reach
-    ``piece`` bytes, they go to the fast path's background reader (pyarrow, off the GIL), so a frame
+    ``piece`` bytes, they go to the steps frame's background reader (pyarrow, off the GIL), so a frame
     of a long run is ready in about the time of its last piece rather than of all its records. A
-    record that finishes late holds back only the reading of those after it, never their order.
-    Without pyarrow, nothing is read ahead."""
+    record that finishes late holds back only the reading of those after it, never their order."""
 
     #: Bytes of finished records handed to the reader at a time: large enough that a piece's columns
     #: cost little more than its reading, small enough that the last piece reads in a few ms.
@@ -177,9 +175,11 @@ class StoreBuilder:
         while self.ready < total and lines[self.ready] is not None:
             self.waiting += len(lines[self.ready]) + 1
             self.ready += 1
-        if self.waiting >= self.piece and (reader := _reader()) is not None:  # imported with the first piece
+        if self.waiting >= self.piece:
+            from gymlab.lab.columnar import read_in_background  # imported with the first piece
+
             piece = lines[self.sent : self.ready]
-            self.reads.append(reader(b"\n".join([*piece, b""]), len(piece), max(map(len, piece)) + 1))
+            self.reads.append(read_in_background(b"\n".join([*piece, b""]), max(map(len, piece)) + 1))
             self.sent, self.waiting = self.ready, 0
 
     def finish(self) -> RecordStore:
@@ -212,14 +212,3 @@ def _read_so_far(stores: list[RecordStore]) -> tuple[list[Any], int] | None:
         if part[1] < len(store):  # the rest of this store is unread: the stores after it wait too
             break
     return (reads, covered) if reads else None
-
-
-@functools.cache
-def _reader():
-    """The fast path's background reader, or None without pyarrow (nothing is read ahead then); a
-    small run never gets here, so it never loads pyarrow."""
-    try:
-        from gymlab.lab.columnar import read_in_background
-    except ImportError:
-        return None
-    return read_in_background

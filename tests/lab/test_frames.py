@@ -5,7 +5,6 @@ import json
 import pytest
 
 from gymlab import DatasetError, Lab
-from gymlab.bench.frames import frames_benchmark
 from gymlab.examples import example_rows, load_environment
 from gymlab.lab.frames import CALL_COLUMNS, EPISODE_COLUMNS, STEP_COLUMNS
 from gymlab.lab.runs import Rollouts
@@ -180,10 +179,3 @@ def test_load_errors_name_file_and_line(tmp_path):
     path.write_text(good + "\n" + good[:40])
     with pytest.raises(DatasetError, match=r"bad.jsonl:2: torn last line"):
         Rollouts.load(path)  # a torn last line is reported at once
-
-
-def test_frames_benchmark_builds_the_rows_it_times():
-    figures = frames_benchmark(n_steps=2_000, steps_per_episode=10, memory_episodes=20)
-    assert figures["step rows"] == 2_000
-    assert any(key.startswith("JSONL file -> steps frame, pure path") for key in figures)
-    assert figures["20 calculator episodes held as Rollouts (MB)"] > 0

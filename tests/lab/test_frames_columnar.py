@@ -1,5 +1,6 @@
-"""The columnar data side: the fast (pyarrow) and pure (orjson) paths give the same frames, and
-``Rollouts`` holds JSON lines, validated when used, with bad lines reported by number."""
+"""The columnar data side: the steps frame through Arrow (whatever shape the records' steps take,
+read ahead or not, kept or read again), and ``Rollouts`` holding JSON lines, validated when used,
+with bad lines reported by number."""
 
 import json
 import sys
@@ -79,20 +80,22 @@ ODD_STEPS = [
 ]
 
 
-def test_fast_and_pure_paths_give_the_same_frame_on_collected_runs(collected):
-    fast = collected.steps_frame(full=True, fast=True)
-    pure = collected.steps_frame(full=True, fast=False)
-    assert list(fast.columns) == STEP_COLUMNS
-    assert fast.equals(pure)
-    assert collected.store.columns is not None  # the fast path read Arrow columns and kept them
-    assert collected.steps_frame(full=True).equals(pure)  # ...and builds the same frame from them
-    assert set(fast["tool"].dropna()) == {"square", "hit", "stand"}
+def test_the_steps_frame_of_collected_runs_is_read_once_and_kept(collected):
+    frame = collected.steps_frame(full=True)
+    assert list(frame.columns) == STEP_COLUMNS
+    steps = [(e, s.index, s.reward) for e, r in enumerate(collected) for s in r.steps]
+    assert list(zip(frame["episode"], frame["step"], frame["reward"])) == steps
+    assert set(frame["tool"].dropna()) == {"square", "hit", "stand"}
+    calc = frame[frame["tool"] == "square"]
+    assert (calc["action_type"] == "function_call").all() and calc["output"].str.contains("result").all()
+    assert collected.store.columns is not None  # the Arrow columns read are kept...
+    assert collected.steps_frame(full=True).equals(frame)  # ...and the same frame is built from them
+    assert Rollouts(collected.store.lines()).steps_frame(full=True).equals(frame)  # as when read afresh
 
 
-def test_fast_and_pure_paths_agree_on_odd_steps():
+def test_odd_steps_are_described_in_full():
     records = Rollouts([_record(ODD_STEPS), _record([]), _record(ODD_STEPS[1:2])])
-    fast, pure = records.steps_frame(full=True, fast=True), records.steps_frame(full=True, fast=False)
-    assert fast.equals(pure)
+    pure = records.steps_frame(full=True)
     first = pure.iloc[0]
     assert (first["action_type"], first["tool"], first["n_calls"], first["output"]) == (
         "function_call",
@@ -106,22 +109,28 @@ def test_fast_and_pure_paths_agree_on_odd_steps():
     assert pure["cumulative_reward"].tolist() == [0.5, 0.5, 1.5, 1.5, 0.0]
 
 
-def test_records_the_schema_does_not_fit_fall_back_to_the_pure_path():
+def test_records_the_schema_does_not_fit_as_written_are_rewritten_to_fit():
     # A message whose content is a string (valid for the protocol) does not fit the Arrow schema.
     step = {"index": 0, "action": [{"type": "message", "role": "assistant", "content": "plain"}]}
-    store = RecordStore.from_records([_record([step])])
-    assert columnar.steps_frame_arrow(store) is None
+    store = RecordStore.from_records([_record(ODD_STEPS), _record([step])])
     frame = steps_frame(store, full=True)
-    assert frame["text"].tolist() == ["plain"] and frame["action_type"].tolist() == ["message"]
+    assert frame["text"].tolist()[-1:] == ["plain"] and frame["action_type"].tolist()[-1:] == ["message"]
+    assert frame["episode"].tolist() == [0, 0, 0, 0, 1] and store.columns.num_rows == 2
 
 
-def test_without_pyarrow_the_pure_path_builds_the_frame_and_fast_true_names_the_extra(monkeypatch):
-    records = synthetic(3, 2)
-    expected = steps_frame(records, full=True, fast=True)
-    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if it were not installed
-    assert steps_frame(records, full=True).equals(expected)
-    with pytest.raises(ImportError, match=r"pip install gymlab\[fast\]"):
-        steps_frame(records, fast=True)
+def test_a_step_of_another_type_or_without_its_index_names_its_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    good = json.dumps(_record(ODD_STEPS))
+    for steps, where in (
+        ([{"index": "first", "action": []}], r"steps\.0\.index"),
+        ([{"action": []}], r"steps\.0\.index"),
+        ("not a list", "steps"),
+        ([{"index": 0, "action": "speak"}], r"steps\.0\.action"),
+        ([{"index": 0, "action": [{"type": "message", "content": 7}]}], r"steps\.0\.action\.0"),
+    ):
+        path.write_text(f"{good}\n{json.dumps(_record(steps))}\n")
+        with pytest.raises(DatasetError, match=rf"r\.jsonl:2: not a rollout record: {where}"):
+            Rollouts.load(path).steps_frame()
 
 
 def test_rollouts_hold_json_and_validate_each_record_when_used(tmp_path, collected):
@@ -159,9 +168,8 @@ def test_a_bad_line_in_a_frame_is_reported_with_its_number(tmp_path):
     good = synthetic(1, 2)[0].model_dump_json()
     path = tmp_path / "r.jsonl"
     path.write_text(f"{good}\n{good}\n[1, 2]\n")
-    for fast in (True, False):
-        with pytest.raises(DatasetError, match=r"r\.jsonl:3: not a rollout record"):
-            Rollouts.load(path).steps_frame(fast=fast)
+    with pytest.raises(DatasetError, match=r"r\.jsonl:3: not a rollout record"):
+        Rollouts.load(path).steps_frame()
 
 
 def test_a_large_runs_summary_through_arrow_matches_the_pure_one():
@@ -184,12 +192,11 @@ def test_a_large_runs_summary_through_arrow_matches_the_pure_one():
     assert big.n_steps == 250 * len(ODD_STEPS)
 
 
-def test_a_record_longer_than_a_read_block_still_takes_the_fast_path():
+def test_a_record_longer_than_a_read_block_is_read():
     long_text = "x" * (40 << 20)  # 40 MB: more than pyarrow's 16 MB block
     step = {"index": 0, "action": [{"type": "message", "content": [{"type": "output_text", "text": long_text}]}]}
     store = RecordStore.from_records([_record([step]), _record([])])
-    frame = columnar.steps_frame_arrow(store)
-    assert frame is not None and frame["text"].str.len().tolist() == [len(long_text)]
+    assert columnar.steps_frame_arrow(store)["text"].str.len().tolist() == [len(long_text)]
 
 
 #: Steps at the edges of the schema: a message without content, a call without a name, an output
@@ -214,29 +221,30 @@ MASKED = {**_record([]), "mask_sample": True, "failure_kind": "verifier_error", 
         [_record(EDGE_STEPS)],
         [_record([EDGE_STEPS[0]]), _record([EDGE_STEPS[3]])],  # no step names a tool
         [MASKED, _record(EDGE_STEPS), {**_record([]), "mask_sample": True}],
-        [_record([{**EDGE_STEPS[2], "reward_components": {"exact": 1.0}}]), _record(EDGE_STEPS)],  # rubric: pure
+        [_record([{**EDGE_STEPS[2], "reward_components": {"exact": 1.0}}]), _record(EDGE_STEPS)],  # a rubric
         [{**_record(EDGE_STEPS), "reward_components": {"exact": 1.0}}],  # the episode's own: no step column
     ],
     ids=["edge-steps", "no-tool-names", "masked-and-failed", "step-components", "episode-components"],
 )
-def test_fast_and_pure_paths_agree_on_edge_records(records):
+def test_edge_records_give_their_values_and_missing_ones(records):
     rollouts = Rollouts(records)
-    fast, pure = rollouts.steps_frame(full=True, fast=True), rollouts.steps_frame(full=True, fast=False)
-    assert fast.equals(pure)
+    pure = rollouts.steps_frame(full=True)
     assert pure["step"].tolist() == [s["index"] for r in records for s in r["steps"]]
     if records[0] is MASKED:
         assert pure["episode"].tolist() == [1, 1, 1, 1]
+    edge = pure[pure["episode"] == pure["episode"].iloc[-1]].tail(4).reset_index(drop=True)
+    if len(edge) == 4:
+        assert edge["action_type"].tolist() == ["message", "function_call", "function_call", "message"]
+        assert edge["tool"].tolist()[2] == "f" and edge["tool"].isna().tolist() == [True, True, False, True]
+        assert edge["text"].tolist()[0::3] == ["", "dé 🎲"] and edge["text"].isna().tolist()[1:3] == [True, True]
+        assert edge["output"].isna().all() and edge["observation"].tolist()[0] == "ünïcode ✓"
+        assert edge["tool_errors"].tolist() == [0, 0, 1, 0] and edge["cumulative_reward"].tolist() == [0, 0, 0, 1]
     step_rubric = "reward_components" in (records[0]["steps"] or [{}])[0]
     if step_rubric:
-        assert pure["reward_exact"].tolist()[:1] == [1.0]
-    else:  # an episode's own components do not keep the steps frame from the fast path
-        assert rollouts.store.columns is not None
-
-
-@pytest.fixture
-def small_pieces(monkeypatch):
-    """Every record its own piece: the pieces (and their columns) are read on several threads."""
-    monkeypatch.setattr(columnar, "PIECE", (1, 1))
+        assert pure["reward_exact"].tolist()[:1] == [1.0] and pure["reward_exact"].isna().tolist()[1:] == [True] * 4
+    else:  # an episode's own components make no step column
+        assert not [c for c in pure if c.startswith("reward_") and c != "reward"]
+    assert rollouts.store.columns is not None
 
 
 def _many_records():
@@ -245,38 +253,36 @@ def _many_records():
     ]
 
 
-def test_records_read_in_pieces_give_the_pure_frame_and_keep_their_columns(small_pieces):
+def test_frames_keep_their_columns_and_slices_and_sums_carry_them():
     records = _many_records()
     rollouts = Rollouts(records)
-    assert len(columnar._pieces(rollouts.store)) == len(records)
-    pure = rollouts.steps_frame(full=True, fast=False)
-    assert rollouts.steps_frame(full=True, fast=True).equals(pure)
+    pure = rollouts.steps_frame(full=True)
     assert rollouts.store.columns.num_rows == len(records)
-    assert rollouts.steps_frame(full=True, fast=True).equals(pure)  # from the kept columns
+    assert rollouts.steps_frame(full=True).equals(pure)  # from the kept columns
     assert pure["episode"].iloc[-1] == len(records) - 1
 
-    # Slices and sums carry the columns they were read with; their frames are the pure ones.
+    # Slices and sums carry the columns they were read with; their frames are those read afresh.
     part = rollouts[10:30]
     assert part.store.columns is not None and part.store.columns.num_rows == 20
-    assert part.steps_frame(full=True, fast=True).equals(part.steps_frame(full=True, fast=False))
+    assert part.steps_frame(full=True).equals(Rollouts(records[10:30]).steps_frame(full=True))
     both = part + rollouts[:5]
     assert both.store.columns is not None
-    assert both.steps_frame(full=True, fast=True).equals(Rollouts(records[10:30] + records[:5]).steps_frame(full=True))
+    assert both.steps_frame(full=True).equals(Rollouts(records[10:30] + records[:5]).steps_frame(full=True))
 
 
-def test_a_bad_line_in_a_later_piece_is_reported_with_its_number(tmp_path, small_pieces):
+def test_a_bad_line_among_many_is_reported_with_its_number(tmp_path):
     path = tmp_path / "r.jsonl"
     lines = [json.dumps(r) for r in _many_records()]
     lines[41] = '{"responses_create_params": {"input": "q"}, "steps": []}'  # not a rollout record
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(DatasetError, match=r"r\.jsonl:42: not a rollout record"):
-        Rollouts.load(path).steps_frame(full=True, fast=True)
+        Rollouts.load(path).steps_frame(full=True)
 
 
-def test_a_fast_frame_can_be_edited_like_the_pure_one():
+def test_a_frame_can_be_edited():
     rollouts = Rollouts(synthetic(4, 3))
-    for fast in (True, False):
-        frame = rollouts.steps_frame(full=True, fast=fast)
+    for _ in range(2):  # read, then from the kept columns
+        frame = rollouts.steps_frame(full=True)
         frame.loc[0, "reward"] = 5.0
         frame.iloc[1, frame.columns.get_loc("step")] = 7
         frame["tool_errors"] += 1
@@ -284,7 +290,7 @@ def test_a_fast_frame_can_be_edited_like_the_pure_one():
     assert rollouts.steps_frame(full=True).loc[0, "reward"] != 5.0  # the kept columns did not change
 
 
-def test_a_run_read_ahead_in_pieces_gives_the_pure_frame_whatever_the_finishing_order():
+def test_a_run_read_ahead_in_pieces_gives_the_frame_read_afresh_whatever_the_finishing_order():
     records = _many_records()
     order = list(range(len(records)))
     straggler = order.pop(7)  # finishes last: the reading of every record after it waits for it
@@ -298,9 +304,9 @@ def test_a_run_read_ahead_in_pieces_gives_the_pure_frame_whatever_the_finishing_
     store = builder.finish()
     assert store.buffer == RecordStore.from_records(records).buffer  # in position order
     rollouts = Rollouts(store=store)
-    pure = rollouts.steps_frame(full=True, fast=False)
+    pure = Rollouts(records).steps_frame(full=True)
     assert store.ahead is not None
-    assert rollouts.steps_frame(full=True, fast=True).equals(pure)
+    assert rollouts.steps_frame(full=True).equals(pure)
     assert store.ahead is None and store.columns.num_rows == len(records)  # the reads became the columns
 
 
@@ -311,25 +317,27 @@ def test_read_ahead_leaves_the_last_records_to_the_first_frame_and_refuses_a_mis
         builder.add(position, record)
     assert 0 < builder.sent < len(records)  # a piece or more was read; the rest waits for the frame
     rollouts = Rollouts(store=builder.finish())
-    assert rollouts.steps_frame(full=True, fast=True).equals(Rollouts(records).steps_frame(full=True, fast=False))
+    assert rollouts.steps_frame(full=True).equals(Rollouts(records).steps_frame(full=True))
     unfinished = StoreBuilder(3)
     unfinished.add(0, records[0])
     with pytest.raises(ValueError, match="2 record"):
         unfinished.finish()
 
 
-def test_a_piece_read_ahead_that_does_not_fit_the_schema_leaves_the_frame_to_the_pure_path():
+def test_a_piece_read_ahead_that_does_not_fit_the_schema_is_read_again_to_fit():
     plain = _record([{"index": 0, "action": [{"type": "message", "role": "assistant", "content": "plain"}]}])
     records = [_record(ODD_STEPS), plain, _record([])]
     builder = StoreBuilder(len(records), piece=1)
     for position, record in enumerate(records):
         builder.add(position, record)
     rollouts = Rollouts(store=builder.finish())
-    assert rollouts.steps_frame(full=True, fast=True).equals(Rollouts(records).steps_frame(full=True, fast=False))
-    assert rollouts.store.columns is None  # nothing fitted the schema, so no columns were kept
+    frame = rollouts.steps_frame(full=True)
+    assert frame["text"].tolist()[4] == "plain" and frame["episode"].tolist() == [0, 0, 0, 0, 1]
+    assert frame.equals(Rollouts(records).steps_frame(full=True))
+    assert rollouts.store.ahead is None and rollouts.store.columns.num_rows == 3
 
 
-def test_run_many_reads_its_records_ahead_and_its_frames_match_the_pure_path(monkeypatch):
+def test_run_many_reads_its_records_ahead_and_its_frame_is_the_one_read_afresh(monkeypatch):
     monkeypatch.setattr(StoreBuilder, "PIECE", 1)  # every finished stretch is read at once
     calculator = load_environment("calculator")
     with Lab() as lab:
@@ -338,11 +346,11 @@ def test_run_many_reads_its_records_ahead_and_its_frames_match_the_pure_path(mon
         )
         run = lab.run_many(agent, example_rows("calculator"), repeats=3, concurrency=4)
     assert run.store.ahead is not None and run.store.ahead[1] == len(run)  # all read during the run
-    assert run.steps_frame(full=True, fast=True).equals(run.steps_frame(full=True, fast=False))
+    assert run.steps_frame(full=True).equals(Rollouts(run.store.lines()).steps_frame(full=True))
     assert [r.reward for r in run] == [r["reward"] for r in run.store.dicts()]
 
 
-def test_sums_of_runs_keep_what_was_read_ahead(small_pieces):
+def test_sums_of_runs_keep_what_was_read_ahead():
     records = _many_records()
     first, second = StoreBuilder(30, piece=1), StoreBuilder(len(records) - 30, piece=1)
     for position, record in enumerate(records[:30]):
@@ -353,12 +361,12 @@ def test_sums_of_runs_keep_what_was_read_ahead(small_pieces):
     read.steps_frame(full=True)  # its columns are now kept
     both = read + Rollouts(store=second.finish())
     assert both.store.ahead is not None and both.store.ahead[1] == len(records)
-    assert both.steps_frame(full=True, fast=True).equals(Rollouts(records).steps_frame(full=True, fast=False))
+    assert both.steps_frame(full=True).equals(Rollouts(records).steps_frame(full=True))
     partly = Rollouts(records[:5]) + both  # nothing read of the first: nothing to keep
     assert partly.store.ahead is None
 
 
-def test_a_small_run_does_not_load_pyarrow_and_without_it_nothing_is_read_ahead(monkeypatch):
+def test_a_small_run_does_not_load_pyarrow():
     import os
     import subprocess
     from pathlib import Path
@@ -373,16 +381,3 @@ def test_a_small_run_does_not_load_pyarrow_and_without_it_nothing_is_read_ahead(
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout == (
         "False\n"
     )
-    from gymlab.lab import store
-
-    monkeypatch.setitem(sys.modules, "gymlab.lab.columnar", None)  # as if pyarrow were not installed
-    store._reader.cache_clear()  # the import is looked up once per process
-    try:
-        records = _many_records()
-        builder = StoreBuilder(len(records), piece=1)
-        for position, record in enumerate(records):
-            builder.add(position, record)
-        assert builder.reads == [] and builder.finish().ahead is None
-    finally:
-        monkeypatch.undo()
-        store._reader.cache_clear()  # later tests find pyarrow again

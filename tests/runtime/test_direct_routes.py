@@ -12,7 +12,7 @@ from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel
 
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
-from gymlab._runtime.direct import DirectRoutes, plan_for
+from gymlab._runtime.direct import FASTAPI_RANGE, DirectRoutes, plan_for
 from gymlab.examples import example_rows
 
 
@@ -77,8 +77,13 @@ class Probe(SimpleResourcesServer):
         return BaseVerifyResponse(**body.model_dump(), reward=1.0)
 
 
+def _direct(app: FastAPI) -> bool:
+    return any(m.cls is DirectRoutes for m in app.user_middleware)
+
+
 def _without_direct_routes(server: Probe) -> Probe:
     app = server.app
+    assert _direct(app)  # what this file compares: on by default under a FastAPI of the pinned range
     app.user_middleware = [m for m in app.user_middleware if m.cls is not DirectRoutes]
     return server
 
@@ -145,3 +150,18 @@ def test_a_crash_is_a_json_500_naming_server_and_route(lab):
     assert reply.status_code == 500
     assert reply.json()["server"] == "probe" and reply.json()["route"] == "POST /boom"
     assert "broken tool" in reply.json()["detail"]
+
+
+def test_the_flag_and_a_fastapi_outside_the_range_leave_every_route_to_fastapi(monkeypatch):
+    import fastapi
+
+    assert _direct(Probe().app)
+    monkeypatch.setenv("GYMLAB_DIRECT_ROUTES", "0")
+    assert not _direct(Probe().app)
+    monkeypatch.delenv("GYMLAB_DIRECT_ROUTES")
+    for major, minor in (FASTAPI_RANGE[0], FASTAPI_RANGE[1]):
+        monkeypatch.setattr(fastapi, "__version__", f"{major}.{minor}.9")
+        assert _direct(Probe().app)
+    for version in (f"0.{FASTAPI_RANGE[0][1] - 1}.0", f"0.{FASTAPI_RANGE[1][1] + 1}.0", "1.0.0"):
+        monkeypatch.setattr(fastapi, "__version__", version)
+        assert not _direct(Probe().app), version

@@ -1,11 +1,13 @@
-"""``gymlab bench``: the figures the README quotes, each beside its ceiling, measured on this machine.
+"""``make bench`` (``python -m benchmarks`` from the repository's root): the figures the README quotes,
+each beside its ceiling, measured on this machine. Not part of the package: they measure it.
 
 ``process`` and ``lab`` (``layouts.py``): calculator episodes/s and CPU per episode at concurrency 1,
 16, 64 and 256 in both layouts, and server CPU per tool-call hop, each beside a bare ASGI app on the
 same server stack doing the same hops, and the ratio. They run in a subprocess of their own, so
 ``--against DIR`` runs the very same measurement with another checkout's ``gymlab`` in the same run
-and prints both with the ratio. Other sections: import time, start-up, the async HTTP clients, and
-those other layers provide (frames, collection, workers) when installed.
+and prints both with the ratio; ``--without-direct`` measures this checkout again with FastAPI
+answering every route (``GYMLAB_DIRECT_ROUTES=0``). Other sections: import time, start-up, the async
+HTTP clients, frames, collection and workers.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the server stack the --against checkout runs on: asyncio (h11 and the standard loop, as a "
         "checkout without httptools and uvloop as dependencies gets; the default) or installed",
     )
+    parser.add_argument(
+        "--without-direct",
+        action="store_true",
+        help="also measure the layouts of this checkout with FastAPI answering every route (GYMLAB_DIRECT_ROUTES=0)",
+    )
+    parser.add_argument("--steps", type=int, help="step rows of the frames section (default 1,000,000; quick 100,000)")
     parser.add_argument(
         "--stack",
         choices=("installed", "asyncio"),
@@ -171,11 +179,11 @@ def bench_clients(n: int) -> dict[str, Any]:
         proc.wait(10)
 
 
-#: Sections provided by other layers: (module, function, kwargs for a full and a quick run).
-OPTIONAL = {
-    "frames": ("gymlab.bench.frames", "frames_benchmark", {"n_steps": 1_000_000}, {"n_steps": 100_000}),
-    "collection": ("gymlab.bench.collection", "collection_throughput", {"n_rows": 10_000}, {"n_rows": 1_000}),
-    "workers": ("gymlab.bench.workers", "workers_benchmark", {}, {"quick": True}),
+#: More sections: (module, function, kwargs for a full and a quick run).
+SECTIONS = {
+    "frames": ("benchmarks.frames", "frames_benchmark", {"n_steps": 1_000_000}, {"n_steps": 100_000}),
+    "collection": ("benchmarks.collection", "collection_throughput", {"n_rows": 10_000}, {"n_rows": 1_000}),
+    "workers": ("benchmarks.workers", "workers_benchmark", {}, {"quick": True}),
 }
 
 
@@ -186,20 +194,22 @@ def main(args: argparse.Namespace) -> int:
         "start": lambda: bench_start(5 if args.quick else 20),
         "clients": lambda: bench_clients(n),
     }
-    for name, (module, func, full, quick) in OPTIONAL.items():
-        try:
-            fn = getattr(importlib.import_module(module), func)
-        except (ImportError, AttributeError):
-            continue
-        kwargs = quick if args.quick else full
-        sections[name] = lambda fn=fn, kwargs=kwargs: _as_dict(fn(**kwargs))
+    for name, (module, func, full, quick) in SECTIONS.items():
+        kwargs = dict(quick if args.quick else full)
+        if name == "frames" and args.steps:
+            kwargs["n_steps"] = args.steps
+        sections[name] = lambda module=module, func=func, kwargs=kwargs: getattr(importlib.import_module(module), func)(
+            **kwargs
+        )
     figures: dict[str, Any] = {"machine": machine()}
-    print(f"gymlab bench on {figures['machine']}")
+    print(f"benchmarks on {figures['machine']}")
     layouts = [name for name in ("process", "lab") if not args.only or name in args.only]
     if layouts:
-        from gymlab.bench.report import measure_layouts, print_layouts
+        from benchmarks.report import measure_layouts, print_layouts
 
-        measured = measure_layouts(layouts, args.quick, args.stack, args.against, args.against_stack)
+        measured = measure_layouts(
+            layouts, args.quick, args.stack, args.against, args.against_stack, args.without_direct
+        )
         figures.update(measured)
         print_layouts(measured)
     for name, fn in sections.items():
@@ -216,11 +226,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {"seconds": value}
-
-
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     add_arguments(p)
     raise SystemExit(main(p.parse_args()))

@@ -1,4 +1,4 @@
-"""``gymlab bench`` figures for collection: rollouts/s through ``collect`` in one process."""
+"""Benchmark figures for collection: rollouts/s through ``collect`` in one process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gymlab.collection import collect
 
 
 def collection_throughput(n_rows: int = 10_000, concurrency: int = 32) -> dict[str, Any]:
-    """Rollouts/s of ``collect`` over ``n_rows`` rows of a trivial environment (for ``gymlab bench``).
+    """Rollouts/s of ``collect`` over ``n_rows`` rows of a trivial environment (for ``make bench``).
 
     The resources server grades every episode 1.0, the model answers with one message, and all three
     servers run in threads of this process; the output goes to a temporary folder.

@@ -1,4 +1,4 @@
-"""``gymlab bench`` figures for several workers: requests/s with 1 and 4, and the cost of forwarding.
+"""Benchmark figures for several workers: requests/s with 1 and 4, and the cost of forwarding.
 
 Each server runs as its own process group (``python app.py`` with ``num_workers`` in the config env
 var); the client is aiohttp in this process. Throughput: concurrent counter episodes (seed,

@@ -14,7 +14,7 @@ ratio says how far gymlab is from what the server stack itself costs on this mac
 
 This file runs as a script too (``python layouts.py --json OUT``) and imports from ``gymlab`` only
 what every version has (``Lab``, ``examples``, ``gymlab serve``, ``ThreadedServer``), so
-``gymlab bench --against DIR`` measures another checkout with the same code in the same run.
+``make bench ARGS="--against DIR"`` measures another checkout with the same code in the same run.
 """
 
 from __future__ import annotations

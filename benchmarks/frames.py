@@ -1,18 +1,19 @@
 """The data-side benchmark: steps frames of a million step rows, and the memory of held rollouts.
 
 Figures (wall seconds, and the process's CPU seconds beside them, which a busy machine disturbs less;
-the fast path's as min / median of several runs):
-- a rollouts JSONL file -> steps frame (``Rollouts.load(path).steps_frame()``), fast and pure paths;
+each as min / median of several builds, each from a new ``Rollouts``):
+- a rollouts JSONL file -> steps frame (``Rollouts.load(path).steps_frame()``);
 - the records a run leaves in memory -> steps frame: they arrive as a run at concurrency 16 returns
-  them (``StoreBuilder``, which reads them in the background as they finish), and the time is from
-  the last record to the frame; the CPU of that reading beside it, per record;
-- records in memory that were never read (``Rollouts(records)``) -> steps frame, fast and pure
-  paths, and again (the fast path keeps the Arrow columns it read with the records);
+  them, and the time is from the last record to the frame, with the background read-ahead
+  (``StoreBuilder`` reading each 4 MB finished while the run goes on; the CPU of that reading beside
+  it) and without it (the frame reads every record then, with pyarrow's threaded reader);
+- records in memory that were never read (``Rollouts(records)``) -> steps frame, and again (the
+  Arrow columns read are kept with the records);
 - the memory of calculator episodes held as ``Rollouts`` (traced allocations), and per episode;
 - the collection writer's records/s.
 
-Input comes from ``gymlab.protocol.record.synthetic`` (tool-calling steps); its lines are repeated
-to reach the size, since building a million step models would take longer than the figure.
+Input comes from ``gymlab.protocol.record.synthetic`` (counter-shaped records as simple_agent writes
+them, about 700 bytes of JSON a step); its lines are repeated to reach the size.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from typing import Any
 
 from gymlab.protocol.record import synthetic
 
-_BUILT = 2_000  # episodes built by ``synthetic``; their lines are repeated up to the size asked
+_BUILT = 200  # episodes built by ``synthetic``; their lines are repeated up to the size asked
+UNIT = "(s wall min / median ; s CPU min / median)"
 
 
 def _lines(n_episodes: int, steps_per_episode: int) -> list[bytes]:
@@ -44,14 +46,6 @@ def _timed(fn) -> tuple[float, float, Any]:
     w, c = time.perf_counter(), time.process_time()
     out = fn()
     return time.perf_counter() - w, time.process_time() - c, out
-
-
-def _fast_available() -> bool:
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _repeated(fn, repeats: int, rows: int, setup=None) -> str:
@@ -71,55 +65,40 @@ def _repeated(fn, repeats: int, rows: int, setup=None) -> str:
 def frames_benchmark(
     n_steps: int = 1_000_000, steps_per_episode: int = 20, memory_episodes: int | None = None, repeats: int = 5
 ):
-    """The figures of the module docstring, as a dict; ``memory_episodes`` defaults to ``n_steps // 10``.
-
-    The fast path's figures are timed ``repeats`` times (the pure path's once): each time from a new
-    ``Rollouts`` (a file loaded again; records in memory without the columns a frame keeps), as the
-    figures say; the process is warm after the first, so the median is the one to quote with the min.
-    """
+    """The figures of the module docstring, as a dict; ``memory_episodes`` defaults to ``n_steps // 10``."""
     import pandas  # noqa: F401  (its one-time import is not part of the figures)
 
+    import gymlab.lab.columnar  # noqa: F401  (nor is pyarrow's)
     from gymlab.lab.runs import Rollouts
     from gymlab.lab.store import RecordStore
 
     n_episodes = max(1, n_steps // steps_per_episode)
     lines = _lines(n_episodes, steps_per_episode)
     rows = n_episodes * steps_per_episode
-    figures: dict[str, Any] = {"step rows": rows}
-    paths = ("fast", "pure") if _fast_available() else ("pure",)
-    if "fast" in paths:
-        import gymlab.lab.columnar  # noqa: F401  (pyarrow's one-time import is not part of the figures either)
-    unit = "(s wall min / median ; s CPU min / median)"
+    figures: dict[str, Any] = {"step rows": rows, "steps per record": steps_per_episode}
     with tempfile.TemporaryDirectory(prefix="gymlab-bench-") as tmp:
         path = Path(tmp) / "rollouts.jsonl"
         path.write_bytes(b"\n".join(lines) + b"\n")
         figures["JSONL size (MB)"] = round(path.stat().st_size / 1e6, 1)
-        for name in paths:
-            fast = name == "fast"
-            figures[f"JSONL file -> steps frame, {name} path {unit}"] = _repeated(
-                lambda fast=fast: Rollouts.load(path).steps_frame(full=True, fast=fast), repeats if fast else 1, rows
-            )
-    if "fast" in paths:
-        figures.update(run_records_benchmark(lines, rows, repeats))
+        figures[f"JSONL file -> steps frame {UNIT}"] = _repeated(
+            lambda: Rollouts.load(path).steps_frame(full=True), repeats, rows
+        )
+    figures.update(run_records_benchmark(lines, rows, repeats))
     held = RecordStore.from_records(lines)
     del lines
 
     def fresh() -> Rollouts:  # the same records, without the columns an earlier frame kept
         return Rollouts(store=RecordStore(held.buffer, held.starts))
 
-    for name in paths:
-        fast = name == "fast"
-        figures[f"records in memory, never read -> steps frame, {name} path, first build {unit}"] = _repeated(
-            lambda fast=fast: fresh().steps_frame(full=True, fast=fast), repeats if fast else 1, rows
-        )
-        if fast:  # the columns read by the first frame are kept with the records
-            again = fresh()
-            again.steps_frame(full=True, fast=True)
-            figures[f"records in memory -> steps frame again, fast path {unit}"] = _repeated(
-                functools.partial(again.steps_frame, full=True, fast=True), repeats, rows
-            )
-            again = None
-    held = None  # let the records go before the memory figure
+    figures[f"records in memory, never read -> steps frame {UNIT}"] = _repeated(
+        lambda: fresh().steps_frame(full=True), repeats, rows
+    )
+    again = fresh()
+    again.steps_frame(full=True)
+    figures[f"records in memory -> steps frame again (columns kept) {UNIT}"] = _repeated(
+        functools.partial(again.steps_frame, full=True), repeats, rows
+    )
+    again = held = None  # let the records go before the memory figure
     figures.update(memory_benchmark(memory_episodes if memory_episodes is not None else max(1, n_steps // 10)))
     figures.update(writer_benchmark(max(1, n_steps // 50)))
     return figures
@@ -128,7 +107,8 @@ def frames_benchmark(
 def run_records_benchmark(lines: list[bytes], rows: int, repeats: int, concurrency: int = 16) -> dict[str, Any]:
     """A run's records -> steps frame: ``lines`` added to a ``StoreBuilder`` in the order a run at
     ``concurrency`` finishes them (each window of that many shuffled, seeded), then timed from the
-    last record to the frame (``finish`` and the first ``steps_frame``); and the reading's CPU.
+    last record to the frame (``finish`` and the first ``steps_frame``), with the read-ahead and
+    without it (a piece larger than the run: nothing is read before the frame); and the reading's CPU.
 
     The background reads are awaited before the timer starts, as a run's length would: one thread
     reads these records more than ten times faster than a Lab finishes episodes (the CPU figure
@@ -144,28 +124,30 @@ def run_records_benchmark(lines: list[bytes], rows: int, repeats: int, concurren
         order[start : start + concurrency] = window
     reading: list[float] = []
 
-    def arrived() -> StoreBuilder:  # the run's records added as they finish; its CPU is the reading's
+    def arrived(piece: int | None = None) -> StoreBuilder:  # the run's records added as they finish
         gc.collect()
         cpu = time.process_time()
-        builder = StoreBuilder(len(lines))
+        builder = StoreBuilder(len(lines), piece)
         for position in order:
             builder.add(position, lines[position])
         for read in builder.reads:  # see the docstring
             read.result()
-        reading.append(time.process_time() - cpu)
+        if builder.reads:
+            reading.append(time.process_time() - cpu)
         return builder
 
     def frame(builder: StoreBuilder):
-        return Rollouts(store=builder.finish()).steps_frame(full=True, fast=True)
+        return Rollouts(store=builder.finish()).steps_frame(full=True)
 
-    unit = "(s wall min / median ; s CPU min / median)"
-    timed = _repeated(frame, repeats, rows, setup=arrived)
-    reading_s = statistics.median(reading)
+    ahead = _repeated(frame, repeats, rows, setup=arrived)
+    reading_s = statistics.median(reading) if reading else 0.0
+    never = _repeated(frame, repeats, rows, setup=functools.partial(arrived, 1 << 62))
     return {
-        f"records a run leaves in memory -> steps frame, fast path {unit}": timed,
+        f"records a run leaves in memory -> steps frame, read ahead {UNIT}": ahead,
         "reading them while the run goes on, CPU per record / per step (us)": (
             f"{reading_s / len(lines) * 1e6:.1f} / {reading_s / rows * 1e6:.2f}"
         ),
+        f"records a run leaves in memory -> steps frame, not read ahead (pyarrow's threaded reader) {UNIT}": never,
     }
 
 
