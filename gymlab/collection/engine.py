@@ -41,8 +41,9 @@ class Policy:
 
 @dataclass
 class Outcome:
-    """One job's end: the validated ``record`` and the ``answer`` as it came, or the ``failure``
-    (with the ``error`` that carried it) after ``attempts`` attempts."""
+    """One job's end: the validated ``record`` and the ``answer`` as it came (None when the replica
+    gave a ``Rollout``), or the ``failure`` (with the ``error`` that carried it) after ``attempts``
+    attempts."""
 
     record: Rollout | None = None
     answer: dict[str, Any] | None = None
@@ -65,7 +66,10 @@ class Job:
 
 
 def checked(answer: Any, name: str) -> Rollout:
-    """The ``/run`` answer validated as a ``Rollout``; anything else is the agent's failure."""
+    """The ``/run`` answer validated as a ``Rollout`` (a replica may return one already validated);
+    anything else is the agent's failure."""
+    if isinstance(answer, Rollout):
+        return answer
     if not isinstance(answer, dict):
         raise ServerError(name, "POST /run", 200, f"answer is not a JSON object: {str(answer)[:200]}")
     try:
@@ -95,7 +99,8 @@ async def attempt(job: Job, policy: Policy) -> Outcome:
         try:
             answer = await replica.run(job.row, policy.timeout_s)
             record = checked(answer, name)
-            return Outcome(record, answer, attempts=attempts, duration_s=time.perf_counter() - t0)
+            kept = answer if isinstance(answer, dict) else None
+            return Outcome(record, kept, attempts=attempts, duration_s=time.perf_counter() - t0)
         except ReplicaGone as gone:
             if pool.lose(replica):
                 moves += 1

@@ -149,9 +149,10 @@ class JsonlSink:
 
     def __call__(self, job: Job, outcome: Outcome) -> None:
         row, target = job.row, job.target
-        if outcome.answer is not None:
+        if outcome.record is not None:
+            answer = outcome.answer or outcome.record.model_dump(mode="json", exclude_none=True)
             record = {
-                **outcome.answer,
+                **answer,
                 **identity(task_index=row["_ng_task_index"], repeat=row["_ng_rollout_index"], agent=target.agent_ref),
             }
             for k in ("task_id", "rollout_id", "attempt"):

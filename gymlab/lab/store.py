@@ -169,7 +169,8 @@ class StoreBuilder:
         self.waiting = 0  # bytes of records [sent, ready)
         self.reads: list[Any] = []  # one future per piece sent, in order
 
-    def add(self, position: int, record: Any) -> None:
+    def add(self, position: int, record: Any) -> bytes:
+        """Hold ``record`` (as its JSON line, which is returned) at ``position``."""
         line = _line_of(record)
         self.lines[position] = line
         lines, total = self.lines, len(self.lines)
@@ -180,6 +181,7 @@ class StoreBuilder:
             piece = lines[self.sent : self.ready]
             self.reads.append(reader(b"\n".join([*piece, b""]), len(piece), max(map(len, piece)) + 1))
             self.sent, self.waiting = self.ready, 0
+        return line
 
     def finish(self) -> RecordStore:
         """The store of every record, in position order (each position must have its record)."""
