@@ -401,3 +401,18 @@ async def test_a_bad_input_file_line_is_named_before_anything_runs(tmp_path):
     with pytest.raises(DatasetError, match=r"rows\.jsonl:3: invalid responses_create_params: unknown key 'tempreture'"):
         await acollect(source, tmp_path / "out.jsonl", agent_url="http://127.0.0.1:9", progress=False)
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_config_is_collected_by_a_python_call(tmp_path):
+    """``gymlab.collect(config, ...)``: the config's servers served for the run, its datasets collected."""
+    import gymlab
+    from gymlab.collection.config import load_config
+
+    config = ROOT / "environments" / "calculator" / "configs" / "calculator.yaml"
+    result = gymlab.collect(config, tmp_path / "run.jsonl", repeats=2, progress=False)
+    assert (result.n_rollouts, result.n_failures, result.mean_reward) == (10, 0, 1.0)
+    assert {r["agent_ref"]["name"] for r in result.rollouts} == {"calculator_simple_agent"}
+    metrics = json.loads(result.paths["aggregate_metrics"].read_text())
+    assert metrics["calculator_simple_agent"]["agent_metrics"]["num_samples"] == 10
+    again = gymlab.collect(load_config(config), tmp_path / "run.jsonl", repeats=2, progress=False)
+    assert (again.n_new, again.n_skipped) == (0, 10)  # a loaded config too; the rerun resumes
