@@ -34,6 +34,19 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * _PAGE / 1e6
 
 
+def settle() -> float:
+    """RSS in MB after a full collection, and after glibc hands freed heap pages back (``malloc_trim``:
+    memory freed but kept by the allocator is not held by the records)."""
+    import ctypes
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    return rss_mb()
+
+
 def peak_mb() -> float:
     """Peak resident set size of this process so far, in MB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
@@ -116,17 +129,18 @@ def measure_run_many(n: int, concurrency: int = 32) -> dict[str, Any]:
         warm.episodes, warm.steps  # noqa: B018 (pandas and pyarrow imported: modules, not records)
         lab.last_run = warm = None
         gc.collect()
-        before = rss_mb()
+        before, before_trimmed = rss_mb(), settle()
         t0 = time.perf_counter()
         rollouts = lab.run_many(agent, rows, repeats=max(1, n // 5), concurrency=concurrency)
         seconds = time.perf_counter() - t0
         lines_mb = len(rollouts.store.buffer) / 1e6
         gc.collect()
         after_run = rss_mb()
+        after_run_trimmed = settle()
         episodes, steps = rollouts.episodes, rollouts.steps
         gc.collect()
         after_frames = rss_mb()
-        held = after_frames - before
+        after_frames_trimmed = settle()
         out = {
             "what": "run_many",
             "episodes": len(rollouts),
@@ -137,8 +151,11 @@ def measure_run_many(n: int, concurrency: int = 32) -> dict[str, Any]:
             "json_lines_mb": round(lines_mb, 1),
             "rss_before_mb": round(before, 1),
             "held_after_run_mb": round(after_run - before, 1),
-            "held_with_frames_mb": round(held, 1),
-            "held_over_lines": round(held / lines_mb, 2),
+            "held_with_frames_mb": round(after_frames - before, 1),
+            "held_with_frames_over_lines": round((after_frames - before) / lines_mb, 2),
+            "trimmed_held_after_run_mb": round(after_run_trimmed - before_trimmed, 1),
+            "trimmed_held_with_frames_mb": round(after_frames_trimmed - before_trimmed, 1),
+            "trimmed_held_with_frames_over_lines": round((after_frames_trimmed - before_trimmed) / lines_mb, 2),
             "peak_rss_mb": round(peak_mb(), 1),
         }
         lab.last_run = None
