@@ -278,7 +278,7 @@ async def arun_many(
     on_error: str = "record",
     progress: bool = False,
     state: RunState | None = None,
-    max_retries: int = 2,
+    max_retries: int = 0,
     backoff_s: float = 0.5,
     observe: Callable[[Rollout], None] | None = None,
 ) -> Rollouts:
@@ -287,7 +287,8 @@ async def arun_many(
 
     Records come back in "aabbcc" order, each with the agent's and environment's names. An episode
     the agent fails is retried when its failure kind may pass (transport, provider; ``max_retries``
-    times, backoff ``backoff_s`` doubling), then recorded masked with a ``failure_kind``
+    times, none by default: a notebook run shows every failure; backoff ``backoff_s`` doubling),
+    then recorded masked with a ``failure_kind``
     (``on_error="raise"`` raises instead). ``state`` follows the run; ``observe(record)`` sees each
     record as it finishes (a live panel).
     """

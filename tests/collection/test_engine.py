@@ -54,3 +54,23 @@ async def test_an_answer_that_is_not_a_record_fails_once_in_both_sinks(lab, tmp_
     assert [(r.mask_sample, r.failure_kind) for r in records] == [(True, "agent_run_error")] * 2
     assert "not a rollout record" in records[0].failure_reason
     assert sorted(agent.server.calls) == [0, 1]
+
+
+def test_run_many_retries_a_provider_failure_when_asked(lab, calculator):
+    """The memory sink's runs use the same rule: a model that fell over once is retried, not recorded."""
+    calls = {"n": 0}
+
+    def falls_over_once(request):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("the model fell over")
+        return calculator.policy(request)
+
+    env = lab.serve(calculator.CalculatorServer, name="calculator")
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(falls_over_once))
+    row = example_rows("calculator")[:1]
+    [first] = lab.run_many(agent, row)  # no retries by default: the failure is shown, masked
+    assert (first.mask_sample, first.failure_kind) == (True, "provider_unavailable")
+    calls["n"] = 0
+    [again] = lab.run_many(agent, row, max_retries=1)
+    assert (again.mask_sample, again.reward) == (False, 1.0) and calls["n"] == 3  # 1 failed, then 2 turns
