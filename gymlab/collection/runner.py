@@ -42,7 +42,6 @@ from gymlab.collection.shards import in_shard
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import LineWriter, atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
 from gymlab.protocol.record import identity
-from gymlab.retry import backoff_delay  # noqa: F401 (the one backoff, re-exported for callers of this module)
 
 #: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
 #: (``timeouts.episode``, 1800 s), so the agent's typed failure arrives first.
