@@ -286,7 +286,10 @@ slow_model:
 """
 
 
-def test_a_collection_killed_halfway_and_rerun_has_each_pair_exactly_once(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["killed", "interrupted"])
+def test_a_collection_stopped_halfway_and_rerun_has_each_pair_exactly_once(tmp_path, sig):
+    """A SIGKILL, or Ctrl-C (``run_sync``'s one interrupt path: the episodes cancelled, the servers
+    stopped, exit 130), leaves only whole records; the rerun finishes the rest, each pair once."""
     (tmp_path / "app.py").write_text(textwrap.dedent(SLOW_APP))
     (tmp_path / "config.yaml").write_text(textwrap.dedent(SLOW_CONFIG))
     n_rows, repeats = 40, 2
@@ -315,13 +318,16 @@ def test_a_collection_killed_halfway_and_rerun_has_each_pair_exactly_once(tmp_pa
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the collection wrote nothing within 60 s"
             time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        os.kill(proc.pid, sig)
+        proc.wait(60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    assert proc.returncode == -signal.SIGKILL
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        assert proc.returncode == 130 and "gymlab collect: interrupted" in proc.stderr.read().decode()
     survived = [json.loads(line) for line in out.read_bytes().split(b"\n")[:-1]]  # complete lines only
     assert 6 <= len(survived) < n_rows * repeats
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
