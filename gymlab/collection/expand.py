@@ -72,12 +72,15 @@ def iter_expand(
             expanded = ({**_base(row, r), "_ng_task_index": task, "_ng_rollout_index": r} for r in range(repeats))
         for job in expanded:
             k = key_of(job)
-            if k in seen:
-                raise DatasetError(
-                    "rows",
-                    position + 1,
-                    f"(task {k[0]}, repeat {k[1]}) already comes from row "
-                    f"{seen[k] + 1}; each row needs its own _ng_task_index",
-                )
-            seen[k] = position
+            # With repeats, no row is materialized: two rows collide when they share a task, so one
+            # key a row is enough (the memory of a run of many repeats is its rows', not its jobs').
+            if k[1] == 0 or repeats == 1:
+                if k in seen:
+                    raise DatasetError(
+                        "rows",
+                        position + 1,
+                        f"(task {k[0]}, repeat {k[1]}) already comes from row "
+                        f"{seen[k] + 1}; each row needs its own _ng_task_index",
+                    )
+                seen[k] = position
             yield job

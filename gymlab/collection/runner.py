@@ -140,8 +140,9 @@ class JsonlSink:
     """The engine's JSONL sink: a record to the rollouts file, a failure to the failures file, each
     appended whole as it finishes and then dropped."""
 
-    def __init__(self, paths: dict[str, Path], done: set[Key], bar: Any = None):
-        self.done, self.bar = done, bar
+    def __init__(self, paths: dict[str, Path], failed_before: set[Key], bar: Any = None):
+        self.failed_before, self.bar = failed_before, bar
+        self.recovered: set[Key] = set()  # keys of earlier failures that have a record now
         self.writer, self.fail_writer = LineWriter(paths["rollouts"]), LineWriter(paths["failures"])
         self.n_new = self.n_failed = 0
         self.tally = _Tally()
@@ -158,7 +159,8 @@ class JsonlSink:
                 if k in row and k not in record:
                     record[k] = row[k]
             self.writer.write(record)
-            self.done.add(key_of(record))
+            if (k := key_of(record)) in self.failed_before:
+                self.recovered.add(k)
             self.n_new += 1
             self.tally.add(record)
         else:
@@ -259,15 +261,15 @@ async def _acollect(
             server = str(t.agent_ref.get("name") or t.url)
             pools[t.url] = t.replicas if t.replicas is not None else ReplicaPool([HttpReplica(t.url, server=server)])
         metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
-    before = set(done)
     pending = (
         Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
         for i, (job, t) in enumerate(jobs())
-        if key_of(job) not in before
+        if key_of(job) not in done
     )
-    n_skipped = sum(1 for _ in jobs() if key_of(_[0]) in before) if before else 0
+    n_skipped = sum(1 for job, _ in jobs() if key_of(job) in done) if done else 0
     bar = _progress_bar(total, n_skipped, str(paths["rollouts"].name)) if progress else None
-    sink = JsonlSink(paths, done, bar)
+    failed_before = {key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures")}
+    sink = JsonlSink(paths, failed_before, bar)
     policy = Policy(max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s)
     try:
         await run_jobs(pending, sink, concurrency=max(1, min(concurrency, total - n_skipped)), policy=policy)
@@ -279,7 +281,9 @@ async def _acollect(
             bar.close()
 
     n_rollouts = rewrite_sorted(paths["rollouts"])
-    n_failures = rewrite_sorted(paths["failures"], keep=lambda k: k not in done, what="failures")
+    n_failures = rewrite_sorted(
+        paths["failures"], keep=lambda k: k not in done and k not in sink.recovered, what="failures"
+    )
     tally = _Tally()
 
     def records() -> Iterator[dict[str, Any]]:

@@ -422,3 +422,14 @@ def test_a_config_is_collected_by_a_python_call(tmp_path):
     assert metrics["calculator_simple_agent"]["agent_metrics"]["num_samples"] == 10
     again = gymlab.collect(load_config(config), tmp_path / "run.jsonl", repeats=2, progress=False)
     assert (again.n_new, again.n_skipped) == (0, 10)  # a loaded config too; the rerun resumes
+
+
+async def test_a_failure_that_a_rerun_finishes_leaves_the_failures_file(calc_agent, tmp_path):
+    agent, _env = calc_agent
+    rows = example_rows("calculator")[:2]
+    out = tmp_path / "run.jsonl"
+    gone = await acollect(rows, out, agent_url="http://127.0.0.1:9", max_retries=0, progress=False)
+    assert gone.n_failures == 2 and gone.n_rollouts == 0
+    done = await acollect(rows, out, agent_url=agent.url, progress=False)
+    assert (done.n_new, done.n_rollouts, done.n_failures) == (2, 2, 0)
+    assert output_paths(out)["failures"].read_text() == ""
