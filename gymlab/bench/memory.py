@@ -35,11 +35,14 @@ def rss_mb() -> float:
 
 
 def settle() -> float:
-    """RSS in MB after a full collection, and after glibc hands freed heap pages back (``malloc_trim``:
-    memory freed but kept by the allocator is not held by the records)."""
+    """RSS in MB after a full collection, and after glibc and pyarrow's pool hand freed pages back
+    (``malloc_trim``, ``release_unused``: memory freed but kept by an allocator is not held by the
+    records)."""
     import ctypes
 
     gc.collect()
+    if "pyarrow" in sys.modules:
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):

@@ -197,15 +197,15 @@ def load(path: str | os.PathLike, kind: str | None = None):
 
 
 class RunState:
-    """What a running ``run_many`` has done so far: finished records (their JSON lines, the same
-    bytes the run's store holds) in completion order, and how many episodes are running. An
-    interrupted run reports from it and keeps what finished."""
+    """What a running ``run_many`` has done so far: finished records (their JSON lines, read from
+    the run's store) in completion order, and how many episodes are running. An interrupted run
+    reports from it and keeps what finished."""
 
     def __init__(self, total: int = 0):
         self.total = total
         self.running = 0
         self.stopped = 0  # running when the run was cancelled
-        self.finished: list[bytes] = []
+        self.finished: Sequence[bytes] = []
 
     @property
     def not_started(self) -> int:
@@ -217,6 +217,20 @@ class RunState:
             f"gymlab: run cancelled: {self.stopped} running episode(s) stopped and their sessions closed, "
             f"{self.not_started} not started; the {len(self.finished)} finished are in lab.last_run"
         )
+
+
+class Finished(Sequence):
+    """A running run's finished records in the order they finished, as their JSON lines (read from
+    the run's ``StoreBuilder``: no second copy)."""
+
+    def __init__(self, held: StoreBuilder, order: list[int]):
+        self.held, self.order = held, order
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i):
+        return self.held.line(self.order[i])
 
 
 class AgentReplica:
@@ -245,6 +259,7 @@ class MemorySink:
         self.observe = observe
         self.agent, self.env, self.on_error, self.state, self.bar = agent, env or agent, on_error, state, bar
         self.order: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
+        state.finished = Finished(self.held, self.order)
 
     def __call__(self, job: Job, outcome: Outcome) -> None:
         row = job.row
@@ -256,7 +271,7 @@ class MemorySink:
         record = records.with_identity(
             record, task_index=row["_ng_task_index"], repeat=row["_ng_rollout_index"], agent=self.agent, env=self.env
         )
-        self.state.finished.append(self.held.add(job.position, record))
+        self.held.add(job.position, record)
         self.order.append(job.position)
         if self.observe is not None:
             self.observe(record)
