@@ -223,7 +223,13 @@ async def _acollect(
     the tasks of shard i of n (1-based; see ``shards``), for ``merge`` to join later.
     """
     t0 = time.perf_counter()
-    if isinstance(rows, (str, os.PathLike)):
+    is_path = isinstance(rows, (str, os.PathLike))
+    if hasattr(rows, "launch_order") or (is_path and str(rows).endswith((".yaml", ".yml"))):
+        raise ConfigError(
+            f"{rows}: a config is collected by gymlab.collect(config, output, ...), which serves its servers "
+            "for the run; acollect takes rows and an agent_url or route"
+        )
+    if is_path:
         from gymlab.collection.datasets import read_rows
 
         rows = read_rows(rows, flat="auto")  # errors name the file's own line numbers

@@ -74,3 +74,12 @@ def test_run_many_retries_a_provider_failure_when_asked(lab, calculator):
     calls["n"] = 0
     [again] = lab.run_many(agent, row, max_retries=1)
     assert (again.mask_sample, again.reward) == (False, 1.0) and calls["n"] == 3  # 1 failed, then 2 turns
+
+
+async def test_acollect_of_a_config_says_which_call_serves_it(tmp_path):
+    import pytest
+
+    from gymlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"gymlab\.collect\(config, output, \.\.\.\)"):
+        await acollect(tmp_path / "config.yaml", tmp_path / "run.jsonl", agent_url="http://127.0.0.1:9")
