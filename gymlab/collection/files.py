@@ -33,7 +33,12 @@ def key_of(record: dict[str, Any]) -> Key:
 
 
 def sort_key(record: dict[str, Any]) -> tuple:
-    t, r = key_of(record)
+    return key_order(key_of(record))
+
+
+def key_order(key: Key) -> tuple:
+    """Where a (task, repeat) key sorts: "aabbcc" order, tasks of one type together."""
+    t, r = key
     return (str(type(t)), t if t is not None else 0, r if r is not None else 0)
 
 
@@ -46,14 +51,10 @@ def rewrite_sorted(path: Path, *, keep: Callable[[Key], bool] | None = None, wha
     places: dict[Key, tuple[int, int]] = {}
     for _, offset, line, record in iter_appendable(path, what=what):
         places[key_of(record)] = (offset, len(line))
-    order = sorted((k for k in places if keep is None or keep(k)), key=lambda k: sort_key(_as_record(k)))
+    order = sorted((k for k in places if keep is None or keep(k)), key=key_order)
     with open(path, "rb") as source, atomic_file(path) as out:
         for k in order:
             offset, length = places[k]
             source.seek(offset)
             out.write(source.read(length))
     return len(order)
-
-
-def _as_record(k: Key) -> dict[str, Any]:
-    return {"_ng_task_index": k[0], "_ng_rollout_index": k[1]}
