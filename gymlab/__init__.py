@@ -100,7 +100,7 @@ _NAMES: dict[str, str] = {
     "load_environment": "gymlab.examples",
     # configs and collection
     "load_config": "gymlab.collection.config",
-    "collect": "gymlab.collection.runner",
+    "collect": "gymlab.lab.collect",
     "acollect": "gymlab.collection.runner",
     "merge": "gymlab.collection.merge",
     # entrypoints

@@ -2,8 +2,9 @@
 
 - ``iter_jsonl``: ``(line number, object)`` per non-blank line; anything else is a ``DatasetError``
   naming the file and line (a last line cut off mid-record is reported as torn).
-- ``read_appendable``: the records of a file a run appends to (collection's outputs); a partial last
-  line left by a crash is cut off with a message so the run can redo it.
+- ``iter_appendable`` (``read_appendable``: as a list): the records of a file a run appends to
+  (collection's outputs), a line at a time; a partial last line left by a crash is cut off with a
+  message so the run can redo it.
 - ``write_jsonl_atomic``: a whole file, atomically (temp file in the same folder, then a rename).
 - ``LineWriter``: appends whole lines, one ``os.write`` each.
 - ``read_lines``: a file's record lines as bytes with their line numbers, unparsed (lazy readers
@@ -51,52 +52,64 @@ def iter_jsonl(path: str | os.PathLike, *, what: str = "row") -> Iterator[tuple[
 
 
 def read_appendable(path: Path, *, repair: bool = True, what: str = "rollouts") -> list[dict[str, Any]]:
-    """The records of a JSONL file a run appends to ([] when it does not exist yet).
+    """The records of a JSONL file a run appends to ([] when it does not exist yet); see ``iter_appendable``."""
+    return [record for _, _, _, record in iter_appendable(path, repair=repair, what=what)]
+
+
+def iter_appendable(
+    path: Path, *, repair: bool = True, what: str = "rollouts"
+) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
+    """``(line number, offset, line, record)`` of each record of a file a run appends to, read a
+    line at a time (nothing when it does not exist yet).
 
     A partial last line (a crash mid-write) is cut off with a message, or a whole last record missing
     only its newline gets one (``repair=False`` leaves the file alone); a bad complete line is an
     error naming its line number, never dropped.
     """
     if not path.exists():
-        return []
-    data = path.read_bytes()
-    records = []
-    complete_end = data.rfind(b"\n") + 1
-    for number, line in enumerate(data[:complete_end].split(b"\n")[:-1], 1):
-        if not line.strip():
-            continue
-        try:
-            record = orjson.loads(line)
-        except ValueError as exc:
-            raise DatasetError(
-                str(path),
-                number,
-                f"damaged {what} line ({exc}); fix or delete that line, then rerun to redo its rollout",
-            ) from None
-        if not isinstance(record, dict):
-            raise DatasetError(str(path), number, f"a {what} line is a JSON object, not {type(record).__name__}")
-        records.append(record)
-    tail = data[complete_end:]
-    if tail.strip():
-        try:
-            record = orjson.loads(tail)
-            complete = isinstance(record, dict)
-        except ValueError:
-            complete = False
-        if complete:  # whole record, only its newline missing
-            records.append(record)
-            if repair:
-                with open(path, "ab") as f:
-                    f.write(b"\n")
-        elif repair:
-            print(
-                f"gymlab collect: {path}: removed a partial last line ({len(tail)} bytes) left by an "
-                "interrupted run; its rollout will run again",
-                file=sys.stderr,
-            )
-            with open(path, "r+b") as f:
-                f.truncate(complete_end)
-    return records
+        return
+    offset = 0
+    torn: tuple[int, bytes] | None = None
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            at, offset = offset, offset + len(line)
+            if not line.endswith(b"\n"):  # the last line, without its newline
+                torn = (at, line)
+                break
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except ValueError as exc:
+                raise DatasetError(
+                    str(path),
+                    number,
+                    f"damaged {what} line ({exc}); fix or delete that line, then rerun to redo its rollout",
+                ) from None
+            if not isinstance(record, dict):
+                raise DatasetError(str(path), number, f"a {what} line is a JSON object, not {type(record).__name__}")
+            yield number, at, line, record
+    if torn is None or not torn[1].strip():
+        return
+    at, tail = torn
+    try:
+        record = orjson.loads(tail)
+        complete = isinstance(record, dict)
+    except ValueError:
+        complete = False
+    if complete:  # whole record, only its newline missing
+        if repair:
+            with open(path, "ab") as f:
+                f.write(b"\n")
+        yield number, at, tail + b"\n", record
+    elif repair:
+        print(
+            f"gymlab collect: {path}: removed a partial last line ({len(tail)} bytes) left by an "
+            "interrupted run; its rollout will run again",
+            file=sys.stderr,
+        )
+        with open(path, "r+b") as f:
+            f.truncate(at)
 
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS

@@ -1,8 +1,22 @@
-"""One retry rule: exponential backoff with jitter, shared by collection and the model proxy."""
+"""One retry rule: which failures are worth another attempt, and how long to wait before it.
+
+A failure is retried by its kind, never by its text or HTTP status: the transport kinds (the server
+was unreachable, dropped the connection, timed out) and the model provider kinds (unavailable, quota)
+may pass; everything else (``verifier_error``, ``judge_*``, ``agent_run_error``, ``session_*``...)
+is the episode's own outcome and would fail the same way again.
+"""
 
 from __future__ import annotations
 
 import random
+
+#: Prefixes of the failure kinds worth retrying (``gymlab.protocol.failure_kinds``).
+RETRIED_PREFIXES = ("transport_", "provider_")
+
+
+def retried(kind: str | None) -> bool:
+    """True when an episode that failed with ``kind`` may succeed if run again."""
+    return bool(kind) and kind.startswith(RETRIED_PREFIXES)
 
 
 def backoff_delay(base_s: float, attempt: int, cap_s: float = 60.0) -> float:
@@ -11,4 +25,4 @@ def backoff_delay(base_s: float, attempt: int, cap_s: float = 60.0) -> float:
     return min(cap_s, base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
 
-__all__ = ["backoff_delay"]
+__all__ = ["RETRIED_PREFIXES", "backoff_delay", "retried"]

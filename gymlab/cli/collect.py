@@ -1,5 +1,7 @@
 """``gymlab collect``: rollouts of a dataset, resumable (rerun the same command to continue).
 
+This module only parses arguments; ``gymlab.lab.collect.collect`` does the rest.
+
 Two ways to reach the servers:
 
 - ``--agent-url URL --input rows.jsonl``: servers already running (``gymlab serve``); several
@@ -14,7 +16,7 @@ Two ways to reach the servers:
 cluster or the one ``--address`` names; each rollout goes to the cell with the fewest in flight, and
 this process stays the only writer of the output.
 
-Exit status 1 when some rollouts still failed after their retries (they are in NAME_failures.jsonl).
+Exit status 1 when some rollouts failed (they are in NAME_failures.jsonl; a rerun retries them).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import json
 import sys
 from typing import Any
 
-from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S  # noqa: E402
+from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S
 from gymlab.errors import ConfigError
 
 
@@ -110,50 +112,26 @@ def _overrides(text: str | None) -> dict | None:
     return value
 
 
-def config_route(config, urls: dict[str, str], agent: str | None, replicas=None):
-    """row -> Target for a served config: taskset rows to their environment server, others to an agent.
-
-    ``replicas`` (name -> ``ReplicaPool``): the servers run as replicas (Ray cells); ``urls`` then
-    only name them (and reach one cell's resources server for its metrics)."""
-    from gymlab.collection.runner import Target
-
-    agents = config.agents
-    if agent is not None and agent not in agents:
-        raise ConfigError(f"--agent {agent!r}: no such agent in the config; agents: {', '.join(agents) or 'none'}")
-
-    def metrics_url(name: str) -> str | None:
-        ref = config.servers[name].refs.get("resources_server")
-        return urls.get(ref[1]) if ref else None
-
-    def pool_of(name: str):
-        return replicas(name) if replicas is not None else None
-
-    def route(row: dict[str, Any]) -> Target:
-        if "task_input" in row and agent is None:
-            taskset = str(row.get("task_id", "")).split("/", 1)[0]
-            env = config.environment_server_routes.get(taskset)
-            if env is None:
-                raise ConfigError(
-                    f"row {row.get('task_id')!r}: taskset {taskset!r} is not in environment_server_routes"
-                )
-            return Target(urls[env], {"type": "environment_servers", "name": env}, None, pool_of(env))
-        name = agent or (row.get("agent_ref") or {}).get("name")
-        if name is None and len(agents) == 1:
-            name = next(iter(agents))
-        if name not in agents:
-            raise ConfigError(
-                f"row names agent {name!r}, which the config does not define; agents: "
-                f"{', '.join(agents) or 'none'} (use --agent to choose one)"
-            )
-        return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool_of(name))
-
-    return route
-
-
 def main(args: argparse.Namespace) -> int:
-    from gymlab.collection.runner import collect
+    from gymlab.lab.collect import collect
 
-    options = dict(
+    if args.configs:
+        from gymlab.collection.config import load_config
+
+        source: Any = load_config(*args.configs)
+    else:
+        source = args.input
+    result = collect(
+        source,
+        args.output,
+        input=args.input if args.configs else None,
+        dataset=args.dataset,
+        split=args.split,
+        agent=args.agent,
+        agent_url=args.agent_url,
+        resources_url=args.resources_url,
+        ray=args.ray,
+        ray_options=ray_options(args) if args.ray else None,
         repeats=args.repeats,
         concurrency=args.concurrency,
         max_retries=args.max_retries,
@@ -164,68 +142,14 @@ def main(args: argparse.Namespace) -> int:
         shard=args.shard,
         progress=not args.no_progress,
     )
-    if args.ray and (args.agent_url or not args.configs):
-        raise ConfigError("--ray runs a CONFIG's servers in Ray cells: give the CONFIG, and no --agent-url")
-    if not args.configs:
-        if not args.agent_url or not args.input:
-            raise ConfigError("give --agent-url and --input, or a CONFIG whose servers to run")
-        result = collect(
-            args.input,
-            args.output,
-            agent_url=args.agent_url,
-            agent_name=args.agent,
-            resources_url=args.resources_url,
-            **options,
-        )
-        return _report(result)
-
-    from gymlab.collection.config import load_config
-    from gymlab.collection.config_rows import config_rows
-
-    config = load_config(*args.configs)
-    rows: Any = args.input or config_rows(config, dataset=args.dataset, split=args.split)
-    if args.agent_url:
-        result = collect(
-            rows,
-            args.output,
-            agent_url=args.agent_url,
-            agent_name=args.agent,
-            resources_url=args.resources_url,
-            **options,
-        )
-        return _report(result)
-
-    if args.ray:
-        from gymlab.cluster.bridge import bridged_urls
-        from gymlab.cluster.configs import config_pool
-
-        with config_pool(config, **ray_options(args)) as pool:
-            print(f"gymlab collect: {pool!r}", file=sys.stderr, flush=True)
-            urls = bridged_urls(pool, pool.pick())  # names the targets; one cell answers /aggregate_metrics
-            route = config_route(config, urls, args.agent, pool.replicas)
-            result = collect(rows, args.output, route=route, **options)
-        return _report(result)
-
-    from gymlab.lab import Lab
-
-    with Lab() as lab:
-        urls: dict[str, str] = {}
-        for spec in config.launch_order():
-            # In-process servers are threads of this process: one worker each, on a free port.
-            urls[spec.instance] = lab.serve(spec.build(urls, host="127.0.0.1", port=0, num_workers=1)).url
-        result = collect(rows, args.output, route=config_route(config, urls, args.agent), **options)
-    return _report(result)
-
-
-def _report(result) -> int:
     print(
-        f"gymlab collect: {len(result.rollouts)} rollouts in {result.output} ({result.n_new} new, "
+        f"gymlab collect: {result.n_rollouts} rollouts in {result.output} ({result.n_new} new, "
         f"{result.n_skipped} already done), mean reward {result.mean_reward:.3f}"
     )
-    if result.failures:
+    if result.n_failures:
         print(
-            f"gymlab collect: {len(result.failures)} rollouts failed after retries; see "
-            f"{result.paths['failures']} (rerun the same command to retry them)",
+            f"gymlab collect: {result.n_failures} rollouts failed; see {result.paths['failures']} "
+            "(rerun the same command to retry them)",
             file=sys.stderr,
         )
         return 1

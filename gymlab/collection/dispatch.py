@@ -10,10 +10,11 @@ lost for the first time in ``reprobe_s`` seconds is probed at once (one dropped 
 server that still answers costs it nothing more); one lost again within that time is probed after
 ``reprobe_s``, and then every ``reprobe_s``. The job moves at once to another live replica; its
 first move counts as one of its retries, and so does every move past twice the pool's size.
-The last live replica is never taken out: its jobs are retried with backoff, then written to the
-failures file, as with a single URL (a rerun retries them).
+The last live replica is never taken out: its unreachable jobs are retried with backoff like any
+transport failure (``gymlab.retry.retried``), then recorded as failures, as with a single URL.
 
-The collection driver stays the only writer of the output files; replicas only answer.
+The run engine (``engine``: ``collect``, ``run_many``) drives the pool and its sink stays the only
+writer of the output; replicas only answer.
 
 Another kind of replica plugs in by having these three members::
 
@@ -22,7 +23,8 @@ Another kind of replica plugs in by having these three members::
         async def run(self, job: dict, timeout_s: float | None) -> dict: ...  # the /run answer
         async def alive(self) -> bool: ...                 # may a replica taken out come back?
 
-and is given to ``collect(..., agent_url=ReplicaPool([...]))`` or to a ``Target(..., replicas=pool)``.
+and is given to ``collect(..., agent_url=ReplicaPool([...]))`` or to a ``Target(..., replicas=pool)``;
+``run_many`` over a ``CellPool`` runs its cells through the same pool (``CellPool.replicas()``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gymlab.collection.files import Key, key_of
@@ -24,14 +24,20 @@ def check_rows(rows: Iterable[dict[str, Any]], source: str = "rows") -> list[dic
     return out
 
 
-def expand(
+def expand(rows: list[dict[str, Any]], repeats: int = 1, **options: Any) -> list[dict[str, Any]]:
+    """``iter_expand`` as a list."""
+    return list(iter_expand(rows, repeats, **options))
+
+
+def iter_expand(
     rows: list[dict[str, Any]],
     repeats: int = 1,
     *,
     responses_create_params: dict | None = None,
     num_repeats_add_seed: bool = False,
-) -> list[dict[str, Any]]:
-    """Every row ``repeats`` times in "aabbcc" order, with ``_ng_task_index`` and ``_ng_rollout_index``.
+) -> Iterator[dict[str, Any]]:
+    """Every row ``repeats`` times in "aabbcc" order, with ``_ng_task_index`` and ``_ng_rollout_index``,
+    made as they are read (a run of many repeats holds the jobs running, not all of them).
 
     A row's own ``_ng_task_index`` is kept (else its position). A row that already has
     ``_ng_rollout_index`` is already materialized and runs once, as it is. Taskset rows (with
@@ -39,9 +45,13 @@ def expand(
     """
     from gymlab.collection.config_rows import apply_run_overrides
 
+    def _base(row: dict[str, Any], r: int) -> dict[str, Any]:
+        if "task_input" in row:
+            return row
+        return apply_run_overrides(row, responses_create_params, r, num_repeats_add_seed and repeats > 1)
+
     if repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {repeats}")
-    jobs: list[dict[str, Any]] = []
     seen: dict[Key, int] = {}
     for position, row in enumerate(rows):
         if "task_input" in row and (responses_create_params or num_repeats_add_seed):
@@ -57,25 +67,20 @@ def expand(
                     f"row {position + 1} is already materialized (has _ng_rollout_index); "
                     "run materialized inputs with repeats=1"
                 )
-            expanded = [dict(row)]
+            expanded: Iterable[dict[str, Any]] = [dict(row)]
         else:
-            expanded = []
-            for r in range(repeats):
-                base = (
-                    row
-                    if "task_input" in row
-                    else apply_run_overrides(row, responses_create_params, r, num_repeats_add_seed and repeats > 1)
-                )
-                expanded.append({**base, "_ng_task_index": task, "_ng_rollout_index": r})
+            expanded = ({**_base(row, r), "_ng_task_index": task, "_ng_rollout_index": r} for r in range(repeats))
         for job in expanded:
             k = key_of(job)
-            if k in seen:
-                raise DatasetError(
-                    "rows",
-                    position + 1,
-                    f"(task {k[0]}, repeat {k[1]}) already comes from row "
-                    f"{seen[k] + 1}; each row needs its own _ng_task_index",
-                )
-            seen[k] = position
-            jobs.append(job)
-    return jobs
+            # With repeats, no row is materialized: two rows collide when they share a task, so one
+            # key a row is enough (the memory of a run of many repeats is its rows', not its jobs').
+            if k[1] == 0 or repeats == 1:
+                if k in seen:
+                    raise DatasetError(
+                        "rows",
+                        position + 1,
+                        f"(task {k[0]}, repeat {k[1]}) already comes from row "
+                        f"{seen[k] + 1}; each row needs its own _ng_task_index",
+                    )
+                seen[k] = position
+            yield job

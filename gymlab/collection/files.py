@@ -7,8 +7,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from gymlab.jsonl import atomic_file, iter_appendable
 
 Key = tuple[Any, Any]
 
@@ -30,5 +33,28 @@ def key_of(record: dict[str, Any]) -> Key:
 
 
 def sort_key(record: dict[str, Any]) -> tuple:
-    t, r = key_of(record)
+    return key_order(key_of(record))
+
+
+def key_order(key: Key) -> tuple:
+    """Where a (task, repeat) key sorts: "aabbcc" order, tasks of one type together."""
+    t, r = key
     return (str(type(t)), t if t is not None else 0, r if r is not None else 0)
+
+
+def rewrite_sorted(path: Path, *, keep: Callable[[Key], bool] | None = None, what: str = "rollouts") -> int:
+    """Rewrite an appended file in (task, repeat) order, atomically, holding only each line's key
+    and place (never the records): the last line of each key wins, ``keep`` drops keys. Returns
+    the lines written."""
+    if not path.exists():
+        return 0
+    places: dict[Key, tuple[int, int]] = {}
+    for _, offset, line, record in iter_appendable(path, what=what):
+        places[key_of(record)] = (offset, len(line))
+    order = sorted((k for k in places if keep is None or keep(k)), key=key_order)
+    with open(path, "rb") as source, atomic_file(path) as out:
+        for k in order:
+            offset, length = places[k]
+            source.seek(offset)
+            out.write(source.read(length))
+    return len(order)

@@ -1,39 +1,57 @@
-"""A collection's aggregate metrics, per agent: from its resources server when known, else here."""
+"""A collection's aggregate metrics, per agent: from its resources server when known, else here.
+
+Each record goes to ``/aggregate_metrics`` as its verify answer's own fields (reward, mask, failure,
+task and repeat, the environment's extra fields), without the bulky ``steps``, ``response`` and
+``responses_create_params``: the wire reference's ``{"_ng_task_index":0,"_ng_rollout_index":0,
+"reward":1.0,...}``, so the request for a large collection stays a small fraction of its file.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Any
 
+import orjson
+
 from gymlab.errors import ServerError
+from gymlab.jsonl import dumps
+
+#: Record keys left out of the ``/aggregate_metrics`` request (see the module doc); ``agent_ref``
+#: too, as each request is one agent's.
+LEFT_OUT = frozenset({"steps", "response", "responses_create_params", "agent_ref"})
 
 
-async def aggregate(records: list[dict[str, Any]], metrics_urls: dict[str, str | None]) -> dict[str, Any]:
-    """Per agent: its resources server's ``/aggregate_metrics``, else computed the same way here."""
+async def aggregate(records: Iterable[dict[str, Any]], metrics_urls: dict[str, str | None]) -> dict[str, Any]:
+    """Per agent: its resources server's ``/aggregate_metrics``, else computed the same way here.
+
+    Each agent's request body is built as JSON bytes while ``records`` stream past (a file read a
+    line at a time), so the records are never held as objects here."""
     from gymlab.client import post_ok
     from gymlab.resources.simple import aggregate_metrics
 
-    by_agent: dict[str, list[dict[str, Any]]] = {}
+    bodies: dict[str, bytearray] = {}
     for r in records:
-        by_agent.setdefault(str((r.get("agent_ref") or {}).get("name")), []).append(r)
+        agent = str((r.get("agent_ref") or {}).get("name"))
+        body = bodies.get(agent)
+        if body is None:
+            body = bodies[agent] = bytearray(b"[")
+        elif len(body) > 1:
+            body += b","
+        body += dumps({k: v for k, v in r.items() if k not in LEFT_OUT})
     out = {}
-    for agent, rs in by_agent.items():
+    for agent, body in bodies.items():
+        body += b"]"
         url = metrics_urls.get(agent)
         if url:
-            body = {"verify_responses": [{k: v for k, v in r.items() if k != "steps"} for r in rs]}
+            payload = {"verify_responses": orjson.Fragment(bytes(body))}
             try:
-                out[agent] = await post_ok(url, "/aggregate_metrics", body, server="resources server")
+                out[agent] = await post_ok(url, "/aggregate_metrics", payload, server="resources server")
                 continue
             except ServerError as exc:
                 print(
                     f"gymlab collect: {agent}: /aggregate_metrics failed ({exc}); computing the metrics here instead",
                     file=sys.stderr,
                 )
-        out[agent] = aggregate_metrics(rs).model_dump(mode="json")
+        out[agent] = aggregate_metrics(orjson.loads(body)).model_dump(mode="json")
     return out
-
-
-def _progress_bar(total: int, initial: int, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit="rollout", dynamic_ncols=True)

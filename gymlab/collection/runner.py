@@ -6,10 +6,15 @@ through ``POST /run`` of an agent (or environment) server, ``concurrency`` at a 
 - ``run.jsonl``: one rollout record per (task, repeat), the ``/run`` answer plus ``_ng_task_index``,
   ``_ng_rollout_index`` and ``agent_ref``; each line is written whole and flushed as it finishes;
 - ``run_materialized_inputs.jsonl``: the rows exactly as sent;
-- ``run_failures.jsonl``: the rows that still failed after the retries, with ``failure_kind`` and
-  ``failure_reason`` (a rerun retries them);
+- ``run_failures.jsonl``: the rows that failed, with ``failure_kind`` and ``failure_reason``: a
+  failure whose kind may pass (transport, provider) after its retries, any other at once (a rerun
+  retries them);
 - ``run_aggregate_metrics.json``: per agent, from its resources server's ``/aggregate_metrics`` when
   known, else computed here the same way.
+
+Episodes run on the one run engine (``engine``); this module is its JSONL sink: each record is
+written as it finishes and then dropped, so a collection's memory does not grow with its episodes
+(the files are put in (task, repeat) order at the end from each line's key and place alone).
 
 Rerunning the same command resumes: finished (task, repeat) pairs are skipped. A partial last line
 left by a crash is cut off with a message (its rollout runs again); a damaged line anywhere else is
@@ -18,33 +23,29 @@ an error naming the line, never dropped.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from gymlab.collection.dispatch import HttpReplica, ReplicaPool, agent_pool
-from gymlab.collection.expand import check_rows, expand
-from gymlab.collection.files import Key, key_of, output_paths, sort_key
+from gymlab.collection.engine import Job, Outcome, Policy, run_jobs
+from gymlab.collection.expand import check_rows, iter_expand
+from gymlab.collection.files import Key, key_of, output_paths, rewrite_sorted
 from gymlab.collection.metrics import aggregate
 from gymlab.collection.shards import in_shard
-from gymlab.errors import ConfigError, DatasetError, ReplicaGone, ServerError
-from gymlab.failures import run_failure
-from gymlab.jsonl import LineWriter, read_appendable, write_jsonl_atomic, write_text_atomic
+from gymlab.errors import ConfigError, DatasetError
+from gymlab.jsonl import LineWriter, atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
 from gymlab.protocol.record import identity
-from gymlab.retry import backoff_delay
 
 #: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
 #: (``timeouts.episode``, 1800 s), so the agent's typed failure arrives first.
 DEFAULT_ROLLOUT_TIMEOUT_S = 2000.0
-
-#: HTTP statuses worth retrying (0: no connection).
-RETRY_STATUSES = frozenset({0, 408, 409, 425, 429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -61,94 +62,131 @@ class Target:
     replicas: ReplicaPool | None = field(default=None, compare=False)
 
 
-@dataclass
 class CollectResult:
-    """What a collection produced: the records in the output file (all of them, in "aabbcc" order)."""
+    """What a collection produced. ``rollouts`` and ``failures`` are read from the files when asked
+    (all of them, in "aabbcc" order): a collection holds none of its records in memory."""
 
-    output: Path
-    rollouts: list[dict[str, Any]]
-    failures: list[dict[str, Any]]
-    aggregate_metrics: dict[str, Any]
-    n_new: int
-    n_skipped: int
-    paths: dict[str, Path] = field(default_factory=dict)
-    duration_s: float = 0.0
+    def __init__(
+        self,
+        output: Path,
+        *,
+        aggregate_metrics: dict[str, Any],
+        n_new: int,
+        n_skipped: int,
+        paths: dict[str, Path] | None = None,
+        duration_s: float = 0.0,
+        rollouts: list[dict[str, Any]] | None = None,
+        failures: list[dict[str, Any]] | None = None,
+        counts: tuple[int, int, float] | None = None,
+    ):
+        self.output, self.aggregate_metrics = Path(output), aggregate_metrics
+        self.n_new, self.n_skipped, self.duration_s = n_new, n_skipped, duration_s
+        self.paths = paths or output_paths(output)
+        self._rollouts, self._failures = rollouts, failures
+        self._counts = counts  # (rollouts, failures, mean reward), when the writer counted them
+
+    @property
+    def rollouts(self) -> list[dict[str, Any]]:
+        """Every record of the rollouts file."""
+        return self._rollouts if self._rollouts is not None else read_appendable(self.paths["rollouts"], repair=False)
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """Every row of the failures file."""
+        if self._failures is not None:
+            return self._failures
+        return read_appendable(self.paths["failures"], repair=False, what="failures")
+
+    @property
+    def n_rollouts(self) -> int:
+        return self._counts[0] if self._counts else len(self.rollouts)
+
+    @property
+    def n_failures(self) -> int:
+        return self._counts[1] if self._counts else len(self.failures)
 
     @property
     def mean_reward(self) -> float:
         """Mean reward of the unmasked rollouts (``gymlab.protocol.record.mean_reward``)."""
         from gymlab.protocol.record import mean_reward
 
-        return mean_reward(self.rollouts)
+        return self._counts[2] if self._counts else mean_reward(self.rollouts)
 
     def __repr__(self) -> str:
         return (
-            f"<CollectResult {self.output}: {len(self.rollouts)} rollouts ({self.n_new} new, "
-            f"{self.n_skipped} already done), {len(self.failures)} failed, mean reward {self.mean_reward:.3f} "
+            f"<CollectResult {self.output}: {self.n_rollouts} rollouts ({self.n_new} new, "
+            f"{self.n_skipped} already done), {self.n_failures} failed, mean reward {self.mean_reward:.3f} "
             "over the unmasked>"
         )
 
 
-# -- one rollout ---------------------------------------------------------------------------------
+class _Tally:
+    """Rewards of the unmasked records, summed as they pass (the progress bar's and the result's mean)."""
+
+    def __init__(self) -> None:
+        self.total, self.n = 0.0, 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        if not record.get("mask_sample"):
+            self.total += float(record.get("reward") or 0.0)
+            self.n += 1
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else float("nan")
 
 
-async def _run_one(
-    job: dict[str, Any],
-    target: Target,
-    pool: ReplicaPool,
-    *,
-    max_retries: int,
-    backoff_s: float,
-    timeout_s: float | None,
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """One job to a record or a failure row. A job whose replica is gone moves at once to another
-    live replica; the first move counts as one of its retries (never the reason it fails), later
-    ones are free up to twice the pool's size (a replica probed back at once may be lost again)."""
-    import aiohttp
+class JsonlSink:
+    """The engine's JSONL sink: a record to the rollouts file, a failure to the failures file, each
+    appended whole as it finishes and then dropped."""
 
-    name = str(target.agent_ref.get("name") or target.url)
-    attempt = retries = moves = 0
-    while True:
-        attempt += 1
-        replica = pool.pick()
-        try:
-            result = await replica.run(job, timeout_s)
-            if not isinstance(result, dict):
-                raise ServerError(name, "POST /run", 200, f"answer is not a JSON object: {str(result)[:200]}")
+    def __init__(self, paths: dict[str, Path], failed_before: set[Key], bar: Any = None):
+        self.failed_before, self.bar = failed_before, bar
+        self.recovered: set[Key] = set()  # keys of earlier failures that have a record now
+        self.writer, self.fail_writer = LineWriter(paths["rollouts"]), LineWriter(paths["failures"])
+        self.n_new = self.n_failed = 0
+        self.tally = _Tally()
+
+    def __call__(self, job: Job, outcome: Outcome) -> None:
+        row, target = job.row, job.target
+        if outcome.record is not None:
+            answer = outcome.answer or outcome.record.model_dump(mode="json", exclude_none=True)
             record = {
-                **result,
-                **identity(task_index=job["_ng_task_index"], repeat=job["_ng_rollout_index"], agent=target.agent_ref),
+                **answer,
+                **identity(task_index=row["_ng_task_index"], repeat=row["_ng_rollout_index"], agent=target.agent_ref),
             }
             for k in ("task_id", "rollout_id", "attempt"):
-                if k in job and k not in record:
-                    record[k] = job[k]
-            return record, None
-        except ReplicaGone as gone:
-            if pool.lose(replica):
-                moves += 1
-                retries += 1 if moves == 1 or moves > 2 * len(pool) else 0
-                if retries <= max_retries + 1:  # the first move is never the reason a job fails
-                    continue
-            exc = gone.__cause__ if isinstance(gone.__cause__, ServerError) else gone
-            failure = run_failure(exc, name) if exc is not gone else gone.failure
-        except (TimeoutError, ServerError, aiohttp.ClientError, OSError) as err:
-            failure, exc = run_failure(err, name), err
-        finally:
-            pool.done(replica)
-        retry = getattr(exc, "status", 0) in RETRY_STATUSES or isinstance(exc, asyncio.TimeoutError)
-        if not retry or retries >= max_retries:
-            return None, {
-                **job,
-                "agent_ref": target.agent_ref,
-                "failure_kind": failure.kind,
-                "failure_reason": failure.message or str(exc),
-                "failure_stage": failure.stage,
-                "failure_server": failure.server,
-                "attempts": attempt,
-                "status": getattr(exc, "status", None),
-            }
-        retries += 1
-        await asyncio.sleep(backoff_delay(backoff_s, retries))
+                if k in row and k not in record:
+                    record[k] = row[k]
+            self.writer.write(record)
+            if (k := key_of(record)) in self.failed_before:
+                self.recovered.add(k)
+            self.n_new += 1
+            self.tally.add(record)
+        else:
+            failure = outcome.failure
+            self.fail_writer.write(
+                {
+                    **row,
+                    "agent_ref": target.agent_ref,
+                    "failure_kind": failure.kind,
+                    "failure_reason": failure.message or str(outcome.error),
+                    "failure_stage": failure.stage,
+                    "failure_server": failure.server,
+                    "attempts": outcome.attempts,
+                    "status": getattr(outcome.error, "status", None),
+                }
+            )
+            self.n_failed += 1
+        if self.bar is not None:
+            self.bar.set_postfix(
+                mean_reward=f"{self.tally.mean:.3f}" if self.tally.n else "-", failed=self.n_failed, refresh=False
+            )
+            self.bar.update(1)
+
+    def close(self) -> None:
+        self.writer.close()
+        self.fail_writer.close()
 
 
 # -- collection --------------------------------------------------------------------------------
@@ -179,13 +217,19 @@ async def _acollect(
     ``route`` (row -> ``Target``, for configs with several agents or environment servers).
     ``agent_url`` may list several URLs of the same agent, or be a ``ReplicaPool``: each rollout
     goes to the one with the fewest in flight, and a replica that is gone (refused, reset) hands
-    its rollouts to the others. Failed rollouts are retried ``max_retries`` times (backoff
-    ``backoff_s``, doubling) when the error may pass (connection, 5xx, timeout), then written to
-    the failures file. ``shard=(i, n)`` (or ``"i/n"``) collects only the tasks of shard i of n
-    (1-based; see ``shards``), for ``merge`` to join later.
+    its rollouts to the others. A failed rollout whose kind may pass (transport, provider:
+    ``gymlab.retry.retried``) is retried ``max_retries`` times (backoff ``backoff_s``, doubling);
+    any failure is then written to the failures file. ``shard=(i, n)`` (or ``"i/n"``) collects only
+    the tasks of shard i of n (1-based; see ``shards``), for ``merge`` to join later.
     """
     t0 = time.perf_counter()
-    if isinstance(rows, (str, os.PathLike)):
+    is_path = isinstance(rows, (str, os.PathLike))
+    if hasattr(rows, "launch_order") or (is_path and str(rows).endswith((".yaml", ".yml"))):
+        raise ConfigError(
+            f"{rows}: a config is collected by gymlab.collect(config, output, ...), which serves its servers "
+            "for the run; acollect takes rows and an agent_url or route"
+        )
+    if is_path:
         from gymlab.collection.config_rows import read_rows
 
         rows = read_rows(rows, flat="auto")  # errors name the file's own line numbers
@@ -202,88 +246,67 @@ async def _acollect(
             ref = {"type": "responses_api_agents", "name": agent_name} if agent_name else row.get("agent_ref")
             return Target(pool.name, ref or default_ref, resources_url, pool)
 
-    jobs = expand(
-        rows, repeats, responses_create_params=responses_create_params, num_repeats_add_seed=num_repeats_add_seed
-    )
-    if shard is not None:
-        jobs = in_shard(jobs, shard)
-    targets = [route(job) for job in jobs]
-    for job, target in zip(jobs, targets):
-        job.setdefault("agent_ref", target.agent_ref)
+    def jobs() -> Iterator[tuple[dict[str, Any], Target]]:
+        """The jobs, made as they are read (twice: once to check and record them, once to run them)."""
+        expanded = iter_expand(
+            rows, repeats, responses_create_params=responses_create_params, num_repeats_add_seed=num_repeats_add_seed
+        )
+        for job in in_shard(expanded, shard) if shard is not None else expanded:
+            target = route(job)
+            job.setdefault("agent_ref", target.agent_ref)
+            yield job, target
 
     paths = output_paths(output)
-    done = {key_of(r): r for r in _checked_done(paths["rollouts"])}
-    _check_materialized(paths["materialized_inputs"], jobs, done)
-    old_failures = read_appendable(paths["failures"], what="failures")
+    done = _checked_done(paths["rollouts"])
     pools: dict[str, ReplicaPool] = {}
-    for t in targets:
+    metrics_urls: dict[str, str | None] = {}
+    total = 0
+    for _job, t in _recorded_inputs(paths["materialized_inputs"], jobs(), done):
+        total += 1
         if t.url not in pools:
             server = str(t.agent_ref.get("name") or t.url)
             pools[t.url] = t.replicas if t.replicas is not None else ReplicaPool([HttpReplica(t.url, server=server)])
-    pending = deque((job, t) for job, t in zip(jobs, targets) if key_of(job) not in done)
-    n_skipped = len(jobs) - len(pending)
-
-    rewards = [float(r.get("reward", 0.0)) for r in done.values() if not r.get("mask_sample")]
-    bar = _progress_bar(len(jobs), n_skipped, str(paths["rollouts"].name)) if progress else None
-    new_failures: list[dict[str, Any]] = []
-    writer, fail_writer = LineWriter(paths["rollouts"]), LineWriter(paths["failures"])
-    n_new = 0
-
-    async def worker() -> None:
-        nonlocal n_new
-        while pending:
-            job, target = pending.popleft()
-            record, failure = await _run_one(
-                job, target, pools[target.url], max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s
-            )
-            if record is not None:
-                writer.write(record)
-                done[key_of(record)] = record
-                n_new += 1
-                if not record.get("mask_sample"):
-                    rewards.append(float(record.get("reward", 0.0)))
-            else:
-                fail_writer.write(failure)
-                new_failures.append(failure)
-            if bar is not None:
-                bar.set_postfix(
-                    mean_reward=f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
-                    failed=len(new_failures),
-                    refresh=False,
-                )
-                bar.update(1)
-
-    tasks = [asyncio.ensure_future(worker()) for _ in range(max(1, min(concurrency, len(pending))))]
+        metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
+    pending = (
+        Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
+        for i, (job, t) in enumerate(jobs())
+        if key_of(job) not in done
+    )
+    n_skipped = sum(1 for job, _ in jobs() if key_of(job) in done) if done else 0
+    bar = _progress_bar(total, n_skipped, str(paths["rollouts"].name)) if progress else None
+    failed_before = {key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures")}
+    sink = JsonlSink(paths, failed_before, bar)
+    policy = Policy(max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s)
     try:
-        await asyncio.gather(*tasks)
+        await run_jobs(pending, sink, concurrency=max(1, min(concurrency, total - n_skipped)), policy=policy)
     finally:
-        for task in tasks:  # on an error or a cancel, no worker may write after the files close
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         for p in pools.values():
             await p.aclose()
-        writer.close()
-        fail_writer.close()
+        sink.close()
         if bar is not None:
             bar.close()
 
-    records = sorted(done.values(), key=sort_key)
-    write_jsonl_atomic(paths["rollouts"], records)
-    latest = {key_of(f): f for f in [*old_failures, *new_failures] if key_of(f) not in done}
-    failures = sorted(latest.values(), key=sort_key)
-    write_jsonl_atomic(paths["failures"], failures)
-    metrics_urls = {str(t.agent_ref.get("name")): t.metrics_url for t in targets}
-    metrics = await aggregate(records, metrics_urls)
+    n_rollouts = rewrite_sorted(paths["rollouts"])
+    n_failures = rewrite_sorted(
+        paths["failures"], keep=lambda k: k not in done and k not in sink.recovered, what="failures"
+    )
+    tally = _Tally()
+
+    def records() -> Iterator[dict[str, Any]]:
+        for _, _, _, record in iter_appendable(paths["rollouts"], repair=False):
+            tally.add(record)
+            yield record
+
+    metrics = await aggregate(records(), metrics_urls)
     write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
     return CollectResult(
-        output=paths["rollouts"],
-        rollouts=records,
-        failures=failures,
+        paths["rollouts"],
         aggregate_metrics=metrics,
-        n_new=n_new,
+        n_new=sink.n_new,
         n_skipped=n_skipped,
         paths=paths,
         duration_s=time.perf_counter() - t0,
+        counts=(n_rollouts, n_failures, tally.mean),
     )
 
 
@@ -303,27 +326,16 @@ def collect(
     rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike, **options: Any
 ) -> CollectResult:
     """``acollect`` from sync code (a script, a kernel cell); Ctrl-C stops it with every finished
-    rollout kept, and the same call resumes it."""
-    import concurrent.futures
+    rollout kept (``gymlab._sync.run_sync``), and the same call resumes it."""
+    from gymlab._sync import run_sync
 
-    from gymlab._sync import background_loop
-
-    future = asyncio.run_coroutine_threadsafe(acollect(rows, output, **options), background_loop())
-    try:
-        return future.result()
-    except KeyboardInterrupt:
-        future.cancel()
-        try:
-            future.result(10)
-        except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError, Exception):
-            pass
-        raise
+    return run_sync(acollect(rows, output, **options))
 
 
-def _checked_done(path: Path) -> list[dict[str, Any]]:
-    records = read_appendable(path)
+def _checked_done(path: Path) -> set[Key]:
+    """The (task, repeat) keys already in the rollouts file; a key written twice is an error."""
     seen: dict[Key, int] = {}
-    for i, record in enumerate(records):
+    for i, (_, _, _, record) in enumerate(iter_appendable(path)):
         k = key_of(record)
         if k in seen:
             raise DatasetError(
@@ -332,22 +344,33 @@ def _checked_done(path: Path) -> list[dict[str, Any]]:
                 f"records {seen[k] + 1} and {i + 1} are both (task {k[0]}, repeat {k[1]}); remove one, then rerun",
             )
         seen[k] = i
-    return records
+    return set(seen)
 
 
-def _check_materialized(path: Path, jobs: list[dict[str, Any]], done: dict[Key, dict]) -> None:
-    """Refuse to resume onto rollouts of different inputs; then record the inputs (union)."""
-    old = {key_of(r): r for r in read_appendable(path, what="materialized inputs")}
-    for job in jobs:
-        k = key_of(job)
-        if k in old and k in done and old[k] != job:
-            raise ConfigError(
-                f"{path}: task {k[0]} repeat {k[1]} was collected from a different input row; "
-                "write to another output, or delete the old files to start over"
-            )
-    merged = {**old, **{key_of(j): j for j in jobs}}
-    if merged != old:
-        write_jsonl_atomic(path, sorted(merged.values(), key=sort_key))
+def _recorded_inputs(path: Path, jobs: Iterator[tuple[dict[str, Any], Any]], done: set[Key]) -> Iterator[Any]:
+    """``jobs``, passed on while they are written to the inputs file (with the inputs of the file's
+    other keys kept); resuming onto rollouts of different inputs is refused before anything runs."""
+    old = {key_of(r): (offset, len(line)) for _, offset, line, r in iter_appendable(path, what="materialized inputs")}
+    sent: set[Key] = set()
+    with atomic_file(path) as out:
+        with open(path, "rb") if old else open(os.devnull, "rb") as source:
+            for job, target in jobs:
+                k = key_of(job)
+                if k in old and k in done:
+                    source.seek(old[k][0])
+                    if orjson.loads(source.read(old[k][1])) != job:
+                        raise ConfigError(
+                            f"{path}: task {k[0]} repeat {k[1]} was collected from a different input row; "
+                            "write to another output, or delete the old files to start over"
+                        )
+                sent.add(k)
+                out.write(dumps(job) + b"\n")
+                yield job, target
+            for k, (offset, length) in old.items():
+                if k not in sent:
+                    source.seek(offset)
+                    out.write(source.read(length))
+    rewrite_sorted(path, what="materialized inputs")
 
 
 def _progress_bar(total: int, initial: int, desc: str):

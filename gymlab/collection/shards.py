@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gymlab.errors import ConfigError
@@ -40,10 +41,10 @@ def shard_of(task_index: Any, n: int) -> int:
     return zlib.crc32(json.dumps(task_index, sort_keys=True).encode()) % n + 1
 
 
-def in_shard(jobs: list[dict[str, Any]], shard: tuple[int, int] | str) -> list[dict[str, Any]]:
-    """The jobs of shard ``i/n``, in their order."""
+def in_shard(jobs: Iterable[dict[str, Any]], shard: tuple[int, int] | str) -> Iterator[dict[str, Any]]:
+    """The jobs of shard ``i/n``, in their order, as they are read (the shard is checked at once)."""
     i, n = parse_shard(shard)
-    return [job for job in jobs if shard_of(job.get("_ng_task_index"), n) == i]
+    return (job for job in jobs if shard_of(job.get("_ng_task_index"), n) == i)
 
 
 __all__ = ["in_shard", "parse_shard", "shard_of"]

@@ -234,6 +234,7 @@ class Lab:
         on_error: str = "record",
         progress: bool = False,
         check: bool = True,
+        max_retries: int = 0,
     ):
         """Run every row ``repeats`` times ("aabbcc" order) through ``agent`` (an agent handle, or a
         ``CellPool``: each episode in the cell with the fewest in flight); returns ``Rollouts``.
@@ -250,6 +251,7 @@ class Lab:
 
         state = RunState()
         options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
+        options.update(max_retries=max_retries)  # retries of a transport or provider failure (runs.arun_many)
         try:
             result = run_sync(self._run_many(agent, rows, state, **options))
         except (KeyboardInterrupt, asyncio.CancelledError) as exc:
@@ -269,12 +271,14 @@ class Lab:
         on_error: str = "record",
         progress: bool = False,
         check: bool = True,
+        max_retries: int = 0,
     ):
         """``run_many`` for async code (``await lab.arun_many(...)`` in a cell, or a task)."""
         from gymlab.lab.runs import RunState
 
         state = RunState()
         options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
+        options.update(max_retries=max_retries)  # retries of a transport or provider failure (runs.arun_many)
         try:
             result = await self._run_many(agent, rows, state, **options)
         except asyncio.CancelledError:

@@ -7,18 +7,17 @@ pandas frames of ``gymlab.lab.frames``.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gymlab.errors import ServerError
-from gymlab.failures import run_failure
 from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward
+
+if TYPE_CHECKING:
+    from gymlab.collection.engine import Job, Outcome
 
 
 class Rollouts(Sequence):
@@ -197,14 +196,15 @@ def load(path: str | os.PathLike, kind: str | None = None):
 
 
 class RunState:
-    """What a running ``run_many`` has done so far: finished records in completion order, and how
-    many episodes are running. An interrupted run reports from it and keeps what finished."""
+    """What a running ``run_many`` has done so far: finished records (their JSON lines, read from
+    the run's store) in completion order, and how many episodes are running. An interrupted run
+    reports from it and keeps what finished."""
 
     def __init__(self, total: int = 0):
         self.total = total
         self.running = 0
         self.stopped = 0  # running when the run was cancelled
-        self.finished: list[Rollout] = []
+        self.finished: Sequence[bytes] = []
 
     @property
     def not_started(self) -> int:
@@ -218,6 +218,70 @@ class RunState:
         )
 
 
+class Finished(Sequence):
+    """A running run's finished records in the order they finished, as their JSON lines (read from
+    the run's ``StoreBuilder``: no second copy)."""
+
+    def __init__(self, held: StoreBuilder, order: list[int]):
+        self.held, self.order = held, order
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i):
+        return self.held.line(self.order[i])
+
+
+class AgentReplica:
+    """An agent handle (or anything with ``arun(row)``) as the engine's one replica: its ``POST /run``
+    answer (``apost``, validated by the engine), else the ``Rollout`` its ``arun`` returns."""
+
+    def __init__(self, agent: Any):
+        self.agent, self.name = agent, str(agent.name)
+
+    async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
+        apost = getattr(self.agent, "apost", None)
+        return await apost("/run", job) if apost is not None else await self.agent.arun(job)
+
+    async def alive(self) -> bool:
+        return True
+
+
+class MemorySink:
+    """The engine's memory sink: each record (a failure as a masked record) with its row's identity,
+    held as its JSON line by position, the frames' columns read meanwhile (``StoreBuilder``)."""
+
+    def __init__(
+        self, total: int, agent: str, env: str | None, on_error: str, state: RunState, bar: Any, observe: Any = None
+    ):
+        self.held = StoreBuilder(total)
+        self.observe = observe
+        self.agent, self.env, self.on_error, self.state, self.bar = agent, env or agent, on_error, state, bar
+        self.order: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
+        state.finished = Finished(self.held, self.order)
+
+    def __call__(self, job: Job, outcome: Outcome) -> None:
+        row = job.row
+        record = outcome.record
+        if record is None:
+            if self.on_error == "raise":
+                raise outcome.error
+            record = records.failed(row, outcome.failure, duration_s=outcome.duration_s)
+        record = records.with_identity(
+            record, task_index=row["_ng_task_index"], repeat=row["_ng_rollout_index"], agent=self.agent, env=self.env
+        )
+        self.held.add(job.position, record)
+        self.order.append(job.position)
+        if self.observe is not None:
+            self.observe(record)
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def rollouts(self) -> Rollouts:
+        completed = [rank for _, rank in sorted(zip(self.order, range(len(self.order))))]
+        return Rollouts(store=self.held.finish(), completed=completed)
+
+
 async def arun_many(
     agent: Any,
     rows: list[dict[str, Any]],
@@ -228,65 +292,39 @@ async def arun_many(
     on_error: str = "record",
     progress: bool = False,
     state: RunState | None = None,
+    max_retries: int = 0,
+    backoff_s: float = 0.5,
+    observe: Callable[[Rollout], None] | None = None,
 ) -> Rollouts:
-    """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``), ``concurrency`` at a time.
+    """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``, or a ``CellPool``: its
+    cells as replicas), ``concurrency`` at a time, on the one run engine (``gymlab.collection.engine``).
 
     Records come back in "aabbcc" order, each with the agent's and environment's names. An episode
-    the agent fails is recorded masked with a ``failure_kind`` (``on_error="raise"`` raises instead). ``state`` follows the run.
+    the agent fails is retried when its failure kind may pass (transport, provider; ``max_retries``
+    times, none by default: a notebook run shows every failure; backoff ``backoff_s`` doubling),
+    then recorded masked with a ``failure_kind``
+    (``on_error="raise"`` raises instead). ``state`` follows the run; ``observe(record)`` sees each
+    record as it finishes (a live panel).
     """
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
-    from gymlab.collection.expand import expand  # the one repeat expansion, shared with collection
+    from gymlab.collection.dispatch import ReplicaPool
+    from gymlab.collection.engine import Job, Policy, run_jobs
+    from gymlab.collection.expand import iter_expand  # the one repeat expansion, shared with collection
 
-    jobs = expand(list(rows), repeats)
+    rows = list(rows)
+    total = sum(1 for _ in iter_expand(rows, repeats))  # every job checked before the first runs
+    name = str(agent.name)
+    replicas = agent.replicas if callable(getattr(agent, "replicas", None)) else None
+    pool = replicas() if replicas is not None else ReplicaPool([AgentReplica(agent)], reprobe_s=None)
     state = state if state is not None else RunState()
-    state.total = len(jobs)
-    sem = asyncio.Semaphore(max(1, concurrency))
-    bar = _progress(len(jobs), agent.name) if progress else None
-
-    finished: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
-    held = StoreBuilder(len(jobs))  # the records by position, the frames' columns read meanwhile
-
-    async def one(position: int, row: dict[str, Any]) -> None:
-        async with sem:
-            state.running += 1
-            t0 = time.perf_counter()
-            try:
-                record = await agent.arun(row)
-            except asyncio.CancelledError:
-                state.stopped += 1
-                raise
-            except ServerError as exc:
-                if on_error == "raise":
-                    raise
-                record = records.failed(row, run_failure(exc, agent.name), duration_s=time.perf_counter() - t0)
-            finally:
-                state.running -= 1
-            if bar is not None:
-                bar.update(1)
-            finished.append(position)
-        record = records.with_identity(
-            record,
-            task_index=row["_ng_task_index"],
-            repeat=row["_ng_rollout_index"],
-            agent=agent.name,
-            env=env_name or agent.name,
-        )
-        state.finished.append(record)
-        held.add(position, record)
-
-    tasks = [asyncio.ensure_future(one(i, r)) for i, r in enumerate(jobs)]
+    state.total = total
+    bar = _progress(total, name) if progress else None
+    sink = MemorySink(total, name, env_name, on_error, state, bar, observe)
+    jobs = (Job(i, row, pool, name) for i, row in enumerate(iter_expand(rows, repeats)))
     try:
-        await asyncio.gather(*tasks)
-        completed = [rank for _, rank in sorted(zip(finished, range(len(finished))))]
-        return Rollouts(store=held.finish(), completed=completed)
-    except BaseException:
-        # gather gives up at the first cancelled or failed episode; the others must stop too, and
-        # each must finish its own cleanup (its session closed) before the run reports.
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks)
-        raise
+        await run_jobs(jobs, sink, concurrency=concurrency, policy=Policy(max_retries, backoff_s), counts=state)
+        return sink.rollouts()
     finally:
         if bar is not None:
             bar.close()

@@ -151,45 +151,61 @@ class RecordStore:
 
 class StoreBuilder:
     """A run's records, added by position as they finish (in any order), made a ``RecordStore`` by
-    ``finish``. Each time the records finished from the start on, not yet handed over, reach
-    ``piece`` bytes, they go to the steps frame's background reader (pyarrow, off the GIL), so a frame
-    of a long run is ready in about the time of its last piece rather than of all its records. A
-    record that finishes late holds back only the reading of those after it, never their order."""
+    ``finish``. The records finished from the start on go straight into one growing buffer, so a run
+    holds its records once, as the lines of a loaded file would be (only the few that finished ahead
+    of an earlier one wait as lines of their own). Each time the buffer's records not yet handed over
+    reach ``piece`` bytes, they go to the steps frame's background reader (pyarrow, off the GIL), so a
+    frame of a long run is ready in about the time of its last piece rather than of all its records.
+    A record that finishes late holds back only the reading of those after it, never their order."""
 
     #: Bytes of finished records handed to the reader at a time: large enough that a piece's columns
     #: cost little more than its reading, small enough that the last piece reads in a few ms.
     PIECE = 4 << 20
 
     def __init__(self, total: int, piece: int | None = None):
-        self.lines: list[bytes | None] = [None] * total
+        self.total = total
         self.piece = self.PIECE if piece is None else piece
+        self.data = bytearray()  # records [0, ready), one a line
+        self.starts = [0]  # their offsets in data, and the end
+        self.ahead_of: dict[int, bytes] = {}  # finished records past the first unfinished one
         self.ready = 0  # records [0, ready) have finished
         self.sent = 0  # records [0, sent) went to the reader
-        self.waiting = 0  # bytes of records [sent, ready)
         self.reads: list[Any] = []  # one future per piece sent, in order
+        self.store: RecordStore | None = None
 
     def add(self, position: int, record: Any) -> None:
-        line = _line_of(record)
-        self.lines[position] = line
-        lines, total = self.lines, len(self.lines)
-        while self.ready < total and lines[self.ready] is not None:
-            self.waiting += len(lines[self.ready]) + 1
+        """Hold ``record`` (as its JSON line) at ``position``."""
+        self.ahead_of[position] = _line_of(record)
+        data, starts = self.data, self.starts
+        while self.ready in self.ahead_of:
+            data += self.ahead_of.pop(self.ready)
+            data += b"\n"
+            starts.append(len(data))
             self.ready += 1
-        if self.waiting >= self.piece:
+        if starts[self.ready] - starts[self.sent] >= self.piece:
             from gymlab.lab.columnar import read_in_background  # imported with the first piece
 
-            piece = lines[self.sent : self.ready]
-            self.reads.append(read_in_background(b"\n".join([*piece, b""]), max(map(len, piece)) + 1))
-            self.sent, self.waiting = self.ready, 0
+            longest = max(b - a for a, b in zip(starts[self.sent : self.ready], starts[self.sent + 1 : self.ready + 1]))
+            self.reads.append(read_in_background(bytes(data[starts[self.sent] : starts[self.ready]]), longest))
+            self.sent = self.ready
+
+    def line(self, position: int) -> bytes:
+        """The JSON line of the record finished at ``position``."""
+        if self.store is not None:
+            return self.store.line(position).rstrip(b"\n")
+        if position < self.ready:
+            return bytes(self.data[self.starts[position] : self.starts[position + 1] - 1])
+        return self.ahead_of[position]
 
     def finish(self) -> RecordStore:
         """The store of every record, in position order (each position must have its record)."""
-        missing = self.lines.count(None)
-        if missing:
-            raise ValueError(f"{missing} record(s) of the run were never added")
-        store = RecordStore._joined(self.lines, None, None)
+        if self.ready < self.total:
+            raise ValueError(f"{self.total - self.ready} record(s) of the run were never added")
+        store = RecordStore(bytes(self.data), self.starts, None, None)
+        self.data = bytearray()  # the one copy is the store's now
         if self.reads:
             store.ahead = (self.reads, self.sent)
+        self.store = store
         return store
 
 

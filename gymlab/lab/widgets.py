@@ -297,7 +297,7 @@ class LivePanel(w.VBox):
         self.total = len(rows) * repeats
         try:
             return await arun_many(
-                _Observed(agent, self), rows, repeats=repeats, concurrency=concurrency, env_name=env_name
+                agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name, observe=self.add
             )
         finally:
             self.finish()
@@ -315,24 +315,3 @@ class LivePanel(w.VBox):
         from gymlab._sync import run_sync
 
         return run_sync(self.arun(agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name))
-
-
-class _Observed:
-    """An agent handle that reports each finished episode to a panel."""
-
-    def __init__(self, agent: Any, panel: LivePanel):
-        self._agent, self._panel = agent, panel
-        self.name, self.server = agent.name, agent.server
-
-    async def arun(self, row: dict[str, Any]) -> Rollout:
-        from gymlab.errors import ServerError
-        from gymlab.failures import run_failure
-
-        try:
-            record = await self._agent.arun(row)
-        except ServerError as exc:
-            failure = run_failure(exc, self.name)
-            self._panel.add_failure(failure.kind, failure.stage)
-            raise
-        self._panel.add(record)
-        return record

@@ -3,10 +3,12 @@ a torn line or a SIGKILL (none lost, none duplicated), bounded retries recorded 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -16,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from gymlab import AggregateMetrics, AggregateMetricsRequest, BaseVerifyRequest, BaseVerifyResponse
-from gymlab.collection import acollect, collect
+from gymlab.collection import HttpReplica, ReplicaPool, acollect, collect
 from gymlab.collection.files import output_paths
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.examples import example_rows, load_environment
+from gymlab.lab import Lab
 from gymlab.resources.simple import aggregate_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,26 +117,27 @@ async def test_a_rerun_skips_finished_pairs(calc_agent, tmp_path):
     rows = example_rows("calculator")
     first = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, repeats=2, limit=2, progress=False)
     assert first.n_new == 4
+    kept = first.rollouts  # read from the file when asked: the file as it is now
     second = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, repeats=2, progress=False)
     assert (second.n_new, second.n_skipped) == (6, 4)
     records = lines(tmp_path / "run.jsonl")
     assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in records] == [
         (t, k) for t in range(5) for k in range(2)
     ]
-    assert records[:4] == first.rollouts  # the earlier rollouts are kept, not redone
+    assert records[:4] == kept  # the earlier rollouts are kept, not redone
 
 
 async def test_a_torn_last_line_is_cut_off_with_a_message_and_rerun(calc_agent, tmp_path, capsys):
     agent, _env = calc_agent
     rows = example_rows("calculator")[:3]
-    first = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
+    first = (await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, progress=False)).rollouts
     path = tmp_path / "run.jsonl"
     text = path.read_text().splitlines(keepends=True)
     path.write_text(text[0] + text[1] + text[2][: len(text[2]) // 2])  # a crash mid-write of the third line
     again = await acollect(rows, path, agent_url=agent.url, progress=False)
     assert "removed a partial last line" in capsys.readouterr().err
     assert (again.n_new, again.n_skipped) == (1, 2)
-    assert lines(path)[:2] == first.rollouts[:2]
+    assert lines(path)[:2] == first[:2]
     assert [r["_ng_task_index"] for r in lines(path)] == [0, 1, 2]
 
 
@@ -157,36 +161,75 @@ async def test_resuming_onto_other_inputs_is_refused(calc_agent, tmp_path):
         await acollect(rows[1:2], tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
 
 
-async def test_failures_are_retried_then_recorded_with_a_failure_kind(lab, calculator, tmp_path):
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_verifier_error_is_attempted_once_and_recorded_with_its_kind(calculator, tmp_path):
+    """A verifier that raises fails the same way every time: one attempt, whatever ``max_retries``."""
     ATTEMPTS.clear()
-    env = lab.serve(FlakyCalculator, name="flaky")
-    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(calculator.policy))
-    rows = example_rows("calculator")
-    rows.append(
-        {
-            **rows[0],
-            "responses_create_params": {
-                **rows[0]["responses_create_params"],
-                "input": [{"role": "user", "content": "What is 13 squared?"}],
-            },
-        }
-    )
-    result = await acollect(
-        rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=2, backoff_s=0.01, progress=False
-    )
-    assert ATTEMPTS["13"] == 3  # one try and two retries
-    [failure] = lines(output_paths(tmp_path / "run.jsonl")["failures"])
-    assert (
-        failure["_ng_task_index"] == 5
-        and failure["failure_kind"] == "verifier_error"
-        and failure["failure_stage"] == "verification"
-    )
-    assert failure["attempts"] == 3 and "verifier crashed" in failure["failure_reason"]
-    assert len(result.rollouts) == 5 and result.failures == [failure]
-    # A rerun retries only the failure; it fails again, and is still recorded once.
-    again = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=0, progress=False)
-    assert (again.n_new, again.n_skipped, len(again.failures)) == (0, 5, 1)
-    assert ATTEMPTS["13"] == 4
+    with Lab(wire=True) as lab:  # every hop over loopback HTTP
+        env = lab.serve(FlakyCalculator, name="flaky")
+        agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(calculator.policy))
+        rows = example_rows("calculator")
+        rows.append(
+            {
+                **rows[0],
+                "responses_create_params": {
+                    **rows[0]["responses_create_params"],
+                    "input": [{"role": "user", "content": "What is 13 squared?"}],
+                },
+            }
+        )
+        result = await acollect(
+            rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=2, backoff_s=0.01, progress=False
+        )
+        assert ATTEMPTS["13"] == 1  # a deterministic failure is never retried
+        [failure] = lines(output_paths(tmp_path / "run.jsonl")["failures"])
+        assert (
+            failure["_ng_task_index"] == 5
+            and failure["failure_kind"] == "verifier_error"
+            and failure["failure_stage"] == "verification"
+        )
+        assert failure["attempts"] == 1 and "verifier crashed" in failure["failure_reason"]
+        assert len(result.rollouts) == 5 and result.failures == [failure]
+        # A rerun runs only the failure (once again), and it is still recorded once.
+        again = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=2, progress=False)
+        assert (again.n_new, again.n_skipped, len(again.failures)) == (0, 5, 1)
+        assert ATTEMPTS["13"] == 2
+
+
+async def test_an_agent_that_refuses_then_comes_up_is_retried(calculator, tmp_path):
+    """``transport_unreachable`` may pass: the rollout is retried with backoff and recorded once."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    pool = ReplicaPool([HttpReplica(url, server="late_agent")])
+    with Lab(wire=True) as lab:
+        env = lab.serve(CalculatorServer, name="calculator")
+        model = lab.serve_model(calculator.policy)
+        task = asyncio.ensure_future(
+            acollect(
+                example_rows("calculator")[:1],
+                tmp_path / "run.jsonl",
+                agent_url=pool,
+                max_retries=4,
+                backoff_s=1.0,
+                progress=False,
+            )
+        )
+        while not (pool.started()[url] == 1 and pool.in_flight()[url] == 0) and not task.done():
+            await asyncio.sleep(0.01)  # the first attempt was refused; the retry waits its backoff
+        assert not task.done(), task.result().failures
+        await asyncio.to_thread(
+            lab.serve_agent, "simple_agent", resources=env, model=model, name="late_agent", port=port
+        )
+        result = await task
+    assert result.failures == [] and result.n_new == 1
+    [record] = result.rollouts
+    assert record["reward"] == 1.0 and not record["mask_sample"]
+    assert pool.started()[url] >= 2  # refused, then run
 
 
 async def test_an_unreachable_agent_is_recorded_not_raised(tmp_path):
@@ -243,7 +286,10 @@ slow_model:
 """
 
 
-def test_a_collection_killed_halfway_and_rerun_has_each_pair_exactly_once(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["killed", "interrupted"])
+def test_a_collection_stopped_halfway_and_rerun_has_each_pair_exactly_once(tmp_path, sig):
+    """A SIGKILL, or Ctrl-C (``run_sync``'s one interrupt path: the episodes cancelled, the servers
+    stopped, exit 130), leaves only whole records; the rerun finishes the rest, each pair once."""
     (tmp_path / "app.py").write_text(textwrap.dedent(SLOW_APP))
     (tmp_path / "config.yaml").write_text(textwrap.dedent(SLOW_CONFIG))
     n_rows, repeats = 40, 2
@@ -272,13 +318,16 @@ def test_a_collection_killed_halfway_and_rerun_has_each_pair_exactly_once(tmp_pa
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the collection wrote nothing within 60 s"
             time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        os.kill(proc.pid, sig)
+        proc.wait(60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    assert proc.returncode == -signal.SIGKILL
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        assert proc.returncode == 130 and "gymlab collect: interrupted" in proc.stderr.read().decode()
     survived = [json.loads(line) for line in out.read_bytes().split(b"\n")[:-1]]  # complete lines only
     assert 6 <= len(survived) < n_rows * repeats
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -358,3 +407,29 @@ async def test_a_bad_input_file_line_is_named_before_anything_runs(tmp_path):
     with pytest.raises(DatasetError, match=r"rows\.jsonl:3: invalid responses_create_params: unknown key 'tempreture'"):
         await acollect(source, tmp_path / "out.jsonl", agent_url="http://127.0.0.1:9", progress=False)
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_config_is_collected_by_a_python_call(tmp_path):
+    """``gymlab.collect(config, ...)``: the config's servers served for the run, its datasets collected."""
+    import gymlab
+    from gymlab.collection.config import load_config
+
+    config = ROOT / "environments" / "calculator" / "configs" / "calculator.yaml"
+    result = gymlab.collect(config, tmp_path / "run.jsonl", repeats=2, progress=False)
+    assert (result.n_rollouts, result.n_failures, result.mean_reward) == (10, 0, 1.0)
+    assert {r["agent_ref"]["name"] for r in result.rollouts} == {"calculator_simple_agent"}
+    metrics = json.loads(result.paths["aggregate_metrics"].read_text())
+    assert metrics["calculator_simple_agent"]["agent_metrics"]["num_samples"] == 10
+    again = gymlab.collect(load_config(config), tmp_path / "run.jsonl", repeats=2, progress=False)
+    assert (again.n_new, again.n_skipped) == (0, 10)  # a loaded config too; the rerun resumes
+
+
+async def test_a_failure_that_a_rerun_finishes_leaves_the_failures_file(calc_agent, tmp_path):
+    agent, _env = calc_agent
+    rows = example_rows("calculator")[:2]
+    out = tmp_path / "run.jsonl"
+    gone = await acollect(rows, out, agent_url="http://127.0.0.1:9", max_retries=0, progress=False)
+    assert gone.n_failures == 2 and gone.n_rollouts == 0
+    done = await acollect(rows, out, agent_url=agent.url, progress=False)
+    assert (done.n_new, done.n_rollouts, done.n_failures) == (2, 2, 0)
+    assert output_paths(out)["failures"].read_text() == ""

@@ -210,7 +210,7 @@ def test_overlapping_shards_with_different_content_are_refused(full_run, tmp_pat
 
 def test_shard_choice_and_its_errors(tmp_path, capsys):
     jobs = [{"_ng_task_index": t, "_ng_rollout_index": r} for t in range(5) for r in range(3)]
-    parts = [in_shard(jobs, (i, 3)) for i in (1, 2, 3)]
+    parts = [list(in_shard(jobs, (i, 3))) for i in (1, 2, 3)]
     assert sorted(map(str, sum(parts, []))) == sorted(map(str, jobs))  # a partition
     assert {j["_ng_task_index"] for j in parts[0]} == {0, 3}
     assert parse_shard("2/4") == (2, 4)

@@ -135,3 +135,26 @@ def test_sync_calls_work_inside_a_running_loop(lab, calculator, rows):
 def test_lab_refuses_several_workers_naming_the_way_to_get_them(lab, calculator):
     with pytest.raises(ServerStartError, match="num_workers=4.*gymlab serve"):
         lab.serve(calculator.CalculatorServer, num_workers=4)
+
+
+def test_a_running_runs_finished_records_are_read_from_its_one_buffer():
+    """Records added out of order: those finished from the start on sit in the store's one buffer,
+    the rest wait as lines; ``Finished`` reads both in the order they finished (what a cancel keeps)."""
+    from gymlab.lab.runs import Finished, Rollouts
+    from gymlab.lab.store import StoreBuilder
+    from gymlab.protocol.record import synthetic
+
+    records = synthetic(6, 2)
+    builder, order = StoreBuilder(len(records), piece=1 << 30), []
+    finished = Finished(builder, order)
+    for position in (2, 0, 5, 1):
+        builder.add(position, records[position])
+        order.append(position)
+    assert builder.ready == 3 and sorted(builder.ahead_of) == [5]
+    kept = Rollouts(finished)  # what lab.last_run holds after a cancel
+    assert [r.model_dump() for r in kept] == [records[p].model_dump() for p in (2, 0, 5, 1)]
+    for position in (3, 4):
+        builder.add(position, records[position])
+    store = builder.finish()
+    assert [store.record(i).model_dump() for i in range(6)] == [r.model_dump() for r in records]
+    assert len(store.buffer) == sum(len(store.line(i)) for i in range(6)) and not builder.data

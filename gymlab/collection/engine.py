@@ -1,0 +1,166 @@
+"""The run engine: episodes of materialized rows through replicas, ``concurrency`` at a time, each
+outcome handed to a sink as it finishes.
+
+``run_many`` (a memory sink: ``Rollouts``), ``collect`` (a JSONL sink: the resumable rollouts,
+inputs and failures files), the probes (``run_many`` per probe) and replica pools (several agent
+URLs, Ray cells: ``dispatch.ReplicaPool``) all run here. One job's attempts are one loop
+(``attempt``): an answer is validated as a ``Rollout`` (one that is not is the agent's
+``agent_run_error``); a failure is retried only when its kind says it may pass
+(``gymlab.retry.retried``: transport and provider kinds), with backoff, never by its text or status;
+a replica that is gone hands the job to another live one. Workers pull jobs from an iterator, so a
+run of a million jobs holds ``concurrency`` of them at a time, not a task each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gymlab.collection.dispatch import ReplicaPool
+from gymlab.errors import ReplicaGone, ServerError
+from gymlab.failures import run_failure
+from gymlab.protocol.failure_kinds import Failure
+from gymlab.protocol.record import Rollout
+from gymlab.retry import backoff_delay, retried
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one job is attempted: retries of a retried kind, the first backoff (doubling), and the
+    seconds one ``/run`` may take (None: the agent's own episode budget bounds it)."""
+
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    timeout_s: float | None = None
+
+
+@dataclass
+class Outcome:
+    """One job's end: the validated ``record`` and the ``answer`` as it came (None when the replica
+    gave a ``Rollout``), or the ``failure`` (with the ``error`` that carried it) after ``attempts``
+    attempts."""
+
+    record: Rollout | None = None
+    answer: dict[str, Any] | None = None
+    failure: Failure | None = None
+    error: BaseException | None = None
+    attempts: int = 1
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """A materialized row (``_ng_task_index``, ``_ng_rollout_index`` set), the replicas that run it,
+    the name errors give the agent, and what the sink needs to know of its target."""
+
+    position: int
+    row: dict[str, Any]
+    pool: ReplicaPool
+    name: str
+    target: Any = None
+
+
+def checked(answer: Any, name: str) -> Rollout:
+    """The ``/run`` answer validated as a ``Rollout`` (a replica may return one already validated);
+    anything else is the agent's failure."""
+    if isinstance(answer, Rollout):
+        return answer
+    if not isinstance(answer, dict):
+        raise ServerError(name, "POST /run", 200, f"answer is not a JSON object: {str(answer)[:200]}")
+    try:
+        return Rollout.model_validate(answer)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "record"
+        raise ServerError(
+            name, "POST /run", 200, f"answer is not a rollout record: {where}: {first.get('msg')}"
+        ) from None
+
+
+async def attempt(job: Job, policy: Policy) -> Outcome:
+    """Run ``job`` until it has a record, or a failure no retry can fix, or its retries are spent.
+
+    A job whose replica is gone moves at once to another live replica; the first move counts as one
+    of its retries (never the reason it fails), later ones are free up to twice the pool's size (a
+    replica probed back at once may be lost again)."""
+    import aiohttp
+
+    pool, name = job.pool, job.name
+    t0 = time.perf_counter()
+    attempts = retries = moves = 0
+    while True:
+        attempts += 1
+        replica = pool.pick()
+        try:
+            answer = await replica.run(job.row, policy.timeout_s)
+            record = checked(answer, name)
+            kept = answer if isinstance(answer, dict) else None
+            return Outcome(record, kept, attempts=attempts, duration_s=time.perf_counter() - t0)
+        except ReplicaGone as gone:
+            if pool.lose(replica):
+                moves += 1
+                retries += 1 if moves == 1 or moves > 2 * len(pool) else 0
+                if retries <= policy.max_retries + 1:  # the first move is never the reason a job fails
+                    continue
+            error = gone.__cause__ if isinstance(gone.__cause__, ServerError) else gone
+            failure = run_failure(error, name) if error is not gone else gone.failure
+        except (TimeoutError, ServerError, aiohttp.ClientError, OSError) as err:
+            failure, error = run_failure(err, name), err
+        finally:
+            pool.done(replica)
+        if not retried(failure.kind) or retries >= policy.max_retries:
+            return Outcome(failure=failure, error=error, attempts=attempts, duration_s=time.perf_counter() - t0)
+        retries += 1
+        await asyncio.sleep(backoff_delay(policy.backoff_s, retries))
+
+
+class Counts:
+    """Episodes running now, and running when the run was cancelled (what an interrupt reports)."""
+
+    running: int = 0
+    stopped: int = 0
+
+
+async def run_jobs(
+    jobs: Iterable[Job],
+    sink: Callable[[Job, Outcome], None],
+    *,
+    concurrency: int,
+    policy: Policy,
+    counts: Any = None,
+) -> None:
+    """Every job of ``jobs`` (read as workers free up) through ``attempt``, ``concurrency`` at a
+    time; ``sink(job, outcome)`` takes each outcome as it finishes (a sink that raises stops the run).
+
+    On an error or a cancel every running episode is cancelled and its cleanup (its session closed)
+    finishes before this returns; ``counts`` (running, stopped) follows the run."""
+    counts = counts if counts is not None else Counts()
+    source = iter(jobs)
+
+    async def worker() -> None:
+        for job in source:
+            counts.running += 1
+            try:
+                outcome = await attempt(job, policy)
+            except asyncio.CancelledError:
+                counts.stopped += 1
+                raise
+            finally:
+                counts.running -= 1
+            sink(job, outcome)
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency))]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for task in workers:  # on an error or a cancel, no worker may go on after the run ends
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+
+__all__ = ["Counts", "Job", "Outcome", "Policy", "attempt", "checked", "run_jobs"]

@@ -1,0 +1,134 @@
+"""``collect(config, output, ...)``: a config's servers served for one collection, every row collected.
+
+The function behind ``gymlab collect`` (which only parses its arguments into this call). ``source``
+is a config (``load_config(...)``, a YAML path or a list of them) or rows (dicts or a rows JSONL
+path) for servers already running at ``agent_url``. A config's servers run in threads of this
+process (a ``Lab``), in Ray cells (``ray=True``), or are already running (``agent_url``); the rows
+are ``input`` or the config's datasets (``dataset``/``split`` pick some), each sent to the agent its
+``agent_ref`` names (or ``agent``), a taskset row to its environment server. The collection itself
+is ``gymlab.collection.collect`` (the run engine's JSONL sink); Ctrl-C stops it through
+``gymlab._sync.run_sync`` and the servers stop with it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gymlab.collection.runner import CollectResult, Target
+from gymlab.collection.runner import collect as collect_rows
+from gymlab.errors import ConfigError
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def collect(
+    source: Any,
+    output: str | os.PathLike,
+    *,
+    input: str | os.PathLike | Iterable[dict[str, Any]] | None = None,
+    dataset: str | None = None,
+    split: str | None = None,
+    agent: str | None = None,
+    agent_url: str | list[str] | None = None,
+    resources_url: str | None = None,
+    ray: bool = False,
+    ray_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> CollectResult:
+    """Collect the rollouts of a config's rows (or of ``source`` rows) into ``output`` (see the module doc).
+
+    Errors speak the CLI's names (``--agent-url`` is ``agent_url=``, ``--input`` the rows, ``--ray``
+    ``ray=True``). ``options`` are ``gymlab.collection.collect``'s (``repeats``, ``concurrency``, ``max_retries``,
+    ``timeout_s``, ``shard``...); ``ray_options`` are ``gymlab.cluster.configs.config_pool``'s.
+    """
+    config = _config_of(source)
+    if ray and (agent_url or config is None):
+        raise ConfigError("--ray runs a CONFIG's servers in Ray cells: give the CONFIG, and no --agent-url")
+    if config is None:
+        if source is None or not (agent_url or options.get("route")):
+            raise ConfigError("give --agent-url and --input, or a CONFIG whose servers to run")
+        return collect_rows(
+            source, output, agent_url=agent_url, agent_name=agent, resources_url=resources_url, **options
+        )
+
+    from gymlab.collection.config_rows import config_rows
+
+    rows: Any = input if input is not None else config_rows(config, dataset=dataset, split=split)
+    if agent_url:
+        return collect_rows(rows, output, agent_url=agent_url, agent_name=agent, resources_url=resources_url, **options)
+    if ray:
+        from gymlab.cluster.bridge import bridged_urls
+        from gymlab.cluster.configs import config_pool
+
+        with config_pool(config, **(ray_options or {})) as pool:
+            print(f"gymlab collect: {pool!r}", file=sys.stderr, flush=True)
+            urls = bridged_urls(pool, pool.pick())  # names the targets; one cell answers /aggregate_metrics
+            return collect_rows(rows, output, route=config_route(config, urls, agent, pool.replicas), **options)
+
+    from gymlab.lab import Lab
+
+    with Lab() as lab:
+        urls: dict[str, str] = {}
+        for spec in config.launch_order():
+            # In-process servers are threads of this process: one worker each, on a free port.
+            urls[spec.instance] = lab.serve(spec.build(urls, host="127.0.0.1", port=0, num_workers=1)).url
+        return collect_rows(rows, output, route=config_route(config, urls, agent), **options)
+
+
+def _config_of(source: Any):
+    """``source`` as a loaded config, or None when it is rows."""
+    from gymlab.collection.config import Config, load_config
+
+    if isinstance(source, Config):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        return load_config(source) if Path(source).suffix in YAML_SUFFIXES else None
+    if isinstance(source, (list, tuple)) and source and all(isinstance(s, (str, os.PathLike)) for s in source):
+        if all(Path(s).suffix in YAML_SUFFIXES for s in source):
+            return load_config(*source)
+    return None
+
+
+def config_route(config, urls: dict[str, str], agent: str | None, replicas=None):
+    """row -> Target for a served config: taskset rows to their environment server, others to an agent.
+
+    ``replicas`` (name -> ``ReplicaPool``): the servers run as replicas (Ray cells); ``urls`` then
+    only name them (and reach one cell's resources server for its metrics)."""
+    agents = config.agents
+    if agent is not None and agent not in agents:
+        raise ConfigError(f"--agent {agent!r}: no such agent in the config; agents: {', '.join(agents) or 'none'}")
+
+    def metrics_url(name: str) -> str | None:
+        ref = config.servers[name].refs.get("resources_server")
+        return urls.get(ref[1]) if ref else None
+
+    def pool_of(name: str):
+        return replicas(name) if replicas is not None else None
+
+    def route(row: dict[str, Any]) -> Target:
+        if "task_input" in row and agent is None:
+            taskset = str(row.get("task_id", "")).split("/", 1)[0]
+            env = config.environment_server_routes.get(taskset)
+            if env is None:
+                raise ConfigError(
+                    f"row {row.get('task_id')!r}: taskset {taskset!r} is not in environment_server_routes"
+                )
+            return Target(urls[env], {"type": "environment_servers", "name": env}, None, pool_of(env))
+        name = agent or (row.get("agent_ref") or {}).get("name")
+        if name is None and len(agents) == 1:
+            name = next(iter(agents))
+        if name not in agents:
+            raise ConfigError(
+                f"row names agent {name!r}, which the config does not define; agents: "
+                f"{', '.join(agents) or 'none'} (use --agent to choose one)"
+            )
+        return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool_of(name))
+
+    return route
+
+
+__all__ = ["collect", "config_route"]

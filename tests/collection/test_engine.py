@@ -1,0 +1,85 @@
+"""The one run engine: both sinks validate an agent's answer alike, and a failure is retried by its kind."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import FastAPI
+
+from gymlab import BaseServer
+from gymlab.collection import acollect
+from gymlab.examples import example_rows
+from gymlab.protocol.failure_kinds import FAILURE_KINDS
+from gymlab.retry import retried
+
+
+class NotARecordAgent(BaseServer):
+    """An agent whose ``/run`` answers 200 with a JSON object that is not a rollout record."""
+
+    calls: list = []
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+
+        @app.post("/run")
+        async def run(body: dict) -> dict:
+            self.calls.append(body.get("_ng_task_index"))
+            return {"reward": "high", "steps": "many"}
+
+        return app
+
+
+def test_only_transport_and_provider_kinds_are_retried():
+    assert {k for k in FAILURE_KINDS if retried(k)} == {
+        k for k in FAILURE_KINDS if k.startswith("transport_") or k.startswith("provider_")
+    }
+    assert not any(retried(k) for k in ("verifier_error", "judge_failed", "judge_unparseable", "agent_run_error"))
+    assert not retried(None) and not retried("my_env:transport_like")
+
+
+async def test_an_answer_that_is_not_a_record_fails_once_in_both_sinks(lab, tmp_path):
+    agent = lab.serve_agent(NotARecordAgent, name="odd_agent")
+    agent.server.calls.clear()
+    rows = example_rows("calculator")[:2]
+
+    result = await acollect(rows, tmp_path / "run.jsonl", agent_url=agent.url, max_retries=3, progress=False)
+    assert result.n_rollouts == 0 and (tmp_path / "run.jsonl").read_text() == ""
+    failures = [json.loads(line) for line in (tmp_path / "run_failures.jsonl").read_text().splitlines()]
+    assert [(f["failure_kind"], f["attempts"]) for f in failures] == [("agent_run_error", 1)] * 2
+    assert "not a rollout record" in failures[0]["failure_reason"]
+    assert sorted(agent.server.calls) == [0, 1]  # one attempt each: the answer would be the same again
+
+    agent.server.calls.clear()
+    records = await lab.arun_many(agent, rows, check=False)
+    assert [(r.mask_sample, r.failure_kind) for r in records] == [(True, "agent_run_error")] * 2
+    assert "not a rollout record" in records[0].failure_reason
+    assert sorted(agent.server.calls) == [0, 1]
+
+
+def test_run_many_retries_a_provider_failure_when_asked(lab, calculator):
+    """The memory sink's runs use the same rule: a model that fell over once is retried, not recorded."""
+    calls = {"n": 0}
+
+    def falls_over_once(request):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("the model fell over")
+        return calculator.policy(request)
+
+    env = lab.serve(calculator.CalculatorServer, name="calculator")
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(falls_over_once))
+    row = example_rows("calculator")[:1]
+    [first] = lab.run_many(agent, row)  # no retries by default: the failure is shown, masked
+    assert (first.mask_sample, first.failure_kind) == (True, "provider_unavailable")
+    calls["n"] = 0
+    [again] = lab.run_many(agent, row, max_retries=1)
+    assert (again.mask_sample, again.reward) == (False, 1.0) and calls["n"] == 3  # 1 failed, then 2 turns
+
+
+async def test_acollect_of_a_config_says_which_call_serves_it(tmp_path):
+    import pytest
+
+    from gymlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"gymlab\.collect\(config, output, \.\.\.\)"):
+        await acollect(tmp_path / "config.yaml", tmp_path / "run.jsonl", agent_url="http://127.0.0.1:9")
