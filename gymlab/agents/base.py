@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.agents.sessions import agent_sessions, mount_agent_session_routes
 from gymlab.client import Cookies, ask_model_server, close_http_session, post_ok
-from gymlab.errors import EpisodeFailed, ServerError, error_body
+from gymlab.errors import EpisodeFailed, ServerError, TransportError, error_body
 from gymlab.failures import Role, failure_of
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
 from gymlab.protocol import NeMoGymResponse
@@ -307,10 +307,13 @@ class BaseAgent(BaseServer):
             async with asyncio.timeout(self.timeouts.episode):
                 record = await play(run)
         except BaseException as exc:
-            await self._release(run, exc)
+            gone = await self._release(run, exc)
             if not isinstance(exc, (ServerError, TimeoutError)):
                 raise
             failure = failure_of(exc, role="agent", stage=run.stage)
+            if gone is not None and isinstance(exc, TransportError):
+                # a hop dropped and the release found the session gone (the spec's 410: its worker died)
+                failure = failure_of(gone, role="resources", stage=run.stage)
             if is_lost(failure):
                 return record_response(records.failed(row, failure, duration_s=run.elapsed()))
             if run.stage == "seed" and isinstance(exc, ServerError) and exc.status in self.seed_refusals:
@@ -350,22 +353,24 @@ class BaseAgent(BaseServer):
         run.stage = "agent"
         return answer
 
-    async def _release(self, run: EpisodeRun, failed: BaseException | None = None) -> None:
+    async def _release(self, run: EpisodeRun, failed: BaseException | None = None) -> ServerError | None:
         """Release the session ``run`` still holds, once. A failure is retried later and, for an
-        episode that failed, noted on its error; a 410 means there is nothing left to release."""
+        episode that failed, noted on its error; a 410 means there is nothing left to release (the
+        410 is returned: the session was lost)."""
         session = run.session
         if session is None or not session.names_a_session() or not session.take():
-            return
+            return None
         try:
             await asyncio.shield(session.send_release(self.timeouts.cleanup))
         except ServerError as exc:
             if exc.status == 410:
-                return
+                return exc
             log.warning("%s: releasing %s %s failed: %s", self.name, session.url, session.release_path, exc)
             if failed is not None:
                 failed.add_note(f"releasing the session ({session.release_path}) also failed: {exc}")
             if retryable(exc):
                 self.release_retries.add(session, self.timeouts.cleanup)
+        return None
 
     def episode_failed(self, exc: BaseException, stage: Stage) -> EpisodeFailed:
         """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure."""

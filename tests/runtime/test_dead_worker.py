@@ -1,10 +1,11 @@
-"""A dead worker is a lost session, every time: under load, with kept-open connections to it.
+"""A dead worker costs exactly the episodes it touched, masked, every time: under load, with kept-open
+connections to it.
 
 A 4-worker counter serves 64 concurrent episodes; one worker is killed while every episode is in
-flight. The agent's kept-open connections to the dead worker are reset; each request that fails so
-is retried once on a fresh connection, which reaches a live worker and gets the ownership table's
-410. So every episode whose session the dead worker held ends masked ``session_lost``, and every
-other episode is graded as if nothing happened; none fails with a connection error.
+flight. An episode whose session the dead worker held ends masked ``session_lost`` (its next request,
+or its release, gets the ownership table's 410). An episode with a request in flight on a connection
+the dead worker had accepted ends masked ``transport_peer_drop``: the request may have run, so it is
+never sent again. Every other episode is graded as if nothing happened; none is an unmasked failure.
 """
 
 from __future__ import annotations
@@ -67,8 +68,11 @@ def test_killing_a_worker_under_load_masks_exactly_its_episodes(lab):
         assert not runner.is_alive()
     rollouts = run["rollouts"]
     outcomes = {(r.mask_sample, r.failure_kind, r.reward) for r in rollouts}
-    assert outcomes <= {(True, "session_lost", 0.0), (False, None, 1.0)}, rollouts.failures
-    lost = [r for r in rollouts if r.mask_sample]
-    assert lost, "no episode's session was on the killed worker"
-    assert len(lost) < EPISODES
-    assert all("no longer running" in r.failure_reason for r in lost)
+    allowed = {(True, "session_lost", 0.0), (True, "transport_peer_drop", 0.0), (False, None, 1.0)}
+    assert outcomes <= allowed, rollouts.failures
+    masked = [r for r in rollouts if r.mask_sample]
+    assert masked, "no episode touched the killed worker"
+    assert len(masked) < EPISODES
+    for r in masked:
+        cause = "no longer running" if r.failure_kind == "session_lost" else "dropped the connection"
+        assert cause in r.failure_reason, r.failure_reason
