@@ -1,7 +1,10 @@
 """The steps frame through pyarrow: the records' JSON read into Arrow columns, and Arrow compute.
 
-pyarrow's JSON reader (on every core, off the GIL) reads only the step fields the frame shows, and
-Arrow compute derives the columns without a Python call per step (steps of more than one item, rare,
+pyarrow's JSON reader (off the GIL) reads only the step fields the frame shows, and is given each
+record from its steps key on (``_cut``): the request and response before it are most of a record's
+bytes, which it would otherwise parse only to skip. The records are cut in pieces on the caller's
+thread while the pieces before are read on every core, and each piece's columns are derived by
+Arrow compute where it was read, without a Python call per step (steps of more than one item, rare,
 are described in Python). Records whose JSON does not fit the schema as written (a message whose
 content is a string) are rewritten to fit and read again; a line that is not a rollout record is a
 ``DatasetError`` naming it. A run's records are read while it goes on (``read_in_background``, fed
@@ -69,11 +72,10 @@ def _longest(store: Any, first: int = 0) -> int:
     return int(np.diff(starts).max()) if len(starts) > 1 else 0
 
 
-def _read(store: Any, parse: pj.ParseOptions, first: int = 0) -> pa.Table | None:
-    """Records ``first`` on read whole with ``parse`` (None when one does not fit)."""
-    start = store.starts[first]
-    data = pa.py_buffer(store.buffer).slice(start, store.starts[-1] - start)
-    return _parse(data, _longest(store, first), parse)
+def _read(store: Any, parse: pj.ParseOptions) -> pa.Table | None:
+    """Every record read whole with ``parse`` (None when one does not fit)."""
+    data = pa.py_buffer(store.buffer).slice(0, store.starts[-1])
+    return _parse(data, _longest(store), parse)
 
 
 _RESPONSE_KEY = b'"response":'
