@@ -74,7 +74,7 @@ def _longest(store: Any, first: int = 0) -> int:
 
 def _read(store: Any, parse: pj.ParseOptions) -> pa.Table | None:
     """Every record read whole with ``parse`` (None when one does not fit)."""
-    data = pa.py_buffer(store.buffer).slice(0, store.starts[-1])
+    data = pa.py_buffer(store.buffer).slice(store.starts[0], store.starts[-1] - store.starts[0])
     return _parse(data, _longest(store), parse)
 
 
