@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NoReturn
 
@@ -91,14 +92,16 @@ def _starts_key(buffer: bytes, at: int) -> bool:
     return at >= 0 and buffer[at] in b"{,"
 
 
-def _cut(buffer: bytes, starts: list[int], keys: list[int] | None = None) -> bytes:
+def _cut(buffer: bytes, starts: list[int], keys: Sequence[int] | None = None) -> bytes:
     """The lines ``buffer[starts[i]:starts[i + 1]]`` as the steps reader is given them. A record's
     request and response come before its steps (as the writers of records order them) and are most of
     its bytes, which the reader would parse only to skip them. So a line whose ``"response"`` key comes
     before its ``"steps"`` key is given from the steps key on (``keys[i]``, found when not given),
     behind ``{"response":{},``: its steps and the keys after them. The steps key must be the record's
     own: one inside another object leaves that object's closing brackets after it, and the line fails
-    to read (then every record is read again as it is). Any other line is given whole."""
+    to read (then every record is read again as it is). The response key is found by its spelling,
+    not its depth: a record whose only response is inside another object is refused when it is
+    validated, not by the steps frame. Any other line is given whole."""
     find, view, parts = buffer.find, memoryview(buffer), []
     for i, (a, b) in enumerate(zip(starts, starts[1:])):
         at = find(STEPS_KEY, a, b) if keys is None else keys[i]
@@ -147,7 +150,7 @@ def _read_and_derive(store: Any) -> list[dict[str, Any]]:
         done = [job.result() for job in jobs]
     if not done or any(d is None for d in done):
         done = [_derived(_fitted(store))]
-    store.columns, store.ahead = pa.concat_tables([table for table, _ in done]), None
+    store.columns, store.ahead, store.steps_keys = pa.concat_tables([table for table, _ in done]), None, None
     return [part for _, parts in done for part in parts]
 
 

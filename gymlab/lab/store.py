@@ -14,6 +14,7 @@ the line, whenever it is first used.
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -55,7 +56,7 @@ class RecordStore:
         self.ahead: tuple[list[Any], int] | None = None
         #: Where each record's ``"steps"`` key starts in ``buffer`` (-1: none), when found on loading
         #: a file; the steps frame's reader starts there (``gymlab.lab.columnar``).
-        self.steps_keys: list[int] | None = None
+        self.steps_keys: Any = None  # an array of int64, or None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> RecordStore:
@@ -71,7 +72,7 @@ class RecordStore:
                 lines[i] = steps_filled(lines[i]) or lines[i]
             return cls._joined(lines, numbers, str(path))
         store = cls(data, [*starts, len(data)], numbers, str(path))
-        store.steps_keys = keys
+        store.steps_keys = array("q", keys)  # 8 bytes a record, not a list's 36
         return store
 
     @classmethod
