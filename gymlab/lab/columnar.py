@@ -1,7 +1,10 @@
 """The steps frame through pyarrow: the records' JSON read into Arrow columns, and Arrow compute.
 
-pyarrow's JSON reader (on every core, off the GIL) reads only the step fields the frame shows, and
-Arrow compute derives the columns without a Python call per step (steps of more than one item, rare,
+pyarrow's JSON reader (off the GIL) reads only the step fields the frame shows, and is given each
+record from its steps key on (``_cut``): the request and response before it are most of a record's
+bytes, which it would otherwise parse only to skip. The records are cut in pieces on the caller's
+thread while the pieces before are read on every core, and each piece's columns are derived by
+Arrow compute where it was read, without a Python call per step (steps of more than one item, rare,
 are described in Python). Records whose JSON does not fit the schema as written (a message whose
 content is a string) are rewritten to fit and read again; a line that is not a rollout record is a
 ``DatasetError`` naming it. A run's records are read while it goes on (``read_in_background``, fed
@@ -11,7 +14,10 @@ reads only the rest. Rubric components (``reward_<name>`` columns) come from the
 
 from __future__ import annotations
 
+import bisect
+import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NoReturn
 
@@ -21,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from gymlab.lab.step_columns import describe_action, finish_steps
+from gymlab.protocol.derived_steps import STEPS_KEY
 from gymlab.rewards.columns import add_component_columns
 
 _TEXT_PART = pa.struct([("text", pa.string())])
@@ -50,15 +57,15 @@ SCHEMA = pa.schema([("steps", pa.list_(_STEP)), ("response", pa.struct([("id", p
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 
 
-def _parse(data: Any, longest: int, parse: pj.ParseOptions, threads: bool = True) -> pa.Table | None:
-    """JSON lines read with ``parse`` (None when a record does not fit the schema or has no
-    response). A block holds whole records, so it is at least twice the longest."""
+def _parse(data: Any, longest: int, parse: pj.ParseOptions, threads: bool = True, rows: int = -1) -> pa.Table | None:
+    """JSON lines read with ``parse`` (None when a record does not fit the schema, has no response,
+    or, with ``rows``, a line is not one object). A block holds whole records: twice the longest."""
     options = pj.ReadOptions(block_size=max(1 << 24, 2 * longest + 1), use_threads=threads)
     try:
         table = pj.read_json(pa.BufferReader(data), read_options=options, parse_options=parse)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    return None if table["response"].null_count else table
+    return None if table["response"].null_count or rows not in (-1, table.num_rows) else table
 
 
 def _longest(store: Any, first: int = 0) -> int:
@@ -66,11 +73,85 @@ def _longest(store: Any, first: int = 0) -> int:
     return int(np.diff(starts).max()) if len(starts) > 1 else 0
 
 
-def _read(store: Any, parse: pj.ParseOptions, first: int = 0) -> pa.Table | None:
-    """Records ``first`` on read with ``parse`` (None when one does not fit)."""
-    start = store.starts[first]
-    data = pa.py_buffer(store.buffer).slice(start, store.starts[-1] - start)
-    return _parse(data, _longest(store, first), parse)
+def _read(store: Any, parse: pj.ParseOptions) -> pa.Table | None:
+    """Every record read whole with ``parse`` (None when one does not fit)."""
+    data = pa.py_buffer(store.buffer).slice(store.starts[0], store.starts[-1] - store.starts[0])
+    return _parse(data, _longest(store), parse)
+
+
+_RESPONSE_KEY = b'"response":'
+_CUT = b'{"response":{},'  # what a record cut at its steps key starts with (its response found before)
+_SPACE = frozenset(b" \t\r\n")
+
+
+def _starts_key(buffer: bytes, at: int) -> bool:
+    """Whether the quote at ``at`` opens an object's key: the byte before it, past blanks, is ``{`` or ``,``."""
+    at -= 1
+    while at > 0 and buffer[at] in _SPACE:
+        at -= 1
+    return at >= 0 and buffer[at] in b"{,"
+
+
+def _cut(buffer: bytes, starts: list[int], keys: Sequence[int] | None = None) -> bytes:
+    """The lines ``buffer[starts[i]:starts[i + 1]]`` as the steps reader is given them. A record's
+    request and response come before its steps (as the writers of records order them) and are most of
+    its bytes, which the reader would parse only to skip them. So a line whose ``"response"`` key comes
+    before its ``"steps"`` key is given from the steps key on (``keys[i]``, found when not given),
+    behind ``{"response":{},``: its steps and the keys after them. The steps key must be the record's
+    own: one inside another object leaves that object's closing brackets after it, and the line fails
+    to read (then every record is read again as it is). The response key is found by its spelling,
+    not its depth: a record whose only response is inside another object is refused when it is
+    validated, not by the steps frame. Any other line is given whole."""
+    find, view, parts = buffer.find, memoryview(buffer), []
+    for i, (a, b) in enumerate(zip(starts, starts[1:])):
+        at = find(STEPS_KEY, a, b) if keys is None else keys[i]
+        response = find(_RESPONSE_KEY, a, at) if at > a else -1
+        if response > a and _starts_key(buffer, at) and _starts_key(buffer, response):
+            parts += (_CUT, view[at:b])
+        else:
+            parts.append(view[a:b])
+    return b"".join(parts)
+
+
+def _read_cut(data: bytes, rows: int, longest: int) -> pa.Table | None:
+    """``rows`` records as ``_cut`` gives them (the longest line of ``longest`` bytes before the cut)
+    read on this thread (None when one does not fit)."""
+    return _parse(pa.py_buffer(data), longest + len(_CUT), _PARSE, False, rows)
+
+
+def _derived(table: pa.Table | None) -> tuple[pa.Table, list[dict[str, Any]]] | None:
+    """``table`` and the frame's columns of each of its chunks (None for None)."""
+    return None if table is None else (table, [_columns(chunk) for chunk in table["steps"].chunks])
+
+
+#: Bytes of records cut and read at a time: a piece is cut on the caller's thread while the pieces
+#: before it are read on the others.
+_PIECE = 16 << 20
+
+
+def _read_and_derive(store: Any) -> list[dict[str, Any]]:
+    """The frame's columns of every record, read now: what was read ahead, and the rest cut into
+    pieces on this thread, each read and derived on a pool of a thread a core (pyarrow and Arrow
+    compute run off the GIL), at most two pieces a core ahead; the columns read are kept with the
+    store. Records that do not fit the schema as written are all read again to fit (``_fitted``)."""
+    tables, first = _read_ahead(store)
+    starts, buffer, keys, n = store.starts, store.buffer, store.steps_keys, len(store)
+    longest = _longest(store, first)
+    workers = os.cpu_count() or 1
+    with ThreadPoolExecutor(workers, thread_name_prefix="gymlab-frames") as pool:
+        jobs = [pool.submit(_derived, table) for table in tables]
+        while first < n:
+            last = min(max(first + 1, bisect.bisect_left(starts, starts[first] + _PIECE)), n)
+            if len(jobs) >= 2 * workers:
+                jobs[-2 * workers].result()  # the pieces cut and not yet read stay few
+            data = _cut(buffer, starts[first : last + 1], None if keys is None else keys[first:last])
+            jobs.append(pool.submit(lambda d, r: _derived(_read_cut(d, r, longest)), data, last - first))
+            first = last
+        done = [job.result() for job in jobs]
+    if not done or any(d is None for d in done):
+        done = [_derived(_fitted(store))]
+    store.columns, store.ahead, store.steps_keys = pa.concat_tables([table for table, _ in done]), None, None
+    return [part for _, parts in done for part in parts]
 
 
 def _fitted(store: Any) -> pa.Table:
@@ -111,7 +192,17 @@ def read_in_background(data: bytes, longest: int) -> Future:
     with _background_lock:
         if _background is None:
             _background = ThreadPoolExecutor(1, thread_name_prefix="gymlab-read-ahead")
-    return _background.submit(_parse, pa.py_buffer(data), longest, _PARSE, False)
+    return _background.submit(_read_lines, data, longest)
+
+
+def _read_lines(data: bytes, longest: int) -> pa.Table | None:
+    """Whole JSON lines, each ending with a newline, cut and read (``read_in_background``)."""
+    starts, find, at = [], data.find, 0
+    while at < len(data):
+        starts.append(at)
+        at = find(b"\n", at) + 1 or len(data)
+    starts.append(len(data))
+    return _read_cut(_cut(data, starts), len(starts) - 1, longest)
 
 
 def _read_ahead(store: Any) -> tuple[list[pa.Table], int]:
@@ -125,20 +216,6 @@ def _read_ahead(store: Any) -> tuple[list[pa.Table], int]:
     except Exception:
         return [], 0
     return ([], 0) if any(t is None for t in tables) else (tables, covered)
-
-
-def read_steps(store: Any) -> pa.Table:
-    """The step fields of every record (what was read ahead, the rest read now), kept with the store."""
-    if store.columns is None and not len(store):
-        store.columns = SCHEMA.empty_table()
-    if store.columns is None:
-        tables, covered = _read_ahead(store)
-        rest = _read(store, _PARSE, covered) if covered < len(store) else None
-        if covered < len(store) and rest is None:
-            tables, rest = [], _fitted(store)
-        store.columns = pa.concat_tables([*tables, *([rest] if rest is not None else [])])
-        store.ahead = None
-    return store.columns
 
 
 def _taken(values: pa.Array, at: np.ndarray, keep: np.ndarray) -> pa.Array:
@@ -203,7 +280,8 @@ def _columns(steps: pa.ListArray) -> dict[str, Any]:
         output = pc.if_else(pa.array(n_out > 1), _joined(outputs, "output", "\n"), output)
 
     def filled(name: str, default: Any) -> pa.Array:
-        return pc.fill_null(pc.struct_field(flat, name), default)
+        values = pc.struct_field(flat, name)
+        return pc.fill_null(values, default) if values.null_count else values
 
     return {
         "records": len(steps),
@@ -228,7 +306,12 @@ def _columns(steps: pa.ListArray) -> dict[str, Any]:
 def steps_frame_arrow(store: Any):
     """The full steps frame of ``store`` (a ``RecordStore``); the Arrow columns it reads are kept
     with the store, and later frames derive theirs from them."""
-    parts = [_columns(chunk) for chunk in read_steps(store)["steps"].chunks]
+    if store.columns is None and not len(store):
+        store.columns = SCHEMA.empty_table()
+    if store.columns is None:
+        parts = _read_and_derive(store)
+    else:
+        parts = [_columns(chunk) for chunk in store.columns["steps"].chunks]
     if not parts:
         parts = [_columns(pa.array([], pa.list_(_STEP)))]
 

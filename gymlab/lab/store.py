@@ -14,6 +14,7 @@ the line, whenever it is first used.
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 
 from gymlab.errors import DatasetError
 from gymlab.jsonl import dumps, read_lines
-from gymlab.protocol.derived_steps import derived_steps, has_steps, steps_filled
+from gymlab.protocol.derived_steps import STEPS_KEY, derived_steps, has_steps, steps_filled
 from gymlab.protocol.record import Rollout
 from gymlab.protocol.validation import describe_validation
 
@@ -42,7 +43,7 @@ def _line_of(record: Any) -> bytes:
 class RecordStore:
     """Records as JSON lines in one buffer (see the module docstring)."""
 
-    __slots__ = ("buffer", "starts", "numbers", "source", "columns", "ahead")
+    __slots__ = ("buffer", "starts", "numbers", "source", "columns", "ahead", "steps_keys")
 
     def __init__(self, buffer: bytes, starts: list[int], numbers: list[int] | None = None, source: str | None = None):
         self.buffer = buffer
@@ -53,19 +54,26 @@ class RecordStore:
         #: (futures of Arrow tables, n): the steps frame's columns of the first n records, read while a
         #: run went on (``StoreBuilder``); the first frame waits for them and reads only the rest.
         self.ahead: tuple[list[Any], int] | None = None
+        #: Where each record's ``"steps"`` key starts in ``buffer`` (-1: none), when found on loading
+        #: a file; the steps frame's reader starts there (``gymlab.lab.columnar``).
+        self.steps_keys: Any = None  # an array of int64, or None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> RecordStore:
         """A JSONL file's records, unparsed (a torn last line raises ``DatasetError`` at once)."""
         data, starts, numbers = read_lines(path)
         ends = [*starts[1:], len(data)]
-        bare = [i for i, (a, b) in enumerate(zip(starts, ends)) if not has_steps(data, a, b)]
+        find = data.find
+        keys = [find(STEPS_KEY, a, b) for a, b in zip(starts, ends)]  # one search: has_steps starts there
+        bare = [i for i, (a, b, at) in enumerate(zip(starts, ends, keys)) if not has_steps(data, max(a, at), b)]
         if bare or (numbers and numbers[-1] != len(numbers)):  # blank lines: keep the records only (what pyarrow reads)
             lines = [data[a:b].strip() for a, b in zip(starts, ends)]
             for i in bare:  # records written without steps (NeMo Gym's) get them from their output
                 lines[i] = steps_filled(lines[i]) or lines[i]
             return cls._joined(lines, numbers, str(path))
-        return cls(data, [*starts, len(data)], numbers, str(path))
+        store = cls(data, [*starts, len(data)], numbers, str(path))
+        store.steps_keys = array("q", keys)  # 8 bytes a record, not a list's 36
+        return store
 
     @classmethod
     def from_records(cls, records: Iterable[Any]) -> RecordStore:

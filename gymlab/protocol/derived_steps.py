@@ -75,6 +75,8 @@ def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
 #: matches). A line without one has no steps; a line with one is taken to have them (a nested list of
 #: that name, rare, hides a record's missing steps from the frames, not from its validation).
 _STEPS_KEY = re.compile(rb'"steps"\s*:\s*\[')
+#: The steps key as gymlab's writer and ``json.dumps`` spell it: where a store's lines are searched for it.
+STEPS_KEY = b'"steps":'
 
 
 def has_steps(buffer: bytes, start: int = 0, end: int | None = None) -> bool:

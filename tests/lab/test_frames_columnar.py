@@ -156,6 +156,57 @@ def test_rollouts_hold_json_and_validate_each_record_when_used(tmp_path, collect
         _ = Rollouts([_record([]), {"reward": 1.0}])[1]  # records built in memory: their position
 
 
+def _spelled(steps, *, before=None, after=None, response=None, separators=(", ", ": ")):
+    """A record's JSON line with ``before`` keys ahead of everything and ``after`` keys after its steps."""
+    record = {**(before or {}), "responses_create_params": {"input": "q"}, "response": response or {"output": []}}
+    return json.dumps({**record, "steps": steps, **(after or {})}, separators=separators)
+
+
+#: Lines whose steps key is not where the reader is given a record from, or is spelled otherwise: each
+#: gives the frame of its plain record (the steps reader cuts a record at its own steps key only).
+ODD_LINES = {
+    "json.dumps spacing": _spelled(ODD_STEPS),
+    "compact": _spelled(ODD_STEPS, separators=(",", ":")),
+    "a steps key nested before": _spelled(ODD_STEPS, before={"meta": {"steps": [{"index": 9}]}}),
+    "a steps key inside the response": _spelled(ODD_STEPS, response={"output": [], "steps": [{"index": 9}]}),
+    "keys inside a string": _spelled(ODD_STEPS, before={"note": 'say "steps": [1], "response": {}'}),
+    "steps before the response": json.dumps({"steps": ODD_STEPS, "response": {"output": []}}),
+    "a response key after the steps": _spelled(ODD_STEPS, after={"more": {"response": 1}}),
+    "blanks before the key": _spelled(ODD_STEPS).replace(', "steps"', ' ,\t "steps"'),
+}
+
+
+@pytest.mark.parametrize("kind", list(ODD_LINES))
+def test_a_record_is_read_from_its_own_steps_key_only(tmp_path, kind):
+    path = tmp_path / "r.jsonl"
+    line = ODD_LINES[kind]
+    plain = _spelled(ODD_STEPS, separators=(",", ":"))
+    path.write_text(f"{plain}\n{line}\n{plain}\n")
+    expected = Rollouts([_record(ODD_STEPS)] * 3).steps_frame(full=True)
+    assert Rollouts.load(path).steps_frame(full=True).equals(expected)  # the keys found on loading
+    held = Rollouts([plain.encode(), line.encode(), plain.encode()])  # found by the reader
+    assert held.steps_frame(full=True).equals(expected)
+    builder = StoreBuilder(3, piece=1)  # read while a run goes on
+    for position, text in enumerate([plain, line, plain]):
+        builder.add(position, text.encode())
+    assert Rollouts(store=builder.finish()).steps_frame(full=True).equals(expected)
+
+
+def test_the_reader_is_given_a_record_from_its_steps_key_when_its_response_comes_before():
+    for kind, cut in (("compact", True), ("json.dumps spacing", True), ("steps before the response", False)):
+        line = ODD_LINES[kind].encode() + b"\n"
+        given = columnar._cut(line, [0, len(line)])
+        assert given == (b'{"response":{},' + line[line.index(b'"steps"') :] if cut else line), kind
+
+
+def test_a_line_of_two_records_is_not_read_as_two(tmp_path):
+    path = tmp_path / "r.jsonl"
+    one = _spelled(ODD_STEPS, separators=(",", ":"))
+    path.write_text(f"{one}\n{one} {one}\n")
+    with pytest.raises(DatasetError, match=r"r\.jsonl:2: not valid JSON"):
+        Rollouts.load(path).steps_frame()
+
+
 def test_episodes_frame_takes_records_or_models_alike(collected):
     assert (
         episodes_frame(list(collected), full=True)
