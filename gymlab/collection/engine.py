@@ -3,10 +3,10 @@ outcome handed to a sink as it finishes.
 
 ``run_many`` (a memory sink: ``Rollouts``), ``collect`` (a JSONL sink: the resumable rollouts,
 inputs and failures files), the probes (``run_many`` per probe) and replica pools (several agent
-URLs, Ray cells: ``dispatch.ReplicaPool``) all run here. One job's attempts are one loop
-(``attempt``): an answer is validated as a ``Rollout`` (one that is not is the agent's
-``agent_run_error``); a failure is retried only when its kind says it may pass
-(``gymlab.retry.retried``: transport and provider kinds), with backoff, never by its text or status;
+URLs, Ray cells: ``dispatch.ReplicaPool``) all run here. A job's tries (``attempt``) go through
+the one retry loop (``gymlab.retry.retrying``): an answer is validated as a ``Rollout`` (one that
+is not is the agent's ``agent_run_error``); a failure is retried only when its kind says it may
+pass (``gymlab.retry.retried``: transport and provider kinds), with backoff, never by text or status;
 a replica that is gone hands the job to another live one. Workers pull jobs from an iterator, so a
 run of a million jobs holds ``concurrency`` of them at a time, not a task each.
 """
