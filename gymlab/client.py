@@ -28,7 +28,7 @@ from gymlab.cookies import cookie_header, request_cookies, set_cookie_pairs
 from gymlab.errors import ServerError, TransportError, TransportPeerDrop, TransportTimeout, TransportUnreachable
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.responses import NeMoGymResponse
-from gymlab.retry import backoff_delay
+from gymlab.retry import backoff_delay, retrying
 
 #: Seconds to open a connection before giving up (every hop).
 CONNECT_TIMEOUT_S = 10.0
@@ -127,18 +127,8 @@ def _resend_delay(exc: BaseException, attempt: int) -> float | None:
 
 
 async def _deliver(send, url: str, path: str, data: bytes, headers: dict[str, str]) -> http1.Answer:
-    """The one resend loop of every socket hop: send again only what provably never reached the server."""
-    attempt = 1
-    while True:
-        try:
-            return await send(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S)
-        except Exception as exc:
-            delay = _resend_delay(exc, attempt)
-            if delay is None:
-                raise
-        attempt += 1
-        if delay:
-            await asyncio.sleep(delay)
+    """Every socket hop's send: sent again only when it provably never reached the server."""
+    return await retrying(lambda: send(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S), _resend_delay)
 
 
 class Client:

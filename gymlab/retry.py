@@ -3,12 +3,19 @@
 A failure is retried by its kind, never by its text or HTTP status: the transport kinds (the server
 was unreachable, dropped the connection, timed out) and the model provider kinds (unavailable, quota)
 may pass; everything else (``verifier_error``, ``judge_*``, ``agent_run_error``, ``session_*``...)
-is the episode's own outcome and would fail the same way again.
+is the episode's own outcome and would fail the same way again. ``retrying`` is the one retry loop:
+every caller (the run engine, the transport's resend, background releases, replica moves, judges)
+passes its own rule for which failure is tried again and after how long.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: Prefixes of the failure kinds worth retrying (``gymlab.protocol.failure_kinds``).
 RETRIED_PREFIXES = ("transport_", "provider_")
@@ -25,4 +32,20 @@ def backoff_delay(base_s: float, attempt: int, cap_s: float = 60.0) -> float:
     return min(cap_s, base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
 
-__all__ = ["RETRIED_PREFIXES", "backoff_delay", "retried"]
+async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception, int], float | None]) -> T:
+    """``await call()`` until it returns. After try ``n`` (1-based) raised ``exc``, ``again(exc, n)``
+    gives the seconds to wait before the next try, or None: ``exc`` is raised. A cancel is never retried."""
+    tries = 1
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            delay = again(exc, tries)
+            if delay is None:
+                raise
+        tries += 1
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+__all__ = ["RETRIED_PREFIXES", "backoff_delay", "retried", "retrying"]

@@ -17,12 +17,9 @@ still reaches the worker that saw it, and a fence built with the same window exp
 session whose owner is no longer running (crashed, replaced by uvicorn) answers 410: its state is
 gone, and running against an empty one would grade garbage.
 
-The table is a SQLite file in WAL mode in the launcher's private directory. Measured here (2 cores):
-a lookup is ~4 µs, a write ~12 µs, a claim (BEGIN IMMEDIATE) ~15 µs; readers never block, and
-writes happen only when ownership changes (first sight, seed, close, verify) plus at most one touch
-a second for a closed session. Shared memory would save those microseconds but needs its own
-locking and crash recovery, which SQLite has (a killed writer's lock is released by the kernel).
-Rows name the worker as ``pid-token``, so a reused pid is never taken for the old owner.
+The table is a SQLite file in WAL mode in the launcher's private directory (docs/architecture.md has
+its cost): readers never block, writes happen only when ownership changes, and a killed writer's lock
+is released by the kernel. Rows name the worker as ``pid-token``, so a reused pid is never the old owner.
 
 Forwarding is one length-prefixed frame each way over the owner's private Unix socket
 (``w<pid>-<token>.sock``, connections pooled per owner); the owner replays the request into its app

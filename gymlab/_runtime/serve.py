@@ -78,11 +78,8 @@ def _startup_failed(name: str, server: uvicorn.Server) -> ServerStartError:
 class _ThreadServer(uvicorn.Server):
     """A uvicorn server that never touches signal handlers (the host process owns them)."""
 
-    def install_signal_handlers(self) -> None:  # uvicorn < 0.29
-        pass
-
     @contextlib.contextmanager
-    def capture_signals(self):  # uvicorn >= 0.29
+    def capture_signals(self):
         yield
 
 

@@ -35,6 +35,7 @@ from gymlab.protocol.failure_kinds import Failure, Stage
 from gymlab.protocol.record import Rollout
 from gymlab.protocol.resources import AgentRunRequest, AggregateMetrics, AggregateMetricsRequest, dump_row  # noqa: F401
 from gymlab.resources.simple import aggregate_metrics as default_metrics
+from gymlab.retry import retrying
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.server")
@@ -100,21 +101,18 @@ class ReleaseRetries:
         task.add_done_callback(self._tasks.discard)
 
     async def _retry(self, session: EpisodeSession, timeout: float | None) -> None:
-        delay, error = self.first_delay, None
-        for _ in range(self.attempts):
-            await asyncio.sleep(delay)
-            delay *= 2
-            try:
-                await session.send_release(timeout)
-            except ServerError as exc:
-                error = exc
-                if not retryable(exc):
-                    break
-                continue
-            self.released += 1
-            log.info("%s: released %s %s on a retry", self.name, session.url, session.release_path)
+        def again(exc: Exception, n: int) -> float | None:
+            ok = n < self.attempts and isinstance(exc, ServerError) and retryable(exc)
+            return self.first_delay * 2**n if ok else None
+
+        await asyncio.sleep(self.first_delay)
+        try:
+            await retrying(lambda: session.send_release(timeout), again)
+        except ServerError as exc:
+            self._give_up(session, str(exc))
             return
-        self._give_up(session, str(error))
+        self.released += 1
+        log.info("%s: released %s %s on a retry", self.name, session.url, session.release_path)
 
     def _give_up(self, session: EpisodeSession, why: str) -> None:
         self.given_up += 1

@@ -174,26 +174,33 @@ class CellPool:
         the gone cell's ``transport_peer_drop`` failure; a failed rollout raises its ``ServerError``.
         ``timeout`` (default: ``rollout_budget``) is kept by the driver, whatever the cell does."""
         from gymlab.errors import ReplicaGone
+        from gymlab.retry import retrying
 
         timeout = self.rollout_budget(agent) if timeout is None else timeout
         replicas = self.replicas(agent)
-        while True:
+
+        moved = False
+
+        async def once() -> Any:
+            nonlocal moved
             replica = replicas.pick()
             try:
                 return await replica.run(job, timeout)
-            except ReplicaGone as gone:
-                if replicas.lose(replica):
-                    continue  # its rollout runs again in another cell: the driver records it once
-                raise ServerError(
-                    self.name,
-                    "POST /run",
-                    0,
-                    gone.cause,
-                    "every cell of the pool is gone; serve it again",
-                    gone.failure,
-                ) from None
+            except ReplicaGone:
+                moved = replicas.lose(replica)
+                raise
             finally:
                 replicas.done(replica)
+
+        def again(exc: Exception, _: int) -> float | None:  # a moved rollout runs in another cell, recorded once
+            return 0.0 if isinstance(exc, ReplicaGone) and moved else None
+
+        try:
+            return await retrying(once, again)
+        except ReplicaGone as gone:
+            raise ServerError(
+                self.name, "POST /run", 0, gone.cause, "every cell of the pool is gone; serve it again", gone.failure
+            ) from None
 
     async def arun(self, row: dict[str, Any]):
         """One episode of ``row`` through the pool's agent: a ``Rollout`` (what ``run_many`` calls)."""

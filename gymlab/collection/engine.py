@@ -3,10 +3,10 @@ outcome handed to a sink as it finishes.
 
 ``run_many`` (a memory sink: ``Rollouts``), ``collect`` (a JSONL sink: the resumable rollouts,
 inputs and failures files), the probes (``run_many`` per probe) and replica pools (several agent
-URLs, Ray cells: ``dispatch.ReplicaPool``) all run here. One job's attempts are one loop
-(``attempt``): an answer is validated as a ``Rollout`` (one that is not is the agent's
-``agent_run_error``); a failure is retried only when its kind says it may pass
-(``gymlab.retry.retried``: transport and provider kinds), with backoff, never by its text or status;
+URLs, Ray cells: ``dispatch.ReplicaPool``) all run here. A job's tries (``attempt``) go through
+the one retry loop (``gymlab.retry.retrying``): an answer is validated as a ``Rollout`` (one that
+is not is the agent's ``agent_run_error``); a failure is retried only when its kind says it may
+pass (``gymlab.retry.retried``: transport and provider kinds), with backoff, never by text or status;
 a replica that is gone hands the job to another live one. Workers pull jobs from an iterator, so a
 run of a million jobs holds ``concurrency`` of them at a time, not a task each.
 """
@@ -26,7 +26,7 @@ from gymlab.errors import ReplicaGone, ServerError
 from gymlab.failures import run_failure
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import Rollout
-from gymlab.retry import backoff_delay, retried
+from gymlab.retry import backoff_delay, retried, retrying
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,14 @@ def checked(answer: Any, name: str) -> Rollout:
         ) from None
 
 
+class _Failed(Exception):
+    """One try's end without a record: its ``failure`` and ``error``; ``moved`` when another live
+    replica can take the job."""
+
+    def __init__(self, failure: Failure, error: BaseException, moved: bool = False):
+        self.failure, self.error, self.moved = failure, error, moved
+
+
 async def attempt(job: Job, policy: Policy) -> Outcome:
     """Run ``job`` until it has a record, or a failure no retry can fix, or its retries are spent.
 
@@ -92,31 +100,45 @@ async def attempt(job: Job, policy: Policy) -> Outcome:
 
     pool, name = job.pool, job.name
     t0 = time.perf_counter()
-    attempts = retries = moves = 0
-    while True:
-        attempts += 1
+    tries = retries = moves = 0
+
+    async def once() -> Outcome:
+        nonlocal tries
+        tries += 1
         replica = pool.pick()
         try:
             answer = await replica.run(job.row, policy.timeout_s)
             record = checked(answer, name)
-            kept = answer if isinstance(answer, dict) else None
-            return Outcome(record, kept, attempts=attempts, duration_s=time.perf_counter() - t0)
+            return Outcome(record, answer if isinstance(answer, dict) else None, attempts=tries)
         except ReplicaGone as gone:
-            if pool.lose(replica):
-                moves += 1
-                retries += 1 if moves == 1 or moves > 2 * len(pool) else 0
-                if retries <= policy.max_retries + 1:  # the first move is never the reason a job fails
-                    continue
             error = gone.__cause__ if isinstance(gone.__cause__, ServerError) else gone
             failure = run_failure(error, name) if error is not gone else gone.failure
+            raise _Failed(failure, error, moved=pool.lose(replica)) from None
         except (TimeoutError, ServerError, aiohttp.ClientError, OSError) as err:
-            failure, error = run_failure(err, name), err
+            raise _Failed(run_failure(err, name), err) from None
         finally:
             pool.done(replica)
-        if not retried(failure.kind) or retries >= policy.max_retries:
-            return Outcome(failure=failure, error=error, attempts=attempts, duration_s=time.perf_counter() - t0)
+
+    def again(exc: Exception, _: int) -> float | None:
+        nonlocal retries, moves
+        if not isinstance(exc, _Failed):
+            return None
+        if exc.moved:
+            moves += 1
+            retries += 1 if moves == 1 or moves > 2 * len(pool) else 0
+            if retries <= policy.max_retries + 1:  # the first move is never the reason a job fails
+                return 0.0
+        if not retried(exc.failure.kind) or retries >= policy.max_retries:
+            return None
         retries += 1
-        await asyncio.sleep(backoff_delay(policy.backoff_s, retries))
+        return backoff_delay(policy.backoff_s, retries)
+
+    try:
+        outcome = await retrying(once, again)
+    except _Failed as failed:
+        outcome = Outcome(failure=failed.failure, error=failed.error, attempts=tries)
+    outcome.duration_s = time.perf_counter() - t0
+    return outcome
 
 
 class Counts:

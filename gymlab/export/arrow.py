@@ -3,7 +3,7 @@
 Explicit schemas keep every file's types the same whatever its rows hold (a file whose first rows
 have no tool calls still types ``tool_calls``), and match what the libraries document: a message is
 a struct of strings, ``tool_calls`` a list of ``{id, type, function: {name, arguments}}``, ``label``
-a bool, scores float64. pyarrow is the optional extra ``gymlab[export]``, imported when used.
+a bool, scores float64.
 """
 
 from __future__ import annotations
@@ -12,25 +12,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gymlab.errors import DatasetError, ExportError
+from gymlab.errors import DatasetError
 from gymlab.jsonl import atomic_file
-
-INSTALL = "pip install 'gymlab[export]'"
-
-
-def pyarrow():
-    """The pyarrow module, or an ``ExportError`` naming the install command."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet  # noqa: F401
-    except ImportError:
-        raise ExportError(f"Parquet needs the 'pyarrow' package, which is not installed: {INSTALL}") from None
-    return pa
 
 
 def schema(format_name: str):
-    """The ``pyarrow.Schema`` of a trainer format's rows."""
-    pa = pyarrow()
+    """The ``pyarrow.Schema`` of a trainer format's rows (pyarrow is imported when used)."""
+    import pyarrow as pa
+
     s, f64, i64 = pa.string(), pa.float64(), pa.int64()
     call = pa.struct(
         [("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))],
@@ -82,7 +71,9 @@ def schema(format_name: str):
 
 def table(format_name: str, rows: list[dict[str, Any]]):
     """The rows as a ``pyarrow.Table`` of the format's schema."""
-    return pyarrow().Table.from_pylist(rows, schema=schema(format_name))
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=schema(format_name))
 
 
 def write_parquet_atomic(path: str | os.PathLike, data) -> Path:
@@ -96,7 +87,7 @@ def write_parquet_atomic(path: str | os.PathLike, data) -> Path:
 
 def read_parquet(path: str | os.PathLike):
     """A Parquet file as a table; an unreadable, torn or foreign file is a ``DatasetError``."""
-    pa = pyarrow()
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gymlab.errors import DatasetError, ExportError
-from gymlab.export.arrow import INSTALL, read_parquet, schema, table, write_parquet_atomic
+from gymlab.export.arrow import read_parquet, schema, table, write_parquet_atomic
 from gymlab.export.card import card_text, reward_stats
 from gymlab.export.filters import as_records
 from gymlab.export.ground_truth import described, inputs_by_task, sibling_inputs
@@ -225,6 +225,8 @@ def to_hf(rollouts: Any, format: str = "trl-sft", **options: Any):
         import datasets
         from datasets.table import InMemoryTable
     except ImportError:
-        raise ExportError(f"to_hf needs the 'datasets' package, which is not installed: {INSTALL}") from None
+        raise ExportError(
+            "to_hf needs the 'datasets' package, which is not installed: pip install 'gymlab[export]'"
+        ) from None
     _, _, built, _ = build(rollouts, format, **options)
     return datasets.Dataset(InMemoryTable(table(format, built.rows)))

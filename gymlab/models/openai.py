@@ -20,7 +20,6 @@ the upstream status and message, and what to do. Status codes:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -38,7 +37,7 @@ from gymlab.errors import ConfigError, ConversionError, UpstreamError
 from gymlab.models.chat_convert import chat_request, response_from_chat
 from gymlab.models.streaming import StreamableParams, streamed, unstreamed
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
-from gymlab.retry import backoff_delay
+from gymlab.retry import backoff_delay, retrying
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.models.openai")
@@ -161,64 +160,68 @@ class OpenAIModel(BaseServer):
             headers["Authorization"] = f"Bearer {key}"
         data = json.dumps(payload)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(30.0, self.timeout_s))
-        attempts = self.max_retries + 1
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            retry_after: str | None = None
+        attempts, tries = self.max_retries + 1, 0
+
+        async def once() -> Any:
+            nonlocal tries
+            tries += 1
             try:
                 async with http_session().post(url, data=data, headers=headers, timeout=timeout) as resp:
                     text = scrub(await resp.text(), key)
-                    status = resp.status
-                    retry_after = _retry_after(resp.headers)
+                    status, retry_after = resp.status, _retry_after(resp.headers)
             except TimeoutError:
-                if last:
-                    raise UpstreamError(
+                raise _Again(
+                    f"timed out after {self.timeout_s:g} s",
+                    UpstreamError(
                         url,
                         0,
                         f"no answer within timeout_s={self.timeout_s:g} s",
                         f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load",
                         attempts,
                         status=504,
-                    ) from None
-                status, why = 0, f"timed out after {self.timeout_s:g} s"
+                    ),
+                ) from None
             except aiohttp.ClientError as exc:
                 cause = scrub(f"{type(exc).__name__}: {exc}", key)
-                if last:
-                    raise UpstreamError(
+                raise _Again(
+                    cause,
+                    UpstreamError(
                         url,
                         0,
                         f"cannot reach the endpoint: {cause}",
                         f"after {attempts} attempt(s); is it running, and is base_url right?",
                         attempts,
+                    ),
+                ) from None
+            if 200 <= status < 300:
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    raise UpstreamError(
+                        url,
+                        status,
+                        f"the answer is not JSON: {text[:300]!r}",
+                        "is base_url the endpoint's API root (ending in /v1)?",
+                        tries,
                     ) from None
-                status, why = 0, cause
-            else:
-                if 200 <= status < 300:
-                    try:
-                        return json.loads(text)
-                    except ValueError:
-                        raise UpstreamError(
-                            url,
-                            status,
-                            f"the answer is not JSON: {text[:300]!r}",
-                            "is base_url the endpoint's API root (ending in /v1)?",
-                            attempt + 1,
-                        ) from None
-                if not (status == 429 or status >= 500) or last:
-                    raise self._failure(url, status, text, attempt + 1)
-                why = f"HTTP {status}: {error_message(text)[:200]}"
-            delay = self._delay(attempt, retry_after)
+            if not (status == 429 or status >= 500):
+                raise self._failure(url, status, text, tries)
+            why = f"HTTP {status}: {error_message(text)[:200]}"
+            raise _Again(why, self._failure(url, status, text, tries), retry_after)
+
+        def again(exc: Exception, n: int) -> float | None:
+            if not isinstance(exc, _Again) or n >= attempts:
+                return None
+            delay = self._delay(n - 1, exc.retry_after)
             log.warning(
-                "%s: upstream %s %s (attempt %d of %d); retrying in %.2f s",
-                self.name,
-                url,
-                why,
-                attempt + 1,
-                attempts,
-                delay,
+                "%s: upstream %s %s (attempt %d of %d); retrying in %.2f s", self.name, url, exc.why, n, attempts, delay
             )
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+            return delay
+
+        try:
+            return await retrying(once, again)
+        except _Again as exc:
+            raise exc.final from None
 
     def _failure(self, url: str, status: int, text: str, attempts: int) -> UpstreamError:
         message = _upstream_message(text)
@@ -280,6 +283,14 @@ class OpenAIModel(BaseServer):
                 "route": route,
             },
         )
+
+
+class _Again(Exception):
+    """One upstream try that may pass if sent again: ``why`` (logged), the ``final`` error if it is
+    the last, and the ``Retry-After`` the endpoint asked for."""
+
+    def __init__(self, why: str, final: UpstreamError, retry_after: str | None = None):
+        self.why, self.final, self.retry_after = why, final, retry_after
 
 
 def _retry_after(headers: Any) -> str | None:

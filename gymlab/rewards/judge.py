@@ -23,7 +23,7 @@ from typing import Any
 from gymlab.client import ask_model_server
 from gymlab.errors import ServerError, TransportError
 from gymlab.protocol.failure_kinds import Failure
-from gymlab.retry import backoff_delay
+from gymlab.retry import backoff_delay, retrying
 from gymlab.rewards.rubric import ComponentFailed
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -164,18 +164,20 @@ class Judge:
     async def evaluate(self, body: Any) -> tuple[float, dict[str, Any]]:
         request = self.request(body)
         judgement: dict[str, Any] = {"component": self.name, "model": self.url, "request": request}
+
+        async def ask() -> Any:
+            judgement["attempts"] = judgement.get("attempts", 0) + 1
+            return await ask_model_server(self.url, request, server=f"judge {self.name!r}", timeout=self.timeout_s)
+
+        def again(exc: Exception, n: int) -> float | None:
+            ok = n < self.attempts and isinstance(exc, ServerError) and _retryable(exc)
+            return backoff_delay(self.backoff_s, n) if ok else None
+
         async with self.limit():
-            for attempt in range(1, self.attempts + 1):
-                judgement["attempts"] = attempt
-                try:
-                    response = await ask_model_server(
-                        self.url, request, server=f"judge {self.name!r}", timeout=self.timeout_s
-                    )
-                    break
-                except ServerError as exc:
-                    if not _retryable(exc) or attempt == self.attempts:
-                        raise self._failed("judge_failed", judgement, f"the judge model failed: {exc}") from exc
-                    await asyncio.sleep(backoff_delay(self.backoff_s, attempt))
+            try:
+                response = await retrying(ask, again)
+            except ServerError as exc:
+                raise self._failed("judge_failed", judgement, f"the judge model failed: {exc}") from exc
         text = response.output_text
         judgement["verdict"] = text
         try:
