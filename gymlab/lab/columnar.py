@@ -55,6 +55,9 @@ _STEP = pa.struct(
 )
 SCHEMA = pa.schema([("steps", pa.list_(_STEP)), ("response", pa.struct([("id", pa.string())]))])
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
+#: The pool the records are read into: the system allocator, which hands freed pages back to the
+#: operating system when trimmed (pyarrow's default mimalloc pool keeps them).
+_POOL = pa.system_memory_pool()
 
 
 def _parse(data: Any, longest: int, parse: pj.ParseOptions, threads: bool = True, rows: int = -1) -> pa.Table | None:
@@ -62,7 +65,7 @@ def _parse(data: Any, longest: int, parse: pj.ParseOptions, threads: bool = True
     or, with ``rows``, a line is not one object). A block holds whole records: twice the longest."""
     options = pj.ReadOptions(block_size=max(1 << 24, 2 * longest + 1), use_threads=threads)
     try:
-        table = pj.read_json(pa.BufferReader(data), read_options=options, parse_options=parse)
+        table = pj.read_json(pa.BufferReader(data), read_options=options, parse_options=parse, memory_pool=_POOL)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     return None if table["response"].null_count or rows not in (-1, table.num_rows) else table

@@ -432,3 +432,36 @@ def test_a_small_run_does_not_load_pyarrow():
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout == (
         "False\n"
     )
+
+
+def test_the_episodes_frame_reads_each_line_where_it_lies_not_a_copy_of_every_line():
+    """Parsing the records for the episodes frame holds one record at a time: no list of every line
+    beside the store's buffer (a copy of every line, which glibc kept after; docs/memory.md)."""
+    import tracemalloc
+
+    store = RecordStore.from_records([r.model_dump(mode="json") for r in synthetic(2000, 10)])
+    size = len(store.buffer)
+    assert size > 10_000_000  # large enough for a copy of the lines to show above the frame's columns
+    episodes_frame(store.take(range(2)))  # the modules it imports are not the records
+    tracemalloc.start()
+    try:
+        frame = episodes_frame(store, full=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(frame) == 2000 and frame["n_steps"].eq(10).all()
+    assert peak < size / 4, f"parsing {size / 1e6:.1f} MB of lines peaked at {peak / 1e6:.1f} MB of Python objects"
+
+
+def test_the_records_are_read_into_the_system_allocators_pool():
+    """The Arrow columns read (and kept with the store) come from the system allocator, which gives
+    freed pages back when trimmed; pyarrow's default pool keeps them (docs/memory.md)."""
+    import pyarrow as pa
+
+    store = RecordStore.from_records([r.model_dump(mode="json") for r in synthetic(500, 10)])
+    system = pa.system_memory_pool()
+    before = system.bytes_allocated()
+    frame = steps_frame(store, full=True)
+    assert len(frame) == 5000
+    assert store.columns is not None and store.columns.nbytes > 100_000
+    assert system.bytes_allocated() - before >= store.columns.nbytes // 2
