@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from gymlab import ServerError
-from gymlab.testing.openai_upstream import OpenAIUpstream
+from tests.openai_upstream import OpenAIUpstream
 
 KEY_ENV = "GYMLAB_TEST_UPSTREAM_KEY"
 QUESTION = "What is 4 squared?"

@@ -24,7 +24,7 @@ from gymlab import ConfigError, Lab, OpenAIModel, ServerError
 from gymlab._sync import run_sync
 from gymlab.client import post
 from gymlab.examples import example_rows, load_environment
-from gymlab.testing.openai_upstream import OpenAIUpstream
+from tests.openai_upstream import OpenAIUpstream
 
 KEY_ENV = "GYMLAB_TEST_UPSTREAM_KEY"
 MODES = ["responses", "chat_completions"]
