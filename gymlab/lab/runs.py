@@ -314,13 +314,15 @@ async def arun_many(
     name = str(agent.name)
     replicas = agent.replicas if callable(getattr(agent, "replicas", None)) else None
     pool = replicas() if replicas is not None else ReplicaPool([AgentReplica(agent)], reprobe_s=None)
+    # a pool of cells: the driver keeps each rollout's budget itself (a frozen cell costs a timeout)
+    budget = agent.rollout_budget() if callable(getattr(agent, "rollout_budget", None)) else None
     state = state if state is not None else RunState()
     state.total = total
     bar = _progress(total, name) if progress else None
     sink = MemorySink(total, name, env_name, on_error, state, bar, observe)
     jobs = (Job(i, row, pool, name) for i, row in enumerate(iter_expand(rows, repeats)))
     try:
-        await run_jobs(jobs, sink, concurrency=concurrency, policy=Policy(max_retries, backoff_s), counts=state)
+        await run_jobs(jobs, sink, concurrency=concurrency, policy=Policy(max_retries, backoff_s, budget), counts=state)
         return sink.rollouts()
     finally:
         if bar is not None:
