@@ -9,9 +9,11 @@ import ipaddress
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -59,8 +61,11 @@ def listening(processes) -> dict[str, list[str]]:
 
 
 def test_a_local_cluster_listens_on_loopback_only(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    env.pop("RAY_ADDRESS", None)  # a local cluster, not the tests' own
+    # a fresh process: none of the RAY_* variables a cluster this session started left in os.environ
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    # its own session folder and home (the auth token), beside the session's cluster (short: socket paths)
+    env["RAY_TMPDIR"] = env["HOME"] = tempfile.mkdtemp(prefix="rl")
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER],
         cwd=tmp_path,
@@ -98,3 +103,4 @@ def test_a_local_cluster_listens_on_loopback_only(tmp_path):
                 except psutil.NoSuchProcess:
                     pass
             driver.wait(30)
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
