@@ -284,33 +284,16 @@ async def acheck_resources_session_contract(
     return [name for name, _ in checks]
 
 
-def check_resources_session_contract(
-    app: Any,
-    seed: dict[str, Any] | None = None,
-    *,
-    keeps_state: bool = True,
-    holds_state: Callable[[str], bool] | None = None,
-    verify_body: dict[str, Any] | None = None,
-    invalid_seed: dict[str, Any] | None = None,
-) -> list[str]:
+def check_resources_session_contract(app: Any, seed: dict[str, Any] | None = None, **options: Any) -> list[str]:
     """Check a resources server against the episode-session rules; return the names of the rules checked.
 
     ``app`` is the server's ASGI app (or the server). ``seed`` is an episode seed body without its
-    ``resources_session_id`` (each check uses fresh IDs). ``keeps_state`` says the server keeps
-    per-session state and ``holds_state(resources_session_id)`` whether it holds some right now.
+    ``resources_session_id`` (each check uses fresh IDs). Keywords: ``keeps_state`` (default true) says the
+    server keeps per-session state and ``holds_state(resources_session_id)`` whether it holds some right now.
     ``verify_body`` is a ``/verify`` body (the row plus a ``response``) the server grades; without it
     the verify rules are not checked. ``invalid_seed`` overrides the default invalid seed (the seed
     with a ``task_data`` that is not an object). Raises ``SessionContractError`` naming the broken rule.
     """
     from gymlab._sync import run_sync
 
-    return run_sync(
-        acheck_resources_session_contract(
-            app,
-            seed,
-            keeps_state=keeps_state,
-            holds_state=holds_state,
-            verify_body=verify_body,
-            invalid_seed=invalid_seed,
-        )
-    )
+    return run_sync(acheck_resources_session_contract(app, seed, **options))
