@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.client import ask_model_server, post_ok
 from gymlab.errors import EpisodeError
+from gymlab.lab.display import clip
 from gymlab.loop import EpisodeSession
 from gymlab.protocol import (
     NeMoGymResponse,
@@ -70,12 +71,8 @@ class Step(_Transition):
 
         flags = " terminated" * self.terminated + " truncated" * self.truncated
         action = f"{step_summary(self.record)} -> " if self.record is not None else ""
-        observation = f"; observation {_clip(self.observation)!r}" if self.observation else ""
+        observation = f"; observation {clip(self.observation, 80)!r}" if self.observation else ""
         return f"<Step {action}reward {self.reward:g}{flags}{observation}>"
-
-
-def _clip(text: str, n: int = 80) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _on_gymlab_loop(fn):
