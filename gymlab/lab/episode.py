@@ -24,7 +24,7 @@ from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.client import ask_model_server, post_ok
 from gymlab.errors import EpisodeError
 from gymlab.lab.display import clip
-from gymlab.loop import EpisodeSession
+from gymlab.loop import EpisodeSession, LoopState
 from gymlab.protocol import (
     NeMoGymResponse,
     ResponseCreateParams,
@@ -185,7 +185,8 @@ class Episode(abc.ABC):
         self.agent_name = agent_name
         self.env_server = env_server
         self.max_steps = max_steps
-        self.steps: list[StepRecord] = []
+        self.state = LoopState(self.params)  # the conversation and its steps
+        self.steps: list[StepRecord] = self.state.steps
         self.result: dict[str, Any] | None = None
         self._actions: list[tuple[str, Any]] = []
         self._started = time.perf_counter()

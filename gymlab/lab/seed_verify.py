@@ -14,7 +14,7 @@ from gymlab.lab.episode import (
     _synced,
     parse_output,
 )
-from gymlab.loop import DEFAULT_MAX_STEPS, RESERVED_ROUTES, LoopState, model_turn, refusal, run_loop
+from gymlab.loop import DEFAULT_MAX_STEPS, RESERVED_ROUTES, model_turn, refusal, run_loop
 from gymlab.protocol import (
     Message,
     NeMoGymResponse,
@@ -32,10 +32,6 @@ class SeedVerifyEpisode(Episode):
     protocol = "seed/verify"
     _start_name = "seed"
     _other_protocol_methods = frozenset({"reset", "areset", "step", "astep"})
-
-    def _init_protocol(self) -> None:
-        self.state = LoopState(self.params)
-        self.steps = self.state.steps
 
     @property
     def history(self) -> list[Any]:
