@@ -194,6 +194,12 @@ class Episode(abc.ABC):
         self._session = self._make_session()
         self._finalizer = weakref.finalize(self, _release_dropped, self._session)
 
+    @property
+    def history(self) -> list[Any]:
+        """Every item of the conversation so far: the row's input (in a Gymnasium episode the reset
+        observation is the first user message), then what the episode added."""
+        return self.state.items
+
     def _init_protocol(self) -> None:
         """Set up the protocol's own state (before the session exists)."""
 

@@ -69,11 +69,6 @@ class GymnasiumEpisode(Episode):
         self.reset_observation: str | None = None
         self.last_step: Any = None
 
-    @property
-    def history(self) -> list[Any]:
-        """Every item of the conversation so far (the reset observation is the first user message)."""
-        return self.state.items
-
     def _make_session(self) -> _Session:
         return _Session(self.env_url, "/close", self.env_name)
 

@@ -33,11 +33,6 @@ class SeedVerifyEpisode(Episode):
     _start_name = "seed"
     _other_protocol_methods = frozenset({"reset", "areset", "step", "astep"})
 
-    @property
-    def history(self) -> list[Any]:
-        """Every item of the conversation so far: the row's input, then what the episode added."""
-        return self.state.items
-
     def tool_caller(self, statuses: list[int] | None = None):
         """A ``call_tool`` for the loop: POST /{name} with the episode's cookie; the body is the output."""
 
