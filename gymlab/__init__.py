@@ -11,113 +11,79 @@ from typing import TYPE_CHECKING, Any
 
 from gymlab._version import __version__
 
+# Each public name and the module it loads from on first use.
 _NAMES: dict[str, str] = {
-    # wire types
-    "SESSION_ID_KEY": "gymlab.protocol",
-    "AggregateMetrics": "gymlab.protocol",
-    "AggregateMetricsRequest": "gymlab.protocol",
-    "BaseRunRequest": "gymlab.protocol",
-    "BaseSeedSessionRequest": "gymlab.protocol",
-    "BaseSeedSessionResponse": "gymlab.protocol",
-    "BaseVerifyRequest": "gymlab.protocol",
-    "BaseVerifyResponse": "gymlab.protocol",
-    "FunctionCall": "gymlab.protocol",
-    "FunctionCallOutput": "gymlab.protocol",
-    "Message": "gymlab.protocol",
-    "NeMoGymResponse": "gymlab.protocol",
-    "Reasoning": "gymlab.protocol",
-    "ResponseCreateParams": "gymlab.protocol",
-    "Rollout": "gymlab.protocol",
-    "StepRecord": "gymlab.protocol",
-    "Usage": "gymlab.protocol",
-    "assistant_message": "gymlab.protocol",
-    "function_call": "gymlab.protocol",
-    # episode sessions
-    "EpisodeId": "gymlab.protocol",
-    "TaskId": "gymlab.protocol",
-    "ResourcesSeedSessionRequest": "gymlab.protocol",
-    "ResourcesSeedSessionResponse": "gymlab.protocol",
-    "ResourcesCloseSessionRequest": "gymlab.protocol",
-    "ResourcesCloseSessionResponse": "gymlab.protocol",
-    "lost_session_verification": "gymlab.resources.simple",
-    "ResourcesSessionFences": "gymlab._runtime.fences",
-    "ResourcesSessionLocks": "gymlab._runtime.locks",
-    # errors
-    "GymlabError": "gymlab.errors",
-    "ServerError": "gymlab.errors",
-    "ServerStartError": "gymlab.errors",
-    "ConfigError": "gymlab.errors",
-    "EpisodeFailed": "gymlab.errors",
-    "DatasetError": "gymlab.errors",
-    "ResourcesSessionError": "gymlab.errors",
-    "ResourcesSeedRejectedError": "gymlab.errors",
-    "ResourcesSessionConflictError": "gymlab.errors",
-    "SessionContractError": "gymlab.errors",
-    # servers
-    "BaseServer": "gymlab.server",
-    "SimpleResourcesServer": "gymlab.resources.simple",
-    "SingleAgentTurn": "gymlab.envservers.single_agent_turn",
-    "SimpleAgent": "gymlab.agents.simple_agent",
-    "GymnasiumServer": "gymlab.resources.gymnasium",
-    "GymnasiumAgent": "gymlab.agents.gymnasium_agent",
-    "EmbeddedEnvironmentAgent": "gymlab.agents.embedded",
-    "PolicyModel": "gymlab.models.policy",
-    "OpenAIModel": "gymlab.models.openai",
-    # notebook layer
-    "Lab": "gymlab.lab",
-    "ServerHandle": "gymlab.lab",
-    "AgentHandle": "gymlab.lab",
-    "Episode": "gymlab.lab.episode",
-    "Rollouts": "gymlab.lab.runs",
-    "CellPool": "gymlab.cluster.pool",  # lab.serve_pool: replicas on Ray (the ray extra)
-    "ForkDivergedError": "gymlab.errors",
-    # failures
-    "Failure": "gymlab.failure_kinds",
-    "failure_kinds": "gymlab.failure_kinds",
-    # export and reverification
-    "Dataset": "gymlab.collection.readers",
-    "export_dataset": "gymlab.export",
-    "export_rl": "gymlab.export",
-    "export_rollouts": "gymlab.export",
-    "export_sft": "gymlab.export",
-    "load": "gymlab.lab.runs",
-    "read_dataset": "gymlab.export",
-    "read_jsonl": "gymlab.collection.readers",
-    "reverify": "gymlab.lab.reverify",
-    # reward design
-    "Component": "gymlab.rewards.rubric",
-    "Judge": "gymlab.rewards.judge",
-    "Rubric": "gymlab.rewards.rubric",
-    "profile": "gymlab.rewards.profile",
-    # reward probes
-    "ProbeReport": "gymlab.probes.report",
-    "probe": "gymlab.probes.run",
-    # notebook widgets
-    "EpisodeViewer": "gymlab.lab.widgets",
-    "LivePanel": "gymlab.lab.widgets",
-    "Stepper": "gymlab.lab.widgets",
-    # examples
-    "load_environment": "gymlab.examples",
-    # configs and collection
-    "load_config": "gymlab.collection.config",
-    "collect": "gymlab.lab.collect",
-    "acollect": "gymlab.collection.runner",
-    "merge": "gymlab.collection.merge",
-    # entrypoints
-    "is_gymlab_fastapi_entrypoint": "gymlab.utils",
-    "is_nemo_gym_fastapi_entrypoint": "gymlab.utils",
-    # tools and rows from a server's routes
-    "tools_from": "gymlab.resources.tools",
-    "rows_from": "gymlab.resources.tools",
-    # tools over MCP, both ways
-    "McpResourcesServer": "gymlab.resources.mcp_backed",
-    "mcp_tools_from": "gymlab.resources.mcp_backed",
-    "connect_mcp": "gymlab.resources.mcp_tools",
-    # agent sessions
-    "AgentSeedSessionRequest": "gymlab.protocol.agent_sessions",
-    "AgentSeedSessionResponse": "gymlab.protocol.agent_sessions",
-    "AgentCloseSessionRequest": "gymlab.protocol.agent_sessions",
-    "AgentCloseSessionResponse": "gymlab.protocol.agent_sessions",
+    name: module
+    for module, names in {
+        # wire types and episode sessions
+        "gymlab.protocol": (
+            "SESSION_ID_KEY AggregateMetrics AggregateMetricsRequest "
+            "BaseRunRequest BaseSeedSessionRequest BaseSeedSessionResponse "
+            "BaseVerifyRequest BaseVerifyResponse FunctionCall FunctionCallOutput "
+            "Message NeMoGymResponse Reasoning ResponseCreateParams Rollout "
+            "StepRecord Usage assistant_message function_call EpisodeId TaskId "
+            "ResourcesSeedSessionRequest ResourcesSeedSessionResponse "
+            "ResourcesCloseSessionRequest ResourcesCloseSessionResponse"
+        ),
+        # session helpers and the resources server
+        "gymlab.resources.simple": "lost_session_verification SimpleResourcesServer",
+        "gymlab._runtime.fences": "ResourcesSessionFences",
+        "gymlab._runtime.locks": "ResourcesSessionLocks",
+        # errors
+        "gymlab.errors": (
+            "GymlabError ServerError ServerStartError ConfigError EpisodeFailed "
+            "DatasetError ResourcesSessionError ResourcesSeedRejectedError "
+            "ResourcesSessionConflictError SessionContractError ForkDivergedError"
+        ),
+        # servers
+        "gymlab.server": "BaseServer",
+        "gymlab.envservers.single_agent_turn": "SingleAgentTurn",
+        "gymlab.agents.simple_agent": "SimpleAgent",
+        "gymlab.resources.gymnasium": "GymnasiumServer",
+        "gymlab.agents.gymnasium_agent": "GymnasiumAgent",
+        "gymlab.agents.embedded": "EmbeddedEnvironmentAgent",
+        "gymlab.models.policy": "PolicyModel",
+        "gymlab.models.openai": "OpenAIModel",
+        # notebook layer
+        "gymlab.lab": "Lab ServerHandle AgentHandle",
+        "gymlab.lab.episode": "Episode",
+        "gymlab.lab.runs": "Rollouts load",
+        "gymlab.cluster.pool": "CellPool",  # lab.serve_pool: replicas on Ray (the ray extra)
+        # failures
+        "gymlab.failure_kinds": "Failure failure_kinds",
+        # export and reverification
+        "gymlab.collection.readers": "Dataset read_jsonl",
+        "gymlab.export": "export_dataset export_rl export_rollouts export_sft read_dataset",
+        "gymlab.lab.reverify": "reverify",
+        # reward design
+        "gymlab.rewards.rubric": "Component Rubric",
+        "gymlab.rewards.judge": "Judge",
+        "gymlab.rewards.profile": "profile",
+        # reward probes
+        "gymlab.probes.report": "ProbeReport",
+        "gymlab.probes.run": "probe",
+        # notebook widgets
+        "gymlab.lab.widgets": "EpisodeViewer LivePanel Stepper",
+        # examples
+        "gymlab.examples": "load_environment",
+        # configs and collection
+        "gymlab.collection.config": "load_config",
+        "gymlab.lab.collect": "collect",
+        "gymlab.collection.runner": "acollect",
+        "gymlab.collection.merge": "merge",
+        # entrypoints
+        "gymlab.utils": "is_gymlab_fastapi_entrypoint is_nemo_gym_fastapi_entrypoint",
+        # tools and rows from a server's routes
+        "gymlab.resources.tools": "tools_from rows_from",
+        # tools over MCP, both ways
+        "gymlab.resources.mcp_backed": "McpResourcesServer mcp_tools_from",
+        "gymlab.resources.mcp_tools": "connect_mcp",
+        # agent sessions
+        "gymlab.protocol.agent_sessions": (
+            "AgentSeedSessionRequest AgentSeedSessionResponse AgentCloseSessionRequest AgentCloseSessionResponse"
+        ),
+    }.items()
+    for name in names.split()
 }
 
 __all__ = sorted(["__version__", *_NAMES])

@@ -21,8 +21,20 @@ from typing import Any
 log = logging.getLogger("gymlab.server")
 
 
+class Bound:
+    """A server bound to ``host``:``port``, which fix its ``url``."""
+
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
 @dataclass(eq=False)
-class LocalApp:
+class LocalApp(Bound):
     """One server reachable in-process: its ASGI app, the loop it runs on and its address."""
 
     app: Any
@@ -31,11 +43,6 @@ class LocalApp:
     port: int
     name: str = ""
     state: Callable[[], dict] = field(default=dict)  # the app's lifespan state, as uvicorn passes it
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
 
 
 class AppDropped(ConnectionError):

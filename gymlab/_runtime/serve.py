@@ -83,7 +83,7 @@ class _ThreadServer(uvicorn.Server):
         yield
 
 
-class ThreadedServer:
+class ThreadedServer(inproc.Bound):
     """One uvicorn server on its own event loop in a daemon thread."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, name: str = "server", log_level: str = "warning"):
@@ -93,11 +93,6 @@ class ThreadedServer:
         self.server = _ThreadServer(_thread_config(app, log_level))
         self._error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=f"gymlab-{name}", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
 
     def _run(self) -> None:
         loop = new_event_loop()
@@ -134,7 +129,7 @@ class ThreadedServer:
             self.sock.close()
 
 
-class LoopServer:
+class LoopServer(inproc.Bound):
     """One uvicorn server as a task on gymlab's background loop, the loop every Lab server shares.
 
     Sharing one loop is what lets a Lab dispatch calls between its servers in-process (``inproc``):
@@ -161,11 +156,6 @@ class LoopServer:
         self.loop = background_loop()
         self._future = None
         self._local: inproc.LocalApp | None = None
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
 
     @property
     def running(self) -> bool:

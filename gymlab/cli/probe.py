@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _group(rows: list[dict[str, Any]], agents: dict, agent: str | None) -> dict[str, list[dict[str, Any]]]:
     """Rows by the agent that runs them."""
+    from gymlab.lab.collect import agent_of
+
     if agent is not None and agent not in agents:
         raise ConfigError(f"--agent {agent!r}: no such agent in the config; agents: {', '.join(agents) or 'none'}")
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -41,15 +43,7 @@ def _group(rows: list[dict[str, Any]], agents: dict, agent: str | None) -> dict[
                 f"row {i + 1} ({row.get('task_id')}): a taskset row runs on an environment server; "
                 "probe runs flat rows through agents (pick a flat dataset with --dataset)"
             )
-        name = agent or (row.get("agent_ref") or {}).get("name")
-        if name is None and len(agents) == 1:
-            name = next(iter(agents))
-        if name not in agents:
-            raise ConfigError(
-                f"row {i + 1} names agent {name!r}, which the config does not define; agents: "
-                f"{', '.join(agents) or 'none'} (use --agent to choose one)"
-            )
-        groups.setdefault(name, []).append(row)
+        groups.setdefault(agent_of(row, agents, agent, f"row {i + 1}"), []).append(row)
     return groups
 
 

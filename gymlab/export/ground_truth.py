@@ -70,7 +70,8 @@ def inputs_by_task(sources: list[tuple[str, Rows]]) -> dict[Any, dict[str, Any]]
     return out
 
 
-def _where(record: Rollout) -> str:
+def episode_where(record: Rollout) -> str:
+    """``record``'s place in its run (task and repeat), for messages."""
     task, repeat = record.task_index, record.repeat
     return f"episode task {task} repeat {repeat}" if task is not None else "episode"
 
@@ -92,20 +93,22 @@ def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[s
     if spec is None:
         if inputs is None:
             raise ExportError(
-                f"{_where(record)}: the default ground truth is the task row's own input fields, and these "
+                f"{episode_where(record)}: the default ground truth is the task row's own input fields, and these "
                 "records come without their rows; pass rows= (the dataset rows, or the materialized inputs "
                 "JSONL a collection writes beside its rollouts) or name the field(s): ground_truth="
             )
         task = record.task_index
         if task not in inputs:
-            raise ExportError(f"{_where(record)}: no dataset row for task {task!r} among the {len(inputs)} rows given")
+            raise ExportError(
+                f"{episode_where(record)}: no dataset row for task {task!r} among the {len(inputs)} rows given"
+            )
         return _as_text(inputs[task]) if inputs[task] else None
     fields = task_fields(record)
     names = [spec] if isinstance(spec, str) else list(spec)
     missing = [n for n in names if n not in fields]
     if missing:
         raise ExportError(
-            f"{_where(record)}: no field {missing[0]!r} for the ground truth; the row has "
+            f"{episode_where(record)}: no field {missing[0]!r} for the ground truth; the row has "
             f"{', '.join(sorted(fields)) or 'no fields of its own'}"
         )
     if isinstance(spec, str):

@@ -95,7 +95,7 @@ def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
     }
 
 
-def _export(build: Callable[[Rollout, str], dict], rollouts: Any, path: Any, filters: dict) -> Path:
+def _export(build: Callable[[Rollout, str], dict], rollouts: Any, path: Any, **filters: Any) -> Path:
     records = select(rollouts, **filters)
     return write_jsonl_atomic(path, [build(r, f"episode {i}") for i, r in enumerate(records)])
 
@@ -109,9 +109,7 @@ def export_sft(
     best_of_n: int | None = None,
 ) -> Path:
     """Write chat-format SFT rows atomically; masked episodes are dropped unless ``drop_masked=False``."""
-    return _export(
-        sft_row, rollouts, path, {"min_reward": min_reward, "drop_masked": drop_masked, "best_of_n": best_of_n}
-    )
+    return _export(sft_row, rollouts, path, min_reward=min_reward, drop_masked=drop_masked, best_of_n=best_of_n)
 
 
 def export_rl(
@@ -123,6 +121,4 @@ def export_rl(
     best_of_n: int | None = None,
 ) -> Path:
     """Write RL rows (prompt, completion, reward) atomically; masked episodes dropped unless asked otherwise."""
-    return _export(
-        rl_row, rollouts, path, {"min_reward": min_reward, "drop_masked": drop_masked, "best_of_n": best_of_n}
-    )
+    return _export(rl_row, rollouts, path, min_reward=min_reward, drop_masked=drop_masked, best_of_n=best_of_n)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gymlab.export.filters import by_task, preference_pairs, select
-from gymlab.export.ground_truth import GroundTruth, Rows, ground_truth_of
+from gymlab.export.ground_truth import GroundTruth, Rows, episode_where, ground_truth_of
 from gymlab.export.verl_tools import DEFAULT_TOOL_CLASS
 from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
 from gymlab.protocol import Rollout
@@ -74,17 +74,12 @@ def tools_json(record: Rollout) -> str:
     return json.dumps(chat_tools(record.responses_create_params.tools), ensure_ascii=False)
 
 
-def _where(record: Rollout) -> str:
-    task, repeat = record.task_index, record.repeat
-    return f"episode task {task} repeat {repeat}" if task is not None else "episode"
-
-
 def _prompt(record: Rollout) -> list[dict[str, Any]]:
-    return chat_messages(prompt_items(record.responses_create_params), _where(record))
+    return chat_messages(prompt_items(record.responses_create_params), episode_where(record))
 
 
 def _completion(record: Rollout) -> list[dict[str, Any]]:
-    return chat_messages(record.response.output, _where(record))
+    return chat_messages(record.response.output, episode_where(record))
 
 
 def _mean(values: list[float]) -> float | None:

@@ -93,6 +93,19 @@ def _config_of(source: Any):
     return None
 
 
+def agent_of(row: dict[str, Any], agents: Any, agent: str | None, where: str = "row") -> str:
+    """The agent that runs ``row``: ``agent`` (``--agent``), else the row's ``agent_ref``, else the only one."""
+    name = agent or (row.get("agent_ref") or {}).get("name")
+    if name is None and len(agents) == 1:
+        name = next(iter(agents))
+    if name not in agents:
+        raise ConfigError(
+            f"{where} names agent {name!r}, which the config does not define; agents: "
+            f"{', '.join(agents) or 'none'} (use --agent to choose one)"
+        )
+    return name
+
+
 def config_route(config, urls: dict[str, str], agent: str | None, replicas=None):
     """row -> Target for a served config: taskset rows to their environment server, others to an agent.
 
@@ -118,14 +131,7 @@ def config_route(config, urls: dict[str, str], agent: str | None, replicas=None)
                     f"row {row.get('task_id')!r}: taskset {taskset!r} is not in environment_server_routes"
                 )
             return Target(urls[env], {"type": "environment_servers", "name": env}, None, pool_of(env))
-        name = agent or (row.get("agent_ref") or {}).get("name")
-        if name is None and len(agents) == 1:
-            name = next(iter(agents))
-        if name not in agents:
-            raise ConfigError(
-                f"row names agent {name!r}, which the config does not define; agents: "
-                f"{', '.join(agents) or 'none'} (use --agent to choose one)"
-            )
+        name = agent_of(row, agents, agent)
         return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool_of(name))
 
     return route

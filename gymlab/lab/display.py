@@ -27,9 +27,13 @@ def _row(*cells: str, head: bool = False) -> str:
     )
 
 
+def clip(text: str, n: int) -> str:
+    """``text`` cut to ``n`` characters, an ellipsis last when cut."""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def _clip(text: str, n: int = 300) -> str:
-    text = text if len(text) <= n else text[: n - 1] + "…"
-    return html.escape(text)
+    return html.escape(clip(text, n))
 
 
 def item_row(item: Any) -> tuple[str, str]:
@@ -99,11 +103,7 @@ def step_summary(record: Any) -> str:
     if calls:
         return f"step {record.index}: {len(calls)} calls"
     said = [item_row(i)[1] for i in record.action if getattr(i, "type", None) == "message"]
-    return f"step {record.index}: " + (repr(_plain_clip(" ".join(said), 60)) if said else "no action")
-
-
-def _plain_clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return f"step {record.index}: " + (repr(clip(" ".join(said), 60)) if said else "no action")
 
 
 def step_html(record: Any, *, observation: str | None = None) -> str:

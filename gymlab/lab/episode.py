@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.client import ask_model_server, post_ok
 from gymlab.errors import EpisodeError
-from gymlab.loop import EpisodeSession
+from gymlab.lab.display import clip
+from gymlab.loop import EpisodeSession, LoopState
 from gymlab.protocol import (
     NeMoGymResponse,
     ResponseCreateParams,
@@ -70,12 +71,8 @@ class Step(_Transition):
 
         flags = " terminated" * self.terminated + " truncated" * self.truncated
         action = f"{step_summary(self.record)} -> " if self.record is not None else ""
-        observation = f"; observation {_clip(self.observation)!r}" if self.observation else ""
+        observation = f"; observation {clip(self.observation, 80)!r}" if self.observation else ""
         return f"<Step {action}reward {self.reward:g}{flags}{observation}>"
-
-
-def _clip(text: str, n: int = 80) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _on_gymlab_loop(fn):
@@ -188,13 +185,20 @@ class Episode(abc.ABC):
         self.agent_name = agent_name
         self.env_server = env_server
         self.max_steps = max_steps
-        self.steps: list[StepRecord] = []
+        self.state = LoopState(self.params)  # the conversation and its steps
+        self.steps: list[StepRecord] = self.state.steps
         self.result: dict[str, Any] | None = None
         self._actions: list[tuple[str, Any]] = []
         self._started = time.perf_counter()
         self._init_protocol()
         self._session = self._make_session()
         self._finalizer = weakref.finalize(self, _release_dropped, self._session)
+
+    @property
+    def history(self) -> list[Any]:
+        """Every item of the conversation so far: the row's input (in a Gymnasium episode the reset
+        observation is the first user message), then what the episode added."""
+        return self.state.items
 
     def _init_protocol(self) -> None:
         """Set up the protocol's own state (before the session exists)."""

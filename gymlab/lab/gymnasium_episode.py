@@ -7,7 +7,7 @@ from typing import Any
 
 from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
 from gymlab.lab.episode import Episode, Step, _on_gymlab_loop, _Session, _synced
-from gymlab.loop import DEFAULT_MAX_STEPS, LoopState, with_user_message
+from gymlab.loop import DEFAULT_MAX_STEPS, with_user_message
 from gymlab.protocol import (
     NeMoGymResponse,
     Rollout,
@@ -64,17 +64,10 @@ class GymnasiumEpisode(Episode):
     _other_protocol_methods = frozenset({"seed", "aseed", "model_turn", "amodel_turn", "verify", "averify"})
 
     def _init_protocol(self) -> None:
-        self.state = LoopState(self.params)
-        self.steps = self.state.steps
         self.observation: str | None = None
         self.reset_info: dict[str, Any] = {}
         self.reset_observation: str | None = None
         self.last_step: Any = None
-
-    @property
-    def history(self) -> list[Any]:
-        """Every item of the conversation so far (the reset observation is the first user message)."""
-        return self.state.items
 
     def _make_session(self) -> _Session:
         return _Session(self.env_url, "/close", self.env_name)

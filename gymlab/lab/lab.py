@@ -261,24 +261,11 @@ class Lab:
         _report_failures(result)
         return result
 
-    async def arun_many(
-        self,
-        agent: AgentHandle,
-        rows: list[dict[str, Any]],
-        *,
-        repeats: int = 1,
-        concurrency: int = 16,
-        on_error: str = "record",
-        progress: bool = False,
-        check: bool = True,
-        max_retries: int = 0,
-    ):
-        """``run_many`` for async code (``await lab.arun_many(...)`` in a cell, or a task)."""
+    async def arun_many(self, agent: AgentHandle, rows: list[dict[str, Any]], **options: Any):
+        """``run_many`` for async code, with its keywords (``await lab.arun_many(...)`` in a cell, or a task)."""
         from gymlab.lab.runs import RunState
 
         state = RunState()
-        options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
-        options.update(max_retries=max_retries)  # retries of a transport or provider failure (runs.arun_many)
         try:
             result = await self._run_many(agent, rows, state, **options)
         except asyncio.CancelledError:
@@ -287,7 +274,7 @@ class Lab:
         _report_failures(result)
         return result
 
-    async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool, **options):
+    async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
         from gymlab.lab.runs import Rollouts, arun_many, env_name_of
 
         if check and not (report := self.check(agent, rows)).ok:

@@ -11,7 +11,7 @@ import html
 import math
 from typing import Any
 
-from gymlab.lab.display import item_row
+from gymlab.lab.display import clip, item_row
 from gymlab.protocol.record import failure_counts
 
 #: The row of the real policy's run, beside the probes'.
@@ -56,7 +56,7 @@ def report_html(report: Any, descriptions: dict[str, str]) -> str:
     prompts = report.prompts()
     head = "".join(
         f"<th title='{html.escape(prompts.get(t, ''), quote=True)}'>task {html.escape(str(t))}"
-        f"<br><small>{html.escape(_clip(prompts.get(t, ''), 40))}</small></th>"
+        f"<br><small>{html.escape(clip(' '.join(prompts.get(t, '').split()), 40))}</small></th>"
         for t in report.tasks
     )
     rows = []
@@ -102,11 +102,6 @@ def _cell_html(report: Any, c: Any) -> str:
     return f"<td class='r gl-flag'>{text}<details><summary>episode</summary>{transcript_html(best)}</details></td>"
 
 
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 def transcript_html(record: Any) -> str:
     """An episode's conversation as a small table: the prompt, each step's items and observation, the reward."""
     lines = [item_row(i) for i in record.responses_create_params.input_items()]
@@ -115,7 +110,8 @@ def transcript_html(record: Any) -> str:
         if step.observation:
             lines.append(("observation", str(step.observation)))
     rows = "".join(
-        f"<tr><td>{html.escape(who)}</td><td>{html.escape(_clip(what, 200))}</td></tr>" for who, what in lines
+        f"<tr><td>{html.escape(who)}</td><td>{html.escape(clip(' '.join(what.split()), 200))}</td></tr>"
+        for who, what in lines
     )
     failures = failure_counts([record])
     tail = f" masked ({html.escape(', '.join(failures))})" if failures else ""

@@ -14,7 +14,7 @@ from gymlab.lab.episode import (
     _synced,
     parse_output,
 )
-from gymlab.loop import DEFAULT_MAX_STEPS, RESERVED_ROUTES, LoopState, model_turn, refusal, run_loop
+from gymlab.loop import DEFAULT_MAX_STEPS, RESERVED_ROUTES, model_turn, refusal, run_loop
 from gymlab.protocol import (
     Message,
     NeMoGymResponse,
@@ -32,15 +32,6 @@ class SeedVerifyEpisode(Episode):
     protocol = "seed/verify"
     _start_name = "seed"
     _other_protocol_methods = frozenset({"reset", "areset", "step", "astep"})
-
-    def _init_protocol(self) -> None:
-        self.state = LoopState(self.params)
-        self.steps = self.state.steps
-
-    @property
-    def history(self) -> list[Any]:
-        """Every item of the conversation so far: the row's input, then what the episode added."""
-        return self.state.items
 
     def tool_caller(self, statuses: list[int] | None = None):
         """A ``call_tool`` for the loop: POST /{name} with the episode's cookie; the body is the output."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from gymlab.lab.display import clip
 from gymlab.protocol import FunctionCall, FunctionCallOutput, Message, Reasoning, Rollout, StepRecord
 from gymlab.protocol.derived_steps import derived_steps
 from gymlab.protocol.record import failure_counts
@@ -131,8 +132,7 @@ def failure_of(record: Rollout) -> str:
 
 def _prompt_snippet(record: Rollout, width: int = 40) -> str:
     users = [i for i in prompt_items(record) if isinstance(i, Message) and i.role == "user"]
-    text = " ".join(users[-1].text.split()) if users else ""
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return clip(" ".join(users[-1].text.split()) if users else "", width)
 
 
 def _task_order(task: Any) -> tuple:

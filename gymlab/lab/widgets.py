@@ -302,16 +302,8 @@ class LivePanel(w.VBox):
         finally:
             self.finish()
 
-    def run(
-        self,
-        agent: Any,
-        rows: list[dict[str, Any]],
-        *,
-        repeats: int = 1,
-        concurrency: int = 16,
-        env_name: str | None = None,
-    ):
-        """Sync form of ``arun``; returns the ``Rollouts``."""
+    def run(self, agent: Any, rows: list[dict[str, Any]], **options: Any):
+        """Sync form of ``arun`` (the same keywords); returns the ``Rollouts``."""
         from gymlab._sync import run_sync
 
-        return run_sync(self.arun(agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name))
+        return run_sync(self.arun(agent, rows, **options))

@@ -46,6 +46,7 @@ from gymlab.protocol import (
     Reasoning,
     ResponseCreateParams,
     Usage,
+    assistant_message,
     new_id,
 )
 from gymlab.protocol.responses import InputTokensDetails, OutputTokensDetails, SummaryText
@@ -304,23 +305,10 @@ def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -
     if thinking:
         output.append(Reasoning(id=new_id("rs"), summary=[SummaryText(type="summary_text", text=thinking)]))
     if text:
-        output.append(
-            Message(
-                id=new_id("msg"),
-                role="assistant",
-                status="completed",
-                content=[ContentPart(type="output_text", text=text, annotations=[])],
-            )
-        )
+        output.append(assistant_message(text))
     if message.get("refusal"):
-        output.append(
-            Message(
-                id=new_id("msg"),
-                role="assistant",
-                status="completed",
-                content=[ContentPart(type="refusal", refusal=message["refusal"])],
-            )
-        )
+        refusal = ContentPart(type="refusal", refusal=message["refusal"])
+        output.append(Message(id=new_id("msg"), role="assistant", status="completed", content=[refusal]))
     calls = list(message.get("tool_calls") or [])
     if message.get("function_call"):  # the pre-tools form some servers still send
         calls.append({"id": None, "type": "function", "function": message["function_call"]})

@@ -276,12 +276,7 @@ class OpenAIModel(BaseServer):
         message = f"{self.name}: {route}: the request cannot be sent to {self.base_url}/chat/completions: {exc}"
         return JSONResponse(
             status_code=400,
-            content={
-                "detail": message,
-                "message": message,
-                "server": self.name,
-                "route": route,
-            },
+            content={"detail": message, "message": message, "server": self.name, "route": route},
         )
 
 

@@ -17,21 +17,26 @@ SEED_ROUTE = "/v1/agent_sessions"
 CLOSE_ROUTE = "/v1/agent_sessions/close"
 
 
-class AgentSeedSessionRequest(BaseModel):
-    """Body of an agent-session seed. A repeat of the same body is the same session; anything else
-    under the same ID is a conflict (409). Unknown keys are refused, as the reference does."""
+class _AgentSessionBody(BaseModel):
+    """A seed's or close's session and episode; unknown keys are refused, as the reference does."""
 
     model_config = ConfigDict(extra="forbid")
 
     agent_session_id: str = Field(min_length=1, max_length=MAX_SESSION_ID_LENGTH)
     episode_id: EpisodeId
-    task_id: TaskId
-    tool_accesses: list[dict[str, Any]] = Field(default_factory=list)
-    sandbox_access: dict[str, Any] | None = None
 
     @property
     def session_id(self) -> str:
         return self.agent_session_id
+
+
+class AgentSeedSessionRequest(_AgentSessionBody):
+    """Body of an agent-session seed. A repeat of the same body is the same session; anything else
+    under the same ID is a conflict (409). Unknown keys are refused, as the reference does."""
+
+    task_id: TaskId
+    tool_accesses: list[dict[str, Any]] = Field(default_factory=list)
+    sandbox_access: dict[str, Any] | None = None
 
     def episode_key(self) -> dict[str, Any]:
         """What a re-seed must repeat to be the same session (every field but the ID)."""
@@ -42,17 +47,8 @@ class AgentSeedSessionResponse(BaseModel):
     agent_session_id: str
 
 
-class AgentCloseSessionRequest(BaseModel):
+class AgentCloseSessionRequest(_AgentSessionBody):
     """Body of an agent-session close: the session and the episode it was seeded for."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    agent_session_id: str = Field(min_length=1, max_length=MAX_SESSION_ID_LENGTH)
-    episode_id: EpisodeId
-
-    @property
-    def session_id(self) -> str:
-        return self.agent_session_id
 
 
 class AgentCloseSessionResponse(BaseModel):

@@ -238,9 +238,19 @@ def _add_coverage(agent_rows: list[dict], rows: list[dict], results: list[dict])
     agent_rows += [{"agent_ref": {"name": name}, **c} for name, c in coverage.items()]
 
 
-def _with_interval(entry: dict[str, Any], low: str, high: str, mean: float, se: float, n: int) -> None:
+def _spread(entry: dict[str, Any], v: Any, col: str, names: tuple[str, ...], tag: str = "") -> None:
+    """Add the series ``v``'s statistics ``names`` as ``<name><tag>/<col>``, then its 95% interval."""
+    v = v.dropna()
+    n = len(v)
+    if not n:
+        return
+    std = float(v.std(ddof=1)) if n > 1 else 0.0
+    se = std / n**0.5
+    stats = {"mean": float(v.mean()), "median": float(v.median()), "std": std, "sem": se, "se": se}
+    stats.update(min=float(v.min()), max=float(v.max()), p25=float(v.quantile(0.25)), p75=float(v.quantile(0.75)))
+    entry.update({f"{name}{tag}/{col}": stats[name] for name in names})
     if n > 1:
-        entry[low], entry[high] = t_interval_95(mean, se, n)
+        entry[f"ci_low_95{tag}/{col}"], entry[f"ci_high_95{tag}/{col}"] = t_interval_95(stats["mean"], se, n)
 
 
 def _repeat_level(frame: Any) -> list[dict[str, Any]]:
@@ -259,26 +269,7 @@ def _repeat_level(frame: Any) -> list[dict[str, Any]]:
             "missing_count": int(tasks[agent]) - present,
         }
         for col in columns:
-            v = part[col].dropna()
-            n = len(v)
-            if not n:
-                continue
-            mean = float(v.mean())
-            std = float(v.std(ddof=1)) if n > 1 else 0.0
-            sem = std / n**0.5
-            entry.update(
-                {
-                    f"mean/{col}": mean,
-                    f"median/{col}": float(v.median()),
-                    f"std/{col}": std,
-                    f"sem/{col}": sem,
-                    f"min/{col}": float(v.min()),
-                    f"max/{col}": float(v.max()),
-                    f"p25/{col}": float(v.quantile(0.25)),
-                    f"p75/{col}": float(v.quantile(0.75)),
-                }
-            )
-            _with_interval(entry, f"ci_low_95/{col}", f"ci_high_95/{col}", mean, sem, n)
+            _spread(entry, part[col], col, ("mean", "median", "std", "sem", "min", "max", "p25", "p75"))
         out.append(entry)
     return out
 
@@ -300,24 +291,7 @@ def _across_repeats(repeats: list[dict[str, Any]]) -> dict[str, dict[str, float]
     for agent, part in frame.groupby("agent_name"):
         entry: dict[str, float] = {}
         for col in columns:
-            v = part[col].dropna()
-            n = len(v)
-            if not n:
-                continue
-            mean = float(v.mean())
-            std = float(v.std(ddof=1)) if n > 1 else 0.0
-            se = std / n**0.5
-            entry.update(
-                {
-                    f"mean_across_repeats/{col}": mean,
-                    f"median_across_repeats/{col}": float(v.median()),
-                    f"std_across_repeats/{col}": std,
-                    f"min_across_repeats/{col}": float(v.min()),
-                    f"max_across_repeats/{col}": float(v.max()),
-                    f"se_across_repeats/{col}": se,
-                }
-            )
-            _with_interval(entry, f"ci_low_95_across_repeats/{col}", f"ci_high_95_across_repeats/{col}", mean, se, n)
+            _spread(entry, part[col], col, ("mean", "median", "std", "min", "max", "se"), "_across_repeats")
         out[agent] = entry
     return out
 

@@ -41,7 +41,7 @@ import httpx
 
 from gymlab.errors import SessionContractError
 
-Check = Callable[["_Contract"], Awaitable[None]]
+Check = Callable[["_Contract", str, str], Awaitable[None]]
 
 
 @dataclass
@@ -73,8 +73,7 @@ class _Contract:
         return bool(self.holds_state(sid)) if self.holds_state is not None else False
 
 
-def _fail(rule: str, detail: str) -> SessionContractError:
-    return SessionContractError(rule, detail)
+_fail = SessionContractError
 
 
 def _said(reply: httpx.Response) -> str:
@@ -86,6 +85,11 @@ async def _post(client: httpx.AsyncClient, rule: str, path: str, body: Any) -> h
         return await client.post(path, json=body)
     except Exception as exc:  # an app that raises through the transport answered nothing
         raise _fail(rule, f"POST {path} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _refused(rule: str, reply: httpx.Response, status: int, what: str) -> None:
+    if reply.status_code != status:
+        raise _fail(rule, f"{what} must be refused with {status}, got {_said(reply)}")
 
 
 def _expect(rule: str, reply: httpx.Response, status: int, what: str) -> Any:
@@ -123,21 +127,17 @@ def _must_not_hold(c: _Contract, rule: str, sid: str, when: str) -> None:
         raise _fail(rule, f"holds_state({sid!r}) is still true {when}; the server leaks the session's state")
 
 
-# -- the checks ------------------------------------------------------------------------------------
+# -- the checks: each gets the contract, its rule's name and a fresh session ID -------------------
 
 
-async def check_seed(c: _Contract) -> None:
-    rule = "seed"
-    sid = c.new_id(rule)
+async def check_seed(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as client:
         await _seed(c, client, rule, sid)
         _must_hold(c, rule, sid, "after its seed")
         await _close(c, client, rule, sid)
 
 
-async def check_idempotent_reseed(c: _Contract) -> None:
-    rule = "idempotent re-seed"
-    sid = c.new_id(rule)
+async def check_idempotent_reseed(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as first, c.client() as retry:
         a = await _seed(c, first, rule, sid)
         b = await _seed(c, retry, rule, sid, "the repeated seed (a retry after a lost reply)")
@@ -147,58 +147,47 @@ async def check_idempotent_reseed(c: _Contract) -> None:
         await _close(c, first, rule, sid)
 
 
-async def check_invalid_seed(c: _Contract) -> None:
-    rule = "invalid seed 422"
-    sid = c.new_id(rule)
+async def check_invalid_seed(c: _Contract, rule: str, sid: str) -> None:
     body = (
         c.seed_body(sid, task_data="not an object")
         if c.invalid_seed is None
         else {**copy.deepcopy(c.invalid_seed), "resources_session_id": sid}
     )
     async with c.client() as client:
-        reply = await _post(client, rule, "/seed_session", body)
-        if reply.status_code != 422:
-            raise _fail(rule, f"an invalid seed {json.dumps(body)[:200]} must be refused with 422, got {_said(reply)}")
+        _refused(
+            rule, await _post(client, rule, "/seed_session", body), 422, f"an invalid seed {json.dumps(body)[:200]}"
+        )
         _must_not_hold(c, rule, sid, "after a refused seed")
 
 
-async def check_cookie_body_mismatch(c: _Contract) -> None:
-    rule = "cookie/body mismatch 409"
-    sid, other = c.new_id(rule), c.new_id(rule)
+async def check_cookie_body_mismatch(c: _Contract, rule: str, sid: str) -> None:
+    other = c.new_id(rule)
     async with c.client() as client:
         await _seed(c, client, rule, sid)
         reply = await _post(client, rule, "/seed_session", c.seed_body(other))
-        if reply.status_code != 409:
-            raise _fail(rule, f"a seed for {other!r} sent with the cookie of {sid!r} must get 409, got {_said(reply)}")
+        _refused(rule, reply, 409, f"a seed for {other!r} sent with the cookie of {sid!r}")
         _must_not_hold(c, rule, other, "after a refused seed")
         await _close(c, client, rule, sid)
 
 
-async def check_conflicting_seed(c: _Contract) -> None:
-    rule = "conflicting seed 409"
-    sid = c.new_id(rule)
+async def check_conflicting_seed(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as first, c.client() as second:
         await _seed(c, first, rule, sid)
         other_episode = {"rollout_id": f"another-{sid}", "attempt": 0}
         reply = await _post(second, rule, "/seed_session", c.seed_body(sid, episode_id=other_episode))
-        if reply.status_code != 409:
-            raise _fail(rule, f"a seed binding {sid!r} to another episode must get 409, got {_said(reply)}")
+        _refused(rule, reply, 409, f"a seed binding {sid!r} to another episode")
         _must_hold(c, rule, sid, "after a refused conflicting seed")
         await _close(c, first, rule, sid)
 
 
-async def check_close(c: _Contract) -> None:
-    rule = "close"
-    sid = c.new_id(rule)
+async def check_close(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as client, c.client() as no_cookie:
         await _seed(c, client, rule, sid)
         await _close(c, no_cookie, rule, sid, "the close (sent without the seed's cookie)")
         _must_not_hold(c, rule, sid, "after its close")
 
 
-async def check_repeated_close(c: _Contract) -> None:
-    rule = "repeated close"
-    sid = c.new_id(rule)
+async def check_repeated_close(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as client:
         await _seed(c, client, rule, sid)
         await _close(c, client, rule, sid)
@@ -206,21 +195,16 @@ async def check_repeated_close(c: _Contract) -> None:
         _must_not_hold(c, rule, sid, "after a repeated close")
 
 
-async def check_seed_after_close(c: _Contract) -> None:
-    rule = "seed after close refused while fenced"
-    sid = c.new_id(rule)
+async def check_seed_after_close(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as client, c.client() as late:
         await _seed(c, client, rule, sid)
         await _close(c, client, rule, sid)
         reply = await _post(late, rule, "/seed_session", c.seed_body(sid))
-        if reply.status_code != 409:
-            raise _fail(rule, f"a seed of {sid!r} after its close must be refused with 409, got {_said(reply)}")
+        _refused(rule, reply, 409, f"a seed of {sid!r} after its close")
         _must_not_hold(c, rule, sid, "after a refused late seed")
 
 
-async def check_verify_after_close(c: _Contract) -> None:
-    rule = "verify after close masked"
-    sid = c.new_id(rule)
+async def check_verify_after_close(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as client:
         await _seed(c, client, rule, sid)
         await _close(c, client, rule, sid)
@@ -238,9 +222,7 @@ async def check_verify_after_close(c: _Contract) -> None:
             )
 
 
-async def check_state_released_once(c: _Contract) -> None:
-    rule = "state released exactly once"
-    sid = c.new_id(rule)
+async def check_state_released_once(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as client:
         await _seed(c, client, rule, sid)
         if c.verify_body is not None:
@@ -297,38 +279,21 @@ async def acheck_resources_session_contract(
     checks = list(BASIC_CHECKS)
     if keeps_state:
         checks += [(n, f) for n, f in STATEFUL_CHECKS if verify_body is not None or n != "verify after close masked"]
-    for _, check in checks:
-        await check(contract)
+    for rule, check in checks:
+        await check(contract, rule, contract.new_id(rule))
     return [name for name, _ in checks]
 
 
-def check_resources_session_contract(
-    app: Any,
-    seed: dict[str, Any] | None = None,
-    *,
-    keeps_state: bool = True,
-    holds_state: Callable[[str], bool] | None = None,
-    verify_body: dict[str, Any] | None = None,
-    invalid_seed: dict[str, Any] | None = None,
-) -> list[str]:
+def check_resources_session_contract(app: Any, seed: dict[str, Any] | None = None, **options: Any) -> list[str]:
     """Check a resources server against the episode-session rules; return the names of the rules checked.
 
     ``app`` is the server's ASGI app (or the server). ``seed`` is an episode seed body without its
-    ``resources_session_id`` (each check uses fresh IDs). ``keeps_state`` says the server keeps
-    per-session state and ``holds_state(resources_session_id)`` whether it holds some right now.
+    ``resources_session_id`` (each check uses fresh IDs). Keywords: ``keeps_state`` (default true) says the
+    server keeps per-session state and ``holds_state(resources_session_id)`` whether it holds some right now.
     ``verify_body`` is a ``/verify`` body (the row plus a ``response``) the server grades; without it
     the verify rules are not checked. ``invalid_seed`` overrides the default invalid seed (the seed
     with a ``task_data`` that is not an object). Raises ``SessionContractError`` naming the broken rule.
     """
     from gymlab._sync import run_sync
 
-    return run_sync(
-        acheck_resources_session_contract(
-            app,
-            seed,
-            keeps_state=keeps_state,
-            holds_state=holds_state,
-            verify_body=verify_body,
-            invalid_seed=invalid_seed,
-        )
-    )
+    return run_sync(acheck_resources_session_contract(app, seed, **options))
