@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gymlab.collection.dispatch import ReplicaPool
-from gymlab.errors import ReplicaGone, ServerError
+from gymlab.errors import GymlabError, ReplicaGone, ServerError
 from gymlab.failures import run_failure
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import Rollout
@@ -82,7 +82,7 @@ def checked(answer: Any, name: str) -> Rollout:
         ) from None
 
 
-class _Failed(Exception):
+class _Failed(GymlabError):
     """One try's end without a record: its ``failure`` and ``error``; ``moved`` when another live
     replica can take the job."""
 

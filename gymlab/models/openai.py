@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from gymlab.client import close_http_session, error_message, http_session
-from gymlab.errors import ConfigError, ConversionError, UpstreamError
+from gymlab.errors import ConfigError, ConversionError, GymlabError, UpstreamError
 from gymlab.models.chat_convert import chat_request, response_from_chat
 from gymlab.models.streaming import StreamableParams, streamed, unstreamed
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
@@ -280,7 +280,7 @@ class OpenAIModel(BaseServer):
         )
 
 
-class _Again(Exception):
+class _Again(GymlabError):
     """One upstream try that may pass if sent again: ``why`` (logged), the ``final`` error if it is
     the last, and the ``Retry-After`` the endpoint asked for."""
 
