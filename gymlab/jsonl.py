@@ -121,9 +121,12 @@ def dumps(value: Any) -> bytes:
 
 
 def json_line(record: Any) -> str:
-    """One record as JSON text: a pydantic model without its None fields, anything else as JSON."""
+    """One record as JSON text: a rollout as ``record_json`` writes it (NeMo's null keys kept), another
+    pydantic model without its None fields, anything else as JSON."""
     if hasattr(record, "model_dump_json"):
-        return record.model_dump_json(exclude_none=True)
+        from gymlab.protocol.record import Rollout, record_json
+
+        return record_json(record) if isinstance(record, Rollout) else record.model_dump_json(exclude_none=True)
     return dumps(record).decode()
 
 

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from gymlab.errors import DatasetError
 from gymlab.jsonl import dumps, read_lines
 from gymlab.protocol.derived_steps import STEPS_KEY, derived_steps, has_steps, steps_filled
-from gymlab.protocol.record import Rollout
+from gymlab.protocol.record import Rollout, record_json
 from gymlab.protocol.validation import describe_validation
 
 IN_MEMORY = "records"
@@ -34,7 +34,7 @@ def _line_of(record: Any) -> bytes:
     if isinstance(record, (bytes, bytearray)):
         return bytes(record).rstrip(b"\n")
     if isinstance(record, Rollout):
-        return record.model_dump_json(exclude_none=True).encode()
+        return record_json(record).encode()
     if type(record) is dict and "steps" not in record and isinstance(record.get("response"), dict):
         record = {**record, "steps": derived_steps(record)}  # a record written without steps (NeMo Gym's)
     return dumps(record)
