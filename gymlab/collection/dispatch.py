@@ -35,10 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from gymlab.errors import ConfigError, ReplicaGone, ServerError
-
-#: Transport failure kinds that say the server itself is gone (set from exception types by the client).
-GONE_KINDS = frozenset({"transport_unreachable", "transport_peer_drop"})
+from gymlab.errors import ConfigError, ReplicaGone, TransportPeerDrop, TransportUnreachable
 
 #: Seconds before a replica taken out of rotation is probed again (None: never).
 DEFAULT_REPROBE_S = 10.0
@@ -76,11 +73,8 @@ class HttpReplica:
         server = self._server or str((job.get("agent_ref") or {}).get("name") or self.url)
         try:
             return await post_ok(self.url, "/run", job, server=server, timeout=timeout_s)
-        except ServerError as exc:
-            # The client set this kind from the exception's type (refused, reset, disconnected).
-            if exc.status == 0 and exc.failure is not None and exc.failure.kind in GONE_KINDS:
-                raise ReplicaGone(self.name, exc.cause, exc.failure) from exc  # the URL: which replica
-            raise
+        except (TransportUnreachable, TransportPeerDrop) as exc:  # refused, reset, disconnected: gone
+            raise ReplicaGone(self.name, exc.cause, exc.failure) from exc  # the URL: which replica
 
     async def alive(self) -> bool:
         """Any HTTP answer (even a 404) from the server's root means it listens again."""
@@ -224,4 +218,4 @@ def agent_pool(agent_url: str | Sequence[str] | ReplicaPool, server: str | None 
     return ReplicaPool([HttpReplica(url, server=server) for url in urls])
 
 
-__all__ = ["DEFAULT_REPROBE_S", "GONE_KINDS", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]
+__all__ = ["DEFAULT_REPROBE_S", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]
