@@ -13,6 +13,7 @@ only when some row has a value. ``full=True`` gives every column.
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterable
 from contextlib import contextmanager
 from typing import Any
@@ -105,9 +106,11 @@ def concise(frame, columns: list[str], optional: set[str], extra: Iterable[str] 
 
 
 @contextmanager
-def _gc_paused():
-    """Pause the cyclic collector while building columns: the lists hold no cycles, and at a million
-    rows repeated full collections over them would double the build time."""
+def _building():
+    """While a frame is built: the cyclic collector paused (the lists hold no cycles, and at a million
+    rows repeated full collections over them would double the build time); after it, the pages the
+    build freed handed back to the system (pyarrow's pools: mimalloc's, and glibc's ``malloc_trim``)
+    rather than kept by the allocators beside the frame."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -115,6 +118,10 @@ def _gc_paused():
     finally:
         if enabled:
             gc.enable()
+        pa = sys.modules.get("pyarrow")
+        if pa is not None:
+            pa.default_memory_pool().release_unused()
+            pa.system_memory_pool().release_unused()
 
 
 # -- the frames ----------------------------------------------------------------------------------
@@ -125,7 +132,7 @@ def steps_frame(records: Any, *, full: bool = False):
     and cumulative reward (and a ``reward_<name>`` column per rubric component)."""
     from gymlab.lab.columnar import steps_frame_arrow
 
-    with _gc_paused():
+    with _building():
         frame = steps_frame_arrow(store_of(records))
     extra = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
     return frame if full else concise(frame, STEP_CONCISE, STEP_OPTIONAL, extra=extra)
@@ -173,7 +180,7 @@ def episodes_frame(records: Any, *, full: bool = False):
     cols: dict[str, list] = {c: [] for c in EPISODE_COLUMNS}
     row_fields: dict[str, list] = {}
     components: list[dict | None] = []
-    with _gc_paused():
+    with _building():
         for position, r in enumerate(store.dicts()):
             components.append(r.get("reward_components"))
             usage = (r.get("response") or {}).get("usage") or {}
