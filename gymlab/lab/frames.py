@@ -107,9 +107,9 @@ def concise(frame, columns: list[str], optional: set[str], extra: Iterable[str] 
 
 @contextmanager
 def _building():
-    """While a frame is built: the cyclic collector paused (the lists hold no cycles, and at a million
-    rows repeated full collections over them would double the build time); after it, the pages the
-    build freed handed back to the system (pyarrow's pools: mimalloc's, and glibc's ``malloc_trim``)
+    """While a frame is built (a decorator of the frame functions): the cyclic collector paused (the
+    lists hold no cycles, and at a million rows repeated full collections over them would double the
+    build time); after it, its locals gone, the pages the build freed handed back to the system (pyarrow's pools: mimalloc's, and glibc's ``malloc_trim``)
     rather than kept by the allocators beside the frame."""
     enabled = gc.isenabled()
     gc.disable()
@@ -127,13 +127,13 @@ def _building():
 # -- the frames ----------------------------------------------------------------------------------
 
 
+@_building()
 def steps_frame(records: Any, *, full: bool = False):
     """One row per step: the action, its first tool call, outputs, the assistant's ``text``, per-step
     and cumulative reward (and a ``reward_<name>`` column per rubric component)."""
     from gymlab.lab.columnar import steps_frame_arrow
 
-    with _building():
-        frame = steps_frame_arrow(store_of(records))
+    frame = steps_frame_arrow(store_of(records))
     extra = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
     return frame if full else concise(frame, STEP_CONCISE, STEP_OPTIONAL, extra=extra)
 
@@ -171,6 +171,7 @@ def _row_value(value: Any) -> Any:
     return value
 
 
+@_building()
 def episodes_frame(records: Any, *, full: bool = False):
     """One row per episode: ids, reward, prompt and answer, steps, failure fields, the row's own fields;
     with ``full=True`` also timing, token usage and the model's name."""
@@ -180,41 +181,40 @@ def episodes_frame(records: Any, *, full: bool = False):
     cols: dict[str, list] = {c: [] for c in EPISODE_COLUMNS}
     row_fields: dict[str, list] = {}
     components: list[dict | None] = []
-    with _building():
-        for position, r in enumerate(store.dicts()):
-            components.append(r.get("reward_components"))
-            usage = (r.get("response") or {}).get("usage") or {}
-            steps = r.get("steps") or []
-            last = steps[-1] if steps else {}
-            terminated, truncated = r.get("terminated"), r.get("truncated")  # the record's own; else its last step's
-            agent = r.get("agent_ref")
-            agent = agent.get("name") if isinstance(agent, dict) else None
-            cols["episode"].append(position)
-            cols["task"].append(r.get("_ng_task_index"))
-            cols["repeat"].append(r.get("_ng_rollout_index"))
-            cols["reward"].append(r.get("reward", 0.0))
-            cols["prompt"].append(prompt_of(r.get("responses_create_params")))
-            cols["answer"].append(answer_of(r))
-            cols["n_steps"].append(len(steps))
-            cols["mask_sample"].append(bool(r.get("mask_sample")))
-            cols["failure_kind"].append(r.get("failure_kind"))
-            cols["failure_stage"].append(r.get("failure_stage"))
-            cols["failure_reason"].append(r.get("failure_reason"))
-            cols["terminated"].append(bool(terminated if terminated is not None else last.get("terminated")))
-            cols["truncated"].append(bool(truncated if truncated is not None else last.get("truncated")))
-            cols["duration_s"].append(r.get("duration_s", 0.0))
-            cols["input_tokens"].append(usage.get("input_tokens"))
-            cols["output_tokens"].append(usage.get("output_tokens"))
-            cols["total_tokens"].append(usage.get("total_tokens"))
-            cols["model"].append((r.get("response") or {}).get("model") or None)
-            cols["environment"].append(r.get("env_name"))
-            cols["agent"].append(agent if agent is not None else r.get("agent_name"))
-            for key, value in r.items():
-                if key not in NOT_ROW_FIELDS:
-                    row_fields.setdefault(key, [None] * position).append(_row_value(value))
-            for values in row_fields.values():
-                if len(values) <= position:
-                    values.append(None)
+    for position, r in enumerate(store.dicts()):
+        components.append(r.get("reward_components"))
+        usage = (r.get("response") or {}).get("usage") or {}
+        steps = r.get("steps") or []
+        last = steps[-1] if steps else {}
+        terminated, truncated = r.get("terminated"), r.get("truncated")  # the record's own; else its last step's
+        agent = r.get("agent_ref")
+        agent = agent.get("name") if isinstance(agent, dict) else None
+        cols["episode"].append(position)
+        cols["task"].append(r.get("_ng_task_index"))
+        cols["repeat"].append(r.get("_ng_rollout_index"))
+        cols["reward"].append(r.get("reward", 0.0))
+        cols["prompt"].append(prompt_of(r.get("responses_create_params")))
+        cols["answer"].append(answer_of(r))
+        cols["n_steps"].append(len(steps))
+        cols["mask_sample"].append(bool(r.get("mask_sample")))
+        cols["failure_kind"].append(r.get("failure_kind"))
+        cols["failure_stage"].append(r.get("failure_stage"))
+        cols["failure_reason"].append(r.get("failure_reason"))
+        cols["terminated"].append(bool(terminated if terminated is not None else last.get("terminated")))
+        cols["truncated"].append(bool(truncated if truncated is not None else last.get("truncated")))
+        cols["duration_s"].append(r.get("duration_s", 0.0))
+        cols["input_tokens"].append(usage.get("input_tokens"))
+        cols["output_tokens"].append(usage.get("output_tokens"))
+        cols["total_tokens"].append(usage.get("total_tokens"))
+        cols["model"].append((r.get("response") or {}).get("model") or None)
+        cols["environment"].append(r.get("env_name"))
+        cols["agent"].append(agent if agent is not None else r.get("agent_name"))
+        for key, value in r.items():
+            if key not in NOT_ROW_FIELDS:
+                row_fields.setdefault(key, [None] * position).append(_row_value(value))
+        for values in row_fields.values():
+            if len(values) <= position:
+                values.append(None)
     frame = add_component_columns(typed_frame(cols, EPISODE_DTYPES), components)
     extra = {(f"row.{k}" if k in frame else k): v for k, v in row_fields.items()}
     if extra:
