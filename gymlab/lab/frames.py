@@ -12,6 +12,8 @@ only when some row has a value. ``full=True`` gives every column.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
 import sys
 from collections.abc import Iterable
@@ -109,8 +111,9 @@ def concise(frame, columns: list[str], optional: set[str], extra: Iterable[str] 
 def _building():
     """While a frame is built (a decorator of the frame functions): the cyclic collector paused (the
     lists hold no cycles, and at a million rows repeated full collections over them would double the
-    build time); after it, its locals gone, the pages the build freed handed back to the system (pyarrow's pools: mimalloc's, and glibc's ``malloc_trim``)
-    rather than kept by the allocators beside the frame."""
+    build time); after it, its locals gone, the pages the build freed handed back to the system
+    (pyarrow's pool's ``release_unused``, glibc's ``malloc_trim``) rather than kept by the
+    allocators beside the frame."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -121,7 +124,22 @@ def _building():
         pa = sys.modules.get("pyarrow")
         if pa is not None:
             pa.default_memory_pool().release_unused()
-            pa.system_memory_pool().release_unused()
+        _malloc_trim()
+
+
+@functools.cache
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+def _malloc_trim() -> None:
+    """glibc's ``malloc_trim(0)``: free pages of every arena back to the system (no-op elsewhere)."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 # -- the frames ----------------------------------------------------------------------------------
