@@ -454,3 +454,32 @@ def test_metrics_tallied_one_record_at_a_time_equal_the_routes_answer():
     assert metrics.agent_metrics["mean/reward"] == 2.25 / 4
     assert [g["num_rollouts"] for g in metrics.group_level_metrics] == [2, 2]  # task 2's two were masked
     assert default_metrics(CalculatorServer()) and not default_metrics(MarkedCalculator())
+
+
+def test_an_appended_file_is_rewritten_in_task_repeat_order_the_last_line_of_a_key_winning(tmp_path):
+    from gymlab.collection.files import rewrite_sorted
+    from gymlab.errors import DatasetError
+
+    path = tmp_path / "run.jsonl"
+    lines = [
+        {"_ng_task_index": 2, "_ng_rollout_index": 0, "v": "a"},
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "v": "b"},
+        {"_ng_task_index": 10, "_ng_rollout_index": 0, "v": "c"},
+        {"_ng_task_index": 2, "_ng_rollout_index": 0, "v": "a again"},  # a retry's line: it wins
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "v": "d"},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert rewrite_sorted(path, keep=lambda key: key != (10, 0)) == 3
+    assert [
+        (r["_ng_task_index"], r["_ng_rollout_index"], r["v"]) for r in map(json.loads, path.read_text().splitlines())
+    ] == [
+        (0, 0, "d"),
+        (0, 1, "b"),
+        (2, 0, "a again"),
+    ]
+    path.write_text(
+        json.dumps({"_ng_task_index": 0, "_ng_rollout_index": 0}) + "\n" + json.dumps({"_ng_task_index": "x"}) + "\n"
+    )
+    with pytest.raises(DatasetError, match=r"run\.jsonl:2: task and repeat indices must be whole numbers"):
+        rewrite_sorted(path)
+    assert json.loads(path.read_text().splitlines()[1]) == {"_ng_task_index": "x"}  # nothing is lost
