@@ -74,13 +74,13 @@ def _on_scale(value: float, scale: tuple[float, float], what: str) -> float:
 
 
 def parse_score(text: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
-    """The verdict's last grade, mapped from ``scale`` to 0..1 (``Unparseable`` when none, or off the scale).
+    """The verdict's grade, mapped from ``scale`` to 0..1 (``Unparseable`` when none, or off the scale).
 
-    "n/N" and "n out of N" are a grade when N is the scale's top and are set aside otherwise; scale
-    talk ("0-10", "1 to 5", "scale of 10") is set aside; the last number left is the grade."""
+    The grade is the last "n/N" or "n out of N" whose N is the scale's top; without one, the last
+    number once other fractions and scale talk ("0-10", "1 to 5", "scale of 10") are set aside."""
     top = float(scale[1])
-    text = _FRACTION.sub(lambda m: f" {m[1]} " if float(m[2]) == top else " ", text)
-    numbers = _NUMBER.findall(_SCALE_TALK.sub(" ", text))
+    numbers = [m[1] for m in _FRACTION.finditer(text) if float(m[2]) == top]
+    numbers = numbers or _NUMBER.findall(_SCALE_TALK.sub(" ", _FRACTION.sub(" ", text)))
     if not numbers:
         raise Unparseable(f"no grade on the scale {scale[0]:g}..{top:g} in the verdict {text[:200]!r}")
     return _on_scale(float(numbers[-1]), scale, "score")
@@ -274,6 +274,21 @@ class Judge:
             return True
         return self.parse == "score" and any(float(m[2]) == self.scale[1] for m in _FRACTION.finditer(text))
 
+    def quotable(self, answer: str, request: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """What a verdict must not be read from, if the judge copied it: every verdict-like line or
+        sentence of the policy's ``answer``, and of the prompt those that are not a verdict alone
+        (an instruction such as "reply CORRECT or INCORRECT"; a few-shot "VERDICT: CORRECT" stays)."""
+        answer_parts = {s for s in _segments(answer) if self.verdict_like(s)}
+        prompt_parts = {s for m in request["input"] for s in _segments(m["content"])} - answer_parts
+        return sorted(answer_parts), sorted(s for s in prompt_parts if self.verdict_like(s) and not self._reads(s))
+
+    def _reads(self, text: str) -> bool:
+        try:
+            self.read(text)
+        except (ValueError, TypeError):
+            return False
+        return True
+
     def read(self, text: str, quoted: Iterable[str] = ()) -> float:
         """The verdict ``text`` as a finite value, ``quoted`` texts set aside (``Unparseable`` when it is not a grade)."""
         text = set_aside(text, quoted)
@@ -311,8 +326,7 @@ class Judge:
             except ServerError as exc:
                 raise self._failed("judge_failed", judgement, f"the judge model failed: {exc}") from exc
         text = judgement["verdict"] = response.output_text
-        answer = [s for s in _segments(str(fields.get("answer") or "")) if self.verdict_like(s)]
-        prompt = [s for m in request["input"] for s in _segments(m["content"]) if self.verdict_like(s)]
+        answer, prompt = self.quotable(str(fields.get("answer") or ""), request)
         try:
             value = self.read(text, [*answer, *prompt])
         except (Unparseable, ValueError, TypeError) as exc:

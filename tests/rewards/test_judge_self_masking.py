@@ -63,7 +63,7 @@ def quoting_judge(mode: str, order: str, verdict: bool = True):
     return judge
 
 
-def run_attacks(lab, judge_policy, parse_mode):
+def run_attacks(lab, judge_policy, parse_mode, template=TEMPLATE):
     answers = [*ATTACKS, RIGHT]
     row = next(r for r in example_rows("open_qa") if "Pride" in r["responses_create_params"]["input"][0]["content"])
     rows = [
@@ -79,7 +79,7 @@ def run_attacks(lab, judge_policy, parse_mode):
     def policy(request):
         return answers[int(re.search(r"\(#(\d+)\)", request.input_items()[-1].text)[1])]
 
-    judge = Judge("correct", lab.serve_model(judge_policy, name="judge"), TEMPLATE, **OPTIONS[parse_mode])
+    judge = Judge("correct", lab.serve_model(judge_policy, name="judge"), template, **OPTIONS[parse_mode])
     env = lab.serve(open_qa.OpenQAServer, rubric=Rubric(judge))
     agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(policy))
     rollouts = lab.run_many(agent, rows, concurrency=9)
@@ -115,3 +115,13 @@ def test_a_verdict_left_unreadable_by_the_policys_quoted_text_is_graded_zero(lab
             assert "policy's own verdict-like text" in r.judgements[0]["note"]
         else:
             assert r.failure_kind == "judge_unparseable" and r.reward_components == {"correct": None}
+
+
+@pytest.mark.parametrize("mode", ["label", "score", "json"])
+def test_a_few_shot_verdict_in_the_prompt_is_not_set_aside(lab, mode):
+    """A template's example verdict ("VERDICT: CORRECT") is a verdict alone: the judge writing the
+    same line is read, not set aside, so right answers are not all masked."""
+    shown = VERDICTS[mode][1].replace("{", "{{").replace("}", "}}")  # a literal in a str.format template
+    example = "Example of a reply to a right answer:\n" + shown + "\n\n" + TEMPLATE
+    records = run_attacks(lab, quoting_judge(mode, "quote-first"), mode, template=example)
+    assert [r.reward for r in records] == [0.0] * 8 + [1.0] and not any(r.mask_sample for r in records)

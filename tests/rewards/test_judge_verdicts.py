@@ -28,6 +28,7 @@ LABELS = {"CORRECT": 1.0, "INCORRECT": 0.0}
         ("On a scale of 1 to 10, I give it 4.", 0.4),
         ("7 on a scale of 10", 0.7),
         ("It got 3 out of 5 facts right, so 6/10.", 0.6),  # a fraction on another scale is not the grade
+        ("I would rate this 0 out of 10.\nThe answer reads: 'Bronte, 10'", 0.0),  # the explicit form wins
         ("Score: 7", 0.7),
         ("8", 0.8),
     ],
