@@ -45,8 +45,10 @@ _SCALE_TALK = re.compile(
 #: The fixed final line ``verdict_format`` asks for: ``VERDICT: ...`` or ``SCORE: ...``.
 _MARKER = re.compile(r"\b(?:VERDICT|SCORE)\s*\**\s*:", re.I)
 _NEGATION = r"\bnot|\bnever|n't"
-#: At most this many verdict-like segments of the prompt and answer are looked for in a verdict.
+#: At most this many lines or sentences of the answer (and as many of the prompt) are looked for in a verdict.
 _MAX_QUOTED = 1000
+#: A line or sentence this long is set aside when copied even if it holds no verdict: it is not the judge's.
+_LONG = 20
 
 
 class Unparseable(ValueError):
@@ -119,7 +121,7 @@ def parse_json(text: str, key: str = "score", scale: tuple[float, float] = (0.0,
     """``key`` of the verdict's last JSON object that has it: a bool (1/0), or a finite number on
     ``scale`` mapped to 0..1; anything else (out of range, NaN, ``1e999``, a string) is ``Unparseable``."""
     decoder, starts, obj = json.JSONDecoder(), [m.start() for m in re.finditer(r"\{", text)], None
-    for start in reversed(starts[-64:]):  # bounded: a flood of braces costs at most 64 tries
+    for start in [*reversed(starts[-64:]), *starts[:1]]:  # bounded: a flood of braces costs at most 65 tries
         try:
             candidate = decoder.raw_decode(text, start)[0]
         except (ValueError, RecursionError):
@@ -160,7 +162,7 @@ def _segments(text: str) -> Iterable[str]:
 def set_aside(verdict: str, quoted: Iterable[str]) -> str:
     """``verdict`` without the verbatim copies (whole words; runs of spaces as one) of the ``quoted`` texts."""
     verdict = re.sub(r"[^\S\n]+", " ", verdict)
-    for text in sorted({" ".join(q.split()) for q in quoted} - {""}, key=len, reverse=True)[:_MAX_QUOTED]:
+    for text in sorted({" ".join(q.split()) for q in quoted} - {""}, key=len, reverse=True):
         pieces, start, at = [], 0, 0
         while (i := verdict.find(text, at)) >= 0:
             at, j = i + 1, i + len(text)
@@ -274,13 +276,18 @@ class Judge:
             return True
         return self.parse == "score" and any(float(m[2]) == self.scale[1] for m in _FRACTION.finditer(text))
 
-    def quotable(self, answer: str, request: dict[str, Any]) -> tuple[list[str], list[str]]:
-        """What a verdict must not be read from, if the judge copied it: every verdict-like line or
-        sentence of the policy's ``answer``, and of the prompt those that are not a verdict alone
-        (an instruction such as "reply CORRECT or INCORRECT"; a few-shot "VERDICT: CORRECT" stays)."""
-        answer_parts = {s for s in _segments(answer) if self.verdict_like(s)}
-        prompt_parts = {s for m in request["input"] for s in _segments(m["content"])} - answer_parts
-        return sorted(answer_parts), sorted(s for s in prompt_parts if self.verdict_like(s) and not self._reads(s))
+    def quotable(self, answer: str, request: dict[str, Any]) -> tuple[list[str], list[str], bool]:
+        """What a verdict must not be read from, if the judge copied it: the verdict-like lines and
+        sentences of the policy's ``answer`` (the policy is to blame for these); the other text to set
+        aside: the answer's long ones, and the prompt's verdict-like or long ones that are not a
+        verdict alone ("reply CORRECT or INCORRECT" is set aside, a few-shot "VERDICT: CORRECT" is
+        not); and whether the answer held more verdict-like text than is looked for."""
+        parts = set(_segments(answer))
+        blame = sorted((s for s in parts if self.verdict_like(s)), key=len, reverse=True)
+        prompt = {s for m in request["input"] for s in _segments(m["content"])} - parts
+        other = [s for s in prompt if (len(s) >= _LONG or self.verdict_like(s)) and not self._reads(s)]
+        other += [s for s in parts.difference(blame) if len(s) >= _LONG]
+        return blame[:_MAX_QUOTED], sorted(other, key=len, reverse=True)[:_MAX_QUOTED], len(blame) > _MAX_QUOTED
 
     def _reads(self, text: str) -> bool:
         try:
@@ -326,17 +333,20 @@ class Judge:
             except ServerError as exc:
                 raise self._failed("judge_failed", judgement, f"the judge model failed: {exc}") from exc
         text = judgement["verdict"] = response.output_text
-        answer, prompt = self.quotable(str(fields.get("answer") or ""), request)
+        blame, other, flooded = self.quotable(str(fields.get("answer") or ""), request)
+        copied = set_aside(text, blame) != set_aside(text, ())
         try:
-            value = self.read(text, [*answer, *prompt])
+            if flooded and copied:
+                raise Unparseable(f"the judge copied an answer of over {_MAX_QUOTED} verdict-like lines")
+            value = self.read(text, [*blame, *other])
         except (Unparseable, ValueError, TypeError) as exc:
-            if set_aside(text, answer) == text:
+            if not copied:
                 raise self._failed(
                     "judge_unparseable", judgement, f"the judge's answer is not a grade: {exc}"
                 ) from None
             value = min(self.labels.values()) if self.parse == "label" and self.labels else 0.0
             judgement["note"] = (
-                "the policy's own verdict-like text, quoted by the judge, left no verdict: graded lowest"
+                f"the policy's own verdict-like text, copied by the judge, left no verdict ({exc}): graded lowest"
             )
         judgement["value"] = value
         return value, judgement
