@@ -218,6 +218,8 @@ class Judge:
             raise ValueError(f"judge {self.name!r}: parse must be 'score', 'label', 'json' or a function")
         if self.max_concurrency < 1 or self.attempts < 1:
             raise ValueError(f"judge {self.name!r}: max_concurrency and attempts must be at least 1")
+        if any(not (isinstance(k, str) and k.strip()) or not math.isfinite(v) for k, v in (self.labels or {}).items()):
+            raise ValueError(f"judge {self.name!r}: labels must be non-empty words with finite values")
         low, high = self.scale
         if not (math.isfinite(low) and math.isfinite(high) and low < high):
             raise ValueError(f"judge {self.name!r}: scale must be two finite numbers (low, high), low < high")

@@ -126,6 +126,9 @@ def test_the_fixed_final_line_is_read_first():
         Judge("j", "http://127.0.0.1:9", parse=lambda text: float("nan")).read("x")
     with pytest.raises(ValueError, match="scale"):
         Judge("j", "http://127.0.0.1:9", scale=(5, 5))
+    for labels in ({"": 1.0, "NO": 0.0}, {"YES": float("nan"), "NO": 0.0}):
+        with pytest.raises(ValueError, match="labels must be"):
+            Judge("j", "http://127.0.0.1:9", parse="label", labels=labels)
 
 
 def test_a_huge_hostile_verdict_is_read_in_bounded_time():
