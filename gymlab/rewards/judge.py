@@ -292,9 +292,10 @@ class Judge:
         return blame[:_MAX_QUOTED], sorted(other, key=len, reverse=True)[:_MAX_QUOTED], len(blame) > _MAX_QUOTED
 
     def _reads(self, text: str) -> bool:
+        """Whether ``text`` alone is a grade (for a function ``parse``: it returns one without raising)."""
         try:
             self.read(text)
-        except (ValueError, TypeError):
+        except Exception:
             return False
         return True
 
