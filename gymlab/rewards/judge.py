@@ -9,12 +9,13 @@ backoff). A judge that cannot get an answer masks the episode ``judge_failed``; 
 read masks it ``judge_unparseable``; never a 0. What it asked and answered are kept on the record
 (``judgements``).
 
-A verdict is read from what the judge itself wrote (docs/judges.md): every verdict-like sentence or
-line of the prompt and of the policy's answer that the judge copied verbatim is set aside first,
-then the last ``VERDICT:``/``SCORE:`` line is read when there is one, else the whole text. When
-nothing readable is left and the policy's answer holds verdict-like text, the policy's own text
-made the verdict unreadable: the component is graded its lowest value, not masked, so a policy
-cannot turn its zeros into masked episodes through a judge that quotes it.
+A verdict is read from what the judge itself wrote (docs/judges.md): the verdict-like or long
+lines and sentences of the policy's answer and of the prompt that the judge copied verbatim are set
+aside first; then the last ``VERDICT:``/``SCORE:`` line that is a grade is read when there are such
+lines, else the whole text. When nothing readable is left and the judge had copied the answer's
+verdict-like text, the policy's own text made the verdict unreadable: the component is graded its
+lowest value, not masked, so a policy cannot turn its zeros into masked episodes through a judge
+that quotes it.
 """
 
 from __future__ import annotations
@@ -139,14 +140,12 @@ def parse_json(text: str, key: str = "score", scale: tuple[float, float] = (0.0,
     raise Unparseable(f"{key!r} in the verdict is {value!r:.100}, not a number")
 
 
-def final_line(text: str) -> str | None:
-    """The text of the last ``VERDICT:``/``SCORE:`` line (its first non-empty line after the
-    marker), or None when the verdict has no such line."""
-    markers = list(_MARKER.finditer(text))
-    if not markers:
-        return None
-    rest = text[markers[-1].end() :].strip(" \t\r\n*_`")
-    return rest.split("\n", 1)[0].strip(" \t\r*_`")
+def verdict_lines(text: str, markers: str = "VERDICT") -> list[str]:
+    """The text after each of the last 16 ``markers`` (a regex of names: ``VERDICT``, ``SCORE|VERDICT``)
+    followed by a colon, last first: the rest of its line, or the next non-empty line when it ends one."""
+    found = list(re.finditer(rf"\b(?:{markers})\s*\**\s*:", text, re.I))[-16:]
+    rests = (text[m.end() :].strip(" \t\r\n*_`").split("\n", 1)[0].strip(" \t\r*_`") for m in reversed(found))
+    return list(rests)
 
 
 def _segments(text: str) -> Iterable[str]:
@@ -305,17 +304,28 @@ class Judge:
         if callable(self.parse):
             value = float(self.parse(text))
         else:
-            line = final_line(text)
-            text = text if line is None else line
-            if self.parse == "label":
-                value = parse_label(text, self.labels or {})
-            elif self.parse == "json":
-                value = parse_json(text, self.json_key, self.scale)
-            else:
-                value = parse_score(text, self.scale)
+            lines = verdict_lines(text, "SCORE|VERDICT" if self.parse == "score" else "VERDICT")
+            value = self._parse_lines(lines) if lines else self._parse_text(text)
         if not math.isfinite(value):
             raise Unparseable(f"the verdict reads as {value}, not a finite number")
         return value
+
+    def _parse_lines(self, lines: list[str]) -> float:
+        """The last marker line that is a grade (the first error when none is)."""
+        errors = []
+        for line in lines:
+            try:
+                return self._parse_text(line)
+            except Unparseable as exc:
+                errors.append(exc)
+        raise errors[0]
+
+    def _parse_text(self, text: str) -> float:
+        if self.parse == "label":
+            return parse_label(text, self.labels or {})
+        if self.parse == "json":
+            return parse_json(text, self.json_key, self.scale)
+        return parse_score(text, self.scale)
 
     async def evaluate(self, body: Any) -> tuple[float, dict[str, Any]]:
         fields = self.fields(body)
@@ -371,9 +381,9 @@ __all__ = [
     "Judge",
     "Unparseable",
     "default_fields",
-    "final_line",
     "parse_json",
     "parse_label",
     "parse_score",
     "set_aside",
+    "verdict_lines",
 ]

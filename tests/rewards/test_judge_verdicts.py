@@ -11,7 +11,7 @@ import pytest
 
 from gymlab.examples import example_rows, load_environment
 from gymlab.protocol.failure_kinds import FAILURE_KINDS
-from gymlab.rewards.judge import Judge, Unparseable, final_line, parse_json, parse_label, parse_score
+from gymlab.rewards.judge import Judge, Unparseable, parse_json, parse_label, parse_score, verdict_lines
 from gymlab.rewards.rubric import Rubric
 
 open_qa = load_environment("open_qa")
@@ -119,7 +119,10 @@ def test_the_fixed_final_line_is_read_first():
     as_json = Judge("j", "http://127.0.0.1:9", parse="json", scale=(1, 5))
     assert 'VERDICT: {"score": n}' in as_json.verdict_format()
     assert as_json.read('I considered {"score": 5}.\nVERDICT: {"score": 2}') == 0.25
-    assert final_line("no marker here") is None
+    assert verdict_lines("no marker here") == []
+    # the last marker line that is a grade; a label judge's marker is VERDICT only
+    assert labels.read("VERDICT: INCORRECT\nConfidence score: high") == 0.0
+    assert judge.read("SCORE: 7/10\nVERDICT: as above") == 0.7
     with pytest.raises(Unparseable):
         judge.read("SCORE: 11/10")  # the final line is read alone: 11 is off the scale
     with pytest.raises(Unparseable, match="finite"):
