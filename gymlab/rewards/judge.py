@@ -38,13 +38,13 @@ from gymlab.rewards.rubric import ComponentFailed
 _NUM = r"-?\d+(?:\.\d+)?"
 _NUMBER = re.compile(_NUM)
 #: "3/10", "3 out of 10": a numerator and the scale it is on.
-_FRACTION = re.compile(rf"({_NUM})\s*(?:/|\bout\s+of\b)\s*(\d+(?:\.\d+)?)", re.I)
+_FRACTION = re.compile(rf"(?<![\d.])({_NUM})\s*(?:/|\bout\s+of\b)\s*(\d+(?:\.\d+)?)", re.I)
 #: Mentions of a scale, not a grade: "0-10", "1 to 5", "scale of 10".
 _SCALE_TALK = re.compile(
     r"(?<![\d.])\d+(?:\.\d+)?\s*(?:-|\u2013|\u2014|\bto\b)\s*\d+(?:\.\d+)?|\bscale\s+of\s+\d+", re.I
 )
 #: The fixed final line ``verdict_format`` asks for: ``VERDICT: ...`` or ``SCORE: ...``.
-_MARKER = re.compile(r"\b(?:VERDICT|SCORE)\s*\**\s*:", re.I)
+_MARKER = re.compile(r"\b(?:VERDICT|SCORE)[\s*]*:", re.I)
 _NEGATION = r"\bnot|\bnever|n't"
 #: At most this many lines or sentences of the answer (and as many of the prompt) are looked for in a verdict.
 _MAX_QUOTED = 1000
@@ -81,7 +81,7 @@ def parse_score(text: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
 
     The grade is the last "n/N" or "n out of N" whose N is the scale's top; without one, the last
     number once other fractions and scale talk ("0-10", "1 to 5", "scale of 10") are set aside."""
-    top = float(scale[1])
+    top, text = float(scale[1]), " ".join(text.split())  # one space a run: no regex backtracks through a long run
     numbers = [m[1] for m in _FRACTION.finditer(text) if float(m[2]) == top]
     numbers = numbers or _NUMBER.findall(_SCALE_TALK.sub(" ", _FRACTION.sub(" ", text)))
     if not numbers:
@@ -101,7 +101,7 @@ def parse_label(text: str, labels: Mapping[str, float]) -> float:
     Labels match as whole words, in their own case first, any case when none does. A list of the
     options ("CORRECT or INCORRECT") is not a decision. A negated label ("not correct") is the other
     label when there are two, and unreadable otherwise; it is never read as itself."""
-    names = sorted(labels, key=len, reverse=True)
+    names, text = sorted(labels, key=len, reverse=True), " ".join(text.split())
     one = "|".join(f"({_label_pattern(n)})" for n in names)
     for flags in (0, re.I):
         kept = re.sub(rf"(?:{one})(?:\s*(?:,?\s*\bor\b|,|/|\|)\s*(?:{one}))+", " ", text, flags=flags)
@@ -143,7 +143,7 @@ def parse_json(text: str, key: str = "score", scale: tuple[float, float] = (0.0,
 def verdict_lines(text: str, markers: str = "VERDICT") -> list[str]:
     """The text after each of the last 16 ``markers`` (a regex of names: ``VERDICT``, ``SCORE|VERDICT``)
     followed by a colon, last first: the rest of its line, or the next non-empty line when it ends one."""
-    found = list(re.finditer(rf"\b(?:{markers})\s*\**\s*:", text, re.I))[-16:]
+    found = list(re.finditer(rf"\b(?:{markers})[\s*]*:", text, re.I))[-16:]
     rests = (text[m.end() :].strip(" \t\r\n*_`").split("\n", 1)[0].strip(" \t\r*_`") for m in reversed(found))
     return list(rests)
 

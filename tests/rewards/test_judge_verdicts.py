@@ -145,6 +145,27 @@ def test_a_huge_hostile_verdict_is_read_in_bounded_time():
     assert time.perf_counter() - started < 20  # seconds; about 1 s on an idle core
 
 
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda: parse_label("CORRECT" + "\n" * 100_000 + "x", LABELS),  # minutes if a regex backtracks the run
+        lambda: parse_score("9" * 100_000, (0, 10)),  # minutes if a fraction may start inside a number
+        lambda: Judge("j", "http://127.0.0.1:9", scale=(0, 10)).verdict_like("9" * 100_000),
+        lambda: verdict_lines("VERDICT" + "\n" * 100_000 + "x"),
+        lambda: parse_label("CORRECT, " * 100_000, LABELS),
+        lambda: parse_label("not " * 100_000 + "CORRECT", LABELS),
+        lambda: parse_score(("7" + " " * 10_000) * 100, (0, 10)),
+    ],
+)
+def test_floods_of_whitespace_labels_or_negations_read_in_bounded_time(read):
+    started = time.perf_counter()
+    try:
+        read()
+    except Unparseable:
+        pass
+    assert time.perf_counter() - started < 20  # seconds; under 1 s on an idle core
+
+
 def run_judged(lab, judge_policy, rows, **judge_options):
     """Episodes of open_qa graded by one judge only, through real servers."""
     template = "Question: {question}\nReference answer: {reference_answer}\nAnswer: {answer}\n{verdict_format}"
