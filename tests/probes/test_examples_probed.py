@@ -2,7 +2,8 @@
 
 Four needed a fix, each found by these probes (see each example's docstring): the calculator paid for
 any call of ``square``, calculator_gym for any final answer, qa for any text holding the expected
-word, and the counter's last row asked for the value it started at.
+word (then for any ten words holding it: the short answer-aware spray "Eiffel Hg 39" paid every
+task), and the counter's last row asked for the value it started at.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def test_blackjack_is_not_flagged_though_a_blind_hand_can_win(lab):
     assert report.flagged == [], report
     real = report.cell("refusal").real_reward
     assert all(report.cell(p).mean_reward < real for p in report.rollouts)
-    tool_probes = {"call_every_tool", "call_every_tool_silent", "call_every_tool_random", "call_every_tool_then_spray"}
+    tool_probes = {
+        *("call_every_tool", "call_every_tool_silent", "call_every_tool_random", "call_every_tool_then_spray"),
+        "tool_leak",
+    }
     assert {p for p, _ in report.hits} <= tool_probes
 
 
