@@ -73,9 +73,14 @@ def field_values(row: dict[str, Any]) -> list[str]:
     return list(leaves({k: v for k, v in row.items() if k not in _NOT_DATA and not k.startswith("_ng_")}))
 
 
-def short_values(rows: Iterable[dict[str, Any]], words: int = 3) -> list[str]:
-    """The field values of at most ``words`` words (the ones that look like answers), in order."""
-    return list(dict.fromkeys(v for row in rows for v in field_values(row) if len(v.split()) <= words))
+def short_values(rows: Iterable[dict[str, Any]], words: int = 3) -> Iterator[str]:
+    """The field values of at most ``words`` words (the ones that look like answers), in order, once each."""
+    seen: set[str] = set()
+    for row in rows:
+        for value in field_values(row):
+            if value not in seen and len(value.split()) <= words:
+                seen.add(value)
+                yield value
 
 
 def edits(token: str) -> Iterator[str]:
@@ -125,13 +130,13 @@ def task_candidates(prompt: str, rows: list[dict[str, Any]], common: Iterable[st
 
 
 def spray(candidates: Iterable[str], limit: int = SPRAY_CHARS) -> str:
-    """Distinct candidates between the decoys, up to ``limit`` characters."""
+    """Distinct candidates between the decoys, up to ``limit`` characters (one over ``limit // 8`` is left out)."""
     kept: dict[str, None] = {}
     size = 0
     for candidate in candidates:
-        candidate = " ".join(candidate.split())
-        if not candidate or candidate in kept or candidate in DECOYS:
-            continue
+        candidate = " ".join(candidate[: limit // 8 + 1].split())
+        if not candidate or len(candidate) > limit // 8 or candidate in kept or candidate in DECOYS:
+            continue  # an overlong value is no guess at an answer
         size += len(candidate) + 1
         if size > limit:
             break

@@ -7,12 +7,21 @@ import itertools
 import json
 import math
 import re
+import time
 
-from gymlab import BaseVerifyRequest, BaseVerifyResponse, Component, GymnasiumServer, Rubric, SimpleResourcesServer
+from gymlab import (
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    Component,
+    GymnasiumServer,
+    Judge,
+    Rubric,
+    SimpleResourcesServer,
+)
 from gymlab.examples import example_rows, load_environment
 from gymlab.probes import BUILTIN_PROBES, probe
-from gymlab.probes.candidates import DECOYS, SPRAY_CHARS, spray, task_candidates
-from gymlab.probes.policies import answer_aware_spray, refusal, short_answer_spray, tool_leak
+from gymlab.probes.candidates import DECOYS, SPRAY_CHARS, index_rows, spray, task_candidates
+from gymlab.probes.policies import LONG_ANSWER_CHARS, answer_aware_spray, refusal, short_answer_spray, tool_leak
 from gymlab.protocol import ResponseCreateParams
 
 #: The environment's own dictionary: the word behind each scramble is no field of the row.
@@ -150,7 +159,7 @@ def test_short_spray_holds_the_tasks_own_values_among_others():
     rows = [{"responses_create_params": {"input": f"q{i}"}, "answer": f"a{i}"} for i in range(20)]
     text = short_answer_spray(ResponseCreateParams(input="q15"), rows)
     words = text.split()[2:-2]
-    assert "a15" in words and len(words) == 8 and words == sorted(words, key=lambda w: int(w[1:]))
+    assert "a15" in words and len(words) == 8 and words == sorted(words)  # its place says nothing
     assert short_answer_spray(ResponseCreateParams(input="q3"), rows[3:4]).split() == [*DECOYS, "a3", *DECOYS[::-1]]
     assert tool_leak(ResponseCreateParams(input="q")) == ""  # no tool: nothing to leak
 
@@ -226,3 +235,87 @@ def test_every_builtin_probe_has_a_shortcut_kind():
     from gymlab.probes.policies import SHORTCUTS
 
     assert set(BUILTIN_PROBES.values()) == set(SHORTCUTS)
+
+
+def test_hostile_rows_and_prompts_stay_bounded_and_fast():
+    """A megabyte prompt, a megabyte field, a 10,000-digit number, deep nesting, a row without a prompt,
+    a huge tool output: every probe answers within its bounds, in well under a second each."""
+    huge = " ".join(f"w{i:06d}" for i in range(150_000))  # 1 MB of distinct short tokens
+    rows = [
+        {"responses_create_params": {"input": huge}, "blob": "x" * 1_000_000, "n": "9" * 10_000},
+        {"responses_create_params": {"input": "deep"}, "a": [[[[[["too deep"]]]]]], "b": {"c": [1, 2.5, True, None]}},
+        {"no_prompt": "here"},
+        {"responses_create_params": {"input": [{"role": "user", "content": 7}]}},  # invalid: no prompt
+    ]
+    index = index_rows(rows)
+    assert set(index) == {huge, "deep", ""}
+    start = time.perf_counter()
+    for text in (huge, "deep"):
+        request = ResponseCreateParams(input=text)
+        for probe_fn in (answer_aware_spray, short_answer_spray):
+            answer = probe_fn(request, index)
+            assert len(answer) <= SPRAY_CHARS + 40 and answer.split()[:2] == list(DECOYS)
+            assert "x" * 1000 not in answer and "too deep" not in answer  # no megabyte guess, depth 3
+    assert "2.5" in short_answer_spray(ResponseCreateParams(input="deep"), index).split()
+    big_output = ResponseCreateParams(
+        input=[
+            {"role": "user", "content": "go"},
+            *(
+                item
+                for i in range(2)
+                for item in (
+                    {"type": "function_call", "name": "hint", "arguments": "{}", "call_id": f"c{i}"},
+                    {"type": "function_call_output", "call_id": f"c{i}", "output": "not json " * 100_000},
+                )
+            ),
+        ],
+        tools=[HINT_TOOL],
+    )
+    assert len(tool_leak(big_output)) == LONG_ANSWER_CHARS  # a repeated output: answered, clipped
+    assert time.perf_counter() - start < 10  # under load; about 0.5 s on an idle core
+
+
+class JudgedUnscramble(SimpleResourcesServer):
+    """Graded by a judge model that reads labels (``rubric`` set at serve time)."""
+
+    rubric: Rubric | None = None
+
+    async def verify(self, body: WordVerifyRequest) -> BaseVerifyResponse:
+        return await self.rubric.verify(body)
+
+
+class WordVerifyRequest(BaseVerifyRequest):
+    word: str
+
+
+JUDGE_TEMPLATE = "Reference: {word}\nAnswer: {answer}\nReply CORRECT or INCORRECT."
+
+
+def quoting_judge(request):
+    """A judge that restates the answer before its verdict, as models often do."""
+    prompt = request.input_items()[-1].text
+    word, answer = (re.search(rf"^{k}: (.*)$", prompt, re.M).group(1) for k in ("Reference", "Answer"))
+    return f'The answer given was "{answer}". Verdict: {"CORRECT" if answer.strip() == word else "INCORRECT"}'
+
+
+def test_a_quoting_judge_and_the_verdict_probe_graded_0_or_flagged_never_masked_unflagged(lab):
+    judge = Judge(
+        "correct",
+        lab.serve_model(quoting_judge, name="judge"),
+        JUDGE_TEMPLATE,
+        parse="label",
+        labels={"CORRECT": 1.0, "INCORRECT": 0.0},
+        attempts=1,
+    )
+    env = lab.serve(JudgedUnscramble, rubric=Rubric(judge))
+    rows = [{**r, "word": w} for r, w in zip(UNSCRAMBLE, WORDS.values())]
+    report = probe(lab, env, rows, real_policy=unscrambles)
+    assert report.real_reward(None) == 1.0 and report.real_mask_rate(None) == 0.0
+    for name in report.rollouts:
+        episodes = report.episodes(name)
+        graded_0 = all(not r.mask_sample and r.reward == 0.0 for r in episodes)
+        assert graded_0 or name in report.flagged, (name, report)
+    cell = report.cell("verdict_injection")
+    assert cell.mask_rate > 0 or cell.mean_reward == 0.0
+    if cell.mask_rate:  # a judge that cannot read its own quoted verdict masks the probe: flagged, and why
+        assert "judge_unparseable" in report.reasons()["verdict_injection"]
