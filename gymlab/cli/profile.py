@@ -39,7 +39,8 @@ def main(args: argparse.Namespace) -> int:
         import pandas as pd
 
         with pd.option_context("display.width", 200, "display.max_columns", 40):
-            print(result.tasks.drop(columns="why", errors="ignore").to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+            table = result.tasks.drop(columns="why", errors="ignore")  # the flags' sentences follow it
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         for task, why in result.flags().items():
             print(f"flagged task {task}: {why}")
         if len(result.components):
