@@ -3,7 +3,8 @@
 Every probe has the shape of the example environments' rule-based policies (``PolicyModel`` serves
 it): it receives the request (``ResponseCreateParams``) and returns a string (one assistant message),
 a list of output items, or a response. A probe is stateless; it reads the conversation so far from
-the request (``request.input_items()``). Run your own beside these with
+the request (``request.input_items()``), and a probe with a ``rows`` parameter also the probe's rows
+(what the answer-aware sprays build their guesses from). Run your own beside these with
 ``probe(..., probes={**BUILTIN_PROBES, "name": fn})``.
 
 A probe earns reward when the reward checks something a model can produce without solving the task:

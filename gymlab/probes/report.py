@@ -1,4 +1,5 @@
-"""The verdict of a probe run: per probe and per task, the mean reward and how often it beat the threshold.
+"""The verdict of a probe run: per probe and per task, the mean reward, the mask rate and how often it
+beat the threshold; per flagged probe, why (and which rubric components paid); the shortcuts tried.
 
 ``ProbeReport`` keeps every probe's ``Rollouts``, so the episodes behind a flag stay at hand
 (``report.episodes(probe, task)``, ``report.viewer(probe, task)``). It shows as an HTML table in a

@@ -63,7 +63,7 @@ def probe(
     try:
         for name, policy in runs.items():
             label = "probe-real" if name == REAL else f"probe-{name}"
-            if name != REAL and "rows" in inspect.signature(policy).parameters:
+            if name != REAL and _reads_rows(policy):
                 policy = functools.partial(policy, rows=index)  # an answer-aware probe reads the rows
             model = lab.serve_model(policy, name=f"{label}-model") if callable(policy) else None
             served[name] = (lab.serve_agent(kind, model=model or policy, name=f"{label}-agent", **base), model)
@@ -114,6 +114,13 @@ def _chosen(probes: Any) -> dict[str, Callable]:
     if not chosen:
         raise ValueError("no probes to run")
     return chosen
+
+
+def _reads_rows(policy: Callable) -> bool:
+    try:
+        return "rows" in inspect.signature(policy).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        return False
 
 
 def _is_agent(target: Any) -> bool:
