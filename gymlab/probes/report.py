@@ -176,12 +176,10 @@ class ProbeReport:
                 why.append(f"it earned a mean reward of {c.mean_reward:.2f} (above {self.threshold:g}){by}")
             if c.masked_more:
                 kinds = ", ".join(f"{k} {n}" for k, n in failure_counts(self.episodes(name)).items())
+                than = f" against the real policy's {c.real_mask_rate:.0%}" if self.real is not None else ""
                 why.append(
-                    f"{c.mask_rate:.0%} of its episodes were masked ({kinds}) against the real policy's "
-                    f"{c.real_mask_rate:.0%}: a masked episode leaves the mean, so a policy can hide its zeros"
-                    if self.real is not None
-                    else f"{c.mask_rate:.0%} of its episodes were masked ({kinds}): a masked episode leaves the "
-                    "mean, so a policy can hide its zeros"
+                    f"{c.mask_rate:.0%} of its episodes were masked ({kinds}){than}: a masked episode leaves "
+                    "the mean, so a policy can hide its zeros"
                 )
             out[name] = f"{name}: {' and '.join(why)}."
         return out
