@@ -49,7 +49,8 @@ class ComponentFailed(GymlabError):
 @dataclass(frozen=True)
 class Component:
     """One named, weighted part of a reward: ``fn(body)`` returns a number (sync or async). ``gate``:
-    another component's name; this one's value is multiplied by that one's (so it pays only then)."""
+    another component's name; this one's value is multiplied by that one's raw value, so a bonus
+    (brevity) pays only with it (a correct answer)."""
 
     name: str
     fn: Callable[[Any], float | bool | Awaitable[float | bool]]
