@@ -38,7 +38,7 @@ from gymlab.collection.engine import Job, Outcome, Policy, run_jobs
 from gymlab.collection.expand import check_rows, iter_expand
 from gymlab.collection.files import Key, key_of, output_paths, rewrite_sorted
 from gymlab.collection.metrics import aggregate
-from gymlab.collection.shards import in_shard
+from gymlab.collection.shards import in_shard, record_shard
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import LineWriter, atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
 from gymlab.protocol.record import identity
@@ -257,6 +257,9 @@ async def _acollect(
             yield job, target
 
     paths = output_paths(output)
+    if shard is not None:
+        options = [repeats, responses_create_params, num_repeats_add_seed]
+        record_shard(paths["shard"], shard, rows, options=options)
     done = _checked_done(paths["rollouts"])
     pools: dict[str, ReplicaPool] = {}
     metrics_urls: dict[str, str | None] = {}

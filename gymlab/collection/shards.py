@@ -4,17 +4,21 @@ A task's shard is ``task_index mod n`` (1-based: shard ``t % n + 1``). Sharding 
 (task, repeat), keeps every repeat of a row in one shard, so one shard's file holds each task's
 whole group (what a per-task metric or a GRPO group needs) and the shards never touch the same
 key. A task index that is not an integer goes by a stable hash of its JSON (CRC-32), the same on
-every host. ``gymlab merge`` (``merge``) joins the shard outputs into one collection.
+every host. ``gymlab merge`` (``merge``) joins the shard outputs into one collection; each shard
+writes ``NAME_shard.json`` (``record_shard``) so the merge can refuse shards of different inputs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from gymlab.errors import ConfigError
+from gymlab.jsonl import dumps, write_text_atomic
 
 
 def parse_shard(shard: tuple[int, int] | str) -> tuple[int, int]:
@@ -47,4 +51,14 @@ def in_shard(jobs: Iterable[dict[str, Any]], shard: tuple[int, int] | str) -> It
     return (job for job in jobs if shard_of(job.get("_ng_task_index"), n) == i)
 
 
-__all__ = ["in_shard", "parse_shard", "shard_of"]
+def record_shard(path: Path, shard: tuple[int, int] | str, rows: Iterable[dict[str, Any]], **options: Any) -> None:
+    """Write ``path`` (``NAME_shard.json``): the shard, and a SHA-256 of every input row of the whole
+    run (all shards) with the options that make jobs of them (repeats, overrides), equal on every host
+    that collects the same rows the same way."""
+    digest = hashlib.sha256(dumps(options))
+    for row in rows:
+        digest.update(dumps(row) + b"\n")
+    write_text_atomic(path, json.dumps({"shard": list(parse_shard(shard)), "inputs_sha256": digest.hexdigest()}))
+
+
+__all__ = ["in_shard", "parse_shard", "record_shard", "shard_of"]
