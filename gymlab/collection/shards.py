@@ -3,8 +3,7 @@
 A task's shard is ``task_index mod n`` (1-based: shard ``t % n + 1``). Sharding by task, not by
 (task, repeat), keeps every repeat of a row in one shard, so one shard's file holds each task's
 whole group (what a per-task metric or a GRPO group needs) and the shards never touch the same
-key. A task index that is not an integer goes by a stable hash of its JSON (CRC-32), the same on
-every host. ``gymlab merge`` (``merge``) joins the shard outputs into one collection; each shard
+key (task indices are whole numbers: ``expand`` refuses any other). ``gymlab merge`` (``merge``) joins the shard outputs into one collection; each shard
 writes ``NAME_shard.json`` (``record_shard``) so the merge can refuse shards of different inputs.
 """
 
@@ -12,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,11 +36,9 @@ def parse_shard(shard: tuple[int, int] | str) -> tuple[int, int]:
     return i, n
 
 
-def shard_of(task_index: Any, n: int) -> int:
+def shard_of(task_index: int, n: int) -> int:
     """The shard (1..n) that holds task ``task_index``."""
-    if isinstance(task_index, int) and not isinstance(task_index, bool):
-        return task_index % n + 1
-    return zlib.crc32(json.dumps(task_index, sort_keys=True).encode()) % n + 1
+    return task_index % n + 1
 
 
 def in_shard(jobs: Iterable[dict[str, Any]], shard: tuple[int, int] | str) -> Iterator[dict[str, Any]]:

@@ -293,3 +293,62 @@ def _group(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
+
+
+HOSTILE_CONFIGS = {
+    # 20,000 levels: a RecursionError of 2,992 lines before
+    "deep": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      x: " + b"[" * 20000 + b"]" * 20000 + b"\n",
+        ":4: nested deeper than 100 levels",
+    ),
+    "not_utf8": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      domain: caf\xe9\n",
+        ":4: not UTF-8 text (byte 66)",
+    ),
+    "passwd": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      entrypoint: /etc/passwd\n",
+        ": calculator.resources_servers.calculator: entrypoint /etc/passwd is not a Python file (.py)",
+    ),
+    "not_python": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      entrypoint: notes.py\n",
+        ": calculator.resources_servers.calculator: entrypoint ",
+    ),
+    "duplicate_instance": (
+        b"calculator:\n  resources_servers:\n    calculator: {}\ncalculator:\n  resources_servers:\n    other: {}\n",
+        ":4: key 'calculator' appears twice in one mapping (first on line 1)",
+    ),
+    "duplicate_field": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      port: 1\n      domain: a\n      port: 2\n",
+        ":6: key 'port' appears twice in one mapping (first on line 4)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_CONFIGS))
+def test_a_hostile_config_is_one_line_naming_the_file_and_where(case, tmp_path):
+    text, expected = HOSTILE_CONFIGS[case]
+    (tmp_path / "notes.py").write_text("this is not python (\n")
+    (tmp_path / "c.yaml").write_bytes(text)
+    commands = [["serve", "--dry-run"]] + ([["list"]] if case not in ("passwd", "not_python") else [])
+    for command in commands:  # (list imports no entrypoint)
+        done = gymlab(*command, str(tmp_path / "c.yaml"))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        [line] = done.stderr.splitlines()
+        assert f"{tmp_path / 'c.yaml'}{expected}" in line, line
+    if case == "not_python":
+        assert "cannot be imported: SyntaxError" in line and "notes.py" in line
+
+
+def test_a_task_index_that_is_not_a_whole_number_is_refused_before_anything_runs(tmp_path):
+    """A string _ng_task_index once resumed as a new key every run, then crashed the metrics."""
+    row = json.loads(EXAMPLE_ROWS.read_text().splitlines()[0])
+    for bad in ("3", 1.5, -1, True, None):
+        (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n" + json.dumps({**row, "_ng_task_index": bad}) + "\n")
+        out = tmp_path / "o.jsonl"
+        done = gymlab(
+            "collect", "--agent-url", "http://127.0.0.1:9", "-i", str(tmp_path / "rows.jsonl"), "-o", str(out)
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        [line] = done.stderr.splitlines()
+        assert f"rows:2: _ng_task_index is a whole number >= 0 (it names the task in every file), got {bad!r}" in line
+        assert not out.exists() or out.read_text() == ""
