@@ -226,7 +226,7 @@ def _loader(path: Path):
             seen: dict[Any, int] = {}
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=True)
-                if key_node.tag != "tag:yaml.org,2002:merge" and isinstance(key, str | int | float | bool):
+                if key_node.tag != "tag:yaml.org,2002:merge" and isinstance(key, str | int | float | None):
                     line = key_node.start_mark.line + 1
                     if key in seen:
                         raise ConfigError(

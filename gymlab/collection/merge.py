@@ -73,25 +73,27 @@ def _refuse_losing(target: Path, shards: list[Path], merged: dict[Key, tuple[dic
 
 
 def _same_inputs(parts: list[dict[str, Path]]) -> None:
-    """Raise when two shards' ``NAME_shard.json`` name different inputs (or one is unreadable)."""
+    """Raise when two shards' ``NAME_shard.json`` name different inputs or shard counts (or one is unreadable)."""
     first: tuple[Path, Any] | None = None
     for p in parts:
         if not p["shard"].exists():
             continue
         try:
-            inputs = json.loads(p["shard"].read_bytes())["inputs_sha256"]
-        except (ValueError, TypeError, KeyError) as exc:
+            record = json.loads(p["shard"].read_bytes())
+            mine = (record["inputs_sha256"], record["shard"][1])
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
             raise DatasetError(
                 str(p["shard"]), None, f"not a shard record ({exc!r}); collect the shard again"
             ) from None
         if first is None:
-            first = (p["shard"], inputs)
-        elif inputs != first[1]:
+            first = (p["shard"], mine)
+        elif mine != first[1]:
             raise DatasetError(
                 str(p["shard"]),
                 None,
-                f"this shard was collected from other input rows or options than {first[0]} (inputs_sha256 "
-                f"{str(inputs)[:12]} vs {str(first[1])[:12]}): collect every shard from the same rows and options",
+                f"this shard was collected from other input rows, options or shard count than {first[0]} "
+                f"(inputs_sha256 {str(mine[0])[:12]} of {mine[1]} shards vs {str(first[1][0])[:12]} of "
+                f"{first[1][1]}): collect every shard from the same rows and options",
             )
 
 

@@ -275,11 +275,14 @@ def test_shards_of_different_input_rows_are_refused(servers, tmp_path, capsys):
     collect(other, s2, agent_url=a.url, shard=(2, 2), progress=False)
     assert cli(["merge", str(out), str(s1), str(s2)]) == 2
     err = capsys.readouterr().err
-    assert "s2_shard.json: this shard was collected from other input rows or options than" in err
+    assert "s2_shard.json: this shard was collected from other input rows, options or shard count than" in err
     assert "s1_shard.json" in err and not out.exists()
     collect(rows, s2.with_name("s3.jsonl"), agent_url=a.url, shard=(2, 2), progress=False)  # the same rows
     assert cli(["merge", str(out), str(s1), str(tmp_path / "s3.jsonl")]) == 0 and len(lines(out)) == 5
     assert not output_paths(out)["shard"].exists()  # the merged output is a whole collection
+    collect(rows, tmp_path / "s4.jsonl", agent_url=a.url, shard=(2, 3), progress=False)  # another shard count
+    assert cli(["merge", str(tmp_path / "o3.jsonl"), str(s1), str(tmp_path / "s4.jsonl")]) == 2
+    assert "of 3 shards vs" in capsys.readouterr().err
     output_paths(s2)["shard"].write_text("{not json")
     assert cli(["merge", str(tmp_path / "o2.jsonl"), str(s1), str(s2)]) == 2
     assert "s2_shard.json: not a shard record" in capsys.readouterr().err
