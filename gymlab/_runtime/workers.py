@@ -1,7 +1,7 @@
 """Several uvicorn worker processes for one server (``num_workers > 1``).
 
 The parent binds the listening socket once (``bind_socket``: IPPROTO_TCP, so accepted sockets get
-TCP_NODELAY), writes the server's config in a file there that ``CONFIG_ENV`` names, creates a private directory (0700) for
+TCP_NODELAY), writes the server's config to a file that ``CONFIG_ENV`` names, creates a private directory (0700) for
 the ownership table and the workers' forwarding sockets, writes the session secret there in a 0600
 file so every worker signs and reads the same cookies (never in the environment, which
 ``/proc/PID/environ`` shows; the file stays for workers uvicorn starts as replacements), and runs uvicorn's multiprocess supervisor (it replaces a worker
@@ -151,7 +151,7 @@ def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
     state_dir = tempfile.mkdtemp(prefix="gymlab-workers-")  # mode 0700: only this user reaches the sockets
     from gymlab._runtime.env import write_config
 
-    os.environ[_config_env()] = write_config(worker_config, state_dir)  # removed with the directory
+    os.environ[_config_env()] = write_config(worker_config, state_dir)  # in the private directory, removed with it
     os.environ[WORKERS_ENV] = json.dumps({"entrypoint": path, "module": module, "dir": state_dir})
     _launcher = True
     try:

@@ -121,8 +121,9 @@ class Breaker:
     def error(self) -> RunStopped:
         f = self.tripped
         return RunStopped(
-            f"stopped after the first {self.count} tries all failed with {f.kind} (such as {f.server}: "
-            f"{f.message}); the rows not started were not attempted: fix the cause, then rerun to resume"
+            f"stopped after the first {self.count} tries all failed with {f.kind} (such as "
+            f"{f.server + ': ' if f.server else ''}{f.message}); the rows not started were not attempted: "
+            "fix the cause, then rerun to resume (--stop-after 0, stop_after=None: never stop)"
         )
 
 

@@ -1,7 +1,8 @@
 """One server of a config, in the foreground: ``python -m gymlab.collection.serve_one`` (``gymlab serve`` runs it).
 
 The server's config (refs already URLs) comes in a private file that ``CONFIG_ENV`` names
-(``gymlab._runtime.env``), removed once read; what to import comes in ``TARGET_ENV`` (an entrypoint path or a ``module:Class``, see ``gymlab.collection.imports``).
+(``gymlab._runtime.env``), removed once read; what to import comes in ``TARGET_ENV`` (an entrypoint
+path or a ``module:Class``, see ``gymlab.collection.imports``).
 """
 
 from __future__ import annotations
