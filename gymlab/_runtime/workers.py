@@ -1,7 +1,7 @@
 """Several uvicorn worker processes for one server (``num_workers > 1``).
 
 The parent binds the listening socket once (``bind_socket``: IPPROTO_TCP, so accepted sockets get
-TCP_NODELAY), writes the server's config into ``CONFIG_ENV``, creates a private directory (0700) for
+TCP_NODELAY), writes the server's config to a file that ``CONFIG_ENV`` names, creates a private directory (0700) for
 the ownership table and the workers' forwarding sockets, writes the session secret there in a 0600
 file so every worker signs and reads the same cookies (never in the environment, which
 ``/proc/PID/environ`` shows; the file stays for workers uvicorn starts as replacements), and runs uvicorn's multiprocess supervisor (it replaces a worker
@@ -89,14 +89,16 @@ def check_workers(server_cls: type | ServerSpec, num_workers: int) -> str | None
     return None
 
 
-def _worker_config(server: ServerSpec) -> str:
-    raw = json.loads(os.environ.get(_config_env()) or "{}")
+def _worker_config(server: ServerSpec) -> dict[str, Any]:
+    from gymlab._runtime.env import read_config
+
+    raw = read_config()
     try:
         raw.update(server.model_dump(mode="json", include=set(server.model_fields_set) | {"name", "num_workers"}))
     except Exception as exc:  # a field that only lives in memory cannot reach another process
         raise _config_error(server, f"its config cannot be sent to the workers as JSON: {exc}") from exc
     raw.pop("session_secret", None)  # workers read it from SECRET_FILE
-    return json.dumps(raw)
+    return raw
 
 
 #: The session secret's file in the launcher's private directory (mode 0600).
@@ -147,7 +149,9 @@ def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
     worker_config = _worker_config(server)
     saved = {k: os.environ.get(k) for k in (_config_env(), WORKERS_ENV)}
     state_dir = tempfile.mkdtemp(prefix="gymlab-workers-")  # mode 0700: only this user reaches the sockets
-    os.environ[_config_env()] = worker_config
+    from gymlab._runtime.env import write_config
+
+    os.environ[_config_env()] = write_config(worker_config, state_dir)  # in the private directory, removed with it
     os.environ[WORKERS_ENV] = json.dumps({"entrypoint": path, "module": module, "dir": state_dir})
     _launcher = True
     try:
