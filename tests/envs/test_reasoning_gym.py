@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 
 import httpx
 import pytest
@@ -15,7 +14,6 @@ import reasoning_gym  # noqa: E402
 from reasoning_gym.utils import extract_answer  # noqa: E402
 
 from gymlab import envs  # noqa: E402
-from gymlab.envs.reasoning import build  # noqa: E402
 
 #: (name, config): arc_agi's grids are tuples (a JSON copy of its entry scores 0.05 for the right
 #: grid), graph_color's metadata has integer keys, composite mixes two datasets.
@@ -150,9 +148,3 @@ def test_unknown_dataset_and_bad_config_raise_at_once():
         envs.reasoning_gym("chain_summ")
     with pytest.raises(ValueError, match="its fields: .*min_terms"):
         envs.reasoning_gym("chain_sum", min_terms=-3)
-
-
-def test_a_missing_library_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # what an environment without it sees
-    with pytest.raises(ImportError, match=r"pip install 'gymlab\[reasoning-gym\]'"):
-        build("chain_sum", {})
