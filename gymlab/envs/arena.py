@@ -18,7 +18,7 @@ that state between calls, so interleaved episodes replay as if played alone and 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import json
 import os
 import random
@@ -178,7 +178,7 @@ def check_offline(env_id: str) -> None:
     """Refuse a game that needs what it cannot get here: NLTK data not installed, or a hosted model's API
     key (the game's own module asks OpenRouter). Nothing is downloaded: a game module whose import
     calls ``nltk.download`` is imported with that call answered from the local data."""
-    need("textarena")
+    ta = need("textarena")
     from textarena.envs.registration import ENV_REGISTRY
 
     if env_id not in ENV_REGISTRY:
@@ -186,8 +186,8 @@ def check_offline(env_id: str) -> None:
         raise LookupError(f"no TextArena game {env_id!r}; e.g. {', '.join(close or sorted(ENV_REGISTRY)[:8])}")
     entry = ENV_REGISTRY[env_id].entry_point
     module = entry.split(":")[0] if isinstance(entry, str) else entry.__module__
-    spec = importlib.util.find_spec(module)
-    folder = Path(spec.origin).parent
+    # the game's folder, found without importing it (a game module may not even compile)
+    folder = Path(ta.__file__).parent.joinpath(*module.split(".")[1:]).parent
     source = "\n".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*.py")))
     if "OpenRouter" in source or "openrouter.ai" in source:
         raise RuntimeError(
@@ -242,6 +242,10 @@ def textarena(
     ``move`` tool on the rows (else the model's text is its move).
     """
     check_offline(env_id)
+    try:
+        need("textarena").make(env_id, **make_kwargs)  # a game that cannot load fails here, not at each reset
+    except Exception as exc:
+        raise RuntimeError(f"TextArena game {env_id} does not load here: {type(exc).__name__}: {exc}") from exc
     server = TextArenaServer(
         name=name or f"textarena-{env_id.lower()}",
         env_id=env_id,
@@ -259,8 +263,8 @@ def textarena(
 
 
 def games() -> list[str]:
-    """The registered TextArena game ids."""
+    """The registered TextArena game ids (their ``-raw`` and ``-train`` wrappings left out)."""
     need("textarena")
     from textarena.envs.registration import ENV_REGISTRY
 
-    return sorted(ENV_REGISTRY)
+    return sorted(k for k in ENV_REGISTRY if not k.endswith(("-raw", "-train")))

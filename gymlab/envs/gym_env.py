@@ -213,6 +213,14 @@ def gymnasium(
     return server, rows_from([text] * len(seeds), tools=declared or None, seed=seeds)
 
 
+def env_ids() -> list[str]:
+    """Gymnasium's registered envs that read as text here: those with an ``ansi`` render or known action names."""
+    gym = need("gymnasium")
+    return sorted(
+        k for k, spec in gym.envs.registry.items() if "toy_text" in str(spec.entry_point) or spec.name in ACTION_NAMES
+    )
+
+
 def _tool(name: str, description: str, properties: dict) -> dict[str, Any]:
     return {
         "type": "function",
