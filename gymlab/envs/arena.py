@@ -54,6 +54,7 @@ class TextArenaServer(GymnasiumServer):
     num_players: int = Field(1, ge=1, description="Seats of the game (2 for a two-player game).")
     player: int = Field(0, ge=0, description="The model's seat.")
     opponent_model: str | None = Field(None, description="A model server's URL that plays the other seats.")
+    opponent_timeout_s: float = Field(300.0, gt=0, description="Bound on one answer of opponent_model.")
     max_opponent_moves: int = Field(64, ge=1, description="Other seats' moves per model move before truncation.")
     make_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keywords of textarena.make.")
     _opponent: Callable[[str], str] | None = PrivateAttr(default=None)
@@ -124,7 +125,9 @@ class TextArenaServer(GymnasiumServer):
             return str(self._opponent(seen))
         chat = state["chats"].setdefault(seat, [])
         chat.append({"role": "user", "content": seen})
-        reply = await ask_model_server(self.opponent_model, {"input": chat}, server=f"{self.name}'s opponent")
+        reply = await ask_model_server(
+            self.opponent_model, {"input": chat}, server=f"{self.name}'s opponent", timeout=self.opponent_timeout_s
+        )
         chat.append({"role": "assistant", "content": reply.output_text})
         return reply.output_text
 

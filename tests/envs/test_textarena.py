@@ -197,3 +197,25 @@ def test_episodes_keep_their_own_random_state(lab):
         hints = [c.post("/step", json={**rows[0], "response": say}).json()["observation"] for c in (a, b)]
     assert first[0] == first[1] and hints[0] == hints[1]
     assert random.random() == before
+
+
+def test_hostile_steps(lab):
+    """A step before any reset is masked session_lost; a huge move is the game's to refuse; a second
+    reset on the same session starts a new game; a malformed body is a 422."""
+    server, rows = envs.textarena("TowerOfHanoi-v0", seeds=[0])
+    env = lab.serve(server)
+
+    def say(text):
+        return {**rows[0], "response": {"output": [{"type": "message", "role": "assistant", "content": text}]}}
+
+    with httpx.Client(base_url=env.url, timeout=60) as client:
+        lost = client.post("/step", json=say("[A C]")).json()
+        assert lost["mask_sample"] and lost["failure_kind"] == "session_lost"
+        first = client.post("/reset", json=rows[0]).json()["observation"]
+        huge = client.post("/step", json=say("[" + "A" * 100_000 + "]"))
+        assert huge.status_code == 200 and "invalid" in huge.json()["observation"].lower()
+        assert client.post("/reset", json=rows[0]).json()["observation"] == first  # a new game, same seed
+        assert len(server.session_state) == 1
+        assert client.post("/step", json={"response": "not a response"}).status_code == 422
+        client.post("/close", json={})
+    assert server.session_state == {}
