@@ -32,7 +32,7 @@ from pydantic import Field, PrivateAttr
 
 from gymlab.client import ask_model_server
 from gymlab.envs.extras import need
-from gymlab.envs.gym_env import LOST, plain
+from gymlab.envs.gym_env import LOST, plain, row_seed
 from gymlab.resources.gymnasium import GymnasiumServer
 from gymlab.resources.tools import rows_from
 
@@ -69,11 +69,11 @@ class TextArenaServer(GymnasiumServer):
             raise HTTPException(422, f"{self.name}: player {self.player} is not a seat of {self.num_players}")
         if self.num_players > 1 and self._opponent is None and self.opponent_model is None:
             raise HTTPException(422, f"{self.name}: {self.env_id} has other seats; give opponent or opponent_model")
-        seed = metadata.get("seed")
+        seed = row_seed(self, metadata)
         state = {"random": random.Random(seed).getstate(), "chats": {}}
         with _own_random(state):
             state["game"] = self.make_game()
-            state["game"].reset(num_players=self.num_players, seed=None if seed is None else int(seed))
+            state["game"].reset(num_players=self.num_players, seed=seed)
         self.session_state[session_id] = state
         state["before"] = await self._others(state)  # the seats before the model's: in the first step's moves
         if _inner(state["game"]).state.done:

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from fastapi import HTTPException
 from pydantic import Field, PrivateAttr
 
 from gymlab.envs.extras import need
@@ -60,6 +61,14 @@ def text_observation(env: Any, observation: Any) -> str:
         return shown
     board = _ANSI.sub("", _HIGHLIGHT.sub(r"[\1]", env.render())).strip("\n")
     return f"{board}\n{shown}"
+
+
+def row_seed(server: GymnasiumServer, metadata: dict) -> int | None:
+    """The row's ``seed``: a whole number >= 0 or null; anything else a 422 naming the server."""
+    seed = metadata.get("seed")
+    if seed is None or (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+        return seed
+    raise HTTPException(422, f"{server.name}: seed must be a whole number >= 0 or null, got {seed!r:.80}")
 
 
 class GymEnvServer(GymnasiumServer):
@@ -119,9 +128,11 @@ class GymEnvServer(GymnasiumServer):
         return _in_space(env.action_space, names.index(value) if value in names else value)
 
     async def reset(self, metadata, session_id=None):
+        seed, options = row_seed(self, metadata), metadata.get("options")
+        if options is not None and not isinstance(options, dict):
+            raise HTTPException(422, f"{self.name}: options must be an object of reset options, got {options!r:.80}")
         env = self.make_env()
-        seed = metadata.get("seed")
-        observation, info = env.reset(seed=None if seed is None else int(seed), options=metadata.get("options"))
+        observation, info = env.reset(seed=seed, options=options)
         self.session_state[session_id] = {"env": env, "observation": self.observe(env, observation)}
         return self.session_state[session_id]["observation"], plain(info)
 

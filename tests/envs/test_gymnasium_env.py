@@ -163,3 +163,16 @@ def test_a_step_without_an_episode_is_masked_session_lost(lab):
     for _ in range(2):  # repeated: the same answer
         answer = httpx.post(f"{env.url}/step", json=body, timeout=30).json()
         assert answer["mask_sample"] and answer["failure_kind"] == "session_lost" and answer["truncated"]
+
+
+def test_bad_seeds_and_options_are_4xx(lab):
+    import httpx
+
+    server, rows = envs.gymnasium("FrozenLake-v1", seeds=[1])
+    game, game_rows = envs.textarena("TowerOfHanoi-v0", seeds=[1])
+    for handle, row in ((lab.serve(server), rows[0]), (lab.serve(game), game_rows[0])):
+        for change in ({"seed": -5}, {"seed": "abc"}, {"seed": 1.5}, {"seed": True}):
+            answer = httpx.post(f"{handle.url}/reset", json={**row, **change}, timeout=30)
+            assert answer.status_code == 422 and "seed must be a whole number" in answer.text, answer.text
+    answer = httpx.post(f"{lab.serve(server).url}/reset", json={**rows[0], "options": "x"}, timeout=30)
+    assert answer.status_code == 422 and "options must be an object" in answer.text
