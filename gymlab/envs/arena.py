@@ -18,6 +18,7 @@ that state between calls, so interleaved episodes replay as if played alone and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -177,6 +178,7 @@ def _own_random(state: dict):
         random.setstate(outer)
 
 
+@functools.cache  # once per game and process (a game that fails raises again: exceptions are not cached)
 def check_offline(env_id: str) -> None:
     """Refuse a game that needs what it cannot get here: NLTK data not installed, or a hosted model's API
     key (the game's own module asks OpenRouter). Nothing is downloaded: a game module whose import
