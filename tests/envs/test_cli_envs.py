@@ -115,3 +115,46 @@ def test_the_probe_pass_on_a_few_datasets():
     assert table["episodes"] == 3 * 3 * 10 and table["seconds"] < 120  # 9 probes and the oracle
     text = gymlab("envs", "reasoning_gym", "chain_sum", "--probe", "--size", "2").stdout
     assert text.startswith("| dataset | oracle |") and "| chain_sum | 1 | tagged_spray" in text
+
+
+GAME_CONFIG = """\
+hanoi:
+  resources_servers:
+    textarena:
+      env_id: TowerOfHanoi-v0
+hanoi_agent:
+  responses_api_agents:
+    gymnasium_agent:
+      max_steps: 12
+      resources_server: {type: resources_servers, name: hanoi}
+      model_server: {type: responses_api_models, name: policy_model}
+      datasets:
+      - name: hanoi
+        type: example
+        jsonl_fpath: hanoi.jsonl
+policy_model:
+  responses_api_models:
+    policy_model:
+      policy: solver.py:policy
+"""
+
+SOLVER = """\
+MOVES = ["[A C]", "[A B]", "[C B]", "[A C]", "[B A]", "[B C]", "[A C]"]
+
+
+def policy(request):
+    return MOVES[sum(1 for i in request.input_items() if getattr(i, "role", None) == "assistant")]
+"""
+
+
+def test_a_textarena_game_collected_from_a_config(tmp_path):
+    done = gymlab("envs", "textarena", "TowerOfHanoi-v0", "--rows", str(tmp_path / "hanoi.jsonl"), "--seeds", "3")
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "config.yaml").write_text(GAME_CONFIG)
+    (tmp_path / "solver.py").write_text(SOLVER)
+    out = tmp_path / "run.jsonl"
+    done = gymlab("collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["seed"] for r in records) == [0, 1, 2]
+    assert all(r["reward"] == 1.0 and r["terminated"] and len(r["steps"]) == 7 for r in records)
