@@ -6,8 +6,13 @@ BIN := $(VENV)/bin
 LAB_STAMP := $(VENV)/.installed-lab
 TEST_STAMP := $(VENV)/.installed-test
 LAB_PORT ?= 8888
+# `make lab` opens JupyterLab here: copies of the tutorials, so a researcher's edits and autosaves never
+# touch notebooks/ (what the tests run, as committed). Tutorials added later are copied in; none is overwritten.
+WORKSPACE ?= workspace
+# every notebook runs in CI in a venv made exactly as `make demo` makes .venv: the package and its lab extra
+DEMO_VENV := .venv-demo
 
-.PHONY: demo lab test test-nemo bench browser-deps clean
+.PHONY: demo lab workspace demo-venv test test-nemo bench browser-deps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,27 +33,38 @@ demo: $(LAB_STAMP)
 	@echo "Next: run 'make lab' and open 01_quickstart.ipynb, then 02b_your_first_environment.ipynb to write your own."
 	@echo "The rollouts above are in ./gymlab-demo/ (rollouts = gymlab.load(\"gymlab-demo/counter_rollouts.jsonl\"))."
 
-# JupyterLab on the notebooks, on 127.0.0.1 only, with a fresh token (printed; passed in the environment, not argv);
+# JupyterLab on the workspace (see WORKSPACE), on 127.0.0.1 only, with a fresh token (printed; passed in the environment, not argv);
 # no news or update checks (no calls out). As root (a container) it passes --allow-root.
 # A busy port is an error rather than a silent move to another one: `make lab LAB_PORT=8899`.
-lab: $(LAB_STAMP)
+workspace:
+	@mkdir -p $(WORKSPACE)
+	@for f in notebooks/*.ipynb notebooks/*.md; do [ -e "$(WORKSPACE)/$${f#notebooks/}" ] || cp "$$f" $(WORKSPACE)/; done
+
+lab: $(LAB_STAMP) workspace
 	@token=$$($(BIN)/python -c 'import secrets; print(secrets.token_hex(24))'); \
 	echo "JupyterLab: http://127.0.0.1:$(LAB_PORT)/lab/tree/01_quickstart.ipynb?token=$$token"; \
 	echo "(open that address in a browser; Ctrl-C here stops JupyterLab)"; \
 	root=$$([ "$$(id -u)" = 0 ] && echo --allow-root); \
 	JUPYTER_TOKEN=$$token exec $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) $$root \
-		--ServerApp.port_retries=0 --ServerApp.root_dir=notebooks \
+		--ServerApp.port_retries=0 --ServerApp.root_dir=$(WORKSPACE) \
 		--LabApp.news_url= --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
 
 # The browser test needs Debian's Chromium; install it when missing (no browser download).
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: $(TEST_STAMP) browser-deps
+# The demo's venv, made by the recipe `make demo` uses (LAB_STAMP), in DEMO_VENV.
+demo-venv:
+	@$(MAKE) --no-print-directory VENV=$(DEMO_VENV) $(DEMO_VENV)/.installed-lab
+
+# The notebooks' kernels (tests/notebooks, tests/browser) are the demo venv's: JUPYTER_PATH puts its
+# kernel spec first, and GYMLAB_DEMO_VENV lets a test check that the kernel runs there.
+test: $(TEST_STAMP) browser-deps demo-venv
 	$(BIN)/ruff check gymlab tests environments
 	$(BIN)/ruff format --check gymlab tests environments
 	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	JUPYTER_PATH=$(abspath $(DEMO_VENV))/share/jupyter GYMLAB_DEMO_VENV=$(abspath $(DEMO_VENV)) \
+		$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # NeMo Gym 0.7.0 itself (its CLI, profiler and servers) in its own venv: it declares Python >= 3.13.14, and
 # runs on any 3.13 (found through pyenv or PATH; NEMO_PY=... to choose), installed with --ignore-requires-python.
@@ -71,4 +87,4 @@ bench: $(LAB_STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(NEMO_VENV) gymlab-demo build *.egg-info
+	rm -rf $(VENV) $(NEMO_VENV) $(DEMO_VENV) gymlab-demo build *.egg-info

@@ -4,9 +4,7 @@ Figures (wall seconds, and the process's CPU seconds beside them, which a busy m
 each as min / median of several builds, each from a new ``Rollouts``):
 - a rollouts JSONL file -> steps frame (``Rollouts.load(path).steps_frame()``), the file synced to disk first;
 - the records a run leaves in memory -> steps frame: they arrive as a run at concurrency 16 returns
-  them, and the time is from the last record to the frame, with the background read-ahead
-  (``StoreBuilder`` reading each 4 MB finished while the run goes on; the CPU of that reading beside
-  it) and without it (the frame reads every record then, with pyarrow's threaded reader);
+  them, and the time is from the last record to the frame;
 - records in memory that were never read (``Rollouts(records)``) -> steps frame, and again (the
   Arrow columns read are kept with the records);
 - the memory of calculator episodes held as ``Rollouts`` (traced allocations), and per episode;
@@ -110,12 +108,7 @@ def frames_benchmark(
 def run_records_benchmark(lines: list[bytes], rows: int, repeats: int, concurrency: int = 16) -> dict[str, Any]:
     """A run's records -> steps frame: ``lines`` added to a ``StoreBuilder`` in the order a run at
     ``concurrency`` finishes them (each window of that many shuffled, seeded), then timed from the
-    last record to the frame (``finish`` and the first ``steps_frame``), with the read-ahead and
-    without it (a piece larger than the run: nothing is read before the frame); and the reading's CPU.
-
-    The background reads are awaited before the timer starts, as a run's length would: one thread
-    reads these records more than ten times faster than a Lab finishes episodes (the CPU figure
-    per record says how much faster), so when a real run ends only its last piece is left."""
+    last record to the frame (``finish`` and the first ``steps_frame``)."""
     from gymlab.lab.runs import Rollouts
     from gymlab.lab.store import StoreBuilder
 
@@ -125,33 +118,17 @@ def run_records_benchmark(lines: list[bytes], rows: int, repeats: int, concurren
         window = order[start : start + concurrency]
         shuffle(window)
         order[start : start + concurrency] = window
-    reading: list[float] = []
 
-    def arrived(piece: int | None = None) -> StoreBuilder:  # the run's records added as they finish
-        gc.collect()
-        cpu = time.process_time()
-        builder = StoreBuilder(len(lines), piece)
+    def arrived() -> StoreBuilder:  # the run's records added as they finish
+        builder = StoreBuilder(len(lines))
         for position in order:
             builder.add(position, lines[position])
-        for read in builder.reads:  # see the docstring
-            read.result()
-        if builder.reads:
-            reading.append(time.process_time() - cpu)
         return builder
 
     def frame(builder: StoreBuilder):
         return Rollouts(store=builder.finish()).steps_frame(full=True)
 
-    ahead = _repeated(frame, repeats, rows, setup=arrived)
-    reading_s = statistics.median(reading) if reading else 0.0
-    never = _repeated(frame, repeats, rows, setup=functools.partial(arrived, 1 << 62))
-    return {
-        f"records a run leaves in memory -> steps frame, read ahead {UNIT}": ahead,
-        "reading them while the run goes on, CPU per record / per step (us)": (
-            f"{reading_s / len(lines) * 1e6:.1f} / {reading_s / rows * 1e6:.2f}"
-        ),
-        f"records a run leaves in memory -> steps frame, not read ahead (pyarrow's threaded reader) {UNIT}": never,
-    }
+    return {f"records a run leaves in memory -> steps frame {UNIT}": _repeated(frame, repeats, rows, setup=arrived)}
 
 
 def writer_benchmark(n_records: int = 20_000) -> dict[str, Any]:

@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gymlab.errors import DatasetError
 from gymlab.jsonl import atomic_file, iter_appendable
 
 Key = tuple[Any, Any]
@@ -45,18 +47,35 @@ def key_order(key: Key) -> tuple:
 
 
 def rewrite_sorted(path: Path, *, keep: Callable[[Key], bool] | None = None, what: str = "rollouts") -> int:
-    """Rewrite an appended file in (task, repeat) order, atomically, holding only each line's key
-    and place (never the records): the last line of each key wins, ``keep`` drops keys. Returns
-    the lines written."""
+    """Rewrite an appended file in (task, repeat) order, atomically, holding only each line's key and
+    place as four integer arrays (32 bytes a line, never the records): the last line of each key
+    wins, ``keep`` drops keys. Returns the lines written. Every key is a pair of whole numbers, as the
+    run engine writes them (a line with another key is a ``DatasetError`` naming it)."""
+    import numpy as np
+
     if not path.exists():
         return 0
-    places: dict[Key, tuple[int, int]] = {}
-    for _, offset, line, record in iter_appendable(path, what=what):
-        places[key_of(record)] = (offset, len(line))
-    order = sorted((k for k in places if keep is None or keep(k)), key=key_order)
+    tasks, repeats, offsets, lengths = (array("q") for _ in range(4))
+    for number, offset, line, record in iter_appendable(path, what=what):
+        task, repeat = key_of(record)
+        if type(task) is not int or type(repeat) is not int:
+            raise DatasetError(
+                str(path), number, f"task and repeat indices must be whole numbers, not {task!r}, {repeat!r}"
+            )
+        tasks.append(task)
+        repeats.append(repeat)
+        offsets.append(offset)
+        lengths.append(len(line))
+    t, r = np.frombuffer(tasks, dtype=np.int64), np.frombuffer(repeats, dtype=np.int64)
+    order = np.lexsort((np.arange(len(t)), r, t))  # by task, repeat, then place: a key's last line ends its run
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = (t[order][1:] != t[order][:-1]) | (r[order][1:] != r[order][:-1])
+    written = 0
     with open(path, "rb") as source, atomic_file(path) as out:
-        for k in order:
-            offset, length = places[k]
-            source.seek(offset)
-            out.write(source.read(length))
-    return len(order)
+        for i in order[last].tolist():
+            if keep is not None and not keep((tasks[i], repeats[i])):
+                continue
+            source.seek(offsets[i])
+            out.write(source.read(lengths[i]))
+            written += 1
+    return written

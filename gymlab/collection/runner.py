@@ -369,7 +369,8 @@ def _recorded_inputs(path: Path, jobs: Iterator[tuple[dict[str, Any], Any]], don
                             f"{path}: task {k[0]} repeat {k[1]} was collected from a different input row; "
                             "write to another output, or delete the old files to start over"
                         )
-                sent.add(k)
+                if old:  # which of the file's other keys to keep
+                    sent.add(k)
                 out.write(dumps(job) + b"\n")
                 yield job, target
             for k, (offset, length) in old.items():

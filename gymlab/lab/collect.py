@@ -70,13 +70,18 @@ def collect(
             return collect_rows(rows, output, route=config_route(config, urls, agent, pool.replicas), **options)
 
     from gymlab.lab import Lab
+    from gymlab.resources.simple import default_metrics
 
     with Lab() as lab:
         urls: dict[str, str] = {}
+        here: set[str] = set()  # servers whose metrics are the default: tallied here, not asked for
         for spec in config.launch_order():
             # In-process servers are threads of this process: one worker each, on a free port.
-            urls[spec.instance] = lab.serve(spec.build(urls, host="127.0.0.1", port=0, num_workers=1)).url
-        return collect_rows(rows, output, route=config_route(config, urls, agent), **options)
+            server = spec.build(urls, host="127.0.0.1", port=0, num_workers=1)
+            urls[spec.instance] = lab.serve(server).url
+            if default_metrics(server):
+                here.add(spec.instance)
+        return collect_rows(rows, output, route=config_route(config, urls, agent, metrics_here=here), **options)
 
 
 def _config_of(source: Any):
@@ -106,18 +111,21 @@ def agent_of(row: dict[str, Any], agents: Any, agent: str | None, where: str = "
     return name
 
 
-def config_route(config, urls: dict[str, str], agent: str | None, replicas=None):
+def config_route(config, urls: dict[str, str], agent: str | None, replicas=None, metrics_here: Iterable[str] = ()):
     """row -> Target for a served config: taskset rows to their environment server, others to an agent.
 
     ``replicas`` (name -> ``ReplicaPool``): the servers run as replicas (Ray cells); ``urls`` then
-    only name them (and reach one cell's resources server for its metrics)."""
+    only name them (and reach one cell's resources server for its metrics). ``metrics_here``: resources
+    servers whose metrics are tallied by the collection as it reads its records (a server in this
+    process with the default metrics: the same result without a request holding every record)."""
+    metrics_here = frozenset(metrics_here)
     agents = config.agents
     if agent is not None and agent not in agents:
         raise ConfigError(f"--agent {agent!r}: no such agent in the config; agents: {', '.join(agents) or 'none'}")
 
     def metrics_url(name: str) -> str | None:
         ref = config.servers[name].refs.get("resources_server")
-        return urls.get(ref[1]) if ref else None
+        return urls.get(ref[1]) if ref and ref[1] not in metrics_here else None
 
     def pool_of(name: str):
         return replicas(name) if replicas is not None else None

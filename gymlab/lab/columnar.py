@@ -7,16 +7,13 @@ thread while the pieces before are read on every core, and each piece's columns 
 Arrow compute where it was read, without a Python call per step (steps of more than one item, rare,
 are described in Python). Records whose JSON does not fit the schema as written (a message whose
 content is a string) are rewritten to fit and read again; a line that is not a rollout record is a
-``DatasetError`` naming it. A run's records are read while it goes on (``read_in_background``, fed
-by ``gymlab.lab.store.StoreBuilder``), so its first frame derives the columns of what was read and
-reads only the rest. Rubric components (``reward_<name>`` columns) come from the records' dicts.
+``DatasetError`` naming it. Rubric components (``reward_<name>`` columns) come from the records' dicts.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
-import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NoReturn
@@ -71,8 +68,8 @@ def _parse(data: Any, longest: int, parse: pj.ParseOptions, threads: bool = True
     return None if table["response"].null_count or rows not in (-1, table.num_rows) else table
 
 
-def _longest(store: Any, first: int = 0) -> int:
-    starts = np.asarray(store.starts[first:], dtype="int64")
+def _longest(store: Any) -> int:
+    starts = np.asarray(store.starts, dtype="int64")
     return int(np.diff(starts).max()) if len(starts) > 1 else 0
 
 
@@ -133,16 +130,14 @@ _PIECE = 16 << 20
 
 
 def _read_and_derive(store: Any) -> list[dict[str, Any]]:
-    """The frame's columns of every record, read now: what was read ahead, and the rest cut into
-    pieces on this thread, each read and derived on a pool of a thread a core (pyarrow and Arrow
-    compute run off the GIL), at most two pieces a core ahead; the columns read are kept with the
-    store. Records that do not fit the schema as written are all read again to fit (``_fitted``)."""
-    tables, first = _read_ahead(store)
-    starts, buffer, keys, n = store.starts, store.buffer, store.steps_keys, len(store)
-    longest = _longest(store, first)
+    """The frame's columns of every record: the records cut into pieces on this thread, each read and
+    derived on a pool of a thread a core (pyarrow and Arrow compute run off the GIL), at most two
+    pieces a core ahead; the columns read are kept with the store. Records that do not fit the schema as written are all read again to fit (``_fitted``)."""
+    first, starts, buffer, keys, n = 0, store.starts, store.buffer, store.steps_keys, len(store)
+    longest = _longest(store)
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(workers, thread_name_prefix="gymlab-frames") as pool:
-        jobs = [pool.submit(_derived, table) for table in tables]
+        jobs: list[Future] = []
         while first < n:
             last = min(max(first + 1, bisect.bisect_left(starts, starts[first] + _PIECE)), n)
             if len(jobs) >= 2 * workers:
@@ -153,7 +148,7 @@ def _read_and_derive(store: Any) -> list[dict[str, Any]]:
         done = [job.result() for job in jobs]
     if not done or any(d is None for d in done):
         done = [_derived(_fitted(store))]
-    store.columns, store.ahead, store.steps_keys = pa.concat_tables([table for table, _ in done]), None, None
+    store.columns, store.steps_keys = pa.concat_tables([table for table, _ in done]), None
     return [part for _, parts in done for part in parts]
 
 
@@ -182,43 +177,6 @@ def _misfit(store: Any) -> NoReturn:
     for i in range(len(store)):
         store.record(i)
     raise ValueError("the records' steps do not fit the steps frame (a field of an unexpected type)")
-
-
-_background: ThreadPoolExecutor | None = None
-_background_lock = threading.Lock()
-
-
-def read_in_background(data: bytes, longest: int) -> Future:
-    """Whole records read on a background thread: a future of their table (None when a record does
-    not fit the schema). One thread, so a run's reading takes at most one core."""
-    global _background
-    with _background_lock:
-        if _background is None:
-            _background = ThreadPoolExecutor(1, thread_name_prefix="gymlab-read-ahead")
-    return _background.submit(_read_lines, data, longest)
-
-
-def _read_lines(data: bytes, longest: int) -> pa.Table | None:
-    """Whole JSON lines, each ending with a newline, cut and read (``read_in_background``)."""
-    starts, find, at = [], data.find, 0
-    while at < len(data):
-        starts.append(at)
-        at = find(b"\n", at) + 1 or len(data)
-    starts.append(len(data))
-    return _read_cut(_cut(data, starts), len(starts) - 1, longest)
-
-
-def _read_ahead(store: Any) -> tuple[list[pa.Table], int]:
-    """The tables read while ``store``'s run went on and how many records they cover; ([], 0) when
-    none were, or one of them failed or did not fit (then the records are all read again here)."""
-    if store.ahead is None:
-        return [], 0
-    futures, covered = store.ahead
-    try:
-        tables = [future.result() for future in futures]
-    except Exception:
-        return [], 0
-    return ([], 0) if any(t is None for t in tables) else (tables, covered)
 
 
 def _taken(values: pa.Array, at: np.ndarray, keep: np.ndarray) -> pa.Array:

@@ -12,7 +12,10 @@ only when some row has a value. ``full=True`` gives every column.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
+import sys
 from collections.abc import Iterable
 from contextlib import contextmanager
 from typing import Any
@@ -105,9 +108,12 @@ def concise(frame, columns: list[str], optional: set[str], extra: Iterable[str] 
 
 
 @contextmanager
-def _gc_paused():
-    """Pause the cyclic collector while building columns: the lists hold no cycles, and at a million
-    rows repeated full collections over them would double the build time."""
+def _building():
+    """While a frame is built (a decorator of the frame functions): the cyclic collector paused (the
+    lists hold no cycles, and at a million rows repeated full collections over them would double the
+    build time); after it, its locals gone, the pages the build freed handed back to the system
+    (pyarrow's pool's ``release_unused``, glibc's ``malloc_trim``) rather than kept by the
+    allocators beside the frame."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -115,18 +121,37 @@ def _gc_paused():
     finally:
         if enabled:
             gc.enable()
+        pa = sys.modules.get("pyarrow")
+        if pa is not None:
+            pa.default_memory_pool().release_unused()
+        _malloc_trim()
+
+
+@functools.cache
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+def _malloc_trim() -> None:
+    """glibc's ``malloc_trim(0)``: free pages of every arena back to the system (no-op elsewhere)."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 # -- the frames ----------------------------------------------------------------------------------
 
 
+@_building()
 def steps_frame(records: Any, *, full: bool = False):
     """One row per step: the action, its first tool call, outputs, the assistant's ``text``, per-step
     and cumulative reward (and a ``reward_<name>`` column per rubric component)."""
     from gymlab.lab.columnar import steps_frame_arrow
 
-    with _gc_paused():
-        frame = steps_frame_arrow(store_of(records))
+    frame = steps_frame_arrow(store_of(records))
     extra = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
     return frame if full else concise(frame, STEP_CONCISE, STEP_OPTIONAL, extra=extra)
 
@@ -164,6 +189,7 @@ def _row_value(value: Any) -> Any:
     return value
 
 
+@_building()
 def episodes_frame(records: Any, *, full: bool = False):
     """One row per episode: ids, reward, prompt and answer, steps, failure fields, the row's own fields;
     with ``full=True`` also timing, token usage and the model's name."""
@@ -173,41 +199,40 @@ def episodes_frame(records: Any, *, full: bool = False):
     cols: dict[str, list] = {c: [] for c in EPISODE_COLUMNS}
     row_fields: dict[str, list] = {}
     components: list[dict | None] = []
-    with _gc_paused():
-        for position, r in enumerate(store.dicts()):
-            components.append(r.get("reward_components"))
-            usage = (r.get("response") or {}).get("usage") or {}
-            steps = r.get("steps") or []
-            last = steps[-1] if steps else {}
-            terminated, truncated = r.get("terminated"), r.get("truncated")  # the record's own; else its last step's
-            agent = r.get("agent_ref")
-            agent = agent.get("name") if isinstance(agent, dict) else None
-            cols["episode"].append(position)
-            cols["task"].append(r.get("_ng_task_index"))
-            cols["repeat"].append(r.get("_ng_rollout_index"))
-            cols["reward"].append(r.get("reward", 0.0))
-            cols["prompt"].append(prompt_of(r.get("responses_create_params")))
-            cols["answer"].append(answer_of(r))
-            cols["n_steps"].append(len(steps))
-            cols["mask_sample"].append(bool(r.get("mask_sample")))
-            cols["failure_kind"].append(r.get("failure_kind"))
-            cols["failure_stage"].append(r.get("failure_stage"))
-            cols["failure_reason"].append(r.get("failure_reason"))
-            cols["terminated"].append(bool(terminated if terminated is not None else last.get("terminated")))
-            cols["truncated"].append(bool(truncated if truncated is not None else last.get("truncated")))
-            cols["duration_s"].append(r.get("duration_s", 0.0))
-            cols["input_tokens"].append(usage.get("input_tokens"))
-            cols["output_tokens"].append(usage.get("output_tokens"))
-            cols["total_tokens"].append(usage.get("total_tokens"))
-            cols["model"].append((r.get("response") or {}).get("model") or None)
-            cols["environment"].append(r.get("env_name"))
-            cols["agent"].append(agent if agent is not None else r.get("agent_name"))
-            for key, value in r.items():
-                if key not in NOT_ROW_FIELDS:
-                    row_fields.setdefault(key, [None] * position).append(_row_value(value))
-            for values in row_fields.values():
-                if len(values) <= position:
-                    values.append(None)
+    for position, r in enumerate(store.dicts()):
+        components.append(r.get("reward_components"))
+        usage = (r.get("response") or {}).get("usage") or {}
+        steps = r.get("steps") or []
+        last = steps[-1] if steps else {}
+        terminated, truncated = r.get("terminated"), r.get("truncated")  # the record's own; else its last step's
+        agent = r.get("agent_ref")
+        agent = agent.get("name") if isinstance(agent, dict) else None
+        cols["episode"].append(position)
+        cols["task"].append(r.get("_ng_task_index"))
+        cols["repeat"].append(r.get("_ng_rollout_index"))
+        cols["reward"].append(r.get("reward", 0.0))
+        cols["prompt"].append(prompt_of(r.get("responses_create_params")))
+        cols["answer"].append(answer_of(r))
+        cols["n_steps"].append(len(steps))
+        cols["mask_sample"].append(bool(r.get("mask_sample")))
+        cols["failure_kind"].append(r.get("failure_kind"))
+        cols["failure_stage"].append(r.get("failure_stage"))
+        cols["failure_reason"].append(r.get("failure_reason"))
+        cols["terminated"].append(bool(terminated if terminated is not None else last.get("terminated")))
+        cols["truncated"].append(bool(truncated if truncated is not None else last.get("truncated")))
+        cols["duration_s"].append(r.get("duration_s", 0.0))
+        cols["input_tokens"].append(usage.get("input_tokens"))
+        cols["output_tokens"].append(usage.get("output_tokens"))
+        cols["total_tokens"].append(usage.get("total_tokens"))
+        cols["model"].append((r.get("response") or {}).get("model") or None)
+        cols["environment"].append(r.get("env_name"))
+        cols["agent"].append(agent if agent is not None else r.get("agent_name"))
+        for key, value in r.items():
+            if key not in NOT_ROW_FIELDS:
+                row_fields.setdefault(key, [None] * position).append(_row_value(value))
+        for values in row_fields.values():
+            if len(values) <= position:
+                values.append(None)
     frame = add_component_columns(typed_frame(cols, EPISODE_DTYPES), components)
     extra = {(f"row.{k}" if k in frame else k): v for k, v in row_fields.items()}
     if extra:

@@ -246,7 +246,7 @@ class AgentReplica:
 
 class MemorySink:
     """The engine's memory sink: each record (a failure as a masked record) with its row's identity,
-    held as its JSON line by position, the frames' columns read meanwhile (``StoreBuilder``)."""
+    held as its JSON line by position (``StoreBuilder``)."""
 
     def __init__(
         self, total: int, agent: str, env: str | None, on_error: str, state: RunState, bar: Any, observe: Any = None

@@ -5,8 +5,7 @@ A ``RecordStore`` is one ``bytes`` buffer (a record a line, as in the rollouts f
 start offset and line number. ``record(i)`` validates one line into a ``Rollout``; ``dicts()``
 parses every line with orjson (the episodes and calls frames); ``buffer`` is what pyarrow reads for
 the steps frame, and ``columns`` what it read (kept, and carried by ``take`` and ``concat``).
-``StoreBuilder`` holds a run's records as they finish and has pyarrow read them meanwhile, so the
-first frame after a run reads only the records that finished last.
+``StoreBuilder`` holds a run's records in one growing buffer as they finish.
 A bad line is a ``DatasetError`` naming the file (or ``records`` for records built in memory) and
 the line, whenever it is first used.
 """
@@ -43,7 +42,7 @@ def _line_of(record: Any) -> bytes:
 class RecordStore:
     """Records as JSON lines in one buffer (see the module docstring)."""
 
-    __slots__ = ("buffer", "starts", "numbers", "source", "columns", "ahead", "steps_keys")
+    __slots__ = ("buffer", "starts", "numbers", "source", "columns", "steps_keys")
 
     def __init__(self, buffer: bytes, starts: list[int], numbers: list[int] | None = None, source: str | None = None):
         self.buffer = buffer
@@ -51,9 +50,6 @@ class RecordStore:
         self.numbers = numbers
         self.source = source
         self.columns: Any = None  # the steps frame's Arrow columns, read once (the records never change)
-        #: (futures of Arrow tables, n): the steps frame's columns of the first n records, read while a
-        #: run went on (``StoreBuilder``); the first frame waits for them and reads only the rest.
-        self.ahead: tuple[list[Any], int] | None = None
         #: Where each record's ``"steps"`` key starts in ``buffer`` (-1: none), when found on loading
         #: a file; the steps frame's reader starts there (``gymlab.lab.columnar``).
         self.steps_keys: Any = None  # an array of int64, or None
@@ -153,8 +149,6 @@ class RecordStore:
             import pyarrow as pa
 
             joined.columns = pa.concat_tables([s.columns for s in stores])
-        else:  # what was read of the first ones (runs read while they went on), without a second read
-            joined.ahead = _read_so_far(stores)
         return joined
 
 
@@ -162,24 +156,14 @@ class StoreBuilder:
     """A run's records, added by position as they finish (in any order), made a ``RecordStore`` by
     ``finish``. The records finished from the start on go straight into one growing buffer, so a run
     holds its records once, as the lines of a loaded file would be (only the few that finished ahead
-    of an earlier one wait as lines of their own). Each time the buffer's records not yet handed over
-    reach ``piece`` bytes, they go to the steps frame's background reader (pyarrow, off the GIL), so a
-    frame of a long run is ready in about the time of its last piece rather than of all its records.
-    A record that finishes late holds back only the reading of those after it, never their order."""
+    of an earlier one wait as lines of their own)."""
 
-    #: Bytes of finished records handed to the reader at a time: large enough that a piece's columns
-    #: cost little more than its reading, small enough that the last piece reads in a few ms.
-    PIECE = 4 << 20
-
-    def __init__(self, total: int, piece: int | None = None):
+    def __init__(self, total: int):
         self.total = total
-        self.piece = self.PIECE if piece is None else piece
         self.data = bytearray()  # records [0, ready), one a line
         self.starts = [0]  # their offsets in data, and the end
         self.ahead_of: dict[int, bytes] = {}  # finished records past the first unfinished one
         self.ready = 0  # records [0, ready) have finished
-        self.sent = 0  # records [0, sent) went to the reader
-        self.reads: list[Any] = []  # one future per piece sent, in order
         self.store: RecordStore | None = None
 
     def add(self, position: int, record: Any) -> None:
@@ -191,12 +175,6 @@ class StoreBuilder:
             data += b"\n"
             starts.append(len(data))
             self.ready += 1
-        if starts[self.ready] - starts[self.sent] >= self.piece:
-            from gymlab.lab.columnar import read_in_background  # imported with the first piece
-
-            longest = max(b - a for a, b in zip(starts[self.sent : self.ready], starts[self.sent + 1 : self.ready + 1]))
-            self.reads.append(read_in_background(bytes(data[starts[self.sent] : starts[self.ready]]), longest))
-            self.sent = self.ready
 
     def line(self, position: int) -> bytes:
         """The JSON line of the record finished at ``position``."""
@@ -212,28 +190,5 @@ class StoreBuilder:
             raise ValueError(f"{self.total - self.ready} record(s) of the run were never added")
         store = RecordStore(bytes(self.data), self.starts, None, None)
         self.data = bytearray()  # the one copy is the store's now
-        if self.reads:
-            store.ahead = (self.reads, self.sent)
         self.store = store
         return store
-
-
-def _read_so_far(stores: list[RecordStore]) -> tuple[list[Any], int] | None:
-    """The reads (futures of Arrow tables) covering the first records of ``stores`` one after the
-    other, and how many records they cover; None when they cover none."""
-    from concurrent.futures import Future
-
-    reads: list[Any] = []
-    covered = 0
-    for store in stores:
-        if store.columns is not None:
-            done: Future = Future()
-            done.set_result(store.columns)
-            part = ([done], len(store))
-        else:
-            part = store.ahead or ([], 0)
-        reads += part[0]
-        covered += part[1]
-        if part[1] < len(store):  # the rest of this store is unread: the stores after it wait too
-            break
-    return (reads, covered) if reads else None

@@ -8,6 +8,7 @@ import statistics
 import typing
 from abc import abstractmethod
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -48,24 +49,47 @@ def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
     }
 
 
-def aggregate_metrics(verify_responses: list[dict[str, Any]]) -> AggregateMetrics:
-    """Metrics over verify responses; masked samples are counted but kept out of reward metrics."""
-    kept = [r for r in verify_responses if not r.get("mask_sample")]
-    rewards = [float(r.get("reward", 0.0)) for r in kept]
-    agent = reward_stats(rewards)
-    agent["num_samples"] = len(verify_responses)
-    agent["num_masked"] = len(verify_responses) - len(kept)
-    groups: dict[Any, list[float]] = defaultdict(list)
-    for r in kept:
-        groups[r.get("_ng_task_index")].append(float(r.get("reward", 0.0)))
-    group_level = [
-        {"_ng_task_index": k, "num_rollouts": len(v), **reward_stats(v)}
-        for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] if kv[0] is not None else 0))
-    ]
-    key = {k: agent[k] for k in ("mean/reward",) if k in agent}
-    if len(groups) and all(len(v) > 0 for v in groups.values()):
-        key["pass@k/mean"] = statistics.fmean(float(max(v) >= 1.0) for v in groups.values()) if groups else 0.0
-    return AggregateMetrics(agent_metrics=agent, key_metrics=key, group_level_metrics=group_level)
+class MetricsTally:
+    """The default aggregate metrics, built one verify response at a time: only rewards are kept, so
+    a collection's records stream past (the driver of a collection tallies them as it reads its file)."""
+
+    def __init__(self) -> None:
+        self.n_samples = 0
+        self.groups: dict[Any, list[float]] = defaultdict(list)  # task index -> rewards of kept samples
+
+    def add(self, r: dict[str, Any]) -> None:
+        self.n_samples += 1
+        if not r.get("mask_sample"):
+            self.groups[r.get("_ng_task_index")].append(float(r.get("reward", 0.0)))
+
+    def result(self) -> AggregateMetrics:
+        """Masked samples are counted but kept out of reward metrics."""
+        groups = self.groups
+        rewards = [x for v in groups.values() for x in v]
+        agent = reward_stats(rewards)
+        agent["num_samples"] = self.n_samples
+        agent["num_masked"] = self.n_samples - len(rewards)
+        group_level = [
+            {"_ng_task_index": k, "num_rollouts": len(v), **reward_stats(v)}
+            for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] if kv[0] is not None else 0))
+        ]
+        key = {k: agent[k] for k in ("mean/reward",) if k in agent}
+        if groups:
+            key["pass@k/mean"] = statistics.fmean(float(max(v) >= 1.0) for v in groups.values())
+        return AggregateMetrics(agent_metrics=agent, key_metrics=key, group_level_metrics=group_level)
+
+
+def aggregate_metrics(verify_responses: Iterable[dict[str, Any]]) -> AggregateMetrics:
+    """Metrics over verify responses (``MetricsTally``)."""
+    tally = MetricsTally()
+    for r in verify_responses:
+        tally.add(r)
+    return tally.result()
+
+
+def default_metrics(server: Any) -> bool:
+    """Whether ``server`` answers ``/aggregate_metrics`` with the default metrics (``MetricsTally``)."""
+    return getattr(type(server), "aggregate_metrics", None) is SimpleResourcesServer.aggregate_metrics
 
 
 class SimpleResourcesServer(BaseServer):

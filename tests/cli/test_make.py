@@ -38,8 +38,10 @@ def names(requirements: list[str]) -> set[str]:
 
 def test_demo_installs_the_lab_and_not_the_test_tools():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    # JupyterLab, its kernel, and the MCP SDK notebook 09 imports: every notebook runs after `make lab`
-    assert names(extras["lab"]) == {"jupyterlab", "ipykernel", "mcp"} and not names(extras["lab"]) & TEST_TOOLS
+    # JupyterLab, its kernel, and what the notebooks import (09 the MCP SDK, 05 datasets): every notebook
+    # runs after `make lab` (tests/notebooks runs them in a venv made by this recipe)
+    assert names(extras["lab"]) == {"jupyterlab", "ipykernel", "mcp", "datasets"}
+    assert not names(extras["lab"]) & TEST_TOOLS
     demo = make_n("demo")
     installs = [line for line in demo.splitlines() if "pip install" in line]
     assert installs[-1].endswith("pip install -q -e '.[lab]'")  # after pip itself is upgraded
@@ -55,13 +57,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_the_workspace_is_copies_of_the_tutorials_and_a_later_make_keeps_its_edits(tmp_path):
+    """`make lab` opens copies: a researcher's edits stay, tutorials added later arrive, none is overwritten."""
+    workspace = tmp_path / "workspace"
+
+    def make_workspace() -> None:
+        subprocess.run(["make", "-s", "workspace", f"WORKSPACE={workspace}"], cwd=ROOT, check=True)
+
+    make_workspace()
+    tutorials = sorted(p.name for p in (ROOT / "notebooks").iterdir() if p.suffix in (".ipynb", ".md"))
+    assert sorted(p.name for p in workspace.iterdir()) == tutorials
+    (workspace / "01_quickstart.ipynb").write_text("my edits")
+    (workspace / "03_step_through.ipynb").unlink()  # as if it were a tutorial added after the first make lab
+    (workspace / "mine.ipynb").write_text("{}")
+    make_workspace()
+    assert (workspace / "01_quickstart.ipynb").read_text() == "my edits"
+    assert (workspace / "03_step_through.ipynb").read_bytes() == (
+        ROOT / "notebooks" / "03_step_through.ipynb"
+    ).read_bytes()
+    assert (workspace / "mine.ipynb").exists()
+
+
 def test_make_lab_serves_the_notebooks_on_loopback_with_a_token(tmp_path):
     pytest.importorskip("jupyterlab")
     port = free_port()
+    workspace = tmp_path / "workspace"
+    committed = (ROOT / "notebooks" / "01_quickstart.ipynb").read_bytes()
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
     stamp = VENV / ".installed-lab"  # -o: taken as made, so make installs nothing into this venv
     proc = subprocess.Popen(
-        ["make", "-s", "-o", str(stamp), "lab", f"VENV={VENV}", f"LAB_PORT={port}"],
+        ["make", "-s", "-o", str(stamp), "lab", f"VENV={VENV}", f"LAB_PORT={port}", f"WORKSPACE={workspace}"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -84,7 +109,20 @@ def test_make_lab_serves_the_notebooks_on_loopback_with_a_token(tmp_path):
         assert httpx.get(f"{base}/api/status", timeout=5).status_code == 403  # the token is required
         listing = httpx.get(f"{base}/api/contents", params={"token": token}, timeout=5).json()
         served = {item["name"] for item in listing["content"]}
-        assert {"01_quickstart.ipynb", "02b_your_first_environment.ipynb"} <= served  # the notebooks folder
+        assert {"01_quickstart.ipynb", "02b_your_first_environment.ipynb"} <= served  # the tutorials' copies
+        # a save (JupyterLab's autosave) with an output lands in the workspace; the tutorial stays as committed
+        book = httpx.get(f"{base}/api/contents/01_quickstart.ipynb", params={"token": token}, timeout=10).json()
+        book["content"]["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "ran\n"}]
+        book["content"]["cells"][1]["execution_count"] = 1
+        saved = httpx.put(
+            f"{base}/api/contents/01_quickstart.ipynb",
+            params={"token": token},
+            json={"type": "notebook", "format": "json", "content": book["content"]},
+            timeout=10,
+        )
+        assert saved.status_code == 200, saved.text
+        assert '"ran\\n"' in (workspace / "01_quickstart.ipynb").read_text()
+        assert (ROOT / "notebooks" / "01_quickstart.ipynb").read_bytes() == committed
         argv = Path(f"/proc/{proc.pid}/cmdline")
         assert not argv.exists() or token not in argv.read_text()  # the token is not on a command line
     finally:

@@ -417,6 +417,8 @@ def test_a_config_is_collected_by_a_python_call(tmp_path):
     assert (result.n_rollouts, result.n_failures, result.mean_reward) == (10, 0, 1.0)
     assert {r["agent_ref"]["name"] for r in result.rollouts} == {"calculator_simple_agent"}
     metrics = json.loads(result.paths["aggregate_metrics"].read_text())
+    # the calculator's metrics are the default: tallied as the file was read, equal to its route's answer
+    assert metrics["calculator_simple_agent"] == aggregate_metrics(result.rollouts).model_dump(mode="json")
     assert metrics["calculator_simple_agent"]["agent_metrics"]["num_samples"] == 10
     again = gymlab.collect(load_config(config), tmp_path / "run.jsonl", repeats=2, progress=False)
     assert (again.n_new, again.n_skipped) == (0, 10)  # a loaded config too; the rerun resumes
@@ -431,3 +433,51 @@ async def test_a_failure_that_a_rerun_finishes_leaves_the_failures_file(calc_age
     done = await acollect(rows, out, agent_url=agent.url, progress=False)
     assert (done.n_new, done.n_rollouts, done.n_failures) == (2, 2, 0)
     assert output_paths(out)["failures"].read_text() == ""
+
+
+def test_metrics_tallied_one_record_at_a_time_equal_the_routes_answer():
+    """``MetricsTally`` is the route's own rule: masked samples counted and left out, groups by task."""
+    from gymlab.resources.simple import MetricsTally, default_metrics
+
+    responses = [
+        {"_ng_task_index": i % 3, "reward": r, "mask_sample": m}
+        for i, (r, m) in enumerate([(1.0, False), (0.0, False), (0.5, True), (0.25, False), (1.0, False), (0.0, True)])
+    ]
+    tally = MetricsTally()
+    for r in responses:
+        tally.add(r)
+    metrics = tally.result()
+    assert metrics == aggregate_metrics(iter(responses))
+    assert (metrics.agent_metrics["num_samples"], metrics.agent_metrics["num_masked"]) == (6, 2)
+    assert metrics.agent_metrics["mean/reward"] == 2.25 / 4
+    assert [g["num_rollouts"] for g in metrics.group_level_metrics] == [2, 2]  # task 2's two were masked
+    assert default_metrics(CalculatorServer()) and not default_metrics(MarkedCalculator())
+
+
+def test_an_appended_file_is_rewritten_in_task_repeat_order_the_last_line_of_a_key_winning(tmp_path):
+    from gymlab.collection.files import rewrite_sorted
+    from gymlab.errors import DatasetError
+
+    path = tmp_path / "run.jsonl"
+    lines = [
+        {"_ng_task_index": 2, "_ng_rollout_index": 0, "v": "a"},
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "v": "b"},
+        {"_ng_task_index": 10, "_ng_rollout_index": 0, "v": "c"},
+        {"_ng_task_index": 2, "_ng_rollout_index": 0, "v": "a again"},  # a retry's line: it wins
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "v": "d"},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert rewrite_sorted(path, keep=lambda key: key != (10, 0)) == 3
+    assert [
+        (r["_ng_task_index"], r["_ng_rollout_index"], r["v"]) for r in map(json.loads, path.read_text().splitlines())
+    ] == [
+        (0, 0, "d"),
+        (0, 1, "b"),
+        (2, 0, "a again"),
+    ]
+    path.write_text(
+        json.dumps({"_ng_task_index": 0, "_ng_rollout_index": 0}) + "\n" + json.dumps({"_ng_task_index": "x"}) + "\n"
+    )
+    with pytest.raises(DatasetError, match=r"run\.jsonl:2: task and repeat indices must be whole numbers"):
+        rewrite_sorted(path)
+    assert json.loads(path.read_text().splitlines()[1]) == {"_ng_task_index": "x"}  # nothing is lost

@@ -1,5 +1,5 @@
 """The columnar data side: the steps frame through Arrow (whatever shape the records' steps take,
-read ahead or not, kept or read again), and ``Rollouts`` holding JSON lines, validated when used,
+kept or read again), and ``Rollouts`` holding JSON lines, validated when used,
 with bad lines reported by number."""
 
 import json
@@ -186,7 +186,7 @@ def test_a_record_is_read_from_its_own_steps_key_only(tmp_path, kind):
     assert Rollouts.load(path).steps_frame(full=True).equals(expected)  # the keys found on loading
     held = Rollouts([plain.encode(), line.encode(), plain.encode()])  # found by the reader
     assert held.steps_frame(full=True).equals(expected)
-    builder = StoreBuilder(3, piece=1)  # read while a run goes on
+    builder = StoreBuilder(3)  # a run's records
     for position, text in enumerate([plain, line, plain]):
         builder.add(position, text.encode())
     assert Rollouts(store=builder.finish()).steps_frame(full=True).equals(expected)
@@ -341,80 +341,61 @@ def test_a_frame_can_be_edited():
     assert rollouts.steps_frame(full=True).loc[0, "reward"] != 5.0  # the kept columns did not change
 
 
-def test_a_run_read_ahead_in_pieces_gives_the_frame_read_afresh_whatever_the_finishing_order():
+def test_a_run_finished_in_any_order_gives_the_frame_of_its_records_in_order():
     records = _many_records()
     order = list(range(len(records)))
-    straggler = order.pop(7)  # finishes last: the reading of every record after it waits for it
+    straggler = order.pop(7)  # finishes last: every record after it waits as a line of its own
     order = order[::-1][: len(order) // 2][::-1] + order[: len(order) - len(order) // 2][::-1]
-    builder = StoreBuilder(len(records), piece=1)
+    builder = StoreBuilder(len(records))
     for position in order:
         builder.add(position, records[position])
-    assert builder.sent == 7 and builder.reads  # the records before the straggler were read meanwhile
+    assert builder.ready == 7 and len(builder.ahead_of) == len(records) - 8
     builder.add(straggler, records[straggler])
-    assert builder.sent == len(records)
     store = builder.finish()
     assert store.buffer == RecordStore.from_records(records).buffer  # in position order
-    rollouts = Rollouts(store=store)
-    pure = Rollouts(records).steps_frame(full=True)
-    assert store.ahead is not None
-    assert rollouts.steps_frame(full=True).equals(pure)
-    assert store.ahead is None and store.columns.num_rows == len(records)  # the reads became the columns
-
-
-def test_read_ahead_leaves_the_last_records_to_the_first_frame_and_refuses_a_missing_one():
-    records = _many_records()
-    builder = StoreBuilder(len(records), piece=sum(len(json.dumps(r)) for r in records[:30]))
-    for position, record in enumerate(records):
-        builder.add(position, record)
-    assert 0 < builder.sent < len(records)  # a piece or more was read; the rest waits for the frame
-    rollouts = Rollouts(store=builder.finish())
-    assert rollouts.steps_frame(full=True).equals(Rollouts(records).steps_frame(full=True))
+    assert Rollouts(store=store).steps_frame(full=True).equals(Rollouts(records).steps_frame(full=True))
+    assert store.columns.num_rows == len(records)  # the columns read are kept with the records
     unfinished = StoreBuilder(3)
     unfinished.add(0, records[0])
     with pytest.raises(ValueError, match="2 record"):
         unfinished.finish()
 
 
-def test_a_piece_read_ahead_that_does_not_fit_the_schema_is_read_again_to_fit():
+def test_a_run_whose_records_do_not_fit_the_schema_is_read_again_to_fit():
     plain = _record([{"index": 0, "action": [{"type": "message", "role": "assistant", "content": "plain"}]}])
     records = [_record(ODD_STEPS), plain, _record([])]
-    builder = StoreBuilder(len(records), piece=1)
+    builder = StoreBuilder(len(records))
     for position, record in enumerate(records):
         builder.add(position, record)
     rollouts = Rollouts(store=builder.finish())
     frame = rollouts.steps_frame(full=True)
     assert frame["text"].tolist()[4] == "plain" and frame["episode"].tolist() == [0, 0, 0, 0, 1]
     assert frame.equals(Rollouts(records).steps_frame(full=True))
-    assert rollouts.store.ahead is None and rollouts.store.columns.num_rows == 3
+    assert rollouts.store.columns.num_rows == 3
 
 
-def test_run_many_reads_its_records_ahead_and_its_frame_is_the_one_read_afresh(monkeypatch):
-    monkeypatch.setattr(StoreBuilder, "PIECE", 1)  # every finished stretch is read at once
+def test_run_many_frame_is_the_one_read_from_its_lines():
     calculator = load_environment("calculator")
     with Lab() as lab:
         agent = lab.serve_agent(
             "simple_agent", resources=lab.serve(calculator.CalculatorServer), model=lab.serve_model(calculator.policy)
         )
         run = lab.run_many(agent, example_rows("calculator"), repeats=3, concurrency=4)
-    assert run.store.ahead is not None and run.store.ahead[1] == len(run)  # all read during the run
     assert run.steps_frame(full=True).equals(Rollouts(run.store.lines()).steps_frame(full=True))
     assert [r.reward for r in run] == [r["reward"] for r in run.store.dicts()]
 
 
-def test_sums_of_runs_keep_what_was_read_ahead():
+def test_sums_of_runs_keep_the_columns_read_of_both():
     records = _many_records()
-    first, second = StoreBuilder(30, piece=1), StoreBuilder(len(records) - 30, piece=1)
-    for position, record in enumerate(records[:30]):
-        first.add(position, record)
-    for position, record in enumerate(records[30:]):
-        second.add(position, record)
-    read = Rollouts(store=first.finish())
-    read.steps_frame(full=True)  # its columns are now kept
-    both = read + Rollouts(store=second.finish())
-    assert both.store.ahead is not None and both.store.ahead[1] == len(records)
+    first, second = Rollouts(records[:30]), Rollouts(records[30:])
+    first.steps_frame(full=True)
+    second.steps_frame(full=True)  # both have their columns kept now
+    both = first + second
+    assert both.store.columns is not None and both.store.columns.num_rows == len(records)
     assert both.steps_frame(full=True).equals(Rollouts(records).steps_frame(full=True))
-    partly = Rollouts(records[:5]) + both  # nothing read of the first: nothing to keep
-    assert partly.store.ahead is None
+    partly = Rollouts(records[:5]) + both  # nothing read of the first: read afresh at the frame
+    assert partly.store.columns is None
+    assert partly.steps_frame(full=True).equals(Rollouts(records[:5] + records).steps_frame(full=True))
 
 
 def test_a_small_run_does_not_load_pyarrow():

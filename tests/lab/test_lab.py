@@ -145,7 +145,7 @@ def test_a_running_runs_finished_records_are_read_from_its_one_buffer():
     from gymlab.protocol.record import synthetic
 
     records = synthetic(6, 2)
-    builder, order = StoreBuilder(len(records), piece=1 << 30), []
+    builder, order = StoreBuilder(len(records)), []
     finished = Finished(builder, order)
     for position in (2, 0, 5, 1):
         builder.add(position, records[position])

@@ -1,5 +1,7 @@
 """Notebooks 01-04 and 02b executed in a real kernel (nbclient); the kernel's variables checked by a probe."""
 
+import os
+
 import nbformat
 import pytest
 
@@ -27,8 +29,12 @@ def test_01_quickstart():
             "step_rewards_sum": float(rollouts.steps["reward"].sum()),
             "episode_rewards_sum": float(rollouts.episodes["reward"].sum()),
             "columns": list(rollouts.episodes.columns),
+            "prefix": __import__("sys").prefix,
         }""",
     )
+    demo_venv = os.environ.get("GYMLAB_DEMO_VENV")  # set by `make test`: the kernel is the demo's venv
+    if demo_venv:
+        assert os.path.realpath(out["prefix"]) == os.path.realpath(demo_venv)
     assert out["episodes"] == 2 * 5 and out["mean_reward"] == 1.0
     assert out["tools"] == ["square"]
     assert out["step_rewards_sum"] == out["episode_rewards_sum"] == 10.0
