@@ -20,17 +20,22 @@ def spawn(config: dict, target: str, where: str, **popen):
     """Start one server of a config as ``python -m gymlab.collection.serve_one`` (``popen``: more Popen options)."""
     import subprocess
 
+    from gymlab._runtime.env import PARENT_ENV
     from gymlab.server import CONFIG_ENV
 
     env = {**os.environ, CONFIG_ENV: json.dumps(config), TARGET_ENV: target, WHERE_ENV: where}
+    env[PARENT_ENV] = str(os.getpid())
     return subprocess.Popen([sys.executable, "-m", "gymlab.collection.serve_one"], env=env, **popen)
 
 
 def main() -> int:
+    from gymlab._runtime.env import PARENT_ENV, die_with_parent
     from gymlab.collection.imports import build_server
     from gymlab.errors import GymlabError
     from gymlab.server import CONFIG_ENV
 
+    if parent := os.environ.pop(PARENT_ENV, None):  # popped: this server's own children are not its
+        die_with_parent(int(parent))
     where = os.environ.get(WHERE_ENV, "")
     try:
         server = build_server(os.environ[TARGET_ENV], json.loads(os.environ.get(CONFIG_ENV) or "{}"), where=where)
