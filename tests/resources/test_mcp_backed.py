@@ -3,6 +3,7 @@ servers on 127.0.0.1: the calculator's own ``/mcp`` (streamable HTTP) and the no
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -248,3 +249,23 @@ def test_a_child_ignoring_sigterm_dies_with_its_killed_server(tmp_path):
             server.wait(60)
         for pid in _running(command[3]):  # only when the test failed: what it started
             os.kill(pid, signal.SIGKILL)
+
+
+def test_concurrent_seeds_never_open_more_processes_than_the_cap(lab):
+    env = lab.serve(notes.NotesServer, mcp_max_processes=2)
+    marker = notes.NOTES_COMMAND[-1]
+
+    async def seeds(n: int) -> list[int]:
+        clients = [httpx.AsyncClient(base_url=env.url, timeout=120) for _ in range(n)]
+        try:
+            answers = await asyncio.gather(*(c.post("/seed_session", json={}) for c in clients))
+            peak = len(_running(marker))
+            await asyncio.gather(*(c.post("/close_session", json={}) for c in clients))
+            return [a.status_code for a in answers], peak
+        finally:
+            await asyncio.gather(*(c.aclose() for c in clients))
+
+    statuses, peak = asyncio.run(seeds(8))
+    assert sorted(statuses) == [200] * 2 + [503] * 6 and peak <= 2
+    assert env.server.open_mcp_sessions == 0
+    wait_until(lambda: not _running(marker), 30, "the notes MCP processes exited")

@@ -270,3 +270,19 @@ def test_mcp_is_a_reserved_name_a_model_cannot_call_even_when_a_row_declares_it(
     assert json.loads(output.output)["error"] == "tool 'mcp' is not callable; declared: increment, mcp"
     assert "/mcp" not in env.server.seen and (record.reward, record.mask_sample) == (0.0, False)
     assert [t["name"] for t in tools_from(env.server)] == ["increment"]
+
+
+def test_idle_sessions_end_after_their_ttl_and_ended_ones_are_forgotten(lab, counter):
+    cap = 4
+    served = lab.serve(counter.CounterServer, serve_mcp=True, mcp_max_sessions=cap, mcp_session_ttl_seconds=0.5)
+    tools = mcp_tools_of(served.server)
+    with httpx.Client(base_url=served.url, headers=MCP_HEADERS) as http:
+        opened = http.post("/mcp", json=INITIALIZE)
+        assert opened.status_code == 200 and tools.open_sessions() == 1
+        wait_until(lambda: tools.open_sessions() == 0, 30, "the idle MCP session ended")  # no request: its TTL
+        expired = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        assert http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=expired).status_code == 404
+        for _ in range(10 * cap):  # opened and deleted at once: the bookkeeping stays bounded
+            sid = http.post("/mcp", json=INITIALIZE).headers["mcp-session-id"]
+            assert http.delete("/mcp", headers={**expired, "mcp-session-id": sid}).status_code == 200
+        assert tools.open_sessions() == 0 and len(tools._used) <= 2 * cap + 1 and not tools._busy
