@@ -131,7 +131,7 @@ class McpTools:
                 hint="retry after Retry-After seconds, or raise mcp_max_sessions",
             )
             return await JSONResponse(body, status_code=503, headers={"retry-after": "1"})(scope, receive, send)
-        held = [sid] if sid else []
+        held = [sid] if sid in manager._server_instances else []  # an unknown id is the SDK's 404, not tracked
         for s in held:
             self._use(s, 1)
         self._opening += opens

@@ -286,3 +286,14 @@ def test_idle_sessions_end_after_their_ttl_and_ended_ones_are_forgotten(lab, cou
             sid = http.post("/mcp", json=INITIALIZE).headers["mcp-session-id"]
             assert http.delete("/mcp", headers={**expired, "mcp-session-id": sid}).status_code == 200
         assert tools.open_sessions() == 0 and len(tools._used) <= 2 * cap + 1 and not tools._busy
+
+
+def test_requests_naming_unknown_sessions_are_404_and_leave_nothing_behind(lab, counter):
+    served = lab.serve(counter.CounterServer, serve_mcp=True, mcp_max_sessions=4)
+    tools = mcp_tools_of(served.server)
+    with httpx.Client(base_url=served.url, headers={**MCP_HEADERS, "mcp-protocol-version": "2025-06-18"}) as http:
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        answers = {
+            http.post("/mcp", json=ping, headers={"mcp-session-id": f"forged-{i}"}).status_code for i in range(200)
+        }
+    assert answers == {404} and tools.open_sessions() == 0 and not tools._used and not tools._busy
