@@ -5,12 +5,13 @@ process is the session) or ``mcp_url`` (streamable HTTP, one handshake-era MCP s
 A seed opens the episode's MCP session; its verify, ``/close_session``, the idle-session reaper and
 the server's shutdown close it. At most ``mcp_max_processes`` are open at once (a seed past it is
 a 503 with Retry-After); an ``mcp_command`` process is stopped by the SDK (stdin closed, SIGTERM,
-SIGKILL) and dies with this server's process however that ends (``_runtime.env.tied``). Each tool is ``POST /{tool}``: the call goes to the episode's
-session and its answer is the route's body (structured content as JSON, else the text). A tool
-error is a 422 naming the server, route and cause; an episode whose MCP session ended is a 410, which
-simple_agent masks as ``session_lost``. ``verify`` is the environment's: it can read the episode's
-MCP state with ``await self.call_mcp_tool(request, name, args)``. ``mcp_tools_from`` gives rows their
-tools, derived from the MCP server's tool list as ``tools_from`` derives them from routes.
+SIGKILL) and dies with this server's process however that ends (``_runtime.env.tied``). Each tool
+is ``POST /{tool}``: the call goes to the episode's session and its answer is the route's body
+(structured content as JSON, else the text). A tool error is a 422 naming the server, route and
+cause; an episode whose MCP session ended is a 410, which simple_agent masks as ``session_lost``.
+``verify`` is the environment's: it can read the episode's MCP state with
+``await self.call_mcp_tool(request, name, args)``. ``mcp_tools_from`` gives rows their tools,
+derived from the MCP server's tool list as ``tools_from`` derives them from routes.
 """
 
 from __future__ import annotations
