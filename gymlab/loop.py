@@ -54,6 +54,7 @@ RESERVED_ROUTES = frozenset(
         "run",
         "v1",
         "responses",
+        "mcp",
     }
 )
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")

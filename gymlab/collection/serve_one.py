@@ -20,10 +20,10 @@ def spawn(config: dict, target: str, where: str, **popen):
     """Start one server of a config as ``python -m gymlab.collection.serve_one`` (``popen``: more Popen options)."""
     import subprocess
 
-    from gymlab._runtime.env import CONFIG_ENV, write_config
+    from gymlab._runtime.env import CONFIG_ENV, PARENT_ENV, write_config
 
     path = write_config(config)
-    env = {**os.environ, CONFIG_ENV: path, TARGET_ENV: target, WHERE_ENV: where}
+    env = {**os.environ, CONFIG_ENV: path, TARGET_ENV: target, WHERE_ENV: where, PARENT_ENV: str(os.getpid())}
     try:
         return subprocess.Popen([sys.executable, "-m", "gymlab.collection.serve_one"], env=env, **popen)
     except BaseException:
@@ -32,10 +32,12 @@ def spawn(config: dict, target: str, where: str, **popen):
 
 
 def main() -> int:
-    from gymlab._runtime.env import CONFIG_ENV, read_config
+    from gymlab._runtime.env import CONFIG_ENV, PARENT_ENV, die_with_parent, read_config
     from gymlab.collection.imports import build_server
     from gymlab.errors import GymlabError
 
+    if parent := os.environ.pop(PARENT_ENV, None):  # popped: this server's own children are not its
+        die_with_parent(int(parent))
     where = os.environ.get(WHERE_ENV, "")
     try:
         try:

@@ -113,6 +113,8 @@ class SimpleResourcesServer(BaseServer):
         default=False,
         description="Also serve the tool routes as MCP tools at /mcp (streamable HTTP; needs gymlab[mcp]).",
     )
+    mcp_max_sessions: int = Field(default=1000, ge=1, description="Most /mcp sessions open at once (LRU idle evicted).")
+    mcp_session_ttl_seconds: float = Field(default=600.0, gt=0, description="An /mcp session idle this long ends.")
 
     _episodes: EpisodeSessions | None = PrivateAttr(default=None)
 
