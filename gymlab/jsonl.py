@@ -16,7 +16,9 @@ JSON is parsed and written with orjson (4.5x the standard library's rows/s in th
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -113,6 +115,19 @@ def iter_appendable(
 
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def loads(data: bytes | str) -> Any:
+    """``data`` parsed as the standard library parses it, by orjson where it can (about 4x faster): a run
+    of 19 digits (an int orjson would turn into a float) goes to the standard library, as does whatever
+    orjson refuses (a lone surrogate, NaN), so what is accepted or refused, and how, does not change."""
+    try:
+        if _LONG_DIGITS.search(data.encode() if isinstance(data, str) else data) is None:
+            return orjson.loads(data)
+    except ValueError:
+        pass
+    return json.loads(data)
 
 
 def dumps(value: Any) -> bytes:
