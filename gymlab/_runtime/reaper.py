@@ -2,9 +2,10 @@
 
 A held session's idle time restarts when a request naming it ends, and a session with a request in
 flight is never reaped; a flat-row session's answered ``/verify`` ends it. A seed naming a live session
-without its cookie (``sessions.NAMED_WITHOUT_COOKIE``) is refused 409 here, where the sessions are known. The reaper (``EpisodeSessions.reap``) runs as a task from the app's lifespan
-startup to its shutdown, on the server's own event loop, so it also runs for a Lab's servers in
-threads; seeds also sweep when a sweep is due, for an app driven without a lifespan.
+without its cookie (``sessions.NAMED_WITHOUT_COOKIE``) is refused 409 here, where the sessions are
+known. The reaper (``EpisodeSessions.reap``) runs as a task from the app's lifespan startup to its
+shutdown, on the server's own event loop, so it also runs for a Lab's servers in threads; seeds also
+sweep when a sweep is due, for an app driven without a lifespan.
 """
 
 from __future__ import annotations

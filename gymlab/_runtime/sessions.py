@@ -110,14 +110,12 @@ class SessionMiddleware(_StarletteSessions):
         if SESSION_ID_KEY not in session and (self.kinds is None or self.kinds.assigns_id(scope)):
             session[SESSION_ID_KEY] = uuid.uuid4().hex
         before = initial or {}
-
-        def refused_by_name(message) -> bool:
-            return message["status"] >= 400 and NAMED_WITHOUT_COOKIE in scope
+        named_only = NAMED_WITHOUT_COOKIE in scope  # refused, it gets no cookie for an ID it only read somewhere
 
         async def send_with_cookie(message):
-            # a refused seed that named its session without the cookie gets none: no cookie for an ID
-            # the client only read somewhere
-            if message["type"] == "http.response.start" and session != before and not refused_by_name(message):
+            if message["type"] == "http.response.start" and session != before:
+                if named_only and message["status"] >= 400:
+                    return await send(message)
                 header = self._set_cookie(session) if session else self._cleared()
                 message = {**message, "headers": [*message.get("headers", ()), (b"set-cookie", header)]}
             await send(message)
