@@ -106,10 +106,12 @@ def test_a_gymnasium_reset_naming_a_live_episode_is_409(lab):
         assert again.status_code == 200 and sid in env.server.session_state
 
 
-def test_a_request_in_flight_longer_than_the_ttl_keeps_its_session(lab):
+@pytest.mark.parametrize("client", ["waits", "hangs up"])
+def test_a_request_in_flight_longer_than_the_ttl_keeps_its_session(lab, client):
     """The slow request starts before a second session is seeded; that second session is reaped (so the
     TTL has passed for a session younger than the slow request's start) while the slow request's session
-    keeps its state, and is reaped only once it has been idle for a TTL after the request ended."""
+    keeps its state, and is reaped only once it has been idle for a TTL after the request ended. A
+    client that hangs up midway leaves the request in flight until its handler ends, and no count behind."""
     release = threading.Event()
     entered = threading.Event()
     counter = load_environment("counter")
@@ -128,23 +130,34 @@ def test_a_request_in_flight_longer_than_the_ttl_keeps_its_session(lab):
             return {"held": state is not None, "count": state and state["count"]}
 
     env = lab.serve(SlowCounter, session_ttl_seconds=0.5)
-    with httpx.Client(base_url=env.url, timeout=120) as slow, httpx.Client(base_url=env.url) as idle:
+    timeout = httpx.Timeout(120, read=120 if client == "waits" else 1.0)
+    with httpx.Client(base_url=env.url, timeout=timeout) as slow, httpx.Client(base_url=env.url) as idle:
         assert slow.post("/seed_session", json={"initial_count": 4}).status_code == 200
         answer: dict = {}
-        request = threading.Thread(target=lambda: answer.update(slow.post("/slow", json={}).json()))
+
+        def call() -> None:
+            try:
+                answer.update(slow.post("/slow", json={}).json())
+            except httpx.ReadTimeout:  # the handler waits for the release: this client gives up first
+                answer["hung up"] = True
+
+        def sessions() -> dict:
+            return httpx.get(env.url + "/health").json()["sessions"]
+
+        request = threading.Thread(target=call)
         request.start()
         try:
             assert entered.wait(60)
             assert idle.post("/seed_session", json={"initial_count": 0}).status_code == 200
-
-            def sessions() -> dict:
-                return httpx.get(env.url + "/health").json()["sessions"]
-
             wait_until(lambda: sessions()["reaped"] == 1, 60, "the idle session reaped")
+            if client == "hangs up":
+                request.join(120)
+                assert answer == {"hung up": True}
             assert env.server.session_state == {cookie_session_id(slow): {"count": 4}}
         finally:
             release.set()
             request.join(120)
-        assert answer == {"held": True, "count": 4}
+        if client == "waits":
+            assert answer == {"held": True, "count": 4}
         wait_until(lambda: sessions()["reaped"] == 2, 60, "the slow session reaped once idle after its request")
         assert env.server.session_state == {} and sessions()["held"] == 0
