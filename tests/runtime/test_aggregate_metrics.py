@@ -89,3 +89,9 @@ def test_the_metrics_bound_is_configurable_and_named(lab):
     assert answer["limit"] == 2_000 and answer["route"] == "POST /aggregate_metrics"
     assert "max_metrics_body_bytes" in answer["hint"] and "steps" in answer["hint"]
     assert lab.serve(load_environment("counter").CounterServer).server.max_metrics_body_bytes == 32 * 1024 * 1024
+
+
+def test_a_run_of_huge_odd_rewards_gets_a_small_422(servers):
+    reply = post(servers["resources server"], [{"reward": "x" * 10_000}] * 1_000)  # 10 MB of odd rewards
+    assert reply.status_code == 422 and len(reply.content) < 10_000, len(reply.content)
+    assert "verify_responses[0].reward" in reply.json()["message"] and len(reply.json()["detail"]) == 20
