@@ -26,6 +26,7 @@ import gymlab.http1 as http1
 import gymlab.inproc as inproc
 from gymlab.cookies import cookie_header, request_cookies, set_cookie_pairs
 from gymlab.errors import ServerError, TransportError, TransportPeerDrop, TransportTimeout, TransportUnreachable
+from gymlab.jsonl import loads
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.responses import NeMoGymResponse
 from gymlab.retry import backoff_delay, retrying
@@ -75,7 +76,7 @@ class Reply:
         return self.body.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        return orjson.loads(self.body)
+        return loads(self.body)
 
     @property
     def ok(self) -> bool:

@@ -63,8 +63,9 @@ class BaseServer(BaseModel):
         description="Largest request body accepted; a larger one is answered 413 before it is read in full.",
     )
     max_metrics_body_bytes: int = Field(
-        default=512 * 1024 * 1024,
-        description="The same bound for /aggregate_metrics, whose body is a whole run's verify answers.",
+        default=32 * 1024 * 1024,
+        description="The same bound for /aggregate_metrics, whose body is a whole run's verify answers "
+        "(about 200,000 answers without their steps, response and responses_create_params).",
     )
 
     error_traces: bool = Field(

@@ -11,25 +11,15 @@ from __future__ import annotations
 import json
 import math
 
-import orjson
 from starlette.responses import JSONResponse
 
 from gymlab.errors import error_body
+from gymlab.jsonl import loads as parse_json  # noqa: F401 (sessions and direct routes parse with it)
 
 #: Where the guard leaves the whole request body for inner middlewares.
 BODY_KEY = "gymlab.body"
 #: Where a middleware that had to parse the JSON body leaves ``(body, parsed)`` for the route.
 PARSED_KEY = "gymlab.json"
-
-
-def parse_json(body: bytes):
-    """``body`` parsed as the standard library parses it, by orjson where it can (about 4x faster on a
-    request body); whatever orjson refuses (an int past 64 bits, a lone surrogate, NaN) goes to the
-    standard library, so what is accepted or refused, and how, does not change."""
-    try:
-        return orjson.loads(body)
-    except ValueError:
-        return json.loads(body)
 
 
 def replaying(body: bytes, receive, after: dict | None = None):
@@ -102,8 +92,14 @@ class BodyGuardMiddleware:
         route = f"{scope['method']} {scope['path']}"
         size = f"{declared} bytes" if declared is not None else f"more than {limit} bytes"
         message = f"the request body ({size}) is over this server's limit of {limit} bytes"
-        setting = "max_metrics_body_bytes" if scope["path"] in self.route_limits else "max_body_bytes"
-        hint = f"send a smaller body, or raise the server's {setting} config"
+        if scope["path"] in self.route_limits:  # /aggregate_metrics: a whole run's verify answers
+            hint = (
+                "send the verify answers without their steps, response and responses_create_params, compute "
+                "the metrics on the client (gymlab.resources.simple.aggregate_metrics), or raise the "
+                "server's max_metrics_body_bytes config"
+            )
+        else:
+            hint = "send a smaller body, or raise the server's max_body_bytes config"
         body = error_body(self.server_name, route, message, error="RequestBodyTooLarge", hint=hint, limit=limit)
         # No "Connection: close": closing with unread request bytes makes the kernel reset the
         # connection, which drops this answer before the client reads it. Kept open, the server

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import math
 import statistics
 import typing
 from abc import abstractmethod
@@ -11,9 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
@@ -37,41 +40,70 @@ SESSION_LOST = "session_lost"
 
 
 def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
-    """mean/max/min/median/std of rewards (population std; empty input gives no keys)."""
+    """mean/max/min/median/std of rewards (population std; empty input gives no keys).
+
+    Computed on the rewards scaled by a power of two (exact), so finite rewards near the float limit
+    (two of 1e308) never overflow to inf."""
     if not rewards:
         return {}
+    n, ordered = len(rewards), sorted(rewards)
+    exponent = math.frexp(max(-ordered[0], ordered[-1]))[1]
+    scaled = [math.ldexp(r, -exponent) for r in ordered]
+    mean = math.fsum(scaled) / n
+    half = n // 2
+    median = scaled[half] if n % 2 else (scaled[half - 1] + scaled[half]) / 2
     return {
-        f"mean/{prefix}reward": statistics.fmean(rewards),
-        f"max/{prefix}reward": max(rewards),
-        f"min/{prefix}reward": min(rewards),
-        f"median/{prefix}reward": statistics.median(rewards),
-        f"std/{prefix}reward": statistics.pstdev(rewards),
+        f"mean/{prefix}reward": math.ldexp(mean, exponent),
+        f"max/{prefix}reward": ordered[-1],
+        f"min/{prefix}reward": ordered[0],
+        f"median/{prefix}reward": math.ldexp(median, exponent),
+        f"std/{prefix}reward": math.ldexp(math.sqrt(math.fsum((r - mean) ** 2 for r in scaled) / n), exponent),
     }
 
 
 class MetricsTally:
     """The default aggregate metrics, built one verify response at a time: only rewards are kept, so
-    a collection's records stream past (the driver of a collection tallies them as it reads its file)."""
+    a collection's records stream past (the driver of a collection tallies them as it reads its file).
+    Masked samples are counted but kept out of reward metrics.
+
+    An entry it cannot read makes ``result`` raise ``RequestValidationError`` naming its field (a
+    route answers 422): an unmasked ``reward`` that is not a finite JSON number (absent counts 0.0),
+    a ``_ng_task_index`` that is not an integer, a ``mask_sample`` that is not a boolean (null or
+    absent for both); at most 20 are named, so the answer stays small."""
 
     def __init__(self) -> None:
         self.n_samples = 0
-        self.groups: dict[Any, list[float]] = defaultdict(list)  # task index -> rewards of kept samples
+        self.groups: dict[int | None, list[float]] = defaultdict(list)  # task index -> rewards of kept samples
+        self.errors: list[dict[str, Any]] = []
 
     def add(self, r: dict[str, Any]) -> None:
+        i, errors = self.n_samples, self.errors
         self.n_samples += 1
-        if not r.get("mask_sample"):
-            self.groups[r.get("_ng_task_index")].append(float(r.get("reward", 0.0)))
+        if len(errors) >= 20:
+            return
+        mask, index = r.get("mask_sample"), r.get("_ng_task_index")
+        reward = 0.0 if mask is True else _finite(r.get("reward", 0.0))
+        found = len(errors)
+        if mask is not None and not isinstance(mask, bool):
+            errors.append(_unreadable(i, "mask_sample", mask, "a boolean (or null)"))
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+            errors.append(_unreadable(i, "_ng_task_index", index, "an integer (or null)"))
+        if reward is None:
+            errors.append(_unreadable(i, "reward", r.get("reward"), "a finite number (a masked sample may omit it)"))
+        if mask is not True and len(errors) == found:
+            self.groups[index].append(reward)
 
     def result(self) -> AggregateMetrics:
-        """Masked samples are counted but kept out of reward metrics."""
+        if self.errors:
+            raise RequestValidationError(self.errors)
         groups = self.groups
-        rewards = [x for v in groups.values() for x in v]
+        rewards = [reward for group in groups.values() for reward in group]
         agent = reward_stats(rewards)
         agent["num_samples"] = self.n_samples
         agent["num_masked"] = self.n_samples - len(rewards)
         group_level = [
             {"_ng_task_index": k, "num_rollouts": len(v), **reward_stats(v)}
-            for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] if kv[0] is not None else 0))
+            for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
         ]
         key = {k: agent[k] for k in ("mean/reward",) if k in agent}
         if groups:
@@ -90,6 +122,25 @@ def aggregate_metrics(verify_responses: Iterable[dict[str, Any]]) -> AggregateMe
 def default_metrics(server: Any) -> bool:
     """Whether ``server`` answers ``/aggregate_metrics`` with the default metrics (``MetricsTally``)."""
     return getattr(type(server), "aggregate_metrics", None) is SimpleResourcesServer.aggregate_metrics
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None (not a JSON number, or past the float range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _unreadable(i: int, key: str, value: Any, expected: str) -> dict[str, Any]:
+    return {
+        "type": "value_error",
+        "loc": ("body", "verify_responses", i, key),
+        "msg": f"verify_responses[{i}].{key} is {repr(value)[:60]}; expected {expected}",
+    }  # no "input": the value is named above, cut short, so a huge one is not sent back
 
 
 class SimpleResourcesServer(BaseServer):
@@ -155,7 +206,14 @@ class SimpleResourcesServer(BaseServer):
         """Grade the completed trajectory."""
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        return aggregate_metrics(body.verify_responses)
+        """``aggregate_metrics`` over the run's verify answers, computed and encoded in a thread: a large
+        run's answers do not stall this server's other requests."""
+
+        def answer() -> Response:
+            metrics = aggregate_metrics(body.verify_responses).model_dump(mode="json")
+            return Response(orjson.dumps(metrics), media_type="application/json")
+
+        return await asyncio.to_thread(answer)
 
     async def _close_session_route(
         self, request: Request, body: ResourcesCloseSessionRequest
