@@ -27,7 +27,7 @@ from gymlab.agents.sessions import agent_sessions, mount_agent_session_routes
 from gymlab.client import Cookies, ask_model_server, close_http_session, post_ok
 from gymlab.errors import EpisodeFailed, ServerError, TransportError, error_body
 from gymlab.failures import Role, failure_of
-from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
+from gymlab.loop import DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_CALLS_PER_TURN, EpisodeSession
 from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol import record as records
 from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
@@ -146,6 +146,12 @@ class BaseAgent(BaseServer):
     model_server: str = ""
     resources_server: str = ""
     max_steps: int | None = Field(DEFAULT_MAX_STEPS, ge=1, description="Model calls per episode (None: no limit).")
+    max_tool_calls_per_turn: int | None = Field(
+        DEFAULT_MAX_TOOL_CALLS_PER_TURN,
+        ge=1,
+        description="Function calls run of one model answer; more end the episode, truncated (None: no limit). "
+        "The request's max_tool_calls bounds the episode's.",
+    )
     timeouts: Timeouts = Field(default_factory=Timeouts)
     skip_verification: bool = Field(
         False,
@@ -247,6 +253,30 @@ class BaseAgent(BaseServer):
         url = self._resources(path)
         with typed("resources", "verification" if path == "/verify" else None):
             return await post_ok(url, path, body, cookies, server="resources server", timeout=timeout)
+
+    async def grade(self, run: EpisodeRun, body: dict[str, Any], cookies: Cookies) -> dict[str, Any]:
+        """The verify answer for ``body`` (the row and the episode's ``response``), at stage verification.
+
+        Under ``skip_verification`` nothing is graded (reward ``skip_verification_reward``,
+        ``verification_skipped: true``). A verify refused 413 is graded 0 here, with the refusal in
+        ``response_too_large``: the environment took the row (its seed, the agent's ``/run``), so the
+        body grew past its limit by the response, which the policy wrote; a policy that writes too
+        much gets its 0, not a masked ``verifier_error``. A verify that answers releases the session it
+        grades unless the body says a close follows (``close_follows``); else ``run_episode`` closes it.
+        """
+        run.stage = "verification"
+        graded = {k: v for k, v in body.items() if k != "close_follows"}
+        if self.skip_verification:
+            return {**graded, "reward": self.skip_verification_reward, "verification_skipped": True}
+        try:
+            answer = await self.post_resources("/verify", body, cookies, self.timeouts.verify)
+        except ServerError as exc:
+            if exc.status != 413:
+                raise
+            return {**graded, "reward": 0.0, "response_too_large": str(exc)}
+        if not body.get("close_follows") and run.session is not None:
+            run.session.ended()
+        return answer
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """A run's metrics, answered as NeMo Gym's agents answer them (its ``gym eval run`` asks the agent

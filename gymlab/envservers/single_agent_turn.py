@@ -186,8 +186,7 @@ class SingleAgentTurn(BaseAgent):
             handles = await self.seed(task, run)
             with typed("agent"):
                 response = await self.invoke_agent(handles, task.params)
-            run.stage = "verification"
-            result = await self.verify(handles, task, response)  # the close follows (run_episode)
+            result = await self.verify(run, handles, task, response)  # the close follows (run_episode)
             step = StepRecord(
                 index=0,
                 action=list(response.output),
@@ -221,7 +220,10 @@ class SingleAgentTurn(BaseAgent):
         )
 
     async def invoke_agent(self, handles: EpisodeHandles, params: ResponseCreateParams) -> NeMoGymResponse:
-        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed)."""
+        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed).
+
+        The agent's tool calls go to its own configured resources server; the header naming this
+        episode's lets it refuse (409) when that is another one."""
         headers = {RESOURCES_SERVER_HEADER: handles.resources_server}
         if handles.cookie:
             headers[RESOURCES_COOKIE_HEADER] = handles.cookie
@@ -235,18 +237,17 @@ class SingleAgentTurn(BaseAgent):
         )
         return NeMoGymResponse.model_validate(answer)
 
-    async def verify(self, handles: EpisodeHandles, task: Task, response: NeMoGymResponse) -> dict[str, Any]:
-        """``/verify`` with the authored request and the task's fields; says that a close follows."""
+    async def verify(
+        self, run: EpisodeRun, handles: EpisodeHandles, task: Task, response: NeMoGymResponse
+    ) -> dict[str, Any]:
+        """``/verify`` (``grade``) with the authored request and the task's fields; says that a close follows."""
         body = {
             **task.task_data,
             "responses_create_params": task.responses_create_params,
             "response": response.model_dump(mode="json", exclude_none=True),
             "close_follows": True,
         }
-        if self.skip_verification:  # nothing graded (NeMo Gym's option); the close still follows
-            graded = {k: v for k, v in body.items() if k != "close_follows"}
-            return {**graded, "reward": self.skip_verification_reward, "verification_skipped": True}
-        return await self.post_resources("/verify", body, handles.cookies(), self.timeouts.verify)
+        return await self.grade(run, body, handles.cookies())
 
     async def close(self, handles: EpisodeHandles) -> None:
         """Close a restored episode's session (``run`` closes its own, in its life cycle)."""
