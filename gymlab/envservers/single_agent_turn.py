@@ -43,6 +43,7 @@ from gymlab.protocol import (
 )
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout
+from gymlab.protocol.validation import describe_validation
 
 #: Keys of a ``/run`` body that identify the episode rather than belong to the task.
 RUN_KEYS = frozenset(
@@ -93,9 +94,11 @@ def parse_task(body: dict[str, Any]) -> Task:
     try:
         params = ResponseCreateParams.model_validate(authored)
     except ValidationError as exc:
-        from gymlab.protocol.validation import describe_validation
-
         raise ValueError(f"responses_create_params: {describe_validation(exc, 'body')}") from None
+    try:
+        task_id, episode_id = _task_id(body), _episode_id(body)
+    except ValidationError as exc:
+        raise ValueError(describe_validation(exc, "body")) from None
     task_data = row.get("task_data", {})
     if not isinstance(task_data, dict):
         raise ValueError(f"task_data must be an object, got {type(task_data).__name__}")
@@ -113,8 +116,8 @@ def parse_task(body: dict[str, Any]) -> Task:
         responses_create_params=authored,
         params=params,
         task_data=task_data,
-        task_id=_task_id(body),
-        episode_id=_episode_id(body),
+        task_id=task_id,
+        episode_id=episode_id,
     )
 
 
@@ -131,9 +134,8 @@ def _task_id(body: dict[str, Any]) -> TaskId | None:
 def _episode_id(body: dict[str, Any]) -> EpisodeId:
     if isinstance(body.get("episode_id"), dict):
         return EpisodeId.model_validate(body["episode_id"])
-    return EpisodeId(
-        rollout_id=str(body.get("rollout_id") or f"rollout-{uuid.uuid4().hex}"), attempt=int(body.get("attempt") or 0)
-    )
+    rollout_id = str(body.get("rollout_id") or f"rollout-{uuid.uuid4().hex}")
+    return EpisodeId.model_validate({"rollout_id": rollout_id, "attempt": body.get("attempt") or 0})
 
 
 def agent_request(params: ResponseCreateParams, observation: str | None) -> dict[str, Any]:
