@@ -239,3 +239,14 @@ def test_a_surrogate_pair_is_an_ordinary_character(lab):
     status, record = post_raw(agent.url, "/run", body.encode())
     assert status == 200 and record["reward"] == 1.0
     assert record["responses_create_params"]["input"].endswith("\U0001f600")
+
+
+def test_a_9_mb_answer_to_a_gymnasium_step_is_a_truncated_zero_and_the_session_closed(lab):
+    blackjack = load_environment("blackjack")
+    env = lab.serve(blackjack.BlackjackEnv)
+    agent = lab.serve_agent("gymnasium_agent", resources=env, model=lab.serve_model(lambda request: "x" * 9_000_000))
+    record = agent.run(example_rows("blackjack")[0])
+    assert (record.reward, record.mask_sample, record.failure_kind, record.truncated) == (0.0, False, None, True)
+    (step,) = record.steps
+    assert "413" in step.info["response_too_large"] and step.truncated
+    assert env.server.session_state == {}  # closed by the agent
