@@ -159,7 +159,7 @@ class LoopState:
         """The episode's response: the last model response, with every added item and summed usage."""
         base = self.last or NeMoGymResponse(output=[])
         update: dict[str, Any] = {"output": list(self.added), "usage": self.usage}
-        if self.stop_reason in ("max_steps", "max_tool_calls", "empty_output"):
+        if self.stop_reason in ("max_steps", "max_tool_calls", "conversation_too_large", "empty_output"):
             update["status"] = "incomplete"
             update["incomplete_details"] = base.incomplete_details or {"reason": self.stop_reason}
         return base.model_copy(update=update)
@@ -239,13 +239,22 @@ async def run_loop(
 ) -> LoopState:
     """Run model turns until a stop rule fires or ``max_steps`` model calls were made (None: no limit).
 
-    ``max_steps`` counts model calls; tool calls are bounded by the state's caps (``LoopState``)."""
+    ``max_steps`` counts model calls; tool calls are bounded by the state's caps (``LoopState``). A
+    model server that refuses a later turn's request as too large (413) ends the episode, truncated
+    (``conversation_too_large``): it took the authored request, so what grew is the episode's own
+    transcript, and a policy that writes too much is graded, not masked."""
     state = state or LoopState(params)
     while True:
         if max_steps is not None and len(state.steps) >= max_steps:
             state.stop_reason = "max_steps"
             return state
-        turn = await model_turn(state, call_model, call_tool)
+        try:
+            turn = await model_turn(state, call_model, call_tool)
+        except ServerError as exc:
+            if exc.status != 413 or not state.steps:
+                raise
+            state.stop_reason = "conversation_too_large"
+            return state
         if turn.done:
             return state
 

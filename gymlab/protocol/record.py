@@ -163,8 +163,8 @@ def _row_fields(row: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (row or {}).items() if k not in _RECORD_KEYS}
 
 
-#: The loop's stop reasons that cut an episode (truncated): a model-call or a tool-call limit.
-CUT_BY_LIMIT = ("max_steps", "max_tool_calls")
+#: The loop's stop reasons that cut an episode (truncated): a model-call, tool-call or request-size limit.
+CUT_BY_LIMIT = ("max_steps", "max_tool_calls", "conversation_too_large")
 
 
 def verified(

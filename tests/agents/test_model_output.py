@@ -250,3 +250,19 @@ def test_a_9_mb_answer_to_a_gymnasium_step_is_a_truncated_zero_and_the_session_c
     (step,) = record.steps
     assert "413" in step.info["response_too_large"] and step.truncated
     assert env.server.session_state == {}  # closed by the agent
+
+
+def test_a_conversation_grown_past_the_model_servers_limit_ends_truncated_and_graded(lab):
+    env = lab.serve(CountingCounter)
+
+    def padded(request):  # a call whose arguments alone are 9 MB: the next model request is larger still
+        if any(i.type == "function_call_output" for i in request.input_items()):
+            return "done"
+        return [function_call("increment", {"by": 1, "pad": "x" * 9_000_000})]
+
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(padded))
+    record = agent.run(row())
+    assert (record.reward, record.mask_sample, record.failure_kind, record.truncated) == (0.0, False, None, True)
+    assert record.response.incomplete_details == {"reason": "conversation_too_large"}
+    assert "over this server's limit" in json.loads(record.steps[0].tool_outputs[0].output)["detail"]  # the tool too
+    assert env.server.session_state == {}
