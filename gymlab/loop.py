@@ -248,10 +248,11 @@ async def run_loop(
         if max_steps is not None and len(state.steps) >= max_steps:
             state.stop_reason = "max_steps"
             return state
+        asked = state.last
         try:
             turn = await model_turn(state, call_model, call_tool)
         except ServerError as exc:
-            if exc.status != 413 or not state.steps:
+            if exc.status != 413 or not state.steps or state.last is not asked:  # not the model's refusal
                 raise
             state.stop_reason = "conversation_too_large"
             return state
