@@ -91,6 +91,21 @@ def test_one_answer_of_20000_calls_runs_the_per_turn_cap_and_ends_the_episode_gr
     assert env.server.session_state == {}
 
 
+def test_concurrent_floods_and_a_notebook_episode_are_each_capped(lab):
+    env = lab.serve(CountingCounter)
+    model = lab.serve_model(flood(20_000))
+    agent = lab.serve_agent("simple_agent", resources=env, model=model)
+    records = lab.run_many(agent, [row()] * 4, concurrency=4)
+    assert [(r.truncated, r.mask_sample) for r in records] == [(True, False)] * 4
+    ep = lab.episode(env, row(), model=model)
+    ep.seed()
+    ep.run()
+    record = ep.verify()
+    assert record.truncated and record.response.incomplete_details == {"reason": "max_tool_calls"}
+    assert env.server.hits["/increment"] == 5 * DEFAULT_MAX_TOOL_CALLS_PER_TURN
+    assert env.server.session_state == {}
+
+
 def test_the_requests_max_tool_calls_bounds_the_episode_across_turns(lab):
     env = lab.serve(CountingCounter)
 
