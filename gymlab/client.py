@@ -368,7 +368,7 @@ def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
         except (ValueError, TypeError):
             response = None
         if response is not None and "output" in response.model_fields_set and not getattr(response, "error", None):
-            if (problem := non_answer(response)) is None:
+            if _non_answer(response) is None:
                 return response
     answer = _parsed(reply, "/v1/responses", server)
     problem = None
@@ -380,7 +380,7 @@ def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
         except (ValueError, TypeError) as exc:  # TypeError: a malformed discriminator (``{"type": {}}``)
             problem = f"a Responses object that does not validate ({str(exc).splitlines()[0]})"
         else:
-            if (problem := non_answer(response)) is None:
+            if (problem := _non_answer(response)) is None:
                 return response
     cause = f"the model server answered 200 with {problem}: {json.dumps(answer)[:200]}"
     failure = Failure(kind="provider_unavailable", server=server, status=200, message=cause)
@@ -394,7 +394,7 @@ def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
     )
 
 
-def non_answer(response: NeMoGymResponse) -> str | None:
+def _non_answer(response: NeMoGymResponse) -> str | None:
     """Why a model server's 200 holds no answer a model gave, or None (then it is graded).
 
     Every output item names its type, a message carries content, an ``output_text`` part a string;
