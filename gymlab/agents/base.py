@@ -27,7 +27,7 @@ from gymlab.agents.sessions import agent_sessions, mount_agent_session_routes
 from gymlab.client import Cookies, ask_model_server, close_http_session, post_ok
 from gymlab.errors import EpisodeFailed, ServerError, TransportError, error_body
 from gymlab.failures import Role, failure_of
-from gymlab.loop import DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_CALLS_PER_TURN, EpisodeSession
+from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
 from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol import record as records
 from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
@@ -146,12 +146,6 @@ class BaseAgent(BaseServer):
     model_server: str = ""
     resources_server: str = ""
     max_steps: int | None = Field(DEFAULT_MAX_STEPS, ge=1, description="Model calls per episode (None: no limit).")
-    max_tool_calls_per_turn: int | None = Field(
-        DEFAULT_MAX_TOOL_CALLS_PER_TURN,
-        ge=1,
-        description="Function calls run of one model answer; more end the episode, truncated (None: no limit). "
-        "The request's max_tool_calls bounds the episode's.",
-    )
     timeouts: Timeouts = Field(default_factory=Timeouts)
     skip_verification: bool = Field(
         False,

@@ -11,7 +11,7 @@ from gymlab._runtime.routes import sessionless
 from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row, typed
 from gymlab.client import Cookies, error_message, post
 from gymlab.errors import ServerError
-from gymlab.loop import LoopState, run_loop
+from gymlab.loop import DEFAULT_MAX_TOOL_CALLS_PER_TURN, LoopState, run_loop
 from gymlab.models.streaming import StreamableParams, streamed, unstreamed
 from gymlab.protocol import RESOURCES_COOKIE_HEADER, RESOURCES_SERVER_HEADER, NeMoGymResponse, ResponseCreateParams
 from gymlab.protocol import record as records
@@ -30,6 +30,12 @@ class SimpleAgent(BaseAgent):
     execute_tools: bool = Field(
         True,
         description="Run the model's tool calls (false: /v1/responses returns them unresolved; /run refuses).",
+    )
+    max_tool_calls_per_turn: int | None = Field(
+        DEFAULT_MAX_TOOL_CALLS_PER_TURN,
+        ge=1,
+        description="Function calls run of one model answer; more end the episode, truncated (None: no limit). "
+        "The request's max_tool_calls bounds the episode's.",
     )
 
     def setup_webserver(self) -> FastAPI:
