@@ -248,6 +248,30 @@ class BaseAgent(BaseServer):
         with typed("resources", "verification" if path == "/verify" else None):
             return await post_ok(url, path, body, cookies, server="resources server", timeout=timeout)
 
+    async def grade(self, run: EpisodeRun, body: dict[str, Any], cookies: Cookies) -> dict[str, Any]:
+        """The verify answer for ``body`` (the row and the episode's ``response``), at stage verification.
+
+        Under ``skip_verification`` nothing is graded (reward ``skip_verification_reward``,
+        ``verification_skipped: true``). A verify refused 413 is graded 0 here, with the refusal in
+        ``response_too_large``: the environment took the row (its seed, the agent's ``/run``), so the
+        body grew past its limit by the response, which the policy wrote; a policy that writes too
+        much gets its 0, not a masked ``verifier_error``. A verify that answers releases the session it
+        grades unless the body says a close follows (``close_follows``); else ``run_episode`` closes it.
+        """
+        run.stage = "verification"
+        graded = {k: v for k, v in body.items() if k != "close_follows"}
+        if self.skip_verification:
+            return {**graded, "reward": self.skip_verification_reward, "verification_skipped": True}
+        try:
+            answer = await self.post_resources("/verify", body, cookies, self.timeouts.verify)
+        except ServerError as exc:
+            if exc.status != 413:
+                raise
+            return {**graded, "reward": 0.0, "response_too_large": str(exc)}
+        if not body.get("close_follows") and run.session is not None:
+            run.session.ended()
+        return answer
+
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """A run's metrics, answered as NeMo Gym's agents answer them (its ``gym eval run`` asks the agent
         at its last step): proxied to the resources server, whose metrics they are.

@@ -365,6 +365,7 @@ def test_a_taskset_dataset_is_collated_and_routed_to_its_environment_server(tmp_
         calculator_simple_agent:
           responses_api_agents:
             simple_agent:
+              resources_server: {{type: resources_servers, name: calculator}}
               model_server: {{type: responses_api_models, name: policy_model}}
         policy_model:
           responses_api_models:
