@@ -77,6 +77,10 @@ class Lab:
             instance = server
             if name:
                 instance.name = name
+        from gymlab.resources.simple import release_gap
+
+        if gap := release_gap(instance):
+            warnings.warn(gap, stacklevel=2)
         if "error_traces" not in instance.model_fields_set:
             instance.error_traces = True  # a crash's trace travels to the failed record
         if instance.num_workers > 1:

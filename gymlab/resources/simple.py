@@ -15,8 +15,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
+from gymlab._runtime.bodies import BODY_KEY
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS
+from gymlab._runtime.ownership import _close_follows
 from gymlab.protocol import (
     SESSION_ID_KEY,
     AggregateMetrics,
@@ -71,12 +73,15 @@ def aggregate_metrics(verify_responses: list[dict[str, Any]]) -> AggregateMetric
 class SimpleResourcesServer(BaseServer):
     """Seed/verify environment: override ``verify`` (and ``seed_session`` for state).
 
-    Episode sessions: an environment server seeds with a ``ResourcesSeedSessionRequest`` and closes
-    with ``/close_session``. The base keeps the session rules (one seed or close of a session at a
-    time, an idempotent re-seed, 409 for a conflicting or late seed, one release per close); a
-    server with state overrides ``seed_session`` and ``close_resources_session`` and keys its state
-    by ``resources_session_id``. A server without per-rollout state needs no changes. To take
-    both seed forms, annotate the body ``ResourcesSeedSessionRequest | MySeedRequest``.
+    Per-episode state goes in ``self.session_state[request.session[SESSION_ID_KEY]]`` (the ID is the
+    episode's ``resources_session_id`` too). The base drops it on every way an episode ends: after
+    its ``/verify`` (unless the body says ``close_follows``), on ``/close_session`` (a cancelled or
+    failed episode's agent closes it) and when the idle-session reaper frees it, each time after
+    ``close_resources_session`` (override it for external resources; it runs with the state still
+    held). The base also keeps the session rules (one seed or close of a session at a time, an
+    idempotent re-seed, 409 for a conflicting or late seed, one release per close). A server
+    without per-rollout state needs no changes. To take both seed forms, annotate the body
+    ``ResourcesSeedSessionRequest | MySeedRequest``.
 
     ``serve_mcp=True`` (a config key) also serves the tool routes as MCP tools at ``/mcp``
     (``gymlab.resources.mcp_tools``). It is a switch, off by default: the SDK is an extra whose import
@@ -96,7 +101,7 @@ class SimpleResourcesServer(BaseServer):
         app = super().setup_webserver()
         app.post("/seed_session")(_episode_aware(self.seed_session, self.episode_sessions))
         app.post("/close_session")(self._close_session_route)
-        app.post("/verify")(self.verify)
+        app.post("/verify")(with_request(self.verify, self._verify_then_release))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         if self.serve_mcp:  # off by default (see the class docstring)
             from gymlab.resources.mcp_tools import mount_mcp
@@ -109,16 +114,23 @@ class SimpleResourcesServer(BaseServer):
         """This server's open episode sessions, locks and fences."""
         if self._episodes is None:
             self._episodes = EpisodeSessions(
-                self.session_close_retry_window_seconds, self.session_ttl_seconds, self.close_resources_session
+                self.session_close_retry_window_seconds, self.session_ttl_seconds, self._release
             )
         return self._episodes
+
+    @property
+    def session_state(self) -> dict[str, Any]:
+        """Per-episode state, keyed by session id: process state, never config (YAML cannot set it)."""
+        return self.episode_sessions.state
 
     async def seed_session(self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         """Initialise an episode; the default does nothing."""
         return BaseSeedSessionResponse()
 
     async def close_resources_session(self, resources_session_id: str) -> None:
-        """Release an episode session's state (runs once per close; the default does nothing).
+        """Release an episode's external resources (a close, the reaper, a verify of held state); the
+        default does nothing. ``session_state`` is dropped once it returns; if it raises, the state stays
+        for the retry (the close's, or the reaper's).
 
         Named apart from the Gymnasium ``close_session`` helper. Release by ``resources_session_id``,
         not by the cookie: after a lost seed reply the close arrives without one.
@@ -134,7 +146,41 @@ class SimpleResourcesServer(BaseServer):
     async def _close_session_route(
         self, request: Request, body: ResourcesCloseSessionRequest
     ) -> ResourcesCloseSessionResponse:
-        return await self.episode_sessions.close(with_cookie_session(request, body), self.close_resources_session)
+        return await self.episode_sessions.close(with_cookie_session(request, body), self._release)
+
+    async def _release(self, session_id: str) -> None:
+        await self.episode_sessions.release_state(session_id, self.close_resources_session, self.session_state)
+
+    async def _verify_then_release(self, request: Request, call):
+        """``/verify``, then the episode's state released: it is over unless a close follows."""
+        sid = request.session.get(SESSION_ID_KEY)
+        try:
+            return await call()
+        finally:
+            if sid in self.session_state and not _close_follows(request.scope.get(BODY_KEY)):
+                await self._release(sid)
+
+
+def release_gap(server: BaseServer) -> str | None:
+    """Why a seed/verify server's per-episode state may outlive its episodes, or None: a private
+    dict it keeps besides ``session_state`` with no ``close_resources_session`` of its own, so only
+    its verify frees it, and a cancelled, failed or abandoned episode leaves its entry behind."""
+    cls = type(server)
+    if not isinstance(server, SimpleResourcesServer) or "close_resources_session" in _overrides(cls):
+        return None
+    own = SimpleResourcesServer.__private_attributes__
+    maps = [n for n, v in (server.__pydantic_private__ or {}).items() if n not in own and isinstance(v, dict)]
+    if not maps:
+        return None
+    return (
+        f"{cls.__name__} keeps per-episode state in {', '.join(maps)}, which nothing releases when an episode "
+        "is cancelled, fails or is abandoned: keep it in self.session_state (released after verify, on "
+        "close, on a cancel and by the idle reaper), or override close_resources_session to release it"
+    )
+
+
+def _overrides(cls: type) -> set[str]:
+    return {n for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)] for n in vars(c)}
 
 
 def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> BaseVerifyResponse:

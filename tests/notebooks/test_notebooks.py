@@ -70,7 +70,7 @@ def test_02b_your_first_environment():
             "before_answers": [r.response.output_text for r in before],
             "after": [[r.reward, r.mask_sample, r.failure_kind] for r in after],
             "servers": sorted(lab.servers),
-            "games_left": len(env.server._games),
+            "games_left": len(env.server.session_state),
             "gym_step": [step.reward, step.terminated, step.info["tool_outputs"][0]["output"]],
             "gym": [[r.reward, r.terminated, [s.reward for s in r.steps]] for r in gym_rollouts],
             "gym_sessions_left": len(table.server.session_state),
