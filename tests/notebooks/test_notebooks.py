@@ -131,11 +131,15 @@ def test_04_reward_curves():
                 len(plots.reward_curve(rollouts.episodes).axes),
                 len(plots.compare_runs({n: r.episodes for n, r in runs.items()}).axes),
             ],
+            "curve_title": plots.reward_curve(rollouts.episodes).axes[0].get_title(),
+            "sample_title": plots.step_rewards(rollouts.steps, episodes=rollouts.episodes, max_episodes=6).axes[0].get_title(),
         }""",
     )
+    assert "rolling mean of 6 (one repeat)" in out["curve_title"]
+    assert "a sample of 6 of 48 episodes (every task once per repeat, 6 tasks)" in out["sample_title"]
     assert out["episodes"] == {"hit below 17": 8 * 6, "always stand": 8 * 6}
     assert out["repeats"] == list(range(8))
     assert out["rewards_match"] is True
     assert out["figure_axes"] == [1, 1]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) >= 4  # the four figures rendered inline
+    assert len(images) >= 7  # every figure rendered inline
