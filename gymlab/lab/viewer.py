@@ -18,7 +18,7 @@ import ipywidgets as w
 from gymlab.lab.display import clip
 from gymlab.protocol import FunctionCall, FunctionCallOutput, Message, Reasoning, Rollout, StepRecord
 from gymlab.protocol.derived_steps import derived_steps
-from gymlab.protocol.record import failure_counts
+from gymlab.protocol.record import RESULT_KEYS, failure_counts
 
 _CSS = """<style>
 .gl-chat{font-family:system-ui,sans-serif;font-size:13px;max-width:720px}
@@ -135,6 +135,27 @@ def _prompt_snippet(record: Rollout, width: int = 40) -> str:
     return clip(" ".join(users[-1].text.split()) if users else "", width)
 
 
+def _task_names(first: dict[Any, Rollout]) -> dict[Any, str]:
+    """What tells each task apart: the start of its prompt, or, when prompts share a template (their
+    starts agree), the row field whose values differ most between the tasks (``secret=42``)."""
+    snippets = {t: _prompt_snippet(r) for t, r in first.items()}
+    if len(set(snippets.values())) == len(snippets):
+        return snippets
+    own = {
+        t: {k: v for k, v in (r.model_extra or {}).items() if k not in _NOT_ROW and not k.startswith("_ng_")}
+        for t, r in first.items()
+    }
+    keys = list(dict.fromkeys(k for fields in own.values() for k in fields))
+    spread = {k: len({repr(fields.get(k)) for fields in own.values()}) for k in keys}
+    key = max(keys, key=lambda k: spread[k], default=None)  # the first of the most varied, in row order
+    if key is None or spread[key] < 2:
+        return snippets
+    return {t: clip(f"{key}={own[t].get(key)!r} · {snippets[t]}", 60) for t in first}
+
+
+_NOT_ROW = RESULT_KEYS | {"agent_ref"}
+
+
 def _task_order(task: Any) -> tuple:
     return (0, task, "") if isinstance(task, int | float) else (1, 0, str(task))
 
@@ -170,8 +191,9 @@ class RunFilter:
             if r.task_index is not None:
                 first.setdefault(r.task_index, r)
                 counts[r.task_index] = counts.get(r.task_index, 0) + 1
+        names = _task_names(first)
         return [("every task", ANY)] + [
-            (f"task {t} ({counts[t]}): {_prompt_snippet(first[t])}", t) for t in sorted(first, key=_task_order)
+            (f"task {t} ({counts[t]}): {names[t]}", t) for t in sorted(first, key=_task_order)
         ]
 
     def failure_options(self) -> list[tuple[str, Any]]:

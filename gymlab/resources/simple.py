@@ -183,6 +183,49 @@ def _overrides(cls: type) -> set[str]:
     return {n for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)] for n in vars(c)}
 
 
+def row_problems(server: SimpleResourcesServer, rows: list[dict[str, Any]]) -> list[str]:
+    """The rows against the request models of ``server``'s ``seed_session`` and ``verify`` (an agent
+    sends a row as both bodies): one line per problem, naming the rows and, for a missing field, the
+    row key it may be a typo of. Caught here, a typo costs no episode."""
+    import difflib
+
+    from gymlab.protocol.validation import describe_validation
+
+    found: dict[str, list[int]] = {}
+    for route, hook, extra in (("/seed_session", server.seed_session, {}), ("/verify", server.verify, _RESPONSE)):
+        adapter = _body_adapter(hook)
+        for index, row in enumerate(rows if adapter is not None else ()):
+            try:
+                adapter.validate_python({**row, **extra})
+            except ValidationError as exc:
+                for e in exc.errors(include_url=False):
+                    guess = difflib.get_close_matches(str(e["loc"][-1]), list(row), 1) if e["loc"] else []
+                    hint = f" (the row has {guess[0]!r}: a typo?)" if e["type"] == "missing" and guess else ""
+                    found.setdefault(f"{route} {describe_validation([e], 'the row')}{hint}", []).append(index)
+    return [f"{problem} in rows {', '.join(map(str, idx[:5]))}{'…' * (len(idx) > 5)}" for problem, idx in found.items()]
+
+
+_RESPONSE = {"response": {"output": []}}  # what the agent adds to a row for /verify
+
+
+def _body_adapter(hook):
+    """A ``TypeAdapter`` of the body ``hook`` takes, or None (no fields to check): an episode seed's
+    form (``ResourcesSeedSessionRequest``) is left out of a union, as a row is sent flat."""
+    from pydantic import BaseModel, TypeAdapter
+
+    try:
+        hints = typing.get_type_hints(hook)
+    except NameError:
+        return None
+    for name, hint in hints.items():
+        members = [m for m in typing.get_args(hint) or (hint,) if m is not ResourcesSeedSessionRequest]
+        if name != "return" and members and all(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
+            if not any(m.model_fields for m in members):
+                return None
+            return TypeAdapter(members[0] if len(members) == 1 else typing.Union[tuple(members)])  # noqa: UP007
+    return None
+
+
 def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> BaseVerifyResponse:
     """The masked answer to a ``/verify`` for a session the server no longer holds.
 
