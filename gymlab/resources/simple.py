@@ -185,7 +185,7 @@ def _overrides(cls: type) -> set[str]:
 
 def row_problems(server: SimpleResourcesServer, rows: list[dict[str, Any]]) -> list[str]:
     """The rows against the request models of ``server``'s ``seed_session`` and ``verify`` (an agent
-    sends a row as both bodies): one line per problem, naming the rows and, for a missing field, the
+    sends a flat row, one with ``responses_create_params``, as both bodies): one line per problem, naming the rows and, for a missing field, the
     row key it may be a typo of. Caught here, a typo costs no episode."""
     import difflib
 
@@ -195,6 +195,8 @@ def row_problems(server: SimpleResourcesServer, rows: list[dict[str, Any]]) -> l
     for route, hook, extra in (("/seed_session", server.seed_session, {}), ("/verify", server.verify, _RESPONSE)):
         adapter = _body_adapter(hook)
         for index, row in enumerate(rows if adapter is not None else ()):
+            if not (isinstance(row, dict) and "responses_create_params" in row):
+                continue  # not a row an agent sends as the body (a wrapped task of another agent's)
             try:
                 adapter.validate_python({**row, **extra})
             except ValidationError as exc:

@@ -145,3 +145,19 @@ def test_the_run_browser_labels_templated_tasks_by_the_row_field_that_tells_them
         run = lab.run_many(agent, distinct)
     labels = [label for label, _ in RunFilter(list(run)).task_options()[1:]]
     assert all("=" not in label for label in labels) and len(set(labels)) == len(distinct)
+
+
+@pytest.mark.parametrize("wire", [False, True], ids=["in-process", "wire"])
+def test_an_episode_whose_verify_raised_keeps_its_steps(wire):
+    with Lab(wire=wire) as lab:
+        env = lab.serve(Broken)  # its verify raises on the tasks of 42 and 99
+        agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(bisect))
+        run = lab.run_many(agent, ROWS)
+    ok, *failed = list(run)
+    assert not ok.mask_sample and len(ok.steps) > 1
+    for record in failed:
+        assert record.mask_sample and record.failure_kind == "verifier_error" and record.failure_stage == "verification"
+        calls = [s for s in record.steps if s.action and s.action[0].type == "function_call"]
+        assert len(calls) >= 5 and record.steps[-1].action[0].type == "message"  # every guess, then the answer
+        assert [s.index for s in record.steps] == list(range(len(record.steps)))
+    assert list(run.steps.groupby("episode").size()) == [len(r.steps) for r in run]  # the frame has them too
