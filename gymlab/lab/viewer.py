@@ -247,7 +247,8 @@ class EpisodeViewer(w.VBox):
     ``EpisodeViewer(rollout)`` (a ``Rollout``, a rollout dict, or a live episode) or
     ``EpisodeViewer(rollouts)`` (a ``Rollouts`` or a list of records); ``.load(source)`` shows another
     (or the same episode, further on); ``.filter(reward=1.0, task=0, failure="timeout")`` sets the
-    filters from code. ``.step`` is the shown step, counted from 1; ``.index`` the shown episode's
+    filters from code. ``.step`` is the shown step, counted from 0 as everywhere (a record's
+    ``StepRecord.index``, the steps frame's ``step`` column, the plots); ``.index`` the shown episode's
     position in the run.
     """
 
@@ -314,7 +315,7 @@ class EpisodeViewer(w.VBox):
     # -- what is shown ------------------------------------------------------------------------------
 
     def load(self, source: Any, step: int | None = None) -> EpisodeViewer:
-        """Show ``source`` (an episode or a run) at ``step`` (from 1; default: the episode's last step)."""
+        """Show ``source`` (an episode or a run) at ``step`` (from 0; default: the episode's last step)."""
         if _is_run(source):
             self.rollouts = [_as_rollout(r) for r in source]
             self._run = RunFilter(self.rollouts)
@@ -371,19 +372,16 @@ class EpisodeViewer(w.VBox):
         return self
 
     def _set_range(self, n: int, step: int | None) -> None:
-        target = n if step is None else max(1, min(step, n))
+        last = max(n - 1, 0)  # steps 0..n-1; the slider's min stays 0
+        target = last if step is None else max(0, min(step, last))
         # The browser's slider applies an update's keys one by one, "value" before "max", and clamps a
         # value outside its current range, sending the clamped value back (continuous_update): one
         # message {value: 3, max: 3} became value 2 in the kernel, and the viewer fell back a step.
-        # So widen the range in messages of its own first, then move the value, then narrow the range.
-        low = 1 if n else 0
-        if n > self.slider.max:
-            self.slider.max = n
-        if low < self.slider.min:
-            self.slider.min = low
+        # So widen the range in a message of its own first, then move the value, then narrow the range.
+        if last > self.slider.max:
+            self.slider.max = last
         self.slider.value = target
-        self.slider.min = low
-        self.slider.max = n
+        self.slider.max = last
         self.slider.disabled = n <= 1
         self._render()
 
@@ -443,10 +441,10 @@ class EpisodeViewer(w.VBox):
             return
         n, k = len(self.steps), self.slider.value
         rewards = [s.reward for s in self.steps]
-        self.prev.disabled = k <= 1
-        self.next.disabled = k >= n
-        self.sparkline.value = sparkline_svg(rewards, k - 1 if n else None)
-        self.conversation.value = conversation_html(self.record, k - 1 if n else -1)
+        self.prev.disabled = k <= 0
+        self.next.disabled = k >= n - 1
+        self.sparkline.value = sparkline_svg(rewards, k if n else None)
+        self.conversation.value = conversation_html(self.record, k if n else -1)
         masked = ""
         if self.record.mask_sample:
             stage = f" at {self.record.failure_stage}" if self.record.failure_stage else ""
@@ -459,10 +457,10 @@ class EpisodeViewer(w.VBox):
                 f"total reward {self.record.reward:g}{masked}"
             )
             return
-        cumulative = sum(rewards[:k])
-        flags = " · terminated" * self.steps[k - 1].terminated + " · truncated" * self.steps[k - 1].truncated
+        cumulative = sum(rewards[: k + 1])
+        flags = " · terminated" * self.steps[k].terminated + " · truncated" * self.steps[k].truncated
         self.status.value = (
-            f"<span class='gl-step'>step {k} of {n}</span> · "
-            f"<span class='gl-reward'>reward {rewards[k - 1]:g}</span> · "
+            f"<span class='gl-step'>step {k} of 0–{n - 1}</span> · "
+            f"<span class='gl-reward'>reward {rewards[k]:g}</span> · "
             f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags}{masked}"
         )
