@@ -149,10 +149,10 @@ def _verify_body(**extra) -> dict:
     return {**ROWS[1], "response": response, **extra}
 
 
-def test_verify_close_and_the_reaper_each_release_once_with_the_state_held_for_the_hook(lab):
-    env = lab.serve(Counted, session_ttl_seconds=0.5)
+def test_verify_and_close_each_release_once_with_the_state_held_for_the_hook(lab):
+    env = lab.serve(Counted)
     server = env.server
-    with httpx.Client() as a, httpx.Client() as b, httpx.Client() as c:
+    with httpx.Client() as a, httpx.Client() as b:
         _seed(a, env.url)
         answer = a.post(env.url + "/verify", json=_verify_body())
         assert answer.status_code == 200 and answer.json()["reward"] == 1.0
@@ -163,10 +163,15 @@ def test_verify_close_and_the_reaper_each_release_once_with_the_state_held_for_t
         for _ in range(2):  # a repeated close releases nothing more
             assert b.post(env.url + "/close_session", json={}).status_code == 200
         assert server.session_state == {} and [held for _, held in server._released] == [True, True]
-        _seed(c, env.url)  # never verified nor closed: the idle reaper frees it
-        wait_until(lambda: server.session_state == {}, 30, "the idle session reaped")
-        assert [held for _, held in server._released] == [True, True, True]
-        assert httpx.get(env.url + "/health").json()["sessions"]["reaped"] == 1
+
+
+def test_the_idle_reaper_releases_a_session_nobody_closed(lab):
+    env = lab.serve(Counted, session_ttl_seconds=0.5)
+    with httpx.Client() as client:
+        _seed(client, env.url)  # never verified nor closed
+        wait_until(lambda: env.server.session_state == {}, 30, "the idle session reaped")
+    assert [held for _, held in env.server._released] == [True]
+    assert httpx.get(env.url + "/health").json()["sessions"]["reaped"] == 1
 
 
 class Raising(GuessServer):
