@@ -6,6 +6,7 @@ import functools
 import inspect
 import statistics
 import typing
+import warnings
 from abc import abstractmethod
 from collections import defaultdict
 from typing import Any
@@ -35,6 +36,11 @@ from gymlab.server import BaseServer
 
 #: The failure kind of a verify for a session the server no longer holds.
 SESSION_LOST = "session_lost"
+
+# The reference's own idiom declares ``session_state: dict = Field(default_factory=dict)`` on its server;
+# here that name is the base's (the field's accesses reach it, so the base still frees the state), and
+# pydantic's warning that the field shadows it would only alarm code written as the spec shows.
+warnings.filterwarnings("ignore", r'Field name "session_state" in ".*" shadows an attribute in parent', UserWarning)
 
 
 def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:

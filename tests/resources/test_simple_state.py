@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import warnings
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr
 
 from gymlab import (
     SESSION_ID_KEY,
@@ -238,3 +243,50 @@ def test_serving_state_with_no_release_path_warns(lab):
         warnings.simplefilter("error")
         lab.serve(OwnDictReleased)
         lab.serve(GuessServer)
+
+
+def test_the_references_own_idiom_works_and_its_state_goes_too(lab):
+    """A server written as the spec shows (its own ``session_state`` field, popped in verify's finally)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pydantic's "shadows an attribute" (a script sees none: below)
+
+        class Reference(SimpleResourcesServer):
+            session_state: dict[str, Any] = Field(default_factory=dict)
+
+            async def seed_session(self, request: Request, body: GuessSeed) -> BaseSeedSessionResponse:
+                self.session_state[request.session[SESSION_ID_KEY]] = {"secret": body.secret}
+                return BaseSeedSessionResponse()
+
+            async def verify(self, request: Request, body: GuessVerify) -> BaseVerifyResponse:
+                try:
+                    secret = self.session_state[request.session[SESSION_ID_KEY]]["secret"]
+                    return BaseVerifyResponse(**body.model_dump(), reward=float(secret == body.secret))
+                finally:
+                    self.session_state.pop(request.session[SESSION_ID_KEY], None)
+
+    env = lab.serve(Reference)
+    with httpx.Client() as done, httpx.Client() as abandoned:
+        _seed(done, env.url)
+        assert done.post(env.url + "/verify", json=_verify_body()).json()["reward"] == 1.0
+        _seed(abandoned, env.url)
+        assert len(env.server.session_state) == 1
+        assert abandoned.post(env.url + "/close_session", json={}).status_code == 200  # its verify never came
+    assert env.server.session_state == {}
+
+
+def test_a_script_declaring_the_references_session_state_field_sees_no_warning():
+    code = (
+        "from typing import Any\nfrom pydantic import Field\nfrom gymlab import SimpleResourcesServer\n"
+        "class Reference(SimpleResourcesServer):\n    session_state: dict[str, Any] = Field(default_factory=dict)\n"
+        "    async def verify(self, body): ...\n"
+        "server = Reference()\nserver.session_state['s'] = 1\nassert server.episode_sessions.state == {'s': 1}\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert done.returncode == 0 and "shadows" not in done.stderr, done.stderr
