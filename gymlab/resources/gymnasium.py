@@ -146,7 +146,8 @@ class GymnasiumServer(BaseServer):
         return held
 
     async def _release(self, session_id: str, failure: BaseException | None = None) -> None:
-        """Run ``close_session`` and make sure the entry is gone, even if the override forgot ``super()``."""
+        """Run ``close_session`` and make sure the entry is gone, even if the override forgot ``super()``
+        (``EpisodeSessions.release_state``; an override that raises leaves it for the retry)."""
         await self.episode_sessions.release_state(session_id, self.close_session, self.session_state, failure)
 
     # -- routes ----------------------------------------------------------------------------------
