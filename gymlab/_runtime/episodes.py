@@ -91,6 +91,8 @@ class EpisodeSessions:
         self._seen: OrderedDict[str, float] = OrderedDict()  # held sessions, least recently used first
         self._flat: set[str] = set()
         self._busy: dict[str, int] = {}  # session id -> requests in flight
+        #: The server's ``session_state``: per-episode state, dropped by ``release_state``.
+        self.state: dict[str, Any] = {}
         self.ttl_seconds = float(ttl_seconds) if ttl_seconds else None
         self.release, self._clock = release, clock
         self.reaped = self.reap_failures = 0
@@ -153,6 +155,26 @@ class EpisodeSessions:
         self._open.pop(session_id, None)
         self._seen.pop(session_id, None)
         self._flat.discard(session_id)
+
+    async def release_state(
+        self, session_id: str, hook: Release, state: dict[str, Any], failure: BaseException | None = None
+    ) -> None:
+        """Run the server's release ``hook(session_id)``, then drop ``state[session_id]`` even if the hook
+        forgot to: the one way a server's per-episode state goes, whichever way the episode ended (a
+        verify, a terminal step, a close, a cancelled run's close, the reaper). A hook that raises
+        leaves the state for the retry (a close runs it again, so does the reaper): what it holds, a
+        container's handle say, is not lost. Raised while ``failure`` is handled, it is logged and noted
+        on that failure instead, so the episode's own failure is what gets reported."""
+        try:
+            await hook(session_id)
+        except Exception as exc:
+            if failure is None:
+                raise
+            log.error("%s(%r) failed while handling %r", hook.__qualname__, session_id, failure, exc_info=exc)
+            failure.add_note(f"{hook.__name__}({session_id!r}) also failed: {type(exc).__name__}: {exc}")
+            return
+        state.pop(session_id, None)
+        self.flat_released(session_id)
 
     # -- seed and close ----------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol import record as records
 from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
 from gymlab.protocol.failure_kinds import Failure, Stage
-from gymlab.protocol.record import Rollout
+from gymlab.protocol.record import Rollout, StepRecord
 from gymlab.protocol.resources import AgentRunRequest, AggregateMetrics, AggregateMetricsRequest, dump_row  # noqa: F401
 from gymlab.resources.simple import aggregate_metrics as default_metrics
 from gymlab.retry import retrying
@@ -62,11 +62,12 @@ class Timeouts(BaseModel):
 class EpisodeRun:
     """One ``/run`` in progress: the row, its cookies, the stage it is at, the session it holds."""
 
-    __slots__ = ("row", "cookies", "stage", "session", "started")
+    __slots__ = ("row", "cookies", "stage", "session", "started", "steps")
 
     def __init__(self, row: dict[str, Any], stage: Stage = "seed"):
         self.row, self.cookies, self.stage = row, Cookies(), stage
         self.session: EpisodeSession | None = None
+        self.steps: list[StepRecord] = []  # the steps so far, which a failure after them carries
         self.started = time.perf_counter()
 
     def elapsed(self) -> float:
@@ -338,10 +339,10 @@ class BaseAgent(BaseServer):
                 # a hop dropped and the release found the session gone (the spec's 410: its worker died)
                 failure = failure_of(gone, role="resources", stage=run.stage)
             if is_lost(failure):
-                return record_response(records.failed(row, failure, duration_s=run.elapsed()))
+                return record_response(records.failed(row, failure, duration_s=run.elapsed(), steps=run.steps))
             if run.stage == "seed" and isinstance(exc, ServerError) and exc.status in self.seed_refusals:
                 raise HTTPException(exc.status, f"{self.name}: {with_notes(str(exc), exc)}") from exc
-            raise self.episode_failed(exc, run.stage) from exc
+            raise self.episode_failed(exc, run.stage, run.steps) from exc
         await self._release(run)
         if not isinstance(record, Rollout):
             raise TypeError(f"{type(self).__name__}'s episode must return a Rollout, got {type(record).__name__}")
@@ -395,13 +396,16 @@ class BaseAgent(BaseServer):
                 self.release_retries.add(session, self.timeouts.cleanup)
         return None
 
-    def episode_failed(self, exc: BaseException, stage: Stage) -> EpisodeFailed:
-        """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure."""
+    def episode_failed(self, exc: BaseException, stage: Stage, steps: list[StepRecord] = ()) -> EpisodeFailed:
+        """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure (and
+        the ``steps`` taken before it, so the masked record keeps them)."""
         failure = failure_of(exc, role="agent", stage=stage)
         message = failure.message
         if isinstance(exc, TimeoutError) and not isinstance(exc, ServerError):
             message = f"the episode ran past timeouts.episode ({self.timeouts.episode:g} s) at stage {stage}"
-        return EpisodeFailed(self.name, "POST /run", failure.model_copy(update={"message": with_notes(message, exc)}))
+        kept = [s.model_dump(mode="json", exclude_none=True) for s in steps] or None
+        update = {"message": with_notes(message, exc), "steps": kept}
+        return EpisodeFailed(self.name, "POST /run", failure.model_copy(update=update))
 
 
 def with_notes(message: str, exc: BaseException) -> str:

@@ -115,6 +115,7 @@ class SimpleAgent(BaseAgent):
         async def play(run: EpisodeRun) -> Rollout:
             await self.open_session(run, "/seed_session", row, "/close_session")
             state = await self.loop(body.responses_create_params, run.cookies)
+            run.steps = state.steps  # a verify that fails keeps them in the masked record
             response = state.final_response()
             verify = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
             answer = await self.grade(run, verify, run.cookies)

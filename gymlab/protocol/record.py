@@ -302,7 +302,8 @@ def failed(
     steps: list[StepRecord] = (),
     response: NeMoGymResponse | None = None,
 ) -> Rollout:
-    """A masked record for an episode that could not finish: reward 0, never a graded zero."""
+    """A masked record for an episode that could not finish: reward 0, never a graded zero; it keeps
+    the steps taken before the failure (``steps``, or those its ``failure`` carries)."""
     params = row.get("responses_create_params") or {"input": ""}
     return _with_steps(
         {
@@ -319,7 +320,7 @@ def failed(
             "failure_trace": failure.trace,
             "duration_s": duration_s,
         },
-        list(steps),
+        list(steps or failure.steps or ()),
     )
 
 

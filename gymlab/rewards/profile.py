@@ -176,6 +176,7 @@ class Profile:
         ax.hist(means, bins=bins, range=(min(0.0, *means), max(1.0, *means)) if len(means) else None)
         ax.set_xlabel(f"per-task {what}")
         ax.set_ylabel("tasks")
+        ax.yaxis.get_major_locator().set_params(integer=True)  # a count of tasks: no 0.5 ticks
         ax.set_title(f"{len(means)} tasks, {len(self.flagged)} flagged (no variance)")
         return ax
 

@@ -78,7 +78,7 @@ def test_gymnasium_agent_keeps_a_cut_episodes_reward_and_retries_its_close(lab, 
     rollout = agent.run(rows("blackjack")[2])  # cut by max_steps: the agent closes the hand
     assert rollout.truncated and rollout.reward == pytest.approx(-0.3) and not rollout.mask_sample
     wait_until(lambda: retries.counts()["released"] == 1, 30, "the close retried")
-    assert len(env.server.closes) == 1  # the retry found the hand already dropped by the failed close
+    assert len(env.server.closes) == 2  # the failed close kept the hand, and its retry released it
     assert env.server.session_state == {}
 
 
