@@ -255,11 +255,11 @@ def browse_run(run) -> None:
     playwright_sync.expect(run.locator(".gl-conversation")).to_contain_text("The counter reads 12.")
     run.locator(".gl-next-episode").click()
     playwright_sync.expect(matches).to_contain_text("episode 2 of 4 shown")
-    assert expect_slider_in_step(run) == 1  # a guess without the work: one step
+    assert expect_slider_in_step(run) == 0  # a guess without the work: one step, step 0
 
     run.locator(".gl-reward-filter select").select_option(label="reward 1 (12)")
     playwright_sync.expect(matches).to_contain_text("episode 1 of 12 shown · 12 of 20 episodes match")
-    assert expect_slider_in_step(run) == 4  # from a one-step episode to a four-step one
+    assert expect_slider_in_step(run) == 3  # from a one-step episode to a four-step one (steps 0-3)
     run.locator(".gl-reward-filter select").select_option(label="any reward")
     playwright_sync.expect(matches).to_contain_text("16 of 20 episodes match")  # still: no failure
     episode = run.locator(".gl-episode select")

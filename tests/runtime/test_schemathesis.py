@@ -30,23 +30,6 @@ MAX_EXAMPLES = 15
 ENVIRONMENTS = sorted(p.name for p in ENVIRONMENTS_DIR.iterdir() if (p / "app.py").exists())
 #: The environments served by a resources server (the rest are agents that embed their environment).
 WITH_RESOURCES = ["blackjack", "calculator", "calculator_gym", "counter", "mcp_notes", "open_qa", "qa", "stateless"]
-#: 5xx being fixed with the example agents (issue 30, item 11): xfailed only when no other 5xx is found.
-KNOWN = {
-    "guess_number": (
-        lambda case: case.path == "/run" and not _has_int(case.body, "secret"),
-        "issue 30 (item 11): guess_number's agent answers a row without an integer `secret` with 500",
-    )
-}
-
-
-def _has_int(body, key: str) -> bool:
-    if not isinstance(body, dict):
-        return False
-    try:
-        int(body[key])
-    except (KeyError, TypeError, ValueError, OverflowError):
-        return False
-    return True
 
 
 def _server_class(module):
@@ -103,8 +86,6 @@ def test_no_input_gets_a_server_error(lab, name):
     url = _serve(lab, name)
     schema = schemathesis.openapi.from_url(url + "/openapi.json")
     errors: list[str] = []
-    known, reason = KNOWN.get(name, (lambda case: False, ""))
-    known_hits = 0
     operations = [result.ok() for result in schema.get_all_operations()]
     assert operations
     for operation in operations:
@@ -120,12 +101,8 @@ def test_no_input_gets_a_server_error(lab, name):
             )  # no shrinking: report, don't minimise
             @given(case=operation.as_strategy(generation_mode=mode))
             def fuzz(case):
-                nonlocal known_hits
                 response = case.call(base_url=url, timeout=30)
                 if response.status_code < 500 or _upstream_failure(response):
-                    return
-                if known(case):
-                    known_hits += 1
                     return
                 errors.append(
                     f"{case.method} {case.path} ({mode.value}) body={case.body!r:.300} -> "  # noqa: B023 (fuzz runs in this iteration)
@@ -137,5 +114,3 @@ def test_no_input_gets_a_server_error(lab, name):
             except Unsatisfiable:  # nothing to make invalid (no body, no parameters)
                 assert mode is GenerationMode.NEGATIVE, f"{operation.label}: no valid input can be generated"
     assert not errors, f"{name}: {len(errors)} server errors:\n" + "\n".join(errors[:10])
-    if known_hits:
-        pytest.xfail(f"{known_hits} known 5xx: {reason}")
