@@ -246,9 +246,10 @@ def textarena(
     text returning its move, or a model server (a Lab handle or URL). ``tools=True`` declares a
     ``move`` tool on the rows (else the model's text is its move).
     """
+    library = need("textarena")  # not installed: the ImportError naming the extra, as is
     check_offline(env_id)
     try:
-        need("textarena").make(env_id, **make_kwargs)  # a game that cannot load fails here, not at each reset
+        library.make(env_id, **make_kwargs)  # a game that cannot load fails here, not at each reset
     except Exception as exc:
         raise RuntimeError(f"TextArena game {env_id} does not load here: {type(exc).__name__}: {exc}") from exc
     server = TextArenaServer(
