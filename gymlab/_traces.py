@@ -200,16 +200,20 @@ _book_lock = threading.Lock()
 
 
 def logbook() -> LogBook:
-    """The process's one ``LogBook``, installed on gymlab's and uvicorn's error loggers on first use."""
+    """The process's one ``LogBook``, on gymlab's and uvicorn's error loggers: put back on each call
+    (a Lab's start), since a logging config applied meanwhile (uvicorn's own, by a server run with its
+    default ``log_config``) removes the handlers of the loggers it names."""
     global _book
     with _book_lock:
         if _book is None:
             _book = LogBook()
-            # With a handler of its own, an error no longer falls through to logging's last-resort
-            # handler, which printed the whole traceback into the cell; records still propagate to
-            # any handler the user configured on the root logger.
-            for name in LOGGERS:
-                logging.getLogger(name).addHandler(_book)
+        # With a handler of its own, an error no longer falls through to logging's last-resort
+        # handler, which printed the whole traceback into the cell; records still propagate to
+        # any handler the user configured on the root logger.
+        for name in LOGGERS:
+            logger = logging.getLogger(name)
+            if _book not in logger.handlers:
+                logger.addHandler(_book)
         return _book
 
 
