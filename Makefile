@@ -63,8 +63,10 @@ test: $(TEST_STAMP) browser-deps demo-venv
 	$(BIN)/ruff check gymlab tests environments
 	$(BIN)/ruff format --check gymlab tests environments
 	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
+	# two workers, each taking whole test files (--dist loadfile): the suite waits on servers, retries and
+	# kernels as much as it computes, and every test holds with both cores busy
 	JUPYTER_PATH=$(abspath $(DEMO_VENV))/share/jupyter GYMLAB_DEMO_VENV=$(abspath $(DEMO_VENV)) \
-		$(BIN)/python -m pytest -q -p no:cacheprovider
+		$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 # NeMo Gym 0.7.0 itself (its CLI, profiler and servers) in its own venv: it declares Python >= 3.13.14, and
 # runs on any 3.13 (found through pyenv or PATH; NEMO_PY=... to choose), installed with --ignore-requires-python.

@@ -64,8 +64,9 @@ _NAMES: dict[str, str] = {
         "gymlab.probes.run": "probe",
         # notebook widgets
         "gymlab.lab.widgets": "EpisodeViewer LivePanel Stepper",
-        # examples
+        # examples, and environments from other libraries (reasoning-gym, TextArena, Gymnasium)
         "gymlab.examples": "load_environment",
+        "gymlab.envs": "envs",
         # configs and collection
         "gymlab.collection.config": "load_config",
         "gymlab.lab.collect": "collect",
@@ -105,7 +106,7 @@ def __dir__() -> list[str]:
 
 # Every name of _NAMES again, for type checkers (tests/test_exported_members.py compares the two).
 if TYPE_CHECKING:  # pragma: no cover
-    from gymlab import failure_kinds
+    from gymlab import envs, failure_kinds
     from gymlab._runtime.fences import ResourcesSessionFences
     from gymlab._runtime.locks import ResourcesSessionLocks
     from gymlab.agents.embedded import EmbeddedEnvironmentAgent

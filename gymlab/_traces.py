@@ -4,7 +4,7 @@ A Lab installs ``LogBook`` on gymlab's loggers: each error a server logs becomes
 server, route and cause (printed unless a run is summarising its failures itself), and its whole
 traceback is kept in a bounded buffer that ``lab.logs()`` shows. ``user_traceback`` cuts gymlab's,
 asyncio's and the libraries' frames out of a traceback so an exception raised in a cell shows the
-frames the researcher wrote (``File "/tmp/ipykernel_.../3.py", line 3, in verify``).
+frames the researcher wrote, a cell named as IPython names it (``Cell In[3], line 3, in verify``).
 """
 
 from __future__ import annotations
@@ -59,6 +59,28 @@ def user_traceback(tb: TracebackType | None) -> TracebackType | None:
     return head
 
 
+class UserFrames:
+    """IPython's ``_render_traceback_`` hook, set on an error raised to a cell: its traceback with only
+    the user's frames. (IPython hides ``__tracebackhide__`` frames but always shows the last one, and
+    for an error gymlab raises from its loop thread that is gymlab's own.) Picklable, as errors are."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+    def __call__(self) -> list[str]:
+        from IPython import get_ipython
+
+        exc = self.exc
+        tb = user_traceback(exc.__traceback__) or exc.__traceback__
+        return get_ipython().InteractiveTB.structured_traceback(type(exc), exc, tb)
+
+
+def ipython_shell():
+    """The running IPython shell, or None (a script, a test): IPython is not imported for this."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+
+
 def where(exc: BaseException) -> str | None:
     """``File "...", line N, in f`` of the innermost user frame that ``exc`` passed through."""
     found = None
@@ -67,11 +89,22 @@ def where(exc: BaseException) -> str | None:
             found = frame
     if found is None:
         return None
-    return f'File "{found.filename}", line {found.lineno}, in {found.name}'
+    return f"{_file_label(found.filename)}, line {found.lineno}, in {found.name}"
+
+
+def _file_label(filename: str) -> str:
+    """``Cell In[36]`` for a notebook cell's code (IPython's own name for it, not its temp file), else
+    ``File "path"``."""
+    shell = ipython_shell()
+    try:
+        label = shell.compile.format_code_name(filename) if shell is not None else None
+    except Exception:  # an IPython without it: the path is still right
+        label = None
+    return f"{label[0]} {label[1]}" if label else f'File "{filename}"'
 
 
 def cause_line(exc: BaseException) -> str:
-    """``ZeroDivisionError: division by zero (File "<cell>", line 3, in verify)``."""
+    """``ZeroDivisionError: division by zero (Cell In[3], line 3, in verify)``."""
     place = where(exc)
     return f"{type(exc).__name__}: {exc}" + (f" ({place})" if place else "")
 
@@ -167,17 +200,21 @@ _book_lock = threading.Lock()
 
 
 def logbook() -> LogBook:
-    """The process's one ``LogBook``, installed on gymlab's and uvicorn's error loggers on first use."""
+    """The process's one ``LogBook``, on gymlab's and uvicorn's error loggers: put back on each call
+    (a Lab's start), since a logging config applied meanwhile (uvicorn's own, by a server run with its
+    default ``log_config``) removes the handlers of the loggers it names."""
     global _book
     with _book_lock:
         if _book is None:
             _book = LogBook()
-            # With a handler of its own, an error no longer falls through to logging's last-resort
-            # handler, which printed the whole traceback into the cell; records still propagate to
-            # any handler the user configured on the root logger.
-            for name in LOGGERS:
-                logging.getLogger(name).addHandler(_book)
+        # With a handler of its own, an error no longer falls through to logging's last-resort
+        # handler, which printed the whole traceback into the cell; records still propagate to
+        # any handler the user configured on the root logger.
+        for name in LOGGERS:
+            logger = logging.getLogger(name)
+            if _book not in logger.handlers:
+                logger.addHandler(_book)
         return _book
 
 
-__all__ = ["Entry", "LogBook", "cause_line", "is_user_file", "logbook", "user_traceback", "where"]
+__all__ = ["Entry", "LogBook", "UserFrames", "cause_line", "is_user_file", "logbook", "user_traceback", "where"]

@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +27,9 @@ import gymlab.http1 as http1
 import gymlab.inproc as inproc
 from gymlab.cookies import cookie_header, request_cookies, set_cookie_pairs
 from gymlab.errors import ServerError, TransportError, TransportPeerDrop, TransportTimeout, TransportUnreachable
+from gymlab.jsonl import loads
 from gymlab.protocol.failure_kinds import Failure
-from gymlab.protocol.responses import NeMoGymResponse
+from gymlab.protocol.responses import Message, NeMoGymResponse, OtherItem, Reasoning
 from gymlab.retry import backoff_delay, retrying
 
 #: Seconds to open a connection before giving up (every hop).
@@ -75,11 +77,32 @@ class Reply:
         return self.body.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        return orjson.loads(self.body)
+        """The body parsed (``gymlab.jsonl.loads``: an int past 64 bits kept whole); a lone surrogate in
+        a string becomes U+FFFD, so the answer can be sent on as JSON."""
+        try:
+            value = loads(self.body)
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
+        return _whole_characters(value) if _SURROGATE_ESCAPE.search(self.body) else value
 
     @property
     def ok(self) -> bool:
         return 200 <= self.status < 300
+
+
+#: A UTF-16 surrogate's escape (``\\ud800``-``\\udfff``): only a body with one can hold a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+def _whole_characters(value: Any) -> Any:
+    """``value`` with each lone surrogate of its strings and keys replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_whole_characters(v) for v in value]
+    if isinstance(value, dict):
+        return {_whole_characters(k): _whole_characters(v) for k, v in value.items()}
+    return value
 
 
 def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> TransportError:
@@ -349,16 +372,20 @@ def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
         except (ValueError, TypeError):
             response = None
         if response is not None and "output" in response.model_fields_set and not getattr(response, "error", None):
-            return response
+            if _non_answer(response) is None:
+                return response
     answer = _parsed(reply, "/v1/responses", server)
     problem = None
     if not (isinstance(answer, dict) and isinstance(answer.get("output"), list)) or answer.get("error"):
         problem = "a body that is not a Responses object"
     else:
         try:
-            return NeMoGymResponse.model_validate(answer)
+            response = NeMoGymResponse.model_validate(answer)
         except (ValueError, TypeError) as exc:  # TypeError: a malformed discriminator (``{"type": {}}``)
             problem = f"a Responses object that does not validate ({str(exc).splitlines()[0]})"
+        else:
+            if (problem := _non_answer(response)) is None:
+                return response
     cause = f"the model server answered 200 with {problem}: {json.dumps(answer)[:200]}"
     failure = Failure(kind="provider_unavailable", server=server, status=200, message=cause)
     raise ServerError(
@@ -369,6 +396,34 @@ def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
         "point the model server at an OpenAI-compatible Responses endpoint",
         failure,
     )
+
+
+def _non_answer(response: NeMoGymResponse) -> str | None:
+    """Why a model server's 200 holds no answer a model gave, or None (then it is graded).
+
+    Every output item names its type, a message carries content, an ``output_text`` part a string;
+    an output of unknown item types (with reasoning at most) gives the loop nothing to act on; an
+    ``incomplete`` answer with no output is the provider's, unless the model spent its own
+    ``max_output_tokens``. An empty ``completed`` output is an answer (the wire reference's
+    ``empty_output``: graded, marked incomplete).
+    """
+    output = response.output
+    for n, item in enumerate(output):
+        if "type" not in item.model_fields_set:
+            return f"output[{n}] has no type"
+        if isinstance(item, Message):
+            if "content" not in item.model_fields_set or item.content == []:
+                return f"output[{n}] is a message without content"
+            if not isinstance(item.content, str) and any(
+                p.type == "output_text" and not isinstance(p.text, str) for p in item.content
+            ):
+                return f"output[{n}] has an output_text part whose text is not a string"
+    if any(isinstance(i, OtherItem) for i in output) and all(isinstance(i, (OtherItem, Reasoning)) for i in output):
+        return f"an output of item types it does not know ({', '.join(sorted({i.type for i in output}))})"
+    reason = (response.incomplete_details or {}).get("reason")
+    if not output and response.status == "incomplete" and reason != "max_output_tokens":
+        return f"status incomplete ({reason or 'no reason given'}) and no output"
+    return None
 
 
 def _dumps(payload: Any) -> bytes:

@@ -36,6 +36,9 @@ ToolCall = Callable[[str, Any], Awaitable[str]]
 
 #: Model calls per episode when nothing else is configured: a looping policy ends, truncated.
 DEFAULT_MAX_STEPS = 32
+#: Function calls one model answer may have run when nothing else is configured (an agent's
+#: ``max_tool_calls_per_turn``): one answer of 20,000 calls must not make 20,000 tool requests.
+DEFAULT_MAX_TOOL_CALLS_PER_TURN = 64
 
 #: Routes of a resources server that are its lifecycle or built-ins, never a model's tool.
 RESERVED_ROUTES = frozenset(
@@ -54,6 +57,7 @@ RESERVED_ROUTES = frozenset(
         "run",
         "v1",
         "responses",
+        "mcp",
     }
 )
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -105,7 +109,13 @@ class TurnResult:
 
 @dataclass
 class LoopState:
-    """The conversation of one episode so far: the authored input plus every item added."""
+    """The conversation of one episode so far: the authored input plus every item added.
+
+    Tool calls are bounded twice: ``max_tool_calls_per_turn`` per model answer, and the request's own
+    ``max_tool_calls`` (the Responses field) over the episode. An answer with more calls than both
+    allow has the first ones run, the rest not, and ends the episode (``max_tool_calls``: truncated,
+    the response ``incomplete``), as ``max_steps`` ends one that runs out of model calls.
+    """
 
     params: ResponseCreateParams
     added: list[Any] = field(default_factory=list)
@@ -113,6 +123,7 @@ class LoopState:
     usage: Usage | None = None
     last: NeMoGymResponse | None = None
     stop_reason: str | None = None
+    max_tool_calls_per_turn: int | None = DEFAULT_MAX_TOOL_CALLS_PER_TURN
     _wire: tuple[Any, dict, list] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -128,6 +139,13 @@ class LoopState:
         _, base, authored = self._wire
         return {**base, "input": authored + [dump_item(i) for i in self.added]}
 
+    def tool_call_allowance(self) -> int | None:
+        """How many function calls the next model answer may have run (None: no bound)."""
+        caps = [self.max_tool_calls_per_turn]
+        if self.params.max_tool_calls is not None:
+            caps.append(max(0, self.params.max_tool_calls - sum(len(s.tool_outputs) for s in self.steps)))
+        return min((c for c in caps if c is not None), default=None)
+
     def record(self, turn: TurnResult) -> StepRecord:
         step = StepRecord(
             index=len(self.steps),
@@ -142,7 +160,7 @@ class LoopState:
         """The episode's response: the last model response, with every added item and summed usage."""
         base = self.last or NeMoGymResponse(output=[])
         update: dict[str, Any] = {"output": list(self.added), "usage": self.usage}
-        if self.stop_reason in ("max_steps", "empty_output"):
+        if self.stop_reason in ("max_steps", "max_tool_calls", "conversation_too_large", "empty_output"):
             update["status"] = "incomplete"
             update["incomplete_details"] = base.incomplete_details or {"reason": self.stop_reason}
         return base.model_copy(update=update)
@@ -176,21 +194,25 @@ async def model_turn(
     """One model call, then each of its function calls in order; the state is updated.
 
     A call of an undeclared or reserved tool is answered with an error output and counted on the
-    step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand. Without
-    ``call_tool`` the calls are left unresolved and the loop stops (``tool_calls``): whoever asked
-    runs them (NeMo Gym's ``execute_tools: false``).
+    step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand (no caps
+    either). Calls past ``state.tool_call_allowance()`` are not run and end the episode
+    (``max_tool_calls``). Without ``call_tool`` the calls are left unresolved and the loop stops
+    (``tool_calls``): whoever asked runs them (NeMo Gym's ``execute_tools: false``).
     """
     t0 = time.perf_counter()
     response = await ask_model(state, call_model)
     outputs, refused = [], 0
     declared = declared_tools(state.params)
-    for call in response.output if call_tool is not None else ():
-        if isinstance(call, FunctionCall):
-            why = refusal(call.name, declared) if check_tools else None
-            refused += why is not None
-            outputs.append(await run_tool(call, call_tool, why))
+    calls = [c for c in response.output if isinstance(c, FunctionCall)] if call_tool is not None else []
+    allowed = state.tool_call_allowance() if check_tools else None
+    for call in calls[:allowed]:
+        why = refusal(call.name, declared) if check_tools else None
+        refused += why is not None
+        outputs.append(await run_tool(call, call_tool, why))
     state.added.extend(outputs)
     reason = stop_reason_of(response) or (None if call_tool is not None else "tool_calls")
+    if allowed is not None and len(calls) > allowed:
+        reason = "max_tool_calls"
     turn = TurnResult(response, outputs, reason is not None, reason, time.perf_counter() - t0)
     state.record(turn).tool_errors = refused
     if reason:
@@ -216,13 +238,25 @@ async def run_loop(
     max_steps: int | None = DEFAULT_MAX_STEPS,
     state: LoopState | None = None,
 ) -> LoopState:
-    """Run model turns until a stop rule fires or ``max_steps`` model calls were made (None: no limit)."""
+    """Run model turns until a stop rule fires or ``max_steps`` model calls were made (None: no limit).
+
+    ``max_steps`` counts model calls; tool calls are bounded by the state's caps (``LoopState``). A
+    model server that refuses a later turn's request as too large (413) ends the episode, truncated
+    (``conversation_too_large``): it took the authored request, so what grew is the episode's own
+    transcript, and a policy that writes too much is graded, not masked."""
     state = state or LoopState(params)
     while True:
         if max_steps is not None and len(state.steps) >= max_steps:
             state.stop_reason = "max_steps"
             return state
-        turn = await model_turn(state, call_model, call_tool)
+        asked = state.last
+        try:
+            turn = await model_turn(state, call_model, call_tool)
+        except ServerError as exc:
+            if exc.status != 413 or not state.steps or state.last is not asked:  # not the model's refusal
+                raise
+            state.stop_reason = "conversation_too_large"
+            return state
         if turn.done:
             return state
 

@@ -26,7 +26,11 @@ BUILTINS: dict[str, dict[str, str]] = {
     "environment_servers": {
         "single_agent_turn": "gymlab.envservers.single_agent_turn",
     },
-    "resources_servers": {},
+    "resources_servers": {
+        "reasoning_gym": "gymlab.envs.reasoning:ReasoningGymServer",
+        "textarena": "gymlab.envs.arena:TextArenaServer",
+        "gymnasium": "gymlab.envs.gym_env:GymEnvServer",
+    },
 }
 
 _NOUNS = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -19,6 +20,10 @@ T = TypeVar("T")
 
 #: Prefixes of the failure kinds worth retrying (``gymlab.protocol.failure_kinds``).
 RETRIED_PREFIXES = ("transport_", "provider_")
+
+#: Seconds an episode's failures that may pass are retried for, from its first failed try, whatever
+#: the retry count: a server restarting or a network outage of a few seconds is ridden out.
+RETRY_SPAN_S = 20.0
 
 
 def retried(kind: str | None) -> bool:
@@ -30,6 +35,15 @@ def backoff_delay(base_s: float, attempt: int, cap_s: float = 60.0) -> float:
     """Seconds to wait before retry ``attempt`` (1-based): ``base_s`` doubling, capped, jittered
     to 50-100 % so many clients that failed together do not retry together."""
     return min(cap_s, base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+def episode_retry(kind: str | None, retries: int, max_retries: int, base_s: float, since: float) -> float | None:
+    """Seconds to wait before retrying an episode that failed with ``kind`` after ``retries`` retries,
+    or None: no more. A kind that may pass gets ``max_retries`` retries (none when 0), and more,
+    backing off, until its failures have lasted ``RETRY_SPAN_S`` (``since``: the first, ``time.monotonic``)."""
+    if not retried(kind) or max_retries < 1 or (retries >= max_retries and time.monotonic() - since >= RETRY_SPAN_S):
+        return None
+    return backoff_delay(base_s, retries + 1)
 
 
 async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception, int], float | None]) -> T:
@@ -48,4 +62,4 @@ async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception,
             await asyncio.sleep(delay)
 
 
-__all__ = ["RETRIED_PREFIXES", "backoff_delay", "retried", "retrying"]
+__all__ = ["RETRIED_PREFIXES", "RETRY_SPAN_S", "backoff_delay", "episode_retry", "retried", "retrying"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import secrets
 from typing import Any, ClassVar
@@ -11,7 +9,7 @@ from typing import Any, ClassVar
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 
-from gymlab._runtime.env import CONFIG_ENV  # re-exported: entrypoints and tests read it here
+from gymlab._runtime.env import read_config
 
 
 def _snake(name: str) -> str:
@@ -65,8 +63,9 @@ class BaseServer(BaseModel):
         description="Largest request body accepted; a larger one is answered 413 before it is read in full.",
     )
     max_metrics_body_bytes: int = Field(
-        default=512 * 1024 * 1024,
-        description="The same bound for /aggregate_metrics, whose body is a whole run's verify answers.",
+        default=32 * 1024 * 1024,
+        description="The same bound for /aggregate_metrics, whose body is a whole run's verify answers "
+        "(about 200,000 answers without their steps, response and responses_create_params).",
     )
 
     error_traces: bool = Field(
@@ -94,8 +93,8 @@ class BaseServer(BaseModel):
 
     @classmethod
     def from_environment(cls, **overrides: Any) -> BaseServer:
-        """Build from the JSON config that ``gymlab serve`` puts in ``GYMLAB_SERVER_CONFIG``."""
-        raw = json.loads(os.environ.get(CONFIG_ENV) or "{}")
+        """Build from the config file that ``gymlab serve`` names in ``GYMLAB_SERVER_CONFIG``."""
+        raw = read_config()
         raw = {k: v for k, v in raw.items() if k not in cls.config_only_keys}
         if "session_secret" not in raw:
             from gymlab._runtime.workers import worker_secret

@@ -81,6 +81,7 @@ EXPORTED = [
     "assistant_message",
     "collect",
     "connect_mcp",
+    "envs",
     "export_dataset",
     "export_rl",
     "export_rollouts",

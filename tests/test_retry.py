@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from gymlab.retry import retrying
+from gymlab.retry import RETRY_SPAN_S, episode_retry, retrying
 
 
 async def test_a_failure_the_rule_accepts_is_tried_again_until_the_call_returns():
@@ -69,3 +70,20 @@ async def test_a_cancel_is_never_retried_during_a_try_or_a_wait():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert len(tries) == 2
+
+
+def test_an_episode_failure_that_may_pass_is_retried_until_its_failures_span_the_retry_span():
+    """Two retries of 0.5 s doubling spanned 1.5 s: a 2 s outage failed rows. Past ``max_retries``, a
+    kind that may pass is retried on while its first failure is under ``RETRY_SPAN_S`` old."""
+    now = time.monotonic()
+    assert all(episode_retry("transport_unreachable", n, 2, 0.5, since=now) is not None for n in range(6))
+    assert 4.0 <= episode_retry("transport_unreachable", 4, 2, 0.5, since=now) <= 8.0  # backing off, doubling
+    assert episode_retry("transport_unreachable", 2, 2, 0.5, since=now - RETRY_SPAN_S) is None  # spent
+    assert episode_retry("transport_timeout", 1, 2, 0.5, since=now - RETRY_SPAN_S) is not None  # max_retries first
+    assert episode_retry("verifier_error", 0, 2, 0.5, since=now) is None  # never retried
+    assert episode_retry("transport_unreachable", 0, 0, 0.5, since=now) is None  # retries off
+    # the retries before the span is spent, from the first failure: at least as long as the span
+    total, n = 0.0, 0
+    while (delay := episode_retry("provider_unavailable", n, 2, 0.5, since=now - total)) is not None:
+        total, n = total + delay, n + 1
+    assert total >= RETRY_SPAN_S and n <= 10

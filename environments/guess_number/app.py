@@ -2,28 +2,40 @@
 
 There is no resources server: ``GuessNumberAgent.run`` asks the model for a guess, answers
 "higher" or "lower" itself, and grades the episode (reward 1.0 when the number is found within the
-row's ``max_guesses``). Row fields: ``secret`` (the number), ``max_guesses`` (default 7).
+row's ``max_guesses``). Row fields: ``secret`` (the number), ``max_guesses`` (default 7, at most the
+agent's ``max_steps``); a row without them, or with another type, is answered 422 naming the field.
 """
 
 from __future__ import annotations
 
 import re
 
+from pydantic import Field
+
 from gymlab import EmbeddedEnvironmentAgent
 from gymlab.agents.base import AgentRunRequest
 from gymlab.utils import is_gymlab_fastapi_entrypoint
+
+#: A guess: a number of at most 9 digits (a longer one is no guess, and never a 4,300-digit int()).
+NUMBER = re.compile(r"(?<!\d)-?\d{1,9}(?!\d)")
+
+
+class GuessRow(AgentRunRequest):
+    """A game: the number to find and how many guesses the model has."""
+
+    secret: int
+    max_guesses: int = Field(7, ge=1)
 
 
 class GuessNumberAgent(EmbeddedEnvironmentAgent):
     """Plays the game with the bound model; the secret never reaches the model."""
 
-    async def run(self, body: AgentRunRequest):
-        task = body.model_extra or {}
-        secret, limit = int(task["secret"]), int(task.get("max_guesses", 7))
+    async def run(self, body: GuessRow):
+        secret, limit = body.secret, min(body.max_guesses, self.max_steps or body.max_guesses)
         episode = self.start(body)
         while len(episode.steps) < limit:
             response = await self.ask(episode)
-            found = re.search(r"-?\d+", response.output_text)
+            found = NUMBER.search(response.output_text)
             guess = int(found.group()) if found else None
             if guess == secret:
                 self.transition(episode, response, 1.0, terminated=True, info={"guess": guess})
@@ -40,7 +52,7 @@ def policy(request):
         if item.type != "message":
             continue
         if item.role == "assistant":
-            found = re.search(r"-?\d+", item.text)
+            found = NUMBER.search(item.text)
             last = int(found.group()) if found else None
         elif item.role == "user" and last is not None:
             if "Higher" in item.text:

@@ -1,13 +1,17 @@
-"""Open-ended questions graded by a judge model against a reference answer, plus a brevity rule.
+"""Open-ended questions graded by a judge model against a reference answer, plus a brevity bonus.
 
 Row fields: ``reference_answer``. The reward is a rubric (``gymlab.rewards``): ``correct`` (weight
 0.8), a judge model's CORRECT/INCORRECT verdict given the question, the reference and the answer,
-and ``concise`` (weight 0.2), 1.0 for an answer of at most ``max_words`` words. A judge that fails
-or answers something else masks the episode (``judge_failed`` / ``judge_unparseable``).
+and ``concise`` (weight 0.2), 1.0 for an answer of at most ``max_words`` words, gated by ``correct``.
+A judge that fails or answers something else masks the episode (``judge_failed`` / ``judge_unparseable``).
 
-``judge_policy`` is a rule-based judge (the reference, normalized, must appear in the answer), so
-everything runs offline; ``policy`` answers the example questions, one of them right only every
-other time.
+``judge_policy`` is a rule-based judge, so everything runs offline: CORRECT when the answer's first
+sentence is the reference (case and punctuation aside). ``policy`` answers the example questions, one
+of them right only every other time.
+
+``gymlab probe`` found the first version gameable: ``concise`` paid any short answer 0.2 (a refusal,
+"Done.", a verdict written for the judge), and a judge that accepted any answer holding the
+reference paid the sprays that list every row's answers at once.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def concise(body: Any, max_words: int = 30) -> float:
 
 
 def open_qa_rubric(judge_model: Any, *, correct: float = 0.8, brevity: float = 0.2, **judge_options: Any) -> Rubric:
-    """The environment's rubric: a judge of correctness and a brevity rule."""
+    """The environment's rubric: a judge of correctness and a brevity bonus paid only on a correct answer."""
     judge = Judge(
         "correct",
         judge_model,
@@ -50,7 +54,7 @@ def open_qa_rubric(judge_model: Any, *, correct: float = 0.8, brevity: float = 0
         weight=correct,
         **judge_options,
     )
-    return Rubric(judge, Component("concise", concise, weight=brevity))
+    return Rubric(judge, Component("concise", concise, weight=brevity, gate="correct"))
 
 
 class OpenQAServer(SimpleResourcesServer):
@@ -71,30 +75,36 @@ class OpenQAServer(SimpleResourcesServer):
         return await self.grading_rubric().verify(body, OpenQAVerifyResponse)
 
 
-def _normal(text: str) -> str:
+def normal(text: str) -> str:
+    """Lowercase words without punctuation (an apostrophe kept), single-spaced."""
     return " ".join(re.sub(r"[^a-z0-9' ]", " ", text.lower().replace("\u2019", "'")).split())
 
 
-def _field(prompt: str, name: str) -> str:
-    match = re.search(rf"^{name}: (.*)$", prompt, re.M)
-    return match.group(1) if match else ""
+def reference_and_answer(request) -> tuple[str, str]:
+    """The reference and the whole answer in a judge request made from ``JUDGE_TEMPLATE``."""
+    prompt = request.input_items()[-1].text
+    reference = re.search(r"^Reference answer: (.*)$", prompt, re.M)
+    answer = prompt.partition("\nAnswer: ")[2].rpartition("\n")[0]  # up to the template's last line
+    return (reference.group(1) if reference else ""), answer
 
 
 def judge_policy(request) -> str:
-    """A rule-based judge: CORRECT when the normalized reference appears in the normalized answer."""
-    prompt = request.input_items()[-1].text
-    reference, answer = _normal(_field(prompt, "Reference answer")), _normal(_field(prompt, "Answer"))
-    return "CORRECT" if reference and reference in answer else "INCORRECT"
+    """A rule-based judge: CORRECT when the answer's first sentence is the reference (case and
+    punctuation aside). The answer must commit to one answer: a list of candidates holding the
+    reference somewhere is INCORRECT."""
+    reference, answer = reference_and_answer(request)
+    first = re.split(r"(?<=[.!?])\s", answer.strip(), maxsplit=1)[0]
+    return "CORRECT" if normal(reference) and normal(first) == normal(reference) else "INCORRECT"
 
 
-_alternate = itertools.cycle(["Jane Austen wrote it.", "Charlotte Bronte wrote it."])
+_alternate = itertools.cycle(["Jane Austen.", "Charlotte Bronte."])
 
 ANSWERS = {
-    "seasons": "The seasons come from the tilt of Earth's axis relative to its orbit around the Sun.",
+    "seasons": "The tilt of Earth's axis.",
     "sky": (
-        "Sunlight is scattered by the molecules of the air, and because of Rayleigh scattering the short blue "
-        "wavelengths are scattered far more than the long red ones, so whichever way you look away from the Sun "
-        "the sky shows mostly scattered blue light."
+        "Rayleigh scattering. Sunlight is scattered by the molecules of the air, and the short blue wavelengths "
+        "are scattered far more than the long red ones, so whichever way you look away from the Sun the sky "
+        "shows mostly scattered blue light."
     ),
     "boiling": "About 90 degrees.",
 }

@@ -1,18 +1,28 @@
 """Multi-turn Q&A: each answer is followed by the row's next follow-up question; the last answer is graded.
 
 Row fields: ``follow_ups`` (the questions asked after the first one, in order) and
-``expected_answer`` (reward 1.0 when it appears, case-insensitively, in a final answer of at most
-``max_answer_words`` words: a longer text could hold any answer, and ``gymlab probe`` found that the
-echoed prompt, the answer spray and an over-long answer all earned 1.0 without that bound).
+``expected_answer`` (reward 1.0 when the final answer is it, case, punctuation and spacing aside).
+``gymlab probe`` found two looser checks gameable: the expected answer anywhere in the text paid the
+echoed prompt, the answer spray and an over-long answer; anywhere in at most 10 words paid "Eiffel
+Hg 39" (every row's answer at once) on every task.
 """
 
 from __future__ import annotations
 
+import re
+
 from gymlab import GymnasiumServer
 
 
+def normal(text: str) -> str:
+    """Lowercase words without punctuation, single-spaced: "Hg." and " hg" read the same."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
 class QAEnv(GymnasiumServer):
-    max_answer_words: int = 10
+    def correct(self, answer: str, expected: str) -> bool:
+        """The answer is the expected one, and nothing else."""
+        return bool(normal(expected)) and normal(answer) == normal(expected)
 
     async def reset(self, metadata, session_id=None):
         self.session_state[session_id] = {"asked": 0, "answers": []}
@@ -40,8 +50,7 @@ class QAEnv(GymnasiumServer):
             state["asked"] += 1
             return question, 0.0, False, False, {"answered": len(state["answers"])}
         expected = str(metadata.get("expected_answer", ""))
-        short = len(answer.split()) <= self.max_answer_words
-        correct = bool(expected) and short and expected.lower() in answer.lower()
+        correct = self.correct(answer, expected)
         info = {"answered": len(state["answers"]), "answer": answer, "expected_answer": expected, "correct": correct}
         return None, float(correct), True, False, info
 
@@ -49,7 +58,7 @@ class QAEnv(GymnasiumServer):
 #: The rule-based model's knowledge: the first key found in the latest question picks the answer.
 ANSWERS = {
     "Eiffel Tower": "Paris.",
-    "designed": "Gustave Eiffel's company designed and built it.",
+    "designed": "Eiffel.",
     "closest to the Sun": "Mercury.",
     "chemical symbol": "Hg.",
     "2 + 2": "4",

@@ -1,35 +1,30 @@
-"""``BodyGuardMiddleware``: a request body is bounded in size and holds only standard JSON numbers.
+"""``BodyGuardMiddleware``: a request body is bounded in size and holds only JSON any answer can carry.
 
 Bytes are counted as they stream in (and a ``Content-Length`` over the limit is refused before any
 is read), so an oversized POST is answered 413 without being held or parsed in full. A JSON body
-with ``NaN`` or ``Infinity`` is refused with 422 naming the field: Python's parser accepts them, but
-no JSON answer can carry them back, so they would otherwise end as a 500 somewhere downstream.
+with ``NaN``, ``Infinity`` or a lone surrogate (``"\\ud800"``, half of a UTF-16 pair, no character)
+is refused with 422 naming the field: Python's parser accepts them, but no JSON answer can carry them
+back (orjson and pydantic refuse to write them), so they would otherwise end as a 500 downstream.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 
-import orjson
 from starlette.responses import JSONResponse
 
 from gymlab.errors import error_body
+from gymlab.jsonl import loads as parse_json  # noqa: F401 (sessions and direct routes parse with it)
 
 #: Where the guard leaves the whole request body for inner middlewares.
 BODY_KEY = "gymlab.body"
 #: Where a middleware that had to parse the JSON body leaves ``(body, parsed)`` for the route.
 PARSED_KEY = "gymlab.json"
-
-
-def parse_json(body: bytes):
-    """``body`` parsed as the standard library parses it, by orjson where it can (about 4x faster on a
-    request body); whatever orjson refuses (an int past 64 bits, a lone surrogate, NaN) goes to the
-    standard library, so what is accepted or refused, and how, does not change."""
-    try:
-        return orjson.loads(body)
-    except ValueError:
-        return json.loads(body)
+#: What may make a JSON body unsendable: a non-finite number, or a surrogate (escaped, or as UTF-8 bytes).
+_SUSPECT = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_PAIR_HINT = "send the character itself, or both halves of its UTF-16 pair (\\ud83d\\ude00), or U+FFFD"
 
 
 def replaying(body: bytes, receive, after: dict | None = None):
@@ -91,10 +86,10 @@ class BodyGuardMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if (b"NaN" in body or b"Infinity" in body) and _is_json(headers):
-            field = _non_finite_field(body)
-            if field is not None:
-                return await self._non_finite(scope, field)(scope, receive, send)
+        if _SUSPECT.search(body) and _is_json(headers):
+            found = _unsendable(body)
+            if found is not None:
+                return await self._unsendable(scope, *found)(scope, receive, send)
         scope[BODY_KEY] = body  # inner middlewares read it here instead of reading it again
         await self.app(scope, replaying(body, receive), send)
 
@@ -102,24 +97,24 @@ class BodyGuardMiddleware:
         route = f"{scope['method']} {scope['path']}"
         size = f"{declared} bytes" if declared is not None else f"more than {limit} bytes"
         message = f"the request body ({size}) is over this server's limit of {limit} bytes"
-        setting = "max_metrics_body_bytes" if scope["path"] in self.route_limits else "max_body_bytes"
-        hint = f"send a smaller body, or raise the server's {setting} config"
+        if scope["path"] in self.route_limits:  # /aggregate_metrics: a whole run's verify answers
+            hint = (
+                "send the verify answers without their steps, response and responses_create_params, compute "
+                "the metrics on the client (gymlab.resources.simple.aggregate_metrics), or raise the "
+                "server's max_metrics_body_bytes config"
+            )
+        else:
+            hint = "send a smaller body, or raise the server's max_body_bytes config"
         body = error_body(self.server_name, route, message, error="RequestBodyTooLarge", hint=hint, limit=limit)
         # No "Connection: close": closing with unread request bytes makes the kernel reset the
         # connection, which drops this answer before the client reads it. Kept open, the server
         # discards the rest of the body unparsed and unheld, and the client sees the 413 at once.
         return JSONResponse(status_code=413, content=body)
 
-    def _non_finite(self, scope, field: str) -> JSONResponse:
+    def _unsendable(self, scope, field: str, why: str, hint: str) -> JSONResponse:
         route = f"{scope['method']} {scope['path']}"
-        message = f"{field}: NaN and Infinity are not JSON numbers"
         body = error_body(
-            self.server_name,
-            route,
-            message,
-            error="RequestValidationError",
-            hint="send a finite number or null",
-            field=field,
+            self.server_name, route, f"{field}: {why}", error="RequestValidationError", hint=hint, field=field
         )
         return JSONResponse(status_code=422, content=body)
 
@@ -129,8 +124,9 @@ def _is_json(headers: dict) -> bool:
     return kind == b"application/json" or kind.endswith(b"+json")
 
 
-def _non_finite_field(body: bytes) -> str | None:
-    """The dotted path of the first NaN or Infinity in ``body`` ("body" at the top), or None."""
+def _unsendable(body: bytes) -> tuple[str, str, str] | None:
+    """The dotted path ("body" at the top) of the first NaN, Infinity or lone surrogate in ``body``
+    (a string or a key), why it cannot be sent back and what to send instead; or None."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -139,9 +135,21 @@ def _non_finite_field(body: bytes) -> str | None:
     while stack:
         value, path = stack.pop()
         if isinstance(value, float) and not math.isfinite(value):
-            return path
+            return path, "NaN and Infinity are not JSON numbers", "send a finite number or null"
+        if isinstance(value, str) and not _whole(value):
+            return path, "holds a lone surrogate (half of a UTF-16 pair, not a character)", _PAIR_HINT
         if isinstance(value, dict):
+            stack.extend((k, f"{path} (a key)") for k in value if not _whole(k))
             stack.extend((v, f"{path}.{k}") for k, v in reversed(list(value.items())))
         elif isinstance(value, list):
             stack.extend((v, f"{path}.{i}") for i, v in reversed(list(enumerate(value))))
     return None
+
+
+def _whole(text: str) -> bool:
+    """Whether ``text`` is whole characters (no lone surrogate: the standard library pairs the rest)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -8,8 +8,12 @@
 - a close releases the session once, fences it (``ResourcesSessionFences``) and answers every
   repeat the same way; a seed while the fence holds is refused with 409. A release that raises
   leaves the session open and unfenced, so a retried close runs the release again;
-- a session idle for ``ttl_seconds`` (no request names it) is released by ``reap`` through the same
-  hook, so an episode whose close never arrives cannot hold state forever.
+- a seed that names a live session without its cookie is refused with 409 unless it is that
+  episode's own retry (``foreign_seed``): a session ID is readable in its cookie, so knowing one must
+  not let another client reset or take over its episode;
+- a session idle for ``ttl_seconds`` (no request names it, counted from the end of its last request) is
+  released by ``reap`` through the same hook, so an episode whose close never arrives cannot hold state
+  forever; a session with a request in flight is never released.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ class ReleaseRequest(str):
 class EpisodeSessions:
     """Open episode sessions of one server: ID -> (the episode that seeded it, the seed's answer).
 
-    ``ttl_seconds`` (None or 0: never) and ``release`` let ``reap`` free sessions nobody closed.
+    ``ttl_seconds`` (None or 0: never) and ``release`` let ``reap`` free sessions nobody closed and
+    nobody is using.
     Flat-row seeds (no ``resources_session_id``, state keyed by the cookie) are tracked too, from the
     seed until their verify or close, so the reaper frees them the same way.
     """
@@ -85,6 +90,9 @@ class EpisodeSessions:
         self._open: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._seen: OrderedDict[str, float] = OrderedDict()  # held sessions, least recently used first
         self._flat: set[str] = set()
+        self._busy: dict[str, int] = {}  # session id -> requests in flight
+        #: The server's ``session_state``: per-episode state, dropped by ``release_state``.
+        self.state: dict[str, Any] = {}
         self.ttl_seconds = float(ttl_seconds) if ttl_seconds else None
         self.release, self._clock = release, clock
         self.reaped = self.reap_failures = 0
@@ -109,11 +117,26 @@ class EpisodeSessions:
 
     # -- activity ----------------------------------------------------------------------------------
 
-    def touch(self, session_id: str) -> None:
-        """A request named ``session_id``: its idle time starts again."""
+    def begin(self, session_id: str) -> None:
+        """A request naming ``session_id`` started: the reaper leaves the session alone until it ends."""
+        self._busy[session_id] = self._busy.get(session_id, 0) + 1
+
+    def end(self, session_id: str) -> None:
+        """A request naming ``session_id`` ended (answered, failed or cancelled): its idle time starts now."""
+        left = self._busy.pop(session_id, 1) - 1
+        if left:
+            self._busy[session_id] = left
         if session_id in self._seen:
             self._seen[session_id] = self._clock()
             self._seen.move_to_end(session_id)
+
+    def foreign_seed(self, key: str, session_id: str) -> bool:
+        """Whether a seed naming ``session_id`` by ``key``, without the session's cookie, would take over a
+        live episode. Only an episode seed of an open episode session may come without it (a retry after
+        a lost reply; ``seed`` answers it if it is the same episode and refuses it otherwise)."""
+        if session_id in self._open:
+            return key != self.id_name
+        return session_id in self._seen
 
     def track_flat(self, session_id: str) -> None:
         """A flat-row seed opened ``session_id`` (keyed by the cookie): held until its verify or close."""
@@ -132,6 +155,26 @@ class EpisodeSessions:
         self._open.pop(session_id, None)
         self._seen.pop(session_id, None)
         self._flat.discard(session_id)
+
+    async def release_state(
+        self, session_id: str, hook: Release, state: dict[str, Any], failure: BaseException | None = None
+    ) -> None:
+        """Run the server's release ``hook(session_id)``, then drop ``state[session_id]`` even if the hook
+        forgot to: the one way a server's per-episode state goes, whichever way the episode ended (a
+        verify, a terminal step, a close, a cancelled run's close, the reaper). A hook that raises
+        leaves the state for the retry (a close runs it again, so does the reaper): what it holds, a
+        container's handle say, is not lost. Raised while ``failure`` is handled, it is logged and noted
+        on that failure instead, so the episode's own failure is what gets reported."""
+        try:
+            await hook(session_id)
+        except Exception as exc:
+            if failure is None:
+                raise
+            log.error("%s(%r) failed while handling %r", hook.__qualname__, session_id, failure, exc_info=exc)
+            failure.add_note(f"{hook.__name__}({session_id!r}) also failed: {type(exc).__name__}: {exc}")
+            return
+        state.pop(session_id, None)
+        self.flat_released(session_id)
 
     # -- seed and close ----------------------------------------------------------------------------
 
@@ -218,14 +261,15 @@ class EpisodeSessions:
         for sid, seen in self._seen.items():
             if seen > cutoff:
                 break
-            expired.append(sid)
+            if sid not in self._busy:
+                expired.append(sid)
         released = 0
         for i, sid in enumerate(expired):
             if i % 500 == 499:
                 await asyncio.sleep(0)  # let requests in between
             async with self.locks(sid):
                 seen = self._seen.get(sid)
-                if seen is None or seen > cutoff:
+                if seen is None or seen > cutoff or sid in self._busy:
                     continue  # closed or used meanwhile
                 try:
                     await self.release(ReleaseRequest(sid))

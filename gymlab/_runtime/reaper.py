@@ -1,9 +1,11 @@
 """``SessionActivityMiddleware``: keeps each held session's idle time and runs the idle-session reaper.
 
-Every request naming a held session restarts its idle time; a flat-row session's answered
-``/verify`` ends it. The reaper (``EpisodeSessions.reap``) runs as a task from the app's lifespan
-startup to its shutdown, on the server's own event loop, so it also runs for a Lab's servers in
-threads; seeds also sweep when a sweep is due, for an app driven without a lifespan.
+A held session's idle time restarts when a request naming it ends, and a session with a request in
+flight is never reaped; a flat-row session's answered ``/verify`` ends it. A seed naming a live session
+without its cookie (``sessions.NAMED_WITHOUT_COOKIE``) is refused 409 here, where the sessions are
+known. The reaper (``EpisodeSessions.reap``) runs as a task from the app's lifespan startup to its
+shutdown, on the server's own event loop, so it also runs for a Lab's servers in threads; seeds also
+sweep when a sweep is due, for an app driven without a lifespan.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 
-from gymlab._runtime.sessions import SESSIONLESS_ROUTES
+from gymlab._runtime.sessions import NAMED_WITHOUT_COOKIE, SESSIONLESS_ROUTES, conflict
 from gymlab.protocol.resources import SESSION_ID_KEY
 
 log = logging.getLogger("gymlab.server")
@@ -46,10 +48,14 @@ class SessionActivityMiddleware:
         sid = session.get(SESSION_ID_KEY) if session else None
         if episodes is None or not isinstance(sid, str) or scope["path"] in SESSIONLESS_ROUTES:
             return await self.app(scope, receive, send)
-        episodes.touch(sid)
-        if scope["path"] != "/verify":
-            return await self.app(scope, receive, send)
-        status = 0
+        key = scope.get(NAMED_WITHOUT_COOKIE)
+        if key is not None and episodes.foreign_seed(key, sid):
+            message = (
+                f"session {sid!r} is bound to a live episode, and this seed does not carry its cookie; "
+                f"seed a new episode with a fresh {key} (a session's own requests send its cookie)"
+            )
+            return await conflict(self.server.name, scope, message, body_session_id=sid)(scope, receive, send)
+        verify, status = scope["path"] == "/verify", 0
 
         async def watch(message):
             nonlocal status
@@ -57,9 +63,13 @@ class SessionActivityMiddleware:
                 status = message["status"]
             await send(message)
 
-        await self.app(scope, receive, watch)
-        if 200 <= status < 300:
-            episodes.flat_released(sid)
+        episodes.begin(sid)
+        try:
+            await self.app(scope, receive, watch if verify else send)
+        finally:
+            if verify and 200 <= status < 300:
+                episodes.flat_released(sid)
+            episodes.end(sid)
 
     async def _lifespan(self, scope, receive, send):
         async def on_receive():

@@ -10,7 +10,8 @@ A request that uses a session gets a ``SESSION_ID_KEY`` so handlers can key stat
 seed or close names its session in the body (``resources_session_id``, or an agent session's
 ``agent_session_id``): that ID becomes the session's ``SESSION_ID_KEY``, so the seed, its close and
 every request in between (which carry the cookie) name the session by the same ID. A request whose
-cookie and body name different sessions is answered 409 before any handler runs.
+cookie and body name different sessions is answered 409 before any handler runs; a seed naming a live
+session without its cookie is marked (``NAMED_WITHOUT_COOKIE``) for ``reaper.py`` to refuse.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 
 #: Routes that never touch a session, whatever the app (the idle-session reaper skips them).
 SESSIONLESS_ROUTES = frozenset({"/health", "/aggregate_metrics", "/openapi.json", "/docs"})
+#: Set on a seed whose body names its session without that session's cookie: the body key naming it.
+NAMED_WITHOUT_COOKIE = "gymlab.named_without_cookie"
 
 
 def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] | None:
@@ -102,12 +105,17 @@ class SessionMiddleware(_StarletteSessions):
                 return await self._conflict(scope, current, *named)(scope, receive, send)
             if named is not None:
                 session[SESSION_ID_KEY] = named[1]
+                if current is None and kind == START:
+                    scope[NAMED_WITHOUT_COOKIE] = named[0]  # the reaper's middleware refuses a live one
         if SESSION_ID_KEY not in session and (self.kinds is None or self.kinds.assigns_id(scope)):
             session[SESSION_ID_KEY] = uuid.uuid4().hex
         before = initial or {}
+        named_only = NAMED_WITHOUT_COOKIE in scope  # refused, it gets no cookie for an ID it only read somewhere
 
         async def send_with_cookie(message):
             if message["type"] == "http.response.start" and session != before:
+                if named_only and message["status"] >= 400:
+                    return await send(message)
                 header = self._set_cookie(session) if session else self._cleared()
                 message = {**message, "headers": [*message.get("headers", ()), (b"set-cookie", header)]}
             await send(message)
@@ -146,17 +154,15 @@ class SessionMiddleware(_StarletteSessions):
         return expired_cookie(self.session_cookie, self.path, self.security_flags)
 
     def _conflict(self, scope, cookie_id: str, key: str, body_id: str) -> JSONResponse:
-        route = f"{scope['method']} {scope['path']}"
         message = (
             f"the session cookie names session {cookie_id!r} but the body's {key} names {body_id!r}; "
             f"use one cookie jar per episode and send the episode's own {key}"
         )
-        body = error_body(
-            self.server_name,
-            route,
-            message,
-            error="ResourcesSessionConflictError",
-            cookie_session_id=cookie_id,
-            body_session_id=body_id,
-        )
-        return JSONResponse(status_code=409, content=body)
+        return conflict(self.server_name, scope, message, cookie_session_id=cookie_id, body_session_id=body_id)
+
+
+def conflict(server_name: str, scope: dict, message: str, **fields) -> JSONResponse:
+    """The 409 a session conflict is answered with, naming server, route and cause."""
+    route = f"{scope['method']} {scope['path']}"
+    body = error_body(server_name, route, message, error="ResourcesSessionConflictError", **fields)
+    return JSONResponse(status_code=409, content=body)

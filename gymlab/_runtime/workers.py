@@ -1,11 +1,13 @@
 """Several uvicorn worker processes for one server (``num_workers > 1``).
 
 The parent binds the listening socket once (``bind_socket``: IPPROTO_TCP, so accepted sockets get
-TCP_NODELAY), writes the server's config into ``CONFIG_ENV``, creates a private directory (0700) for
+TCP_NODELAY), writes the server's config to a file that ``CONFIG_ENV`` names, creates a private directory (0700) for
 the ownership table and the workers' forwarding sockets, writes the session secret there in a 0600
 file so every worker signs and reads the same cookies (never in the environment, which
-``/proc/PID/environ`` shows; the file stays for workers uvicorn starts as replacements), and runs uvicorn's multiprocess supervisor (it replaces a worker
-that dies, and on SIGHUP all of them; the sessions a replaced worker held answer 410). Each worker
+``/proc/PID/environ`` shows; the file stays for workers uvicorn starts as replacements), and runs
+uvicorn's multiprocess supervisor (it replaces a worker that dies, and on SIGHUP all of them; the
+sessions a replaced worker held answer 410). A worker whose launcher died (a SIGKILL included)
+removes the directory and stops, so a killed launcher leaves neither behind. Each worker
 imports the entrypoint file and serves its module-level ``app``: the entrypoint's
 ``elif is_gymlab_fastapi_entrypoint(__file__): app = Server.run_webserver()`` branch, where
 ``run_webserver`` returns the app instead of serving. Session ownership routing between the workers
@@ -18,11 +20,13 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from gymlab._runtime.env import CONFIG_ENV, die_with_parent
 from gymlab._runtime.spec import ServerSpec
 
 #: Set by the launcher for its workers: JSON with the entrypoint file, module name and state dir.
@@ -89,14 +93,16 @@ def check_workers(server_cls: type | ServerSpec, num_workers: int) -> str | None
     return None
 
 
-def _worker_config(server: ServerSpec) -> str:
-    raw = json.loads(os.environ.get(_config_env()) or "{}")
+def _worker_config(server: ServerSpec) -> dict[str, Any]:
+    from gymlab._runtime.env import read_config
+
+    raw = read_config()
     try:
         raw.update(server.model_dump(mode="json", include=set(server.model_fields_set) | {"name", "num_workers"}))
     except Exception as exc:  # a field that only lives in memory cannot reach another process
         raise _config_error(server, f"its config cannot be sent to the workers as JSON: {exc}") from exc
     raw.pop("session_secret", None)  # workers read it from SECRET_FILE
-    return json.dumps(raw)
+    return raw
 
 
 #: The session secret's file in the launcher's private directory (mode 0600).
@@ -116,12 +122,6 @@ def worker_secret() -> str | None:
         return None
     with open(os.path.join(ctx["dir"], SECRET_FILE)) as f:
         return f.read()
-
-
-def _config_env() -> str:
-    from gymlab._runtime.env import CONFIG_ENV
-
-    return CONFIG_ENV
 
 
 def _config_error(server: ServerSpec, cause: str) -> Exception:
@@ -145,10 +145,13 @@ def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
 
     path, module = entrypoint_of(type(server))
     worker_config = _worker_config(server)
-    saved = {k: os.environ.get(k) for k in (_config_env(), WORKERS_ENV)}
+    saved = {k: os.environ.get(k) for k in (CONFIG_ENV, WORKERS_ENV)}
     state_dir = tempfile.mkdtemp(prefix="gymlab-workers-")  # mode 0700: only this user reaches the sockets
-    os.environ[_config_env()] = worker_config
-    os.environ[WORKERS_ENV] = json.dumps({"entrypoint": path, "module": module, "dir": state_dir})
+    from gymlab._runtime.env import write_config
+
+    os.environ[CONFIG_ENV] = write_config(worker_config, state_dir)  # in the private directory, removed with it
+    ctx = {"entrypoint": path, "module": module, "dir": state_dir, "parent": os.getpid()}
+    os.environ[WORKERS_ENV] = json.dumps(ctx)
     _launcher = True
     try:
         _write_secret(server, state_dir)
@@ -175,11 +178,20 @@ def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
         _launcher = False
 
 
+def _orphaned(ctx: dict[str, Any]) -> None:
+    """A worker whose launcher died: remove the launcher's directory (the secret, the table, the sockets),
+    which a killed launcher cannot, then stop as on SIGTERM."""
+    shutil.rmtree(ctx["dir"], ignore_errors=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _load_entrypoint_app() -> Any:
     """The entrypoint's module-level ``app`` (uvicorn asks for ``gymlab._runtime.workers:app``)."""
     ctx = worker_context()
     if ctx is None:
         raise AttributeError("gymlab._runtime.workers.app exists only inside a gymlab worker process")
+    signal.signal(signal.SIGUSR1, lambda signum, frame: _orphaned(ctx))  # uvicorn takes SIGTERM for itself
+    die_with_parent(ctx["parent"], signal.SIGUSR1)
     path = ctx["entrypoint"]
     # Under multiprocessing's spawn the entrypoint may already run here as __mp_main__.
     for module in list(sys.modules.values()):

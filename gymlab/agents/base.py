@@ -32,7 +32,7 @@ from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol import record as records
 from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
 from gymlab.protocol.failure_kinds import Failure, Stage
-from gymlab.protocol.record import Rollout
+from gymlab.protocol.record import Rollout, StepRecord
 from gymlab.protocol.resources import AgentRunRequest, AggregateMetrics, AggregateMetricsRequest, dump_row  # noqa: F401
 from gymlab.resources.simple import aggregate_metrics as default_metrics
 from gymlab.retry import retrying
@@ -62,11 +62,12 @@ class Timeouts(BaseModel):
 class EpisodeRun:
     """One ``/run`` in progress: the row, its cookies, the stage it is at, the session it holds."""
 
-    __slots__ = ("row", "cookies", "stage", "session", "started")
+    __slots__ = ("row", "cookies", "stage", "session", "started", "steps")
 
     def __init__(self, row: dict[str, Any], stage: Stage = "seed"):
         self.row, self.cookies, self.stage = row, Cookies(), stage
         self.session: EpisodeSession | None = None
+        self.steps: list[StepRecord] = []  # the steps so far, which a failure after them carries
         self.started = time.perf_counter()
 
     def elapsed(self) -> float:
@@ -248,19 +249,44 @@ class BaseAgent(BaseServer):
         with typed("resources", "verification" if path == "/verify" else None):
             return await post_ok(url, path, body, cookies, server="resources server", timeout=timeout)
 
+    async def grade(self, run: EpisodeRun, body: dict[str, Any], cookies: Cookies) -> dict[str, Any]:
+        """The verify answer for ``body`` (the row and the episode's ``response``), at stage verification.
+
+        Under ``skip_verification`` nothing is graded (reward ``skip_verification_reward``,
+        ``verification_skipped: true``). A verify refused 413 is graded 0 here, with the refusal in
+        ``response_too_large``: the environment took the row (its seed, the agent's ``/run``), so the
+        body grew past its limit by the response, which the policy wrote; a policy that writes too
+        much gets its 0, not a masked ``verifier_error``. A verify that answers releases the session it
+        grades unless the body says a close follows (``close_follows``); else ``run_episode`` closes it.
+        """
+        run.stage = "verification"
+        graded = {k: v for k, v in body.items() if k != "close_follows"}
+        if self.skip_verification:
+            return {**graded, "reward": self.skip_verification_reward, "verification_skipped": True}
+        try:
+            answer = await self.post_resources("/verify", body, cookies, self.timeouts.verify)
+        except ServerError as exc:
+            if exc.status != 413:
+                raise
+            return {**graded, "reward": 0.0, "response_too_large": str(exc)}
+        if not body.get("close_follows") and run.session is not None:
+            run.session.ended()
+        return answer
+
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """A run's metrics, answered as NeMo Gym's agents answer them (its ``gym eval run`` asks the agent
         at its last step): proxied to the resources server, whose metrics they are.
 
         An agent without a resources server, or one whose server has no such route (a Gymnasium
-        server: 404), computes the resources servers' default here; under ``skip_verification`` no
+        server: 404), computes the resources servers' default here (in a thread, as they do; an odd
+        verify answer is a 422 naming its field); under ``skip_verification`` no
         reward was measured, so there are none. An unreachable or failing resources server is a 502
         naming it; a refusal of the body (4xx) keeps its status.
         """
         if self.skip_verification:
             return AggregateMetrics()
         if not self.resources_server:
-            return default_metrics(body.verify_responses)
+            return await asyncio.to_thread(default_metrics, body.verify_responses)
         route = "POST /aggregate_metrics"
         try:
             answer = await post_ok(
@@ -273,7 +299,7 @@ class BaseAgent(BaseServer):
             return AggregateMetrics.model_validate(answer)
         except ServerError as exc:
             if exc.status == 404:
-                return default_metrics(body.verify_responses)
+                return await asyncio.to_thread(default_metrics, body.verify_responses)
             if 400 <= exc.status < 500:
                 raise HTTPException(
                     exc.status, f"{self.name}: {route}: the resources server refused it: {exc}"
@@ -313,10 +339,10 @@ class BaseAgent(BaseServer):
                 # a hop dropped and the release found the session gone (the spec's 410: its worker died)
                 failure = failure_of(gone, role="resources", stage=run.stage)
             if is_lost(failure):
-                return record_response(records.failed(row, failure, duration_s=run.elapsed()))
+                return record_response(records.failed(row, failure, duration_s=run.elapsed(), steps=run.steps))
             if run.stage == "seed" and isinstance(exc, ServerError) and exc.status in self.seed_refusals:
                 raise HTTPException(exc.status, f"{self.name}: {with_notes(str(exc), exc)}") from exc
-            raise self.episode_failed(exc, run.stage) from exc
+            raise self.episode_failed(exc, run.stage, run.steps) from exc
         await self._release(run)
         if not isinstance(record, Rollout):
             raise TypeError(f"{type(self).__name__}'s episode must return a Rollout, got {type(record).__name__}")
@@ -370,13 +396,16 @@ class BaseAgent(BaseServer):
                 self.release_retries.add(session, self.timeouts.cleanup)
         return None
 
-    def episode_failed(self, exc: BaseException, stage: Stage) -> EpisodeFailed:
-        """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure."""
+    def episode_failed(self, exc: BaseException, stage: Stage, steps: list[StepRecord] = ()) -> EpisodeFailed:
+        """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure (and
+        the ``steps`` taken before it, so the masked record keeps them)."""
         failure = failure_of(exc, role="agent", stage=stage)
         message = failure.message
         if isinstance(exc, TimeoutError) and not isinstance(exc, ServerError):
             message = f"the episode ran past timeouts.episode ({self.timeouts.episode:g} s) at stage {stage}"
-        return EpisodeFailed(self.name, "POST /run", failure.model_copy(update={"message": with_notes(message, exc)}))
+        kept = [s.model_dump(mode="json", exclude_none=True) for s in steps] or None
+        update = {"message": with_notes(message, exc), "steps": kept}
+        return EpisodeFailed(self.name, "POST /run", failure.model_copy(update=update))
 
 
 def with_notes(message: str, exc: BaseException) -> str:

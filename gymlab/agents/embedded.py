@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_type_hints
 
 from fastapi import FastAPI
 
@@ -55,13 +55,20 @@ class EmbeddedEnvironmentAgent(BaseAgent):
     ``run`` returns the episode's ``Rollout``; build it with ``finish`` (or with the builders of
     ``gymlab.protocol.record``). A ``ServerError`` or timeout in ``run`` (the model failed, the
     episode ran past ``timeouts.episode``) is answered 502 with its typed failure, as other agents do.
+    The type ``run`` annotates its ``body`` with (a subclass of ``AgentRunRequest`` declaring the
+    row's own fields) is the route's body: a row without them is answered 422 naming the field.
     """
 
     verifies: ClassVar[bool] = False  # ``run`` grades the episode itself
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/run", response_model=Rollout)(self._run_route)
+
+        async def run_route(body: AgentRunRequest) -> Rollout:
+            return await self._run_route(body)
+
+        run_route.__annotations__["body"] = get_type_hints(type(self).run).get("body", AgentRunRequest)
+        app.post("/run", response_model=Rollout)(run_route)
         return app
 
     @abstractmethod

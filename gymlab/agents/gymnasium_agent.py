@@ -1,7 +1,9 @@
 """gymnasium_agent: reset -> (model -> step)* with the resources server as the transition function.
 
 Function calls are not dispatched as HTTP routes: the whole model response goes to ``/step``, whose
-``info["tool_outputs"]`` come back as function_call_output items. It never calls ``/verify``.
+``info["tool_outputs"]`` come back as function_call_output items. It never calls ``/verify``. A
+``/step`` refused 413 is the policy's (``BaseAgent.grade``'s rule): the step is truncated, reward 0,
+with the refusal in its ``info["response_too_large"]``, and the session closed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from fastapi import FastAPI
 from pydantic import Field
 
 from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row
+from gymlab.errors import ServerError
 from gymlab.loop import LoopState, ask_model, gymnasium_transition, with_user_message
 from gymlab.protocol import record as records
 from gymlab.protocol.gymnasium import GymnasiumResetResponse, GymnasiumStepResponse
@@ -43,12 +46,17 @@ class GymnasiumAgent(BaseAgent):
                 t1 = time.perf_counter()
                 response = await ask_model(state, self.call_model)
                 step_body = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
-                last = GymnasiumStepResponse.model_validate(
-                    await self.post_resources("/step", step_body, run.cookies, self.timeouts.step)
-                )
+                try:
+                    answer, refused = await self.post_resources("/step", step_body, run.cookies, self.timeouts.step), 0
+                except ServerError as exc:
+                    if exc.status != 413:
+                        raise
+                    answer, refused = {"truncated": True, "info": {"response_too_large": str(exc)}}, 413
+                last = GymnasiumStepResponse.model_validate(answer)
                 gymnasium_transition(state, response, last, time.perf_counter() - t1)
                 if last.terminated or last.truncated:
-                    run.session.ended()  # a terminal step releases the episode
+                    if not refused:  # a terminal step releases the episode; a refused one is closed by run_episode
+                        run.session.ended()
                     break
             else:
                 state.stop_reason = "max_steps"

@@ -11,7 +11,7 @@ from gymlab._runtime.routes import sessionless
 from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row, typed
 from gymlab.client import Cookies, error_message, post
 from gymlab.errors import ServerError
-from gymlab.loop import LoopState, run_loop
+from gymlab.loop import DEFAULT_MAX_TOOL_CALLS_PER_TURN, LoopState, run_loop
 from gymlab.models.streaming import StreamableParams, streamed, unstreamed
 from gymlab.protocol import RESOURCES_COOKIE_HEADER, RESOURCES_SERVER_HEADER, NeMoGymResponse, ResponseCreateParams
 from gymlab.protocol import record as records
@@ -31,6 +31,12 @@ class SimpleAgent(BaseAgent):
         True,
         description="Run the model's tool calls (false: /v1/responses returns them unresolved; /run refuses).",
     )
+    max_tool_calls_per_turn: int | None = Field(
+        DEFAULT_MAX_TOOL_CALLS_PER_TURN,
+        ge=1,
+        description="Function calls run of one model answer; more end the episode, truncated (None: no limit). "
+        "The request's max_tool_calls bounds the episode's.",
+    )
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -38,17 +44,22 @@ class SimpleAgent(BaseAgent):
         app.post("/v1/responses", response_model_exclude_none=True)(self.responses)
         return app
 
-    def tool_caller(self, cookies: Cookies, resources_server: str | None = None):
-        """A ``call_tool`` for the loop: POST /{name} with the rollout's cookies; the body is the output.
+    def tool_caller(self, cookies: Cookies):
+        """A ``call_tool`` for the loop: POST /{name} to the configured resources server with the
+        rollout's cookies; the body is the output.
 
         The loop has already refused undeclared and reserved names, so only declared tools get here.
         """
-        url = resources_server or self.resources_server
 
         async def call_tool(name: str, args: Any) -> str:
             with typed("resources"):
                 reply = await post(
-                    url, f"/{name}", args, cookies, server="resources server", timeout=self.timeouts.tool
+                    self._resources(f"/{name}"),
+                    f"/{name}",
+                    args,
+                    cookies,
+                    server="resources server",
+                    timeout=self.timeouts.tool,
                 )
                 if reply.status == 410:  # the server lost this session's state: the episode cannot go on
                     raise ServerError("resources server", f"POST /{name}", 410, error_message(reply.text))
@@ -56,31 +67,36 @@ class SimpleAgent(BaseAgent):
 
         return call_tool
 
-    async def loop(
-        self, params: ResponseCreateParams, cookies: Cookies, resources_server: str | None = None
-    ) -> LoopState:
-        call_tool = self.tool_caller(cookies, resources_server) if self.execute_tools else None
-        return await run_loop(params, self.call_model, call_tool, self.max_steps)
+    async def loop(self, params: ResponseCreateParams, cookies: Cookies) -> LoopState:
+        call_tool = self.tool_caller(cookies) if self.execute_tools else None
+        state = LoopState(params, max_tool_calls_per_turn=self.max_tool_calls_per_turn)
+        return await run_loop(params, self.call_model, call_tool, self.max_steps, state)
 
     @sessionless  # the Request is read for its headers, never for a session
     async def responses(self, request: Request, body: StreamableParams) -> NeMoGymResponse:
-        """The agent loop as a Responses endpoint (tools dispatched to the resources server).
+        """The agent loop as a Responses endpoint (tools dispatched to the configured resources server).
 
-        An environment server running an episode session names the session's resources server and
-        cookie in the ``x-gymlab-resources-server`` / ``x-gymlab-resources-cookie`` headers, so the
-        tool calls reach that session. An agent bound to another resources server refuses (409).
+        An environment server running an episode session sends the session's cookie in the
+        ``x-gymlab-resources-cookie`` header, so the tool calls reach that session. The calls go to this
+        agent's ``resources_server`` only, never to a URL a request names: the environment server's
+        ``x-gymlab-resources-server`` header is compared with it, and a mismatch refused (409).
         ``stream: true`` answers with the loop's final response as Responses events.
         """
-        url = request.headers.get(RESOURCES_SERVER_HEADER) or self.resources_server
-        if self.resources_server and url != self.resources_server:
+        named = request.headers.get(RESOURCES_SERVER_HEADER)
+        if named is not None and named != self.resources_server:
+            bound = (
+                f"is bound to resources server {self.resources_server}"
+                if self.resources_server
+                else "has no resources_server"
+            )
             raise HTTPException(
                 409,
-                f"{self.name}: bound to resources server {self.resources_server}, "
-                f"but the episode's resources server is {url}",
+                f"{self.name}: this agent {bound}, but the episode's resources server is {named}; "
+                f"set resources_server: {named} in the agent's config",
             )
-        cookies = Cookies.from_header(url, request.headers.get(RESOURCES_COOKIE_HEADER))
+        cookies = Cookies.from_header(self.resources_server, request.headers.get(RESOURCES_COOKIE_HEADER))
         try:
-            response = (await self.loop(unstreamed(body) if body.stream else body, cookies, url)).final_response()
+            response = (await self.loop(unstreamed(body) if body.stream else body, cookies)).final_response()
         except (ServerError, TimeoutError) as exc:
             raise self.episode_failed(exc, "agent") from exc
         return streamed(response) if body.stream else response
@@ -99,14 +115,10 @@ class SimpleAgent(BaseAgent):
         async def play(run: EpisodeRun) -> Rollout:
             await self.open_session(run, "/seed_session", row, "/close_session")
             state = await self.loop(body.responses_create_params, run.cookies)
+            run.steps = state.steps  # a verify that fails keeps them in the masked record
             response = state.final_response()
-            run.stage = "verification"
             verify = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
-            if self.skip_verification:  # nothing graded: the session is closed by run_episode
-                answer = {**verify, "reward": self.skip_verification_reward, "verification_skipped": True}
-            else:
-                answer = await self.post_resources("/verify", verify, run.cookies, self.timeouts.verify)
-                run.session.ended()  # a verify releases the session it grades
+            answer = await self.grade(run, verify, run.cookies)
             return records.verified(
                 answer,
                 state.steps,

@@ -20,6 +20,7 @@ COMMANDS = {
     "init": ("gymlab.cli.init", "write a new environment folder that passes its own test"),
     "export": ("gymlab.cli.export", "write rollouts as a TRL or verl dataset (Parquet or JSONL) with a dataset card"),
     "probe": ("gymlab.cli.probe", "run adversarial policies to find out whether a reward can be gamed"),
+    "envs": ("gymlab.cli.envs", "list what reasoning-gym, TextArena and Gymnasium offer; write rows; probe them"),
 }
 
 

@@ -16,7 +16,8 @@ Two ways to reach the servers:
 cluster or the one ``--address`` names; each rollout goes to the cell with the fewest in flight, and
 this process stays the only writer of the output.
 
-Exit status 1 when some rollouts failed (they are in NAME_failures.jsonl; a rerun retries them).
+Exit status 1 when some rollouts failed (they are in NAME_failures.jsonl; a rerun retries them), 2
+(with the cause) when the run stopped because its first tries all failed alike (``--stop-after``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import json
 import sys
 from typing import Any
 
+from gymlab.collection.engine import STOP_AFTER
 from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S
 from gymlab.errors import ConfigError
 
@@ -55,6 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--concurrency", type=int, default=16, help="rollouts at once (default 16)")
     parser.add_argument("--limit", type=int, help="only the first N rows")
     parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed rollout (default 2)")
+    parser.add_argument(
+        "--stop-after",
+        type=int,
+        default=STOP_AFTER,
+        metavar="N",
+        help=f"stop the run when its first N tries all fail alike, such as a silent model (default {STOP_AFTER}; 0: never)",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -135,6 +144,7 @@ def main(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         concurrency=args.concurrency,
         max_retries=args.max_retries,
+        stop_after=args.stop_after,
         timeout_s=args.timeout,
         responses_create_params=_overrides(args.responses_create_params),
         num_repeats_add_seed=args.num_repeats_add_seed,

@@ -62,13 +62,30 @@ def rows(name: str, agent: str) -> list[dict]:
     ]
 
 
+def refusal(name: str) -> str | None:
+    """Why ``name`` cannot name an environment (its own files or test would break on it), or None."""
+    import keyword
+
+    import yaml
+
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+        return "start with a letter; letters, digits and _ only"
+    if (read := yaml.safe_load(name)) != name:
+        return f"YAML reads it as {read!r}, so it cannot be a key of the config"
+    if keyword.iskeyword(name):
+        return "it is a Python keyword"
+    if name == "test":
+        return "its app would be imported as test_app, the name of its own test module"
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     from gymlab.errors import GymlabError
 
     folder = Path(args.name)
     name = folder.resolve().name
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
-        raise GymlabError(f"{name!r} is not a usable name: start with a letter; letters, digits and _ only")
+    if reason := refusal(name):
+        raise GymlabError(f"{name!r} is not a usable name: {reason} (nothing was written)")
     if folder.exists():
         raise GymlabError(f"{folder} already exists; choose another name (nothing was written)")
     for relative, text in files(name, args.gymnasium).items():

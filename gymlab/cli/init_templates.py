@@ -43,8 +43,17 @@ from __future__ import annotations
 import json
 import re
 
-from fastapi import FastAPI
-from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer, function_call
+from fastapi import FastAPI, Request
+from gymlab import (
+    SESSION_ID_KEY,
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    SimpleResourcesServer,
+    function_call,
+    lost_session_verification,
+)
 from pydantic import BaseModel
 
 
@@ -61,19 +70,31 @@ class ${cls}VerifyRequest(BaseVerifyRequest):
 
 
 class ${cls}Server(SimpleResourcesServer):
+    """Per-episode state lives in self.session_state, keyed by the session; the base drops an episode's
+    entry after its verify, on a close (a failed or interrupted episode), and by the idle-session reaper."""
+
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/count_words")(self.count_words)  # a tool; rows declare it in responses_create_params.tools
         return app
 
-    async def count_words(self, body: CountWordsRequest) -> CountWordsResponse:
+    async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
+        self.session_state[request.session[SESSION_ID_KEY]] = {"tool_calls": 0}
+        return BaseSeedSessionResponse()
+
+    async def count_words(self, request: Request, body: CountWordsRequest) -> CountWordsResponse:
+        state = self.session_state.get(request.session[SESSION_ID_KEY])
+        if state is not None:
+            state["tool_calls"] += 1
         return CountWordsResponse(count=len(body.text.split()))
 
-    async def verify(self, body: ${cls}VerifyRequest) -> BaseVerifyResponse:
-        used_tool = any(i.type == "function_call" and i.name == "count_words" for i in body.response.output)
+    async def verify(self, request: Request, body: ${cls}VerifyRequest) -> BaseVerifyResponse:
+        state = self.session_state.get(request.session[SESSION_ID_KEY])
+        if state is None:
+            return lost_session_verification(body)
         answered = re.findall(r"-?\\d+", body.response.output_text) == [str(body.expected_count)]
         return BaseVerifyResponse(responses_create_params=body.responses_create_params, response=body.response,
-                                  reward=float(used_tool and answered))
+                                  reward=float(state["tool_calls"] > 0 and answered))
 '''
     + POLICY
     + """
@@ -193,9 +214,13 @@ def test_config_loads():
     assert main(["list", str(HERE / "configs" / "$name.yaml")]) == 0
 '''
 
-SIMPLE_CONTRACT = """    # The server keeps no per-session state, so the stateful rules do not apply.
-    rules = check_resources_session_contract(app.$server(), {"task_data": {}}, keeps_state=False)
-    assert "close" in rules"""
+SIMPLE_CONTRACT = """    # An episode's state lives in session_state from seed to verify or close.
+    server = app.$server()
+    rules = check_resources_session_contract(server, {"task_data": {}}, keeps_state=True,
+                                             holds_state=lambda sid: sid in server.session_state,
+                                             verify_body={**ROWS[0], "response": {"output": []}})
+    assert "state released exactly once" in rules
+    assert server.session_state == {}"""
 
 GYMNASIUM_CONTRACT = """    # An episode's state lives in session_state from seed (reset) to close; /verify is not served.
     server = app.$server()

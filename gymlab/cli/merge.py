@@ -1,7 +1,9 @@
 """``gymlab merge OUT.jsonl SHARD.jsonl...``: shard outputs of ``gymlab collect --shard`` as one collection.
 
 Exit status 2 (with the files and lines) when two shards hold the same (task, repeat) differently,
-and when OUT.jsonl exists with a record the merge would lose (``--force`` replaces it).
+when OUT.jsonl exists with a record the merge would lose (``--force`` replaces it), when a shard is
+unfinished (``--allow-partial`` merges it, its missing rollouts written as failures), and when the
+shards were collected from different inputs.
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="replace an existing OUT.jsonl even if the merge lacks some of its records"
     )
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="merge an unfinished shard: the rollouts it never finished are written as failures (cancelled)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     from gymlab.collection.merge import merge
 
-    result = merge(args.output, *args.shards, resources_url=args.resources_url, overwrite=args.force)
+    options = dict(resources_url=args.resources_url, overwrite=args.force, allow_partial=args.allow_partial)
+    result = merge(args.output, *args.shards, **options)
     print(
         f"gymlab merge: {len(result.rollouts)} rollouts from {len(args.shards)} shards in {result.output}, "
         f"{len(result.failures)} still failed, mean reward {result.mean_reward:.3f}"

@@ -1,7 +1,7 @@
 """``gymlab profile FILE``: the reward profile of a rollouts file (gymlab's or NeMo Gym's).
 
-Prints the per-task table (mean, std, pass@k, majority@k, masked and failed counts, flags) and a
-summary; ``--nemo`` also writes NeMo Gym's three profiler files beside FILE (every field its
+Prints the per-task table (mean, std, pass@k, majority@k, masked and failed counts, flags), one
+sentence per flagged task (why it gives group-relative RL no signal) and a summary; ``--nemo`` also writes NeMo Gym's three profiler files beside FILE (every field its
 ``ng_reward_profile`` writes, a masked rollout dropped with its input row as it does;
 ``--masked-as-missing`` counts it as missing instead); ``--plot PNG`` saves
 the distribution of per-task means.
@@ -39,7 +39,10 @@ def main(args: argparse.Namespace) -> int:
         import pandas as pd
 
         with pd.option_context("display.width", 200, "display.max_columns", 40):
-            print(result.tasks.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+            table = result.tasks.drop(columns="why", errors="ignore")  # the flags' sentences follow it
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        for task, why in result.flags().items():
+            print(f"flagged task {task}: {why}")
         if len(result.components):
             print("\ncomponents:")
             print(result.components.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -68,7 +68,7 @@ class Cell:
         port = free_port()
         config = {**recipe.raw, **{k: self.urls[v] for k, v in recipe.refs.items()}}
         config.update(name=recipe.name, host="127.0.0.1", port=port)
-        process = spawn(config, recipe.target, recipe.where, preexec_fn=_die_with_parent)
+        process = spawn(config, recipe.target, recipe.where)  # it dies with this process (serve_one)
         self._processes.append(process)
         self.processes[recipe.name] = process.pid
         url = f"http://127.0.0.1:{port}"
@@ -163,16 +163,3 @@ async def _over_http(url: str, path: str, body: bytes, headers: dict[str, str]):
 
     async with http_session().post(url + path, data=body, headers=headers) as resp:
         return resp.status, list(resp.raw_headers), await resp.read()
-
-
-def _die_with_parent() -> None:
-    """In a server process the cell starts: SIGTERM when the cell's process dies (Linux), so a
-    killed cell leaves no server behind."""
-    import signal
-
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass

@@ -199,13 +199,60 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Levels of nesting a config may have: far more than any config needs, far fewer than Python's stack.
+MAX_DEPTH = 100
+
+
+def _loader(path: Path):
+    """A safe YAML loader that refuses a key twice in one mapping and nesting past ``MAX_DEPTH``."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent, index):
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                line = self.peek_event().start_mark.line + 1
+                raise ConfigError(
+                    f"{path}:{line}: nested deeper than {MAX_DEPTH} levels; a config is a few levels deep"
+                )
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key_node.tag != "tag:yaml.org,2002:merge" and isinstance(key, str | int | float | None):
+                    line = key_node.start_mark.line + 1
+                    if key in seen:
+                        raise ConfigError(
+                            f"{path}:{line}: key {key!r} appears twice in one mapping (first on line {seen[key]}); "
+                            "YAML would keep only the last: remove one"
+                        )
+                    seen[key] = line
+            return super().construct_mapping(node, deep)
+
+    return Loader
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
-    if not path.exists():
-        raise ConfigError(f"{path}: no such config file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {exc.start}); save the config as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=_loader(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

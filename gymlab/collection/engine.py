@@ -6,9 +6,10 @@ inputs and failures files), the probes (``run_many`` per probe) and replica pool
 URLs, Ray cells: ``dispatch.ReplicaPool``) all run here. A job's tries (``attempt``) go through
 the one retry loop (``gymlab.retry.retrying``): an answer is validated as a ``Rollout`` (one that
 is not is the agent's ``agent_run_error``); a failure is retried only when its kind says it may
-pass (``gymlab.retry.retried``: transport and provider kinds), with backoff, never by text or status;
-a replica that is gone hands the job to another live one. Workers pull jobs from an iterator, so a
-run of a million jobs holds ``concurrency`` of them at a time, not a task each.
+pass (``gymlab.retry.retried``: transport and provider kinds), with backoff over at least
+``RETRY_SPAN_S``, never by text or status; a replica that is gone hands the job to another live one.
+Workers pull jobs from an iterator, so a run of a million jobs holds ``concurrency`` of them at a
+time, not a task each. A run whose first tries all fail alike stops early (``Breaker``).
 """
 
 from __future__ import annotations
@@ -26,17 +27,22 @@ from gymlab.errors import GymlabError, ReplicaGone, ServerError
 from gymlab.failures import run_failure
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import Rollout
-from gymlab.retry import backoff_delay, retried, retrying
+from gymlab.retry import RETRY_SPAN_S, episode_retry, retried, retrying
+
+#: Tries that stop a run when they all fail alike (``Breaker``); ``Policy.stop_after``.
+STOP_AFTER = 10
 
 
 @dataclass(frozen=True)
 class Policy:
-    """How one job is attempted: retries of a retried kind, the first backoff (doubling), and the
-    seconds one ``/run`` may take (None: the agent's own episode budget bounds it)."""
+    """How one job is attempted: retries of a retried kind (``gymlab.retry.episode_retry``), the first
+    backoff (doubling), the seconds one ``/run`` may take (None: the agent's own episode budget bounds
+    it), and the tries that stop the run when all fail alike (``Breaker``; None: never)."""
 
     max_retries: int = 2
     backoff_s: float = 0.5
     timeout_s: float | None = None
+    stop_after: int | None = STOP_AFTER
 
 
 @dataclass
@@ -82,6 +88,45 @@ def checked(answer: Any, name: str) -> Rollout:
         ) from None
 
 
+class RunStopped(GymlabError):
+    """Raised when a run's ``Breaker`` stopped it: its first tries all failed alike."""
+
+
+class Breaker:
+    """Stops a run whose first ``n`` tries all end in the same failure a retry could pass (a model
+    that never answers, a server that is down) once the run has lasted ``RETRY_SPAN_S``, so an outage
+    the retries ride out never stops it. Any other end of a try first (a record, another kind)
+    disarms it for the run. ``pending``: the jobs that failed and are still being retried (what a
+    stopped run writes as their outcome)."""
+
+    def __init__(self, n: int | None):
+        self.n, self.t0 = n or 0, time.monotonic()
+        self.kind: str | None = None
+        self.count = 0
+        self.tripped: Failure | None = None
+        self.pending: dict[int, tuple[Job, Outcome]] = {}
+
+    def record(self, failure: Failure | None) -> bool:
+        """One try's end (``failure`` None: a record); True once the run must stop."""
+        if self.tripped or self.n < 1:
+            return self.tripped is not None
+        if failure is None or not retried(failure.kind) or self.kind not in (None, failure.kind):
+            self.n = 0
+            return False
+        self.kind, self.count = failure.kind, self.count + 1
+        if self.count >= self.n and time.monotonic() - self.t0 >= RETRY_SPAN_S:
+            self.tripped = failure
+        return self.tripped is not None
+
+    def error(self) -> RunStopped:
+        f = self.tripped
+        return RunStopped(
+            f"stopped after the first {self.count} tries all failed with {f.kind} (such as "
+            f"{f.server + ': ' if f.server else ''}{f.message}); the rows not started were not attempted: "
+            "fix the cause, then rerun to resume (--stop-after 0, stop_after=None: never stop)"
+        )
+
+
 class _Failed(GymlabError):
     """One try's end without a record: its ``failure`` and ``error``; ``moved`` when another live
     replica can take the job."""
@@ -90,8 +135,9 @@ class _Failed(GymlabError):
         self.failure, self.error, self.moved = failure, error, moved
 
 
-async def attempt(job: Job, policy: Policy) -> Outcome:
-    """Run ``job`` until it has a record, or a failure no retry can fix, or its retries are spent.
+async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> Outcome:
+    """Run ``job`` until it has a record, or a failure no retry can fix, or its retries are spent
+    (or ``breaker`` stops the run).
 
     A job whose replica is gone moves at once to another live replica; the first move counts as one
     of its retries (never the reason it fails), later ones are free up to twice the pool's size (a
@@ -101,6 +147,8 @@ async def attempt(job: Job, policy: Policy) -> Outcome:
     pool, name = job.pool, job.name
     t0 = time.perf_counter()
     tries = retries = moves = 0
+    breaker = breaker or Breaker(None)
+    since = 0.0
 
     async def once() -> Outcome:
         nonlocal tries
@@ -109,6 +157,7 @@ async def attempt(job: Job, policy: Policy) -> Outcome:
         try:
             answer = await replica.run(job.row, policy.timeout_s)
             record = checked(answer, name)
+            breaker.record(None)
             return Outcome(record, answer if isinstance(answer, dict) else None, attempts=tries)
         except ReplicaGone as gone:
             error = gone.__cause__ if isinstance(gone.__cause__, ServerError) else gone
@@ -120,23 +169,25 @@ async def attempt(job: Job, policy: Policy) -> Outcome:
             pool.done(replica)
 
     def again(exc: Exception, _: int) -> float | None:
-        nonlocal retries, moves
-        if not isinstance(exc, _Failed):
+        nonlocal retries, moves, since
+        if not isinstance(exc, _Failed) or breaker.record(exc.failure):
             return None
+        breaker.pending[job.position] = (job, Outcome(failure=exc.failure, error=exc.error, attempts=tries))
         if exc.moved:
             moves += 1
             retries += 1 if moves == 1 or moves > 2 * len(pool) else 0
             if retries <= policy.max_retries + 1:  # the first move is never the reason a job fails
                 return 0.0
-        if not retried(exc.failure.kind) or retries >= policy.max_retries:
-            return None
-        retries += 1
-        return backoff_delay(policy.backoff_s, retries)
+        since = since or time.monotonic()
+        delay = episode_retry(exc.failure.kind, retries, policy.max_retries, policy.backoff_s, since)
+        retries += delay is not None
+        return delay
 
     try:
         outcome = await retrying(once, again)
     except _Failed as failed:
         outcome = Outcome(failure=failed.failure, error=failed.error, attempts=tries)
+    breaker.pending.pop(job.position, None)  # (kept when cancelled: a stopped run writes it)
     outcome.duration_s = time.perf_counter() - t0
     return outcome
 
@@ -160,21 +211,27 @@ async def run_jobs(
     time; ``sink(job, outcome)`` takes each outcome as it finishes (a sink that raises stops the run).
 
     On an error or a cancel every running episode is cancelled and its cleanup (its session closed)
-    finishes before this returns; ``counts`` (running, stopped) follows the run."""
+    finishes before this returns; ``counts`` (running, stopped) follows the run. When the first
+    ``policy.stop_after`` tries (at most ``concurrency``) all fail alike, the run stops (``Breaker``):
+    each job that failed gets its last failure as its outcome, no other job starts, and
+    ``RunStopped`` says why."""
     counts = counts if counts is not None else Counts()
     source = iter(jobs)
+    breaker = Breaker(min(policy.stop_after or 0, max(1, concurrency)))
 
     async def worker() -> None:
         for job in source:
             counts.running += 1
             try:
-                outcome = await attempt(job, policy)
+                outcome = await attempt(job, policy, breaker)
             except asyncio.CancelledError:
                 counts.stopped += 1
                 raise
             finally:
                 counts.running -= 1
             sink(job, outcome)
+            if breaker.tripped:
+                raise breaker.error()
 
     workers = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency))]
     try:
@@ -183,6 +240,20 @@ async def run_jobs(
         for task in workers:  # on an error or a cancel, no worker may go on after the run ends
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        if breaker.tripped:
+            for job, outcome in sorted(breaker.pending.values(), key=lambda p: p[0].position):
+                sink(job, outcome)
 
 
-__all__ = ["Counts", "Job", "Outcome", "Policy", "attempt", "checked", "run_jobs"]
+__all__ = [
+    "STOP_AFTER",
+    "Breaker",
+    "Counts",
+    "Job",
+    "Outcome",
+    "Policy",
+    "RunStopped",
+    "attempt",
+    "checked",
+    "run_jobs",
+]

@@ -39,7 +39,7 @@ def iter_expand(
     """Every row ``repeats`` times in "aabbcc" order, with ``_ng_task_index`` and ``_ng_rollout_index``,
     made as they are read (a run of many repeats holds the jobs running, not all of them).
 
-    A row's own ``_ng_task_index`` is kept (else its position). A row that already has
+    A row's own ``_ng_task_index`` is kept (else its position); it must be a whole number. A row that already has
     ``_ng_rollout_index`` is already materialized and runs once, as it is. Taskset rows (with
     ``task_input``) refuse run-level request overrides and ``num_repeats_add_seed``.
     """
@@ -61,6 +61,13 @@ def iter_expand(
                 "set response parameters in the source row before collation"
             )
         task = row.get("_ng_task_index", position)
+        for name, index in (("_ng_task_index", task), ("_ng_rollout_index", row.get("_ng_rollout_index", 0))):
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                raise DatasetError(
+                    "rows",
+                    position + 1,
+                    f"{name} is a whole number >= 0 (it names the task in every file), got {index!r}",
+                )
         if "_ng_rollout_index" in row:
             if repeats != 1:
                 raise ConfigError(

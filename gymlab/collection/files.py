@@ -1,7 +1,8 @@
 """The files of one collection, and the (task, repeat) key that names each record in them.
 
 ``NAME.jsonl`` (rollouts), ``NAME_materialized_inputs.jsonl`` (the rows as sent), ``NAME_failures.jsonl``
-(rows that still failed after the retries) and ``NAME_aggregate_metrics.json``.
+(rows that still failed after the retries) and ``NAME_aggregate_metrics.json``; a shard
+(``--shard``) also writes ``NAME_shard.json``: which shard, and what identifies the whole run's inputs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ Key = tuple[Any, Any]
 
 
 def output_paths(output: str | os.PathLike) -> dict[str, Path]:
-    """The four files of a collection named after ``output`` (``NAME.jsonl``)."""
+    """The files of a collection named after ``output`` (``NAME.jsonl``)."""
     out = Path(output)
     stem = out.with_suffix("") if out.suffix == ".jsonl" else out
     return {
@@ -27,6 +28,7 @@ def output_paths(output: str | os.PathLike) -> dict[str, Path]:
         "materialized_inputs": stem.with_name(stem.name + "_materialized_inputs.jsonl"),
         "failures": stem.with_name(stem.name + "_failures.jsonl"),
         "aggregate_metrics": stem.with_name(stem.name + "_aggregate_metrics.json"),
+        "shard": stem.with_name(stem.name + "_shard.json"),
     }
 
 

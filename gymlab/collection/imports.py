@@ -31,10 +31,14 @@ def load_object(target: str, *, where: str = "") -> Any:
 def _import(module_part: str, prefix: str):
     if module_part.endswith(".py") or "/" in module_part:
         path = Path(module_part)
-        if not path.exists():
-            raise ConfigError(f"{prefix}entrypoint {path} does not exist (paths are relative to the config file)")
+        if not path.is_file() or path.suffix != ".py":
+            what = "is not a Python file (.py)" if path.exists() else "does not exist"
+            raise ConfigError(f"{prefix}entrypoint {path} {what} (paths are relative to the config file)")
         modname = "gymlab_entry_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
-        return import_file(path, modname, sibling_imports=True)
+        try:
+            return import_file(path, modname, sibling_imports=True)
+        except (SyntaxError, ImportError) as exc:  # not Python, or a module it needs is missing
+            raise ConfigError(f"{prefix}entrypoint {path} cannot be imported: {type(exc).__name__}: {exc}") from None
     try:
         return importlib.import_module(module_part)
     except ModuleNotFoundError as exc:

@@ -9,6 +9,10 @@ computes them (from ``resources_url``'s ``/aggregate_metrics`` when given, else 
 written atomically; the output may be one of the shards. An existing output that is not a shard
 is replaced only when every record it holds is in the merge unchanged (merging again), or with
 ``overwrite=True`` (``--force``): a merge never loses a collection by mistake.
+
+A shard is refused when it is unfinished (an input with neither a rollout nor a failure: its collect
+stopped midway), unless ``allow_partial=True`` (``--allow-partial``) writes those keys as masked
+``cancelled`` failures; shards whose ``NAME_shard.json`` name different inputs are refused.
 """
 
 from __future__ import annotations
@@ -68,17 +72,62 @@ def _refuse_losing(target: Path, shards: list[Path], merged: dict[Key, tuple[dic
             )
 
 
+def _same_inputs(parts: list[dict[str, Path]]) -> None:
+    """Raise when two shards' ``NAME_shard.json`` name different inputs or shard counts (or one is unreadable)."""
+    first: tuple[Path, Any] | None = None
+    for p in parts:
+        if not p["shard"].exists():
+            continue
+        try:
+            record = json.loads(p["shard"].read_bytes())
+            mine = (record["inputs_sha256"], record["shard"][1])
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise DatasetError(
+                str(p["shard"]), None, f"not a shard record ({exc!r}); collect the shard again"
+            ) from None
+        if first is None:
+            first = (p["shard"], mine)
+        elif mine != first[1]:
+            raise DatasetError(
+                str(p["shard"]),
+                None,
+                f"this shard was collected from other input rows, options or shard count than {first[0]} "
+                f"(inputs_sha256 {str(mine[0])[:12]} of {mine[1]} shards vs {str(first[1][0])[:12]} of "
+                f"{first[1][1]}): collect every shard from the same rows and options",
+            )
+
+
+def _unfinished(inputs: dict[Key, tuple[dict[str, Any], Path, int]], done: set[Key], allow: bool) -> dict[Key, dict]:
+    """The failure rows of the inputs with neither a rollout nor a failure (an unfinished shard): a
+    ``DatasetError`` naming the shard and a key unless ``allow``."""
+    missing = {k: v for k, v in inputs.items() if k not in done}
+    if missing and not allow:
+        (_, path, line), k = next(iter(missing.values())), next(iter(missing))
+        raise DatasetError(
+            str(path),
+            line,
+            f"(task {k[0]}, repeat {k[1]}) and {len(missing) - 1} more inputs have neither a rollout nor a failure: "
+            "the shard's collect did not finish; rerun it to finish, or pass --allow-partial (allow_partial=True) "
+            "to merge with those written as failures",
+        )
+    reason = "the shard's collect stopped before this rollout finished (merged with --allow-partial); rerun it"
+    failed = {"failure_kind": "cancelled", "failure_stage": "admission", "mask_sample": True, "attempts": 0}
+    return {k: {**row, **failed, "failure_reason": f"{path}: {reason}"} for k, (row, path, _) in missing.items()}
+
+
 async def amerge(
     output: str | os.PathLike,
     *shards: str | os.PathLike,
     resources_url: str | None = None,
     overwrite: bool = False,
+    allow_partial: bool = False,
 ) -> CollectResult:
     """``merge`` on the running loop."""
     t0 = time.perf_counter()
     if not shards:
         raise DatasetError(str(output), None, "nothing to merge: give the shard outputs (NAME.jsonl) to join")
     parts = [output_paths(s) for s in shards]
+    _same_inputs(parts)
     rollouts = _united([p["rollouts"] for p in parts], "rollouts", required=True)
     if not overwrite:
         _refuse_losing(output_paths(output)["rollouts"], [p["rollouts"] for p in parts], rollouts)
@@ -89,6 +138,7 @@ async def amerge(
             for _, failure in iter_jsonl(p["failures"], what="failures"):
                 if key_of(failure) not in rollouts:
                     failures[key_of(failure)] = failure
+    failures.update(_unfinished(inputs, set(rollouts) | set(failures), allow_partial))
 
     records = sorted((r for r, _, _ in rollouts.values()), key=sort_key)
     failed = sorted(failures.values(), key=sort_key)
@@ -98,6 +148,7 @@ async def amerge(
     write_jsonl_atomic(paths["materialized_inputs"], sorted((r for r, _, _ in inputs.values()), key=sort_key))
     write_jsonl_atomic(paths["failures"], failed)
     write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
+    paths["shard"].unlink(missing_ok=True)  # the output is a whole collection now, not a shard
     write_jsonl_atomic(paths["rollouts"], records)  # last: the rollouts file says the merge finished
     return CollectResult(
         output=paths["rollouts"],
@@ -111,17 +162,16 @@ async def amerge(
     )
 
 
-def merge(
-    output: str | os.PathLike, *shards: str | os.PathLike, resources_url: str | None = None, overwrite: bool = False
-) -> CollectResult:
-    """Join the outputs of ``collect(..., shard=(i, n))`` runs into ``output`` (see the module doc)."""
+def merge(output: str | os.PathLike, *shards: str | os.PathLike, **options: Any) -> CollectResult:
+    """Join the outputs of ``collect(..., shard=(i, n))`` runs into ``output`` (see the module doc);
+    ``options``: ``amerge``'s (``resources_url``, ``overwrite``, ``allow_partial``)."""
     from gymlab._sync import run_sync
 
     async def go() -> CollectResult:
         from gymlab.client import http_scope
 
         async with http_scope():
-            return await amerge(output, *shards, resources_url=resources_url, overwrite=overwrite)
+            return await amerge(output, *shards, **options)
 
     return run_sync(go())
 

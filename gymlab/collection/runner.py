@@ -34,11 +34,11 @@ from typing import Any
 import orjson
 
 from gymlab.collection.dispatch import HttpReplica, ReplicaPool, agent_pool
-from gymlab.collection.engine import Job, Outcome, Policy, run_jobs
+from gymlab.collection.engine import STOP_AFTER, Job, Outcome, Policy, run_jobs
 from gymlab.collection.expand import check_rows, iter_expand
 from gymlab.collection.files import Key, key_of, output_paths, rewrite_sorted
 from gymlab.collection.metrics import aggregate
-from gymlab.collection.shards import in_shard
+from gymlab.collection.shards import in_shard, record_shard
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import LineWriter, atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
 from gymlab.protocol.record import identity
@@ -209,6 +209,7 @@ async def _acollect(
     num_repeats_add_seed: bool = False,
     limit: int | None = None,
     shard: tuple[int, int] | str | None = None,
+    stop_after: int | None = STOP_AFTER,
     progress: bool = True,
 ) -> CollectResult:
     """Collect rollouts of ``rows`` (dicts, or a JSONL path) into ``output`` (see the module doc).
@@ -218,8 +219,10 @@ async def _acollect(
     ``agent_url`` may list several URLs of the same agent, or be a ``ReplicaPool``: each rollout
     goes to the one with the fewest in flight, and a replica that is gone (refused, reset) hands
     its rollouts to the others. A failed rollout whose kind may pass (transport, provider:
-    ``gymlab.retry.retried``) is retried ``max_retries`` times (backoff ``backoff_s``, doubling);
-    any failure is then written to the failures file. ``shard=(i, n)`` (or ``"i/n"``) collects only
+    ``gymlab.retry.retried``) is retried ``max_retries`` times and over ``gymlab.retry.RETRY_SPAN_S``
+    at least (backoff ``backoff_s``, doubling); any failure is then written to the failures file.
+    When the first ``stop_after`` tries all fail alike (``engine.Breaker``) the run stops with
+    ``RunStopped`` saying why (None: never). ``shard=(i, n)`` (or ``"i/n"``) collects only
     the tasks of shard i of n (1-based; see ``shards``), for ``merge`` to join later.
     """
     t0 = time.perf_counter()
@@ -257,6 +260,9 @@ async def _acollect(
             yield job, target
 
     paths = output_paths(output)
+    if shard is not None:
+        options = [repeats, responses_create_params, num_repeats_add_seed]
+        record_shard(paths["shard"], shard, rows, options=options)
     done = _checked_done(paths["rollouts"])
     pools: dict[str, ReplicaPool] = {}
     metrics_urls: dict[str, str | None] = {}
@@ -276,7 +282,7 @@ async def _acollect(
     bar = _progress_bar(total, n_skipped, str(paths["rollouts"].name)) if progress else None
     failed_before = {key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures")}
     sink = JsonlSink(paths, failed_before, bar)
-    policy = Policy(max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s)
+    policy = Policy(max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s, stop_after=stop_after)
     try:
         await run_jobs(pending, sink, concurrency=max(1, min(concurrency, total - n_skipped)), policy=policy)
     finally:

@@ -1,12 +1,12 @@
 """One server of a config, in the foreground: ``python -m gymlab.collection.serve_one`` (``gymlab serve`` runs it).
 
-The server's config (refs already URLs) comes as JSON in ``gymlab.server.CONFIG_ENV``; what to
-import comes in ``TARGET_ENV`` (an entrypoint path or a ``module:Class``, see ``gymlab.collection.imports``).
+The server's config (refs already URLs) comes in a private file that ``CONFIG_ENV`` names
+(``gymlab._runtime.env``), removed once read; what to import comes in ``TARGET_ENV`` (an entrypoint
+path or a ``module:Class``, see ``gymlab.collection.imports``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -20,20 +20,31 @@ def spawn(config: dict, target: str, where: str, **popen):
     """Start one server of a config as ``python -m gymlab.collection.serve_one`` (``popen``: more Popen options)."""
     import subprocess
 
-    from gymlab.server import CONFIG_ENV
+    from gymlab._runtime.env import CONFIG_ENV, PARENT_ENV, write_config
 
-    env = {**os.environ, CONFIG_ENV: json.dumps(config), TARGET_ENV: target, WHERE_ENV: where}
-    return subprocess.Popen([sys.executable, "-m", "gymlab.collection.serve_one"], env=env, **popen)
+    path = write_config(config)
+    env = {**os.environ, CONFIG_ENV: path, TARGET_ENV: target, WHERE_ENV: where, PARENT_ENV: str(os.getpid())}
+    try:
+        return subprocess.Popen([sys.executable, "-m", "gymlab.collection.serve_one"], env=env, **popen)
+    except BaseException:
+        os.unlink(path)
+        raise
 
 
 def main() -> int:
+    from gymlab._runtime.env import CONFIG_ENV, PARENT_ENV, die_with_parent, read_config
     from gymlab.collection.imports import build_server
     from gymlab.errors import GymlabError
-    from gymlab.server import CONFIG_ENV
 
+    if parent := os.environ.pop(PARENT_ENV, None):  # popped: this server's own children are not its
+        die_with_parent(int(parent))
     where = os.environ.get(WHERE_ENV, "")
     try:
-        server = build_server(os.environ[TARGET_ENV], json.loads(os.environ.get(CONFIG_ENV) or "{}"), where=where)
+        try:
+            config = read_config()
+        finally:
+            os.unlink(os.environ.pop(CONFIG_ENV))
+        server = build_server(os.environ[TARGET_ENV], config, where=where)
         server.run_webserver()
     except GymlabError as exc:
         print(f"gymlab serve: error: {exc}", file=sys.stderr)

@@ -43,6 +43,7 @@ from gymlab.protocol import (
 )
 from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout
+from gymlab.protocol.validation import describe_validation
 
 #: Keys of a ``/run`` body that identify the episode rather than belong to the task.
 RUN_KEYS = frozenset(
@@ -93,9 +94,11 @@ def parse_task(body: dict[str, Any]) -> Task:
     try:
         params = ResponseCreateParams.model_validate(authored)
     except ValidationError as exc:
-        from gymlab.protocol.validation import describe_validation
-
         raise ValueError(f"responses_create_params: {describe_validation(exc, 'body')}") from None
+    try:
+        task_id, episode_id = _task_id(body), _episode_id(body)
+    except ValidationError as exc:
+        raise ValueError(describe_validation(exc, "body")) from None
     task_data = row.get("task_data", {})
     if not isinstance(task_data, dict):
         raise ValueError(f"task_data must be an object, got {type(task_data).__name__}")
@@ -113,8 +116,8 @@ def parse_task(body: dict[str, Any]) -> Task:
         responses_create_params=authored,
         params=params,
         task_data=task_data,
-        task_id=_task_id(body),
-        episode_id=_episode_id(body),
+        task_id=task_id,
+        episode_id=episode_id,
     )
 
 
@@ -131,9 +134,8 @@ def _task_id(body: dict[str, Any]) -> TaskId | None:
 def _episode_id(body: dict[str, Any]) -> EpisodeId:
     if isinstance(body.get("episode_id"), dict):
         return EpisodeId.model_validate(body["episode_id"])
-    return EpisodeId(
-        rollout_id=str(body.get("rollout_id") or f"rollout-{uuid.uuid4().hex}"), attempt=int(body.get("attempt") or 0)
-    )
+    rollout_id = str(body.get("rollout_id") or f"rollout-{uuid.uuid4().hex}")
+    return EpisodeId.model_validate({"rollout_id": rollout_id, "attempt": body.get("attempt") or 0})
 
 
 def agent_request(params: ResponseCreateParams, observation: str | None) -> dict[str, Any]:
@@ -186,8 +188,7 @@ class SingleAgentTurn(BaseAgent):
             handles = await self.seed(task, run)
             with typed("agent"):
                 response = await self.invoke_agent(handles, task.params)
-            run.stage = "verification"
-            result = await self.verify(handles, task, response)  # the close follows (run_episode)
+            result = await self.verify(run, handles, task, response)  # the close follows (run_episode)
             step = StepRecord(
                 index=0,
                 action=list(response.output),
@@ -221,7 +222,10 @@ class SingleAgentTurn(BaseAgent):
         )
 
     async def invoke_agent(self, handles: EpisodeHandles, params: ResponseCreateParams) -> NeMoGymResponse:
-        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed)."""
+        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed).
+
+        The agent's tool calls go to its own configured resources server; the header naming this
+        episode's lets it refuse (409) when that is another one."""
         headers = {RESOURCES_SERVER_HEADER: handles.resources_server}
         if handles.cookie:
             headers[RESOURCES_COOKIE_HEADER] = handles.cookie
@@ -235,18 +239,17 @@ class SingleAgentTurn(BaseAgent):
         )
         return NeMoGymResponse.model_validate(answer)
 
-    async def verify(self, handles: EpisodeHandles, task: Task, response: NeMoGymResponse) -> dict[str, Any]:
-        """``/verify`` with the authored request and the task's fields; says that a close follows."""
+    async def verify(
+        self, run: EpisodeRun, handles: EpisodeHandles, task: Task, response: NeMoGymResponse
+    ) -> dict[str, Any]:
+        """``/verify`` (``grade``) with the authored request and the task's fields; says that a close follows."""
         body = {
             **task.task_data,
             "responses_create_params": task.responses_create_params,
             "response": response.model_dump(mode="json", exclude_none=True),
             "close_follows": True,
         }
-        if self.skip_verification:  # nothing graded (NeMo Gym's option); the close still follows
-            graded = {k: v for k, v in body.items() if k != "close_follows"}
-            return {**graded, "reward": self.skip_verification_reward, "verification_skipped": True}
-        return await self.post_resources("/verify", body, handles.cookies(), self.timeouts.verify)
+        return await self.grade(run, body, handles.cookies())
 
     async def close(self, handles: EpisodeHandles) -> None:
         """Close a restored episode's session (``run`` closes its own, in its life cycle)."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from gymlab._runtime.serve import LoopServer
@@ -61,8 +62,14 @@ class AgentHandle(ServerHandle):
         return Rollout.model_validate(await self.apost("/run", row))
 
     def run(self, row: dict[str, Any]) -> Rollout:
+        """One episode of ``row``; an Interrupt stops it (its session closed) and says so in one line."""
         __tracebackhide__ = True
-        return run_sync(self.arun(row))
+        try:
+            return run_sync(self.arun(row))
+        except KeyboardInterrupt:
+            line = f"gymlab: interrupted: {self.name}'s episode stopped and its session closed"
+            print(line, file=sys.stderr, flush=True)
+            raise KeyboardInterrupt(line) from None
 
 
 def is_pool(target: Any) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from gymlab._runtime.serve import LoopServer
 from gymlab._sync import run_sync
-from gymlab._traces import logbook
+from gymlab._traces import is_user_file, logbook
 from gymlab.errors import ConfigError, ServerStartError
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
 from gymlab.lab.open_episode import open_episode
@@ -52,6 +52,14 @@ class Lab:
         self._started = time.time()
         #: The records of the last ``run_many``: all of them, or those finished before it was cancelled.
         self.last_run = None
+        serving = [lab for lab in _labs if lab._handles]
+        if serving and is_user_file(sys._getframe(1).f_code.co_filename):  # gymlab's own Labs (reverify) never warn
+            warnings.warn(  # a cell run again: the old Lab's servers (and the agents bound to them) still answer
+                f"another Lab of this process is still serving: {'; '.join(map(repr, serving))}. Close it "
+                "(lab.close(), before making the new one) unless you mean to keep both; `with Lab() as lab:` "
+                "closes one for you",
+                stacklevel=2,
+            )
         _labs.add(self)
 
     @property
@@ -77,6 +85,10 @@ class Lab:
             instance = server
             if name:
                 instance.name = name
+        from gymlab.resources.simple import release_gap
+
+        if gap := release_gap(instance):
+            warnings.warn(gap, stacklevel=2)
         if "error_traces" not in instance.model_fields_set:
             instance.error_traces = True  # a crash's trace travels to the failed record
         if instance.num_workers > 1:
@@ -294,9 +306,10 @@ class Lab:
         return result
 
     def check(self, target: ServerHandle, rows: list[dict[str, Any]]):
-        """The tools ``rows`` declare against the routes the environment serves (``target``: its
-        handle, or an agent handle bound to it): a ``CheckReport`` naming each mismatch."""
-        from gymlab.resources.simple import SimpleResourcesServer
+        """The tools ``rows`` declare against the routes the environment serves, and the rows' fields
+        against its seed and verify request models (``target``: its handle, or an agent handle bound
+        to it): a ``CheckReport`` naming each mismatch."""
+        from gymlab.resources.simple import SimpleResourcesServer, row_problems
         from gymlab.resources.tools import CheckReport, check_rows
 
         if is_pool(target):
@@ -308,7 +321,9 @@ class Lab:
         if env is None or not isinstance(env.server, SimpleResourcesServer):
             name = getattr(env, "name", None) or getattr(target, "name", "environment")
             return CheckReport(name, [])  # a remote or Gymnasium environment: its tools are not routes
-        return check_rows(env.server, rows)
+        report = check_rows(env.server, rows)
+        report.problems += row_problems(env.server, rows)
+        return report
 
     def cancel(self) -> int:
         """Cancel every ``run_many`` of this lab that is running (from another thread, or a task);
@@ -356,12 +371,8 @@ def _close_all() -> None:
 
 
 def _report_failures(result) -> None:
-    """One line for a run's failures, by kind (nothing is printed per episode)."""
-    if failed := result.failures:
-        kinds = ", ".join(f"{kind} {n}" for kind, n in failed.items())
-        print(
-            f"gymlab: {sum(failed.values())} of {len(result)} episodes failed ({kinds}); "
-            "they are masked, and lab.logs() has the server-side traces",
-            file=sys.stderr,
-            flush=True,
-        )
+    """One line for a run's failures, by kind and the most common cause (nothing is printed per episode)."""
+    from gymlab.lab.runs import failure_line
+
+    if line := failure_line(result):
+        print(line, file=sys.stderr, flush=True)

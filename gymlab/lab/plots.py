@@ -3,13 +3,19 @@
 Each function takes frames from ``gymlab.lab.frames``, draws on ``ax`` (or a new figure), returns the
 Figure and never calls ``show()``. Every plot has a title that says what is drawn and over how many
 episodes, and labelled axes. Masked episodes are drawn as grey crosses and failed ones (a
-``failure_kind``) as red crosses; both stay out of means, bands and distributions.
+``failure_kind``) as red crosses; both stay out of means, intervals and distributions.
+
+Every band and error bar is a 95% interval of a mean (``interval``): Wilson's for 0/1 rewards, else
+the normal one, always clipped to the range of the rewards drawn, so it never claims a reward no
+episode can get. A plot of some of the episodes says which (``max_episodes``: a sample that takes
+every task once per repeat, never one task's block).
 
 - ``reward_curve``: reward per episode repeat by repeat (or in the order episodes finished), with a
-  rolling mean and band: not the "aabbcc" row order of a run, which draws task boundaries;
-- ``step_rewards``: mean reward at each step with a +-1 std band; ``reward_heatmap``: episode x step;
-- ``reward_distribution``: every episode's reward per group with the mean and spread (a box only
-  where a group's rewards vary);
+  rolling mean over one repeat: not the "aabbcc" row order of a run, which draws task boundaries;
+- ``step_rewards``: mean reward at each step; ``reward_heatmap``: episode x step, a zero reward before
+  an episode's last step in a neutral grey (a tool call is not a failure);
+- ``reward_distribution``: every episode's reward per group with the mean (a box only where a
+  group's rewards vary);
 - ``compare_runs``: two or more runs side by side.
 """
 
@@ -20,6 +26,41 @@ from typing import Any
 
 MASKED_STYLE = {"marker": "x", "color": "0.55", "linestyle": "none", "label": "masked"}
 FAILED_STYLE = {"marker": "x", "color": "tab:red", "linestyle": "none", "label": "failed"}
+
+
+#: The normal quantile of a two-sided 95% interval.
+Z = 1.959964
+
+
+def interval(mean, std, n, *, binary: bool, low: float, high: float):
+    """``(lower, upper)`` 95% interval of means over ``n`` values each (arrays): Wilson's score interval
+    when the rewards are 0/1 (honest at p near 0 or 1 and for few episodes), else mean +- Z std/sqrt(n)
+    (one value: the whole range); both clipped to ``[low, high]``, the rewards' range."""
+    import numpy as np
+
+    mean, n = np.asarray(mean, dtype="float64"), np.asarray(n, dtype="float64")
+    if binary:
+        z2n = Z * Z / n
+        centre = (mean + z2n / 2) / (1 + z2n)
+        half = Z * np.sqrt(mean * (1 - mean) / n + z2n / (4 * n)) / (1 + z2n)
+    else:
+        centre, half = mean, np.nan_to_num(Z * np.asarray(std, dtype="float64") / np.sqrt(n), nan=np.inf)
+    # the mean always lies inside (Wilson's does in exact arithmetic; rounding can put a bound a hair past it)
+    return np.clip(np.fmin(centre - half, mean), low, high), np.clip(np.fmax(centre + half, mean), low, high)
+
+
+def _scale(rewards) -> dict:
+    """``interval``'s keywords for these rewards: 0/1 or not, and their range."""
+    import numpy as np
+
+    values = np.asarray(rewards, dtype="float64")
+    if not len(values):
+        return {"binary": False, "low": 0.0, "high": 1.0}
+    return {"binary": bool(np.isin(values, (0.0, 1.0)).all()), "low": values.min(), "high": values.max()}
+
+
+def _band_name(scale: dict) -> str:
+    return "95% Wilson interval" if scale["binary"] else "95% interval of the mean"
 
 
 def _axes(ax: Any, figsize=(7, 4)):
@@ -89,61 +130,82 @@ def _order(episodes, order: str):
 
 
 def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", ax: Any = None, label: str = "reward"):
-    """Reward per episode with a rolling mean over ``window`` kept episodes and a +-1 std band.
+    """Reward per episode with a rolling mean over ``window`` kept episodes and its 95% interval.
 
     ``order="repeat"``: every task once per repeat, repeat after repeat (dotted lines between
     repeats), so the curve shows how repeats compare rather than where one task's block ends;
     ``order="completed"``: the order episodes finished (runs of ``lab.run_many`` know it).
-    ``window`` defaults to the number of tasks (one repeat's worth), else 20.
+    ``window`` defaults to one repeat (the number of tasks, so each mean is over every task once:
+    no sawtooth from easy and hard tasks taking turns), else 20.
     """
     import numpy as np
 
     fig, ax = _axes(ax)
     ordered, xlabel, name = _order(episodes, order)
     ordered = ordered.reset_index(drop=True)
+    n_tasks = ordered["task"].nunique() if "task" in ordered else 0
     if window is None:
-        n_tasks = ordered["task"].nunique() if "task" in ordered else 0
         window = n_tasks if n_tasks > 1 else 20
     x = np.arange(len(ordered))
     kept = _kept(ordered)
     ax.plot(x[kept.index], kept["reward"], "o", markersize=3, alpha=0.4, label=label)
     rolling = kept["reward"].rolling(window, min_periods=1)
-    mean, std = rolling.mean(), rolling.std().fillna(0.0)
+    mean, scale = rolling.mean(), _scale(kept["reward"])
+    low, high = interval(mean, rolling.std(), rolling.count(), **scale)
     ax.plot(x[kept.index], mean, "-", linewidth=2, label=f"rolling mean ({window})")
-    ax.fill_between(x[kept.index], mean - std, mean + std, alpha=0.2, label="+-1 std")
+    ax.fill_between(x[kept.index], low, high, alpha=0.2, label=_band_name(scale))
     _mark_excluded(ax, ordered, x, ordered["reward"].to_numpy())
     if order == "repeat" and "repeat" in ordered and ordered["repeat"].nunique() > 1:
         repeats = ordered["repeat"].to_numpy(dtype="float64", na_value=np.nan)
         starts = np.flatnonzero(repeats[1:] != repeats[:-1]) + 1
         for start in starts:
             ax.axvline(start - 0.5, color="0.85", linewidth=0.8, linestyle=":")
-    ax.set_title(f"Reward per episode in {name}, rolling mean of {window} ({_over(episodes)})")
+    what = f"{window}{' (one repeat)' if window == n_tasks else ''}"
+    ax.set_title(f"Reward per episode in {name}, rolling mean of {what} ({_over(episodes)})")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("reward")
     ax.legend(loc="best", fontsize="small")
     return fig
 
 
-def _kept_steps(steps, episodes):
-    if episodes is None:
-        return steps, len(set(steps["episode"]))
-    kept = set(_kept(episodes)["episode"])
-    return steps[steps["episode"].isin(kept)], len(kept)
+def _drawn_steps(steps, episodes, max_episodes: int | None):
+    """(the steps to draw, how many episodes, what they are): the kept episodes' steps, all of them or
+    a sample of ``max_episodes`` taken repeat by repeat (every task once per repeat) when ``episodes``
+    says the tasks, else spread evenly over the run; never the first block of one task."""
+    import numpy as np
+
+    if episodes is not None:
+        kept = _kept(episodes)
+        steps = steps[steps["episode"].isin(set(kept["episode"]))]
+    ids = list(dict.fromkeys(steps["episode"].tolist()))
+    if max_episodes is None or len(ids) <= max_episodes:
+        return steps, len(ids), f"{len(ids)} episode{'s' * (len(ids) != 1)}"
+    if episodes is not None and "task" in episodes:
+        present = kept[kept["episode"].isin(set(ids))]
+        keys = [k for k in ("repeat", "task", "episode") if k in present]
+        chosen = present.sort_values(keys, kind="stable")["episode"].tolist()[:max_episodes]
+        how = f"every task once per repeat, {present.loc[present['episode'].isin(chosen), 'task'].nunique()} tasks"
+    else:
+        chosen = [ids[i] for i in np.linspace(0, len(ids) - 1, max_episodes).round().astype(int)]
+        how = "spread evenly over the run"
+    return (
+        steps[steps["episode"].isin(set(chosen))],
+        len(chosen),
+        f"a sample of {len(chosen)} of {len(ids)} episodes ({how})",
+    )
 
 
 def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: int | None = None):
-    """Mean reward at each step over the episodes that reached it, with a +-1 std band, and the mean
-    cumulative reward. ``episodes`` (the episodes frame) leaves masked and failed episodes out;
-    ``max_episodes`` keeps the first that many episodes."""
+    """Mean reward at each step over the episodes that reached it, with its 95% interval, and the
+    mean cumulative reward. ``episodes`` (the episodes frame) leaves masked and failed episodes out
+    and lets a sample cover every task; ``max_episodes`` draws such a sample (the title says so)."""
     fig, ax = _axes(ax)
-    kept, n = _kept_steps(steps, episodes)
-    if max_episodes is not None:
-        first = list(dict.fromkeys(kept["episode"].tolist()))[:max_episodes]
-        kept, n = kept[kept["episode"].isin(first)], len(first)
+    kept, n, what = _drawn_steps(steps, episodes, max_episodes)
     by_step = kept.groupby("step")
-    mean, std, count = by_step["reward"].mean(), by_step["reward"].std().fillna(0.0), by_step["reward"].size()
+    mean, count, scale = by_step["reward"].mean(), by_step["reward"].size(), _scale(kept["reward"])
+    low, high = interval(mean, by_step["reward"].std(), count, **scale)
     (line,) = ax.plot(mean.index, mean, "o-", label="mean reward at the step")
-    ax.fill_between(mean.index, mean - std, mean + std, alpha=0.2, color=line.get_color(), label="+-1 std")
+    ax.fill_between(mean.index, low, high, alpha=0.2, color=line.get_color(), label=_band_name(scale))
     cumulative = by_step["cumulative_reward"].mean() if "cumulative_reward" in kept else None
     if cumulative is not None:
         ax.plot(cumulative.index, cumulative, "--", color="0.4", label="mean cumulative reward")
@@ -151,7 +213,7 @@ def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: i
         if k < n:  # fewer episodes reached this step: say how many the mean is over
             ax.annotate(f"n={k}", (step, mean[step]), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
     ax.axhline(0.0, color="0.8", linewidth=0.8)
-    ax.set_title(f"Mean reward by step over {n} episode{'s' * (n != 1)} (band: +-1 std)")
+    ax.set_title(f"Mean reward by step over {what} (band: {_band_name(scale)})")
     ax.set_xlabel("step (model turn or transition, from 0)")
     ax.set_ylabel("reward at the step")
     if len(mean):
@@ -161,15 +223,35 @@ def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: i
     return fig
 
 
+#: The heatmap's colour for a zero reward before an episode's last step (a tool call, a move).
+NEUTRAL = "0.85"
+
+
 def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes: int = 100):
-    """Reward of every step of each episode (rows: episodes, columns: steps; blank: no such step)."""
+    """Reward of every step of each episode (rows: episodes, columns: steps; blank: no such step). A
+    zero reward before an episode's last step is drawn in a neutral grey, not as a failure: a
+    successful seven-step episode reads as six steps on the way and one reward."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+
     fig, ax = _axes(ax)
-    kept, _ = _kept_steps(steps, episodes)
-    shown = list(dict.fromkeys(kept["episode"].tolist()))[:max_episodes]
-    grid = kept[kept["episode"].isin(shown)].pivot_table(index="episode", columns="step", values="reward")
-    image = ax.imshow(grid.to_numpy(), aspect="auto", interpolation="nearest", cmap="RdYlGn")
+    kept, _, what = _drawn_steps(steps, episodes, max_episodes)
+    grid = kept.pivot_table(index="episode", columns="step", values="reward")
+    values = grid.to_numpy()
+    last = kept.groupby("episode")["step"].max().reindex(grid.index).to_numpy()
+    neutral = (values == 0) & (grid.columns.to_numpy()[None, :] < last[:, None])
+    scale = _scale(kept["reward"])
+    image = ax.imshow(
+        np.where(neutral, np.nan, values),
+        aspect="auto",
+        interpolation="nearest",
+        cmap="RdYlGn",
+        vmin=min(scale["low"], 0.0),
+        vmax=max(scale["high"], 0.0) or 1.0,
+    )
+    ax.imshow(np.where(neutral, 1.0, np.nan), aspect="auto", interpolation="nearest", cmap=ListedColormap([NEUTRAL]))
     fig.colorbar(image, ax=ax, label="reward at the step")
-    ax.set_title(f"Reward by episode and step ({len(grid)} episodes)")
+    ax.set_title(f"Reward by episode and step, {what} (grey: 0 before the last step)")
     ax.set_xlabel("step")
     ax.set_ylabel("episode")
     ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns])
@@ -180,7 +262,7 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
 
 def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     """Every kept episode's reward per ``by`` group (``task``, ``environment``, ``model``...), with the
-    group's mean and +-1 std; a box only where a group's rewards vary (five or more, three values)."""
+    group's mean and its 95% interval; a box only where a group's rewards vary (five or more, three values)."""
     import numpy as np
 
     fig, ax = _axes(ax)
@@ -200,9 +282,14 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     rng = np.random.default_rng(0)
     for pos, values in zip(positions, data):
         ax.plot(pos + rng.uniform(-0.15, 0.15, len(values)), values, "o", markersize=3, alpha=0.5, color="tab:blue")
-    means = [v.mean() if len(v) else np.nan for v in data]
-    stds = [v.std() if len(v) else 0.0 for v in data]
-    ax.errorbar(positions + 0.3, means, yerr=stds, fmt="D", color="tab:orange", capsize=3, label="mean +-1 std")
+    means = np.array([v.mean() if len(v) else np.nan for v in data])
+    scale = _scale(kept["reward"])
+    stds = [v.std(ddof=1) if len(v) > 1 else np.nan for v in data]
+    low, high = interval(means, stds, [max(len(v), 1) for v in data], **scale)
+    yerr = [means - low, high - means]
+    ax.errorbar(
+        positions + 0.3, means, yerr=yerr, fmt="D", color="tab:orange", capsize=3, label=f"mean, {_band_name(scale)}"
+    )
     position_of = dict(zip(groups, positions))
     x = episodes[by].map(position_of).astype("float64").to_numpy()
     _mark_excluded(ax, episodes, x, episodes["reward"].to_numpy())
@@ -215,7 +302,7 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
 
 
 def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = None):
-    """Two or more runs side by side: mean kept reward per run (per ``by`` group when given), +-1 std.
+    """Two or more runs side by side: mean kept reward per run (per ``by`` group when given), with its 95% interval.
 
     ``runs`` maps a run's label to its episodes frame, e.g. ``{"greedy": a.episodes, "random": b.episodes}``.
     """
@@ -230,14 +317,14 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
     )
     width = 0.8 / len(labels)
     x = np.arange(len(groups))
+    scale = _scale(np.concatenate([_kept(frame)["reward"].to_numpy() for frame in runs.values()]))
     for n, label in enumerate(labels):
         kept = _kept(runs[label])
-        means, stds = [], []
-        for g in groups:
-            values = kept["reward"] if g is None else kept.loc[kept[by] == g, "reward"]
-            means.append(values.mean() if len(values) else np.nan)
-            stds.append(values.std(ddof=0) if len(values) else 0.0)
-        ax.bar(x + (n - (len(labels) - 1) / 2) * width, means, width=width, yerr=stds, capsize=3, label=label)
+        values = [kept["reward"] if g is None else kept.loc[kept[by] == g, "reward"] for g in groups]
+        means = np.array([v.mean() if len(v) else np.nan for v in values])
+        low, high = interval(means, [v.std() for v in values], [max(len(v), 1) for v in values], **scale)
+        yerr = np.nan_to_num([means - low, high - means])
+        ax.bar(x + (n - (len(labels) - 1) / 2) * width, means, width=width, yerr=yerr, capsize=3, label=label)
         excluded = len(runs[label]) - len(kept)
         if excluded:
             ax.annotate(
@@ -250,7 +337,7 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
             )
     ax.set_xticks(x, ["all episodes"] if by is None else [str(g) for g in groups])
     sizes = ", ".join(f"{label}: {len(frame)}" for label, frame in runs.items())
-    ax.set_title(f"Mean reward per run{f' by {by}' if by else ''}, +-1 std (episodes: {sizes})")
+    ax.set_title(f"Mean reward per run{f' by {by}' if by else ''}, {_band_name(scale)} (episodes: {sizes})")
     ax.set_ylabel("mean reward (masked and failed left out)")
     ax.set_xlabel(by if by is not None else "run")
     ax.legend(loc="best", fontsize="small")

@@ -22,33 +22,52 @@ def _fmt(x: float) -> str:
     return "-" if x is None or math.isnan(x) else f"{x:.2f}"
 
 
+def _pct(x: float) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.0%}"
+
+
+def _verdict(report: Any) -> list[str]:
+    """The verdict's sentences: one per flagged probe (why), or that none was; then the shortcuts tried."""
+    reasons = report.reasons()
+    lines = list(reasons.values()) or [
+        f"No probe earned a mean reward above {report.threshold:g} over every task, or was masked more often "
+        "than the real policy."
+    ]
+    tried = "; ".join(f"{kind} ({', '.join(names)})" for kind, names in report.shortcuts().items())
+    return [*lines, f"Shortcuts tried: {tried}."]
+
+
 def report_text(report: Any) -> str:
-    """The verdict as a plain-text table (``!`` marks a task where a probe's mean reward is above
-    the threshold), then the flagged probes."""
-    head = ["probe", *(f"task {t}" for t in report.tasks), "all"]
+    """The verdict as a plain-text table of mean rewards (``!`` marks a task where a probe's mean reward
+    is above the threshold) with each run's mask rate, then one line per flagged probe saying why,
+    then the kinds of shortcut tried."""
+    head = ["probe", *(f"task {t}" for t in report.tasks), "all", "masked"]
     body = []
     if report.real is not None:
-        body.append([REAL, *(_fmt(report.real_reward(t)) for t in report.tasks), _fmt(report.real_reward(None))])
-    for probe in report.rollouts:
-        cells = [report.cell(probe, t) for t in report.tasks]
         body.append(
             [
-                probe,
+                REAL,
+                *(_fmt(report.real_reward(t)) for t in report.tasks),
+                _fmt(report.real_reward(None)),
+                _pct(report.real_mask_rate(None)),
+            ]
+        )
+    flagged = report.flagged
+    for probe in report.rollouts:
+        cells = [report.cell(probe, t) for t in report.tasks]
+        overall = report.cell(probe)
+        body.append(
+            [
+                probe + (" *" if probe in flagged else ""),
                 *(_fmt(c.mean_reward) + ("!" if c.above else "") for c in cells),
-                _fmt(report.cell(probe).mean_reward),
+                _fmt(overall.mean_reward),
+                _pct(overall.mask_rate) + ("!" if overall.masked_more else ""),
             ]
         )
     widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)) for r in [head, *body]]
-    flagged = report.flagged
-    verdict = (
-        f"flagged (mean reward over every task above {report.threshold:g}): {', '.join(flagged)}"
-        if flagged
-        else f"no probe earned a mean reward above {report.threshold:g} over every task"
-    )
-    if report.hits:
-        verdict += f"; ! marks a task where a probe's mean reward is above {report.threshold:g}"
-    return "\n".join(lines) + f"\n{verdict}"
+    notes = [f"* flagged; ! a mean reward above {report.threshold:g}, or a mask rate above the real policy's"]
+    return "\n".join([*lines, *notes, *_verdict(report)])
 
 
 def report_html(report: Any, descriptions: dict[str, str]) -> str:
@@ -63,7 +82,8 @@ def report_html(report: Any, descriptions: dict[str, str]) -> str:
     if report.real is not None:
         real = "".join(f"<td class='r'>{_fmt(report.real_reward(t))}</td>" for t in report.tasks)
         rows.append(
-            f"<tr class='gl-real'><th>{REAL}</th>{real}<td class='r'>{_fmt(report.real_reward(None))}</td></tr>"
+            f"<tr class='gl-real'><th>{REAL}</th>{real}<td class='r'>{_fmt(report.real_reward(None))}</td>"
+            f"<td class='r'>{_pct(report.real_mask_rate(None))}</td></tr>"
         )
     flagged = report.flagged
     for probe in report.rollouts:
@@ -72,15 +92,17 @@ def report_html(report: Any, descriptions: dict[str, str]) -> str:
         desc = html.escape(descriptions.get(probe, ""), quote=True)
         mark = " ⚑" if probe in flagged else ""
         cls = " class='gl-flag-probe'" if mark else ""
+        rate = f"<td class='r{' gl-flag' if overall.masked_more else ''}'>{_pct(overall.mask_rate)}</td>"
         rows.append(
-            f"<tr><th title='{desc}'{cls}>{html.escape(probe)}{mark}</th>{cells}{_cell_html(report, overall)}</tr>"
+            f"<tr><th title='{desc}'{cls}>{html.escape(probe)}{mark}</th>{cells}{_cell_html(report, overall)}"
+            f"{rate}</tr>"
         )
-    verdict = (
-        f"<b class='gl-flag-probe'>Flagged ⚑</b> (mean reward over every task above {report.threshold:g}): "
-        f"{html.escape(', '.join(flagged))}."
-        if flagged
-        else f"No probe earned a mean reward above {report.threshold:g} over every task."
+    sentences = _verdict(report)
+    verdict = "".join(
+        f"<li{' class=gl-flag-probe' if flagged and i < len(flagged) else ''}>{html.escape(line)}</li>"
+        for i, line in enumerate(sentences)
     )
+    verdict = f"<ul>{verdict}</ul>"
     if report.hits:
         verdict += (
             " A red cell is a task where the probe's mean reward is above the threshold: open it for its "
@@ -89,7 +111,7 @@ def report_html(report: Any, descriptions: dict[str, str]) -> str:
     return (
         f"{_STYLE}<div class='gl-probe'><b>Reward probes</b>: mean reward per probe and task "
         f"(beat: share of episodes with reward above {report.threshold:g}).<table>"
-        f"<tr><th>probe</th>{head}<th>all tasks</th></tr>{''.join(rows)}</table>{verdict}</div>"
+        f"<tr><th>probe</th>{head}<th>all tasks</th><th>masked</th></tr>{''.join(rows)}</table>{verdict}</div>"
     )
 
 

@@ -8,6 +8,7 @@ pandas frames of ``gymlab.lab.frames``.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,6 +167,24 @@ class Rollouts(Sequence):
             else ""
         )
         return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
+
+
+def failure_line(run: Rollouts) -> str | None:
+    """One line for a run's failures (None without any): how many by kind, and the most common cause,
+    so a summary says why without one line per failed episode."""
+    if not (failed := run.failures):
+        return None
+    causes = Counter(
+        " ".join(str(r["failure_reason"]).split())[:300]
+        for r in run.store.dicts()
+        if r.get("mask_sample") and r.get("failure_reason")
+    )
+    kinds = ", ".join(f"{kind} {n}" for kind, n in failed.items())
+    common = "".join(f"; the most common cause ({n}): {cause}" for cause, n in causes.most_common(1))
+    return (
+        f"gymlab: {sum(failed.values())} of {len(run)} episodes failed ({kinds}){common}; they are masked, "
+        "and lab.logs() has the server-side traces"
+    )
 
 
 def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:

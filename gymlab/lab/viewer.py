@@ -18,7 +18,7 @@ import ipywidgets as w
 from gymlab.lab.display import clip
 from gymlab.protocol import FunctionCall, FunctionCallOutput, Message, Reasoning, Rollout, StepRecord
 from gymlab.protocol.derived_steps import derived_steps
-from gymlab.protocol.record import failure_counts
+from gymlab.protocol.record import RESULT_KEYS, failure_counts
 
 _CSS = """<style>
 .gl-chat{font-family:system-ui,sans-serif;font-size:13px;max-width:720px}
@@ -135,6 +135,27 @@ def _prompt_snippet(record: Rollout, width: int = 40) -> str:
     return clip(" ".join(users[-1].text.split()) if users else "", width)
 
 
+def _task_names(first: dict[Any, Rollout]) -> dict[Any, str]:
+    """What tells each task apart: the start of its prompt, or, when prompts share a template (their
+    starts agree), the row field whose values differ most between the tasks (``secret=42``)."""
+    snippets = {t: _prompt_snippet(r) for t, r in first.items()}
+    if len(set(snippets.values())) == len(snippets):
+        return snippets
+    own = {
+        t: {k: v for k, v in (r.model_extra or {}).items() if k not in _NOT_ROW and not k.startswith("_ng_")}
+        for t, r in first.items()
+    }
+    keys = list(dict.fromkeys(k for fields in own.values() for k in fields))
+    spread = {k: len({repr(fields.get(k)) for fields in own.values()}) for k in keys}
+    key = max(keys, key=lambda k: spread[k], default=None)  # the first of the most varied, in row order
+    if key is None or spread[key] < 2:
+        return snippets
+    return {t: clip(f"{key}={own[t].get(key)!r} · {snippets[t]}", 60) for t in first}
+
+
+_NOT_ROW = RESULT_KEYS | {"agent_ref"}
+
+
 def _task_order(task: Any) -> tuple:
     return (0, task, "") if isinstance(task, int | float) else (1, 0, str(task))
 
@@ -170,8 +191,9 @@ class RunFilter:
             if r.task_index is not None:
                 first.setdefault(r.task_index, r)
                 counts[r.task_index] = counts.get(r.task_index, 0) + 1
+        names = _task_names(first)
         return [("every task", ANY)] + [
-            (f"task {t} ({counts[t]}): {_prompt_snippet(first[t])}", t) for t in sorted(first, key=_task_order)
+            (f"task {t} ({counts[t]}): {names[t]}", t) for t in sorted(first, key=_task_order)
         ]
 
     def failure_options(self) -> list[tuple[str, Any]]:
@@ -225,7 +247,8 @@ class EpisodeViewer(w.VBox):
     ``EpisodeViewer(rollout)`` (a ``Rollout``, a rollout dict, or a live episode) or
     ``EpisodeViewer(rollouts)`` (a ``Rollouts`` or a list of records); ``.load(source)`` shows another
     (or the same episode, further on); ``.filter(reward=1.0, task=0, failure="timeout")`` sets the
-    filters from code. ``.step`` is the shown step, counted from 1; ``.index`` the shown episode's
+    filters from code. ``.step`` is the shown step, counted from 0 as everywhere (a record's
+    ``StepRecord.index``, the steps frame's ``step`` column, the plots); ``.index`` the shown episode's
     position in the run.
     """
 
@@ -292,7 +315,7 @@ class EpisodeViewer(w.VBox):
     # -- what is shown ------------------------------------------------------------------------------
 
     def load(self, source: Any, step: int | None = None) -> EpisodeViewer:
-        """Show ``source`` (an episode or a run) at ``step`` (from 1; default: the episode's last step)."""
+        """Show ``source`` (an episode or a run) at ``step`` (from 0; default: the episode's last step)."""
         if _is_run(source):
             self.rollouts = [_as_rollout(r) for r in source]
             self._run = RunFilter(self.rollouts)
@@ -349,19 +372,16 @@ class EpisodeViewer(w.VBox):
         return self
 
     def _set_range(self, n: int, step: int | None) -> None:
-        target = n if step is None else max(1, min(step, n))
+        last = max(n - 1, 0)  # steps 0..n-1; the slider's min stays 0
+        target = last if step is None else max(0, min(step, last))
         # The browser's slider applies an update's keys one by one, "value" before "max", and clamps a
         # value outside its current range, sending the clamped value back (continuous_update): one
         # message {value: 3, max: 3} became value 2 in the kernel, and the viewer fell back a step.
-        # So widen the range in messages of its own first, then move the value, then narrow the range.
-        low = 1 if n else 0
-        if n > self.slider.max:
-            self.slider.max = n
-        if low < self.slider.min:
-            self.slider.min = low
+        # So widen the range in a message of its own first, then move the value, then narrow the range.
+        if last > self.slider.max:
+            self.slider.max = last
         self.slider.value = target
-        self.slider.min = low
-        self.slider.max = n
+        self.slider.max = last
         self.slider.disabled = n <= 1
         self._render()
 
@@ -421,10 +441,10 @@ class EpisodeViewer(w.VBox):
             return
         n, k = len(self.steps), self.slider.value
         rewards = [s.reward for s in self.steps]
-        self.prev.disabled = k <= 1
-        self.next.disabled = k >= n
-        self.sparkline.value = sparkline_svg(rewards, k - 1 if n else None)
-        self.conversation.value = conversation_html(self.record, k - 1 if n else -1)
+        self.prev.disabled = k <= 0
+        self.next.disabled = k >= n - 1
+        self.sparkline.value = sparkline_svg(rewards, k if n else None)
+        self.conversation.value = conversation_html(self.record, k if n else -1)
         masked = ""
         if self.record.mask_sample:
             stage = f" at {self.record.failure_stage}" if self.record.failure_stage else ""
@@ -437,10 +457,10 @@ class EpisodeViewer(w.VBox):
                 f"total reward {self.record.reward:g}{masked}"
             )
             return
-        cumulative = sum(rewards[:k])
-        flags = " · terminated" * self.steps[k - 1].terminated + " · truncated" * self.steps[k - 1].truncated
+        cumulative = sum(rewards[: k + 1])
+        flags = " · terminated" * self.steps[k].terminated + " · truncated" * self.steps[k].truncated
         self.status.value = (
-            f"<span class='gl-step'>step {k} of {n}</span> · "
-            f"<span class='gl-reward'>reward {rewards[k - 1]:g}</span> · "
+            f"<span class='gl-step'>step {k} of 0–{n - 1}</span> · "
+            f"<span class='gl-reward'>reward {rewards[k]:g}</span> · "
             f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags}{masked}"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import sys
 import threading
 import time
 from collections import Counter
@@ -291,16 +292,22 @@ class LivePanel(w.VBox):
         concurrency: int = 16,
         env_name: str | None = None,
     ):
-        """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes."""
-        from gymlab.lab.runs import arun_many
+        """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes; the servers'
+        errors are kept for ``lab.logs()``, and the end prints one line naming the most common cause."""
+        from gymlab._traces import logbook
+        from gymlab.lab.runs import arun_many, failure_line
 
         self.total = len(rows) * repeats
         try:
-            return await arun_many(
-                agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name, observe=self.add
-            )
+            with logbook().quiet():
+                run = await arun_many(
+                    agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name, observe=self.add
+                )
         finally:
             self.finish()
+        if line := failure_line(run):
+            print(line, file=sys.stderr, flush=True)
+        return run
 
     def run(self, agent: Any, rows: list[dict[str, Any]], **options: Any):
         """Sync form of ``arun`` (the same keywords); returns the ``Rollouts``."""

@@ -1,4 +1,5 @@
-"""The verdict of a probe run: per probe and per task, the mean reward and how often it beat the threshold.
+"""The verdict of a probe run: per probe and per task, the mean reward, the mask rate and how often it
+beat the threshold; per flagged probe, why (and which rubric components paid); the shortcuts tried.
 
 ``ProbeReport`` keeps every probe's ``Rollouts``, so the episodes behind a flag stay at hand
 (``report.episodes(probe, task)``, ``report.viewer(probe, task)``). It shows as an HTML table in a
@@ -13,43 +14,42 @@ from dataclasses import dataclass
 from typing import Any
 
 from gymlab.lab.probe_view import REAL, report_html, report_text
-from gymlab.protocol.record import mean_reward
+from gymlab.probes.candidates import row_prompt
+from gymlab.protocol.record import failure_counts, mean_reward
 
 __all__ = ["REAL", "Cell", "ProbeReport"]
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One probe on one task (``task`` None: over every task)."""
+    """One probe on one task (``task`` None: over every task). ``above``: its mean reward is above the
+    threshold; ``masked_more``: more of its episodes are masked than the real policy's (or any, without
+    a real run), so its zeros may be escaping the mean."""
 
     probe: str
     task: Any
     episodes: int
     masked: int
+    mask_rate: float
     mean_reward: float
     beat_rate: float
     real_reward: float
+    real_mask_rate: float
     above: bool
+    masked_more: bool
 
 
 def _task_of(record: Any) -> Any:
     return record.task_index
 
 
+def _mask_rate(records: list[Any]) -> float:
+    return sum(bool(r.mask_sample) for r in records) / len(records) if records else math.nan
+
+
 def _beat_rate(records: list[Any], threshold: float) -> float:
     graded = [r for r in records if not r.mask_sample]
     return sum(r.reward > threshold for r in graded) / len(graded) if graded else math.nan
-
-
-def _prompt(row: dict[str, Any]) -> str:
-    """A row's task as one line: its last user message (else its first message)."""
-    items = (row.get("responses_create_params") or {}).get("input") or []
-    if isinstance(items, str):
-        return items
-    texts = [(i.get("role"), i.get("content")) for i in items if isinstance(i, dict)]
-    texts = [(role, c if isinstance(c, str) else " ".join(p.get("text") or "" for p in c)) for role, c in texts]
-    users = [t for role, t in texts if role == "user"]
-    return (users[-1] if users else texts[0][1] if texts else "") or ""
 
 
 class ProbeReport:
@@ -116,23 +116,73 @@ class ProbeReport:
             self._cells[probe, task] = self._cell(probe, task)
         return self._cells[probe, task]
 
+    def real_mask_rate(self, task: Any) -> float:
+        """The share of the real policy's episodes (of ``task``, or all) that were masked; 0 without a real run."""
+        if self.real is None:
+            return 0.0
+        return _mask_rate(self.real if task is None else self._by_task.get((REAL, task), []))
+
     def _cell(self, probe: str, task: Any) -> Cell:
         records = list(self.episodes(probe, task))
-        mean = mean_reward(records)
+        mean, masks, real_masks = mean_reward(records), _mask_rate(records), self.real_mask_rate(task)
         return Cell(
             probe=probe,
             task=task,
             episodes=len(records),
             masked=sum(bool(r.mask_sample) for r in records),
+            mask_rate=masks,
             mean_reward=mean,
             beat_rate=_beat_rate(records, self.threshold),
             real_reward=self.real_reward(task),
+            real_mask_rate=real_masks,
             above=probe != REAL and not math.isnan(mean) and mean > self.threshold,
+            masked_more=probe != REAL and masks > (0.0 if math.isnan(real_masks) else real_masks),
         )
 
     def prompts(self) -> dict[Any, str]:
         """Each task's prompt, by task index (a row's own ``_ng_task_index``, else its position)."""
-        return {row.get("_ng_task_index", i): _prompt(row) for i, row in enumerate(self.rows)}
+        return {row.get("_ng_task_index", i): row_prompt(row) for i, row in enumerate(self.rows)}
+
+    def components(self, probe: str) -> dict[str, float]:
+        """A rubric's components by their mean value over the probe's graded episodes, highest first
+        (empty when the reward has no components)."""
+        values: dict[str, list[float]] = {}
+        for r in self.episodes(probe):
+            if not r.mask_sample:
+                for name, value in (r.reward_components or {}).items():
+                    if value is not None:
+                        values.setdefault(name, []).append(float(value))
+        means = {name: math.fsum(v) / len(v) for name, v in values.items()}
+        return dict(sorted(means.items(), key=lambda kv: -kv[1]))
+
+    def shortcuts(self) -> dict[str, list[str]]:
+        """The kinds of shortcut tried, each with the probes that tried it."""
+        from gymlab.probes.policies import shortcut
+
+        kinds: dict[str, list[str]] = {}
+        for name in self.rollouts:
+            kinds.setdefault(shortcut(self.policies.get(name)), []).append(name)
+        return kinds
+
+    def reasons(self) -> dict[str, str]:
+        """Why each flagged probe is flagged, one sentence each: its mean reward and the rubric
+        components that paid it (those with a mean value above 0), or its mask rate and failure kinds."""
+        out = {}
+        for name in self.flagged:
+            c, why = self.cell(name), []
+            if c.above:
+                paid = [f"{k} {v:.2f}" for k, v in self.components(name).items() if v > 0]
+                by = f", paid by the component{'s' * (len(paid) > 1)} {', '.join(paid)}" if paid else ""
+                why.append(f"it earned a mean reward of {c.mean_reward:.2f} (above {self.threshold:g}){by}")
+            if c.masked_more:
+                kinds = ", ".join(f"{k} {n}" for k, n in failure_counts(self.episodes(name)).items())
+                than = f" against the real policy's {c.real_mask_rate:.0%}" if self.real is not None else ""
+                why.append(
+                    f"{c.mask_rate:.0%} of its episodes were masked ({kinds}){than}: a masked episode leaves "
+                    "the mean, so a policy can hide its zeros"
+                )
+            out[name] = f"{name}: {' and '.join(why)}."
+        return out
 
     def cells(self) -> list[Cell]:
         """Every probe on every task."""
@@ -145,22 +195,24 @@ class ProbeReport:
 
     @property
     def flagged(self) -> list[str]:
-        """The probes whose mean reward over every task is above the threshold, in table order."""
-        return [p for p in self.rollouts if self.cell(p).above]
+        """The probes whose mean reward over every task is above the threshold, or whose episodes were
+        masked more often than the real policy's (``Cell.masked_more``), in table order."""
+        return [p for p in self.rollouts if self.cell(p).above or self.cell(p).masked_more]
 
     @property
     def frame(self):
-        """One row per probe and task: episodes, masked, mean_reward, beat_rate, real_reward, above (the
-        task's mean reward is above the threshold), flagged (the probe's is, over every task), prompt."""
+        """One row per probe and task: the ``Cell`` fields (episodes, masked, mask_rate, mean_reward,
+        beat_rate, real_reward, real_mask_rate, above, masked_more), flagged (the probe is), shortcut
+        (the kind it tries), prompt."""
         import pandas as pd
 
-        prompts = self.prompts()
-        flagged = set(self.flagged)
-        data = [{**c.__dict__, "flagged": c.probe in flagged, "prompt": prompts.get(c.task, "")} for c in self.cells()]
-        columns = [
-            *("probe", "task", "episodes", "masked", "mean_reward", "beat_rate", "real_reward", "above", "flagged"),
-            "prompt",
+        prompts, flagged = self.prompts(), set(self.flagged)
+        kinds = {name: kind for kind, names in self.shortcuts().items() for name in names}
+        data = [
+            {**c.__dict__, "flagged": c.probe in flagged, "shortcut": kinds[c.probe], "prompt": prompts.get(c.task, "")}
+            for c in self.cells()
         ]
+        columns = [*Cell.__dataclass_fields__, "flagged", "shortcut", "prompt"]
         return pd.DataFrame(data, columns=columns)
 
     # -- display (the views: gymlab.lab.probe_view) ----------------------------------------------------

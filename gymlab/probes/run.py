@@ -10,11 +10,14 @@ run side by side, each with its own model and agent server, stopped when the rep
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gymlab._sync import run_sync
+from gymlab.probes.candidates import index_rows
 from gymlab.probes.policies import BUILTIN_PROBES
 from gymlab.probes.report import REAL, ProbeReport
 
@@ -39,11 +42,13 @@ def probe(
     simple_agent or, for a Gymnasium server, gymnasium_agent) or an agent handle (``lab.serve_agent``:
     each probe runs on a copy of that agent, with its config, bound to the probe's model).
     ``probes``: name -> policy (default ``BUILTIN_PROBES``; extend with ``{**BUILTIN_PROBES, "mine": fn}``)
-    or a list of built-in names. ``real_policy``: a policy function or a model server (handle or URL)
+    or a list of built-in names; a policy with a ``rows`` parameter gets the rows (``index_rows``),
+    so it can build answers from the task's hidden fields. ``real_policy``: a policy function or a model server (handle or URL)
     whose reward is shown beside each probe's; for an agent handle, by default the agent's own model.
     An episode *beats* ``threshold`` when its reward is above it; a probe is flagged when its mean
-    reward over every task is above it (and a task is marked where the probe's mean there is). Every probe runs at once, ``concurrency`` episodes at a time
-    each. ``agent_config`` goes to every agent (``max_steps=8``, ``timeouts={"model": 30}``, ...).
+    reward over every task is above it (and a task is marked where the probe's mean there is), or
+    when more of its episodes are masked than the real policy's (none without a real run): a masked
+    episode is no zero. Every probe runs at once, ``concurrency`` episodes at a time each. ``agent_config`` goes to every agent (``max_steps=8``, ``timeouts={"model": 30}``, ...).
     """
     chosen = _chosen(probes)
     rows = list(rows)
@@ -54,9 +59,12 @@ def probe(
     if real_policy is not None:
         runs[REAL] = real_policy
     served: dict[str, tuple[Any, Any]] = {}
+    index = index_rows(rows)
     try:
         for name, policy in runs.items():
             label = "probe-real" if name == REAL else f"probe-{name}"
+            if name != REAL and _reads_rows(policy):
+                policy = functools.partial(policy, rows=index)  # an answer-aware probe reads the rows
             model = lab.serve_model(policy, name=f"{label}-model") if callable(policy) else None
             served[name] = (lab.serve_agent(kind, model=model or policy, name=f"{label}-agent", **base), model)
         if real_policy is None and _is_agent(env):
@@ -106,6 +114,13 @@ def _chosen(probes: Any) -> dict[str, Callable]:
     if not chosen:
         raise ValueError("no probes to run")
     return chosen
+
+
+def _reads_rows(policy: Callable) -> bool:
+    try:
+        return "rows" in inspect.signature(policy).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        return False
 
 
 def _is_agent(target: Any) -> bool:

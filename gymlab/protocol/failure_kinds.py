@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import warnings
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -106,6 +106,8 @@ class Failure(BaseModel):
     status: int | None = None
     message: str = ""
     trace: str | None = None  # the failing server's traceback, when it shares it (Lab servers do)
+    #: The steps the episode took before it failed (an agent's 502 carries them), so its masked record keeps them.
+    steps: list[dict[str, Any]] | None = None
 
 
 __all__ = ["FAILURE_KINDS", "STAGES", "Failure", "Stage", "describe", "is_server_kind", "validate_failure_kind"]

@@ -163,6 +163,10 @@ def _row_fields(row: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (row or {}).items() if k not in _RECORD_KEYS}
 
 
+#: The loop's stop reasons that cut an episode (truncated): a model-call, tool-call or request-size limit.
+CUT_BY_LIMIT = ("max_steps", "max_tool_calls", "conversation_too_large")
+
+
 def verified(
     answer: dict[str, Any] | None,
     steps: list[StepRecord],
@@ -182,7 +186,7 @@ def verified(
 
     Grading sets the last step's reward to the verify's (in ``steps`` itself, so the episode that
     holds them sees it); the last step is terminated when the model gave its final message and
-    truncated when the step limit stopped it. ``answer=None`` is an episode not yet verified: the
+    truncated when a step or tool-call limit stopped it. ``answer=None`` is an episode not yet verified: the
     row's request and ``response`` so far, reward summed over the steps.
     """
     if answer is None:
@@ -195,12 +199,12 @@ def verified(
         last.reward = float(answer.get("reward", 0.0))
         last.reward_components = answer.get("reward_components")
         last.terminated = stop_reason == "final_message"
-        last.truncated = stop_reason == "max_steps"
+        last.truncated = stop_reason in CUT_BY_LIMIT
     fields = {**_row_fields(row), **answer}
     if response is not None and "response" not in answer:
         fields["response"] = response.model_dump(mode="json", exclude_none=True)
     fields.setdefault("terminated", stop_reason == "final_message")
-    fields.setdefault("truncated", stop_reason == "max_steps")
+    fields.setdefault("truncated", stop_reason in CUT_BY_LIMIT)
     fields["duration_s"] = duration_s
     for key, (value, model) in (sent or {}).items():
         if key in fields and _echoes(fields[key], value):  # echoed unchanged: the model it was dumped from
@@ -298,7 +302,8 @@ def failed(
     steps: list[StepRecord] = (),
     response: NeMoGymResponse | None = None,
 ) -> Rollout:
-    """A masked record for an episode that could not finish: reward 0, never a graded zero."""
+    """A masked record for an episode that could not finish: reward 0, never a graded zero; it keeps
+    the steps taken before the failure (``steps``, or those its ``failure`` carries)."""
     params = row.get("responses_create_params") or {"input": ""}
     return _with_steps(
         {
@@ -315,7 +320,7 @@ def failed(
             "failure_trace": failure.trace,
             "duration_s": duration_s,
         },
-        list(steps),
+        list(steps or failure.steps or ()),
     )
 
 

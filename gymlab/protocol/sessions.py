@@ -12,8 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from gymlab.protocol.resources import BaseSeedSessionRequest, BaseSeedSessionResponse
 
-#: Headers an environment server sends with an agent call, so the agent's tool calls reach the
-#: episode's resources session: the resources server's URL and its session cookie (a Cookie header).
+#: Headers an environment server sends with an agent call: the episode's resources server (the agent
+#: refuses a call naming another than its configured one; it never sends to a URL a request names)
+#: and the session's cookie (a Cookie header), so the agent's tool calls reach the episode's session.
 RESOURCES_SERVER_HEADER = "x-gymlab-resources-server"
 RESOURCES_COOKIE_HEADER = "x-gymlab-resources-cookie"
 

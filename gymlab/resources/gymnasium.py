@@ -8,7 +8,6 @@ state on every way an episode ends (terminated, truncated, an exception, a new r
 from __future__ import annotations
 
 import json
-import logging
 from abc import abstractmethod
 from typing import Any
 
@@ -29,8 +28,6 @@ from gymlab.protocol.gymnasium import (
 from gymlab.protocol.sessions import ResourcesSeedSessionRequest, ResourcesSeedSessionResponse
 from gymlab.server import BaseServer
 
-log = logging.getLogger("gymlab.server")
-
 
 class GymnasiumServer(BaseServer):
     """A Gymnasium-protocol environment; per-episode state goes in ``session_state[session_id]``.
@@ -42,12 +39,10 @@ class GymnasiumServer(BaseServer):
 
     _episodes: EpisodeSessions | None = PrivateAttr(default=None)
 
-    _session_state: dict[str, Any] = PrivateAttr(default_factory=dict)
-
     @property
     def session_state(self) -> dict[str, Any]:
         """Per-episode state, keyed by session id: process state, never config (YAML cannot set it)."""
-        return self._session_state
+        return self.episode_sessions.state
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -151,19 +146,9 @@ class GymnasiumServer(BaseServer):
         return held
 
     async def _release(self, session_id: str, failure: BaseException | None = None) -> None:
-        """Run ``close_session`` once and make sure the entry is gone, even if the override forgot ``super()``."""
-        try:
-            await self.close_session(session_id)
-        except Exception as exc:
-            if failure is None:
-                raise
-            # The episode's own failure is what gets reported; this one travels with it.
-            log.error("%s: close_session(%r) failed while handling %r", self.name, session_id, failure, exc_info=exc)
-            failure.add_note(f"close_session({session_id!r}) also failed: {type(exc).__name__}: {exc}")
-        finally:
-            self.session_state.pop(session_id, None)
-            if self._episodes is not None:
-                self._episodes.flat_released(session_id)
+        """Run ``close_session`` and make sure the entry is gone, even if the override forgot ``super()``
+        (``EpisodeSessions.release_state``; an override that raises leaves it for the retry)."""
+        await self.episode_sessions.release_state(session_id, self.close_session, self.session_state, failure)
 
     # -- routes ----------------------------------------------------------------------------------
 

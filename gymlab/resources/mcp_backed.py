@@ -3,12 +3,15 @@
 Point it at an MCP server: ``mcp_command`` (launched over stdio, one process per episode, so the
 process is the session) or ``mcp_url`` (streamable HTTP, one handshake-era MCP session per episode).
 A seed opens the episode's MCP session; its verify, ``/close_session``, the idle-session reaper and
-the server's shutdown close it. Each tool is ``POST /{tool}``: the call goes to the episode's
-session and its answer is the route's body (structured content as JSON, else the text). A tool
-error is a 422 naming the server, route and cause; an episode whose MCP session ended is a 410, which
-simple_agent masks as ``session_lost``. ``verify`` is the environment's: it can read the episode's
-MCP state with ``await self.call_mcp_tool(request, name, args)``. ``mcp_tools_from`` gives rows their
-tools, derived from the MCP server's tool list as ``tools_from`` derives them from routes.
+the server's shutdown close it. At most ``mcp_max_processes`` are open at once (a seed past it is
+a 503 with Retry-After); an ``mcp_command`` process is stopped by the SDK (stdin closed, SIGTERM,
+SIGKILL) and dies with this server's process however that ends (``_runtime.env.tied``). Each tool
+is ``POST /{tool}``: the call goes to the episode's session and its answer is the route's body
+(structured content as JSON, else the text). A tool error is a 422 naming the server, route and
+cause; an episode whose MCP session ended is a 410, which simple_agent masks as ``session_lost``.
+``verify`` is the environment's: it can read the episode's MCP state with
+``await self.call_mcp_tool(request, name, args)``. ``mcp_tools_from`` gives rows their tools,
+derived from the MCP server's tool list as ``tools_from`` derives them from routes.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 from fastapi import Body, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import Field, PrivateAttr
 
+from gymlab._runtime.env import tied
 from gymlab._sync import run_sync
 from gymlab.errors import ServerStartError
 from gymlab.loop import refusal
@@ -57,7 +62,8 @@ async def open_mcp(target: McpTarget, *, env: dict[str, str] | None = None) -> A
         raise ValueError("an MCP command line needs at least the program to run")
     from mcp import Client, StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=target[0], args=list(target[1:]), env=env)
+    command = tied(list(target))  # SIGKILLed if this process dies: the SDK's own stop needs this one alive
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env)
     async with Client(stdio_client(params, errlog=_errlog()), mode="legacy") as client:
         yield client
 
@@ -85,7 +91,9 @@ class McpEpisode:
 
     The SDK's cancel scopes must be left by the task that entered them, and an episode's seed and
     its verify run in different request tasks, so a task of its own enters the client at ``open``
-    and leaves it at ``close``.
+    and leaves it at ``close``. An opening is stopped with an anyio cancel scope, never
+    ``Task.cancel``: a native cancel breaks through the SDK's shield around stopping its process,
+    which then outlives the session when it ignores SIGTERM.
     """
 
     def __init__(self, target: McpTarget, env: dict[str, str] | None = None):
@@ -94,6 +102,7 @@ class McpEpisode:
         self._closing = asyncio.Event()
         self._ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
+        self._opening = anyio.CancelScope()
 
     @property
     def alive(self) -> bool:
@@ -110,10 +119,13 @@ class McpEpisode:
 
     async def _hold(self) -> None:
         try:
-            async with open_mcp(self.target, env=self.env) as client:
-                self.client = client
-                self._ready.set_result(None)
-                await self._closing.wait()
+            with self._opening:
+                async with open_mcp(self.target, env=self.env) as client:
+                    self.client = client
+                    self._ready.set_result(None)
+                    await self._closing.wait()
+            if not self._ready.done():
+                self._ready.set_exception(McpSessionLost("closed while opening"))
         except asyncio.CancelledError:
             if not self._ready.done():
                 self._ready.set_exception(McpSessionLost("cancelled while opening"))
@@ -138,8 +150,8 @@ class McpEpisode:
         task = self._task
         if task is None or task is asyncio.current_task():
             return
-        if not self._ready.done():
-            task.cancel()  # still opening: stop there rather than wait for the connection
+        if not self._ready.done():  # still opening: stop there rather than wait for the connection
+            self._opening.cancel()  # anyio's cancel, which the SDK's shielded stop of its process withstands
         await asyncio.wait({task})  # the caller's own cancellation still reaches it
         if self._ready.done() and not self._ready.cancelled():
             self._ready.exception()  # an opening failure was reported to the opener (or nobody waits)
@@ -185,8 +197,12 @@ class McpResourcesServer(SimpleResourcesServer):
     mcp_env: dict[str, str] | None = Field(default=None, description="The environment of an mcp_command process.")
     mcp_open_timeout_seconds: float = Field(default=60.0, description="How long a seed waits for the MCP session.")
     mcp_call_timeout_seconds: float = Field(default=300.0, description="How long a tool call waits for its answer.")
+    mcp_max_processes: int = Field(
+        default=32, ge=1, description="Most episodes' MCP sessions (mcp_command: processes) open at once; then 503."
+    )
 
     _mcp_sessions: dict[str, McpEpisode] = PrivateAttr(default_factory=dict)
+    _mcp_opening: int = PrivateAttr(default=0)
     _listed: list[Any] | None = PrivateAttr(default=None)
 
     @property
@@ -228,7 +244,8 @@ class McpResourcesServer(SimpleResourcesServer):
 
     async def _list_tools(self) -> list[Any]:
         try:
-            return await asyncio.wait_for(_list_tools(self.mcp_target, self.mcp_env), self.mcp_open_timeout_seconds)
+            with anyio.fail_after(self.mcp_open_timeout_seconds):  # not wait_for: see McpEpisode
+                return await _list_tools(self.mcp_target, self.mcp_env)
         except (Exception, TimeoutError) as exc:
             cause = "no answer in time" if isinstance(exc, TimeoutError) else _cause(exc)
             raise ServerStartError(
@@ -254,9 +271,18 @@ class McpResourcesServer(SimpleResourcesServer):
         return BaseSeedSessionResponse()
 
     async def open_mcp_session(self, session_id: str) -> McpEpisode:
-        """Open ``session_id``'s MCP session (a session it already holds is closed first)."""
+        """Open ``session_id``'s MCP session (a session it already holds is closed first); past
+        ``mcp_max_processes`` open or opening, a 503 with Retry-After."""
         await self.close_mcp_session(session_id)
+        if (open_ := len(self._mcp_sessions) + self._mcp_opening) >= self.mcp_max_processes:
+            raise HTTPException(
+                503,
+                f"{open_} episodes hold an MCP session, the most this server opens at once (mcp_max_processes); "
+                "retry after Retry-After seconds, when one has ended, or raise mcp_max_processes",
+                headers={"retry-after": "1"},
+            )
         episode = McpEpisode(self.mcp_target, self.mcp_env)
+        self._mcp_opening += 1
         try:
             await episode.open(self.mcp_open_timeout_seconds)
         except (Exception, TimeoutError) as exc:
@@ -266,6 +292,8 @@ class McpResourcesServer(SimpleResourcesServer):
                 f"could not open an MCP session with {_describe(self.mcp_target)}: {cause}; "
                 "check that the MCP server runs (or its command starts) and speaks MCP",
             ) from exc
+        finally:
+            self._mcp_opening -= 1
         self._mcp_sessions[session_id] = episode
         return episode
 

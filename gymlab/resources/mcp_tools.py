@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -49,7 +50,10 @@ class McpTools:
     The SDK's session manager must run for the app's lifetime, so it is entered from the app's
     lifespan (``running``: uvicorn runs it under a Lab, ``gymlab serve`` and ``python app.py``),
     a fresh one each time the app starts. An MCP session idle for the server's
-    ``session_ttl_seconds`` is closed, like an episode session.
+    ``mcp_session_ttl_seconds`` is closed. At most ``mcp_max_sessions`` are open: a client opening
+    one more ends the least recently used idle ones (the SDK's own cap would refuse every new client
+    until a session expired), and is answered 503 with Retry-After only when every one has a request
+    in flight. The SDK has no public way to end a session, hence its ``_discard_session``.
     """
 
     def __init__(self, server: BaseServer):
@@ -59,6 +63,9 @@ class McpTools:
         self.server = server
         self._tools: dict[str, dict[str, Any]] | None = None
         self._manager: Any = None
+        self._used: dict[str, float] = {}  # session id -> last use, least recent first
+        self._busy: dict[str, int] = {}  # session id -> requests in flight
+        self._opening = 0  # requests that may open a session, admitted and not yet answered
         self.mcp = Server(
             server.name, version=__version__, on_list_tools=self._list_tools, on_call_tool=self._call_tool
         )
@@ -83,8 +90,9 @@ class McpTools:
             self.mcp,
             json_response=True,  # one JSON answer per POST: no server-to-client requests are needed
             security_settings=_loopback_only(self.server.host),
-            session_idle_timeout=self.server.session_ttl_seconds or None,
+            session_idle_timeout=self.server.mcp_session_ttl_seconds,
             max_request_body_size=self.server.max_body_bytes,
+            max_sessions=None,  # the cap is this class's, which evicts rather than locks out
         )
         async with manager.run():
             self._manager = manager
@@ -92,6 +100,8 @@ class McpTools:
                 yield
             finally:
                 self._manager = None
+                self._used.clear()
+                self._busy.clear()
 
     async def __call__(self, scope, receive, send) -> None:
         manager = self._manager
@@ -111,7 +121,63 @@ class McpTools:
                 status_code=405,
                 headers={"allow": "POST, DELETE"},
             )(scope, receive, send)
-        await manager.handle_request(scope, receive, send)
+        sid = _header(scope["headers"], b"mcp-session-id")
+        opens = sid is None and scope.get("method") == "POST" and _handshake_era(scope["headers"])
+        if opens and not await self._room(manager):
+            body = error_body(
+                self.server.name,
+                f"POST {scope['path']}",
+                f"all {self.server.mcp_max_sessions} MCP sessions (mcp_max_sessions) have a request in flight",
+                hint="retry after Retry-After seconds, or raise mcp_max_sessions",
+            )
+            return await JSONResponse(body, status_code=503, headers={"retry-after": "1"})(scope, receive, send)
+        held = [sid] if sid in manager._server_instances else []  # an unknown id is the SDK's 404, not tracked
+        for s in held:
+            self._use(s, 1)
+        self._opening += opens
+
+        async def sending(message) -> None:
+            nonlocal opens
+            if message["type"] == "http.response.start" and opens:  # the new session, if any, is known
+                opens = False
+                self._opening -= 1
+                if opened := _header(message.get("headers") or (), b"mcp-session-id"):
+                    held.append(opened)
+                    self._use(opened, 1)
+            await send(message)
+
+        try:
+            await manager.handle_request(scope, receive, sending if opens else send)
+        finally:
+            self._opening -= opens
+            for s in held:
+                self._use(s, -1)
+
+    def _use(self, sid: str, in_flight: int) -> None:
+        """A request of session ``sid`` starts (1) or ends (-1): it is now the most recently used."""
+        busy = self._busy.pop(sid, 0) + in_flight
+        if busy > 0:
+            self._busy[sid] = busy
+        self._used.pop(sid, None)
+        self._used[sid] = time.monotonic()
+
+    async def _room(self, manager: Any) -> bool:
+        """Whether a new session fits under ``mcp_max_sessions``, after ending least recently used idle ones."""
+        sessions, cap = manager._server_instances, self.server.mcp_max_sessions
+        if len(self._used) > 2 * cap:  # forget sessions the SDK ended (deleted, expired)
+            self._used = {sid: t for sid, t in self._used.items() if sid in sessions}
+        # sessions answered so far, plus requests opening one (admitted by the SDK or not yet)
+        count = self._opening + sum(1 for sid in sessions if sid in self._used)
+        for sid in list(self._used):
+            if count < cap:
+                break
+            transport = sessions.get(sid)
+            if transport is None or not self._busy.get(sid):
+                self._used.pop(sid, None)
+                if transport is not None:
+                    count -= 1
+                    await manager._discard_session(sid, transport)
+        return count < cap
 
     async def _list_tools(self, ctx: Any, params: Any) -> Any:
         from mcp import types
@@ -152,6 +218,18 @@ class McpTools:
         host, port = scope.get("server") or (self.server.host, self.server.port)
         state = dict(scope.get("state") or {})
         return LocalApp(self.server.app, asyncio.get_running_loop(), host, port, self.server.name, state=lambda: state)
+
+
+def _header(headers: Any, name: bytes) -> str | None:
+    return next((v.decode("latin-1") for k, v in headers if k.lower() == name), None)
+
+
+def _handshake_era(headers: Any) -> bool:
+    """A request the SDK answers in a session (the 2026 era's requests are sessionless)."""
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+    version = _header(headers, b"mcp-protocol-version")
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
 def _loopback_only(host: str) -> Any:

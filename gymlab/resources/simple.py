@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import math
 import statistics
 import typing
+import warnings
 from abc import abstractmethod
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
+from gymlab._runtime.bodies import BODY_KEY
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS
+from gymlab._runtime.ownership import _close_follows
 from gymlab.protocol import (
     SESSION_ID_KEY,
     AggregateMetrics,
@@ -35,43 +41,77 @@ from gymlab.server import BaseServer
 #: The failure kind of a verify for a session the server no longer holds.
 SESSION_LOST = "session_lost"
 
+# The reference's own idiom declares ``session_state: dict = Field(default_factory=dict)`` on its server;
+# here that name is the base's (the field's accesses reach it, so the base still frees the state), and
+# pydantic's warning that the field shadows it would only alarm code written as the spec shows.
+warnings.filterwarnings("ignore", r'Field name "session_state" in ".*" shadows an attribute in parent', UserWarning)
+
 
 def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
-    """mean/max/min/median/std of rewards (population std; empty input gives no keys)."""
+    """mean/max/min/median/std of rewards (population std; empty input gives no keys).
+
+    Computed on the rewards scaled by a power of two (exact), so finite rewards near the float limit
+    (two of 1e308) never overflow to inf."""
     if not rewards:
         return {}
+    n, ordered = len(rewards), sorted(rewards)
+    exponent = math.frexp(max(-ordered[0], ordered[-1]))[1]
+    scaled = [math.ldexp(r, -exponent) for r in ordered]
+    mean = math.fsum(scaled) / n
+    half = n // 2
+    median = scaled[half] if n % 2 else (scaled[half - 1] + scaled[half]) / 2
     return {
-        f"mean/{prefix}reward": statistics.fmean(rewards),
-        f"max/{prefix}reward": max(rewards),
-        f"min/{prefix}reward": min(rewards),
-        f"median/{prefix}reward": statistics.median(rewards),
-        f"std/{prefix}reward": statistics.pstdev(rewards),
+        f"mean/{prefix}reward": math.ldexp(mean, exponent),
+        f"max/{prefix}reward": ordered[-1],
+        f"min/{prefix}reward": ordered[0],
+        f"median/{prefix}reward": math.ldexp(median, exponent),
+        f"std/{prefix}reward": math.ldexp(math.sqrt(math.fsum((r - mean) ** 2 for r in scaled) / n), exponent),
     }
 
 
 class MetricsTally:
     """The default aggregate metrics, built one verify response at a time: only rewards are kept, so
-    a collection's records stream past (the driver of a collection tallies them as it reads its file)."""
+    a collection's records stream past (the driver of a collection tallies them as it reads its file).
+    Masked samples are counted but kept out of reward metrics.
+
+    An entry it cannot read makes ``result`` raise ``RequestValidationError`` naming its field (a
+    route answers 422): an unmasked ``reward`` that is not a finite JSON number (absent counts 0.0),
+    a ``_ng_task_index`` that is not an integer, a ``mask_sample`` that is not a boolean (null or
+    absent for both); at most 20 are named, so the answer stays small."""
 
     def __init__(self) -> None:
         self.n_samples = 0
-        self.groups: dict[Any, list[float]] = defaultdict(list)  # task index -> rewards of kept samples
+        self.groups: dict[int | None, list[float]] = defaultdict(list)  # task index -> rewards of kept samples
+        self.errors: list[dict[str, Any]] = []
 
     def add(self, r: dict[str, Any]) -> None:
+        i, errors = self.n_samples, self.errors
         self.n_samples += 1
-        if not r.get("mask_sample"):
-            self.groups[r.get("_ng_task_index")].append(float(r.get("reward", 0.0)))
+        if len(errors) >= 20:
+            return
+        mask, index = r.get("mask_sample"), r.get("_ng_task_index")
+        reward = 0.0 if mask is True else _finite(r.get("reward", 0.0))
+        found = len(errors)
+        if mask is not None and not isinstance(mask, bool):
+            errors.append(_unreadable(i, "mask_sample", mask, "a boolean (or null)"))
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+            errors.append(_unreadable(i, "_ng_task_index", index, "an integer (or null)"))
+        if reward is None:
+            errors.append(_unreadable(i, "reward", r.get("reward"), "a finite number (a masked sample may omit it)"))
+        if mask is not True and len(errors) == found:
+            self.groups[index].append(reward)
 
     def result(self) -> AggregateMetrics:
-        """Masked samples are counted but kept out of reward metrics."""
+        if self.errors:
+            raise RequestValidationError(self.errors)
         groups = self.groups
-        rewards = [x for v in groups.values() for x in v]
+        rewards = [reward for group in groups.values() for reward in group]
         agent = reward_stats(rewards)
         agent["num_samples"] = self.n_samples
         agent["num_masked"] = self.n_samples - len(rewards)
         group_level = [
             {"_ng_task_index": k, "num_rollouts": len(v), **reward_stats(v)}
-            for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] if kv[0] is not None else 0))
+            for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
         ]
         key = {k: agent[k] for k in ("mean/reward",) if k in agent}
         if groups:
@@ -92,15 +132,37 @@ def default_metrics(server: Any) -> bool:
     return getattr(type(server), "aggregate_metrics", None) is SimpleResourcesServer.aggregate_metrics
 
 
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None (not a JSON number, or past the float range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _unreadable(i: int, key: str, value: Any, expected: str) -> dict[str, Any]:
+    return {
+        "type": "value_error",
+        "loc": ("body", "verify_responses", i, key),
+        "msg": f"verify_responses[{i}].{key} is {repr(value)[:60]}; expected {expected}",
+    }  # no "input": the value is named above, cut short, so a huge one is not sent back
+
+
 class SimpleResourcesServer(BaseServer):
     """Seed/verify environment: override ``verify`` (and ``seed_session`` for state).
 
-    Episode sessions: an environment server seeds with a ``ResourcesSeedSessionRequest`` and closes
-    with ``/close_session``. The base keeps the session rules (one seed or close of a session at a
-    time, an idempotent re-seed, 409 for a conflicting or late seed, one release per close); a
-    server with state overrides ``seed_session`` and ``close_resources_session`` and keys its state
-    by ``resources_session_id``. A server without per-rollout state needs no changes. To take
-    both seed forms, annotate the body ``ResourcesSeedSessionRequest | MySeedRequest``.
+    Per-episode state goes in ``self.session_state[request.session[SESSION_ID_KEY]]`` (the ID is the
+    episode's ``resources_session_id`` too). The base drops it on every way an episode ends: after
+    its ``/verify`` (unless the body says ``close_follows``), on ``/close_session`` (a cancelled or
+    failed episode's agent closes it) and when the idle-session reaper frees it, each time after
+    ``close_resources_session`` (override it for external resources; it runs with the state still
+    held). The base also keeps the session rules (one seed or close of a session at a time, an
+    idempotent re-seed, 409 for a conflicting or late seed, one release per close). A server
+    without per-rollout state needs no changes. To take both seed forms, annotate the body
+    ``ResourcesSeedSessionRequest | MySeedRequest``.
 
     ``serve_mcp=True`` (a config key) also serves the tool routes as MCP tools at ``/mcp``
     (``gymlab.resources.mcp_tools``). It is a switch, off by default: the SDK is an extra whose import
@@ -113,6 +175,8 @@ class SimpleResourcesServer(BaseServer):
         default=False,
         description="Also serve the tool routes as MCP tools at /mcp (streamable HTTP; needs gymlab[mcp]).",
     )
+    mcp_max_sessions: int = Field(default=1000, ge=1, description="Most /mcp sessions open at once (LRU idle evicted).")
+    mcp_session_ttl_seconds: float = Field(default=600.0, gt=0, description="An /mcp session idle this long ends.")
 
     _episodes: EpisodeSessions | None = PrivateAttr(default=None)
 
@@ -120,7 +184,7 @@ class SimpleResourcesServer(BaseServer):
         app = super().setup_webserver()
         app.post("/seed_session")(_episode_aware(self.seed_session, self.episode_sessions))
         app.post("/close_session")(self._close_session_route)
-        app.post("/verify")(self.verify)
+        app.post("/verify")(with_request(self.verify, self._verify_then_release))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         if self.serve_mcp:  # off by default (see the class docstring)
             from gymlab.resources.mcp_tools import mount_mcp
@@ -133,16 +197,23 @@ class SimpleResourcesServer(BaseServer):
         """This server's open episode sessions, locks and fences."""
         if self._episodes is None:
             self._episodes = EpisodeSessions(
-                self.session_close_retry_window_seconds, self.session_ttl_seconds, self.close_resources_session
+                self.session_close_retry_window_seconds, self.session_ttl_seconds, self._release
             )
         return self._episodes
+
+    @property
+    def session_state(self) -> dict[str, Any]:
+        """Per-episode state, keyed by session id: process state, never config (YAML cannot set it)."""
+        return self.episode_sessions.state
 
     async def seed_session(self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         """Initialise an episode; the default does nothing."""
         return BaseSeedSessionResponse()
 
     async def close_resources_session(self, resources_session_id: str) -> None:
-        """Release an episode session's state (runs once per close; the default does nothing).
+        """Release an episode's external resources (a close, the reaper, a verify of held state); the
+        default does nothing. ``session_state`` is dropped once it returns; if it raises, the state stays
+        for the retry (the close's, or the reaper's).
 
         Named apart from the Gymnasium ``close_session`` helper. Release by ``resources_session_id``,
         not by the cookie: after a lost seed reply the close arrives without one.
@@ -153,12 +224,98 @@ class SimpleResourcesServer(BaseServer):
         """Grade the completed trajectory."""
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        return aggregate_metrics(body.verify_responses)
+        """``aggregate_metrics`` over the run's verify answers, computed and encoded in a thread: a large
+        run's answers do not stall this server's other requests."""
+
+        def answer() -> Response:
+            metrics = aggregate_metrics(body.verify_responses).model_dump(mode="json")
+            return Response(orjson.dumps(metrics), media_type="application/json")
+
+        return await asyncio.to_thread(answer)
 
     async def _close_session_route(
         self, request: Request, body: ResourcesCloseSessionRequest
     ) -> ResourcesCloseSessionResponse:
-        return await self.episode_sessions.close(with_cookie_session(request, body), self.close_resources_session)
+        return await self.episode_sessions.close(with_cookie_session(request, body), self._release)
+
+    async def _release(self, session_id: str) -> None:
+        await self.episode_sessions.release_state(session_id, self.close_resources_session, self.session_state)
+
+    async def _verify_then_release(self, request: Request, call):
+        """``/verify``, then the episode's state released: it is over unless a close follows."""
+        sid = request.session.get(SESSION_ID_KEY)
+        try:
+            return await call()
+        finally:
+            if sid in self.session_state and not _close_follows(request.scope.get(BODY_KEY)):
+                await self._release(sid)
+
+
+def release_gap(server: BaseServer) -> str | None:
+    """Why a seed/verify server's per-episode state may outlive its episodes, or None: a private
+    dict it keeps besides ``session_state`` with no ``close_resources_session`` of its own, so only
+    its verify frees it, and a cancelled, failed or abandoned episode leaves its entry behind."""
+    cls = type(server)
+    if not isinstance(server, SimpleResourcesServer) or "close_resources_session" in _overrides(cls):
+        return None
+    own = SimpleResourcesServer.__private_attributes__
+    maps = [n for n, v in (server.__pydantic_private__ or {}).items() if n not in own and isinstance(v, dict)]
+    if not maps:
+        return None
+    return (
+        f"{cls.__name__} keeps per-episode state in {', '.join(maps)}, which nothing releases when an episode "
+        "is cancelled, fails or is abandoned: keep it in self.session_state (released after verify, on "
+        "close, on a cancel and by the idle reaper), or override close_resources_session to release it"
+    )
+
+
+def _overrides(cls: type) -> set[str]:
+    return {n for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)] for n in vars(c)}
+
+
+def row_problems(server: SimpleResourcesServer, rows: list[dict[str, Any]]) -> list[str]:
+    """The rows against the request models of ``server``'s ``seed_session`` and ``verify`` (an agent
+    sends a flat row, one with ``responses_create_params``, as both bodies): one line per problem, naming the rows and, for a missing field, the
+    row key it may be a typo of. Caught here, a typo costs no episode."""
+    import difflib
+
+    from gymlab.protocol.validation import describe_validation
+
+    found: dict[str, list[int]] = {}
+    for route, hook, extra in (("/seed_session", server.seed_session, {}), ("/verify", server.verify, _RESPONSE)):
+        adapter = _body_adapter(hook)
+        for index, row in enumerate(rows if adapter is not None else ()):
+            if not (isinstance(row, dict) and "responses_create_params" in row):
+                continue  # not a row an agent sends as the body (a wrapped task of another agent's)
+            try:
+                adapter.validate_python({**row, **extra})
+            except ValidationError as exc:
+                for e in exc.errors(include_url=False):
+                    guess = difflib.get_close_matches(str(e["loc"][-1]), list(row), 1) if e["loc"] else []
+                    hint = f" (the row has {guess[0]!r}: a typo?)" if e["type"] == "missing" and guess else ""
+                    found.setdefault(f"{route} {describe_validation([e], 'the row')}{hint}", []).append(index)
+    return [f"{problem} in rows {', '.join(map(str, idx[:5]))}{'…' * (len(idx) > 5)}" for problem, idx in found.items()]
+
+
+_RESPONSE = {"response": {"output": []}}  # what the agent adds to a row for /verify
+
+
+def _body_adapter(hook):
+    """A ``TypeAdapter`` of the body ``hook`` takes, or None (no fields to check): an episode seed's
+    form (``ResourcesSeedSessionRequest``) is left out of a union, as a row is sent flat."""
+    from pydantic import BaseModel, TypeAdapter
+
+    try:
+        hints = typing.get_type_hints(hook)
+    except NameError:
+        return None
+    for name, hint in hints.items():
+        members = [m for m in typing.get_args(hint) or (hint,) if m is not ResourcesSeedSessionRequest]
+        if name != "return" and members and all(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
+            if not any(m.model_fields for m in members):
+                return None
+            return TypeAdapter(members[0] if len(members) == 1 else typing.Union[tuple(members)])  # noqa: UP007
+    return None
 
 
 def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> BaseVerifyResponse:

@@ -2,21 +2,30 @@
 
 ``Judge`` fills a prompt template from the verify body, posts it to any gymlab model server
 (``POST /v1/responses``: a ``PolicyModel`` for tests, the OpenAI-compatible proxy for real
-models), and parses the answer as a score, a label or a JSON object. Each judge bounds its own
+models), and reads the answer as a score, a label or a JSON object. Each judge bounds its own
 requests per worker (``max_concurrency``, one limit per server event loop, as judge limits are
 per worker), each request in time (``timeout_s``) and its retries (``attempts``, with the shared
 backoff). A judge that cannot get an answer masks the episode ``judge_failed``; an answer it cannot
-read masks it ``judge_unparseable``; never a 0. What it asked and what it answered are kept on the
-record (``judgements``).
+read masks it ``judge_unparseable``; never a 0. What it asked and answered are kept on the record
+(``judgements``).
+
+A verdict is read from what the judge itself wrote (docs/judges.md): the verdict-like or long
+lines and sentences of the policy's answer and of the prompt that the judge copied verbatim are set
+aside first; then the last ``VERDICT:``/``SCORE:`` line that is a grade is read when there are such
+lines, else the whole text. When nothing readable is left and the judge had copied the answer's
+verdict-like text, the policy's own text made the verdict unreadable: the component is graded its
+lowest value, not masked, so a policy cannot turn its zeros into masked episodes through a judge
+that quotes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +35,21 @@ from gymlab.protocol.failure_kinds import Failure
 from gymlab.retry import backoff_delay, retrying
 from gymlab.rewards.rubric import ComponentFailed
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_NUM = r"-?\d+(?:\.\d+)?"
+_NUMBER = re.compile(_NUM)
+#: "3/10", "3 out of 10": a numerator and the scale it is on.
+_FRACTION = re.compile(rf"(?<![\d.])({_NUM})\s*(?:/|\bout\s+of\b)\s*(\d+(?:\.\d+)?)", re.I)
+#: Mentions of a scale, not a grade: "0-10", "1 to 5", "scale of 10".
+_SCALE_TALK = re.compile(
+    r"(?<![\d.])\d+(?:\.\d+)?\s*(?:-|\u2013|\u2014|\bto\b)\s*\d+(?:\.\d+)?|\bscale\s+of\s+\d+", re.I
+)
+#: The fixed final line ``verdict_format`` asks for: ``VERDICT: ...`` or ``SCORE: ...``.
+_MARKER = re.compile(r"\b(?:VERDICT|SCORE)[\s*]*:", re.I)
+_NEGATION = r"\bnot|\bnever|n't"
+#: At most this many lines or sentences of the answer (and as many of the prompt) are looked for in a verdict.
+_MAX_QUOTED = 1000
+#: A line or sentence this long is set aside when copied even if it holds no verdict: it is not the judge's.
+_LONG = 20
 
 
 class Unparseable(ValueError):
@@ -46,42 +69,113 @@ def default_fields(body: Any) -> dict[str, Any]:
     return fields
 
 
-def parse_score(text: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
-    """The last number in ``text`` mapped from ``scale`` to 0..1 (``Unparseable`` when none, or out of range)."""
-    numbers = _NUMBER.findall(text)
-    if not numbers:
-        raise Unparseable(f"no number in the verdict {text[:200]!r}")
+def _on_scale(value: float, scale: tuple[float, float], what: str) -> float:
     low, high = scale
-    value = float(numbers[-1])
-    if not low <= value <= high:
-        raise Unparseable(f"score {value:g} is outside the scale {low:g}..{high:g}")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise Unparseable(f"{what} {value!r:.40} is outside the scale {low:g}..{high:g}")
     return (value - low) / (high - low)
 
 
+def parse_score(text: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
+    """The verdict's grade, mapped from ``scale`` to 0..1 (``Unparseable`` when none, or off the scale).
+
+    The grade is the last "n/N" or "n out of N" whose N is the scale's top; without one, the last
+    number once other fractions and scale talk ("0-10", "1 to 5", "scale of 10") are set aside."""
+    top, text = float(scale[1]), " ".join(text.split())  # one space a run: no regex backtracks through a long run
+    numbers = [m[1] for m in _FRACTION.finditer(text) if float(m[2]) == top]
+    numbers = numbers or _NUMBER.findall(_SCALE_TALK.sub(" ", _FRACTION.sub(" ", text)))
+    if not numbers:
+        raise Unparseable(f"no grade on the scale {scale[0]:g}..{top:g} in the verdict {text[:200]!r}")
+    return _on_scale(float(numbers[-1]), scale, "score")
+
+
+def _label_pattern(label: str) -> str:
+    """``label`` as a whole word, a hyphen allowed inside it ("IN-CORRECT" is INCORRECT)."""
+    body = "[-\u00ad]?".join(r"\s+" if ch.isspace() else re.escape(ch) for ch in label.strip())
+    return rf"(?<![\w-]){body}(?![\w-])"
+
+
 def parse_label(text: str, labels: Mapping[str, float]) -> float:
-    """The value of the one label named in ``text`` (whole words, any case); none or several: ``Unparseable``."""
-    found = {
-        label for label in labels if re.search(rf"(?<![A-Za-z0-9_]){re.escape(label)}(?![A-Za-z0-9_])", text, re.I)
-    }
-    if len(found) != 1:
-        what = "none" if not found else ", ".join(sorted(found))
-        raise Unparseable(f"expected exactly one of {', '.join(labels)} in the verdict, found {what}: {text[:200]!r}")
-    return float(labels[found.pop()])
+    """The value of the verdict's last decision among ``labels`` (``Unparseable`` when there is none).
+
+    Labels match as whole words, in their own case first, any case when none does. A list of the
+    options ("CORRECT or INCORRECT") is not a decision. A negated label ("not correct") is the other
+    label when there are two, and unreadable otherwise; it is never read as itself."""
+    names, text = sorted(labels, key=len, reverse=True), " ".join(text.split())
+    one = "|".join(f"({_label_pattern(n)})" for n in names)
+    for flags in (0, re.I):
+        kept = re.sub(rf"(?:{one})(?:\s*(?:,?\s*\bor\b|,|/|\|)\s*(?:{one}))+", " ", text, flags=flags)
+        matches = list(re.finditer(rf"((?i:{_NEGATION})\s+)?(?:{one})", kept, flags))
+        if not matches:
+            continue
+        last = matches[-1]
+        name = names[next(i for i, g in enumerate(last.groups()[1:]) if g is not None)]
+        if last[1] is None:
+            return float(labels[name])
+        if len(names) != 2:
+            raise Unparseable(f"the verdict's last decision is a negated label ({last[0]!r}), not one of {names}")
+        return float(labels[names[1 - names.index(name)]])
+    raise Unparseable(f"expected one of {', '.join(labels)} in the verdict, found none: {text[:200]!r}")
 
 
-def parse_json(text: str, key: str = "score") -> float:
-    """``key`` of the JSON object in ``text`` (the first ``{`` to the last ``}``), as a number or bool."""
-    start, end = text.find("{"), text.rfind("}")
-    try:
-        obj = json.loads(text[start : end + 1]) if 0 <= start < end else None
-    except ValueError:
-        obj = None
-    if not isinstance(obj, dict) or key not in obj:
+def parse_json(text: str, key: str = "score", scale: tuple[float, float] = (0.0, 1.0)) -> float:
+    """``key`` of the verdict's last JSON object that has it: a bool (1/0), or a finite number on
+    ``scale`` mapped to 0..1; anything else (out of range, NaN, ``1e999``, a string) is ``Unparseable``."""
+    decoder, starts, obj = json.JSONDecoder(), [m.start() for m in re.finditer(r"\{", text)], None
+    for start in [*reversed(starts[-64:]), *starts[:1]]:  # bounded: a flood of braces costs at most 65 tries
+        try:
+            candidate = decoder.raw_decode(text, start)[0]
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(candidate, dict) and key in candidate:
+            obj = candidate
+            break
+    if obj is None:
         raise Unparseable(f"expected a JSON object with {key!r} in the verdict, got {text[:200]!r}")
     value = obj[key]
-    if isinstance(value, (int, float)):
+    if isinstance(value, bool):
         return float(value)
-    raise Unparseable(f"{key!r} in the verdict is {value!r}, not a number")
+    if isinstance(value, (int, float)):
+        return _on_scale(float(value), scale, repr(key))
+    raise Unparseable(f"{key!r} in the verdict is {value!r:.100}, not a number")
+
+
+def verdict_lines(text: str, markers: str = "VERDICT") -> list[str]:
+    """The text after each of the last 16 ``markers`` (a regex of names: ``VERDICT``, ``SCORE|VERDICT``)
+    followed by a colon, last first: the rest of its line, or the next non-empty line when it ends one."""
+    found = list(re.finditer(rf"\b(?:{markers})[\s*]*:", text, re.I))[-16:]
+    rests = (text[m.end() :].strip(" \t\r\n*_`").split("\n", 1)[0].strip(" \t\r*_`") for m in reversed(found))
+    return list(rests)
+
+
+def _segments(text: str) -> Iterable[str]:
+    """Each line of ``text`` and, in a line of several, each sentence; whitespace collapsed."""
+    for line in text.split("\n"):
+        parts = re.split(r"(?<=[.!?])\s+", line)
+        for part in [line, *parts] if len(parts) > 1 else parts:
+            part = " ".join(part.split())
+            if part:
+                yield part
+
+
+def set_aside(verdict: str, quoted: Iterable[str]) -> str:
+    """``verdict`` without the verbatim copies (whole words; runs of spaces as one) of the ``quoted`` texts."""
+    verdict = re.sub(r"[^\S\n]+", " ", verdict)
+    for text in sorted({" ".join(q.split()) for q in quoted} - {""}, key=len, reverse=True):
+        pieces, start, at = [], 0, 0
+        while (i := verdict.find(text, at)) >= 0:
+            at, j = i + 1, i + len(text)
+            if not (_joins(verdict, i - 1, text[0]) or _joins(verdict, j, text[-1])):
+                pieces.append(verdict[start:i])
+                start = at = j
+        verdict = " ".join([*pieces, verdict[start:]])
+    return verdict
+
+
+def _joins(text: str, k: int, edge: str) -> bool:
+    """Whether ``text[k]`` continues a word that ends in ``edge`` (so a match there is part of a longer word)."""
+    word = edge.isalnum() or edge in "_-"
+    return word and 0 <= k < len(text) and (text[k].isalnum() or text[k] in "_-")
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,14 +184,16 @@ class Judge:
 
     ``model`` is a model server's URL or handle (anything with ``.url``). ``template`` is a
     ``str.format`` template over ``fields(body)`` (default ``default_fields``: the body's fields,
-    ``question`` and ``answer``). ``parse`` reads the verdict: ``"score"`` (the last number, mapped
-    from ``scale`` to 0..1), ``"label"`` (``labels``: label -> value), ``"json"`` (``json_key`` of a
-    JSON object) or a function of the text (raise ``Unparseable`` for a non-grade).
+    ``question`` and ``answer``, the policy's text) and ``{verdict_format}``, the sentence asking
+    for the fixed final line. ``parse`` reads the verdict: ``"score"`` (a number on ``scale``,
+    mapped to 0..1), ``"label"`` (``labels``: label -> value), ``"json"`` (``json_key`` of a JSON
+    object, a number on ``scale`` or a bool) or a function of the text (raise ``Unparseable`` for a
+    non-grade; it gets the whole text, quotes set aside).
     """
 
     name: str
     model: Any
-    template: str = "{question}\n\n{answer}"
+    template: str = "{question}\n\n{answer}\n\n{verdict_format}"
     parse: str | Callable[[str], float] = "score"
     labels: Mapping[str, float] | None = None
     scale: tuple[float, float] = (0.0, 1.0)
@@ -121,6 +217,11 @@ class Judge:
             raise ValueError(f"judge {self.name!r}: parse must be 'score', 'label', 'json' or a function")
         if self.max_concurrency < 1 or self.attempts < 1:
             raise ValueError(f"judge {self.name!r}: max_concurrency and attempts must be at least 1")
+        if any(not (isinstance(k, str) and k.strip()) or not math.isfinite(v) for k, v in (self.labels or {}).items()):
+            raise ValueError(f"judge {self.name!r}: labels must be non-empty words with finite values")
+        low, high = self.scale
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"judge {self.name!r}: scale must be two finite numbers (low, high), low < high")
 
     @property
     def url(self) -> str:
@@ -134,10 +235,26 @@ class Judge:
             sem = self._limits[loop] = asyncio.Semaphore(self.max_concurrency)
         return sem
 
+    def verdict_format(self) -> str:
+        """The instruction for the fixed final line this judge reads first (``{verdict_format}``)."""
+        low, high = (f"{v:g}" for v in self.scale)
+        if self.parse == "label":
+            line, what = "VERDICT: X", f"X is exactly one of {', '.join(self.labels or {})}"
+        elif self.parse == "json":
+            line, what = f'VERDICT: {{"{self.json_key}": n}}', f"n is a number from {low} to {high}"
+        elif self.parse == "score":
+            line, what = f"SCORE: n/{high}", f"n is a number from {low} to {high}"
+        else:
+            line, what = "VERDICT: X", "X is your grade"
+        return f'End your reply with one final line "{line}", where {what}, and nothing after it.'
+
     def request(self, body: Any) -> dict[str, Any]:
         """The ``/v1/responses`` body this judge sends for ``body``."""
+        return self._request(self.fields(body))
+
+    def _request(self, fields: dict[str, Any]) -> dict[str, Any]:
         try:
-            prompt = self.template.format(**self.fields(body))
+            prompt = self.template.format(**{"verdict_format": self.verdict_format(), **fields})
         except KeyError as exc:
             raise KeyError(
                 f"judge {self.name!r}: the template names {exc}, which the verify body does not carry; "
@@ -151,18 +268,68 @@ class Judge:
             request["model"] = self.model_name
         return request
 
-    def read(self, text: str) -> float:
-        """The verdict ``text`` as a value (``Unparseable`` when it is not a grade)."""
+    def verdict_like(self, text: str) -> bool:
+        """Whether ``text`` could be read as a verdict: a final-line marker, a label, this judge's
+        JSON key in an object, or a score written on its scale ("7/10")."""
+        if _MARKER.search(text) or ("{" in text and f'"{self.json_key}"' in text):
+            return True
+        if self.labels and re.search("|".join(map(_label_pattern, self.labels)), text, re.I):
+            return True
+        return self.parse == "score" and any(float(m[2]) == self.scale[1] for m in _FRACTION.finditer(text))
+
+    def quotable(self, answer: str, request: dict[str, Any]) -> tuple[list[str], list[str], bool]:
+        """What a verdict must not be read from, if the judge copied it: the verdict-like lines and
+        sentences of the policy's ``answer`` (the policy is to blame for these); the other text to set
+        aside: the answer's long ones, and the prompt's verdict-like or long ones that are not a
+        verdict alone ("reply CORRECT or INCORRECT" is set aside, a few-shot "VERDICT: CORRECT" is
+        not); and whether the answer held more verdict-like text than is looked for."""
+        parts = set(_segments(answer))
+        blame = sorted((s for s in parts if self.verdict_like(s)), key=len, reverse=True)
+        prompt = {s for m in request["input"] for s in _segments(m["content"])} - parts
+        other = [s for s in prompt if (len(s) >= _LONG or self.verdict_like(s)) and not self._reads(s)]
+        other += [s for s in parts.difference(blame) if len(s) >= _LONG]
+        return blame[:_MAX_QUOTED], sorted(other, key=len, reverse=True)[:_MAX_QUOTED], len(blame) > _MAX_QUOTED
+
+    def _reads(self, text: str) -> bool:
+        """Whether ``text`` alone is a grade (for a function ``parse``: it returns one without raising)."""
+        try:
+            self.read(text)
+        except Exception:
+            return False
+        return True
+
+    def read(self, text: str, quoted: Iterable[str] = ()) -> float:
+        """The verdict ``text`` as a finite value, ``quoted`` texts set aside (``Unparseable`` when it is not a grade)."""
+        text = set_aside(text, quoted)
         if callable(self.parse):
-            return float(self.parse(text))
+            value = float(self.parse(text))
+        else:
+            lines = verdict_lines(text, "SCORE|VERDICT" if self.parse == "score" else "VERDICT")
+            value = self._parse_lines(lines) if lines else self._parse_text(text)
+        if not math.isfinite(value):
+            raise Unparseable(f"the verdict reads as {value}, not a finite number")
+        return value
+
+    def _parse_lines(self, lines: list[str]) -> float:
+        """The last marker line that is a grade (the first error when none is)."""
+        errors = []
+        for line in lines:
+            try:
+                return self._parse_text(line)
+            except Unparseable as exc:
+                errors.append(exc)
+        raise errors[0]
+
+    def _parse_text(self, text: str) -> float:
         if self.parse == "label":
             return parse_label(text, self.labels or {})
         if self.parse == "json":
-            return parse_json(text, self.json_key)
+            return parse_json(text, self.json_key, self.scale)
         return parse_score(text, self.scale)
 
     async def evaluate(self, body: Any) -> tuple[float, dict[str, Any]]:
-        request = self.request(body)
+        fields = self.fields(body)
+        request = self._request(fields)
         judgement: dict[str, Any] = {"component": self.name, "model": self.url, "request": request}
 
         async def ask() -> Any:
@@ -178,12 +345,22 @@ class Judge:
                 response = await retrying(ask, again)
             except ServerError as exc:
                 raise self._failed("judge_failed", judgement, f"the judge model failed: {exc}") from exc
-        text = response.output_text
-        judgement["verdict"] = text
+        text = judgement["verdict"] = response.output_text
+        blame, other, flooded = self.quotable(str(fields.get("answer") or ""), request)
+        copied = set_aside(text, blame) != set_aside(text, ())
         try:
-            value = self.read(text)
+            if flooded and copied:
+                raise Unparseable(f"the judge copied an answer of over {_MAX_QUOTED} verdict-like lines")
+            value = self.read(text, [*blame, *other])
         except (Unparseable, ValueError, TypeError) as exc:
-            raise self._failed("judge_unparseable", judgement, f"the judge's answer is not a grade: {exc}") from None
+            if not copied:
+                raise self._failed(
+                    "judge_unparseable", judgement, f"the judge's answer is not a grade: {exc}"
+                ) from None
+            value = min(self.labels.values()) if self.parse == "label" and self.labels else 0.0
+            judgement["note"] = (
+                f"the policy's own verdict-like text, copied by the judge, left no verdict ({exc}): graded lowest"
+            )
         judgement["value"] = value
         return value, judgement
 
@@ -200,4 +377,13 @@ def _retryable(exc: ServerError) -> bool:
     return isinstance(exc, TransportError) or exc.status >= 500 or exc.status in (200, 408, 429)
 
 
-__all__ = ["Judge", "Unparseable", "default_fields", "parse_json", "parse_label", "parse_score"]
+__all__ = [
+    "Judge",
+    "Unparseable",
+    "default_fields",
+    "parse_json",
+    "parse_label",
+    "parse_score",
+    "set_aside",
+    "verdict_lines",
+]

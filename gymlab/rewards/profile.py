@@ -4,14 +4,17 @@
 (``_ng_task_index``) and reports, over each task's unmasked episodes: mean, std (sample, as NeMo
 Gym's profiler), min, median, max, unbiased ``pass@k`` and ``majority@k`` for k up to the repeats
 (an episode succeeds when its reward reaches ``threshold``), and the masked and failed counts
-(failed: masked with a failure kind). Tasks whose episodes all score 0, or all succeed, are
-flagged: a group-relative method learns nothing from them. Components of a rubric get the same view
+(failed: masked with a failure kind). A task is flagged when its episodes all score 0, all
+succeed, or all score the same (std 0 at any mean: at 0.8 as much as at 0): a group-relative method
+(GRPO and its kin) scores each episode against its group, so it learns nothing from that task; the
+``why`` column says so in a sentence per flagged task. Components of a rubric get the same view
 per task (``Profile.components``). ``Profile.write_nemo(path)`` writes NeMo Gym's three profiler
 files (``gymlab.rewards.nemo_profile``).
 """
 
 from __future__ import annotations
 
+import html
 import math
 import os
 import statistics
@@ -37,6 +40,21 @@ def _describe(values: list[float]) -> dict[str, float]:
         "median": statistics.median(values),
         "max": max(values),
     }
+
+
+def _why(row: dict[str, Any]) -> str:
+    """One sentence on why a flagged task matters to training ("" for a task not flagged)."""
+    n = f"all {row['scored']} scored episodes"
+    if row["always_0"]:
+        return f"{n} scored 0: a group-relative method gets no success to reinforce (too hard, or a broken reward)."
+    if row["always_1"]:
+        return f"{n} succeeded: every advantage is 0, so the task teaches nothing (too easy for this policy)."
+    if row["zero_variance"]:
+        return (
+            f"{n} scored {row['mean']:g} (std 0): every advantage against the group's mean is 0, so "
+            "group-relative RL learns nothing from this task although its reward is neither 0 nor 1."
+        )
+    return ""
 
 
 class Profile:
@@ -71,6 +89,8 @@ class Profile:
             row[f"majority@{k}"] = majority_at_k(n, c, k) if k <= n else math.nan
         row["always_0"] = bool(scored) and all(v <= 0.0 for v in scored)
         row["always_1"] = bool(scored) and c == n
+        row["zero_variance"] = n >= 2 and len(set(scored)) == 1
+        row["why"] = _why(row)
         return row
 
     def _tasks_frame(self):
@@ -128,8 +148,8 @@ class Profile:
             out[f"pass@{k}"] = float(t[f"pass@{k}"].mean())
         for k in range(1, self.max_k + 1):
             out[f"majority@{k}"] = float(t[f"majority@{k}"].mean())
-        out["always_0"] = t["task"][t["always_0"]].tolist() if len(t) else []
-        out["always_1"] = t["task"][t["always_1"]].tolist() if len(t) else []
+        for flag in ("always_0", "always_1", "zero_variance"):
+            out[flag] = t["task"][t[flag]].tolist() if len(t) else []
         out["components"] = (
             self.components.groupby("component", sort=False)["mean"].mean().to_dict() if len(self.components) else {}
         )
@@ -137,8 +157,10 @@ class Profile:
 
     @property
     def flagged(self):
-        """The tasks that always score 0 or always succeed (no signal for group-relative RL)."""
-        return self.tasks[self.tasks["always_0"] | self.tasks["always_1"]]
+        """The tasks that always score 0, always succeed, or always score the same (no signal for
+        group-relative RL); their ``why`` column says why, in a sentence."""
+        t = self.tasks
+        return t[t["always_0"] | t["always_1"] | t["zero_variance"]] if len(t) else t
 
     def plot(self, ax=None, *, component: str | None = None, bins: int = 20):
         """A histogram of per-task mean rewards (or of one component's per-task means); returns the Axes."""
@@ -154,7 +176,8 @@ class Profile:
         ax.hist(means, bins=bins, range=(min(0.0, *means), max(1.0, *means)) if len(means) else None)
         ax.set_xlabel(f"per-task {what}")
         ax.set_ylabel("tasks")
-        ax.set_title(f"{len(means)} tasks, {len(self.flagged)} flagged (always 0 or always 1)")
+        ax.yaxis.get_major_locator().set_params(integer=True)  # a count of tasks: no 0.5 ticks
+        ax.set_title(f"{len(means)} tasks, {len(self.flagged)} flagged (no variance)")
         return ax
 
     def nemo(
@@ -182,15 +205,26 @@ class Profile:
         head = (
             f"<p><b>Reward profile</b>: {s['tasks']} tasks, {s['episodes']} episodes ({s['masked']} masked, "
             f"{s['failed']} failed), mean reward {s['mean_reward']:.3f}; {len(s['always_0'])} tasks always 0, "
-            f"{len(s['always_1'])} always 1</p>"
+            f"{len(s['always_1'])} always 1, {len(s['zero_variance'])} with no variance</p>"
         )
-        return head + self.tasks.to_html(index=False, float_format=lambda v: f"{v:.3f}")
+        flags = "".join(f"<li>task {html.escape(str(t))}: {html.escape(w)}</li>" for t, w in self.flags().items())
+        table = self.tasks.drop(columns=["why"], errors="ignore")
+        return (
+            head
+            + (f"<ul>{flags}</ul>" if flags else "")
+            + table.to_html(index=False, float_format=lambda v: f"{v:.3f}")
+        )
+
+    def flags(self) -> dict[Any, str]:
+        """Each flagged task's sentence (its ``why``), by task."""
+        f = self.flagged
+        return dict(zip(f["task"].tolist(), f["why"].tolist())) if len(f) else {}
 
     def __repr__(self) -> str:
         s = self.summary
         return (
             f"<Profile {s['tasks']} tasks, {s['episodes']} episodes, mean reward {s['mean_reward']:.3f}, "
-            f"{len(s['always_0'])} always 0, {len(s['always_1'])} always 1>"
+            f"{len(s['always_0'])} always 0, {len(s['always_1'])} always 1, {len(s['zero_variance'])} no variance>"
         )
 
 

@@ -5,7 +5,8 @@ A component is a function of the verify body (sync or async) returning a number 
 runs every component concurrently and returns a ``Score``: the weighted sum, each component's
 value, the judges' requests and verdicts, and the failure when a judge failed. A failed judge
 masks the episode (``judge_failed`` / ``judge_unparseable``), never a 0, and the other components
-keep their values.
+keep their values. A gated component (``gate="correct"``) is paid only as far as its gate is: a
+bonus for brevity that also paid wrong answers (a refusal) would be a shortcut.
 
 In ``verify()``::
 
@@ -47,11 +48,14 @@ class ComponentFailed(GymlabError):
 
 @dataclass(frozen=True)
 class Component:
-    """One named, weighted part of a reward: ``fn(body)`` returns a number (sync or async)."""
+    """One named, weighted part of a reward: ``fn(body)`` returns a number (sync or async). ``gate``:
+    another component's name; this one's value is multiplied by that one's raw value, so a bonus
+    (brevity) pays only with it (a correct answer)."""
 
     name: str
     fn: Callable[[Any], float | bool | Awaitable[float | bool]]
     weight: float = 1.0
+    gate: str | None = None
 
     async def evaluate(self, body: Any) -> tuple[float, dict[str, Any] | None]:
         """The component's value and, for a judge, what it asked and answered."""
@@ -106,6 +110,9 @@ class Rubric:
             raise ValueError(f"a rubric's component names must be unique; repeated: {', '.join(duplicates)}")
         if not parts:
             raise ValueError("a rubric needs at least one component")
+        for c in parts:
+            if _gate(c) is not None and (_gate(c) == c.name or _gate(c) not in names):
+                raise ValueError(f"component {c.name!r} is gated by {_gate(c)!r}, which is no other component here")
         self.components: tuple[Component, ...] = tuple(parts)
 
     @property
@@ -154,6 +161,10 @@ class Rubric:
                 components[component.name] = value
                 if judgement is not None:
                     judgements.append(judgement)
+        raw = dict(components)
+        for c in self.components:  # a gate without a value (its judge failed) leaves the masked value as it is
+            if _gate(c) is not None and raw[c.name] is not None and raw[_gate(c)] is not None:
+                components[c.name] = raw[c.name] * raw[_gate(c)]
         weights = self.weights
         reward = 0.0 if failure else math.fsum(weights[n] * v for n, v in components.items())
         return Score(reward, components, weights, judgements, failure)
@@ -167,8 +178,15 @@ class Rubric:
         return (response_model or BaseVerifyResponse).model_validate({**fields, **extra, **score.verify_fields()})
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{c.name}={c.weight:g}{' (judge)' if _is_judge(c) else ''}" for c in self.components)
+        parts = ", ".join(
+            f"{c.name}={c.weight:g}{' (judge)' if _is_judge(c) else ''}{f' (if {_gate(c)})' if _gate(c) else ''}"
+            for c in self.components
+        )
         return f"<Rubric {parts}>"
+
+
+def _gate(component: Component) -> str | None:
+    return getattr(component, "gate", None)  # a Judge has none
 
 
 def _is_judge(component: Component) -> bool:

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal
@@ -69,9 +68,10 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> Non
 @contextlib.contextmanager
 def serve_entrypoint(entrypoint: str | os.PathLike, workers: int = 4, **config: Any) -> Iterator[Served]:
     """``python entrypoint`` with ``num_workers=workers`` on a free loopback port; stopped on exit."""
-    from gymlab.server import CONFIG_ENV
+    from gymlab._runtime.env import CONFIG_ENV, write_config
 
-    env = dict(os.environ, **{CONFIG_ENV: json.dumps({"num_workers": workers, "port": 0, **config})})
+    config_file = write_config({"num_workers": workers, "port": 0, **config})
+    env = dict(os.environ, **{CONFIG_ENV: config_file})
     log = tempfile.NamedTemporaryFile("w+", prefix=f"gymlab-{Path(entrypoint).stem}-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [sys.executable, str(entrypoint)],
@@ -105,6 +105,7 @@ def serve_entrypoint(entrypoint: str | os.PathLike, workers: int = 4, **config: 
         proc.wait(5)
         log.close()
         os.unlink(log.name)
+        os.unlink(config_file)
 
 
 __all__ = ["Served", "process_gone", "serve_entrypoint", "wait_until"]

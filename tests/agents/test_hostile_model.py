@@ -106,7 +106,7 @@ def test_a_notebook_episode_sends_no_forbidden_call(lab):
 
 def test_single_agent_turn_sends_no_forbidden_call(lab):
     env = lab.serve(WatchedCounter)
-    agent = lab.serve_agent("simple_agent", model=lab.serve_model(hostile))
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(hostile))
     turn = lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url)
     record = turn.run({"task_id": "counter/0", "task_input": _row()})
     outputs = [

@@ -47,7 +47,7 @@ def quick(handle, **settings):
 
 def test_single_agent_turn_keeps_the_graded_reward_and_retries_the_close(lab, counter, rows):
     env = lab.serve(flaky_counter(counter), attempts=[])
-    agent = lab.serve_agent("simple_agent", model=lab.serve_model(counter.policy))
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(counter.policy))
     turn = lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url)
     retries = quick(turn)
     row = rows("counter")[0]
@@ -78,7 +78,7 @@ def test_gymnasium_agent_keeps_a_cut_episodes_reward_and_retries_its_close(lab, 
     rollout = agent.run(rows("blackjack")[2])  # cut by max_steps: the agent closes the hand
     assert rollout.truncated and rollout.reward == pytest.approx(-0.3) and not rollout.mask_sample
     wait_until(lambda: retries.counts()["released"] == 1, 30, "the close retried")
-    assert len(env.server.closes) == 1  # the retry found the hand already dropped by the failed close
+    assert len(env.server.closes) == 2  # the failed close kept the hand, and its retry released it
     assert env.server.session_state == {}
 
 
@@ -106,7 +106,7 @@ def test_simple_agent_grades_by_verify_and_retries_a_failed_release_after_a_fail
 
 def test_a_release_that_never_succeeds_is_given_up_after_its_attempts(lab, counter, rows):
     env = lab.serve(flaky_counter(counter, fails=100), attempts=[])
-    agent = lab.serve_agent("simple_agent", model=lab.serve_model(counter.policy))
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(counter.policy))
     turn = lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url)
     retries = quick(turn, first_delay=0.01, attempts=3)
     assert turn.run({"task_input": rows("counter")[0]}).reward == 1.0
@@ -127,7 +127,7 @@ def test_a_refused_release_is_not_retried(lab, counter, rows):
             raise HTTPException(409, "that session belongs to another episode")
 
     env = lab.serve(Refusing, refused=[])
-    agent = lab.serve_agent("simple_agent", model=lab.serve_model(counter.policy))
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(counter.policy))
     turn = lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url)
     retries = quick(turn)
     assert turn.run({"task_input": rows("counter")[0]}).reward == 1.0
@@ -136,7 +136,7 @@ def test_a_refused_release_is_not_retried(lab, counter, rows):
 
 def test_many_concurrent_failed_releases_are_all_retried(lab, counter, rows):
     env = lab.serve(flaky_counter(counter, fails=20), attempts=[])
-    agent = lab.serve_agent("simple_agent", model=lab.serve_model(counter.policy))
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(counter.policy))
     turn = lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url)
     retries = quick(turn)
     tasks = [{"task_id": f"counter/{i}", "task_input": rows("counter")[0]} for i in range(40)]
@@ -151,7 +151,7 @@ def test_many_concurrent_failed_releases_are_all_retried(lab, counter, rows):
 
 def test_stopping_the_agent_stops_its_waiting_retries(lab, counter, rows):
     env = lab.serve(flaky_counter(counter, fails=100), attempts=[])
-    agent = lab.serve_agent("simple_agent", model=lab.serve_model(counter.policy))
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(counter.policy))
     turn = lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url)
     retries = quick(turn, first_delay=600)  # the retry would wait ten minutes
     assert turn.run({"task_input": rows("counter")[0]}).reward == 1.0

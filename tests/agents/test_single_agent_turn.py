@@ -30,7 +30,7 @@ def lab(lab_both):
 
 def serve_turn(lab, env, policy, **agent_config):
     model = lab.serve_model(policy)
-    agent = lab.serve_agent("simple_agent", model=model, **agent_config)
+    agent = lab.serve_agent("simple_agent", model=model, **{"resources": env, **agent_config})
     turn = lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url)
     return turn, agent
 

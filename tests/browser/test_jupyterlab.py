@@ -136,8 +136,8 @@ def wait_idle(page) -> None:
 
 def expect_slider_in_step(viewer) -> int:
     """The viewer's slider (its readout and its handle) stands at the step its status line names; returns it."""
-    playwright_sync.expect(viewer.locator(".gl-status")).to_contain_text(re.compile(r"step \d+ of \d+"))
-    k, n = re.search(r"step\s+(\d+)\s+of\s+(\d+)", viewer.locator(".gl-status").text_content()).groups()
+    playwright_sync.expect(viewer.locator(".gl-status")).to_contain_text(re.compile(r"step \d+ of 0–\d+"))
+    k, n = re.search(r"step\s+(\d+)\s+of\s+0–(\d+)", viewer.locator(".gl-status").text_content()).groups()
     slider = viewer.locator(".gl-slider")
     playwright_sync.expect(slider.locator(".widget-readout")).to_have_text(k)
     handle = slider.locator(".noUi-handle")
@@ -188,7 +188,7 @@ def test_viewer_and_stepper_render_and_respond(jupyterlab):
         viewer = page.locator(".gl-viewer").first  # the standalone viewer (its cell comes first)
         status = viewer.locator(".gl-status")
         # the notebook's own last cells click next once and step the stepper twice
-        playwright_sync.expect(status).to_contain_text("step 2 of 4", timeout=WAIT_MS)
+        playwright_sync.expect(status).to_contain_text("step 1 of 0–3", timeout=WAIT_MS)
         playwright_sync.expect(status).to_contain_text("reward 0")
         wait_idle(page)
         page.locator(".gl-live").first.scroll_into_view_if_needed()
@@ -198,15 +198,15 @@ def test_viewer_and_stepper_render_and_respond(jupyterlab):
         playwright_sync.expect(page.locator(".gl-live .gl-failures").first).to_contain_text("provider_unavailable")
         page.locator(".gl-live").first.screenshot(path=str(SCREENSHOTS / "live_panel.png"))
         viewer.scroll_into_view_if_needed()
-        assert expect_slider_in_step(viewer) == 2
+        assert expect_slider_in_step(viewer) == 1
         viewer.screenshot(path=str(SCREENSHOTS / "viewer_step2.png"))
 
         viewer.locator(".gl-next").click()
-        playwright_sync.expect(status).to_contain_text("step 3 of 4")
-        assert expect_slider_in_step(viewer) == 3
+        playwright_sync.expect(status).to_contain_text("step 2 of 0–3")
+        assert expect_slider_in_step(viewer) == 2
         viewer.locator(".gl-next").click()
-        playwright_sync.expect(status).to_contain_text("step 4 of 4")
-        assert expect_slider_in_step(viewer) == 4
+        playwright_sync.expect(status).to_contain_text("step 3 of 0–3")
+        assert expect_slider_in_step(viewer) == 3
         playwright_sync.expect(status).to_contain_text("reward 1")
         playwright_sync.expect(viewer.locator(".gl-conversation")).to_contain_text("The counter reads 3.")
         playwright_sync.expect(viewer.locator(".gl-next button, button.gl-next").first).to_be_disabled()
@@ -217,17 +217,17 @@ def test_viewer_and_stepper_render_and_respond(jupyterlab):
         stepper = page.locator(".gl-stepper").first
         stepper.scroll_into_view_if_needed()
         s_status = stepper.locator(".gl-status")
-        playwright_sync.expect(s_status).to_contain_text("step 2 of 2")
-        assert expect_slider_in_step(stepper) == 2  # the slider follows the stepper's steps
+        playwright_sync.expect(s_status).to_contain_text("step 1 of 0–1")
+        assert expect_slider_in_step(stepper) == 1  # the slider follows the stepper's steps
         stepper.locator(".gl-arguments input").fill('{"by": 1}')
         stepper.locator(".gl-arguments input").press("Enter")
         stepper.locator(".gl-step-button").click()
-        playwright_sync.expect(s_status).to_contain_text("step 3 of 3")
-        assert expect_slider_in_step(stepper) == 3
+        playwright_sync.expect(s_status).to_contain_text("step 2 of 0–2")
+        assert expect_slider_in_step(stepper) == 2
         playwright_sync.expect(stepper.locator(".gl-conversation")).to_contain_text('{"count":3}')
         stepper.locator(".gl-model-button").click()  # the policy sees 3 and answers
-        playwright_sync.expect(s_status).to_contain_text("step 4 of 4")
-        assert expect_slider_in_step(stepper) == 4
+        playwright_sync.expect(s_status).to_contain_text("step 3 of 0–3")
+        assert expect_slider_in_step(stepper) == 3
         playwright_sync.expect(s_status).to_contain_text("episode reward 0")
         stepper.locator(".gl-verify-button").click()
         playwright_sync.expect(stepper.locator(".gl-message")).to_contain_text("verified: reward 1")
@@ -255,23 +255,23 @@ def browse_run(run) -> None:
     playwright_sync.expect(run.locator(".gl-conversation")).to_contain_text("The counter reads 12.")
     run.locator(".gl-next-episode").click()
     playwright_sync.expect(matches).to_contain_text("episode 2 of 4 shown")
-    assert expect_slider_in_step(run) == 1  # a guess without the work: one step
+    assert expect_slider_in_step(run) == 0  # a guess without the work: one step, step 0
 
     run.locator(".gl-reward-filter select").select_option(label="reward 1 (12)")
     playwright_sync.expect(matches).to_contain_text("episode 1 of 12 shown · 12 of 20 episodes match")
-    assert expect_slider_in_step(run) == 4  # from a one-step episode to a four-step one
+    assert expect_slider_in_step(run) == 3  # from a one-step episode to a four-step one (steps 0-3)
     run.locator(".gl-reward-filter select").select_option(label="any reward")
     playwright_sync.expect(matches).to_contain_text("16 of 20 episodes match")  # still: no failure
     episode = run.locator(".gl-episode select")
     for task, steps in (("task 3 · repeat 0", 1), ("task 2 · repeat 3", 4)):  # the guess; 2 -> 5, step by step
         label = episode.locator("option", has_text=task).inner_text()
         episode.select_option(label=label)
-        playwright_sync.expect(run.locator(".gl-status")).to_contain_text(f"step {steps} of {steps}")
-        assert expect_slider_in_step(run) == steps
+        playwright_sync.expect(run.locator(".gl-status")).to_contain_text(f"step {steps - 1} of 0–{steps - 1}")
+        assert expect_slider_in_step(run) == steps - 1
         assert label.replace("\xa0", " ").endswith(f"· {steps} step" + "s" * (steps > 1))
     run.locator(".gl-prev").click()
-    playwright_sync.expect(run.locator(".gl-status")).to_contain_text("step 3 of 4")
-    assert expect_slider_in_step(run) == 3
+    playwright_sync.expect(run.locator(".gl-status")).to_contain_text("step 2 of 0–3")
+    assert expect_slider_in_step(run) == 2
     run.screenshot(path=str(SCREENSHOTS / "run_browser_filtered.png"))
 
 

@@ -41,7 +41,7 @@ def port_open(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def serving(config: Path, n_servers: int):
+def serving(config: Path, n_servers: int, env: dict | None = None):
     """``gymlab serve CONFIG``: yields (process, {name: url}, stdout lines); always stopped and reaped."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "gymlab.cli", "serve", str(config)],
@@ -49,6 +49,7 @@ def serving(config: Path, n_servers: int):
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
+        env=env,
     )
     out: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [out.put(line) for line in proc.stdout], daemon=True).start()
@@ -223,3 +224,131 @@ def test_dry_run_refuses_workers_for_a_server_that_cannot_have_them(tmp_path):
     done = gymlab("serve", "--dry-run", str(tmp_path / "c.yaml"))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "plain.resources_servers.plain.num_workers: Plain: num_workers=3 needs" in done.stderr
+
+
+NOTES_APP = """
+import os
+
+from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
+from gymlab.utils import is_gymlab_fastapi_entrypoint
+
+
+class Notes(SimpleResourcesServer):
+    notes: str = ""
+
+    def setup_webserver(self):
+        app = super().setup_webserver()
+
+        @app.post("/notes")
+        async def notes() -> dict:
+            return {"length": len(self.notes), "pid": os.getpid()}
+
+        return app
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+if is_gymlab_fastapi_entrypoint(__file__):
+    app = Notes.run_webserver()
+"""
+
+
+def test_a_200_kib_config_field_reaches_every_server_process_in_a_private_file(tmp_path):
+    """Configs once travelled in an environment variable: 200 KiB passed --dry-run, then the exec
+    died with "Argument list too long". Now a 0600 file carries it, gone when the server stops."""
+    import urllib.request
+
+    (tmp_path / "app.py").write_text(NOTES_APP)
+    blob = "n" * (200 * 1024)
+    servers = {"one": 1, "two": 2}
+    (tmp_path / "c.yaml").write_text(
+        "".join(
+            f"{name}:\n  resources_servers:\n    notes:\n      entrypoint: app.py\n"
+            f"      num_workers: {n}\n      notes: {blob}\n"
+            for name, n in servers.items()
+        )
+    )
+    assert gymlab("serve", "--dry-run", str(tmp_path / "c.yaml")).returncode == 0
+    private = tmp_path / "tmp"
+    private.mkdir()
+    with serving(tmp_path / "c.yaml", 2, env={**os.environ, "TMPDIR": str(private)}) as (proc, urls, _):
+        for url in urls.values():
+            request = urllib.request.Request(url + "/notes", data=b"{}", headers={"content-type": "application/json"})
+            with urllib.request.urlopen(request, timeout=DEADLINE_S) as answer:
+                assert json.loads(answer.read())["length"] == len(blob)
+        files = list(private.rglob("gymlab-config-*"))  # the one-worker server's was removed once read
+        assert len(files) == 1 and files[0].parent.name.startswith("gymlab-workers-")
+        assert files[0].stat().st_mode & 0o777 == 0o600 and json.loads(files[0].read_text())["notes"] == blob
+        group = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _group(int(p.name)) == proc.pid]
+        assert len(group) >= 5  # serve, two servers, two workers
+        for pid in group:
+            with contextlib.suppress(OSError):
+                assert blob[:1000].encode() not in (Path("/proc") / str(pid) / "environ").read_bytes()
+    assert list(private.rglob("gymlab-config-*")) == []
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+HOSTILE_CONFIGS = {
+    # 20,000 levels: a RecursionError of 2,992 lines before
+    "deep": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      x: " + b"[" * 20000 + b"]" * 20000 + b"\n",
+        ":4: nested deeper than 100 levels",
+    ),
+    "not_utf8": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      domain: caf\xe9\n",
+        ":4: not UTF-8 text (byte 66)",
+    ),
+    "passwd": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      entrypoint: /etc/passwd\n",
+        ": calculator.resources_servers.calculator: entrypoint /etc/passwd is not a Python file (.py)",
+    ),
+    "not_python": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      entrypoint: notes.py\n",
+        ": calculator.resources_servers.calculator: entrypoint ",
+    ),
+    "duplicate_instance": (
+        b"calculator:\n  resources_servers:\n    calculator: {}\ncalculator:\n  resources_servers:\n    other: {}\n",
+        ":4: key 'calculator' appears twice in one mapping (first on line 1)",
+    ),
+    "duplicate_field": (
+        b"calculator:\n  resources_servers:\n    calculator:\n      port: 1\n      domain: a\n      port: 2\n",
+        ":6: key 'port' appears twice in one mapping (first on line 4)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_CONFIGS))
+def test_a_hostile_config_is_one_line_naming_the_file_and_where(case, tmp_path):
+    text, expected = HOSTILE_CONFIGS[case]
+    (tmp_path / "notes.py").write_text("this is not python (\n")
+    (tmp_path / "c.yaml").write_bytes(text)
+    commands = [["serve", "--dry-run"]] + ([["list"]] if case not in ("passwd", "not_python") else [])
+    for command in commands:  # (list imports no entrypoint)
+        done = gymlab(*command, str(tmp_path / "c.yaml"))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        [line] = done.stderr.splitlines()
+        assert f"{tmp_path / 'c.yaml'}{expected}" in line, line
+    if case == "not_python":
+        assert "cannot be imported: SyntaxError" in line and "notes.py" in line
+
+
+def test_a_task_index_that_is_not_a_whole_number_is_refused_before_anything_runs(tmp_path):
+    """A string _ng_task_index once resumed as a new key every run, then crashed the metrics."""
+    row = json.loads(EXAMPLE_ROWS.read_text().splitlines()[0])
+    for bad in ("3", 1.5, -1, True, None):
+        (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n" + json.dumps({**row, "_ng_task_index": bad}) + "\n")
+        out = tmp_path / "o.jsonl"
+        done = gymlab(
+            "collect", "--agent-url", "http://127.0.0.1:9", "-i", str(tmp_path / "rows.jsonl"), "-o", str(out)
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        [line] = done.stderr.splitlines()
+        assert f"rows:2: _ng_task_index is a whole number >= 0 (it names the task in every file), got {bad!r}" in line
+        assert not out.exists() or out.read_text() == ""

@@ -38,10 +38,26 @@ def test_an_existing_folder_is_refused_in_one_line(tmp_path, capsys):
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["keep.txt"]
 
 
-def test_a_name_that_cannot_name_a_class_is_refused(tmp_path, capsys):
-    assert main(["init", str(tmp_path / "9-lives")]) == 2
-    assert "not a usable name" in capsys.readouterr().err
-    assert not (tmp_path / "9-lives").exists()
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("9-lives", "start with a letter"),
+        ("yes", "YAML reads it as True"),
+        ("on", "YAML reads it as True"),
+        ("Off", "YAML reads it as False"),
+        ("null", "YAML reads it as None"),
+        ("NULL", "YAML reads it as None"),
+        ("class", "a Python keyword"),
+        ("test", "the name of its own test module"),
+    ],
+)
+def test_a_name_the_environment_would_break_on_is_refused_in_one_line(tmp_path, name, reason):
+    """``gymlab init yes|on|null|test`` once wrote an environment whose own test failed."""
+    done = run("-m", "gymlab", "init", name, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"gymlab init: error: {name!r} is not a usable name: ") and reason in line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_python_dash_m_gymlab_and_version(tmp_path):

@@ -38,9 +38,9 @@ def names(requirements: list[str]) -> set[str]:
 
 def test_demo_installs_the_lab_and_not_the_test_tools():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    # JupyterLab, its kernel, and what the notebooks import (09 the MCP SDK, 05 datasets): every notebook
-    # runs after `make lab` (tests/notebooks runs them in a venv made by this recipe)
-    assert names(extras["lab"]) == {"jupyterlab", "ipykernel", "mcp", "datasets"}
+    # JupyterLab, its kernel, and what the notebooks import (09 the MCP SDK, 05 datasets, 10 reasoning-gym
+    # and TextArena): every notebook runs after `make lab` (tests/notebooks runs them in a venv made by this recipe)
+    assert names(extras["lab"]) == {"jupyterlab", "ipykernel", "mcp", "datasets", "reasoning-gym", "textarena"}
     assert not names(extras["lab"]) & TEST_TOOLS
     demo = make_n("demo")
     installs = [line for line in demo.splitlines() if "pip install" in line]

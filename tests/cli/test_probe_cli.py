@@ -50,8 +50,8 @@ def test_probe_the_shipped_calculator_config(capsys):
     assert main(["probe", str(CALCULATOR_YAML)]) == 0
     out = capsys.readouterr().out
     assert "gymlab probe: calculator_simple_agent, 5 rows x 1" in out
-    assert re.search(r"real policy +1\.00 +1\.00 +1\.00 +1\.00 +1\.00 +1\.00\n", out)
-    assert "no probe earned a mean reward above 0 over every task" in out
+    assert re.search(r"real policy +1\.00 +1\.00 +1\.00 +1\.00 +1\.00 +1\.00 +0% *\n", out)
+    assert "No probe earned a mean reward above 0 over every task" in out
 
 
 def test_a_hackable_config_exits_1_and_saves_each_probes_rollouts(tmp_path, capsys):
@@ -62,7 +62,7 @@ def test_a_hackable_config_exits_1_and_saves_each_probes_rollouts(tmp_path, caps
     args = ["probe", str(tmp_path / "config.yaml"), "--probes", "answer_spray,refusal", "-n", "2"]
     assert main([*args, "-o", str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out
-    assert "answers_agent, 2 rows x 2" in out and "flagged (mean reward over every task above 0): answer_spray" in out
+    assert "answers_agent, 2 rows x 2" in out and "answer_spray: it earned a mean reward of 1.00 (above 0)." in out
     spray = [json.loads(line) for line in (tmp_path / "out" / "answers_agent" / "answer_spray.jsonl").open()]
     assert len(spray) == 4 and {r["reward"] for r in spray} == {1.0}
     refusal = [json.loads(line) for line in (tmp_path / "out" / "answers_agent" / "refusal.jsonl").open()]
@@ -75,7 +75,7 @@ def test_a_new_environment_from_gymlab_init_is_not_flagged(tmp_path, capsys, fla
     assert main(["init", str(tmp_path / "myenv"), *flags]) == 0
     assert main(["probe", str(tmp_path / "myenv" / "configs" / "myenv.yaml")]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"call_every_tool_then_spray +0\.00", out) and "no probe earned a mean reward above 0" in out
+    assert re.search(r"call_every_tool_then_spray +0\.00", out) and "No probe earned a mean reward above 0" in out
 
 
 def test_unknown_agent_is_a_one_line_error(capsys):

@@ -73,11 +73,8 @@ def test_the_last_replica_gone_fails_its_rollouts_with_a_typed_kind(agent, tmp_p
     )
     assert len(run.rollouts) == 1 and len(run.failures) == 1  # never taken out: it is the only one
     failure = run.failures[0]
-    assert (failure["failure_kind"], failure["failure_server"], failure["attempts"]) == (
-        "transport_peer_drop",
-        cell.name,
-        2,
-    )
+    assert (failure["failure_kind"], failure["failure_server"]) == ("transport_peer_drop", cell.name)
+    assert failure["attempts"] > 2  # retried on while its failures spanned under RETRY_SPAN_S
 
 
 def test_a_replica_that_comes_back_re_enters_rotation(agent, tmp_path):

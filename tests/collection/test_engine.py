@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from fastapi import FastAPI
 
 from gymlab import BaseServer
@@ -83,3 +84,50 @@ async def test_acollect_of_a_config_says_which_call_serves_it(tmp_path):
 
     with pytest.raises(ConfigError, match=r"gymlab\.collect\(config, output, \.\.\.\)"):
         await acollect(tmp_path / "config.yaml", tmp_path / "run.jsonl", agent_url="http://127.0.0.1:9")
+
+
+@pytest.mark.parametrize("when", ["at the start", "midway"])
+def test_a_short_resources_server_outage_is_ridden_out_by_the_retries(tmp_path, when):
+    """The resources server goes away (its port closed) until some rollout has failed three tries (the
+    old rule's whole budget: two retries over 1.5 s, which left 16 of 300 rows failed), then comes
+    back on the same port: every row is collected, none failed, and the breaker does not stop the run
+    (at the start, its first tries all fail alike, but for less than the retry span)."""
+    import threading
+
+    from gymlab import Lab
+    from gymlab.collection import ReplicaPool, collect
+    from gymlab.examples import load_environment
+    from gymlab.testing.workers import wait_until
+
+    counter = load_environment("counter")
+    out = tmp_path / "run.jsonl"
+    with Lab(wire=True) as lab:
+        env = lab.serve(counter.CounterServer, name="counter")
+        port = int(env.url.rsplit(":", 1)[1])
+        agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(counter.policy))
+        pool = ReplicaPool([agent.url], reprobe_s=None)
+        rows = example_rows("counter")  # 5 rows x 60 repeats: 300 rollouts, 16 at a time
+        if when == "at the start":
+            env.stop()
+        done: dict = {}
+        run = threading.Thread(
+            target=lambda: done.setdefault("result", collect(rows, out, agent_url=pool, repeats=60, progress=False))
+        )
+        run.start()
+        try:
+            if when == "midway":
+                wait_until(lambda: out.exists() and out.read_text().count("\n") >= 40, 120, "40 rollouts written")
+                env.stop()
+            down = sum(pool.started().values())
+            # 16 rows in flight: 49 tries since the outage began means one row has failed three times
+            wait_until(lambda: sum(pool.started().values()) - down >= 49, 120, "a row failing its third try")
+            lab.serve(counter.CounterServer, name="counter", port=port)
+        finally:
+            run.join(180)
+        result = done["result"]
+    assert not run.is_alive() and result.n_failures == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 300
+    lost = [r for r in records if r.get("mask_sample")]  # episodes whose session the restart lost
+    assert {r["failure_kind"] for r in lost} <= {"session_lost"} and len(lost) <= 16
+    assert all(r["reward"] == 1.0 for r in records if not r.get("mask_sample"))

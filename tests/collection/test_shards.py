@@ -8,6 +8,8 @@ import asyncio
 import json
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -23,6 +25,7 @@ from gymlab.collection.files import output_paths
 from gymlab.collection.shards import in_shard, parse_shard, shard_of
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.examples import example_rows, load_environment
+from gymlab.protocol.failure_kinds import FAILURE_KINDS
 from gymlab.testing.workers import wait_until
 
 calculator = load_environment("calculator")
@@ -214,7 +217,7 @@ def test_shard_choice_and_its_errors(tmp_path, capsys):
     assert sorted(map(str, sum(parts, []))) == sorted(map(str, jobs))  # a partition
     assert {j["_ng_task_index"] for j in parts[0]} == {0, 3}
     assert parse_shard("2/4") == (2, 4)
-    assert shard_of("task-a", 4) == shard_of("task-a", 4) and 1 <= shard_of("task-a", 4) <= 4
+    assert shard_of(7, 4) == 4
     for bad in ("0/2", "3/2", "1", "a/b", (0, 1)):
         with pytest.raises(ConfigError, match="1 <= i <= n"):
             parse_shard(bad)
@@ -224,3 +227,62 @@ def test_shard_choice_and_its_errors(tmp_path, capsys):
     argv = ["collect", "--agent-url", "http://127.0.0.1:9", "-i", str(rows), "-o", str(out), "--shard", "3/2"]
     assert cli(argv) == 2
     assert "gymlab collect: error: shard '3/2': expected i/n with 1 <= i <= n" in capsys.readouterr().err
+
+
+def test_an_unfinished_shard_is_refused_unless_allowed_partial(servers, full_run, tmp_path, capsys):
+    """A shard's collect killed midway (SIGKILL of the real command) leaves inputs without rollouts:
+    the merge refuses it, or with --allow-partial writes each missing key as a masked failure."""
+    _, _, _, a, _ = servers
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in example_rows("calculator")))
+    s1, s2, out = tmp_path / "s1.jsonl", tmp_path / "s2.jsonl", tmp_path / "out.jsonl"
+    collect(rows, s2, agent_url=a.url, shard=(2, 2), repeats=2, progress=False)
+    GATE.verifies, GATE.after, GATE.opened = 0, 2, threading.Event()  # two finish, the next two wait
+    argv = ["collect", "--agent-url", a.url, "-i", str(rows), "-o", str(s1), "--shard", "1/2", "-n", "2", "-c", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "gymlab.cli", *argv, "--no-progress"], stderr=subprocess.PIPE)
+    try:
+        wait_until(
+            lambda: GATE.waiting == 2 and s1.exists() and len(lines(s1)) == 2, 60, "two rollouts written, two waiting"
+        )
+    finally:
+        proc.kill()
+        proc.wait(30)
+        GATE.opened.set()
+    assert len(lines(output_paths(s1)["materialized_inputs"])) == 6 and len(lines(s1)) == 2
+
+    with pytest.raises(DatasetError, match=r"s1_materialized_inputs\.jsonl:\d+: \(task \d, repeat \d\) and 3 more"):
+        merge(out, s1, s2)
+    assert cli(["merge", str(out), str(s1), str(s2)]) == 2
+    assert "--allow-partial" in capsys.readouterr().err and not out.exists()
+
+    assert cli(["merge", "--allow-partial", str(out), str(s1), str(s2)]) == 0
+    done = {(r["_ng_task_index"], r["_ng_rollout_index"]) for r in lines(out)}
+    failed = lines(output_paths(out)["failures"])
+    assert len(done) == 6 and len(failed) == 4  # 2 of shard 1 and 4 of shard 2 done; 4 never finished
+    assert done | {(f["_ng_task_index"], f["_ng_rollout_index"]) for f in failed} == {
+        (t, r) for t in range(5) for r in range(2)
+    }
+    assert {(f["failure_kind"], f["mask_sample"], f["attempts"]) for f in failed} == {("cancelled", True, 0)}
+    assert all(f["failure_kind"] in FAILURE_KINDS and "s1_materialized_inputs" in f["failure_reason"] for f in failed)
+
+
+def test_shards_of_different_input_rows_are_refused(servers, tmp_path, capsys):
+    _, _, _, a, _ = servers
+    rows = example_rows("calculator")
+    other = [*rows[:3], {**rows[3], "expected": "something else"}, *rows[4:]]  # task 3: shard 2's
+    s1, s2, out = tmp_path / "s1.jsonl", tmp_path / "s2.jsonl", tmp_path / "out.jsonl"
+    collect(rows, s1, agent_url=a.url, shard=(1, 2), progress=False)
+    collect(other, s2, agent_url=a.url, shard=(2, 2), progress=False)
+    assert cli(["merge", str(out), str(s1), str(s2)]) == 2
+    err = capsys.readouterr().err
+    assert "s2_shard.json: this shard was collected from other input rows, options or shard count than" in err
+    assert "s1_shard.json" in err and not out.exists()
+    collect(rows, s2.with_name("s3.jsonl"), agent_url=a.url, shard=(2, 2), progress=False)  # the same rows
+    assert cli(["merge", str(out), str(s1), str(tmp_path / "s3.jsonl")]) == 0 and len(lines(out)) == 5
+    assert not output_paths(out)["shard"].exists()  # the merged output is a whole collection
+    collect(rows, tmp_path / "s4.jsonl", agent_url=a.url, shard=(2, 3), progress=False)  # another shard count
+    assert cli(["merge", str(tmp_path / "o3.jsonl"), str(s1), str(tmp_path / "s4.jsonl")]) == 2
+    assert "of 3 shards vs" in capsys.readouterr().err
+    output_paths(s2)["shard"].write_text("{not json")
+    assert cli(["merge", str(tmp_path / "o2.jsonl"), str(s1), str(s2)]) == 2
+    assert "s2_shard.json: not a shard record" in capsys.readouterr().err

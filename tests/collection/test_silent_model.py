@@ -17,7 +17,10 @@ import pytest
 from fastapi import FastAPI
 
 from gymlab import BaseServer, ServerError, collect
+from gymlab.collection.engine import RunStopped
 from gymlab.examples import example_rows, load_environment
+from gymlab.retry import RETRY_SPAN_S
+from gymlab.testing.workers import wait_until
 
 counter = load_environment("counter")
 
@@ -27,19 +30,24 @@ async def silent(request):
     await asyncio.Event().wait()
 
 
-def test_collect_with_default_options_on_a_silent_model_ends_with_every_row_failed(lab, tmp_path):
+def test_collect_with_default_options_on_a_silent_model_stops_early_and_says_why(lab, tmp_path):
+    """Every call times out: the run stops once its first tries all failed alike (the breaker), each
+    started row written with its failure, the rows not started never attempted. Before, 40 rows
+    went on for every row's retries (with 300 s model timeouts, 915 s for 4 rows)."""
     env = lab.serve(counter.CounterServer)
     agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(silent), timeouts={"model": 0.5})
     rows = example_rows("counter")
     t0 = time.monotonic()
-    result = collect(rows, tmp_path / "run.jsonl", agent_url=agent.url, progress=False)  # default options
-    assert time.monotonic() - t0 < 60
-    assert result.rollouts == [] and len(result.failures) == len(rows)
+    with pytest.raises(RunStopped, match=r"the first \d+ tries all failed with transport_timeout .*within 0\.5 s"):
+        collect(rows, tmp_path / "run.jsonl", agent_url=agent.url, repeats=10, progress=False)  # default options
+    took = time.monotonic() - t0
+    assert RETRY_SPAN_S <= took < RETRY_SPAN_S + 30  # 40 rows, 16 at a time: three rounds of retries without it
+    assert (tmp_path / "run.jsonl").read_text() == ""
     failures = [json.loads(line) for line in (tmp_path / "run_failures.jsonl").read_text().splitlines()]
-    assert [f["_ng_task_index"] for f in failures] == list(range(len(rows)))
+    assert len(failures) == 16  # the rows started (concurrency 16); the other 24 were never attempted
     assert {(f["failure_kind"], f["failure_stage"]) for f in failures} == {("transport_timeout", "agent")}
-    assert all("within 0.5 s" in f["failure_reason"] and f["attempts"] == 3 for f in failures)
-    assert env.server.session_state == {}  # every seeded counter was released
+    assert all("within 0.5 s" in f["failure_reason"] and f["attempts"] >= 1 for f in failures)
+    wait_until(lambda: env.server.session_state == {}, 30, "every seeded counter released")
 
 
 def test_an_episode_past_its_whole_budget_is_an_agent_timeout_and_released(lab, tmp_path):
@@ -80,7 +88,8 @@ silent:
 """
 
 
-def test_the_collect_command_on_a_silent_model_finishes_with_every_row_in_the_failures_file(tmp_path):
+@pytest.mark.parametrize("stop_after", [None, "0"], ids=["default", "never"])
+def test_the_collect_command_on_a_silent_model_says_why_it_stopped(tmp_path, stop_after):
     from gymlab.examples import environment_dir
 
     (tmp_path / "app.py").write_text(textwrap.dedent(SILENT_APP))
@@ -90,17 +99,19 @@ def test_the_collect_command_on_a_silent_model_finishes_with_every_row_in_the_fa
         )
     )
     out = tmp_path / "run.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "gymlab.cli", "collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 1, proc.stderr  # some rollouts failed: they are in the failures file
+    argv = ["collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress"]
+    argv += ["--stop-after", stop_after] if stop_after else []
+    proc = subprocess.run([sys.executable, "-m", "gymlab.cli", *argv], capture_output=True, text=True, timeout=180)
     failures = [json.loads(line) for line in (tmp_path / "run_failures.jsonl").read_text().splitlines()]
-    assert len(failures) == len(example_rows("counter"))
+    assert len(failures) == len(example_rows("counter")) and out.read_text() == ""
     assert {f["failure_kind"] for f in failures} == {"transport_timeout"}
-    assert out.read_text() == ""
+    if stop_after is None:  # the breaker: exit 2 and the cause, in one line
+        assert proc.returncode == 2, proc.stderr
+        [line] = proc.stderr.splitlines()
+        assert "gymlab collect: error: stopped after the first" in line and "transport_timeout" in line
+    else:  # never stopped: every row's retries, spanning RETRY_SPAN_S (more tries than max_retries + 1)
+        assert proc.returncode == 1, proc.stderr  # some rollouts failed: they are in the failures file
+        assert all(f["attempts"] > 3 for f in failures)
 
 
 class HelloModel(BaseServer):

@@ -158,3 +158,35 @@ def test_a_running_runs_finished_records_are_read_from_its_one_buffer():
     store = builder.finish()
     assert [store.record(i).model_dump() for i in range(6)] == [r.model_dump() for r in records]
     assert len(store.buffer) == sum(len(store.line(i)) for i in range(6)) and not builder.data
+
+
+def test_a_lab_keeps_its_server_logs_after_uvicorns_own_logging_config_ran():
+    """uvicorn's default ``log_config`` (a server run outside a Lab) removes the handlers of the
+    loggers it names; the next Lab puts its log book back, so its servers' errors still reach lab.logs()."""
+    import logging.config
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    with Lab():
+        pass
+    logging.config.dictConfig(LOGGING_CONFIG)  # what uvicorn.Config(app) does with its default log_config
+
+    class Broken(SimpleResourcesServer):
+        async def verify(self, body):
+            return None
+
+        def setup_webserver(self):
+            app = super().setup_webserver()
+
+            @contextlib.asynccontextmanager
+            async def lifespan(_app):
+                raise ConnectionRefusedError("no judge")
+                yield
+
+            app.router.lifespan_context = lifespan
+            return app
+
+    with Lab() as lab:
+        with pytest.raises(ServerStartError):
+            lab.serve(Broken)
+        assert any("in lifespan" in e.trace for e in lab.logs(last=None))

@@ -4,6 +4,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.container import BarContainer  # noqa: E402
@@ -66,10 +67,14 @@ def test_every_plot_says_what_it_draws_and_over_how_many_episodes(runs):
         assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel(), name
     n_tasks = len(example_rows("blackjack"))  # the default window: one repeat's worth of episodes
     assert _title(figures["curve"]) == (
-        f"Reward per episode in repeat order, rolling mean of {n_tasks} ({n} episodes, {left_out} left out (masked or failed))"
+        f"Reward per episode in repeat order, rolling mean of {n_tasks} (one repeat) "
+        f"({n} episodes, {left_out} left out (masked or failed))"
     )
-    assert _title(figures["steps"]) == f"Mean reward by step over {n - left_out} episodes (band: +-1 std)"
-    assert _title(figures["heatmap"]) == f"Reward by episode and step ({n - left_out} episodes)"
+    band = "95% interval of the mean"  # blackjack pays -1, 0 or 1: not a 0/1 reward
+    assert _title(figures["steps"]) == f"Mean reward by step over {n - left_out} episodes (band: {band})"
+    assert _title(figures["heatmap"]) == (
+        f"Reward by episode and step, {n - left_out} episodes (grey: 0 before the last step)"
+    )
     assert _title(figures["distribution"]).startswith(f"Reward by task ({n} episodes")
     assert "rule: 18, stand: 18" in _title(figures["compare"])
 
@@ -85,7 +90,7 @@ def test_reward_curve_follows_completion_order_and_marks_failures(runs):
     (ax,) = fig.axes
     assert ax.get_xlabel() == "episode, in the order it finished"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["reward", "rolling mean (5)", "+-1 std", "failed"]
+    assert labels == ["reward", "rolling mean (5)", "95% interval of the mean", "failed"]
     assert any(isinstance(c, PolyCollection) for c in ax.collections)  # the band
     (failed,) = [line for line in _markers(ax, "x") if line.get_label() == "failed"]
     assert len(failed.get_xdata()) == n_failed
@@ -124,20 +129,20 @@ def test_step_rewards_mean_by_step_with_a_band(runs):
     expected = steps.groupby("step")["reward"].mean()
     assert list(mean.get_xdata()) == list(expected.index)
     assert list(mean.get_ydata()) == pytest.approx(list(expected))
-    assert any(isinstance(c, PolyCollection) for c in ax.collections)  # the +-1 std band
+    assert any(isinstance(c, PolyCollection) for c in ax.collections)  # the interval's band
     assert not [c for c in ax.containers if isinstance(c, BarContainer)]  # no per-episode bars
-    fig = plots.step_rewards(steps, episodes=episodes, max_episodes=4)
-    assert fig.axes[0].get_title().startswith("Mean reward by step over 4 episodes")
 
 
 def test_reward_heatmap_is_episode_by_step(runs):
-    steps = runs["rule"].steps
-    fig = plots.reward_heatmap(steps, max_episodes=5)
-    (image,) = fig.axes[0].get_images()
-    grid = image.get_array()
-    assert grid.shape == (5, steps.loc[steps["episode"] < 5, "step"].max() + 1)
-    first = steps[steps["episode"] == 0]
-    assert list(grid[0][: len(first)]) == list(first["reward"])
+    steps, episodes = runs["rule"].steps, runs["rule"].episodes
+    fig = plots.reward_heatmap(steps, episodes=episodes, max_episodes=5)
+    colour, _grey = fig.axes[0].get_images()
+    grid = np.ma.filled(colour.get_array().astype("float64"), np.nan)
+    shown = sorted(episodes.sort_values(["repeat", "task"])["episode"].tolist()[:5])  # tasks 0-4, not task 0 only
+    assert grid.shape == (5, steps.loc[steps["episode"].isin(shown), "step"].max() + 1)
+    for row, episode in zip(grid, shown):
+        own = steps[steps["episode"] == episode]
+        assert row[len(own) - 1] == own["reward"].iloc[-1]  # the episode's last reward, in colour
 
 
 def test_reward_distribution_draws_no_collapsed_box_for_deterministic_rows(runs):
@@ -146,7 +151,7 @@ def test_reward_distribution_draws_no_collapsed_box_for_deterministic_rows(runs)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == [str(t) for t in sorted(set(episodes["task"]))]
     assert not [line for line in ax.get_lines() if line.get_label() == "_nolegend_" and len(line.get_xdata()) == 2]
-    assert "mean +-1 std" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "mean, 95% interval of the mean" in [t.get_text() for t in ax.get_legend().get_texts()]
     fig = plots.reward_distribution(episodes, by="environment")
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["blackjack_env"]
     with pytest.raises(KeyError, match="no column 'nope'"):

@@ -47,7 +47,8 @@ def test_viewer_filters_then_browses_a_run(mixed_run):
     assert viewer.run_bar.layout.display == "" and viewer.index == 0
     assert "10 of 10 episodes match" in viewer.matches.value and "episode 1 of 10 shown" in viewer.matches.value
     assert viewer.prev_episode.disabled and not viewer.next_episode.disabled
-    assert f"step {viewer.step} of {len(viewer.steps)}" in viewer.status.value and viewer.step == viewer.slider.max
+    assert f"step {viewer.step} of 0–{len(viewer.steps) - 1}" in viewer.status.value
+    assert viewer.step == viewer.slider.max == len(viewer.steps) - 1  # the last step, counted from 0
 
     kind = next(iter(mixed_run.failures))
     viewer.failure_filter.value = kind  # the dropdown, as a click in the browser sets it
@@ -70,11 +71,11 @@ def test_viewer_filters_then_browses_a_run(mixed_run):
     viewer.filter(reward=1.0)  # from code; the kept episode (reward 0) no longer matches: the first match shows
     assert len(viewer.shown) == 6 and viewer.index == viewer.shown[0] and viewer.record.reward == 1.0
     record = mixed_run[viewer.index]
-    assert viewer.step == len(record.steps) == viewer.slider.max  # the slider follows the episode shown
-    viewer.slider.value = 1
+    assert viewer.step == len(record.steps) - 1 == viewer.slider.max  # the slider follows the episode shown
+    viewer.slider.value = 0
     viewer.episode.value = viewer.shown[-1]
-    assert viewer.step == viewer.slider.max == len(mixed_run[viewer.shown[-1]].steps)
-    assert f"step {viewer.step} of {viewer.step}" in viewer.status.value
+    assert viewer.step == viewer.slider.max == len(mixed_run[viewer.shown[-1]].steps) - 1
+    assert f"step {viewer.step} of 0–{viewer.step}" in viewer.status.value
 
     viewer.filter(reward=1.0, task=2)
     assert viewer.shown == [] and viewer.record is None and viewer.index is None
@@ -88,7 +89,7 @@ def test_viewer_still_shows_one_episode(mixed_run):
     record = next(r for r in mixed_run if r.reward == 1.0)
     viewer = EpisodeViewer(record, step=1)
     assert viewer.run_bar.layout.display == "none" and viewer.index is None
-    assert viewer.step == 1 and f"step 1 of {len(record.steps)}" in viewer.status.value
+    assert viewer.step == 1 and f"step 1 of 0–{len(record.steps) - 1}" in viewer.status.value
     viewer.load(mixed_run)  # the same viewer takes a run afterwards
     assert viewer.run_bar.layout.display == "" and len(viewer.shown) == 10
 

@@ -21,9 +21,10 @@ def test_viewer_steps_through_a_rollout(counter_run):
     viewer = EpisodeViewer(
         record,
     )
-    assert viewer.step == 4 and viewer.slider.max == 4 and viewer.next.disabled
-    viewer.load(record, step=1)
-    assert "step 1 of 4" in viewer.status.value and "reward 0" in viewer.status.value
+    assert viewer.step == 3 and viewer.slider.max == 3 and viewer.next.disabled  # steps 0-3, as in the frames
+    assert list(counter_run[3].steps["step"]) == [0, 1, 2, 3]
+    viewer.load(record, step=0)
+    assert "step 0 of 0–3" in viewer.status.value and "reward 0" in viewer.status.value
     assert viewer.prev.disabled and not viewer.next.disabled
     html = viewer.conversation.value
     assert "The counter starts at 0" in html and html.count("gl-b gl-call") == 1 and "{&quot;count&quot;:1}" in html
@@ -31,13 +32,13 @@ def test_viewer_steps_through_a_rollout(counter_run):
     viewer.next.click()
     viewer.next.click()
     viewer.next.click()
-    assert viewer.step == 4 and "step 4 of 4" in viewer.status.value and "reward 1" in viewer.status.value
+    assert viewer.step == 3 and "step 3 of 0–3" in viewer.status.value and "reward 1" in viewer.status.value
     assert "The counter reads 3" in viewer.conversation.value
     assert viewer.conversation.value.count("gl-b gl-call") == 3
     viewer.prev.click()
-    assert viewer.step == 3
-    viewer.slider.value = 2
-    assert "step 2 of 4" in viewer.status.value
+    assert viewer.step == 2
+    viewer.slider.value = 1
+    assert "step 1 of 0–3" in viewer.status.value
     assert viewer.sparkline.value.count("<circle") == 1
 
 
@@ -71,7 +72,10 @@ def test_viewer_never_sends_the_browser_a_slider_value_outside_its_range(counter
                     assert browser["min"] <= model["value"] <= browser["max"], (k, state, browser)
             browser.update(model)
         sent.clear()
-        assert browser["value"] == viewer.step and f"step {viewer.step} of {len(viewer.steps)}" in viewer.status.value
+        assert (
+            browser["value"] == viewer.step
+            and f"step {viewer.step} of 0–{len(viewer.steps) - 1}" in viewer.status.value
+        )
     viewer.slider.comm = None
 
 
@@ -91,7 +95,9 @@ def test_stepper_drives_a_live_episode(lab, counter, rows, counter_run):
     stepper.arguments.value = '{"by": 2}'
     stepper.step_button.click()
     assert stepper.message.value == "called increment" and len(ep.steps) == 1
-    assert "step 1 of 1" in stepper.viewer.status.value and "{&quot;count&quot;:2}" in stepper.viewer.conversation.value
+    assert (
+        "step 0 of 0–0" in stepper.viewer.status.value and "{&quot;count&quot;:2}" in stepper.viewer.conversation.value
+    )
     stepper.model_button.click()  # the policy increments by one
     assert len(ep.steps) == 2 and "{&quot;count&quot;:3}" in stepper.viewer.conversation.value
     stepper.arguments.value = "{by: 1}"
@@ -103,7 +109,7 @@ def test_stepper_drives_a_live_episode(lab, counter, rows, counter_run):
     stepper.step_button.click()
     stepper.verify_button.click()
     assert stepper.message.value == "verified: reward 1"
-    assert "reward 1" in stepper.viewer.status.value and "step 3 of 3" in stepper.viewer.status.value
+    assert "reward 1" in stepper.viewer.status.value and "step 2 of 0–2" in stepper.viewer.status.value
     assert stepper.step_button.disabled and stepper.verify_button.disabled
     stepper.reset_button.click()
     assert stepper.episode is not ep and stepper.message.value == "a new episode"
@@ -176,11 +182,12 @@ def test_stepper_drives_a_gymnasium_episode(lab, rows):
     stepper.arguments.value = '{"value": 4}'
     stepper.step_button.click()
     assert (
-        "step 1 of 1" in stepper.viewer.status.value and "{&quot;result&quot;: 16}" in stepper.viewer.conversation.value
+        "step 0 of 0–0" in stepper.viewer.status.value
+        and "{&quot;result&quot;: 16}" in stepper.viewer.conversation.value
     )
     stepper.model_button.click()  # the policy reads 16 and answers: reward 1, terminated
     assert "the episode terminated" in stepper.message.value
-    assert "step 2 of 2" in stepper.viewer.status.value and "reward 1" in stepper.viewer.status.value
+    assert "step 1 of 0–1" in stepper.viewer.status.value and "reward 1" in stepper.viewer.status.value
     assert stepper.step_button.disabled and stepper.model_button.disabled
     first = stepper.episode
     stepper.reset_button.click()

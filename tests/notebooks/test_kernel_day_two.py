@@ -201,3 +201,56 @@ def test_a_failing_verify_shows_a_few_lines_and_logs_keep_the_traces(kernel):
         assert len(lines) <= 12, lines  # the cell's frame and the error, not gymlab's internals
         assert "in verify" in reply["evalue"], reply["evalue"]  # the user's own frame, named in the error
         assert not any("aiohttp" in line or "concurrent/futures" in line for line in lines), lines
+
+
+def test_errors_name_the_cell_and_agent_run_shows_only_the_users_frames(kernel):
+    reply, _ = kernel.run(
+        """
+        class Cellular(calc.CalculatorServer):
+            async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+                return 1 / 0
+
+        cellular = lab.serve(Cellular, name="cellular")
+        cell_model = lab.serve_model(calc.policy, name="cell_model")
+        cell_agent = lab.serve_agent("simple_agent", name="cell_agent", resources=cellular, model=cell_model)
+        """
+    )
+    assert reply["status"] == "ok", reply
+    cell = f"Cell In[{reply['execution_count']}], line 3, in verify"  # IPython's name, not its temp file
+    reply, outputs = kernel.run("cell_agent.run(example_rows('calculator')[0])")
+    assert reply["status"] == "error" and reply["ename"] == "ServerError", reply
+    assert cell in reply["evalue"], reply["evalue"]
+    lines = shown_lines(outputs)
+    assert not any("ipykernel_" in line for line in lines), lines
+    assert not any(f"gymlab{os.sep}" in line for line in lines), lines  # only the user's frames
+    assert kernel.value("lab.logs()[-1].line").endswith(f"({cell})")
+
+
+def test_interrupting_agent_run_prints_one_line(kernel):
+    reply, _ = kernel.run(
+        """
+        import threading
+        gate = threading.Event()
+
+        def waiting(request):
+            gate.wait(60)
+            return calc.policy(request)
+
+        waiting_agent = lab.serve_agent(
+            "simple_agent", name="waiting_agent", resources=lab.serve(calc.CalculatorServer, name="calc_w"),
+            model=lab.serve_model(waiting, name="waiting_model"),
+        )
+        """
+    )
+    assert reply["status"] == "ok", reply
+    url = kernel.value("lab.servers['calc_w'].url")
+    held = lambda: httpx.get(url + "/health").json()["sessions"]["held"]  # noqa: E731
+    msg_id = kernel.submit("waiting_agent.run(example_rows('calculator')[0])")
+    wait_until(lambda: held() == 1, 120, "the episode under way")
+    kernel.manager.interrupt_kernel()
+    reply, outputs = kernel.collect(msg_id, timeout=120)
+    kernel.run("gate.set()")
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+    gymlab_lines = [line for line in shown_lines(outputs) if line.startswith("gymlab")]
+    assert gymlab_lines == ["gymlab: interrupted: waiting_agent's episode stopped and its session closed"]
+    wait_until(lambda: held() == 0, 60, "the episode's session closed")

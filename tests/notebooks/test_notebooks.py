@@ -76,7 +76,7 @@ def test_02b_your_first_environment():
             "before_answers": [r.response.output_text for r in before],
             "after": [[r.reward, r.mask_sample, r.failure_kind] for r in after],
             "servers": sorted(lab.servers),
-            "games_left": len(env.server._games),
+            "games_left": len(env.server.session_state),
             "gym_step": [step.reward, step.terminated, step.info["tool_outputs"][0]["output"]],
             "gym": [[r.reward, r.terminated, [s.reward for s in r.steps]] for r in gym_rollouts],
             "gym_sessions_left": len(table.server.session_state),
@@ -137,11 +137,15 @@ def test_04_reward_curves():
                 len(plots.reward_curve(rollouts.episodes).axes),
                 len(plots.compare_runs({n: r.episodes for n, r in runs.items()}).axes),
             ],
+            "curve_title": plots.reward_curve(rollouts.episodes).axes[0].get_title(),
+            "sample_title": plots.step_rewards(rollouts.steps, episodes=rollouts.episodes, max_episodes=6).axes[0].get_title(),
         }""",
     )
+    assert "rolling mean of 6 (one repeat)" in out["curve_title"]
+    assert "a sample of 6 of 48 episodes (every task once per repeat, 6 tasks)" in out["sample_title"]
     assert out["episodes"] == {"hit below 17": 8 * 6, "always stand": 8 * 6}
     assert out["repeats"] == list(range(8))
     assert out["rewards_match"] is True
     assert out["figure_axes"] == [1, 1]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) >= 4  # the four figures rendered inline
+    assert len(images) >= 7  # every figure rendered inline

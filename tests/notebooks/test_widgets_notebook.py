@@ -29,8 +29,8 @@ def test_06_widgets():
     assert out["failures"] == out["panel_failed"] == {"provider_unavailable": 4}  # one task's model fails
     assert out["panel_mean_reward"] == out["mean_reward"] == 12 / 16  # another task earns 0
     assert "over 16 unmasked of 20" in out["panel_summary"]
-    assert out["viewer_step"] == 2 and out["viewer_steps"] == 4
-    assert out["browser_shown"] == 20 and out["browser_index"] == 0 and out["browser_in_step"] == [4, 4, 4]
+    assert out["viewer_step"] == 1 and out["viewer_steps"] == 4  # step 0, then next once
+    assert out["browser_shown"] == 20 and out["browser_index"] == 0 and out["browser_in_step"] == [3, 3, 4]
     assert out["browser_failures"] == ["*", "", "provider_unavailable"]
     assert out["stepper_steps"] == 2 and out["stepper_message"] == "the model took a step"
-    assert out["stepper_in_step"] == [2, 2]
+    assert out["stepper_in_step"] == [1, 1]  # steps counted from 0, as in the frames

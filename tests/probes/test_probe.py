@@ -45,7 +45,8 @@ def test_answer_spray_flags_a_verify_that_checks_42_in_text(lab):
     report = probe(lab, env, QUESTIONS, real_policy=answers_42)
     assert isinstance(report, ProbeReport) and list(report.rollouts) == list(BUILTIN_PROBES)
     assert "answer_spray" in report.flagged
-    assert set(report.flagged) <= {"answer_spray", "call_every_tool_then_spray"}  # nothing else writes "42"
+    # nothing else writes "42" (the answer-aware spray does: 6 x 7 and 40 + 2 are its guesses)
+    assert set(report.flagged) == {"answer_spray", "answer_aware_spray"}
     spray = report.cell("answer_spray", 0)
     assert spray.mean_reward == 1.0 and spray.beat_rate == 1.0 and spray.real_reward == 1.0 and spray.above
     assert report.cell("refusal").mean_reward == 0.0 and not report.cell("refusal").above
@@ -107,7 +108,7 @@ def test_tool_calling_probe_flags_a_verify_that_checks_only_that_a_tool_was_call
     tool_probes = ("call_every_tool", "call_every_tool_silent", "call_every_tool_random", "call_every_tool_then_spray")
     for name in (*tool_probes, "repeat_tool_call"):
         assert name in report.flagged and report.cell(name).mean_reward == 1.0
-    for name in ("empty_answer", "echo_prompt", "answer_spray", "long_answer", "refusal"):
+    for name in ("empty_answer", "echo_prompt", "answer_spray", "answer_aware_spray", "long_answer", "refusal"):
         assert name not in report.flagged and report.cell(name).mean_reward == 0.0
     # schema-valid arguments: every call reached the tool and got its answer, not a validation error
     calls = report.episodes("call_every_tool_random").calls
@@ -160,10 +161,12 @@ def test_probes_run_the_agent_path_step_limit_tool_guard_and_masking(lab, counte
         (True, "transport_timeout", "agent")
     ] * 2
     assert [(e.mask_sample, e.failure_kind) for e in report.episodes("broken")] == [(True, "provider_unavailable")] * 2
-    # a masked episode is no reward: the cell counts it, its mean is nan, nothing is flagged for it
+    # a masked episode is no reward: the cell counts it, its mean is nan, and a probe masked more
+    # often than the real policy (none, without a real run) is flagged: its verdict is unknown
     cell = report.cell("silent", 0)
-    assert cell.masked == 1 and math.isnan(cell.mean_reward) and not cell.above
-    assert "silent" not in report.flagged and "broken" not in report.flagged
+    assert cell.masked == 1 and cell.mask_rate == 1.0 and math.isnan(cell.mean_reward) and not cell.above
+    assert report.flagged == ["silent", "broken"] and cell.masked_more
+    assert "100% of its episodes were masked (transport_timeout 2)" in report.reasons()["silent"]
     assert env.server.session_state == {}  # every seeded session was released, as in any run
     # the probe's servers are gone; the environment stays
     assert [n for n in lab.servers if n.startswith("probe-")] == []
@@ -177,22 +180,13 @@ def test_verdict_table_html_text_frame_and_viewer(lab):
     assert "<details><summary>episode</summary>" in html and "What is 6 times 7?" in html
     assert "refusal ⚑" not in html
     text = repr(report)
-    assert (
-        "real policy" in text
-        and "1.00!" in text
-        and "flagged (mean reward over every task above 0.5): answer_spray" in text
-    )
+    assert "real policy" in text and "1.00!" in text and "answer_spray *" in text and "refusal *" not in text
+    assert "answer_spray: it earned a mean reward of 1.00 (above 0.5)." in text
+    assert "Shortcuts tried: a spray of common answers (answer_spray); no answer (refusal)." in text
     frame = report.frame
-    assert list(frame.columns[:9]) == [
-        "probe",
-        "task",
-        "episodes",
-        "masked",
-        "mean_reward",
-        "beat_rate",
-        "real_reward",
-        "above",
-        "flagged",
+    assert list(frame.columns) == [
+        *("probe", "task", "episodes", "masked", "mask_rate", "mean_reward", "beat_rate", "real_reward"),
+        *("real_mask_rate", "above", "masked_more", "flagged", "shortcut", "prompt"),
     ]
     assert frame.set_index(["probe", "task"]).loc[("answer_spray", 1), "flagged"]
     assert not frame.set_index(["probe", "task"]).loc[("refusal", 0), "above"]
@@ -225,7 +219,8 @@ def test_gymnasium_environment_probed_with_a_real_model_server(lab):
     qa = load_environment("qa")
 
     class LooseQA(qa.QAEnv):
-        max_answer_words: int = 1000  # the shipped bound removed: the expected word anywhere pays
+        def correct(self, answer, expected):  # the shipped check loosened: the expected word anywhere pays
+            return expected.lower() in answer.lower()
 
     env = lab.serve(LooseQA)
     real = lab.serve_model(qa.policy, name="qa-policy")

@@ -3,7 +3,13 @@ servers on 127.0.0.1: the calculator's own ``/mcp`` (streamable HTTP) and the no
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import signal
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import httpx
@@ -133,3 +139,133 @@ def test_an_mcp_session_that_ended_is_410_and_still_closes(lab, native, backed):
         assert lost.json()["route"] == "POST /square" and "the MCP session ended" in lost.json()["detail"]
         assert http.post("/close_session", json={}).status_code == 200
     assert backed.server.open_mcp_sessions == 0
+
+
+notes = load_environment("mcp_notes")
+
+#: An MCP server that ignores SIGTERM and stays after its stdin closes: the notes server the first
+#: time it starts (so the tools list), then, once the flag file exists, a process that never answers.
+STUBBORN = """
+import os, runpy, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+flag = sys.argv[1]
+if os.path.exists(flag):
+    time.sleep(600)
+open(flag, "w").close()
+sys.argv = [sys.argv[2]]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    time.sleep(600)
+"""
+
+
+def _stubborn(tmp_path: Path) -> list[str]:
+    notes_mcp = str(Path(notes.__file__).with_name("notes_mcp.py"))
+    return [sys.executable, "-c", STUBBORN, str(tmp_path / f"started-{uuid.uuid4().hex}"), notes_mcp]
+
+
+def _running(marker: str) -> list[int]:
+    """Live processes whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if state not in "ZX" and marker.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def test_seeds_past_the_process_cap_are_503_with_retry_after_until_one_ends(lab):
+    env = lab.serve(notes.NotesServer, mcp_max_processes=2)
+    marker = notes.NOTES_COMMAND[-1]
+    clients = [httpx.Client(base_url=env.url) for _ in range(3)]
+    try:
+        assert [c.post("/seed_session", json={}).status_code for c in clients[:2]] == [200, 200]
+        refused = clients[2].post("/seed_session", json={})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        body = refused.json()
+        assert body["server"] == "notes_server" and body["route"] == "POST /seed_session"
+        assert "the most this server opens at once (mcp_max_processes)" in body["message"]
+        assert "raise mcp_max_processes" in body["message"]
+        assert env.server.open_mcp_sessions == 2 and len(_running(marker)) == 2
+        assert clients[0].post("/close_session", json={}).status_code == 200
+        assert clients[2].post("/seed_session", json={}).status_code == 200  # room again
+        assert env.server.open_mcp_sessions == 2
+    finally:
+        for c in clients:
+            c.post("/close_session", json={})
+            c.close()
+    wait_until(lambda: not _running(marker), 30, "the notes MCP processes exited")
+
+
+def test_a_child_ignoring_sigterm_does_not_outlive_a_failed_open(lab, tmp_path):
+    command = _stubborn(tmp_path)
+    env = lab.serve(notes.NotesServer, mcp_command=command, mcp_open_timeout_seconds=3)
+    with httpx.Client(base_url=env.url, timeout=120) as http:
+        failed = http.post("/seed_session", json={})  # the second start: it never answers
+    assert failed.status_code == 502 and "could not open an MCP session" in failed.json()["detail"]
+    wait_until(lambda: not _running(command[3]), 60, "the stubborn MCP process killed")
+
+
+SERVE_STUBBORN = """
+import json, sys
+from gymlab.examples import load_environment
+notes = load_environment("mcp_notes")
+notes.NotesServer(port=int(sys.argv[1]), mcp_command=json.loads(sys.argv[2])).run_webserver()
+"""
+
+
+def test_a_child_ignoring_sigterm_dies_with_its_killed_server(tmp_path):
+    from gymlab._runtime.serve import answers_health, free_port
+
+    command, port = _stubborn(tmp_path), free_port()
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVE_STUBBORN, str(port), json.dumps(command)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: answers_health(url) or server.poll() is not None, 120, "the server up")
+        assert server.poll() is None
+        os.unlink(command[3])  # the episode's process speaks MCP too
+        with httpx.Client(base_url=url, timeout=60) as http:
+            assert http.post("/seed_session", json={}).status_code == 200
+        assert _running(command[3])
+        server.kill()  # no shutdown runs: only the kernel can end the child
+        server.wait(60)
+        wait_until(lambda: not _running(command[3]), 60, "the MCP process died with its server")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(60)
+        for pid in _running(command[3]):  # only when the test failed: what it started
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_concurrent_seeds_never_open_more_processes_than_the_cap(lab):
+    env = lab.serve(notes.NotesServer, mcp_max_processes=2)
+    marker = notes.NOTES_COMMAND[-1]
+
+    async def seeds(n: int) -> list[int]:
+        clients = [httpx.AsyncClient(base_url=env.url, timeout=120) for _ in range(n)]
+        try:
+            answers = await asyncio.gather(*(c.post("/seed_session", json={}) for c in clients))
+            peak = len(_running(marker))
+            await asyncio.gather(*(c.post("/close_session", json={}) for c in clients))
+            return [a.status_code for a in answers], peak
+        finally:
+            await asyncio.gather(*(c.aclose() for c in clients))
+
+    statuses, peak = asyncio.run(seeds(8))
+    assert sorted(statuses) == [200] * 2 + [503] * 6 and peak <= 2
+    assert env.server.open_mcp_sessions == 0
+    wait_until(lambda: not _running(marker), 30, "the notes MCP processes exited")

@@ -201,3 +201,25 @@ def test_profile_nemo_refuses_records_without_an_input_row(tmp_path):
     records = Rollouts.load(INTEROP / "profile_rollouts.jsonl")
     with pytest.raises(ValueError, match=r"1 record\(s\) have no input row; first \(task, repeat\) keys: \[\(0, 0\)\]"):
         records.profile().nemo(rows)
+
+
+def test_every_zero_variance_task_is_flagged_with_a_sentence_why(tmp_path, capsys):
+    """Std 0 at 0.8 or 0.2 gives group-relative RL no signal, as much as always 0 or always 1 does."""
+    rewards = {0: [0.8, 0.8, 0.8], 1: [0.2, 0.2], 2: [0.0, 0.0], 3: [1.0, 1.0], 4: [0.2, 0.8], 5: [0.5]}
+    rollouts = Rollouts([record(t, i, r) for t, rs in rewards.items() for i, r in enumerate(rs)])
+    p = rollouts.profile()
+    t = p.tasks.set_index("task")
+    assert t["zero_variance"].tolist() == [True, True, True, True, False, False]  # one episode: no group at all
+    assert p.flagged["task"].tolist() == [0, 1, 2, 3] and p.summary["zero_variance"] == [0, 1, 2, 3]
+    flags = p.flags()
+    assert list(flags) == [0, 1, 2, 3]
+    assert flags[0].startswith("all 3 scored episodes scored 0.8 (std 0): every advantage") and "0.2" in flags[1]
+    assert "scored 0:" in flags[2] and "succeeded" in flags[3]
+    assert all(f.count(". ") == 0 and f.endswith(".") for f in flags.values())  # one sentence each
+    assert t.loc[4, "why"] == "" and t.loc[5, "why"] == ""
+    assert "task 0: all 3 scored episodes scored 0.8" in p._repr_html_() and "4 with no variance" in p._repr_html_()
+    path = tmp_path / "r.jsonl"
+    rollouts.save(path)
+    assert cli(["profile", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "flagged task 1: all 2 scored episodes scored 0.2 (std 0)" in out and "flagged task 4" not in out

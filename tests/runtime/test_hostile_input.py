@@ -29,16 +29,21 @@ def seed_body(sid: str) -> dict:
     return {"resources_session_id": sid, "episode_id": {"rollout_id": "r", "attempt": 0}, "task_data": {}}
 
 
-def test_a_300_mb_streamed_post_gets_413_before_it_is_read(counter_env):
+@pytest.mark.parametrize(
+    ("path", "limit", "setting"),
+    [("/verify", 8 * MB, "max_body_bytes"), ("/aggregate_metrics", 32 * MB, "max_metrics_body_bytes")],
+)
+def test_a_300_mb_streamed_post_gets_413_before_it_is_read(counter_env, path, limit, setting):
     """A chunked 300 MB POST, streamed while the answer is read (as a careful client does: a server
-    that answers early and closes may reset the connection, which drops unread answer bytes)."""
+    that answers early and closes may reset the connection, which drops unread answer bytes).
+    ``/aggregate_metrics`` takes a whole run's verify answers, so its own bound is larger, not absent."""
     host, port = counter_env.url.removeprefix("http://").split(":")
 
     async def post() -> tuple[bytes, bytes, int]:
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(
-            b"POST /verify HTTP/1.1\r\nHost: gymlab\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
+            b"POST %s HTTP/1.1\r\nHost: gymlab\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" % path.encode()
         )
         head = asyncio.ensure_future(reader.readuntil(b"\r\n\r\n"))
         chunk, sent = b"%x\r\n" % MB + b"x" * MB + b"\r\n", 0
@@ -64,10 +69,11 @@ def test_a_300_mb_streamed_post_gets_413_before_it_is_read(counter_env):
     header, body, sent = asyncio.run(post())
     answer = json.loads(body)
     assert header.startswith(b"HTTP/1.1 413")
-    assert answer["server"] == "counter_server" and answer["route"] == "POST /verify"
-    assert answer["limit"] == 8 * MB and "max_body_bytes" in answer["hint"]
+    assert answer["server"] == "counter_server" and answer["route"] == f"POST {path}"
+    assert answer["limit"] == limit and setting in answer["hint"]
     assert sent < 100 * MB, f"the client streamed {sent // MB} MB before the answer"
     assert time.monotonic() - started < 20
+    assert httpx.get(counter_env.url + "/health", timeout=10).status_code == 200
 
 
 def test_a_declared_content_length_over_the_limit_is_refused_up_front(lab):
@@ -145,3 +151,15 @@ def test_aggregate_metrics_takes_a_whole_run_past_the_episode_body_limit(lab):
         env.url + "/seed_session", content=b"{" + b" " * 20_000 + b"}", headers={"content-type": "application/json"}
     )
     assert too_big.status_code == 413 and "max_body_bytes" in too_big.json()["hint"]
+
+
+def test_an_int_past_64_bits_keeps_its_value_through_an_agent(lab):
+    """orjson reads an int past 64 bits as a float, which an int field then refuses: the record of a
+    row with ``top_logprobs`` 10**30 came back a 500 before every JSON reader took such ints whole."""
+    model = lab.serve_model(lambda request: "done")
+    env = lab.serve(load_environment("counter").CounterServer)
+    agent = lab.serve_agent("simple_agent", resources=env, model=model, max_steps=2)
+    row = {"responses_create_params": {"input": "hi", "top_logprobs": 10**30}, "target": 0}
+    reply = httpx.post(agent.url + "/run", json=row, timeout=60)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["responses_create_params"]["top_logprobs"] == 10**30

@@ -123,5 +123,34 @@ def test_ttl_none_disables_the_reaper(counter):
     assert counter.CounterServer().session_ttl_seconds == 3600
 
 
+async def test_idleness_counts_from_a_requests_end_and_a_busy_session_is_never_reaped():
+    """On a clock the test moves: a request that began before the TTL and is still running protects its
+    session; once it ends, the session is reaped only a whole TTL later."""
+    from gymlab._runtime.episodes import EpisodeSessions
+
+    now = [0.0]
+    released: list[str] = []
+
+    async def release(sid):
+        released.append(str(sid))
+
+    episodes = EpisodeSessions(ttl_seconds=10, release=release, clock=lambda: now[0])
+    episodes.track_flat("busy")
+    episodes.track_flat("idle")
+    episodes.begin("busy")
+    episodes.begin("busy")  # two requests in flight on one session
+    now[0] = 25.0
+    assert await episodes.reap() == 1 and released == ["idle"]
+    episodes.end("busy")
+    now[0] = 50.0
+    assert await episodes.reap() == 0  # one request still in flight
+    episodes.end("busy")  # idle from now (50)
+    now[0] = 59.0
+    assert await episodes.reap() == 0 and episodes.counts()["held"] == 1
+    now[0] = 60.5
+    assert await episodes.reap() == 1 and released == ["idle", "busy"]
+    assert episodes._busy == {}  # nothing left behind once its requests ended
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))

@@ -1,10 +1,15 @@
 """Schema-driven fuzzing (schemathesis) of every built-in server over real loopback uvicorn servers:
 valid and invalid bodies for every operation of its OpenAPI schema, and no answer is a 5xx.
 
+Every example environment is fuzzed (its resources server, or its own agent for an agent-embedded
+one), and so is the agent that drives it (``simple_agent`` or ``gymnasium_agent`` bound to it), the
+model server and ``single_agent_turn``.
+
 Excluded: a 502 (Bad Gateway) from an agent or environment server, a JSON answer saying its upstream
 (resources, model or agent server) failed on the fuzzed input it forwarded; each upstream is fuzzed
 directly here. The model server runs a policy that always answers "done", so a 5xx is the server's,
-not a policy's that cannot read random prompts. Bounded: ``MAX_EXAMPLES`` derandomized cases per operation and generation mode.
+not a policy's that cannot read random prompts. Bounded: ``MAX_EXAMPLES`` derandomized cases per
+operation and generation mode.
 """
 
 from __future__ import annotations
@@ -15,12 +20,16 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
+from gymlab.agents.base import BaseAgent
 from gymlab.envservers.single_agent_turn import SingleAgentTurn
-from gymlab.examples import load_environment
+from gymlab.examples import ENVIRONMENTS_DIR, load_environment
 from gymlab.lab import AgentHandle
+from gymlab.resources.gymnasium import GymnasiumServer
 
 MAX_EXAMPLES = 15
-ENVIRONMENTS = ["calculator", "counter", "blackjack", "qa", "calculator_gym", "stateless"]
+ENVIRONMENTS = sorted(p.name for p in ENVIRONMENTS_DIR.iterdir() if (p / "app.py").exists())
+#: The environments served by a resources server (the rest are agents that embed their environment).
+WITH_RESOURCES = ["blackjack", "calculator", "calculator_gym", "counter", "mcp_notes", "open_qa", "qa", "stateless"]
 
 
 def _server_class(module):
@@ -37,20 +46,26 @@ def _server_class(module):
 
 def _serve(lab, name: str):
     """Start ``name`` (and what it calls) on loopback; its URL."""
-    if name in ENVIRONMENTS:
-        return lab.serve(_server_class(load_environment(name))).url
-    counter = load_environment("counter")
     model = lab.serve_model(lambda request: "done")
     if name == "policy_model":
         return model.url
-    if name == "gymnasium_agent":
-        env = lab.serve(load_environment("blackjack").BlackjackEnv)
-        return lab.serve_agent("gymnasium_agent", resources=env, model=model).url
-    env = lab.serve(counter.CounterServer)
-    agent = lab.serve_agent("simple_agent", resources=env, model=model, max_steps=4)
-    if name == "simple_agent":
-        return agent.url
-    return lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url).url
+    env_name, _, role = name.partition("/")
+    if env_name == "single_agent_turn":
+        env = lab.serve(load_environment("counter").CounterServer)
+        agent = lab.serve_agent("simple_agent", resources=env, model=model, max_steps=4)
+        return lab.serve(SingleAgentTurn, handle_cls=AgentHandle, resources_server=env.url, agent_server=agent.url).url
+    module = load_environment(env_name)
+    cls = _server_class(module)
+    if issubclass(cls, BaseAgent):  # an agent-embedded environment
+        return lab.serve_agent(cls, model=model).url
+    config = {}
+    if env_name == "open_qa":  # its judge: the environment's own rule-based judge model
+        config["judge_model"] = lab.serve_model(module.judge_policy, name="judge_model").url
+    env = lab.serve(cls, **config)
+    if role != "agent":
+        return env.url
+    agent = "gymnasium_agent" if issubclass(cls, GymnasiumServer) else "simple_agent"
+    return lab.serve_agent(agent, resources=env, model=model, max_steps=4).url
 
 
 def _upstream_failure(response) -> bool:
@@ -64,9 +79,10 @@ def _upstream_failure(response) -> bool:
 
 
 @pytest.mark.parametrize(
-    "name", [*ENVIRONMENTS, "simple_agent", "gymnasium_agent", "policy_model", "single_agent_turn"]
+    "name", [*ENVIRONMENTS, *(f"{e}/agent" for e in WITH_RESOURCES), "policy_model", "single_agent_turn"]
 )
 def test_no_input_gets_a_server_error(lab, name):
+    assert set(WITH_RESOURCES) <= set(ENVIRONMENTS)
     url = _serve(lab, name)
     schema = schemathesis.openapi.from_url(url + "/openapi.json")
     errors: list[str] = []
@@ -86,11 +102,12 @@ def test_no_input_gets_a_server_error(lab, name):
             @given(case=operation.as_strategy(generation_mode=mode))
             def fuzz(case):
                 response = case.call(base_url=url, timeout=30)
-                if response.status_code >= 500 and not _upstream_failure(response):
-                    errors.append(
-                        f"{case.method} {case.path} ({mode.value}) body={case.body!r:.300} -> "  # noqa: B023 (fuzz runs in this iteration)
-                        f"{response.status_code} {response.text[:300]}"
-                    )
+                if response.status_code < 500 or _upstream_failure(response):
+                    return
+                errors.append(
+                    f"{case.method} {case.path} ({mode.value}) body={case.body!r:.300} -> "  # noqa: B023 (fuzz runs in this iteration)
+                    f"{response.status_code} {response.text[:300]}"
+                )
 
             try:
                 fuzz()

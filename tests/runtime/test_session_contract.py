@@ -1,6 +1,7 @@
 """check_resources_session_contract: passes on the example servers, names the rule a broken server breaks."""
 
 import pytest
+from pydantic import PrivateAttr
 
 from gymlab import SessionContractError
 from gymlab.examples import example_rows, load_environment
@@ -65,15 +66,21 @@ def test_blackjack_passes_the_rules_without_verify():
 
 def test_a_server_that_leaks_state_after_close_breaks_close(counter):
     class Leaky(counter.CounterServer):
-        async def close_resources_session(self, resources_session_id):
-            pass
+        """Keeps a dict of its own besides session_state (which the base drops), and no close releases it."""
 
+        _kept: dict = PrivateAttr(default_factory=dict)
+
+        async def seed_session(self, request: counter.Request, body: counter.ResourcesSeedSessionRequest):
+            self._kept[request.session[counter.SESSION_ID_KEY]] = True
+            return await super().seed_session(request, body)
+
+    server = Leaky()
     with pytest.raises(
         SessionContractError,
         match=r"rule 'close': holds_state\('contract-close-\w+'\) is still "
         r"true after its close; the server leaks",
     ) as err:
-        check_counter(Leaky())
+        check_counter(server, holds_state=lambda sid: sid in server._kept)
     assert err.value.rule == "close"
     assert isinstance(err.value, AssertionError)
 

@@ -7,6 +7,7 @@ var), bound to port 0, and is stopped in ``finally`` by signalling the whole gro
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -349,6 +350,28 @@ def test_cookie_and_body_naming_different_sessions_get_409():
     for status, body, _ in answers:
         assert status == 409
         assert "rs-a" in body["message"] and "rs-b" in body["message"] and body["server"] == "counter_server"
+
+
+def test_a_seed_naming_another_clients_session_is_refused_on_every_worker():
+    """The victim's session ID is readable in its cookie; an attacker's seed naming it, from whichever
+    worker receives it, is refused 409 with no cookie, and the victim's episode scores as its own."""
+
+    async def run(url):
+        victim = Client(url)
+        assert (await victim.post("/seed_session", {"initial_count": 0}))[0] == 200
+        (cookie,) = victim.jar.values()
+        sid = json.loads(base64.b64decode(cookie.strip('"').split(".")[0]))["session_id"]
+        assert (await victim.post("/increment", {"by": 1}))[0] == 200
+        hijack = {**_episode_seed(sid), "task_data": {"initial_count": 5}}
+        refused = await _from_every_worker(url, "/seed_session", hijack)
+        status, verified, _ = await victim.post("/verify", _verify_body(1))
+        return refused, status, verified
+
+    with served(COUNTER) as (url, _):
+        (answers, receivers), status, verified = run_sync(run(url))
+    assert len(receivers) == WORKERS
+    assert all(status == 409 for status, _, _ in answers), answers
+    assert status == 200 and verified["reward"] == 1.0 and verified["final_count"] == 1
 
 
 # -- opting out, refusing, and one worker --------------------------------------------------------

@@ -97,9 +97,7 @@ def episode_rewards(servers: dict, shape: str) -> dict[str, float]:
             shape,
             [[call("square", {"value": 4})], [message("The answer is 16.")]],
         ),
-        "qa": reset_step(
-            servers["qa"].url, row("qa"), shape, [[message("Paris.")], [message("Gustave Eiffel's company.")]]
-        ),
+        "qa": reset_step(servers["qa"].url, row("qa"), shape, [[message("Paris.")], [message("Eiffel.")]]),
         "blackjack": reset_step(
             servers["blackjack"].url, row("blackjack"), shape, [[call("hit", {})], [call("stand", {}, "call_2")]]
         ),

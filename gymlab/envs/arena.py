@@ -1,0 +1,276 @@
+"""TextArena games as GymnasiumServers: the model plays one seat, a rule or a model server the others.
+
+Each episode is one game made with ``textarena.make(env_id)`` (its own action wrappers kept) and
+reset with the row's ``seed``. The model's observation is what the game told its seat since its
+last move (its own move left out); its action is its text, or a declared tool call's ``action``
+argument; the game judges it (invalid moves, error allowance, turn limits) and the step's reward
+is the seat's reward when the game ends, as ``close()`` reports it. After the model's move the other
+seats play until it is the model's turn again: ``opponent`` (a function of the seat's observation
+text) or ``opponent_model`` (a model server's URL, asked with that seat's whole conversation). Every
+seat's moves are kept in the step's ``info["moves"]`` and every seat's reward in the last step's
+``info["rewards"]``.
+
+TextArena draws from Python's global ``random`` (seeded at reset); each episode keeps its own copy of
+that state between calls, so interleaved episodes replay as if played alone and the process's own
+``random`` is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import json
+import os
+import random
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from fastapi import HTTPException
+from pydantic import Field, PrivateAttr
+
+from gymlab.client import ask_model_server
+from gymlab.envs.extras import need
+from gymlab.envs.gym_env import LOST, plain, row_seed
+from gymlab.resources.gymnasium import GymnasiumServer
+from gymlab.resources.tools import rows_from
+
+#: The tool a row declares when the model plays by function call.
+MOVE_TOOL = {
+    "type": "function",
+    "name": "move",
+    "description": "Make your move: the text the game asks for (e.g. '[4]').",
+    "parameters": {"type": "object", "properties": {"action": {"type": "string"}}, "required": ["action"]},
+}
+
+_NLTK_DOWNLOAD = re.compile(r"nltk\.download\(\s*(\[[^\]]*\]|['\"][^'\"]+['\"])")
+
+
+class TextArenaServer(GymnasiumServer):
+    """One TextArena game per episode; the model plays seat ``player``."""
+
+    env_id: str = Field(description="A registered TextArena game, e.g. TicTacToe-v0.")
+    num_players: int = Field(1, ge=1, description="Seats of the game (2 for a two-player game).")
+    player: int = Field(0, ge=0, description="The model's seat.")
+    opponent_model: str | None = Field(None, description="A model server's URL that plays the other seats.")
+    opponent_timeout_s: float = Field(300.0, gt=0, description="Bound on one answer of opponent_model.")
+    max_opponent_moves: int = Field(64, ge=1, description="Other seats' moves per model move before truncation.")
+    make_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keywords of textarena.make.")
+    _opponent: Callable[[str], str] | None = PrivateAttr(default=None)
+
+    def make_game(self) -> Any:
+        ta = need("textarena")
+        check_offline(self.env_id)
+        return ta.make(self.env_id, **self.make_kwargs)
+
+    async def reset(self, metadata, session_id=None):
+        if self.player >= self.num_players:
+            raise HTTPException(422, f"{self.name}: player {self.player} is not a seat of {self.num_players}")
+        if self.num_players > 1 and self._opponent is None and self.opponent_model is None:
+            raise HTTPException(422, f"{self.name}: {self.env_id} has other seats; give opponent or opponent_model")
+        seed = row_seed(self, metadata)
+        state = {"random": random.Random(seed).getstate(), "chats": {}}
+        with _own_random(state):
+            state["game"] = self.make_game()
+            state["game"].reset(num_players=self.num_players, seed=seed)
+        self.session_state[session_id] = state
+        state["before"] = await self._others(state)  # the seats before the model's: in the first step's moves
+        if _inner(state["game"]).state.done:
+            raise HTTPException(422, f"{self.name}: {self.env_id} ended before seat {self.player} moved")
+        return _seen(state["game"], self.player), {}
+
+    async def step(self, action, metadata, session_id=None):
+        state = self.session_state.get(session_id)
+        if state is None:
+            return None, 0.0, False, True, LOST
+        calls = [item for item in action.output if item.type == "function_call"]
+        text = _call_action(calls[0]) if calls else action.output_text
+        info: dict[str, Any] = {}
+        if calls:
+            info["tool_outputs"] = [self.tool_output(c, {"played": text}) for c in calls]
+        with _own_random(state):
+            done, _ = state["game"].step(text)
+        info["moves"] = [*state.pop("before", []), {"player": self.player, "action": text}]
+        truncated = False
+        if not done:
+            info["moves"] += await self._others(state)
+            done = _inner(state["game"]).state.done
+            truncated = not done and _inner(state["game"]).state.current_player_id != self.player
+        if not (done or truncated):
+            return _seen(state["game"], self.player), 0.0, False, False, info
+        with _own_random(state):
+            rewards, game_info = state["game"].close()
+        rewards = {int(k): float(v) for k, v in (rewards or {}).items()}
+        info.update(rewards={str(k): v for k, v in rewards.items()}, game_info=plain(game_info))
+        return _seen(state["game"], self.player) or None, rewards.get(self.player, 0.0), done, truncated, info
+
+    async def _others(self, state: dict) -> list[dict[str, Any]]:
+        """The other seats' moves until it is the model's turn (or the game ends, or the move limit)."""
+        game, moves = state["game"], []
+        inner = _inner(game)
+        while not inner.state.done and inner.state.current_player_id != self.player:
+            if len(moves) >= self.max_opponent_moves:
+                break
+            seat = inner.state.current_player_id
+            seen = _seen(game, seat)
+            move = await self._opponent_move(state, seat, seen)
+            with _own_random(state):
+                game.step(move)
+            moves.append({"player": seat, "observation": seen, "action": move})
+        return moves
+
+    async def _opponent_move(self, state: dict, seat: int, seen: str) -> str:
+        if self._opponent is not None:
+            return str(self._opponent(seen))
+        chat = state["chats"].setdefault(seat, [])
+        chat.append({"role": "user", "content": seen})
+        reply = await ask_model_server(
+            self.opponent_model, {"input": chat}, server=f"{self.name}'s opponent", timeout=self.opponent_timeout_s
+        )
+        chat.append({"role": "assistant", "content": reply.output_text})
+        return reply.output_text
+
+
+def _inner(game: Any) -> Any:
+    while hasattr(game, "env"):
+        game = game.env
+    return game
+
+
+def _seen(game: Any, seat: int) -> str:
+    """What the game told ``seat`` since it last looked, its own moves left out, one message a paragraph."""
+    inner = _inner(game)
+    if seat != inner.state.current_player_id:  # observations are read for the seat to move
+        messages = inner.state.observations[seat]
+        inner.state.observations[seat] = []
+    else:
+        _, messages = inner.get_observation()
+    kinds = need("textarena").ObservationType
+    lines = []
+    for sender, message, kind in messages:
+        if kind == kinds.PLAYER_ACTION and sender in (seat, -1):
+            continue
+        who = inner.state.role_mapping.get(sender, f"Player {sender}") if sender != -1 else None
+        lines.append(f"[{who}] {message}" if who else str(message))
+    return "\n\n".join(lines)
+
+
+def _call_action(call: Any) -> str:
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except ValueError:
+        return call.arguments or ""
+    action = arguments.get("action") if isinstance(arguments, dict) else None
+    return action if isinstance(action, str) else json.dumps(arguments)
+
+
+@contextlib.contextmanager
+def _own_random(state: dict):
+    """Run with the episode's own copy of Python's global random state, and put the process's back."""
+    outer = random.getstate()
+    random.setstate(state["random"])
+    try:
+        yield
+    finally:
+        state["random"] = random.getstate()
+        random.setstate(outer)
+
+
+@functools.cache  # once per game and process (a game that fails raises again: exceptions are not cached)
+def check_offline(env_id: str) -> None:
+    """Refuse a game that needs what it cannot get here: NLTK data not installed, or a hosted model's API
+    key (the game's own module asks OpenRouter). Nothing is downloaded: a game module whose import
+    calls ``nltk.download`` is imported with that call answered from the local data."""
+    ta = need("textarena")
+    from textarena.envs.registration import ENV_REGISTRY
+
+    if env_id not in ENV_REGISTRY:
+        close = [k for k in ENV_REGISTRY if k.lower().startswith(env_id.split("-")[0].lower())][:8]
+        raise LookupError(f"no TextArena game {env_id!r}; e.g. {', '.join(close or sorted(ENV_REGISTRY)[:8])}")
+    entry = ENV_REGISTRY[env_id].entry_point
+    module = entry.split(":")[0] if isinstance(entry, str) else entry.__module__
+    # the game's folder, found without importing it (a game module may not even compile)
+    folder = Path(ta.__file__).parent.joinpath(*module.split(".")[1:]).parent
+    source = "\n".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*.py")))
+    if "OpenRouter" in source or "openrouter.ai" in source:
+        raise RuntimeError(
+            f"TextArena game {env_id} asks a hosted model on OpenRouter (an API key in OPENROUTER_API_KEY and "
+            "the network); gymlab serves only games that run offline"
+        )
+    wanted = [n for found in _NLTK_DOWNLOAD.findall(source) for n in re.findall(r"['\"]([^'\"]+)['\"]", found)]
+    if not wanted:
+        return
+    import nltk
+
+    missing = [n for n in dict.fromkeys(wanted) if not _nltk_has(nltk, n)]
+    if missing:
+        raise RuntimeError(
+            f"TextArena game {env_id} needs NLTK data {', '.join(missing)}, not found in {os.pathsep.join(nltk.data.path)}; "
+            f"install it once with `python -m nltk.downloader {' '.join(missing)}` (gymlab downloads nothing)"
+        )
+    download, nltk.download = nltk.download, lambda *a, **k: True  # the data is here: no index fetch
+    try:
+        importlib.import_module(module)
+    finally:
+        nltk.download = download
+
+
+def _nltk_has(nltk: Any, name: str) -> bool:
+    for kind in ("corpora", "taggers", "tokenizers", "chunkers", "misc"):
+        for path in (f"{kind}/{name}", f"{kind}/{name}.zip"):
+            try:
+                nltk.data.find(path)
+                return True
+            except LookupError:
+                continue
+    return False
+
+
+def textarena(
+    env_id: str,
+    *,
+    seeds: Iterable[int] = range(4),
+    num_players: int = 1,
+    player: int = 0,
+    opponent: Callable[[str], str] | Any = None,
+    tools: bool = False,
+    instructions: str | None = None,
+    name: str | None = None,
+    **make_kwargs: Any,
+) -> tuple[TextArenaServer, list[dict[str, Any]]]:
+    """``(server, rows)`` for the TextArena game ``env_id``, one row per seed.
+
+    ``opponent`` plays the other seats of a multi-player game: a function of the seat's observation
+    text returning its move, or a model server (a Lab handle or URL). ``tools=True`` declares a
+    ``move`` tool on the rows (else the model's text is its move).
+    """
+    library = need("textarena")  # not installed: the ImportError naming the extra, as is
+    check_offline(env_id)
+    try:
+        library.make(env_id, **make_kwargs)  # a game that cannot load fails here, not at each reset
+    except Exception as exc:
+        raise RuntimeError(f"TextArena game {env_id} does not load here: {type(exc).__name__}: {exc}") from exc
+    server = TextArenaServer(
+        name=name or f"textarena-{env_id.lower()}",
+        env_id=env_id,
+        num_players=num_players,
+        player=player,
+        make_kwargs=make_kwargs,
+    )
+    if callable(opponent):
+        server._opponent = opponent
+    elif opponent is not None:
+        server.opponent_model = opponent if isinstance(opponent, str) else opponent.url
+    text = instructions or f"You are playing {env_id} as player {player}. Make your move when asked."
+    seeds = list(seeds)
+    return server, rows_from([text] * len(seeds), tools=[MOVE_TOOL] if tools else None, seed=seeds)
+
+
+def games() -> list[str]:
+    """The registered TextArena game ids (their ``-raw`` and ``-train`` wrappings left out)."""
+    need("textarena")
+    from textarena.envs.registration import ENV_REGISTRY
+
+    return sorted(k for k in ENV_REGISTRY if not k.endswith(("-raw", "-train")))

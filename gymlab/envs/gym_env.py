@@ -1,0 +1,241 @@
+"""Any Gymnasium env whose observation can be read as text, as a GymnasiumServer.
+
+One env per episode, made from the env id (``gymnasium.make``) or copied from the env you pass, and
+reset with the row's ``seed``, so a served episode replays a direct loop on the same seed and
+actions. The observation the model reads is the env's ``ansi`` render (highlighted cells in
+brackets, colours dropped) followed by the observation itself, or your ``formatter(env, obs)``. An
+action is a function call named after a discrete action (or ``act`` with an ``action`` argument) or
+text naming one (``left``, or its number); an action that cannot be read changes nothing (reward 0,
+the same observation, ``info["unreadable_action"]``), so Gymnasium's ``check_env`` passes on the
+served env wrapped back (``gymlab.gym_interop.ServedEnv``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fastapi import HTTPException
+from pydantic import Field, PrivateAttr
+
+from gymlab.envs.extras import need
+from gymlab.resources.gymnasium import GymnasiumServer
+from gymlab.resources.tools import rows_from
+
+#: The discrete actions' names of Gymnasium's own envs, by the env spec's name.
+ACTION_NAMES = {
+    "FrozenLake": ["left", "down", "right", "up"],
+    "FrozenLake8x8": ["left", "down", "right", "up"],
+    "CliffWalking": ["up", "right", "down", "left"],
+    "CliffWalkingSlippery": ["up", "right", "down", "left"],
+    "Taxi": ["south", "north", "east", "west", "pickup", "dropoff"],
+    "Blackjack": ["stick", "hit"],
+    "CartPole": ["left", "right"],
+    "MountainCar": ["left", "none", "right"],
+    "Acrobot": ["negative", "none", "positive"],
+}
+
+#: A step's info for a session the server does not hold (never reset, ended, or the server restarted).
+LOST = {
+    "mask_sample": True,
+    "failure_kind": "session_lost",
+    "failure_reason": "no episode is held for this session (reset first; it may have ended or the server restarted)",
+}
+
+_HIGHLIGHT = re.compile(r"\x1b\[4\d(?:;\d+)*m(.*?)\x1b\[0m", re.DOTALL)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON holds it (numpy arrays and scalars, tuples, sets)."""
+    return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
+
+
+def text_observation(env: Any, observation: Any) -> str:
+    """The ``ansi`` render (a highlighted cell as ``[x]``, colours dropped), then ``observation: <obs>``."""
+    shown = f"observation: {json.dumps(plain(observation))}"
+    if getattr(env, "render_mode", None) != "ansi":
+        return shown
+    board = _ANSI.sub("", _HIGHLIGHT.sub(r"[\1]", env.render())).strip("\n")
+    return f"{board}\n{shown}"
+
+
+def row_seed(server: GymnasiumServer, metadata: dict) -> int | None:
+    """The row's ``seed``: a whole number >= 0 or null; anything else a 422 naming the server."""
+    seed = metadata.get("seed")
+    if seed is None or (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+        return seed
+    raise HTTPException(422, f"{server.name}: seed must be a whole number >= 0 or null, got {seed!r:.80}")
+
+
+class GymEnvServer(GymnasiumServer):
+    """A Gymnasium env, one instance per episode; ``seed`` from the row, actions by name or number."""
+
+    env_id: str | None = Field(None, description="The registered env (gymnasium.make); None: the env passed in.")
+    make_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keywords of gymnasium.make.")
+    actions: list[str] | None = Field(None, description="Names of the discrete actions, in order.")
+    _factory: Callable[[], Any] | None = PrivateAttr(default=None)
+    _formatter: Callable[[Any, Any], str] | None = PrivateAttr(default=None)
+
+    def make_env(self) -> Any:
+        """A fresh env: a copy of the env passed in, else ``gymnasium.make(env_id, **make_kwargs)``
+        (``render_mode="ansi"`` where the env offers it)."""
+        if self._factory is not None:
+            return self._factory()
+        gym = need("gymnasium")
+        if self.env_id is None:
+            raise ValueError(f"{self.name}: no env_id and no env; give one")
+        kwargs = dict(self.make_kwargs)
+        if "render_mode" not in kwargs:
+            from gymnasium.envs.registration import load_env_creator
+
+            creator = load_env_creator(gym.spec(self.env_id).entry_point)
+            if "ansi" in getattr(creator, "metadata", {}).get("render_modes", ()):
+                kwargs["render_mode"] = "ansi"
+        return gym.make(self.env_id, **kwargs)
+
+    def observe(self, env: Any, observation: Any) -> str:
+        """The model's text for ``observation``: your formatter's, else ``text_observation``'s."""
+        return (self._formatter or text_observation)(env, observation)
+
+    def action_names(self, env: Any) -> list[str]:
+        """The discrete actions' names: ``actions``, else Gymnasium's own envs' (``ACTION_NAMES``)."""
+        if self.actions is not None:
+            return list(self.actions)
+        return list(ACTION_NAMES.get(getattr(getattr(env, "spec", None), "name", None), []))
+
+    def read_action(self, env: Any, calls: list[Any], text: str) -> Any:
+        """The env action a turn stands for, or None: the first call (named after an action, or with an
+        ``action`` argument), else the text (an action's name, else a whole number)."""
+        names = self.action_names(env)
+        if calls:
+            call = calls[0]
+            try:
+                arguments = json.loads(call.arguments or "{}")
+            except ValueError:
+                arguments = {}
+            value = (
+                call.name if call.name in names else arguments.get("action") if isinstance(arguments, dict) else None
+            )
+        else:
+            words = re.findall(r"[a-z_]+|-?\d+(?:\.\d+)?", text.lower())
+            value = next((w for w in words if w in names), None)
+            if value is None:
+                value = next((w for w in words if not w.isalpha() and not w.startswith("_")), text.strip())
+        return _in_space(env.action_space, names.index(value) if value in names else value)
+
+    async def reset(self, metadata, session_id=None):
+        seed, options = row_seed(self, metadata), metadata.get("options")
+        if options is not None and not isinstance(options, dict):
+            raise HTTPException(422, f"{self.name}: options must be an object of reset options, got {options!r:.80}")
+        env = self.make_env()
+        observation, info = env.reset(seed=seed, options=options)
+        self.session_state[session_id] = {"env": env, "observation": self.observe(env, observation)}
+        return self.session_state[session_id]["observation"], plain(info)
+
+    async def step(self, action, metadata, session_id=None):
+        state = self.session_state.get(session_id)
+        if state is None:
+            return None, 0.0, False, True, LOST
+        env = state["env"]
+        calls = [item for item in action.output if item.type == "function_call"]
+        chosen = self.read_action(env, calls, action.output_text)
+        info: dict[str, Any] = {}
+        if calls:
+            info["tool_outputs"] = [self.tool_output(c, {"action": plain(chosen)}) for c in calls]
+        if chosen is None:  # unreadable: nothing happens (so a random text action is a valid step)
+            info["unreadable_action"] = (calls[0].name if calls else action.output_text)[:200]
+            return state["observation"], 0.0, False, False, info
+        observation, reward, terminated, truncated, step_info = env.step(chosen)
+        state["observation"] = self.observe(env, observation)
+        return state["observation"], float(reward), terminated, truncated, {**plain(step_info), **info}
+
+    async def close_session(self, session_id: str) -> None:
+        state = self.session_state.get(session_id)
+        if state is not None:
+            state["env"].close()
+        await super().close_session(session_id)
+
+
+def _in_space(space: Any, value: Any) -> Any:
+    """``value`` as an element of ``space`` (a discrete index, else the JSON value as an array), or None."""
+    import numpy as np
+
+    try:
+        if hasattr(space, "n"):  # Discrete: a whole number (not a bool, not a float)
+            if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+                value = int(value)
+            if not isinstance(value, int) or isinstance(value, bool):
+                return None
+            element = np.int64(value)
+        else:
+            element = np.asarray(json.loads(value) if isinstance(value, str) else value, dtype=space.dtype)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return element if space.contains(element) else None
+
+
+def gymnasium(
+    env: Any,
+    *,
+    seeds: Iterable[int] = range(4),
+    instructions: str | None = None,
+    tools: bool = False,
+    actions: list[str] | None = None,
+    formatter: Callable[[Any, Any], str] | None = None,
+    name: str | None = None,
+    **make_kwargs: Any,
+) -> tuple[GymEnvServer, list[dict[str, Any]]]:
+    """``(server, rows)`` for a Gymnasium env: an env id (``"FrozenLake-v1"``, made with ``make_kwargs``)
+    or an env (each episode plays a deep copy of it), one row per seed.
+
+    ``formatter(env, obs)`` turns an observation into the model's text (default: ``text_observation``);
+    ``actions`` names the discrete actions (Gymnasium's toy-text envs and CartPole are known);
+    ``tools=True`` declares one function per action on the rows (else the model answers in text).
+    """
+    gym = need("gymnasium")
+    env_id = env if isinstance(env, str) else None
+    server = GymEnvServer(
+        name=name or f"gym-{(env_id or type(getattr(env, 'unwrapped', env)).__name__).lower()}",
+        env_id=env_id,
+        make_kwargs=make_kwargs,
+        actions=actions,
+    )
+    if env_id is None:
+        if not isinstance(env, gym.Env):
+            raise TypeError(f"gymlab.envs.gymnasium takes an env id or a gymnasium.Env, not {type(env).__name__}")
+        template = copy.deepcopy(env)
+        server._factory = lambda: copy.deepcopy(template)
+    if formatter is not None:
+        server._formatter = formatter
+    sample = server.make_env()
+    names = server.action_names(sample)
+    title = env_id or type(sample.unwrapped).__name__
+    sample.close()
+    how = f"one action of: {', '.join(names)}" if names else f"one action of the space {sample.action_space}"
+    text = instructions or f"You are playing {title}. Each turn, answer with {how}."
+    declared = [_tool(n, f"Take the action {n!r}.", {}) for n in names] if tools and names else []
+    if tools and not names:
+        declared = [_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})]
+    seeds = list(seeds)
+    return server, rows_from([text] * len(seeds), tools=declared or None, seed=seeds)
+
+
+def env_ids() -> list[str]:
+    """Gymnasium's registered envs that read as text here: those with an ``ansi`` render or known action names."""
+    gym = need("gymnasium")
+    return sorted(
+        k for k, spec in gym.envs.registry.items() if "toy_text" in str(spec.entry_point) or spec.name in ACTION_NAMES
+    )
+
+
+def _tool(name: str, description: str, properties: dict) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": name,
+        "description": description,
+        "parameters": {"type": "object", "properties": properties, "required": list(properties)},
+    }

@@ -1,0 +1,162 @@
+"""Candidate answers a probe can write without solving the task: built from the rows and the prompt.
+
+A model cannot read the row's hidden fields, but it can guess what they hold, list many guesses, or
+rearrange the prompt's own words. These build those guesses: every field value of the row (and of
+the rows that share its prompt, which a model cannot tell apart), the prompt's tokens, edits of
+them (case, reversal, one letter dropped or two swapped), the numbers' neighbours and sums, and every
+permutation of a short token (a scrambled word's letters). Everything is bounded (``SPRAY_CHARS``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from gymlab.protocol import ResponseCreateParams
+
+#: Characters of candidates an answer-aware spray writes at most.
+SPRAY_CHARS = 64_000
+#: A token with at most this many letters has every permutation of them tried (7! = 5,040).
+MAX_PERMUTED_LETTERS = 7
+#: The decoys a spray starts and ends with, so a reward that reads only the first or last word or
+#: number of an answer reads a decoy: only a reward that finds the answer anywhere pays a spray.
+DECOYS = ("none", "-7777777")
+#: Row keys that are not the task's data.
+_NOT_DATA = ("responses_create_params", "agent_ref")
+
+_TOKEN = re.compile(r"[^\W_]+(?:['-][^\W_]+)*")
+_QUOTED = re.compile(r"""['"`]([^'"`\n]{1,40})['"`]""")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def row_prompt(row: dict[str, Any]) -> str:
+    """A row's task as one message: its last user message (else its first message)."""
+    try:
+        items = ResponseCreateParams.model_validate(row.get("responses_create_params") or {}).input_items()
+    except ValueError:
+        return ""
+    messages = [i for i in items if i.type == "message"]
+    users = [m.text for m in messages if m.role == "user"]
+    return (users[-1] if users else messages[0].text if messages else "") or ""
+
+
+def index_rows(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Rows by their prompt (``row_prompt``): the rows a request may be of."""
+    index: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        index.setdefault(row_prompt(row), []).append(row)
+    return index
+
+
+def rows_of(messages: Iterable[str], index: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows whose prompt is one of ``messages`` (a request's message texts)."""
+    return [row for text in dict.fromkeys(messages) for row in index.get(text, ())]
+
+
+def leaves(value: Any, depth: int = 3) -> Iterator[str]:
+    """The strings and numbers in ``value`` (nested dicts and lists, ``depth`` levels down), stripped."""
+    if isinstance(value, str):
+        if value.strip():
+            yield value.strip()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield json.dumps(value)
+    elif isinstance(value, (dict, list, tuple)) and depth > 0:
+        for v in value.values() if isinstance(value, dict) else value:
+            yield from leaves(v, depth - 1)
+
+
+def field_values(row: dict[str, Any]) -> list[str]:
+    """Every string and number in a row's own fields (not its prompt, agent or ``_ng_`` keys)."""
+    return list(leaves({k: v for k, v in row.items() if k not in _NOT_DATA and not k.startswith("_ng_")}))
+
+
+def short_values(rows: Iterable[dict[str, Any]], words: int = 3) -> Iterator[str]:
+    """The field values of at most ``words`` words (the ones that look like answers), in order, once each."""
+    seen: set[str] = set()
+    for row in rows:
+        for value in field_values(row):
+            if value not in seen and len(value.split()) <= words:
+                seen.add(value)
+                yield value
+
+
+def edits(token: str) -> Iterator[str]:
+    """A token's case forms, its reversal, and (up to 12 letters) each one-letter drop and adjacent swap."""
+    yield from (token, token.lower(), token.upper(), token.capitalize(), token[::-1])
+    if len(token) <= 12:
+        for i in range(len(token)):
+            yield token[:i] + token[i + 1 :]
+            if i + 1 < len(token):
+                yield token[:i] + token[i + 1] + token[i] + token[i + 2 :]
+
+
+def number_guesses(numbers: list[str]) -> Iterator[str]:
+    """Each number and its neighbours, negation and square; sums, differences and products of the first six."""
+    values = []
+    for text in numbers:
+        value = float(text)
+        value = int(value) if value.is_integer() and abs(value) < 1e15 else value
+        values.append(value)
+        yield text
+        yield from map(str, (value - 1, value + 1, -value, value * value))
+    for a, b in itertools.permutations(values[:6], 2):
+        yield from map(str, (a + b, a - b, a * b))
+
+
+def permutations(tokens: Iterable[str]) -> Iterator[str]:
+    """Every ordering of the letters of each token of 2 to ``MAX_PERMUTED_LETTERS`` letters."""
+    for token in tokens:
+        if 2 <= len(token) <= MAX_PERMUTED_LETTERS:
+            yield from ("".join(p) for p in itertools.permutations(token))
+
+
+def task_candidates(prompt: str, rows: list[dict[str, Any]], common: Iterable[str] = ()) -> Iterator[str]:
+    """Candidate answers for a task: the rows' fields, the prompt's tokens, numbers, permutations
+    (quoted tokens first, then tokens that are not ``common`` words, shortest and latest first), edits."""
+    values = [v for row in rows for v in field_values(row)]
+    yield from values
+    quoted = _QUOTED.findall(prompt)
+    tokens = list(dict.fromkeys([*quoted, *(t for v in values for t in _TOKEN.findall(v)), *_TOKEN.findall(prompt)]))
+    yield from tokens
+    yield from number_guesses([n for text in [*values, prompt] for n in _NUMBER.findall(text)])
+    skip = {w.lower() for w in common}
+    plain = [t for t in tokens if t not in quoted and t.lower() not in skip and t.isalpha()]
+    yield from permutations([*quoted, *sorted(plain[::-1], key=len)])
+    for token in tokens:
+        yield from edits(token)
+
+
+def spray(candidates: Iterable[str], limit: int = SPRAY_CHARS) -> str:
+    """Distinct candidates between the decoys, up to ``limit`` characters (one over ``limit // 8`` is left out)."""
+    kept: dict[str, None] = {}
+    size = 0
+    for candidate in candidates:
+        candidate = " ".join(candidate[: limit // 8 + 1].split())
+        if not candidate or len(candidate) > limit // 8 or candidate in kept or candidate in DECOYS:
+            continue  # an overlong value is no guess at an answer
+        size += len(candidate) + 1
+        if size > limit:
+            break
+        kept[candidate] = None
+    return " ".join([*DECOYS, *kept, *reversed(DECOYS)])
+
+
+__all__ = [
+    "DECOYS",
+    "MAX_PERMUTED_LETTERS",
+    "SPRAY_CHARS",
+    "edits",
+    "field_values",
+    "index_rows",
+    "leaves",
+    "number_guesses",
+    "permutations",
+    "row_prompt",
+    "rows_of",
+    "short_values",
+    "spray",
+    "task_candidates",
+]

@@ -1,0 +1,38 @@
+"""Each adapter's library is an extra: without it, the adapter says which extra installs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gymlab import envs
+
+CALLS = {
+    "reasoning_gym": (lambda: envs.reasoning_gym("chain_sum"), "reasoning-gym"),
+    "textarena": (lambda: envs.textarena("TicTacToe-v0"), "textarena"),
+    "gymnasium": (lambda: envs.gymnasium("FrozenLake-v1"), "gymnasium"),
+}
+
+
+@pytest.mark.parametrize("library", CALLS)
+def test_a_missing_library_names_the_extra(monkeypatch, library):
+    call, extra = CALLS[library]
+    monkeypatch.setitem(sys.modules, library, None)  # what an environment without it sees on import
+    with pytest.raises(ImportError, match=rf"pip install 'gymlab\[{extra}\]'"):
+        call()
+
+
+def test_importing_gymlab_envs_imports_no_library():
+    code = (
+        "import sys, gymlab.envs as e; e.ReasoningGymServer; e.TextArenaServer; e.GymEnvServer; "
+        "print(sorted(m for m in ('reasoning_gym', 'textarena', 'gymnasium') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="gymlab.envs.*nope"):
+        envs.nope  # noqa: B018
