@@ -256,7 +256,8 @@ class Lab:
 
         Nothing is printed per episode: failures are summarised by kind at the end (``lab.logs()``
         has each trace). Interrupt stops the running episodes, closes their sessions and keeps the
-        finished ones in ``lab.last_run``.
+        finished ones in ``lab.last_run``, as does a run that stops on an error (``on_error="raise"``,
+        or the engine's breaker: ``RunStopped``).
         """
         __tracebackhide__ = True
         from gymlab.lab.runs import RunState
@@ -297,7 +298,7 @@ class Lab:
             with self._book.quiet():
                 env_name = agent.env_name() if is_pool(agent) else env_name_of(self, agent)
                 result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
-        except asyncio.CancelledError:
+        except BaseException:  # an Interrupt, on_error="raise", RunStopped: the finished episodes are kept
             self.last_run = Rollouts(state.finished)
             raise
         finally:

@@ -190,3 +190,22 @@ def test_a_lab_keeps_its_server_logs_after_uvicorns_own_logging_config_ran():
         with pytest.raises(ServerStartError):
             lab.serve(Broken)
         assert any("in lifespan" in e.trace for e in lab.logs(last=None))
+
+
+def test_a_run_stopped_by_an_error_keeps_its_finished_episodes_in_last_run(lab, calculator):
+    """Not only an Interrupt: a run that raises (on_error="raise" here; the breaker's RunStopped goes
+    the same way) leaves the episodes that finished before it in ``lab.last_run``."""
+    from gymlab.errors import GymlabError
+    from gymlab.examples import example_rows
+
+    def policy(request):
+        if "7 squared" in str(request.input):
+            raise RuntimeError("the model broke on this row")
+        return calculator.policy(request)
+
+    env = lab.serve(calculator.CalculatorServer)
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(policy))
+    rows = example_rows("calculator")[:2]  # 4 squared, then 7 squared
+    with pytest.raises(GymlabError):
+        lab.run_many(agent, rows, concurrency=1, on_error="raise")
+    assert lab.last_run is not None and [r.reward for r in lab.last_run] == [1.0]  # the first finished
