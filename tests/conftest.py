@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+# pytest compiles a plugin's modules (assertion rewriting) when they are first imported. schemathesis
+# imports its OpenAPI modules at the first schema a test loads, mid-run on a deep stack, where
+# CPython 3.11's AST constructor can fail its recursion-depth check (SystemError, cpython#106905):
+# compiled here, at start-up, instead.
+import schemathesis.specs.openapi.schemas  # noqa: F401
+
 from gymlab import Lab
 from gymlab.examples import example_rows, load_environment
 
