@@ -66,22 +66,25 @@ def test_handle_is_a_context_manager(lab, calculator):
     assert not env.running and "calculator_server" not in lab.servers
 
 
+class Broken(SimpleResourcesServer):
+    """A server whose startup fails (its lifespan raises)."""
+
+    async def verify(self, body):
+        return None
+
+    def setup_webserver(self):
+        app = super().setup_webserver()
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_app):
+            raise ConnectionRefusedError("judge at 127.0.0.1:9 refused the connection")
+            yield
+
+        app.router.lifespan_context = lifespan
+        return app
+
+
 def test_startup_failure_raises_the_real_cause_alone_and_keeps_the_trace(lab, capfd):
-    class Broken(SimpleResourcesServer):
-        async def verify(self, body):
-            return None
-
-        def setup_webserver(self):
-            app = super().setup_webserver()
-
-            @contextlib.asynccontextmanager
-            async def lifespan(_app):
-                raise ConnectionRefusedError("judge at 127.0.0.1:9 refused the connection")
-                yield
-
-            app.router.lifespan_context = lifespan
-            return app
-
     capfd.readouterr()
     with pytest.raises(
         ServerStartError,
@@ -170,21 +173,6 @@ def test_a_lab_keeps_its_server_logs_after_uvicorns_own_logging_config_ran():
     with Lab():
         pass
     logging.config.dictConfig(LOGGING_CONFIG)  # what uvicorn.Config(app) does with its default log_config
-
-    class Broken(SimpleResourcesServer):
-        async def verify(self, body):
-            return None
-
-        def setup_webserver(self):
-            app = super().setup_webserver()
-
-            @contextlib.asynccontextmanager
-            async def lifespan(_app):
-                raise ConnectionRefusedError("no judge")
-                yield
-
-            app.router.lifespan_context = lifespan
-            return app
 
     with Lab() as lab:
         with pytest.raises(ServerStartError):

@@ -7,7 +7,6 @@ import asyncio
 import copy
 import json
 import threading
-import time
 
 import httpx
 import pytest
@@ -225,10 +224,8 @@ def test_past_the_cap_with_every_session_busy_is_503_with_retry_after(lab, count
     async def run():
         async with connect_mcp(f"{served.url}/mcp", mode="legacy") as holder:
             waiting = asyncio.ensure_future(holder.call_tool("wait", {}))
-            deadline = time.monotonic() + 60
-            while not entered.is_set():  # the one session has a request in flight
-                assert time.monotonic() < deadline, "the held call never reached /wait"
-                await asyncio.sleep(0.01)
+            reached = await asyncio.get_running_loop().run_in_executor(None, entered.wait, 60)
+            assert reached, "the held call never reached /wait"  # the one session has a request in flight
             async with httpx.AsyncClient(base_url=served.url, headers=MCP_HEADERS) as http:
                 refused = await http.post("/mcp", json=INITIALIZE)
             gate.set()
