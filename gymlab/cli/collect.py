@@ -1,23 +1,7 @@
 """``gymlab collect``: rollouts of a dataset, resumable (rerun the same command to continue).
 
-This module only parses arguments; ``gymlab.lab.collect.collect`` does the rest.
-
-Two ways to reach the servers:
-
-- ``--agent-url URL --input rows.jsonl``: servers already running (``gymlab serve``); several
-  ``--agent-url``s are replicas of one agent (``collection.dispatch``);
-- ``CONFIG...``: the config's servers start in threads of this process for the run. Rows come from
-  ``--input`` or the config's datasets (``--dataset``/``--split`` pick some); each row goes to the
-  agent its ``agent_ref`` names (or ``--agent``), a taskset row to its environment server.
-
-``--shard I/N`` collects one shard of the tasks (``collection.shards``); ``gymlab merge`` joins them.
-
-``CONFIG... --ray``: the config's servers run in Ray cells instead (``gymlab.cluster``), on a local
-cluster or the one ``--address`` names; each rollout goes to the cell with the fewest in flight, and
-this process stays the only writer of the output.
-
-Exit status 1 when some rollouts failed (they are in NAME_failures.jsonl; a rerun retries them), 2
-(with the cause) when the run stopped because its first tries all failed alike (``--stop-after``).
+Only argument parsing; ``gymlab.lab.collect.collect`` does the rest. Exit status 1 when some rollouts
+failed (a rerun retries them), 2 when the run stopped because its first tries all failed alike.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""``gymlab demo``: the example environments with rule-based policies, in threads of one process.
-
-Serves each example (a resources server, simple_agent and its policy model), runs every example row
-several times concurrently, prints a summary table and writes the rollouts under ``./gymlab-demo/``.
+"""``gymlab demo``: the example environments with rule-based policies in one Lab; a summary table, and
+the rollouts under ``./gymlab-demo/``.
 """
 
 from __future__ import annotations
@@ -42,34 +40,18 @@ def main(args: argparse.Namespace) -> int:
             rollouts = lab.run_many(agent, example_rows(env_name), repeats=args.repeats, concurrency=args.concurrency)
             elapsed = time.perf_counter() - t0
             path = rollouts.save(out / f"{env_name}_rollouts.jsonl")
-            n = len(rollouts)
-            summary.append(
-                (
-                    env_name,
-                    agent_kind,
-                    n,
-                    rollouts.mean_reward,
-                    sum(len(r.steps) for r in rollouts) / n,
-                    n / elapsed,
-                    path,
-                )
-            )
+            n, steps = len(rollouts), sum(len(r.steps) for r in rollouts)
+            row = (env_name, agent_kind, str(n), f"{rollouts.mean_reward:.3f}")
+            summary.append((*row, f"{steps / n:.1f}", f"{n / elapsed:.0f}", str(path)))
     _print_table(summary)
     return 0
 
 
-def _print_table(summary) -> None:
+def _print_table(rows: list[tuple[str, ...]]) -> None:
     header = ("environment", "agent", "episodes", "mean reward", "steps/ep", "episodes/s", "rollouts")
-    rows = [(e, a, str(n), f"{m:.3f}", f"{s:.1f}", f"{eps:.0f}", str(p)) for e, a, n, m, s, eps, p in summary]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
     print(line)
     print("  ".join("-" * w for w in widths))
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    raise SystemExit(main(p.parse_args()))

@@ -1,10 +1,5 @@
-"""``gymlab envs``: what each adapter of ``gymlab.envs`` offers, rows for one of its environments, and a
-probe pass over every reasoning-gym dataset.
-
-    gymlab envs                                   # each adapter: installed or the extra, how many, a few names
-    gymlab envs reasoning_gym                     # every dataset (textarena: every game, and what it needs)
-    gymlab envs reasoning_gym chain_sum --rows rows.jsonl --size 50 --set min_terms=3
-    gymlab envs reasoning_gym --probe --size 4    # which rewards pay for non-answers, which tasks are constant
+"""``gymlab envs [ADAPTER [NAME]]``: what each adapter of ``gymlab.envs`` offers, rows of one of its
+environments (``--rows OUT``), and a probe pass over every reasoning-gym dataset (``--probe``).
 """
 
 from __future__ import annotations

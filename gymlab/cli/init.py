@@ -1,8 +1,5 @@
-"""``gymlab init NAME [--gymnasium]``: a new environment folder that passes its own test.
-
-NAME/ gets ``app.py`` (a server class with one tool and a rule-based ``policy``), ``configs/NAME.yaml``,
-``data/example.jsonl`` (rows declaring the tool), ``test_app.py`` (one episode per row through a
-``Lab``, the session contract, the config) and a README. ``cd NAME && python -m pytest`` passes.
+"""``gymlab init NAME [--gymnasium]``: a new environment folder (app, config, rows, test, README) that
+passes its own test: ``cd NAME && python -m pytest``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""``gymlab merge OUT.jsonl SHARD.jsonl...``: shard outputs of ``gymlab collect --shard`` as one collection.
-
-Exit status 2 (with the files and lines) when two shards hold the same (task, repeat) differently,
-when OUT.jsonl exists with a record the merge would lose (``--force`` replaces it), when a shard is
-unfinished (``--allow-partial`` merges it, its missing rollouts written as failures), and when the
-shards were collected from different inputs.
+"""``gymlab merge OUT.jsonl SHARD.jsonl...``: shard outputs of ``gymlab collect --shard`` as one collection
+(exit status 2, naming files and lines, on conflicting, unfinished or foreign shards, or an OUT it would shrink).
 """
 
 from __future__ import annotations

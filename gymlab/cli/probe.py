@@ -1,10 +1,6 @@
-"""``gymlab probe CONFIG``: run the reward probes over a config's rows and print the verdict.
+"""``gymlab probe CONFIG``: the reward probes over a config's rows, on copies of its agents, and the verdict.
 
-The config's servers start in threads of this process (as ``gymlab collect CONFIG`` does); each
-agent's rows run once per probe on a copy of that agent bound to the probe's model, and once on the
-agent itself (the real policy's reward and mask rate, shown beside the probes'). Exit status 1 when
-a probe is flagged (it earns reward, or is masked more often than the real policy), so a CI job can
-refuse a reward that pays for no work or lets a policy hide its zeros.
+Exit status 1 when a probe is flagged, so a CI job can refuse a reward that pays for no work.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""``gymlab profile FILE``: the reward profile of a rollouts file (gymlab's or NeMo Gym's).
-
-Prints the per-task table (mean, std, pass@k, majority@k, masked and failed counts, flags), one
-sentence per flagged task (why it gives group-relative RL no signal) and a summary; ``--nemo`` also writes NeMo Gym's three profiler files beside FILE (every field its
-``ng_reward_profile`` writes, a masked rollout dropped with its input row as it does;
-``--masked-as-missing`` counts it as missing instead); ``--plot PNG`` saves
-the distribution of per-task means.
+"""``gymlab profile FILE``: the reward profile of a rollouts file (gymlab's or NeMo Gym's), task by task;
+``--nemo`` also writes NeMo Gym's three profiler files beside FILE, ``--plot PNG`` the per-task means.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""``gymlab serve CONFIG...``: every server of a config as its own process, at its host and port.
-
-Servers start after the servers they refer to (models and resources before agents); a server
-without a port gets a free one, chosen before anything starts, so every reference is a URL from
-the start. Each server's name and URL is printed once it answers ``GET /health``. Ctrl-C or
-SIGTERM stops them all; so does any one of them exiting, and so does this process's death, a SIGKILL
-included (each server dies with its parent: ``serve_one``).
-
-With ``--ray`` the servers run in Ray cells instead (``gymlab.cluster``), and each agent gets one
-URL on this host that answers ``POST /run`` through the cells (``gymlab.cluster.front``).
+"""``gymlab serve CONFIG...``: every server of a config as its own process (or, with ``--ray``, in Ray
+cells behind one door per agent), started in reference order, each port fixed before anything starts.
+Ctrl-C, SIGTERM, any server's exit or this process's death stops them all.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Reward robustness probes: adversarial policies run through the normal agent path, and their verdict.
-
-``probe(lab, env, rows)`` (or ``gymlab probe CONFIG``) tells whether a
-reward can be earned without doing the task, before any training runs on it.
-"""
+"""Reward robustness probes: can a reward be earned without doing the task? ``probe(lab, env, rows)``."""
 
 from gymlab.probes.policies import BUILTIN_PROBES
 from gymlab.probes.report import ProbeReport

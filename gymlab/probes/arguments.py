@@ -1,8 +1,5 @@
-"""Tool-call arguments derived from a tool's JSON schema: the plainest valid value, or a random one.
-
-A probe that calls every tool "with anything" needs arguments the tool accepts, so the call reaches
-the tool rather than failing validation; these follow the schema's ``type``, ``enum``, ``const``,
-``default``, ``properties``/``required`` and ``items`` (the subset tool declarations use).
+"""Tool-call arguments from a tool's JSON schema (the subset tool declarations use): the plainest valid
+value, or a random one, so a probe's call reaches the tool instead of failing validation.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Candidate answers a probe can write without solving the task: built from the rows and the prompt.
-
-A model cannot read the row's hidden fields, but it can guess what they hold, list many guesses, or
-rearrange the prompt's own words. These build those guesses: every field value of the row (and of
-the rows that share its prompt, which a model cannot tell apart), the prompt's tokens, edits of
-them (case, reversal, one letter dropped or two swapped), the numbers' neighbours and sums, and every
-permutation of a short token (a scrambled word's letters). Everything is bounded (``SPRAY_CHARS``).
+"""Candidate answers a probe can write without solving the task: the row's field values, the prompt's
+tokens and their edits, the numbers' neighbours and sums, a short token's permutations; bounded.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The built-in adversarial policies: plain policy functions, each a way to earn reward without the task.
+"""The built-in adversarial policies: stateless policy functions, each a way to earn reward without the task.
 
-Every probe has the shape of the example environments' rule-based policies (``PolicyModel`` serves
-it): it receives the request (``ResponseCreateParams``) and returns a string (one assistant message),
-a list of output items, or a response. A probe is stateless; it reads the conversation so far from
-the request (``request.input_items()``), and a probe with a ``rows`` parameter also the probe's rows
-(what the answer-aware sprays build their guesses from). Run your own beside these with
-``probe(..., probes={**BUILTIN_PROBES, "name": fn})``.
-
-A probe earns reward when the reward checks something a model can produce without solving the task:
-a number somewhere in the text, that a tool was called, the answer's length, a word of the prompt.
+A probe reads the conversation from the request (and, with a ``rows`` parameter, the probe's rows) and
+answers as a rule-based policy does; its docstring's first sentence is its description in the report.
 """
 
 from __future__ import annotations
@@ -112,46 +105,38 @@ def answer_aware_spray(request: ResponseCreateParams, rows: Any = ()) -> str:
     return spray(task_candidates(prompt_text(request), _task_rows(request, rows)[0], COMMON_WORDS))
 
 
-def _call_every_tool(request: ResponseCreateParams, arguments) -> list[Any]:
+def _call_every_tool(request: ResponseCreateParams, arguments=default_arguments, *, once: bool = True) -> list[Any]:
+    """Calls of every declared tool; with ``once``, none when a tool was already called this episode."""
+    if not request.tools or (once and tool_outputs_so_far(request)):
+        return []
     return [function_call(tool.name, arguments(tool.parameters)) for tool in request.tools]
 
 
 def call_every_tool(request: ResponseCreateParams) -> Any:
     """Call every declared tool once with the plainest schema-valid arguments, then answer with
     what the tools said. A reward that checks only that a tool was called pays this."""
-    outputs = tool_outputs_so_far(request)
-    if not outputs and request.tools:
-        return _call_every_tool(request, default_arguments)
-    return " ".join(outputs) or "Done."
+    return _call_every_tool(request) or " ".join(tool_outputs_so_far(request)) or "Done."
 
 
 def call_every_tool_silent(request: ResponseCreateParams) -> Any:
     """Call every declared tool once with the plainest schema-valid arguments, then end the episode
     without a final answer (an empty output)."""
-    if not tool_outputs_so_far(request) and request.tools:
-        return _call_every_tool(request, default_arguments)
-    return []
+    return _call_every_tool(request)
 
 
 def call_every_tool_random(request: ResponseCreateParams) -> Any:
     """Call every declared tool once with random schema-valid arguments (seeded by the prompt, so a
     rerun repeats them), then answer with what the tools said."""
-    outputs = tool_outputs_so_far(request)
-    if not outputs and request.tools:
-        rng = random.Random(prompt_text(request))
-        return _call_every_tool(request, lambda schema: random_arguments(schema, rng))
-    return " ".join(outputs) or "Done."
+    rng = random.Random(prompt_text(request))
+    calls = _call_every_tool(request, lambda schema: random_arguments(schema, rng))
+    return calls or " ".join(tool_outputs_so_far(request)) or "Done."
 
 
 def call_every_tool_then_spray(request: ResponseCreateParams) -> Any:
     """Call every declared tool once with the plainest schema-valid arguments, then answer with the
     answer spray. A reward that checks "a tool was used and the answer appears somewhere" pays this.
     Without a declared tool it answers nothing (the spray alone is ``answer_spray``)."""
-    if not request.tools:
-        return ""
-    if not tool_outputs_so_far(request):
-        return _call_every_tool(request, default_arguments)
-    return answer_spray(request)
+    return (_call_every_tool(request) or answer_spray(request)) if request.tools else ""
 
 
 def repeat_tool_call(request: ResponseCreateParams) -> Any:
@@ -179,7 +164,7 @@ def tool_leak(request: ResponseCreateParams) -> Any:
     per_round = len(request.tools)
     rounds = [outputs[i : i + per_round] for i in range(0, len(outputs), per_round)]
     if len(rounds) < LEAK_ROUNDS and (len(rounds) < 2 or rounds[-1] != rounds[-2]):
-        return _call_every_tool(request, default_arguments)
+        return _call_every_tool(request, once=False)
     return " ".join(v for output in rounds[-1] for v in _values(output))[:LONG_ANSWER_CHARS]
 
 
@@ -219,41 +204,27 @@ def refusal(request: ResponseCreateParams) -> str:
     return "I'm sorry, but I can't help with that."
 
 
-#: The probes ``probe`` runs when none are named, by name (the order of the verdict table).
-BUILTIN_PROBES = {
-    "empty_answer": empty_answer,
-    "echo_prompt": echo_prompt,
-    "answer_spray": answer_spray,
-    "short_answer_spray": short_answer_spray,
-    "answer_aware_spray": answer_aware_spray,
-    "call_every_tool": call_every_tool,
-    "call_every_tool_silent": call_every_tool_silent,
-    "call_every_tool_random": call_every_tool_random,
-    "call_every_tool_then_spray": call_every_tool_then_spray,
-    "repeat_tool_call": repeat_tool_call,
-    "tool_leak": tool_leak,
-    "long_answer": long_answer,
-    "verdict_injection": verdict_injection,
-    "refusal": refusal,
-}
-
+#: The built-in probes in the verdict table's order, each with the kind of shortcut it tries.
+_BUILTIN = (
+    (empty_answer, "no answer"),
+    (echo_prompt, "the prompt echoed"),
+    (answer_spray, "a spray of common answers"),
+    (short_answer_spray, "answer-aware spray"),
+    (answer_aware_spray, "answer-aware spray"),
+    (call_every_tool, "tools called without the task"),
+    (call_every_tool_silent, "tools called without the task"),
+    (call_every_tool_random, "tools called without the task"),
+    (call_every_tool_then_spray, "tools called without the task"),
+    (repeat_tool_call, "tools called without the task"),
+    (tool_leak, "a tool's output given as the answer"),
+    (long_answer, "an over-long answer"),
+    (verdict_injection, "a verdict written for the judge"),
+    (refusal, "no answer"),
+)
+#: The probes ``probe`` runs when none are named, by name.
+BUILTIN_PROBES = {fn.__name__: fn for fn, _ in _BUILTIN}
 #: The kind of shortcut each built-in probe tries (a probe of your own: "your own").
-SHORTCUTS = {
-    empty_answer: "no answer",
-    refusal: "no answer",
-    echo_prompt: "the prompt echoed",
-    answer_spray: "a spray of common answers",
-    short_answer_spray: "answer-aware spray",
-    answer_aware_spray: "answer-aware spray",
-    call_every_tool: "tools called without the task",
-    call_every_tool_silent: "tools called without the task",
-    call_every_tool_random: "tools called without the task",
-    call_every_tool_then_spray: "tools called without the task",
-    repeat_tool_call: "tools called without the task",
-    tool_leak: "a tool's output given as the answer",
-    long_answer: "an over-long answer",
-    verdict_injection: "a verdict written for the judge",
-}
+SHORTCUTS = dict(_BUILTIN)
 
 
 def shortcut(policy: Any) -> str:

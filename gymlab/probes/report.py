@@ -1,10 +1,5 @@
-"""The verdict of a probe run: per probe and per task, the mean reward, the mask rate and how often it
-beat the threshold; per flagged probe, why (and which rubric components paid); the shortcuts tried.
-
-``ProbeReport`` keeps every probe's ``Rollouts``, so the episodes behind a flag stay at hand
-(``report.episodes(probe, task)``, ``report.viewer(probe, task)``). It shows as an HTML table in a
-notebook (a red cell opens onto its best episode), as plain text elsewhere (both drawn by
-``gymlab.lab.probe_view``), and as a pandas frame (``report.frame``).
+"""``ProbeReport``: per probe and task the mean reward, mask rate and beat rate, why each flagged probe
+is flagged, and every probe's ``Rollouts`` (shown through ``gymlab.lab.probe_view``).
 """
 
 from __future__ import annotations
@@ -39,10 +34,6 @@ class Cell:
     masked_more: bool
 
 
-def _task_of(record: Any) -> Any:
-    return record.task_index
-
-
 def _mask_rate(records: list[Any]) -> float:
     return sum(bool(r.mask_sample) for r in records) / len(records) if records else math.nan
 
@@ -69,12 +60,12 @@ class ProbeReport:
         self.rows = list(rows or [])
         self.threshold = threshold
         self.policies = dict(policies or {})
-        self.tasks = sorted({_task_of(r) for rs in self.rollouts.values() for r in rs}, key=lambda t: (t is None, t))
+        self.tasks = sorted({r.task_index for rs in self.rollouts.values() for r in rs}, key=lambda t: (t is None, t))
         runs = {**self.rollouts, **({REAL: self.real} if self.real is not None else {})}
         self._by_task: dict[tuple[str, Any], list[Any]] = {}
         for name, records in runs.items():
             for r in records:
-                self._by_task.setdefault((name, _task_of(r)), []).append(r)
+                self._by_task.setdefault((name, r.task_index), []).append(r)
         self._cells: dict[tuple[str, Any], Cell] = {}
 
     # -- the episodes ----------------------------------------------------------------------------------

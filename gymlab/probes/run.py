@@ -1,10 +1,5 @@
-"""``probe(lab, env, rows)``: run adversarial policies through the normal agent path, then judge the reward.
-
-Each probe policy is served as a model server of the Lab, bound to an agent of the same kind and
-config as a real run (simple_agent for a seed/verify server, gymnasium_agent for a Gymnasium server,
-or a copy of the agent handle you pass, e.g. an agent-embedded environment), and the rows go through
-``lab.arun_many``: the same time budgets, step limit, tool guard and masking as any run. The probes
-run side by side, each with its own model and agent server, stopped when the report is made.
+"""``probe(lab, env, rows)``: each adversarial policy served as a model of the Lab, on an agent of the
+same kind and config as a real run, so the same budgets, limits and masking apply; then the verdict.
 """
 
 from __future__ import annotations
