@@ -82,26 +82,21 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
 
 def ray_options(args: argparse.Namespace) -> dict[str, Any]:
     """The ``config_pool`` keywords of ``--ray``'s options."""
-    runtime_env = None
-    if args.runtime_env:
-        try:
-            runtime_env = json.loads(args.runtime_env)
-        except ValueError as exc:
-            raise ConfigError(f"--runtime-env: not JSON: {exc}") from None
+    runtime_env = _json_object("--runtime-env", args.runtime_env)
     return dict(
         address=args.address, replicas=args.replicas, cpus_per_replica=args.cpus_per_replica, runtime_env=runtime_env
     )
 
 
-def _overrides(text: str | None) -> dict | None:
+def _json_object(flag: str, text: str | None) -> dict | None:
     if not text:
         return None
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"--responses-create-params: not JSON: {exc}") from None
+        raise ConfigError(f"{flag}: not JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise ConfigError("--responses-create-params: expected a JSON object")
+        raise ConfigError(f"{flag}: expected a JSON object")
     return value
 
 
@@ -130,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
         max_retries=args.max_retries,
         stop_after=args.stop_after,
         timeout_s=args.timeout,
-        responses_create_params=_overrides(args.responses_create_params),
+        responses_create_params=_json_object("--responses-create-params", args.responses_create_params),
         num_repeats_add_seed=args.num_repeats_add_seed,
         limit=args.limit,
         shard=args.shard,
