@@ -33,17 +33,12 @@ def probe(
 ) -> ProbeReport:
     """Run every probe policy over ``rows`` against ``env`` and report which ones earn reward.
 
-    ``env``: a resources server handle (``lab.serve(...)``; served with ``agent``, by default
-    simple_agent or, for a Gymnasium server, gymnasium_agent) or an agent handle (``lab.serve_agent``:
-    each probe runs on a copy of that agent, with its config, bound to the probe's model).
-    ``probes``: name -> policy (default ``BUILTIN_PROBES``; extend with ``{**BUILTIN_PROBES, "mine": fn}``)
-    or a list of built-in names; a policy with a ``rows`` parameter gets the rows (``index_rows``),
-    so it can build answers from the task's hidden fields. ``real_policy``: a policy function or a model server (handle or URL)
-    whose reward is shown beside each probe's; for an agent handle, by default the agent's own model.
-    An episode *beats* ``threshold`` when its reward is above it; a probe is flagged when its mean
-    reward over every task is above it (and a task is marked where the probe's mean there is), or
-    when more of its episodes are masked than the real policy's (none without a real run): a masked
-    episode is no zero. Every probe runs at once, ``concurrency`` episodes at a time each. ``agent_config`` goes to every agent (``max_steps=8``, ``timeouts={"model": 30}``, ...).
+    ``env``: a server handle (run on ``agent``, by default simple_agent, or gymnasium_agent for a
+    Gymnasium server) or an agent handle (each probe runs on a copy of it). ``probes``: name -> policy
+    (default ``BUILTIN_PROBES``) or built-in names; a policy with a ``rows`` parameter gets the rows.
+    ``real_policy``: a policy or model server whose reward is shown beside each probe's (an agent
+    handle's own model by default). A probe is flagged when its mean reward is above ``threshold`` or
+    its episodes are masked more often than the real policy's. ``agent_config`` goes to every agent.
     """
     chosen = _chosen(probes)
     rows = list(rows)
