@@ -1,13 +1,10 @@
-"""Rubric components as frame columns: ``reward_<name>`` in the episodes and steps frames.
-
-Called by ``gymlab.lab.frames`` after it builds a frame; records without components add nothing
-(checked once per episode, so a million-step frame without rubrics pays one pass over the episodes).
-A failed judge's component is a missing value (NaN), never a 0.
+"""Rubric components as frame columns: ``reward_<name>`` in the episodes and steps frames
+(``gymlab.lab.frames``). A failed judge's component is a missing value (NaN), never a 0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 #: Prefix of a component's column.
@@ -16,12 +13,13 @@ PREFIX = "reward_"
 
 def component_names(records: Sequence[Any]) -> list[str]:
     """Every component name of ``records`` (models or dicts), in first-seen order."""
-    names: dict[str, None] = {}
-    for r in records:
-        value = r.get("reward_components") if isinstance(r, dict) else getattr(r, "reward_components", None)
-        for name in value or ():
-            names.setdefault(name, None)
-    return list(names)
+    return _names(
+        r.get("reward_components") if isinstance(r, dict) else getattr(r, "reward_components", None) for r in records
+    )
+
+
+def _names(components: Iterable[dict | None]) -> list[str]:
+    return list(dict.fromkeys(name for row in components for name in row or ()))
 
 
 def add_component_columns(frame: Any, components: Sequence[dict | None]) -> Any:
@@ -33,11 +31,7 @@ def add_component_columns(frame: Any, components: Sequence[dict | None]) -> Any:
 
     if len(components) != len(frame):
         raise ValueError(f"{len(components)} rows of components but {len(frame)} rows in the frame")
-    names: dict[str, None] = {}
-    for row in components:
-        for name in row or ():
-            names.setdefault(name, None)
-    for name in names:
+    for name in _names(components):
         values = [(row or {}).get(name) for row in components]
         frame[PREFIX + name] = np.array([np.nan if v is None else v for v in values], dtype="float64")
     return frame

@@ -1,21 +1,9 @@
 """Model judges: a rubric component that asks a model server for a verdict.
 
-``Judge`` fills a prompt template from the verify body, posts it to any gymlab model server
-(``POST /v1/responses``: a ``PolicyModel`` for tests, the OpenAI-compatible proxy for real
-models), and reads the answer as a score, a label or a JSON object. Each judge bounds its own
-requests per worker (``max_concurrency``, one limit per server event loop, as judge limits are
-per worker), each request in time (``timeout_s``) and its retries (``attempts``, with the shared
-backoff). A judge that cannot get an answer masks the episode ``judge_failed``; an answer it cannot
-read masks it ``judge_unparseable``; never a 0. What it asked and answered are kept on the record
-(``judgements``).
-
-A verdict is read from what the judge itself wrote (docs/judges.md): the verdict-like or long
-lines and sentences of the policy's answer and of the prompt that the judge copied verbatim are set
-aside first; then the last ``VERDICT:``/``SCORE:`` line that is a grade is read when there are such
-lines, else the whole text. When nothing readable is left and the judge had copied the answer's
-verdict-like text, the policy's own text made the verdict unreadable: the component is graded its
-lowest value, not masked, so a policy cannot turn its zeros into masked episodes through a judge
-that quotes it.
+``Judge`` fills a prompt from the verify body, posts it to a model server (``/v1/responses``) and reads
+the answer as a score, a label or a JSON object, bounded in concurrency, time and retries. No answer
+masks the episode ``judge_failed``, an unreadable one ``judge_unparseable``: never a 0. How a verdict
+is read, and why: docs/judges.md, docs/rewards.md.
 """
 
 from __future__ import annotations
@@ -230,10 +218,7 @@ class Judge:
     def limit(self) -> asyncio.Semaphore:
         """This worker's bound on the judge's requests in flight (one per event loop)."""
         loop = asyncio.get_running_loop()
-        sem = self._limits.get(loop)
-        if sem is None:
-            sem = self._limits[loop] = asyncio.Semaphore(self.max_concurrency)
-        return sem
+        return self._limits.get(loop) or self._limits.setdefault(loop, asyncio.Semaphore(self.max_concurrency))
 
     def verdict_format(self) -> str:
         """The instruction for the fixed final line this judge reads first (``{verdict_format}``)."""

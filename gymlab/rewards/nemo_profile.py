@@ -1,25 +1,8 @@
-"""NeMo Gym's reward-profiler files, from gymlab records: the same fields and figures.
+"""NeMo Gym's reward-profiler files (``ng_reward_profile``, NeMo Gym 0.7.0) from gymlab records.
 
-``ng_reward_profile`` (``gym eval profile``, NeMo Gym 0.7.0) writes, beside a rollouts file:
-
-- ``<stem>_reward_profiling.jsonl``: per task, ``mean/``, ``max/``, ``min/``, ``median/``, ``std/``
-  (sample std; 0 when every field has one value) of every numeric or bool top-level field of the
-  records (the reward, verify extras such as ``exact`` or ``distance``, ``duration_s``,
-  ``terminated``, ``truncated``; a bool counts as 0/1; ``_``-prefixed keys left out) and of the
-  usage counts, then ``sample`` (the input row), ``num_rollouts``, ``expected_num_rollouts``,
-  ``missing_num_rollouts``, ``reward_profile_completion_pct`` and ``rollout_infos``;
-- ``<stem>_agent_metrics.json``: per agent, the same five statistics over all its rollouts plus,
-  with several repeats, ``{mean,median,std,min,max,se,ci_low_95,ci_high_95}_across_repeats/mean/<field>``,
-  and, when anything was masked, ``coverage/measured_rollouts``, ``coverage/masked_rollouts``,
-  ``coverage/measured_tasks`` and ``coverage/fully_masked_tasks``;
-- ``<stem>_repeat_level_metrics.json``: per agent and repeat index, ``sample_count``,
-  ``missing_count`` and ``mean/median/std/sem/min/max/p25/p75`` (and a 95 % interval) of each field.
-
-A masked record (an infrastructure failure, or the environment's own mask) is dropped with its
-input row, as NeMo Gym does: it is not a measurement, and it was not missing from the collection.
-``masked_as_missing=True`` gives gymlab's own report's view instead: the row stays, so a masked
-rollout counts as a missing one. The statistics are pandas' (NeMo Gym's), so every figure is the
-same number; the 95 % intervals use gymlab's Student t quantile (no SciPy), equal to 1e-12.
+The per-task, per-agent and per-repeat files with the same fields and figures (pandas' statistics, as
+NeMo Gym's); a masked record is dropped with its input row, as NeMo Gym does, unless
+``masked_as_missing``. The fields, one by one: docs/rewards.md.
 """
 
 from __future__ import annotations
@@ -44,20 +27,13 @@ _NOT_PRIMARY_SUFFIXES = (
 )
 
 
-def _order(index: Any) -> tuple:
+def order_key(index: Any) -> tuple:
     """A sort key for task and repeat indices that may be missing (None sorts last)."""
     return (index is None, index if isinstance(index, (int, float)) else str(index))
 
 
 def _key(row: dict[str, Any]) -> tuple:
     return row.get(_TASK), row.get(_REPEAT)
-
-
-def _fields(record: Any) -> dict[str, Any]:
-    """A record as the JSON object its file holds (a ``Rollout``: the fields it was given)."""
-    if isinstance(record, dict):
-        return record
-    return record.model_dump(mode="json", exclude_unset=True)
 
 
 def _row_of(result: dict[str, Any]) -> dict[str, Any]:
@@ -68,20 +44,16 @@ def _row_of(result: dict[str, Any]) -> dict[str, Any]:
 
 def _numbers(fields: Iterable[tuple[str, Any]]) -> dict[str, float | int]:
     """The numeric and bool values (bools as 0/1) of ``fields``."""
-    out: dict[str, float | int] = {}
-    for k, v in fields:
-        if isinstance(v, bool):
-            out[k] = int(v)
-        elif isinstance(v, (int, float)):
-            out[k] = v
-    return out
+    return {k: int(v) if isinstance(v, bool) else v for k, v in fields if isinstance(v, (int, float))}
+
+
+def _usage(result: dict[str, Any]) -> dict[str, Any]:
+    return (result.get("response") or {}).get("usage") or {}
 
 
 def _profiled(result: dict[str, Any]) -> dict[str, float | int]:
-    """What a record contributes to the statistics: its top-level numbers, then its usage counts
-    (which win on a name clash), keys starting with ``_`` left out."""
-    usage = (result.get("response") or {}).get("usage") or {}
-    return _numbers((k, v) for k, v in {**result, **usage}.items() if not k.startswith("_"))
+    """A record's top-level numbers, then its usage counts (which win on a name clash), ``_`` keys left out."""
+    return _numbers((k, v) for k, v in {**result, **_usage(result)}.items() if not k.startswith("_"))
 
 
 def _rollout_info(result: dict[str, Any]) -> dict[str, Any]:
@@ -89,10 +61,8 @@ def _rollout_info(result: dict[str, Any]) -> dict[str, Any]:
     info: dict[str, Any] = {"rollout_id": f"{task}:{repeat}", _TASK: task, _REPEAT: repeat}
     if "reward" in result:
         info["reward"] = result["reward"]
-    info.update(_numbers(((result.get("response") or {}).get("usage") or {}).items()))
-    info.update(
-        _numbers((k, v) for k, v in result.items() if not k.startswith("_") and k not in ("reward", "response"))
-    )
+    info.update(_numbers(_usage(result).items()))
+    info.update(_numbers((k, v) for k, v in result.items() if not k.startswith("_") and k != "reward"))
     return info
 
 
@@ -155,13 +125,13 @@ def nemo_profile(
 ) -> tuple[list, list, list]:
     """(per-task rows, per-agent metrics, per-repeat metrics) as NeMo Gym's profiler computes them.
 
-    ``inputs`` (the materialized input rows) give each task's ``sample``, agent and expected
-    rollouts; without them each record's own row fields stand in. A record whose key (task, repeat)
-    has no input row raises ``ValueError``. ``masked_as_missing``: see the module docstring.
+    ``inputs`` (the materialized input rows) give each task's ``sample``, agent and expected rollouts;
+    without them each record's own row fields stand in. A record with no input row raises ``ValueError``.
     """
     import pandas as pd
 
-    results = sorted((_fields(r) for r in records), key=lambda r: tuple(map(_order, _key(r))))
+    dumped = (r if isinstance(r, dict) else r.model_dump(mode="json", exclude_unset=True) for r in records)
+    results = sorted(dumped, key=lambda r: tuple(map(order_key, _key(r))))
     every_row = rows = list(inputs) if inputs is not None else [_row_of(r) for r in results]
     row_by_key = {_key(row): row for row in rows}
     extra = [_key(r) for r in results if _key(r) not in row_by_key]
@@ -211,7 +181,7 @@ def nemo_profile(
                 expected_num_rollouts=want,
                 missing_num_rollouts=want - n,
                 reward_profile_completion_pct=100.0 if not want else 100.0 * n / want,
-                rollout_infos=sorted(infos[group], key=lambda i: _order(i[_REPEAT])),
+                rollout_infos=sorted(infos[group], key=lambda i: order_key(i[_REPEAT])),
             )
             groups.append(entry)
         for name, part in frame.drop(columns=[_REPEAT, _TASK]).groupby("agent_name"):
@@ -299,11 +269,8 @@ def _across_repeats(repeats: list[dict[str, Any]]) -> dict[str, dict[str, float]
 def profile_paths(path: str | os.PathLike) -> tuple[Path, Path, Path]:
     """Where NeMo Gym puts the three files for rollouts file ``path``."""
     base = Path(path)
-    return (
-        base.with_name(base.stem + "_reward_profiling.jsonl"),
-        base.with_name(base.stem + "_agent_metrics.json"),
-        base.with_name(base.stem + "_repeat_level_metrics.json"),
-    )
+    names = ("reward_profiling.jsonl", "agent_metrics.json", "repeat_level_metrics.json")
+    return tuple(base.with_name(f"{base.stem}_{name}") for name in names)  # type: ignore[return-value]
 
 
 def write_nemo_profile(
