@@ -4,22 +4,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 #: Prefix of a component's column.
 PREFIX = "reward_"
-
-
-def component_names(records: Sequence[Any]) -> list[str]:
-    """Every component name of ``records`` (models or dicts), in first-seen order."""
-    return _names(
-        r.get("reward_components") if isinstance(r, dict) else getattr(r, "reward_components", None) for r in records
-    )
-
-
-def _names(components: Iterable[dict | None]) -> list[str]:
-    return list(dict.fromkeys(name for row in components for name in row or ()))
 
 
 def add_component_columns(frame: Any, components: Sequence[dict | None]) -> Any:
@@ -31,10 +20,10 @@ def add_component_columns(frame: Any, components: Sequence[dict | None]) -> Any:
 
     if len(components) != len(frame):
         raise ValueError(f"{len(components)} rows of components but {len(frame)} rows in the frame")
-    for name in _names(components):
+    for name in dict.fromkeys(name for row in components for name in row or ()):
         values = [(row or {}).get(name) for row in components]
         frame[PREFIX + name] = np.array([np.nan if v is None else v for v in values], dtype="float64")
     return frame
 
 
-__all__ = ["PREFIX", "add_component_columns", "component_names"]
+__all__ = ["PREFIX", "add_component_columns"]

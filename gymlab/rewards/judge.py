@@ -65,10 +65,8 @@ def _on_scale(value: float, scale: tuple[float, float], what: str) -> float:
 
 
 def parse_score(text: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
-    """The verdict's grade, mapped from ``scale`` to 0..1 (``Unparseable`` when none, or off the scale).
-
-    The grade is the last "n/N" or "n out of N" whose N is the scale's top; without one, the last
-    number once other fractions and scale talk ("0-10", "1 to 5", "scale of 10") are set aside."""
+    """The verdict's grade, mapped from ``scale`` to 0..1 (``Unparseable`` when none, or off the scale): the
+    last "n/N" whose N is the scale's top, else the last number once scale talk is set aside (docs/judges.md)."""
     top, text = float(scale[1]), " ".join(text.split())  # one space a run: no regex backtracks through a long run
     numbers = [m[1] for m in _FRACTION.finditer(text) if float(m[2]) == top]
     numbers = numbers or _NUMBER.findall(_SCALE_TALK.sub(" ", _FRACTION.sub(" ", text)))
@@ -84,11 +82,8 @@ def _label_pattern(label: str) -> str:
 
 
 def parse_label(text: str, labels: Mapping[str, float]) -> float:
-    """The value of the verdict's last decision among ``labels`` (``Unparseable`` when there is none).
-
-    Labels match as whole words, in their own case first, any case when none does. A list of the
-    options ("CORRECT or INCORRECT") is not a decision. A negated label ("not correct") is the other
-    label when there are two, and unreadable otherwise; it is never read as itself."""
+    """The value of the verdict's last decision among ``labels`` (``Unparseable`` when there is none): whole
+    words, own case first; a list of options is no decision, a negated label never itself (docs/judges.md)."""
     names, text = sorted(labels, key=len, reverse=True), " ".join(text.split())
     one = "|".join(f"({_label_pattern(n)})" for n in names)
     for flags in (0, re.I):
@@ -168,16 +163,9 @@ def _joins(text: str, k: int, edge: str) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class Judge:
-    """A rubric component graded by a model: ``Judge("correct", model, template, labels={"CORRECT": 1, "INCORRECT": 0})``.
-
-    ``model`` is a model server's URL or handle (anything with ``.url``). ``template`` is a
-    ``str.format`` template over ``fields(body)`` (default ``default_fields``: the body's fields,
-    ``question`` and ``answer``, the policy's text) and ``{verdict_format}``, the sentence asking
-    for the fixed final line. ``parse`` reads the verdict: ``"score"`` (a number on ``scale``,
-    mapped to 0..1), ``"label"`` (``labels``: label -> value), ``"json"`` (``json_key`` of a JSON
-    object, a number on ``scale`` or a bool) or a function of the text (raise ``Unparseable`` for a
-    non-grade; it gets the whole text, quotes set aside).
-    """
+    """A rubric component graded by a model (a model server's URL or handle): ``template`` (``str.format`` over
+    ``fields(body)`` and ``{verdict_format}``) is its prompt, ``parse`` (``"score"`` on ``scale``, ``"label"``
+    of ``labels``, ``"json"`` with ``json_key``, or a function) reads its verdict (docs/judges.md)."""
 
     name: str
     model: Any
@@ -245,10 +233,8 @@ class Judge:
                 f"judge {self.name!r}: the template names {exc}, which the verify body does not carry; "
                 "declare that row field on the environment's verify request model"
             ) from None
-        messages = [{"role": "user", "content": prompt}]
-        if self.system:
-            messages.insert(0, {"role": "system", "content": self.system})
-        request: dict[str, Any] = {"input": messages}
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        request: dict[str, Any] = {"input": [*system, {"role": "user", "content": prompt}]}
         if self.model_name:
             request["model"] = self.model_name
         return request
@@ -263,11 +249,9 @@ class Judge:
         return self.parse == "score" and any(float(m[2]) == self.scale[1] for m in _FRACTION.finditer(text))
 
     def quotable(self, answer: str, request: dict[str, Any]) -> tuple[list[str], list[str], bool]:
-        """What a verdict must not be read from, if the judge copied it: the verdict-like lines and
-        sentences of the policy's ``answer`` (the policy is to blame for these); the other text to set
-        aside: the answer's long ones, and the prompt's verdict-like or long ones that are not a
-        verdict alone ("reply CORRECT or INCORRECT" is set aside, a few-shot "VERDICT: CORRECT" is
-        not); and whether the answer held more verdict-like text than is looked for."""
+        """What a verdict must not be read from if the judge copied it (docs/judges.md): the answer's verdict-like
+        lines and sentences (the policy's blame), the other text to set aside (the answer's long ones, the
+        prompt's verdict-like or long ones not a verdict alone), and whether the answer had too many to look for."""
         parts = set(_segments(answer))
         blame = sorted((s for s in parts if self.verdict_like(s)), key=len, reverse=True)
         prompt = {s for m in request["input"] for s in _segments(m["content"])} - parts
@@ -284,7 +268,7 @@ class Judge:
         return True
 
     def read(self, text: str, quoted: Iterable[str] = ()) -> float:
-        """The verdict ``text`` as a finite value, ``quoted`` texts set aside (``Unparseable`` when it is not a grade)."""
+        """The verdict ``text`` as a finite value, ``quoted`` texts set aside (``Unparseable`` when no grade)."""
         text = set_aside(text, quoted)
         if callable(self.parse):
             value = float(self.parse(text))
@@ -322,8 +306,11 @@ class Judge:
             return await ask_model_server(self.url, request, server=f"judge {self.name!r}", timeout=self.timeout_s)
 
         def again(exc: Exception, n: int) -> float | None:
-            ok = n < self.attempts and isinstance(exc, ServerError) and _retryable(exc)
-            return backoff_delay(self.backoff_s, n) if ok else None
+            # a transport failure, a 5xx, a 429 or a 200 non-answer is worth another try; a 4xx is not
+            if n >= self.attempts or not isinstance(exc, ServerError):
+                return None
+            worth = isinstance(exc, TransportError) or exc.status >= 500 or exc.status in (200, 408, 429)
+            return backoff_delay(self.backoff_s, n) if worth else None
 
         async with self.limit():
             try:
@@ -355,11 +342,6 @@ class Judge:
         return ComponentFailed(
             Failure(kind=kind, stage="verification", server=f"judge {self.name}", message=message), judgement
         )
-
-
-def _retryable(exc: ServerError) -> bool:
-    """A transport failure, a 5xx, a 429 or a 200 non-answer is worth another try; a 4xx is not."""
-    return isinstance(exc, TransportError) or exc.status >= 500 or exc.status in (200, 408, 429)
 
 
 __all__ = [

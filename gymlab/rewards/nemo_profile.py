@@ -36,12 +36,6 @@ def _key(row: dict[str, Any]) -> tuple:
     return row.get(_TASK), row.get(_REPEAT)
 
 
-def _row_of(result: dict[str, Any]) -> dict[str, Any]:
-    """The input row of a record, when no materialized inputs are given: its row fields and identity."""
-    skip = RESULT_KEYS | {"response", "_ng_result_type"}
-    return {k: v for k, v in result.items() if k not in skip}
-
-
 def _numbers(fields: Iterable[tuple[str, Any]]) -> dict[str, float | int]:
     """The numeric and bool values (bools as 0/1) of ``fields``."""
     return {k: int(v) if isinstance(v, bool) else v for k, v in fields if isinstance(v, (int, float))}
@@ -87,14 +81,10 @@ def _labels(rows: list[dict[str, Any]]) -> dict[Any, str]:
     names one run, else the key itself (NeMo Gym's ``rollout_run_labels``)."""
     agent_by_key: dict[Any, Any] = {}
     for row in rows:
-        key = _run_key(row)
-        if key is not None and key not in agent_by_key:
-            agent_by_key[key] = (row.get("agent_ref") or {}).get("name")
-    keys_by_agent: dict[Any, set] = defaultdict(set)
-    for key, agent in agent_by_key.items():
-        if agent is not None:
-            keys_by_agent[agent].add(key)
-    labels = {k: a if a is not None and len(keys_by_agent[a]) == 1 else k for k, a in agent_by_key.items()}
+        agent_by_key.setdefault(_run_key(row), (row.get("agent_ref") or {}).get("name"))
+    agent_by_key.pop(None, None)
+    runs = Counter(a for a in agent_by_key.values() if a is not None)  # the run keys of each agent
+    labels = {k: a if a is not None and runs[a] == 1 else k for k, a in agent_by_key.items()}
     while clashing := [k for k, label in labels.items() if Counter(labels.values())[label] > 1 and label != k]:
         for k in clashing:
             labels[k] = k
@@ -103,21 +93,6 @@ def _labels(rows: list[dict[str, Any]]) -> dict[Any, str]:
 
 def _run_key(row: dict[str, Any]) -> Any:
     return row.get(_SERVER) if row.get(_SERVER) is not None else (row.get("agent_ref") or {}).get("name")
-
-
-def _coverage(results: list[dict[str, Any]]) -> dict[str, int]:
-    """How many rollouts and tasks the figures come from (only when something was masked)."""
-    masked = [r for r in results if r.get("mask_sample")]
-    if not masked:
-        return {}
-    tasks = {r.get(_TASK, 0) for r in results}
-    measured = {r.get(_TASK, 0) for r in results if not r.get("mask_sample")}
-    return {
-        "coverage/measured_rollouts": len(results) - len(masked),
-        "coverage/masked_rollouts": len(masked),
-        "coverage/measured_tasks": len(measured),
-        "coverage/fully_masked_tasks": len(tasks - measured),
-    }
 
 
 def nemo_profile(
@@ -132,7 +107,10 @@ def nemo_profile(
 
     dumped = (r if isinstance(r, dict) else r.model_dump(mode="json", exclude_unset=True) for r in records)
     results = sorted(dumped, key=lambda r: tuple(map(order_key, _key(r))))
-    every_row = rows = list(inputs) if inputs is not None else [_row_of(r) for r in results]
+    skip = RESULT_KEYS | {"response", "_ng_result_type"}  # without inputs, a record's own row fields stand in
+    every_row = rows = (
+        list(inputs) if inputs is not None else [{k: v for k, v in r.items() if k not in skip} for r in results]
+    )
     row_by_key = {_key(row): row for row in rows}
     extra = [_key(r) for r in results if _key(r) not in row_by_key]
     if extra:
@@ -195,14 +173,24 @@ def nemo_profile(
 
 
 def _add_coverage(agent_rows: list[dict], rows: list[dict], results: list[dict]) -> None:
-    """Each agent's own coverage (an agent whose every rollout was masked gets an entry of it alone)."""
+    """Each agent's coverage, when any of its rollouts was masked: how many rollouts and tasks its figures
+    come from (an agent whose every rollout was masked gets an entry of it alone)."""
     agent_of_key = {_key(row): (row.get("agent_ref") or {}).get("name") for row in rows}
     per_agent: dict[str, list] = defaultdict(list)
     for r in results:
         name = agent_of_key.get(_key(r)) or (r.get("agent_ref") or {}).get("name")
         if name is not None:
             per_agent[name].append(r)
-    coverage = {name: c for name, rs in per_agent.items() if (c := _coverage(rs))}
+    coverage = {}
+    for name, rs in per_agent.items():
+        measured = {r.get(_TASK, 0) for r in rs if not r.get("mask_sample")}
+        if masked := sum(bool(r.get("mask_sample")) for r in rs):
+            coverage[name] = {
+                "coverage/measured_rollouts": len(rs) - masked,
+                "coverage/masked_rollouts": masked,
+                "coverage/measured_tasks": len(measured),
+                "coverage/fully_masked_tasks": len({r.get(_TASK, 0) for r in rs} - measured),
+            }
     for entry in agent_rows:
         entry.update(coverage.pop(entry["agent_ref"]["name"], {}))
     agent_rows += [{"agent_ref": {"name": name}, **c} for name, c in coverage.items()]

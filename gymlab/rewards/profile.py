@@ -187,12 +187,10 @@ class Profile:
             f"{len(s['always_1'])} always 1, {len(s['zero_variance'])} with no variance</p>"
         )
         flags = "".join(f"<li>task {html.escape(str(t))}: {html.escape(w)}</li>" for t, w in self.flags().items())
-        table = self.tasks.drop(columns=["why"], errors="ignore")
-        return (
-            head
-            + (f"<ul>{flags}</ul>" if flags else "")
-            + table.to_html(index=False, float_format=lambda v: f"{v:.3f}")
+        table = self.tasks.drop(columns=["why"], errors="ignore").to_html(
+            index=False, float_format=lambda v: f"{v:.3f}"
         )
+        return head + (f"<ul>{flags}</ul>" if flags else "") + table
 
     def flags(self) -> dict[Any, str]:
         """Each flagged task's sentence (its ``why``), by task."""

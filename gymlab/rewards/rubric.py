@@ -82,11 +82,8 @@ class Score:
 
 
 class Rubric:
-    """Named, weighted components; the reward is the weighted sum of their values.
-
-    Build it from ``Component``/``Judge`` objects, or ``name=fn`` pairs (weight 1). Rubrics are
-    values: ``with_weights``, ``with_component`` and ``without`` return edited copies.
-    """
+    """Named, weighted components (``Component``/``Judge`` objects, or ``name=fn`` pairs of weight 1); the reward
+    is the weighted sum of their values. ``with_weights``, ``with_component`` and ``without`` return copies."""
 
     def __init__(self, *components: Component, **functions: Callable[[Any], Any]):
         parts = [*components, *(Component(name, fn) for name, fn in functions.items())]
@@ -162,7 +159,8 @@ class Rubric:
 
     def __repr__(self) -> str:
         parts = ", ".join(
-            f"{c.name}={c.weight:g}{' (judge)' if _is_judge(c) else ''}{f' (if {_gate(c)})' if _gate(c) else ''}"
+            f"{c.name}={c.weight:g}{' (judge)' if type(c).__name__ == 'Judge' else ''}"
+            f"{f' (if {_gate(c)})' if _gate(c) else ''}"
             for c in self.components
         )
         return f"<Rubric {parts}>"
@@ -170,10 +168,6 @@ class Rubric:
 
 def _gate(component: Component) -> str | None:
     return getattr(component, "gate", None)  # a Judge has none
-
-
-def _is_judge(component: Component) -> bool:
-    return type(component).__name__ == "Judge"
 
 
 def _number(name: str, value: Any) -> float:

@@ -35,17 +35,6 @@ def sample_std(values: Sequence[float]) -> float:
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (pandas' default)."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    pos = (len(ordered) - 1) * q
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 def _betacf(a: float, b: float, x: float) -> float:
     """Continued fraction of the incomplete beta function (modified Lentz)."""
     tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
@@ -104,4 +93,4 @@ def t_interval_95(mean: float, se: float, n: int) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-__all__ = ["majority_at_k", "pass_at_k", "quantile", "sample_std", "t_cdf", "t_interval_95", "t_quantile"]
+__all__ = ["majority_at_k", "pass_at_k", "sample_std", "t_cdf", "t_interval_95", "t_quantile"]
