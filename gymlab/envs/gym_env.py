@@ -208,11 +208,10 @@ def gymnasium(
     sample.close()
     how = f"one action of: {', '.join(names)}" if names else f"one action of the space {sample.action_space}"
     text = instructions or f"You are playing {title}. Each turn, answer with {how}."
-    declared = [row_tool(n, f"Take the action {n!r}.", {}) for n in names] if tools and names else []
-    if tools and not names:
-        declared = [row_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})]
+    declared = [row_tool(n, f"Take the action {n!r}.", {}) for n in names]
+    declared = declared or [row_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})]
     seeds = list(seeds)
-    return server, rows_from([text] * len(seeds), tools=declared or None, seed=seeds)
+    return server, rows_from([text] * len(seeds), tools=declared if tools else None, seed=seeds)
 
 
 def env_ids() -> list[str]:

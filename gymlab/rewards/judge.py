@@ -211,14 +211,12 @@ class Judge:
     def verdict_format(self) -> str:
         """The instruction for the fixed final line this judge reads first (``{verdict_format}``)."""
         low, high = (f"{v:g}" for v in self.scale)
-        if self.parse == "label":
-            line, what = "VERDICT: X", f"X is exactly one of {', '.join(self.labels or {})}"
-        elif self.parse == "json":
-            line, what = f'VERDICT: {{"{self.json_key}": n}}', f"n is a number from {low} to {high}"
-        elif self.parse == "score":
-            line, what = f"SCORE: n/{high}", f"n is a number from {low} to {high}"
-        else:
-            line, what = "VERDICT: X", "X is your grade"
+        number = f"n is a number from {low} to {high}"
+        line, what = {
+            "label": ("VERDICT: X", f"X is exactly one of {', '.join(self.labels or {})}"),
+            "json": (f'VERDICT: {{"{self.json_key}": n}}', number),
+            "score": (f"SCORE: n/{high}", number),
+        }.get(self.parse if isinstance(self.parse, str) else "", ("VERDICT: X", "X is your grade"))
         return f'End your reply with one final line "{line}", where {what}, and nothing after it.'
 
     def request(self, body: Any) -> dict[str, Any]:

@@ -147,11 +147,10 @@ def nemo_profile(
             first_row.setdefault(group_of(row), row)
         by = [_TASK, "agent_name"] if per_agent else _TASK
         for key, part in frame.drop(columns=[_REPEAT] if per_agent else [_REPEAT, "agent_name"]).groupby(by):
-            entry = {_TASK: _plain(key[0] if per_agent else key)}
-            entry.update(_describe(part.drop(columns=[c for c in (_TASK, "agent_name") if c in part])))
-            group = (entry[_TASK], key[1]) if per_agent else entry[_TASK]
+            group = tuple(map(_plain, key)) if per_agent else _plain(key)
+            entry = {_TASK: group[0] if per_agent else group, **_describe(part.drop(columns=by))}
             if per_agent:
-                entry["agent_ref"] = {"name": key[1]}
+                entry["agent_ref"] = {"name": group[1]}
             n, want = len(infos[group]), expected[group]
             entry.update(
                 sample={k: v for k, v in first_row[group].items() if k not in (_TASK, _REPEAT)},

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gymlab.rewards.nemo_profile import order_key
+from gymlab.rewards.nemo_profile import nemo_profile, order_key, write_nemo_profile
 from gymlab.rewards.stats import majority_at_k, pass_at_k, sample_std
 
 
@@ -88,8 +88,7 @@ class Profile:
         frame = pd.DataFrame(rows)
         if not rows:
             return frame
-        for col in ("episodes", "scored", "masked", "failed"):
-            frame[col] = frame[col].astype("int64")
+        frame = frame.astype(dict.fromkeys(("episodes", "scored", "masked", "failed"), "int64"))
         if all(isinstance(t, int) or t is None for t in self.by_task):
             frame["task"] = pd.array(list(self.by_task), dtype="Int64")  # as the episodes frame has it
         return frame
@@ -167,16 +166,12 @@ class Profile:
         self, inputs: Iterable[dict] | None = None, *, masked_as_missing: bool = False
     ) -> tuple[list[dict], list[dict], list[dict]]:
         """NeMo Gym's profiler output (``nemo_profile``): per-task rows, per-agent and per-repeat metrics."""
-        from gymlab.rewards.nemo_profile import nemo_profile
-
         return nemo_profile(self.records, inputs, masked_as_missing=masked_as_missing)
 
     def write_nemo(
         self, path: str | os.PathLike, inputs: Iterable[dict] | None = None, *, masked_as_missing: bool = False
     ) -> tuple[Path, Path, Path]:
         """Write NeMo Gym's three profiler files beside rollouts file ``path`` (``write_nemo_profile``)."""
-        from gymlab.rewards.nemo_profile import write_nemo_profile
-
         return write_nemo_profile(self.records, path, inputs, masked_as_missing=masked_as_missing)
 
     def _repr_html_(self) -> str:

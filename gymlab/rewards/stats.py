@@ -1,5 +1,5 @@
-"""Small exact statistics for reward profiles: unbiased pass@k and majority@k, sample std, quantiles,
-and the Student t quantile for 95 % intervals (no SciPy needed)."""
+"""Small exact statistics for reward profiles: unbiased pass@k and majority@k, sample std, and the
+Student t quantile for 95 % intervals (no SciPy needed)."""
 
 from __future__ import annotations
 
