@@ -1,22 +1,14 @@
 """Gymnasium interop: a ``gymnasium.Env`` over one GymnasiumServer session, served or in-process.
 
-``ServedEnv`` talks to a running server over HTTP (one session cookie for the env's lifetime);
-``InProcessEnv`` calls the same server class directly. Both present text observations and text
-actions (``gymnasium.spaces.Text`` over a printable charset), so Gymnasium's own
-``check_env`` and ``check_environments_match`` apply to them:
-
->>> env = gymnasium.make("gymlab/Served-v0", server=handle.url, row=row) # doctest: +SKIP
->>> obs, info = env.reset(seed=0)                                        # doctest: +SKIP
->>> obs, reward, terminated, truncated, info = env.step("stand")         # doctest: +SKIP
-
-With ``action_mode="function_call"`` a string action ``'name {"json": "args"}'`` becomes one
-function call. A response, an item or a list of items is passed through as the action in either
-mode (outside ``action_space``, for programmatic use).
+``ServedEnv`` talks HTTP to a running server, ``InProcessEnv`` calls the server class directly; both
+present text observations and actions (``spaces.Text``), so Gymnasium's ``check_env`` applies
+(``gymnasium.make("gymlab/Served-v0", server=url, row=row)``; docs/envs.md).
 """
 
 from __future__ import annotations
 
 import abc
+import json
 import string
 import uuid
 import warnings
@@ -53,12 +45,8 @@ ActionMode = Literal["text", "function_call"]
 
 
 class SessionEnv(gymnasium.Env, abc.ABC):
-    """The shared half: spaces, seeding, action -> response, step answer -> Gymnasium tuple.
-
-    ``row`` is the dataset row every ``/reset`` and ``/step`` carries. The episode's ``seed_field``
-    (``"seed"``; None leaves the row alone) is set from ``reset(seed=...)`` or, without a seed, drawn
-    from the env's random generator, so a seeded reset replays the same episode.
-    """
+    """The shared half: spaces, seeding, action -> response, step answer -> Gymnasium tuple. ``row`` is
+    the row every ``/reset`` and ``/step`` carries; each reset sets its ``seed_field`` (docs/envs.md)."""
 
     metadata = {"render_modes": []}
 
@@ -83,14 +71,9 @@ class SessionEnv(gymnasium.Env, abc.ABC):
         self._episode_row = dict(row)
         self._steps = 0
 
-    # subclasses: one reset and one step of the server, with the wire's bodies and answers
     @abc.abstractmethod
-    def _reset_call(self, row: dict) -> GymnasiumResetResponse:
-        """POST /reset (or its in-process equivalent)."""
-
-    @abc.abstractmethod
-    def _step_call(self, body: dict) -> GymnasiumStepResponse:
-        """POST /step (or its in-process equivalent)."""
+    def _call(self, path: str, body: dict) -> Any:
+        """The JSON answer to ``POST path`` (``/reset`` or ``/step``) with ``body``, or its in-process equal."""
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start an episode; ``options`` are merged into the row's top-level fields."""
@@ -99,16 +82,13 @@ class SessionEnv(gymnasium.Env, abc.ABC):
         if self.seed_field is not None and not (options and self.seed_field in options):
             row[self.seed_field] = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
         self._episode_row, self._steps = row, 0
-        answer = self._reset_call(row)
+        answer = GymnasiumResetResponse.model_validate(self._call("/reset", row))
         return self._observation(answer.observation), dict(answer.info)
 
     def step(self, action: Any):
-        body = {
-            **self._episode_row,
-            "response": self.action_response(action).model_dump(mode="json", exclude_none=True),
-        }
+        response = self.action_response(action).model_dump(mode="json", exclude_none=True)
         self._steps += 1
-        answer = self._step_call(body)
+        answer = GymnasiumStepResponse.model_validate(self._call("/step", {**self._episode_row, "response": response}))
         info = dict(answer.info)
         if answer.mask_sample or answer.failure_kind is not None or answer.failure_reason is not None:
             info.update({k: getattr(answer, k) for k in RESERVED_INFO_KEYS})
@@ -124,20 +104,12 @@ class SessionEnv(gymnasium.Env, abc.ABC):
             return NeMoGymResponse(output=list(action))
         if not isinstance(action, str):
             return NeMoGymResponse(output=[action])
-        if self.action_mode == "function_call":
-            name, _, arguments = action.strip().partition(" ")
-            # a call id from the step index keeps stepping deterministic (check_step_determinism)
-            return NeMoGymResponse(
-                output=[
-                    FunctionCall(
-                        name=name,
-                        arguments=arguments.strip() or "{}",
-                        call_id=f"call_{self._steps}",
-                        status="completed",
-                    )
-                ]
-            )
-        return NeMoGymResponse(output=[assistant_message(action)])
+        if self.action_mode == "text":
+            return NeMoGymResponse(output=[assistant_message(action)])
+        name, _, arguments = action.strip().partition(" ")
+        call_id = f"call_{self._steps}"  # from the step index: stepping stays deterministic (check_step_determinism)
+        call = FunctionCall(name=name, arguments=arguments.strip() or "{}", call_id=call_id, status="completed")
+        return NeMoGymResponse(output=[call])
 
     def _observation(self, observation: str | None) -> str:
         text = observation or ""
@@ -164,16 +136,10 @@ class ServedEnv(SessionEnv):
         self.url = server if isinstance(server, str) else server.url
         self._cookies: Cookies | None = Cookies()
 
-    def _post(self, path: str, body: dict) -> Any:
+    def _call(self, path: str, body: dict) -> Any:
         if self._cookies is None:
             raise RuntimeError(f"{type(self).__name__} over {self.url} is closed; make a new one")
         return run_sync(post_ok(self.url, path, body, self._cookies, server=self.url))
-
-    def _reset_call(self, row: dict) -> GymnasiumResetResponse:
-        return GymnasiumResetResponse.model_validate(self._post("/reset", row))
-
-    def _step_call(self, body: dict) -> GymnasiumStepResponse:
-        return GymnasiumStepResponse.model_validate(self._post("/step", body))
 
     def close(self) -> None:
         """Release the session's episode on the server (a server without ``/close`` answers 404)."""
@@ -181,40 +147,31 @@ class ServedEnv(SessionEnv):
         if cookies is not None and cookies.header(self.url):
             try:
                 reply = run_sync(post(self.url, "/close", {}, cookies, server=self.url))
+                ok = reply.ok or reply.status == 404
+                problem = None if ok else f"POST {self.url}/close answered {reply.status}: {reply.text[:200]}"
             except ServerError as exc:
-                warnings.warn(
-                    f"{type(self).__name__}: could not release the episode: {exc}", RuntimeWarning, stacklevel=2
-                )
-            else:
-                if not reply.ok and reply.status != 404:
-                    warnings.warn(
-                        f"{type(self).__name__}: POST {self.url}/close answered {reply.status}: {reply.text[:200]}",
-                        RuntimeWarning,
-                        stacklevel=2,
-                    )
+                problem = f"could not release the episode: {exc}"
+            if problem:
+                warnings.warn(f"{type(self).__name__}: {problem}", RuntimeWarning, stacklevel=2)
         super().close()
 
 
 class InProcessEnv(SessionEnv):
-    """The same env as ``ServedEnv``, calling a GymnasiumServer (class or instance) in this process.
-
-    Bodies and answers go through the wire models and JSON exactly as over HTTP, so the two match.
-    """
+    """The same env as ``ServedEnv``, calling a GymnasiumServer (class or instance) in this process,
+    its bodies and answers through the wire models and JSON exactly as over HTTP."""
 
     def __init__(self, server: type[GymnasiumServer] | GymnasiumServer, row: dict[str, Any], **options: Any):
         super().__init__(row, **options)
         self.server = server() if isinstance(server, type) else server
         self.session_id = uuid.uuid4().hex
 
-    def _reset_call(self, row: dict) -> GymnasiumResetResponse:
-        request = GymnasiumResetRequest.model_validate(row)
-        answer = run_sync(self.server.reset_session(request.metadata(), self.session_id))
-        return GymnasiumResetResponse.model_validate_json(answer.model_dump_json())
-
-    def _step_call(self, body: dict) -> GymnasiumStepResponse:
-        request = GymnasiumStepRequest.model_validate(body)
-        answer = run_sync(self.server.step_session(request.response, request.metadata(), self.session_id))
-        return GymnasiumStepResponse.model_validate_json(answer.model_dump_json())
+    def _call(self, path: str, body: dict) -> Any:
+        if path == "/reset":
+            answer = self.server.reset_session(GymnasiumResetRequest.model_validate(body).metadata(), self.session_id)
+        else:
+            request = GymnasiumStepRequest.model_validate(body)
+            answer = self.server.step_session(request.response, request.metadata(), self.session_id)
+        return json.loads(run_sync(answer).model_dump_json())
 
     def close(self) -> None:
         run_sync(self.server.close_episode(self.session_id))

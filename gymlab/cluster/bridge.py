@@ -1,11 +1,6 @@
-"""A cell's servers reachable from the driver's loop, for an episode pinned to that cell.
-
-Each server of the cell gets a driver-side URL registered with ``gymlab.inproc``: a request made on
-gymlab's loop to it goes into a small ASGI app that forwards it whole to the cell's actor
-(``Cell.request``) and hands back its status, headers (cookies included) and body. So
-``lab.episode(pool, row)`` steps the cell's environment and asks the cell's model with the same
-client code as against a local server, and its session stays in that one cell. A cell that dies
-answers 410 with a ``session_lost`` failure: the episode's state went with it.
+"""A cell's servers reachable from the driver's loop, for an episode pinned to that cell: each gets a
+driver-side in-process URL whose requests are forwarded whole to the cell's actor. A dead cell answers
+410 ``session_lost`` (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -15,6 +10,7 @@ from typing import Any
 import orjson
 
 import gymlab.inproc as inproc
+from gymlab._runtime.bodies import request_body
 from gymlab.errors import error_body
 from gymlab.protocol.failure_kinds import Failure
 
@@ -27,17 +23,13 @@ def bridge_app(cell: Any, server: str, timeout: float | None = None):
     from gymlab.cluster.cell import CellGone
 
     async def app(scope: dict, receive, send) -> None:
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
+        body, _ = await request_body(scope, receive)
         headers = {
             k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k.lower() not in _HOP_HEADERS
         }
         path = scope["path"] + (f"?{scope['query_string'].decode()}" if scope.get("query_string") else "")
         try:
-            status, answer_headers, body = await cell.call("request", server, path, b"".join(chunks), headers, timeout)
+            status, answer_headers, body = await cell.call("request", server, path, body, headers, timeout)
         except CellGone as exc:
             failure = Failure(kind="session_lost", server=server, status=410, message=str(exc))
             status, answer_headers = 410, [(b"content-type", b"application/json")]
@@ -84,7 +76,7 @@ def pinned(pool: Any, agent: str | None = None) -> dict[str, Any]:
     cell = pool.pick()
     urls = bridged_urls(pool, cell)
     model = pool.model_name(agent)
-    recipe = next(r for r in pool.recipes if r.name == agent)
+    recipe = pool.recipe(agent)
     field = recipe.server.model_fields.get("max_steps")
     max_steps = recipe.config.get("max_steps", field.default if field is not None else None)
     return {

@@ -1,12 +1,6 @@
-"""One cell: the servers of one replica, in a Ray actor on one node, run as a ``Lab`` runs them.
-
-Each server is a uvicorn task on gymlab's loop in the actor's process, bound to 127.0.0.1 on the
-node, and calls between them go in-process (``gymlab.inproc``). The driver reaches the cell only
-through the actor's methods: ``run`` (one ``POST /run`` of an agent, answered whole inside the
-cell) and ``request`` (any POST to one of its servers, for an episode pinned to this cell).
-A server with ``num_workers`` > 1 keeps that meaning: the cell runs it as ``gymlab serve`` would
-(a process with its workers, on a free port of 127.0.0.1), reached over loopback HTTP; such a
-server comes from a config, whose import target its processes load.
+"""One cell: the servers of one replica, in a Ray actor on one node, run as a ``Lab`` runs them
+(127.0.0.1, calls in-process; a ``num_workers`` > 1 server as ``gymlab serve`` runs it). The driver
+reaches it only through ``run`` and ``request`` (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -38,22 +32,19 @@ class Cell:
         self.roles: dict[str, str] = {}
         self.servers: dict[str, Any] = {}
         self._runners: list[LoopServer] = []
-        self._processes: list[subprocess.Popen] = []
-        self.processes: dict[str, int] = {}  # server -> the pid of its process (num_workers > 1)
+        self.processes: dict[str, subprocess.Popen] = {}  # server -> its process (num_workers > 1)
         for recipe in ordered(recipes):
+            self.roles[recipe.name] = recipe.role
             if recipe.workers > 1:
                 self.urls[recipe.name] = self._spawn(recipe)
-                self.roles[recipe.name] = recipe.role
                 self.servers[recipe.name] = recipe.build(self.urls)  # for its routes only: not served here
                 continue
-            instance = recipe.build(self.urls)
+            instance = self.servers[recipe.name] = recipe.build(self.urls)
             if "error_traces" not in instance.model_fields_set:
                 instance.error_traces = True  # a crash's trace travels to the failed record, as in a Lab
             runner = LoopServer(instance.app, instance.host, 0, instance.name, log_level).start()
             self._runners.append(runner)
             self.urls[recipe.name] = runner.url
-            self.roles[recipe.name] = recipe.role
-            self.servers[recipe.name] = instance
 
     def _spawn(self, recipe) -> str:
         """``recipe``'s server as ``gymlab serve`` runs it (a process and its workers): its URL."""
@@ -69,8 +60,7 @@ class Cell:
         config = {**recipe.raw, **{k: self.urls[v] for k, v in recipe.refs.items()}}
         config.update(name=recipe.name, host="127.0.0.1", port=port)
         process = spawn(config, recipe.target, recipe.where)  # it dies with this process (serve_one)
-        self._processes.append(process)
-        self.processes[recipe.name] = process.pid
+        self.processes[recipe.name] = process
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while not answers_health(url):
@@ -92,7 +82,7 @@ class Cell:
             "node_ip": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "urls": dict(self.urls),
-            "processes": dict(self.processes),
+            "processes": {name: process.pid for name, process in self.processes.items()},
             "roles": dict(self.roles),
             "protocols": {n: protocol_of(s) for n, s in self.servers.items() if self.roles[n] == "resources"},
         }
@@ -113,15 +103,17 @@ class Cell:
 
         import gymlab.inproc as inproc
         from gymlab._sync import on_background_loop
+        from gymlab.client import http_session
 
         url = self.urls[server]
 
         async def call():
             async with asyncio.timeout(timeout):
                 local = inproc.lookup(url)
-                if local is None:  # a server run as processes (num_workers > 1): over loopback HTTP
-                    return await _over_http(url, path, body, headers)
-                return await inproc.call(local, "POST", path, body, headers)
+                if local is not None:
+                    return await inproc.call(local, "POST", path, body, headers)
+                async with http_session().post(url + path, data=body, headers=headers) as resp:  # num_workers > 1
+                    return resp.status, list(resp.raw_headers), await resp.read()
 
         return await on_background_loop(call())
 
@@ -136,15 +128,15 @@ class Cell:
         for runner in reversed(self._runners):
             runner.stop()
         self._runners.clear()
-        for process in self._processes:
+        for process in self.processes.values():
             process.terminate()
-        for process in self._processes:
+        for process in self.processes.values():
             try:
                 process.wait(10)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        self._processes.clear()
+        self.processes.clear()
 
 
 def protocol_of(server: Any) -> str | None:
@@ -155,11 +147,3 @@ def protocol_of(server: Any) -> str | None:
     if {"/reset", "/step"} <= paths:
         return "gymnasium"
     return None
-
-
-async def _over_http(url: str, path: str, body: bytes, headers: dict[str, str]):
-    """One POST over loopback HTTP: ``(status, headers, body)`` as ``inproc.call`` gives them."""
-    from gymlab.client import http_session
-
-    async with http_session().post(url + path, data=body, headers=headers) as resp:
-        return resp.status, list(resp.raw_headers), await resp.read()

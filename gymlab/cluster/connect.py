@@ -1,10 +1,7 @@
 """Ray, imported when first used: start a local cluster or join one (``address="auto"`` or an address).
 
-A local cluster (``address=None``) listens on 127.0.0.1 only: Ray's servers (GCS, raylet, workers,
-agents) otherwise bind every interface, and a Ray cluster takes work from anyone who reaches it
-unless token authentication is turned on. Ray decides its node address once, when it is imported;
-so the first import of Ray in the process (``require_ray(local=True)``) is what binds loopback. A
-process that imported Ray itself first starts its local cluster on Ray's own terms.
+A local cluster listens on 127.0.0.1 only; Ray fixes its node address when first imported, so that
+first import (``require_ray(local=True)``) is what binds loopback (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -40,13 +37,8 @@ def require_ray(local: bool = False):
 
 
 def connect(address: str | None = None, runtime_env: dict[str, Any] | None = None, **init_options: Any):
-    """The ``ray`` module, connected: the running connection if there is one, else ``ray.init``.
-
-    ``address=None`` starts a local cluster (no dashboard, loopback only); ``"auto"`` joins the
-    cluster this host belongs to; ``"HOST:PORT"`` (or ``ray://...``) joins that one. ``runtime_env``
-    is the job's (Ray uploads a local ``working_dir`` only at this level); ``init_options`` go to
-    ``ray.init``.
-    """
+    """The ``ray`` module, connected: the running connection, else ``ray.init`` of a local cluster (``address=None``:
+    no dashboard, loopback), this host's (``"auto"``) or ``"HOST:PORT"``'s, with the job's ``runtime_env``."""
     ray = require_ray(local=address is None)
     if ray.is_initialized():
         return ray

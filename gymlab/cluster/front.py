@@ -1,9 +1,5 @@
-"""The driver-side door of a pool (``gymlab serve CONFIG --ray``): one URL per agent that answers
-``POST /run`` through the cells and ``GET /health`` with the pool's state.
-
-The cells bind 127.0.0.1 on their nodes, so this is how other processes reach them: ``gymlab
-collect --agent-url`` (or NeMo Gym's collection) posts to the door, the door sends each rollout to
-the cell with the fewest in flight and moves it to another cell when its cell dies.
+"""The driver-side door of a pool (``gymlab serve CONFIG --ray``): one URL per agent answering
+``POST /run`` through the cells and ``GET /health`` with the pool's state (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -50,7 +46,5 @@ def serve_fronts(pool: Any, host: str = "127.0.0.1", port: int = 0) -> dict[str,
     ``port`` is the first agent's (0: free ports); the next agents take free ports."""
     from gymlab._runtime.serve import LoopServer
 
-    fronts = {}
-    for i, agent in enumerate(pool.agents):
-        fronts[agent] = LoopServer(front_app(pool, agent), host, port if i == 0 else 0, agent).start()
-    return fronts
+    ports = [port] + [0] * (len(pool.agents) - 1)
+    return {agent: LoopServer(front_app(pool, agent), host, p, agent).start() for agent, p in zip(pool.agents, ports)}

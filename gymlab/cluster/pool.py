@@ -1,9 +1,5 @@
 """The driver's side of the cells: ``CellPool`` starts them, sends each rollout to the cell with the
-fewest in flight, and retries a rollout on another cell when its cell dies.
-
-The driver is the only writer of records: a cell answers ``/run`` and the driver records the
-answer once, so a rollout retried after its cell died is still recorded once. A pool is built by
-``lab.serve_pool(...)`` (a notebook) or ``gymlab collect/serve CONFIG --ray`` (a YAML config).
+fewest in flight, and retries it on another cell when its cell dies; the driver alone records it.
 """
 
 from __future__ import annotations
@@ -45,10 +41,8 @@ class CellRef:
         return self.info.get("node_ip", "")
 
     async def call(self, method: str, *args: Any, budget: float | None = None) -> Any:
-        """Await one actor method for at most ``budget`` seconds, on the driver's clock: a frozen or
-        partitioned cell cannot hold its caller. Past the budget (or when the caller is cancelled)
-        the call is cancelled in the cell and ``TimeoutError`` raised; a dead actor raises
-        ``CellGone``; an error the method raised comes back as itself."""
+        """Await one actor method for at most ``budget`` seconds on the driver's clock (then it is cancelled in
+        the cell and ``TimeoutError`` raised); a dead actor raises ``CellGone``, the method's error itself."""
         import ray
         from ray.exceptions import RayActorError, RayTaskError
 
@@ -68,16 +62,13 @@ class CellRef:
             raise
 
     def __repr__(self) -> str:
-        state = "" if self.alive else " dead"
-        return f"<cell {self.index} node {self.node_ip} ({self.node_id[:6]}) {self.in_flight} in flight, {self.done} done{state}>"
+        state = f"{self.in_flight} in flight, {self.done} done{'' if self.alive else ' dead'}"
+        return f"<cell {self.index} node {self.node_ip} ({self.node_id[:6]}) {state}>"
 
 
 class CellPool:
-    """Replicas of a set of servers on a Ray cluster, one actor ("cell") per replica.
-
-    ``run_many`` and ``lab.episode`` take a pool as they take an agent handle: each rollout runs
-    whole inside one cell (its sessions never cross machines). ``close()`` kills the actors.
-    """
+    """Replicas of a set of servers on a Ray cluster, one actor ("cell") per replica. ``run_many`` and
+    ``lab.episode`` take a pool as they take an agent handle; ``close()`` kills the actors."""
 
     def __init__(
         self,
@@ -169,10 +160,8 @@ class CellPool:
         return self._replicas[agent]
 
     async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
-        """``POST /run`` of ``job`` in the live cell with the fewest in flight, moved to another cell
-        while cells die: the parsed answer. No live cell left raises ``ServerError`` (status 0) with
-        the gone cell's ``transport_peer_drop`` failure; a failed rollout raises its ``ServerError``.
-        ``timeout`` (default: ``rollout_budget``) is kept by the driver, whatever the cell does."""
+        """``POST /run`` of ``job`` in the least busy live cell, moved while cells die: the parsed answer, or a
+        ``ServerError`` (status 0 and ``transport_peer_drop`` when no cell is left). The driver keeps ``timeout``."""
         from gymlab.errors import ReplicaGone
         from gymlab.retry import retrying
 
@@ -218,18 +207,20 @@ class CellPool:
 
     # -- what the Lab asks ------------------------------------------------------------------------
 
+    def recipe(self, agent: str | None = None) -> Recipe:
+        """The recipe of ``agent`` (default: the pool's agent)."""
+        return next(r for r in self.recipes if r.name == (agent or self.agent))
+
     def env_name(self, agent: str | None = None) -> str | None:
         """The name of the resources server ``agent`` is bound to in each cell."""
-        recipe = next(r for r in self.recipes if r.name == (agent or self.agent))
-        return recipe.refs.get("resources_server")
+        return self.recipe(agent).refs.get("resources_server")
 
     def rollout_budget(self, agent: str | None = None) -> float:
         """Seconds the driver waits for one rollout of ``agent`` when none is given: the agent's own bounds
         on a whole episode and on its cleanup (so its typed ``agent_timeout`` comes first), plus one."""
         from gymlab.agents.base import Timeouts
 
-        recipe = next(r for r in self.recipes if r.name == (agent or self.agent))
-        given, default = recipe.config.get("timeouts") or {}, Timeouts()
+        given, default = self.recipe(agent).config.get("timeouts") or {}, Timeouts()
         try:
             bounds = given if isinstance(given, Timeouts) else Timeouts.model_validate(given)
         except ValueError:  # an environment server's own timeouts field: the agent defaults
@@ -237,8 +228,7 @@ class CellPool:
         return (bounds.episode or default.episode) + (bounds.cleanup or default.cleanup) + 1.0
 
     def model_name(self, agent: str | None = None) -> str | None:
-        recipe = next(r for r in self.recipes if r.name == (agent or self.agent))
-        return recipe.refs.get("model_server")
+        return self.recipe(agent).refs.get("model_server")
 
     def check(self, rows: list[dict[str, Any]]):
         """The rows' declared tools against the environment's routes, checked in one cell."""
@@ -281,10 +271,8 @@ class CellPool:
         live = [c.actor.close.remote() for c in self.cells if c.alive]
         ray.wait(live, num_returns=len(live), timeout=15)  # their server processes stop cleanly first
         for cell in self.cells:
-            try:
+            with contextlib.suppress(Exception):
                 ray.kill(cell.actor)
-            except Exception:
-                pass
             cell.alive = False
 
     def __enter__(self) -> CellPool:
@@ -310,8 +298,6 @@ class CellPool:
         if self._closed:
             return f"<CellPool {self.name}: closed>"
         in_flight = sum(c.in_flight for c in self.cells)
-        dead = len(self.cells) - len(self.live)
-        head = f"<CellPool {self.name}: {len(self.live)} cells on {len(self.nodes)} nodes, {in_flight} in flight" + (
-            f", {dead} dead" if dead else ""
-        )
+        dead = f", {len(self.cells) - len(self.live)} dead" if len(self.live) < len(self.cells) else ""
+        head = f"<CellPool {self.name}: {len(self.live)} cells on {len(self.nodes)} nodes, {in_flight} in flight{dead}"
         return head + "".join(f"\n  {c!r}" for c in self.cells) + ">"

@@ -1,16 +1,5 @@
-"""What a cell serves: one ``Recipe`` per server, and the code they name shipped to the nodes.
-
-A recipe holds the server class and its config, with references to the other servers of the same
-cell by name; the cell binds them to its own URLs. The recipes travel to a node pickled by Ray's
-cloudpickle (``pack``), and the node first imports the files their code comes from (``unpack``):
-
-- installed packages (gymlab, site-packages) and the standard library are imported by name;
-- a class or function from a file (a config's ``app.py``, an example environment, a test module),
-  and the file of every base class, is imported on the node from the same path under the same
-  module name, so its annotations, helper models and module state are whole (the file must be on
-  the node: a shared filesystem, or Ray's ``runtime_env={"working_dir": ...}``);
-- a notebook's classes (``__main__``) and classes defined inside a function are pickled by value,
-  "as they are".
+"""What a cell serves: one ``Recipe`` per server, and the code they name shipped to the nodes
+(``pack``: cloudpickle; ``unpack``: the files their code comes from imported first, docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -83,10 +72,8 @@ def _installed(path: str | None) -> bool:
     if not path:
         return True  # a built-in module
     here = Path(path).resolve()
-    gymlab_root = Path(__file__).resolve().parents[1]
-    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    if here.is_relative_to(gymlab_root):
-        return True
+    roots = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    roots.append(Path(__file__).resolve().parents[1])  # gymlab itself
     return any(here.is_relative_to(Path(root).resolve()) for root in roots) or "site-packages" in here.parts
 
 

@@ -1,13 +1,5 @@
 """A cell as a collection replica (``gymlab.collection.dispatch.Replica``): one agent of one cell.
-
-The dispatch seam gives each rollout to the live replica with the fewest in flight and moves the
-rollouts of a gone replica to another, so collection (``gymlab collect --ray``) and ``run_many``
-over a pool share one dispatcher with collection over several agent URLs.
-
-The driver keeps each rollout's budget itself: it stops waiting for the cell when the budget is
-spent and cancels the call there, so a frozen or partitioned cell costs its rollouts a
-``transport_timeout``, never the run. The cell gets a little less of the budget for its own ``/run``,
-so a healthy cell's own typed answer (naming the server that was late) arrives first.
+The driver keeps each rollout's budget; the cell gets a little less for its own ``/run`` (docs/cluster.md).
 """
 
 from __future__ import annotations

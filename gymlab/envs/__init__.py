@@ -1,9 +1,7 @@
 """Environments you did not write: reasoning-gym, TextArena and Gymnasium as gymlab servers and rows.
 
-``reasoning_gym(name, ...)``, ``textarena(env_id, ...)`` and ``gymnasium(env_id or env, ...)`` each
-return ``(server, rows)``: serve the server with ``lab.serve(server)``, run the rows through an agent
-(simple_agent for reasoning-gym, gymnasium_agent for the others). Each library is an optional extra,
-imported only when its adapter is called; a missing one raises an ``ImportError`` naming the extra.
+Each adapter returns ``(server, rows)``; its library is an optional extra, imported only when the
+adapter is called (docs/envs.md).
 """
 
 from __future__ import annotations

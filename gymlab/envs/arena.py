@@ -1,18 +1,8 @@
 """TextArena games as GymnasiumServers: the model plays one seat, a rule or a model server the others.
 
-Each episode is one game made with ``textarena.make(env_id)`` (its own action wrappers kept) and
-reset with the row's ``seed``. The model's observation is what the game told its seat since its
-last move (its own move left out); its action is its text, or a declared tool call's ``action``
-argument; the game judges it (invalid moves, error allowance, turn limits) and the step's reward
-is the seat's reward when the game ends, as ``close()`` reports it. After the model's move the other
-seats play until it is the model's turn again: ``opponent`` (a function of the seat's observation
-text) or ``opponent_model`` (a model server's URL, asked with that seat's whole conversation). Every
-seat's moves are kept in the step's ``info["moves"]`` and every seat's reward in the last step's
-``info["rewards"]``.
-
-TextArena draws from Python's global ``random`` (seeded at reset); each episode keeps its own copy of
-that state between calls, so interleaved episodes replay as if played alone and the process's own
-``random`` is left as it was.
+One game per episode, reset with the row's ``seed``; the game judges each move and the step's reward
+is the seat's when the game ends. Each episode keeps its own copy of Python's global ``random``
+state, so interleaved episodes replay as if played alone (docs/envs.md).
 """
 
 from __future__ import annotations
@@ -33,17 +23,12 @@ from pydantic import Field, PrivateAttr
 
 from gymlab.client import ask_model_server
 from gymlab.envs.extras import need
-from gymlab.envs.gym_env import LOST, plain, row_seed
+from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
 from gymlab.resources.gymnasium import GymnasiumServer
 from gymlab.resources.tools import rows_from
 
 #: The tool a row declares when the model plays by function call.
-MOVE_TOOL = {
-    "type": "function",
-    "name": "move",
-    "description": "Make your move: the text the game asks for (e.g. '[4]').",
-    "parameters": {"type": "object", "properties": {"action": {"type": "string"}}, "required": ["action"]},
-}
+MOVE_TOOL = row_tool("move", "Make your move: the text the game asks for (e.g. '[4]').", {"action": {"type": "string"}})
 
 _NLTK_DOWNLOAD = re.compile(r"nltk\.download\(\s*(\[[^\]]*\]|['\"][^'\"]+['\"])")
 
@@ -207,7 +192,8 @@ def check_offline(env_id: str) -> None:
     missing = [n for n in dict.fromkeys(wanted) if not _nltk_has(nltk, n)]
     if missing:
         raise RuntimeError(
-            f"TextArena game {env_id} needs NLTK data {', '.join(missing)}, not found in {os.pathsep.join(nltk.data.path)}; "
+            f"TextArena game {env_id} needs NLTK data {', '.join(missing)}, not found in "
+            f"{os.pathsep.join(nltk.data.path)}; "
             f"install it once with `python -m nltk.downloader {' '.join(missing)}` (gymlab downloads nothing)"
         )
     download, nltk.download = nltk.download, lambda *a, **k: True  # the data is here: no index fetch
@@ -240,12 +226,9 @@ def textarena(
     name: str | None = None,
     **make_kwargs: Any,
 ) -> tuple[TextArenaServer, list[dict[str, Any]]]:
-    """``(server, rows)`` for the TextArena game ``env_id``, one row per seed.
-
-    ``opponent`` plays the other seats of a multi-player game: a function of the seat's observation
-    text returning its move, or a model server (a Lab handle or URL). ``tools=True`` declares a
-    ``move`` tool on the rows (else the model's text is its move).
-    """
+    """``(server, rows)`` for the TextArena game ``env_id``, one row per seed. ``opponent`` plays the other
+    seats: a function of the seat's observation text returning its move, or a model server (a Lab handle or
+    URL). ``tools=True`` declares a ``move`` tool on the rows (else the model's text is its move)."""
     library = need("textarena")  # not installed: the ImportError naming the extra, as is
     check_offline(env_id)
     try:

@@ -1,13 +1,8 @@
 """Any Gymnasium env whose observation can be read as text, as a GymnasiumServer.
 
-One env per episode, made from the env id (``gymnasium.make``) or copied from the env you pass, and
-reset with the row's ``seed``, so a served episode replays a direct loop on the same seed and
-actions. The observation the model reads is the env's ``ansi`` render (highlighted cells in
-brackets, colours dropped) followed by the observation itself, or your ``formatter(env, obs)``. An
-action is a function call named after a discrete action (or ``act`` with an ``action`` argument) or
-text naming one (``left``, or its number); an action that cannot be read changes nothing (reward 0,
-the same observation, ``info["unreadable_action"]``), so Gymnasium's ``check_env`` passes on the
-served env wrapped back (``gymlab.gym_interop.ServedEnv``).
+One env per episode, reset with the row's ``seed``; the model reads the ``ansi`` render and the
+observation, and acts by an action's name or number (text or a function call); an unreadable action
+changes nothing (docs/envs.md).
 """
 
 from __future__ import annotations
@@ -103,9 +98,8 @@ class GymEnvServer(GymnasiumServer):
 
     def action_names(self, env: Any) -> list[str]:
         """The discrete actions' names: ``actions``, else Gymnasium's own envs' (``ACTION_NAMES``)."""
-        if self.actions is not None:
-            return list(self.actions)
-        return list(ACTION_NAMES.get(getattr(getattr(env, "spec", None), "name", None), []))
+        known = ACTION_NAMES.get(getattr(getattr(env, "spec", None), "name", None), [])
+        return list(self.actions if self.actions is not None else known)
 
     def read_action(self, env: Any, calls: list[Any], text: str) -> Any:
         """The env action a turn stands for, or None: the first call (named after an action, or with an
@@ -190,12 +184,9 @@ def gymnasium(
     **make_kwargs: Any,
 ) -> tuple[GymEnvServer, list[dict[str, Any]]]:
     """``(server, rows)`` for a Gymnasium env: an env id (``"FrozenLake-v1"``, made with ``make_kwargs``)
-    or an env (each episode plays a deep copy of it), one row per seed.
-
-    ``formatter(env, obs)`` turns an observation into the model's text (default: ``text_observation``);
-    ``actions`` names the discrete actions (Gymnasium's toy-text envs and CartPole are known);
-    ``tools=True`` declares one function per action on the rows (else the model answers in text).
-    """
+    or an env (each episode plays a deep copy of it), one row per seed. ``formatter(env, obs)`` turns an
+    observation into the model's text (default: ``text_observation``); ``actions`` names the discrete actions
+    (Gymnasium's toy-text envs and CartPole are known); ``tools=True`` declares one function per action."""
     gym = need("gymnasium")
     env_id = env if isinstance(env, str) else None
     server = GymEnvServer(
@@ -217,11 +208,10 @@ def gymnasium(
     sample.close()
     how = f"one action of: {', '.join(names)}" if names else f"one action of the space {sample.action_space}"
     text = instructions or f"You are playing {title}. Each turn, answer with {how}."
-    declared = [_tool(n, f"Take the action {n!r}.", {}) for n in names] if tools and names else []
-    if tools and not names:
-        declared = [_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})]
+    declared = [row_tool(n, f"Take the action {n!r}.", {}) for n in names]
+    declared = declared or [row_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})]
     seeds = list(seeds)
-    return server, rows_from([text] * len(seeds), tools=declared or None, seed=seeds)
+    return server, rows_from([text] * len(seeds), tools=declared if tools else None, seed=seeds)
 
 
 def env_ids() -> list[str]:
@@ -232,7 +222,8 @@ def env_ids() -> list[str]:
     )
 
 
-def _tool(name: str, description: str, properties: dict) -> dict[str, Any]:
+def row_tool(name: str, description: str, properties: dict) -> dict[str, Any]:
+    """A row's function tool whose ``properties`` are all required."""
     return {
         "type": "function",
         "name": name,

@@ -1,13 +1,7 @@
 """reasoning-gym's procedural datasets as rows, graded by each dataset's own ``score_answer``.
 
-A row is one dataset entry: the question as the prompt (after reasoning-gym's system prompt asking
-for ``<answer>`` tags), the entry's ``question``, ``answer`` and ``metadata`` as row fields (made
-JSON-safe), and its spec in ``reasoning_gym``: the dataset's name, config and the entry's index.
-``ReasoningGymServer`` serves every dataset: its verify rebuilds the dataset from the spec (kept
-built, least recently used first out), generates the entry again and scores the final answer,
-extracted with reasoning-gym's ``extract_answer``, against it. The generated entry, not the row's
-JSON copy, is what gets scored: arc_agi's and rearc's grids are tuples, which JSON turns into
-lists, and their ``score_answer`` then pays 0.05 for the right grid.
+A row carries its entry's spec (dataset, config, index); verify generates the entry again and scores
+the extracted answer against it, not against the row's JSON copy (docs/envs.md).
 """
 
 from __future__ import annotations
@@ -80,11 +74,8 @@ class ReasoningGymServer(SimpleResourcesServer):
 
 
 def build(name: str, config: dict[str, Any]) -> Any:
-    """``reasoning_gym.create_dataset(name, **config)``; a ``composite``'s ``datasets`` may be plain dicts.
-
-    An unknown name is a ``LookupError`` naming the known ones, a config the dataset refuses a
-    ``ValueError`` naming its fields.
-    """
+    """``reasoning_gym.create_dataset(name, **config)`` (a ``composite``'s ``datasets`` may be plain dicts); an
+    unknown name is a ``LookupError`` naming the known ones, a refused config a ``ValueError`` naming its fields."""
     rg = need("reasoning_gym")
     from reasoning_gym.factory import DATASETS
 
@@ -115,12 +106,9 @@ def reasoning_gym(
     name: str, *, size: int = 8, seed: int = 0, system_prompt: str | None = "default", **config: Any
 ) -> tuple[ReasoningGymServer, list[dict[str, Any]]]:
     """``(server, rows)`` for reasoning-gym's dataset ``name`` (``composite``: ``datasets=[{name, weight,
-    config}]``): ``size`` entries generated from ``seed``, ``config`` the dataset's own fields.
-
-    ``system_prompt``: a name of ``reasoning_gym.utils.SYSTEM_PROMPTS`` (``"default"`` asks for
-    ``<answer>`` tags), your own text, or None. Serve the server with ``lab.serve(server)``; one
-    server grades the rows of every dataset.
-    """
+    config}]``): ``size`` entries generated from ``seed``, ``config`` the dataset's own fields. ``system_prompt``:
+    a name of ``reasoning_gym.utils.SYSTEM_PROMPTS`` (``"default"`` asks for ``<answer>`` tags), your own text,
+    or None. One served server grades the rows of every dataset."""
     spec = {"size": size, "seed": seed, **config}
     dataset = build(name, spec)
     from reasoning_gym.utils import SYSTEM_PROMPTS

@@ -1,8 +1,5 @@
-"""Rubric components as frame columns: ``reward_<name>`` in the episodes and steps frames.
-
-Called by ``gymlab.lab.frames`` after it builds a frame; records without components add nothing
-(checked once per episode, so a million-step frame without rubrics pays one pass over the episodes).
-A failed judge's component is a missing value (NaN), never a 0.
+"""Rubric components as frame columns: ``reward_<name>`` in the episodes and steps frames
+(``gymlab.lab.frames``). A failed judge's component is a missing value (NaN), never a 0.
 """
 
 from __future__ import annotations
@@ -14,16 +11,6 @@ from typing import Any
 PREFIX = "reward_"
 
 
-def component_names(records: Sequence[Any]) -> list[str]:
-    """Every component name of ``records`` (models or dicts), in first-seen order."""
-    names: dict[str, None] = {}
-    for r in records:
-        value = r.get("reward_components") if isinstance(r, dict) else getattr(r, "reward_components", None)
-        for name in value or ():
-            names.setdefault(name, None)
-    return list(names)
-
-
 def add_component_columns(frame: Any, components: Sequence[dict | None]) -> Any:
     """``frame`` with a ``reward_<name>`` column per component; ``components[i]`` is row ``i``'s
     ``reward_components`` (an episode's in an episodes frame, a step's in a steps frame) or None."""
@@ -33,14 +20,10 @@ def add_component_columns(frame: Any, components: Sequence[dict | None]) -> Any:
 
     if len(components) != len(frame):
         raise ValueError(f"{len(components)} rows of components but {len(frame)} rows in the frame")
-    names: dict[str, None] = {}
-    for row in components:
-        for name in row or ():
-            names.setdefault(name, None)
-    for name in names:
+    for name in dict.fromkeys(name for row in components for name in row or ()):
         values = [(row or {}).get(name) for row in components]
         frame[PREFIX + name] = np.array([np.nan if v is None else v for v in values], dtype="float64")
     return frame
 
 
-__all__ = ["PREFIX", "add_component_columns", "component_names"]
+__all__ = ["PREFIX", "add_component_columns"]

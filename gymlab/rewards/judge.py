@@ -1,21 +1,9 @@
 """Model judges: a rubric component that asks a model server for a verdict.
 
-``Judge`` fills a prompt template from the verify body, posts it to any gymlab model server
-(``POST /v1/responses``: a ``PolicyModel`` for tests, the OpenAI-compatible proxy for real
-models), and reads the answer as a score, a label or a JSON object. Each judge bounds its own
-requests per worker (``max_concurrency``, one limit per server event loop, as judge limits are
-per worker), each request in time (``timeout_s``) and its retries (``attempts``, with the shared
-backoff). A judge that cannot get an answer masks the episode ``judge_failed``; an answer it cannot
-read masks it ``judge_unparseable``; never a 0. What it asked and answered are kept on the record
-(``judgements``).
-
-A verdict is read from what the judge itself wrote (docs/judges.md): the verdict-like or long
-lines and sentences of the policy's answer and of the prompt that the judge copied verbatim are set
-aside first; then the last ``VERDICT:``/``SCORE:`` line that is a grade is read when there are such
-lines, else the whole text. When nothing readable is left and the judge had copied the answer's
-verdict-like text, the policy's own text made the verdict unreadable: the component is graded its
-lowest value, not masked, so a policy cannot turn its zeros into masked episodes through a judge
-that quotes it.
+``Judge`` fills a prompt from the verify body, posts it to a model server (``/v1/responses``) and reads
+the answer as a score, a label or a JSON object, bounded in concurrency, time and retries. No answer
+masks the episode ``judge_failed``, an unreadable one ``judge_unparseable``: never a 0. How a verdict
+is read, and why: docs/judges.md, docs/rewards.md.
 """
 
 from __future__ import annotations
@@ -77,10 +65,8 @@ def _on_scale(value: float, scale: tuple[float, float], what: str) -> float:
 
 
 def parse_score(text: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
-    """The verdict's grade, mapped from ``scale`` to 0..1 (``Unparseable`` when none, or off the scale).
-
-    The grade is the last "n/N" or "n out of N" whose N is the scale's top; without one, the last
-    number once other fractions and scale talk ("0-10", "1 to 5", "scale of 10") are set aside."""
+    """The verdict's grade, mapped from ``scale`` to 0..1 (``Unparseable`` when none, or off the scale): the
+    last "n/N" whose N is the scale's top, else the last number once scale talk is set aside (docs/judges.md)."""
     top, text = float(scale[1]), " ".join(text.split())  # one space a run: no regex backtracks through a long run
     numbers = [m[1] for m in _FRACTION.finditer(text) if float(m[2]) == top]
     numbers = numbers or _NUMBER.findall(_SCALE_TALK.sub(" ", _FRACTION.sub(" ", text)))
@@ -96,11 +82,8 @@ def _label_pattern(label: str) -> str:
 
 
 def parse_label(text: str, labels: Mapping[str, float]) -> float:
-    """The value of the verdict's last decision among ``labels`` (``Unparseable`` when there is none).
-
-    Labels match as whole words, in their own case first, any case when none does. A list of the
-    options ("CORRECT or INCORRECT") is not a decision. A negated label ("not correct") is the other
-    label when there are two, and unreadable otherwise; it is never read as itself."""
+    """The value of the verdict's last decision among ``labels`` (``Unparseable`` when there is none): whole
+    words, own case first; a list of options is no decision, a negated label never itself (docs/judges.md)."""
     names, text = sorted(labels, key=len, reverse=True), " ".join(text.split())
     one = "|".join(f"({_label_pattern(n)})" for n in names)
     for flags in (0, re.I):
@@ -180,16 +163,9 @@ def _joins(text: str, k: int, edge: str) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class Judge:
-    """A rubric component graded by a model: ``Judge("correct", model, template, labels={"CORRECT": 1, "INCORRECT": 0})``.
-
-    ``model`` is a model server's URL or handle (anything with ``.url``). ``template`` is a
-    ``str.format`` template over ``fields(body)`` (default ``default_fields``: the body's fields,
-    ``question`` and ``answer``, the policy's text) and ``{verdict_format}``, the sentence asking
-    for the fixed final line. ``parse`` reads the verdict: ``"score"`` (a number on ``scale``,
-    mapped to 0..1), ``"label"`` (``labels``: label -> value), ``"json"`` (``json_key`` of a JSON
-    object, a number on ``scale`` or a bool) or a function of the text (raise ``Unparseable`` for a
-    non-grade; it gets the whole text, quotes set aside).
-    """
+    """A rubric component graded by a model (a model server's URL or handle): ``template`` (``str.format`` over
+    ``fields(body)`` and ``{verdict_format}``) is its prompt, ``parse`` (``"score"`` on ``scale``, ``"label"``
+    of ``labels``, ``"json"`` with ``json_key``, or a function) reads its verdict (docs/judges.md)."""
 
     name: str
     model: Any
@@ -230,22 +206,17 @@ class Judge:
     def limit(self) -> asyncio.Semaphore:
         """This worker's bound on the judge's requests in flight (one per event loop)."""
         loop = asyncio.get_running_loop()
-        sem = self._limits.get(loop)
-        if sem is None:
-            sem = self._limits[loop] = asyncio.Semaphore(self.max_concurrency)
-        return sem
+        return self._limits.get(loop) or self._limits.setdefault(loop, asyncio.Semaphore(self.max_concurrency))
 
     def verdict_format(self) -> str:
         """The instruction for the fixed final line this judge reads first (``{verdict_format}``)."""
         low, high = (f"{v:g}" for v in self.scale)
-        if self.parse == "label":
-            line, what = "VERDICT: X", f"X is exactly one of {', '.join(self.labels or {})}"
-        elif self.parse == "json":
-            line, what = f'VERDICT: {{"{self.json_key}": n}}', f"n is a number from {low} to {high}"
-        elif self.parse == "score":
-            line, what = f"SCORE: n/{high}", f"n is a number from {low} to {high}"
-        else:
-            line, what = "VERDICT: X", "X is your grade"
+        number = f"n is a number from {low} to {high}"
+        line, what = {
+            "label": ("VERDICT: X", f"X is exactly one of {', '.join(self.labels or {})}"),
+            "json": (f'VERDICT: {{"{self.json_key}": n}}', number),
+            "score": (f"SCORE: n/{high}", number),
+        }.get(self.parse if isinstance(self.parse, str) else "", ("VERDICT: X", "X is your grade"))
         return f'End your reply with one final line "{line}", where {what}, and nothing after it.'
 
     def request(self, body: Any) -> dict[str, Any]:
@@ -260,10 +231,8 @@ class Judge:
                 f"judge {self.name!r}: the template names {exc}, which the verify body does not carry; "
                 "declare that row field on the environment's verify request model"
             ) from None
-        messages = [{"role": "user", "content": prompt}]
-        if self.system:
-            messages.insert(0, {"role": "system", "content": self.system})
-        request: dict[str, Any] = {"input": messages}
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        request: dict[str, Any] = {"input": [*system, {"role": "user", "content": prompt}]}
         if self.model_name:
             request["model"] = self.model_name
         return request
@@ -278,11 +247,9 @@ class Judge:
         return self.parse == "score" and any(float(m[2]) == self.scale[1] for m in _FRACTION.finditer(text))
 
     def quotable(self, answer: str, request: dict[str, Any]) -> tuple[list[str], list[str], bool]:
-        """What a verdict must not be read from, if the judge copied it: the verdict-like lines and
-        sentences of the policy's ``answer`` (the policy is to blame for these); the other text to set
-        aside: the answer's long ones, and the prompt's verdict-like or long ones that are not a
-        verdict alone ("reply CORRECT or INCORRECT" is set aside, a few-shot "VERDICT: CORRECT" is
-        not); and whether the answer held more verdict-like text than is looked for."""
+        """What a verdict must not be read from if the judge copied it (docs/judges.md): the answer's verdict-like
+        lines and sentences (the policy's blame), the other text to set aside (the answer's long ones, the
+        prompt's verdict-like or long ones not a verdict alone), and whether the answer had too many to look for."""
         parts = set(_segments(answer))
         blame = sorted((s for s in parts if self.verdict_like(s)), key=len, reverse=True)
         prompt = {s for m in request["input"] for s in _segments(m["content"])} - parts
@@ -299,7 +266,7 @@ class Judge:
         return True
 
     def read(self, text: str, quoted: Iterable[str] = ()) -> float:
-        """The verdict ``text`` as a finite value, ``quoted`` texts set aside (``Unparseable`` when it is not a grade)."""
+        """The verdict ``text`` as a finite value, ``quoted`` texts set aside (``Unparseable`` when no grade)."""
         text = set_aside(text, quoted)
         if callable(self.parse):
             value = float(self.parse(text))
@@ -337,8 +304,11 @@ class Judge:
             return await ask_model_server(self.url, request, server=f"judge {self.name!r}", timeout=self.timeout_s)
 
         def again(exc: Exception, n: int) -> float | None:
-            ok = n < self.attempts and isinstance(exc, ServerError) and _retryable(exc)
-            return backoff_delay(self.backoff_s, n) if ok else None
+            # a transport failure, a 5xx, a 429 or a 200 non-answer is worth another try; a 4xx is not
+            if n >= self.attempts or not isinstance(exc, ServerError):
+                return None
+            worth = isinstance(exc, TransportError) or exc.status >= 500 or exc.status in (200, 408, 429)
+            return backoff_delay(self.backoff_s, n) if worth else None
 
         async with self.limit():
             try:
@@ -370,11 +340,6 @@ class Judge:
         return ComponentFailed(
             Failure(kind=kind, stage="verification", server=f"judge {self.name}", message=message), judgement
         )
-
-
-def _retryable(exc: ServerError) -> bool:
-    """A transport failure, a 5xx, a 429 or a 200 non-answer is worth another try; a 4xx is not."""
-    return isinstance(exc, TransportError) or exc.status >= 500 or exc.status in (200, 408, 429)
 
 
 __all__ = [

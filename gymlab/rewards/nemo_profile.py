@@ -1,25 +1,8 @@
-"""NeMo Gym's reward-profiler files, from gymlab records: the same fields and figures.
+"""NeMo Gym's reward-profiler files (``ng_reward_profile``, NeMo Gym 0.7.0) from gymlab records.
 
-``ng_reward_profile`` (``gym eval profile``, NeMo Gym 0.7.0) writes, beside a rollouts file:
-
-- ``<stem>_reward_profiling.jsonl``: per task, ``mean/``, ``max/``, ``min/``, ``median/``, ``std/``
-  (sample std; 0 when every field has one value) of every numeric or bool top-level field of the
-  records (the reward, verify extras such as ``exact`` or ``distance``, ``duration_s``,
-  ``terminated``, ``truncated``; a bool counts as 0/1; ``_``-prefixed keys left out) and of the
-  usage counts, then ``sample`` (the input row), ``num_rollouts``, ``expected_num_rollouts``,
-  ``missing_num_rollouts``, ``reward_profile_completion_pct`` and ``rollout_infos``;
-- ``<stem>_agent_metrics.json``: per agent, the same five statistics over all its rollouts plus,
-  with several repeats, ``{mean,median,std,min,max,se,ci_low_95,ci_high_95}_across_repeats/mean/<field>``,
-  and, when anything was masked, ``coverage/measured_rollouts``, ``coverage/masked_rollouts``,
-  ``coverage/measured_tasks`` and ``coverage/fully_masked_tasks``;
-- ``<stem>_repeat_level_metrics.json``: per agent and repeat index, ``sample_count``,
-  ``missing_count`` and ``mean/median/std/sem/min/max/p25/p75`` (and a 95 % interval) of each field.
-
-A masked record (an infrastructure failure, or the environment's own mask) is dropped with its
-input row, as NeMo Gym does: it is not a measurement, and it was not missing from the collection.
-``masked_as_missing=True`` gives gymlab's own report's view instead: the row stays, so a masked
-rollout counts as a missing one. The statistics are pandas' (NeMo Gym's), so every figure is the
-same number; the 95 % intervals use gymlab's Student t quantile (no SciPy), equal to 1e-12.
+The per-task, per-agent and per-repeat files with the same fields and figures (pandas' statistics, as
+NeMo Gym's); a masked record is dropped with its input row, as NeMo Gym does, unless
+``masked_as_missing``. The fields, one by one: docs/rewards.md.
 """
 
 from __future__ import annotations
@@ -44,7 +27,7 @@ _NOT_PRIMARY_SUFFIXES = (
 )
 
 
-def _order(index: Any) -> tuple:
+def order_key(index: Any) -> tuple:
     """A sort key for task and repeat indices that may be missing (None sorts last)."""
     return (index is None, index if isinstance(index, (int, float)) else str(index))
 
@@ -53,35 +36,18 @@ def _key(row: dict[str, Any]) -> tuple:
     return row.get(_TASK), row.get(_REPEAT)
 
 
-def _fields(record: Any) -> dict[str, Any]:
-    """A record as the JSON object its file holds (a ``Rollout``: the fields it was given)."""
-    if isinstance(record, dict):
-        return record
-    return record.model_dump(mode="json", exclude_unset=True)
-
-
-def _row_of(result: dict[str, Any]) -> dict[str, Any]:
-    """The input row of a record, when no materialized inputs are given: its row fields and identity."""
-    skip = RESULT_KEYS | {"response", "_ng_result_type"}
-    return {k: v for k, v in result.items() if k not in skip}
-
-
 def _numbers(fields: Iterable[tuple[str, Any]]) -> dict[str, float | int]:
     """The numeric and bool values (bools as 0/1) of ``fields``."""
-    out: dict[str, float | int] = {}
-    for k, v in fields:
-        if isinstance(v, bool):
-            out[k] = int(v)
-        elif isinstance(v, (int, float)):
-            out[k] = v
-    return out
+    return {k: int(v) if isinstance(v, bool) else v for k, v in fields if isinstance(v, (int, float))}
+
+
+def _usage(result: dict[str, Any]) -> dict[str, Any]:
+    return (result.get("response") or {}).get("usage") or {}
 
 
 def _profiled(result: dict[str, Any]) -> dict[str, float | int]:
-    """What a record contributes to the statistics: its top-level numbers, then its usage counts
-    (which win on a name clash), keys starting with ``_`` left out."""
-    usage = (result.get("response") or {}).get("usage") or {}
-    return _numbers((k, v) for k, v in {**result, **usage}.items() if not k.startswith("_"))
+    """A record's top-level numbers, then its usage counts (which win on a name clash), ``_`` keys left out."""
+    return _numbers((k, v) for k, v in {**result, **_usage(result)}.items() if not k.startswith("_"))
 
 
 def _rollout_info(result: dict[str, Any]) -> dict[str, Any]:
@@ -89,10 +55,8 @@ def _rollout_info(result: dict[str, Any]) -> dict[str, Any]:
     info: dict[str, Any] = {"rollout_id": f"{task}:{repeat}", _TASK: task, _REPEAT: repeat}
     if "reward" in result:
         info["reward"] = result["reward"]
-    info.update(_numbers(((result.get("response") or {}).get("usage") or {}).items()))
-    info.update(
-        _numbers((k, v) for k, v in result.items() if not k.startswith("_") and k not in ("reward", "response"))
-    )
+    info.update(_numbers(_usage(result).items()))
+    info.update(_numbers((k, v) for k, v in result.items() if not k.startswith("_") and k != "reward"))
     return info
 
 
@@ -117,14 +81,10 @@ def _labels(rows: list[dict[str, Any]]) -> dict[Any, str]:
     names one run, else the key itself (NeMo Gym's ``rollout_run_labels``)."""
     agent_by_key: dict[Any, Any] = {}
     for row in rows:
-        key = _run_key(row)
-        if key is not None and key not in agent_by_key:
-            agent_by_key[key] = (row.get("agent_ref") or {}).get("name")
-    keys_by_agent: dict[Any, set] = defaultdict(set)
-    for key, agent in agent_by_key.items():
-        if agent is not None:
-            keys_by_agent[agent].add(key)
-    labels = {k: a if a is not None and len(keys_by_agent[a]) == 1 else k for k, a in agent_by_key.items()}
+        agent_by_key.setdefault(_run_key(row), (row.get("agent_ref") or {}).get("name"))
+    agent_by_key.pop(None, None)
+    runs = Counter(a for a in agent_by_key.values() if a is not None)  # the run keys of each agent
+    labels = {k: a if a is not None and runs[a] == 1 else k for k, a in agent_by_key.items()}
     while clashing := [k for k, label in labels.items() if Counter(labels.values())[label] > 1 and label != k]:
         for k in clashing:
             labels[k] = k
@@ -135,34 +95,22 @@ def _run_key(row: dict[str, Any]) -> Any:
     return row.get(_SERVER) if row.get(_SERVER) is not None else (row.get("agent_ref") or {}).get("name")
 
 
-def _coverage(results: list[dict[str, Any]]) -> dict[str, int]:
-    """How many rollouts and tasks the figures come from (only when something was masked)."""
-    masked = [r for r in results if r.get("mask_sample")]
-    if not masked:
-        return {}
-    tasks = {r.get(_TASK, 0) for r in results}
-    measured = {r.get(_TASK, 0) for r in results if not r.get("mask_sample")}
-    return {
-        "coverage/measured_rollouts": len(results) - len(masked),
-        "coverage/masked_rollouts": len(masked),
-        "coverage/measured_tasks": len(measured),
-        "coverage/fully_masked_tasks": len(tasks - measured),
-    }
-
-
 def nemo_profile(
     records: Iterable[Any], inputs: Iterable[dict] | None = None, *, masked_as_missing: bool = False
 ) -> tuple[list, list, list]:
     """(per-task rows, per-agent metrics, per-repeat metrics) as NeMo Gym's profiler computes them.
 
-    ``inputs`` (the materialized input rows) give each task's ``sample``, agent and expected
-    rollouts; without them each record's own row fields stand in. A record whose key (task, repeat)
-    has no input row raises ``ValueError``. ``masked_as_missing``: see the module docstring.
+    ``inputs`` (the materialized input rows) give each task's ``sample``, agent and expected rollouts;
+    without them each record's own row fields stand in. A record with no input row raises ``ValueError``.
     """
     import pandas as pd
 
-    results = sorted((_fields(r) for r in records), key=lambda r: tuple(map(_order, _key(r))))
-    every_row = rows = list(inputs) if inputs is not None else [_row_of(r) for r in results]
+    dumped = (r if isinstance(r, dict) else r.model_dump(mode="json", exclude_unset=True) for r in records)
+    results = sorted(dumped, key=lambda r: tuple(map(order_key, _key(r))))
+    skip = RESULT_KEYS | {"response", "_ng_result_type"}  # without inputs, a record's own row fields stand in
+    every_row = rows = (
+        list(inputs) if inputs is not None else [{k: v for k, v in r.items() if k not in skip} for r in results]
+    )
     row_by_key = {_key(row): row for row in rows}
     extra = [_key(r) for r in results if _key(r) not in row_by_key]
     if extra:
@@ -199,11 +147,10 @@ def nemo_profile(
             first_row.setdefault(group_of(row), row)
         by = [_TASK, "agent_name"] if per_agent else _TASK
         for key, part in frame.drop(columns=[_REPEAT] if per_agent else [_REPEAT, "agent_name"]).groupby(by):
-            entry = {_TASK: _plain(key[0] if per_agent else key)}
-            entry.update(_describe(part.drop(columns=[c for c in (_TASK, "agent_name") if c in part])))
-            group = (entry[_TASK], key[1]) if per_agent else entry[_TASK]
+            group = tuple(map(_plain, key)) if per_agent else _plain(key)
+            entry = {_TASK: group[0] if per_agent else group, **_describe(part.drop(columns=by))}
             if per_agent:
-                entry["agent_ref"] = {"name": key[1]}
+                entry["agent_ref"] = {"name": group[1]}
             n, want = len(infos[group]), expected[group]
             entry.update(
                 sample={k: v for k, v in first_row[group].items() if k not in (_TASK, _REPEAT)},
@@ -211,7 +158,7 @@ def nemo_profile(
                 expected_num_rollouts=want,
                 missing_num_rollouts=want - n,
                 reward_profile_completion_pct=100.0 if not want else 100.0 * n / want,
-                rollout_infos=sorted(infos[group], key=lambda i: _order(i[_REPEAT])),
+                rollout_infos=sorted(infos[group], key=lambda i: order_key(i[_REPEAT])),
             )
             groups.append(entry)
         for name, part in frame.drop(columns=[_REPEAT, _TASK]).groupby("agent_name"):
@@ -225,14 +172,24 @@ def nemo_profile(
 
 
 def _add_coverage(agent_rows: list[dict], rows: list[dict], results: list[dict]) -> None:
-    """Each agent's own coverage (an agent whose every rollout was masked gets an entry of it alone)."""
+    """Each agent's coverage, when any of its rollouts was masked: how many rollouts and tasks its figures
+    come from (an agent whose every rollout was masked gets an entry of it alone)."""
     agent_of_key = {_key(row): (row.get("agent_ref") or {}).get("name") for row in rows}
     per_agent: dict[str, list] = defaultdict(list)
     for r in results:
         name = agent_of_key.get(_key(r)) or (r.get("agent_ref") or {}).get("name")
         if name is not None:
             per_agent[name].append(r)
-    coverage = {name: c for name, rs in per_agent.items() if (c := _coverage(rs))}
+    coverage = {}
+    for name, rs in per_agent.items():
+        measured = {r.get(_TASK, 0) for r in rs if not r.get("mask_sample")}
+        if masked := sum(bool(r.get("mask_sample")) for r in rs):
+            coverage[name] = {
+                "coverage/measured_rollouts": len(rs) - masked,
+                "coverage/masked_rollouts": masked,
+                "coverage/measured_tasks": len(measured),
+                "coverage/fully_masked_tasks": len({r.get(_TASK, 0) for r in rs} - measured),
+            }
     for entry in agent_rows:
         entry.update(coverage.pop(entry["agent_ref"]["name"], {}))
     agent_rows += [{"agent_ref": {"name": name}, **c} for name, c in coverage.items()]
@@ -299,11 +256,8 @@ def _across_repeats(repeats: list[dict[str, Any]]) -> dict[str, dict[str, float]
 def profile_paths(path: str | os.PathLike) -> tuple[Path, Path, Path]:
     """Where NeMo Gym puts the three files for rollouts file ``path``."""
     base = Path(path)
-    return (
-        base.with_name(base.stem + "_reward_profiling.jsonl"),
-        base.with_name(base.stem + "_agent_metrics.json"),
-        base.with_name(base.stem + "_repeat_level_metrics.json"),
-    )
+    names = ("reward_profiling.jsonl", "agent_metrics.json", "repeat_level_metrics.json")
+    return tuple(base.with_name(f"{base.stem}_{name}") for name in names)  # type: ignore[return-value]
 
 
 def write_nemo_profile(

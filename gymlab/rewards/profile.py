@@ -1,15 +1,8 @@
 """Reward profiling: does the reward separate good episodes from bad, task by task?
 
-``profile(records)`` (``rollouts.profile()``, ``gymlab profile FILE``) groups the episodes by task
-(``_ng_task_index``) and reports, over each task's unmasked episodes: mean, std (sample, as NeMo
-Gym's profiler), min, median, max, unbiased ``pass@k`` and ``majority@k`` for k up to the repeats
-(an episode succeeds when its reward reaches ``threshold``), and the masked and failed counts
-(failed: masked with a failure kind). A task is flagged when its episodes all score 0, all
-succeed, or all score the same (std 0 at any mean: at 0.8 as much as at 0): a group-relative method
-(GRPO and its kin) scores each episode against its group, so it learns nothing from that task; the
-``why`` column says so in a sentence per flagged task. Components of a rubric get the same view
-per task (``Profile.components``). ``Profile.write_nemo(path)`` writes NeMo Gym's three profiler
-files (``gymlab.rewards.nemo_profile``).
+Per task: mean, std, min, median, max, unbiased pass@k and majority@k, masked and failed counts, and
+a flag (with a sentence why) for a task whose episodes all score the same: group-relative RL learns
+nothing from it. ``Profile.write_nemo`` writes NeMo Gym's profiler files (docs/rewards.md).
 """
 
 from __future__ import annotations
@@ -23,11 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gymlab.rewards.nemo_profile import nemo_profile, order_key, write_nemo_profile
 from gymlab.rewards.stats import majority_at_k, pass_at_k, sample_std
-
-
-def _key(task: Any) -> tuple:
-    return (task is None, task if isinstance(task, (int, float)) else str(task))
 
 
 def _describe(values: list[float]) -> dict[str, float]:
@@ -67,7 +57,7 @@ class Profile:
         by_task: dict[Any, list[Any]] = defaultdict(list)
         for r in self.records:
             by_task[r.task_index].append(r)
-        self.by_task = dict(sorted(by_task.items(), key=lambda kv: _key(kv[0])))
+        self.by_task = dict(sorted(by_task.items(), key=lambda kv: order_key(kv[0])))
         self.max_k = max((sum(not r.mask_sample for r in rs) for rs in self.by_task.values()), default=0)
         self.tasks = self._tasks_frame()
         self.components = self._components_frame()
@@ -83,10 +73,8 @@ class Profile:
             "failed": sum(bool(r.mask_sample and r.failure_kind) for r in records),
             **_describe(scored),
         }
-        for k in range(1, self.max_k + 1):
-            row[f"pass@{k}"] = pass_at_k(n, c, k) if k <= n else math.nan
-        for k in range(1, self.max_k + 1):
-            row[f"majority@{k}"] = majority_at_k(n, c, k) if k <= n else math.nan
+        for name, at_k in (("pass", pass_at_k), ("majority", majority_at_k)):
+            row.update({f"{name}@{k}": at_k(n, c, k) if k <= n else math.nan for k in range(1, self.max_k + 1)})
         row["always_0"] = bool(scored) and all(v <= 0.0 for v in scored)
         row["always_1"] = bool(scored) and c == n
         row["zero_variance"] = n >= 2 and len(set(scored)) == 1
@@ -100,8 +88,7 @@ class Profile:
         frame = pd.DataFrame(rows)
         if not rows:
             return frame
-        for col in ("episodes", "scored", "masked", "failed"):
-            frame[col] = frame[col].astype("int64")
+        frame = frame.astype(dict.fromkeys(("episodes", "scored", "masked", "failed"), "int64"))
         if all(isinstance(t, int) or t is None for t in self.by_task):
             frame["task"] = pd.array(list(self.by_task), dtype="Int64")  # as the episodes frame has it
         return frame
@@ -111,10 +98,7 @@ class Profile:
 
         rows = []
         for task, records in self.by_task.items():
-            names: dict[str, None] = {}
-            for r in records:
-                names.update(dict.fromkeys(r.reward_components or ()))
-            for name in names:
+            for name in dict.fromkeys(n for r in records for n in r.reward_components or ()):
                 values = [(r.reward_components or {}).get(name) for r in records if r.reward_components]
                 kept = [float(v) for v in values if v is not None]
                 rows.append(
@@ -144,10 +128,8 @@ class Profile:
             "failed": int(t["failed"].sum()) if len(t) else 0,
             "mean_reward": math.fsum(scored) / len(scored) if scored else math.nan,
         }
-        for k in range(1, self.max_k + 1):
-            out[f"pass@{k}"] = float(t[f"pass@{k}"].mean())
-        for k in range(1, self.max_k + 1):
-            out[f"majority@{k}"] = float(t[f"majority@{k}"].mean())
+        for name in ("pass", "majority"):
+            out.update({f"{name}@{k}": float(t[f"{name}@{k}"].mean()) for k in range(1, self.max_k + 1)})
         for flag in ("always_0", "always_1", "zero_variance"):
             out[flag] = t["task"][t[flag]].tolist() if len(t) else []
         out["components"] = (
@@ -183,21 +165,13 @@ class Profile:
     def nemo(
         self, inputs: Iterable[dict] | None = None, *, masked_as_missing: bool = False
     ) -> tuple[list[dict], list[dict], list[dict]]:
-        """NeMo Gym's profiler output: per-task rows, per-agent metrics, per-repeat metrics. A masked
-        record is dropped with its input row, as NeMo Gym does; ``masked_as_missing=True`` counts it
-        as a missing rollout instead (this report's own view)."""
-        from gymlab.rewards.nemo_profile import nemo_profile
-
+        """NeMo Gym's profiler output (``nemo_profile``): per-task rows, per-agent and per-repeat metrics."""
         return nemo_profile(self.records, inputs, masked_as_missing=masked_as_missing)
 
     def write_nemo(
         self, path: str | os.PathLike, inputs: Iterable[dict] | None = None, *, masked_as_missing: bool = False
     ) -> tuple[Path, Path, Path]:
-        """Write ``<stem>_reward_profiling.jsonl``, ``<stem>_agent_metrics.json`` and
-        ``<stem>_repeat_level_metrics.json`` beside ``path`` (the rollouts file), every field NeMo
-        Gym's profiler writes (``masked_as_missing`` as in ``nemo``)."""
-        from gymlab.rewards.nemo_profile import write_nemo_profile
-
+        """Write NeMo Gym's three profiler files beside rollouts file ``path`` (``write_nemo_profile``)."""
         return write_nemo_profile(self.records, path, inputs, masked_as_missing=masked_as_missing)
 
     def _repr_html_(self) -> str:
@@ -208,12 +182,10 @@ class Profile:
             f"{len(s['always_1'])} always 1, {len(s['zero_variance'])} with no variance</p>"
         )
         flags = "".join(f"<li>task {html.escape(str(t))}: {html.escape(w)}</li>" for t, w in self.flags().items())
-        table = self.tasks.drop(columns=["why"], errors="ignore")
-        return (
-            head
-            + (f"<ul>{flags}</ul>" if flags else "")
-            + table.to_html(index=False, float_format=lambda v: f"{v:.3f}")
+        table = self.tasks.drop(columns=["why"], errors="ignore").to_html(
+            index=False, float_format=lambda v: f"{v:.3f}"
         )
+        return head + (f"<ul>{flags}</ul>" if flags else "") + table
 
     def flags(self) -> dict[Any, str]:
         """Each flagged task's sentence (its ``why``), by task."""

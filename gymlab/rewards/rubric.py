@@ -1,22 +1,8 @@
 """Rubrics: a reward made of named, weighted components, each value kept on the record.
 
-A component is a function of the verify body (sync or async) returning a number (a bool counts as
-0/1); a ``Judge`` (``gymlab.rewards.judge``) is a component that asks a model. ``Rubric.score``
-runs every component concurrently and returns a ``Score``: the weighted sum, each component's
-value, the judges' requests and verdicts, and the failure when a judge failed. A failed judge
-masks the episode (``judge_failed`` / ``judge_unparseable``), never a 0, and the other components
-keep their values. A gated component (``gate="correct"``) is paid only as far as its gate is: a
-bonus for brevity that also paid wrong answers (a refusal) would be a shortcut.
-
-In ``verify()``::
-
-    rubric = Rubric(Component("format", has_answer, weight=0.2), Judge("correct", ..., weight=0.8))
-
-    async def verify(self, body):
-        return await rubric.verify(body)
-
-In a Gymnasium ``step()``: ``score = await rubric.score(action)``, then return ``score.reward`` and
-``score.info()`` as the step's info (the components travel in ``info["reward_components"]``).
+``Rubric.score`` runs the components concurrently and keeps the weighted sum, each value, the judges'
+requests and verdicts; a failed judge masks the episode, never a 0, and a gated component pays only
+as far as its gate does. Use in ``verify()`` and in a Gymnasium ``step()``: docs/rewards.md.
 """
 
 from __future__ import annotations
@@ -96,11 +82,8 @@ class Score:
 
 
 class Rubric:
-    """Named, weighted components; the reward is the weighted sum of their values.
-
-    Build it from ``Component``/``Judge`` objects, or ``name=fn`` pairs (weight 1). Rubrics are
-    values: ``with_weights``, ``with_component`` and ``without`` return edited copies.
-    """
+    """Named, weighted components (``Component``/``Judge`` objects, or ``name=fn`` pairs of weight 1); the reward
+    is the weighted sum of their values. ``with_weights``, ``with_component`` and ``without`` return copies."""
 
     def __init__(self, *components: Component, **functions: Callable[[Any], Any]):
         parts = [*components, *(Component(name, fn) for name, fn in functions.items())]
@@ -150,17 +133,14 @@ class Rubric:
         failure: Failure | None = None
         for component, result in zip(self.components, results):
             if isinstance(result, ComponentFailed):
-                components[component.name] = None
-                if result.judgement is not None:
-                    judgements.append(result.judgement)
-                failure = failure or result.failure
+                value, judgement, failure = None, result.judgement, failure or result.failure
             elif isinstance(result, BaseException):
                 raise result  # the environment's own grading code failed: its server answers verifier_error
             else:
                 value, judgement = result
-                components[component.name] = value
-                if judgement is not None:
-                    judgements.append(judgement)
+            components[component.name] = value
+            if judgement is not None:
+                judgements.append(judgement)
         raw = dict(components)
         for c in self.components:  # a gate without a value (its judge failed) leaves the masked value as it is
             if _gate(c) is not None and raw[c.name] is not None and raw[_gate(c)] is not None:
@@ -179,7 +159,8 @@ class Rubric:
 
     def __repr__(self) -> str:
         parts = ", ".join(
-            f"{c.name}={c.weight:g}{' (judge)' if _is_judge(c) else ''}{f' (if {_gate(c)})' if _gate(c) else ''}"
+            f"{c.name}={c.weight:g}{' (judge)' if type(c).__name__ == 'Judge' else ''}"
+            f"{f' (if {_gate(c)})' if _gate(c) else ''}"
             for c in self.components
         )
         return f"<Rubric {parts}>"
@@ -187,10 +168,6 @@ class Rubric:
 
 def _gate(component: Component) -> str | None:
     return getattr(component, "gate", None)  # a Judge has none
-
-
-def _is_judge(component: Component) -> bool:
-    return type(component).__name__ == "Judge"
 
 
 def _number(name: str, value: Any) -> float:

@@ -1,5 +1,5 @@
-"""Small exact statistics for reward profiles: unbiased pass@k and majority@k, sample std, quantiles,
-and the Student t quantile for 95 % intervals (no SciPy needed)."""
+"""Small exact statistics for reward profiles: unbiased pass@k and majority@k, sample std, and the
+Student t quantile for 95 % intervals (no SciPy needed)."""
 
 from __future__ import annotations
 
@@ -33,17 +33,6 @@ def sample_std(values: Sequence[float]) -> float:
         return 0.0 if n else math.nan
     mean = math.fsum(values) / n
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (pandas' default)."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    pos = (len(ordered) - 1) * q
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -104,4 +93,4 @@ def t_interval_95(mean: float, se: float, n: int) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-__all__ = ["majority_at_k", "pass_at_k", "quantile", "sample_std", "t_cdf", "t_interval_95", "t_quantile"]
+__all__ = ["majority_at_k", "pass_at_k", "sample_std", "t_cdf", "t_interval_95", "t_quantile"]
