@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from gymlab._runtime.bodies import request_body
+from gymlab._runtime.bodies import replaying, request_body
 from gymlab._runtime.routes import END, NONE, START, STEP, USE, VERIFY, RouteKinds
 from gymlab._runtime.sessions import SessionMiddleware, body_session_id, conflict
 from gymlab.cookies import scope_cookie
@@ -304,11 +304,8 @@ class SessionOwnershipMiddleware:
         done = asyncio.Event()
         start: dict = {}
         chunks: list[bytes] = []
-        pending = [{"type": "http.request", "body": body, "more_body": False}]
 
-        async def receive():
-            if pending:
-                return pending.pop()
+        async def disconnect():  # after the body: the client leaves once the answer is complete
             await done.wait()
             return {"type": "http.disconnect"}
 
@@ -321,7 +318,7 @@ class SessionOwnershipMiddleware:
                     done.set()
 
         row = tuple(meta["row"]) if meta["row"] else None
-        await self._local(scope, receive, send, meta["kind"], meta["sid"], row, body)
+        await self._local(scope, replaying(body, disconnect), send, meta["kind"], meta["sid"], row, body)
         done.set()
         headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in start.get("headers", ())]
         return start.get("status", 500), headers, b"".join(chunks)

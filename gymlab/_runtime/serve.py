@@ -44,6 +44,13 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def uvicorn_config(app, log_level: str, own_loop: bool = True, **options) -> uvicorn.Config:
+    """Every gymlab server's uvicorn config: the stack's options (its loop only when uvicorn makes the
+    loop), no access log, idle connections kept 30 s; ``options`` add to them."""
+    stack = {k: v for k, v in uvicorn_options().items() if own_loop or k != "loop"}
+    return uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **stack, **options)
+
+
 class _KeptCause(LifespanOn):
     """uvicorn's lifespan, keeping the trace a failed startup sends (uvicorn only logs it)."""
 
@@ -79,13 +86,9 @@ class _Runner(inproc.Bound):
         self.name = name
         self.sock = bind_socket(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
-        # The stack's options but its loop (the loop is given); a lifespan that keeps a failed startup's cause.
-        options.update({k: v for k, v in uvicorn_options().items() if k != "loop"})
-        config = uvicorn.Config(
-            app, log_level=log_level, lifespan="on", access_log=False, timeout_keep_alive=30, **options
-        )
+        config = uvicorn_config(app, log_level, own_loop=False, lifespan="on", **options)
         config.load()
-        config.lifespan_class = _KeptCause
+        config.lifespan_class = _KeptCause  # keeps a failed startup's cause
         self.server = _ThreadServer(config)
         self._error: BaseException | None = None  # what ended the run, once it ended
 
@@ -218,7 +221,7 @@ def run_foreground(app, host: str, port: int, log_level: str = "info") -> None:
     sock = bind_socket(host, port)
     h, p = sock.getsockname()[:2]
     print(f"gymlab: serving on http://{h}:{p}", flush=True)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **uvicorn_options())
+    config = uvicorn_config(app, log_level)
     settle_heap()
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from gymlab._runtime.env import CONFIG_ENV, die_with_parent, read_config, write_config
 from gymlab._runtime.spec import ServerSpec
-from gymlab._runtime.stack import settle_heap, uvicorn_options
+from gymlab._runtime.stack import settle_heap
 from gymlab.errors import ConfigError
 
 #: Set by the launcher for its workers: JSON with the entrypoint file, module name and state dir.
@@ -116,11 +116,10 @@ def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
     reason = check_workers(server, server.num_workers)
     if reason:
         raise _config_error(server, reason)
-    import uvicorn
     from uvicorn.supervisors import Multiprocess
 
     from gymlab._runtime.ownership import create_table
-    from gymlab._runtime.serve import bind_socket
+    from gymlab._runtime.serve import bind_socket, uvicorn_config
 
     path, module = entrypoint_of(type(server))
     worker_config = _worker_config(server)
@@ -138,14 +137,7 @@ def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
         sock = bind_socket(server.host, server.port)
         host, port = sock.getsockname()[:2]
         print(f"gymlab: serving {server.name} on http://{host}:{port} with {server.num_workers} workers", flush=True)
-        config = uvicorn.Config(
-            "gymlab._runtime.workers:app",
-            workers=server.num_workers,
-            log_level=log_level,
-            access_log=False,
-            timeout_keep_alive=30,
-            **uvicorn_options(),
-        )
+        config = uvicorn_config("gymlab._runtime.workers:app", log_level, workers=server.num_workers)
         Multiprocess(config, sockets=[sock]).run()
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
