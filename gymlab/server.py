@@ -130,7 +130,7 @@ class BaseServer(BaseModel):
         """
         from gymlab._runtime import workers
 
-        if workers.in_worker():
+        if workers.worker_context() is not None:
             return self.app
         if self.num_workers > 1:
             return workers.serve_workers(self)

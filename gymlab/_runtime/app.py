@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import traceback
 
@@ -13,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gymlab._runtime.bodies import BodyGuardMiddleware
 from gymlab._runtime.direct import DirectRoutes, direct_enabled
 from gymlab._runtime.ownership import install as install_ownership_routing
-from gymlab._runtime.reaper import SessionActivityMiddleware, episode_sessions_of
+from gymlab._runtime.reaper import SessionActivityMiddleware
 from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionMiddleware
 from gymlab._runtime.spec import ServerSpec
@@ -72,7 +73,7 @@ def build_app(server: ServerSpec) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict:
-        episodes = episode_sessions_of(server)
+        episodes = getattr(server, "episode_sessions", None)
         answer = {"status": "ok", "server": name}
         if episodes is not None:
             answer["sessions"] = episodes.counts()
@@ -103,12 +104,8 @@ def _in_body(loc: tuple | list) -> bool:
 
 
 def _fastapi(title: str) -> FastAPI:
-    """A FastAPI app; its native OpenTelemetry off unless a provider is configured when the app is built.
-
-    FastAPI versions with native telemetry ask the OpenTelemetry globals on every request whether a
-    provider is configured, which costs more server CPU than the rest of a small request's routing.
-    A process that sets up OpenTelemetry before its servers start keeps the tracing.
-    """
+    """A FastAPI app; its native OpenTelemetry off unless a provider is configured when the app is built
+    (asked on every request, it costs more CPU than the rest of a small request's routing)."""
     app = FastAPI(title=title)
     telemetry = getattr(app, "_native_telemetry", None)
     if telemetry is not None and not telemetry.enabled():
@@ -159,13 +156,9 @@ def _cookie_safe(name: str) -> str:
 def _jsonable(errors: list[dict]) -> list[dict]:
     out = []
     for e in errors:
-        e = dict(e)
-        e.pop("ctx", None)
-        e.pop("url", None)
+        e = {k: v for k, v in e.items() if k not in ("ctx", "url")}
         if "input" in e:
             try:
-                import json
-
                 json.dumps(e["input"], allow_nan=False)
             except (TypeError, ValueError, RecursionError):
                 e["input"] = repr(e["input"])[:200]

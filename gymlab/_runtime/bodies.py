@@ -1,10 +1,8 @@
 """``BodyGuardMiddleware``: a request body is bounded in size and holds only JSON any answer can carry.
 
-Bytes are counted as they stream in (and a ``Content-Length`` over the limit is refused before any
-is read), so an oversized POST is answered 413 without being held or parsed in full. A JSON body
-with ``NaN``, ``Infinity`` or a lone surrogate (``"\\ud800"``, half of a UTF-16 pair, no character)
-is refused with 422 naming the field: Python's parser accepts them, but no JSON answer can carry them
-back (orjson and pydantic refuse to write them), so they would otherwise end as a 500 downstream.
+An oversized body is answered 413 as it streams in (or from its ``Content-Length``); a JSON body with
+``NaN``, ``Infinity`` or a lone surrogate, which no JSON answer can carry back, is refused 422 naming
+the field.
 """
 
 from __future__ import annotations
@@ -38,11 +36,8 @@ def replaying(body: bytes, receive, after: dict | None = None):
 
 
 async def request_body(scope, receive) -> tuple[bytes, object]:
-    """The whole request body and the ``receive`` the app should use next.
-
-    Behind the guard the body is already in the scope and ``receive`` is returned untouched;
-    otherwise (an app built without the guard) it is read here and replayed.
-    """
+    """The whole request body and the ``receive`` the app should use next: the guard's copy when it ran,
+    else (an app built without the guard) the body read here and replayed."""
     if BODY_KEY in scope:
         return scope[BODY_KEY], receive
     chunks, after = [], None
@@ -106,9 +101,7 @@ class BodyGuardMiddleware:
         else:
             hint = "send a smaller body, or raise the server's max_body_bytes config"
         body = error_body(self.server_name, route, message, error="RequestBodyTooLarge", hint=hint, limit=limit)
-        # No "Connection: close": closing with unread request bytes makes the kernel reset the
-        # connection, which drops this answer before the client reads it. Kept open, the server
-        # discards the rest of the body unparsed and unheld, and the client sees the 413 at once.
+        # No "Connection: close": the kernel would reset the connection, dropping this answer (docs/runtime.md).
         return JSONResponse(status_code=413, content=body)
 
     def _unsendable(self, scope, field: str, why: str, hint: str) -> JSONResponse:

@@ -1,21 +1,9 @@
 """``DirectRoutes``: a plain JSON route answered without FastAPI's per-request machinery.
 
-Most of a small request's server CPU under FastAPI is not the handler: it is matching every route,
-building the request, solving an empty dependency graph and wrapping the call in exit stacks. For a
-route whose handler is a coroutine taking one JSON body (and optionally the ``Request``) with no
-dependencies, this middleware (the innermost of the app's own) does the same steps directly with
-FastAPI's own pieces: the route's body field validates the parsed body, its response field validates
-and serialises the answer, and an exception goes to the app's exception handlers.
-
-Anything else goes the ordinary way, untouched: another route shape, a body that is not JSON or does
-not validate (FastAPI then gives its own 422 or 400), a non-JSON content type. So every status and
-error body is FastAPI's, and a request is never handled twice: the fall-back happens before the
-handler runs. The body is parsed once (or taken as already parsed from ``bodies.PARSED_KEY``).
-
-It reads FastAPI's internals (``route.dependant``, ``body_field``), so it runs only under the FastAPI
-releases it is tested with (``FASTAPI_RANGE``; pyproject.toml pins the same range, and
-``tests/runtime/test_fastapi_range.py`` runs its tests under both ends), and ``GYMLAB_DIRECT_ROUTES=0``
-turns it off. ``make bench ARGS="--without-direct"`` measures what it saves.
+For a coroutine handler taking one JSON body (and optionally the ``Request``) and no dependencies, the
+innermost middleware validates, calls and serialises with FastAPI's own pieces; anything else, or a
+body that does not validate, goes the ordinary way before the handler runs. It reads FastAPI's
+internals, so it runs only under ``FASTAPI_RANGE`` and ``GYMLAB_DIRECT_ROUTES=0`` turns it off (docs/runtime.md).
 """
 
 from __future__ import annotations
@@ -38,11 +26,17 @@ _UNSET = object()
 #: The first and last FastAPI minor releases this module is tested with (see the module docstring).
 FASTAPI_RANGE = ((0, 133), (0, 165))
 FLAG = "GYMLAB_DIRECT_ROUTES"
+#: The route's ``response_model_*`` settings its answer is serialised with, as FastAPI does.
+_DUMP_OPTIONS = ("include", "exclude", "by_alias", "exclude_unset", "exclude_defaults", "exclude_none")
+#: What a handler may not take to be answered directly: dependencies, parameters besides its body.
+_NOT_PLAIN = (
+    "dependencies path_params query_params header_params cookie_params http_connection_param_name "
+    "websocket_param_name response_param_name background_tasks_param_name security_scopes_param_name"
+).split()
 
 
 def direct_enabled() -> bool:
-    """Whether plain JSON routes are answered directly: under a FastAPI of ``FASTAPI_RANGE``, unless
-    ``GYMLAB_DIRECT_ROUTES=0``."""
+    """Whether plain JSON routes are answered directly: under ``FASTAPI_RANGE``, unless ``FLAG`` is 0."""
     import fastapi
 
     found = re.match(r"(\d+)\.(\d+)", fastapi.__version__)
@@ -53,11 +47,13 @@ def direct_enabled() -> bool:
 class _Plan:
     """How to answer one route directly."""
 
-    __slots__ = ("route", "call", "body_name", "request_name", "field", "dump_json")
+    __slots__ = ("route", "call", "body_name", "request_name", "field", "dump_json", "status", "options")
 
     def __init__(self, route: APIRoute, field: Any, request_name: str | None):
         self.route, self.call = route, route.dependant.call
         self.body_name, self.request_name, self.field = field.name, request_name, field
+        self.status = {"status_code": route.status_code} if route.status_code else {}
+        self.options = {name: getattr(route, f"response_model_{name}") for name in _DUMP_OPTIONS}
         # FastAPI's own rule: JSON bytes straight from the response field unless a class was chosen.
         self.dump_json = (
             route.response_field is not None
@@ -71,20 +67,7 @@ def plan_for(route: Any) -> _Plan | None:
     if not isinstance(route, APIRoute) or route.param_convertors or route.body_field is None:
         return None
     d = route.dependant
-    if (
-        d.dependencies
-        or d.path_params
-        or d.query_params
-        or d.header_params
-        or d.cookie_params
-        or len(d.body_params) != 1
-        or d.http_connection_param_name
-        or d.websocket_param_name
-        or d.response_param_name
-        or d.background_tasks_param_name
-        or d.security_scopes_param_name
-        or not _is_coroutine(d.call)
-    ):
+    if any(getattr(d, name) for name in _NOT_PLAIN) or len(d.body_params) != 1 or not _is_coroutine(d.call):
         return None
     body = d.body_params[0]
     if getattr(route, "_embed_body_fields", False) or getattr(body.field_info, "embed", False):
@@ -176,8 +159,7 @@ class DirectRoutes:
         return plan
 
     async def _render(self, plan: _Plan, result: Any) -> Response:
-        route = plan.route
-        status = {"status_code": route.status_code} if route.status_code else {}
+        route, status = plan.route, plan.status
         response_class = getattr(route.response_class, "value", route.response_class)
         field = route.response_field
         if field is None:
@@ -187,17 +169,9 @@ class DirectRoutes:
             from fastapi.routing import serialize_response
 
             await serialize_response(field=field, response_content=result)
-        options = {
-            "include": route.response_model_include,
-            "exclude": route.response_model_exclude,
-            "by_alias": route.response_model_by_alias,
-            "exclude_unset": route.response_model_exclude_unset,
-            "exclude_defaults": route.response_model_exclude_defaults,
-            "exclude_none": route.response_model_exclude_none,
-        }
         if plan.dump_json:
-            return Response(field.serialize_json(value, **options), media_type="application/json", **status)
-        return response_class(field.serialize(value, **options), **status)
+            return Response(field.serialize_json(value, **plan.options), media_type="application/json", **status)
+        return response_class(field.serialize(value, **plan.options), **status)
 
     def _handler_for(self, exc: Exception):
         handlers = self.fastapi_app.exception_handlers

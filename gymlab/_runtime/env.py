@@ -1,15 +1,9 @@
 """What a server process is started with: its config, in a private file, and its tie to its parent.
 
-``CONFIG_ENV`` names a private JSON file (mode 0600) holding the server's config. A config never
-travels in the environment itself: Linux caps one variable at 128 KiB (a bigger config field kills
-the exec with "Argument list too long"), and ``/proc/PID/environ`` shows it to the user's other
-processes. Whoever writes the file removes it (``gymlab serve``'s child once it has read it, a
-launcher of several workers with its private directory).
-
-A process gymlab starts (a config's server, a worker, an MCP server) dies with the process that
-started it, however that one ends, a SIGKILL included: ``die_with_parent`` in the child. Only the
-standard library here: ``python -I -S env.py PARENT SIGNAL COMMAND...`` runs it before exec'ing a
-foreign command (``tied``).
+``CONFIG_ENV`` names a private JSON file (mode 0600) holding the config: never the environment itself,
+which caps a variable at 128 KiB and which ``/proc/PID/environ`` shows. ``die_with_parent`` ties a
+child to its parent, a SIGKILL included; only the standard library here, so ``tied`` can run this file
+before exec'ing a foreign command (docs/runtime.md).
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
-"""The episode-session rules a resources server keeps, whatever its protocol base.
+"""``EpisodeSessions``: the episode-session rules a resources server keeps, whatever its protocol base.
 
-``EpisodeSessions`` wraps a server's own seed and release hooks:
-
-- a seed and the close of one session run one at a time (``ResourcesSessionLocks``);
-- a re-seed of an open session by the same episode answers as the first seed did, without seeding
-  again (a retry after a lost reply); by another episode it is refused with 409;
-- a close releases the session once, fences it (``ResourcesSessionFences``) and answers every
-  repeat the same way; a seed while the fence holds is refused with 409. A release that raises
-  leaves the session open and unfenced, so a retried close runs the release again;
-- a seed that names a live session without its cookie is refused with 409 unless it is that
-  episode's own retry (``foreign_seed``): a session ID is readable in its cookie, so knowing one must
-  not let another client reset or take over its episode;
-- a session idle for ``ttl_seconds`` (no request names it, counted from the end of its last request) is
-  released by ``reap`` through the same hook, so an episode whose close never arrives cannot hold state
-  forever; a session with a request in flight is never released.
+It wraps a server's seed and release hooks: one seed or close of a session at a time, an idempotent
+re-seed by the same episode, a close that releases once and fences, a seed without the session's cookie
+refused, and idle sessions reaped. The rules in full are in docs/runtime.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -29,6 +19,7 @@ from fastapi import Request
 from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS, ResourcesSessionFences
 from gymlab._runtime.locks import ResourcesSessionLocks
 from gymlab.errors import ResourcesReleaseFailedError, ResourcesSessionConflictError
+from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import (
     ResourcesCloseSessionRequest,
     ResourcesCloseSessionResponse,
@@ -42,12 +33,8 @@ Release = Callable[[str], Awaitable[Any]]
 
 
 class ReleaseRequest(str):
-    """The session ID a release hook receives, carrying the close body's fields too.
-
-    A hook written ``close_resources_session(self, resources_session_id: str)`` uses it as the ID; one
-    written as the reference writes it, ``close_resources_session(self, body)``, reads
-    ``body.resources_session_id`` (and ``body.episode_id``).
-    """
+    """The session ID a release hook receives, carrying the close body's fields too: a hook may take it
+    as the ID, or as the reference does, as a body with ``resources_session_id`` and ``episode_id``."""
 
     resources_session_id: str
     episode_id: Any
@@ -65,10 +52,8 @@ class ReleaseRequest(str):
 class EpisodeSessions:
     """Open episode sessions of one server: ID -> (the episode that seeded it, the seed's answer).
 
-    ``ttl_seconds`` (None or 0: never) and ``release`` let ``reap`` free sessions nobody closed and
-    nobody is using.
-    Flat-row seeds (no ``resources_session_id``, state keyed by the cookie) are tracked too, from the
-    seed until their verify or close, so the reaper frees them the same way.
+    ``ttl_seconds`` (None or 0: never) and ``release`` let ``reap`` free sessions nobody closed or uses,
+    flat-row seeds (state keyed by the cookie) included, from the seed until their verify or close.
     """
 
     def __init__(
@@ -81,8 +66,7 @@ class EpisodeSessions:
         id_name: str = "resources_session_id",
         answers: tuple[Callable[[str, Any], dict], Callable[[str], dict]] | None = None,
     ) -> None:
-        #: The body key naming a session (``agent_session_id`` for an agent server's sessions), and
-        #: how a seed and a close are answered: ``(seed_answer(id, hook_result), close_answer(id))``.
+        #: The body key naming a session, and ``(seed_answer(id, hook_result), close_answer(id))``.
         self.id_name = id_name
         self._seed_answer, self._close_answer = answers or (seed_answer, _close_answer)
         self.locks = ResourcesSessionLocks()
@@ -132,8 +116,7 @@ class EpisodeSessions:
 
     def foreign_seed(self, key: str, session_id: str) -> bool:
         """Whether a seed naming ``session_id`` by ``key``, without the session's cookie, would take over a
-        live episode. Only an episode seed of an open episode session may come without it (a retry after
-        a lost reply; ``seed`` answers it if it is the same episode and refuses it otherwise)."""
+        live episode (only an episode seed of an open episode session may: a retry after a lost reply)."""
         if session_id in self._open:
             return key != self.id_name
         return session_id in self._seen
@@ -159,12 +142,9 @@ class EpisodeSessions:
     async def release_state(
         self, session_id: str, hook: Release, state: dict[str, Any], failure: BaseException | None = None
     ) -> None:
-        """Run the server's release ``hook(session_id)``, then drop ``state[session_id]`` even if the hook
-        forgot to: the one way a server's per-episode state goes, whichever way the episode ended (a
-        verify, a terminal step, a close, a cancelled run's close, the reaper). A hook that raises
-        leaves the state for the retry (a close runs it again, so does the reaper): what it holds, a
-        container's handle say, is not lost. Raised while ``failure`` is handled, it is logged and noted
-        on that failure instead, so the episode's own failure is what gets reported."""
+        """Run the server's release ``hook(session_id)``, then drop ``state[session_id]``: the one way a
+        server's per-episode state goes, however the episode ended. A hook that raises leaves the state
+        for the retry; raised while ``failure`` is handled, it is logged and noted on ``failure`` instead."""
         try:
             await hook(session_id)
         except Exception as exc:
@@ -207,10 +187,8 @@ class EpisodeSessions:
             return answer
 
     async def close(self, body: ResourcesCloseSessionRequest, release: Release) -> dict[str, Any]:
-        """Release ``body``'s session with ``release(id)`` once, then fence it; repeats are no-ops.
-
-        A release that raises leaves the session open and unfenced (answered 500), so a retry runs it again.
-        """
+        """Release ``body``'s session with ``release(id)`` once, then fence it; repeats are no-ops. A release
+        that raises leaves the session open and unfenced (answered 500), so a retry runs it again."""
         sid = getattr(body, self.id_name)
         async with self.locks(sid):
             opened = self._open.get(sid)
@@ -246,13 +224,8 @@ class EpisodeSessions:
         return await self.reap()
 
     async def reap(self) -> int:
-        """Release every session idle for ``ttl_seconds`` with the release hook; how many were released.
-
-        A reaped session is fenced like a closed one. A release that raises is logged, counted in
-        ``reap_failures`` and tried again after another ``ttl_seconds``.
-        """
-        import asyncio
-
+        """Release and fence every session idle for ``ttl_seconds``; how many were released. A release
+        that raises is logged, counted in ``reap_failures`` and tried again after another ``ttl_seconds``."""
         if not self.ttl_seconds or self.release is None:
             return 0
         now = self._last_sweep = self._clock()
@@ -313,8 +286,6 @@ def with_cookie_session(request: Any, body: ResourcesCloseSessionRequest) -> Res
     """``body`` naming the cookie's session when it names none (``resources_session_id`` null or absent)."""
     if body.resources_session_id is not None:
         return body
-    from gymlab.protocol.resources import SESSION_ID_KEY
-
     return body.model_copy(update={"resources_session_id": request.session[SESSION_ID_KEY]})
 
 
@@ -324,12 +295,9 @@ def mount_episode_routes(
     seed: Callable[[ResourcesSeedSessionRequest], Awaitable[Any]],
     release: Callable[[str], Awaitable[Any]],
 ) -> None:
-    """Add ``/seed_session`` and ``/close_session`` to a server whose base has no episode sessions.
-
-    ``seed(body)`` starts the episode (its answer may carry an ``observation``); ``release(id)``
-    frees it. A Gymnasium server, for example: ``seed`` runs its reset with ``body.task_data`` as the
-    metadata and returns the reset observation; ``release`` closes the episode.
-    """
+    """Add ``/seed_session`` and ``/close_session`` to a server whose base has no episode sessions (a
+    Gymnasium server's): ``seed(body)`` starts the episode, its answer may carry an ``observation``;
+    ``release(id)`` frees it."""
     from fastapi.responses import JSONResponse
 
     async def seed_session(body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:

@@ -1,23 +1,7 @@
 """``ResourcesSessionFences`` (public: ``from gymlab import ResourcesSessionFences``): a closed
-session is fenced, so a late seed cannot reopen it.
+session is fenced, so a late seed cannot reopen it until ``window_seconds`` after the close.
 
-A seed that arrives after its session's close (a retry whose first reply was lost, a delayed
-request) is refused until the fence expires ``window_seconds`` after the close. Construct it with
-the server's ``session_close_retry_window_seconds`` (default 300), so the fence expires no later
-than the session's worker ownership and every worker gives a late seed the same answer.
-
-``SimpleResourcesServer`` already fences the sessions of its ``/seed_session`` and
-``/close_session``; a server author constructs one for sessions a route of their own opens::
-
-    class MyServer(SimpleResourcesServer):
-        _fences: ResourcesSessionFences = PrivateAttr(default=None)
-
-        def setup_webserver(self):
-            self._fences = ResourcesSessionFences(self.session_close_retry_window_seconds)
-            ...  # a close calls self._fences.fence(sid); a seed refuses (409) while sid in self._fences
-
-Memory is bounded: expired fences are dropped as new ones are added, and past ``max_fences`` the
-oldest fence is dropped early (logged, never silently).
+Memory is bounded: past ``max_fences`` the oldest fence is dropped early, and logged (docs/runtime.md).
 """
 
 from __future__ import annotations
@@ -33,13 +17,7 @@ DEFAULT_WINDOW_SECONDS = 300.0
 
 
 class ResourcesSessionFences:
-    """The set of recently closed session IDs, each until ``window_seconds`` after its close.
-
-    >>> fences = ResourcesSessionFences(window_seconds=300)
-    >>> fences.fence("rs-1")
-    >>> "rs-1" in fences
-    True
-    """
+    """The set of recently closed session IDs, each until ``window_seconds`` after its close."""
 
     def __init__(
         self,
@@ -83,11 +61,8 @@ class ResourcesSessionFences:
         return len(self._expiry)
 
     def _purge(self, now: float) -> None:
-        while self._expiry:
-            sid, expiry = next(iter(self._expiry.items()))
-            if expiry > now:
-                return
-            del self._expiry[sid]
+        while self._expiry and next(iter(self._expiry.values())) <= now:  # oldest first
+            self._expiry.popitem(last=False)
 
 
 ResourcesSessionFences.__module__ = "gymlab"  # public as gymlab.ResourcesSessionFences

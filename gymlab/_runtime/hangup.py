@@ -1,10 +1,7 @@
-"""A caller that hangs up cancels its request's work.
+"""A caller that hangs up cancels its request's work (an interrupted ``/run`` over HTTP).
 
-Starlette keeps running a handler after its client disconnects. For an agent's ``/run`` that means
-an interrupted run (a cancelled collection, Ctrl-C in a notebook driving a server over HTTP) leaves
-episodes running and sessions held until they finish. This middleware runs the request's handler in
-a child task and cancels it when the connection closes before the answer is sent; the handler's own
-cleanup (releasing the episode's session) then runs as on any cancellation.
+Starlette keeps running a handler after its client disconnects; this middleware runs it in a child
+task and cancels it when the connection closes before the answer is sent, so its cleanup runs.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
 """``ResourcesSessionLocks`` (public: ``from gymlab import ResourcesSessionLocks``): each session's
-seed and close run one at a time.
-
-One ``asyncio.Lock`` per session ID, made on first use and dropped when nobody holds or waits for
-it, so memory follows the number of sessions being seeded or closed right now, not ever seen.
-``SimpleResourcesServer`` already serialises its ``/seed_session`` and ``/close_session``; a server
-author constructs one (``ResourcesSessionLocks()``, no settings) for routes of their own that seed
-or release a session's state, and holds ``async with locks(session_id):`` around each.
-"""
+seed and close run one at a time, with one lock per session held or waited for (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -16,13 +9,7 @@ from collections.abc import AsyncIterator
 
 
 class ResourcesSessionLocks:
-    """``async with locks(session_id):`` serialises the seed and close of one session.
-
-    >>> locks = ResourcesSessionLocks()
-    >>> async def seed(session_id):
-    ...     async with locks(session_id):
-    ...         ...
-    """
+    """``async with locks(session_id):`` serialises the seed and close of one session."""
 
     def __init__(self) -> None:
         self._entries: dict[str, list] = {}  # session id -> [lock, holders and waiters]

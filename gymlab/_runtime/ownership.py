@@ -1,29 +1,9 @@
-"""Session ownership routing: with several workers, each request runs in the worker holding its session.
+"""Session ownership routing: with several workers, each session request runs in the worker holding it.
 
-One rule, for every request whose handler can see the session: find the request's session ID (the
-signed cookie's ``SESSION_ID_KEY``; for an episode seed or close, the body's ``resources_session_id``
-or ``agent_session_id``; both naming different sessions is a 409), look it up in the ownership
-table, and forward the request to the owning worker; handle it here when this worker owns it or
-nobody does (and then own it). A route whose handler takes no ``Request`` cannot read the session:
-it runs wherever it lands and takes no ownership (health, ``/aggregate_metrics``, stateless tools).
-Seeds and the routes in ``checkpoint_session_starts`` always take ownership.
-
-Ownership is open from a successful seed (``/seed_session``, ``/reset`` or a route in
-``checkpoint_session_starts``) until the close (``/close_session``, Gymnasium's ``/close``), the
-verify (unless its body says ``close_follows``), a ``/step`` answered terminated or truncated, or a
-route in ``checkpoint_session_ended``. A closed or never-opened session's ownership expires
-``session_close_retry_window_seconds`` after its last request, so a retried close or a delayed seed
-still reaches the worker that saw it, and a fence built with the same window expires no later. A
-session whose owner is no longer running (crashed, replaced by uvicorn) answers 410: its state is
-gone, and running against an empty one would grade garbage.
-
-The table is a SQLite file in WAL mode in the launcher's private directory (docs/architecture.md has
-its cost): readers never block, writes happen only when ownership changes, and a killed writer's lock
-is released by the kernel. Rows name the worker as ``pid-token``, so a reused pid is never the old owner.
-
-Forwarding is one length-prefixed frame each way over the owner's private Unix socket
-(``w<pid>-<token>.sock``, connections pooled per owner); the owner replays the request into its app
-below this middleware. ``make bench`` measures it (docs: the figures).
+A request's session ID (the signed cookie's, or a seed or close body's) is looked up in a SQLite table
+shared by the workers; the request is forwarded over the owner's private Unix socket, or handled here
+when this worker owns the session or nobody does. The rules (what opens and ends ownership, the 409 and
+410 answers, the table and the frames) are in docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -34,29 +14,16 @@ import os
 import secrets
 import struct
 import time
-from base64 import b64decode
 from typing import Any
 
-from gymlab._runtime.bodies import request_body
-from gymlab._runtime.routes import (  # noqa: F401
-    BODY_ID_KEYS,
-    END,
-    END_ROUTES,
-    NONE,
-    START,
-    START_ROUTES,
-    STEP,
-    STEP_ROUTES,
-    USE,
-    VERIFY,
-    VERIFY_ROUTES,
-    RouteKinds,
-    uses_session,
-)
+from starlette.responses import JSONResponse
+
+from gymlab._runtime.bodies import replaying, request_body
+from gymlab._runtime.routes import END, NONE, START, STEP, USE, VERIFY, RouteKinds
+from gymlab._runtime.sessions import SessionMiddleware, body_session_id, conflict
 from gymlab.cookies import scope_cookie
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
-from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 
 #: Every answer a worker gives to a session request names it (``x-gymlab-worker: <pid>``).
 WORKER_HEADER = b"x-gymlab-worker"
@@ -67,6 +34,8 @@ TOUCH_EVERY_S = 1.0
 TABLE = "owners.sqlite"
 
 _FRAME = struct.Struct("!II")
+#: The scope keys a forwarded request carries as they are (with their defaults), besides its bytes and headers.
+_SCOPE_KEYS = {"method": None, "path": None, "root_path": "", "scheme": "http", "http_version": "1.1"}
 
 
 def create_table(state_dir: str) -> None:
@@ -82,9 +51,8 @@ def create_table(state_dir: str) -> None:
     db.close()
 
 
-def install(app, server, ctx: dict[str, Any] | None, kinds: RouteKinds | None = None) -> None:
-    """Add the routing middleware outermost when this process is one of several workers
-    (``ctx``: ``workers.worker_context()``, None outside a worker)."""
+def install(app, server, ctx: dict[str, Any] | None, kinds: RouteKinds) -> None:
+    """Add the routing middleware outermost in one of several workers (``ctx``: ``worker_context()``)."""
     if ctx is None or not getattr(type(server), "routes_sessions_to_owner", True):
         return
     app.add_middleware(SessionOwnershipMiddleware, server=server, fastapi_app=app, state_dir=ctx["dir"], kinds=kinds)
@@ -95,8 +63,8 @@ def worker_alive(worker: str) -> bool:
         os.kill(int(worker.split("-", 1)[0]), 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, ValueError):
-        return True
+    except (PermissionError, ValueError):  # another user's process, or not a pid: not provably gone
+        pass
     return True
 
 
@@ -151,18 +119,16 @@ class OwnershipTable:
 class SessionOwnershipMiddleware:
     """Outermost ASGI middleware of a worker: route each session request to its owning worker."""
 
-    def __init__(self, app, server, fastapi_app, state_dir: str, kinds: RouteKinds | None = None):
-        self.app, self.fastapi_app, self.name, self.dir = app, fastapi_app, server.name, state_dir
-        self.kinds = kinds or RouteKinds(fastapi_app, server)
+    def __init__(self, app, server, fastapi_app, state_dir: str, kinds: RouteKinds):
+        self.app, self.fastapi_app, self.name, self.dir, self.kinds = app, fastapi_app, server.name, state_dir, kinds
         self.window = float(getattr(server, "session_close_retry_window_seconds", 300.0))
         self.worker = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._pid = str(os.getpid()).encode()
         self.table: OwnershipTable | None = None
-        self._cookie: tuple[str, Any, int | None] | None = None
-        self._sids: dict[str, str | None] = {}
+        self._cookies: SessionMiddleware | None = None  # decodes the cookie as the app's session middleware does
         self._pool: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._rpc: asyncio.base_events.Server | None = None
-        self._rpc_lock: asyncio.Lock | None = None
+        self._rpc_lock = asyncio.Lock()
         self._state: dict | None = None  # the worker's lifespan state, for the requests forwarded here
 
     # -- the rule ------------------------------------------------------------------------------
@@ -180,9 +146,14 @@ class SessionOwnershipMiddleware:
         if kind not in (USE, STEP):
             body, receive = await request_body(scope, receive)
             if kind != VERIFY:
-                body_sid = _body_sid(body)
+                named = body_session_id(body)
+                body_sid = named[1] if named else None
                 if sid and body_sid and sid != body_sid:
-                    return await self._conflict(scope, send, sid, body_sid)
+                    message = (
+                        f"the cookie names session {sid} but the body names {body_sid}; "
+                        "send the seed, its requests and its close with one session's cookie"
+                    )
+                    return await conflict(self.name, scope, message, session_id=body_sid)(scope, receive, send)
                 sid = sid or body_sid
         if sid is None:  # a new session: its ID is made here, and recorded before the answer leaves
             return await self._local(scope, receive, send, kind, None, None, body)
@@ -193,13 +164,13 @@ class SessionOwnershipMiddleware:
         if row[0] == self.worker:
             return await self._local(scope, receive, send, kind, sid, row, body)
         if not worker_alive(row[0]):
-            return await self._gone(scope, send, sid, row, now)
+            return await self._gone(scope, receive, send, sid, row, now)
         if body is None:
             body, receive = await request_body(scope, receive)
         try:
             status, headers, answer = await self._forward(row, scope, body, kind, sid)
         except (OSError, asyncio.IncompleteReadError):
-            return await self._gone(scope, send, sid, row, now)
+            return await self._gone(scope, receive, send, sid, row, now)
         await send(
             {"type": "http.response.start", "status": status, "headers": [*headers, (FORWARDED_HEADER, self._pid)]}
         )
@@ -224,80 +195,33 @@ class SessionOwnershipMiddleware:
         now = time.time()
         if kind == START:
             self.table.record(sid, self.worker, int(200 <= status < 300), now)
-        elif kind == END or (kind == VERIFY and not _close_follows(body)):
-            self.table.record(sid, self.worker, 0, now)
-        elif row is None:
+        elif kind == END or (kind == VERIFY and not _close_follows(body)) or row is None:
             self.table.record(sid, self.worker, 0, now)
         elif not row[1] and now - row[2] > TOUCH_EVERY_S:
             self.table.touch(sid, now)
 
-    # -- the session ID from the signed cookie -----------------------------------------------------
-
     def _cookie_sid(self, scope) -> str | None:
-        name, signer, max_age = self._cookie or self._cookie_config()
-        value = scope_cookie(scope["headers"], name)
-        if not value:
-            return None
-        if value in self._sids:
-            return self._sids[value]
-        try:
-            session = json.loads(b64decode(signer.unsign(value.encode(), max_age=max_age)))
-            sid = session.get(SESSION_ID_KEY) if isinstance(session, dict) else None
-        except Exception:  # a bad signature or garbage: the session middleware starts a fresh session
-            sid = None
-        if len(self._sids) > 65536:
-            self._sids.clear()
-        self._sids[value] = sid if isinstance(sid, str) else None
-        return self._sids[value]
+        """The session ID the request's signed cookie names (None: no cookie, a bad one, or none in it)."""
+        if self._cookies is None:
+            found = [m for m in self.fastapi_app.user_middleware if m.cls is SessionMiddleware]
+            if not found:
+                raise RuntimeError(f"{self.name}: session ownership routing needs the app's SessionMiddleware")
+            self._cookies = SessionMiddleware(None, **found[0].kwargs)
+        value = scope_cookie(scope["headers"], self._cookies.session_cookie)
+        sid = (self._cookies._decode(value) or {}).get(SESSION_ID_KEY) if value else None
+        return sid if isinstance(sid, str) else None
 
-    def _cookie_config(self):
-        import itsdangerous
-        from starlette.middleware.sessions import SessionMiddleware
-
-        for m in self.fastapi_app.user_middleware:
-            if isinstance(m.cls, type) and issubclass(m.cls, SessionMiddleware):
-                kw = m.kwargs
-                self._cookie = (
-                    kw.get("session_cookie", "session"),
-                    itsdangerous.TimestampSigner(str(kw["secret_key"])),
-                    kw.get("max_age", 14 * 24 * 60 * 60),
-                )
-                return self._cookie
-        raise RuntimeError(f"{self.name}: session ownership routing needs the app's SessionMiddleware")
-
-    # -- answers given here -----------------------------------------------------------------------
-
-    async def _gone(self, scope, send, sid, row, now):
+    async def _gone(self, scope, receive, send, sid, row, now):
         if now - row[2] > TOUCH_EVERY_S:
             self.table.touch(sid, now)  # keeps answering 410 until the window passes in silence
-        pid = row[0].split("-", 1)[0]
-        route = f"{scope['method']} {scope['path']}"
         message = (
-            f"session {sid} was held by worker {pid}, which is no longer running "
+            f"session {sid} was held by worker {row[0].split('-', 1)[0]}, which is no longer running "
             "(it crashed or was replaced), so its state is gone"
         )
-        await _json(
-            send,
-            410,
-            error_body(
-                self.name,
-                route,
-                message,
-                error="SessionLost",
-                session_id=sid,
-                hint="this episode cannot continue; start a new one (a new session)",
-            ),
-        )
-
-    async def _conflict(self, scope, send, cookie_sid, body_sid):
+        hint = "this episode cannot continue; start a new one (a new session)"
         route = f"{scope['method']} {scope['path']}"
-        message = (
-            f"the cookie names session {cookie_sid} but the body names {body_sid}; "
-            "send the seed, its requests and its close with one session's cookie"
-        )
-        await _json(
-            send, 409, error_body(self.name, route, message, error="ResourcesSessionConflictError", session_id=body_sid)
-        )
+        body = error_body(self.name, route, message, error="SessionLost", session_id=sid, hint=hint)
+        await JSONResponse(status_code=410, content=body)(scope, receive, send)
 
     # -- forwarding over the workers' Unix sockets -------------------------------------------------
 
@@ -305,8 +229,6 @@ class SessionOwnershipMiddleware:
         return os.path.join(self.dir, f"w{worker}.sock")
 
     async def _start(self) -> None:
-        if self._rpc_lock is None:
-            self._rpc_lock = asyncio.Lock()
         async with self._rpc_lock:
             if self._rpc is None:
                 self.table = OwnershipTable(os.path.join(self.dir, TABLE), self.window)
@@ -316,21 +238,16 @@ class SessionOwnershipMiddleware:
         path = self._socket_path(row[0])
         idle = self._pool.setdefault(path, [])
         reader, writer = idle.pop() if idle else await asyncio.open_unix_connection(path)
-        meta = {
-            "method": scope["method"],
-            "path": scope["path"],
-            "raw_path": (scope.get("raw_path") or b"").decode("latin-1"),
-            "query_string": scope.get("query_string", b"").decode("latin-1"),
-            "root_path": scope.get("root_path", ""),
-            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]],
-            "client": scope.get("client"),
-            "server": scope.get("server"),
-            "scheme": scope.get("scheme", "http"),
-            "http_version": scope.get("http_version", "1.1"),
-            "kind": kind,
-            "sid": sid,
-            "row": list(row),
-        }
+        meta = {key: scope.get(key, default) for key, default in _SCOPE_KEYS.items()}
+        meta.update(
+            {key: (scope.get(key) or b"").decode("latin-1") for key in ("raw_path", "query_string")},
+            headers=[[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]],
+            client=scope.get("client"),
+            server=scope.get("server"),
+            kind=kind,
+            sid=sid,
+            row=list(row),
+        )
         head = json.dumps(meta).encode()
         try:
             writer.write(_FRAME.pack(len(head), len(body)) + head + body)
@@ -374,29 +291,21 @@ class SessionOwnershipMiddleware:
             writer.close()
 
     async def _run_forwarded(self, meta: dict, body: bytes):
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": meta["http_version"],
-            "method": meta["method"],
-            "scheme": meta["scheme"],
-            "path": meta["path"],
-            "raw_path": meta["raw_path"].encode("latin-1"),
-            "query_string": meta["query_string"].encode("latin-1"),
-            "root_path": meta["root_path"],
-            "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in meta["headers"]],
-            "client": tuple(meta["client"]) if meta["client"] else None,
-            "server": tuple(meta["server"]) if meta["server"] else None,
-            "state": dict(self._state or {}),
-        }
+        scope = {key: meta[key] for key in _SCOPE_KEYS}
+        scope.update(
+            {key: meta[key].encode("latin-1") for key in ("raw_path", "query_string")},
+            type="http",
+            asgi={"version": "3.0", "spec_version": "2.3"},
+            headers=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in meta["headers"]],
+            client=tuple(meta["client"]) if meta["client"] else None,
+            server=tuple(meta["server"]) if meta["server"] else None,
+            state=dict(self._state or {}),
+        )
         done = asyncio.Event()
         start: dict = {}
         chunks: list[bytes] = []
 
-        async def receive():
-            if not sent_body[0]:
-                sent_body[0] = True
-                return {"type": "http.request", "body": body, "more_body": False}
+        async def disconnect():  # after the body: the client leaves once the answer is complete
             await done.wait()
             return {"type": "http.disconnect"}
 
@@ -408,26 +317,11 @@ class SessionOwnershipMiddleware:
                 if not message.get("more_body"):
                     done.set()
 
-        sent_body = [False]
         row = tuple(meta["row"]) if meta["row"] else None
-        await self._local(scope, receive, send, meta["kind"], meta["sid"], row, body)
+        await self._local(scope, replaying(body, disconnect), send, meta["kind"], meta["sid"], row, body)
         done.set()
         headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in start.get("headers", ())]
         return start.get("status", 500), headers, b"".join(chunks)
-
-
-def _body_sid(body: bytes) -> str | None:
-    if b"_session_id" not in body:
-        return None
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    if isinstance(data, dict):
-        for key in BODY_ID_KEYS:
-            if isinstance(data.get(key), str) and 0 < len(data[key]) <= MAX_SESSION_ID_LENGTH:
-                return data[key]
-    return None
 
 
 def _close_follows(body: bytes | None) -> bool:
@@ -438,15 +332,3 @@ def _close_follows(body: bytes | None) -> bool:
     except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and data.get("close_follows") is True
-
-
-async def _json(send, status: int, content: dict) -> None:
-    payload = json.dumps(content).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})

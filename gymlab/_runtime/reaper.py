@@ -1,11 +1,8 @@
 """``SessionActivityMiddleware``: keeps each held session's idle time and runs the idle-session reaper.
 
-A held session's idle time restarts when a request naming it ends, and a session with a request in
-flight is never reaped; a flat-row session's answered ``/verify`` ends it. A seed naming a live session
-without its cookie (``sessions.NAMED_WITHOUT_COOKIE``) is refused 409 here, where the sessions are
-known. The reaper (``EpisodeSessions.reap``) runs as a task from the app's lifespan startup to its
-shutdown, on the server's own event loop, so it also runs for a Lab's servers in threads; seeds also
-sweep when a sweep is due, for an app driven without a lifespan.
+A session with a request in flight is never reaped; a seed naming a live session without its cookie
+is refused 409 here, where the sessions are known. The reaper runs as a task from the app's lifespan
+startup to its shutdown; seeds also sweep when a sweep is due (docs/runtime.md).
 """
 
 from __future__ import annotations
@@ -18,12 +15,6 @@ from gymlab._runtime.sessions import NAMED_WITHOUT_COOKIE, SESSIONLESS_ROUTES, c
 from gymlab.protocol.resources import SESSION_ID_KEY
 
 log = logging.getLogger("gymlab.server")
-_UNSET = object()
-
-
-def episode_sessions_of(server):
-    """The server's ``EpisodeSessions``, or None for a server without episode sessions."""
-    return getattr(server, "episode_sessions", None)
 
 
 class SessionActivityMiddleware:
@@ -31,14 +22,8 @@ class SessionActivityMiddleware:
 
     def __init__(self, app, server):
         self.app, self.server = app, server
-        self._episodes: object = _UNSET
+        self.episodes = getattr(server, "episode_sessions", None)  # None for a server without them
         self._task: asyncio.Task | None = None
-
-    @property
-    def episodes(self):
-        if self._episodes is _UNSET:
-            self._episodes = episode_sessions_of(self.server)  # None for a server without them
-        return self._episodes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":

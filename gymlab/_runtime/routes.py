@@ -1,17 +1,8 @@
 """Which session use a request has, decided from the route and its handler.
 
-One rule serves the session cookie (``sessions.py``) and worker routing (``ownership.py``), so a
-request that takes no ownership also gets no session cookie:
-
-- a seed (``/seed_session``, ``/reset``, an agent session's ``/v1/agent_sessions``, or a route in
-  the server's ``checkpoint_session_starts``) opens its session, even if its handler never reads it;
-- a close (``/close_session``, ``/close``, ``/v1/agent_sessions/close``, ``checkpoint_session_ended``)
-  and ``/verify`` end it;
-- any other route uses the session only when its handler (or a dependency of it) takes the
-  ``Request``: a handler without one cannot read the session (health, ``/aggregate_metrics``, a
-  stateless tool such as the spec's ``/square``), so it runs with no session ID and sets no cookie;
-  nor does a handler marked ``@sessionless`` (it takes the ``Request`` for its headers only, as an
-  agent's ``/v1/responses`` does).
+One rule for the session cookie (``sessions.py``) and worker routing (``ownership.py``): a seed opens
+its session, a close or ``/verify`` ends it, and any other route uses it only when its handler (or a
+dependency) takes the ``Request`` and is not marked ``@sessionless`` (docs/runtime.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Run a FastAPI app with uvicorn: blocking (``run_webserver``) or in a background thread.
+"""Run a FastAPI app with uvicorn: in the foreground, in a background thread, or on gymlab's loop.
 
-The thread runner follows DESIGN.md: the socket is bound in the caller's thread (SO_REUSEADDR, so a
-re-run cell can take the same port at once, and bind errors surface in the caller), signal handlers
+The socket is bound in the caller's thread (SO_REUSEADDR; bind errors raise there), signal handlers
 are left to the host process, and a startup failure raises in the caller with its real cause.
 """
 
@@ -14,6 +13,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import uvicorn
 from uvicorn.lifespan.on import LifespanOn
@@ -44,6 +44,13 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def uvicorn_config(app, log_level: str, own_loop: bool = True, **options) -> uvicorn.Config:
+    """Every gymlab server's uvicorn config: the stack's options (its loop only when uvicorn makes the
+    loop), no access log, idle connections kept 30 s; ``options`` add to them."""
+    stack = {k: v for k, v in uvicorn_options().items() if own_loop or k != "loop"}
+    return uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **stack, **options)
+
+
 class _KeptCause(LifespanOn):
     """uvicorn's lifespan, keeping the trace a failed startup sends (uvicorn only logs it)."""
 
@@ -53,17 +60,6 @@ class _KeptCause(LifespanOn):
         if message["type"] == "lifespan.startup.failed":
             self.trace = message.get("message") or None
         await super().send(message)
-
-
-def _thread_config(app, log_level: str, **options) -> uvicorn.Config:
-    """The uvicorn config of a server in this process: the stack's options, and a lifespan that
-    keeps a failed startup's cause for the error the caller sees (``_startup_failed``)."""
-    config = uvicorn.Config(
-        app, log_level=log_level, lifespan="on", access_log=False, timeout_keep_alive=30, **options, **_thread_options()
-    )
-    config.load()
-    config.lifespan_class = _KeptCause
-    return config
 
 
 def _startup_failed(name: str, server: uvicorn.Server) -> ServerStartError:
@@ -83,23 +79,53 @@ class _ThreadServer(uvicorn.Server):
         yield
 
 
-class ThreadedServer(inproc.Bound):
-    """One uvicorn server on its own event loop in a daemon thread."""
+class _Runner(inproc.Bound):
+    """One uvicorn server on a socket bound here, on a loop this process runs; ``start`` raises its cause."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, name: str = "server", log_level: str = "warning"):
+    def __init__(self, app, host: str, port: int, name: str, log_level: str, **options):
         self.name = name
         self.sock = bind_socket(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
-        self.server = _ThreadServer(_thread_config(app, log_level))
-        self._error: BaseException | None = None
+        config = uvicorn_config(app, log_level, own_loop=False, lifespan="on", **options)
+        config.load()
+        config.lifespan_class = _KeptCause  # keeps a failed startup's cause
+        self.server = _ThreadServer(config)
+        self._error: BaseException | None = None  # what ended the run, once it ended
+
+    def _wait_started(self, timeout: float, ended: Callable[[], bool]) -> None:
+        """Wait until uvicorn serves; raise ``self._error``'s cause if ``ended()`` first, or after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if ended():
+                self.sock.close()
+                if isinstance(self._error, ServerStartError):
+                    raise self._error
+                raise ServerStartError(f"{self.name} failed to start: {self._error!r}") from self._error
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerStartError(f"{self.name} did not start within {timeout:.0f}s")
+            time.sleep(0.001)
+
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve(sockets=[self.sock])
+        except SystemExit:  # uvicorn exits on a lifespan failure: never let it reach the loop
+            raise _startup_failed(self.name, self.server) from None
+
+
+class ThreadedServer(_Runner):
+    """One uvicorn server on its own event loop in a daemon thread."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, name: str = "server", log_level: str = "warning"):
+        super().__init__(app, host, port, name, log_level)
         self.thread = threading.Thread(target=self._run, name=f"gymlab-{name}", daemon=True)
 
     def _run(self) -> None:
         loop = new_event_loop()
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(self.server.serve(sockets=[self.sock]))
-        except BaseException as exc:  # SystemExit(3) on a lifespan failure
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:
             self._error = exc
         finally:
             with contextlib.suppress(Exception):
@@ -108,17 +134,7 @@ class ThreadedServer(inproc.Bound):
 
     def start(self, timeout: float = 30.0) -> ThreadedServer:
         self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self.thread.is_alive():
-                self.sock.close()
-                if isinstance(self._error, SystemExit):  # uvicorn exits on a lifespan failure
-                    raise _startup_failed(self.name, self.server) from None
-                raise ServerStartError(f"{self.name} failed to start: {self._error!r}") from self._error
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServerStartError(f"{self.name} did not start within {timeout:.0f}s")
-            time.sleep(0.001)
+        self._wait_started(timeout, lambda: not self.thread.is_alive())
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -129,14 +145,9 @@ class ThreadedServer(inproc.Bound):
             self.sock.close()
 
 
-class LoopServer(inproc.Bound):
-    """One uvicorn server as a task on gymlab's background loop, the loop every Lab server shares.
-
-    Sharing one loop is what lets a Lab dispatch calls between its servers in-process (``inproc``):
-    the server is registered under its URL unless ``wire`` is true, and stays reachable over its
-    socket either way. ``url`` is fixed by the bound socket, so a server re-served on the same port
-    keeps every URL bound to it.
-    """
+class LoopServer(_Runner):
+    """One uvicorn server as a task on gymlab's background loop, the loop every Lab server shares, so a
+    Lab calls its servers in-process (``inproc``) unless ``wire``; it is reachable over its socket too."""
 
     def __init__(
         self,
@@ -147,12 +158,10 @@ class LoopServer(inproc.Bound):
         log_level: str = "warning",
         wire: bool = False,
     ):
-        self.name, self.wire = name, wire
-        self.sock = bind_socket(host, port)
-        self.host, self.port = self.sock.getsockname()[:2]
         # log_config=None: uvicorn leaves logging alone (its default config would replace the Lab's
         # one-line error handler on every server it starts).
-        self.server = _ThreadServer(_thread_config(app, log_level, log_config=None))
+        super().__init__(app, host, port, name, log_level, log_config=None)
+        self.wire = wire
         self.loop = background_loop()
         self._future = None
         self._local: inproc.LocalApp | None = None
@@ -161,26 +170,14 @@ class LoopServer(inproc.Bound):
     def running(self) -> bool:
         return self._future is not None and not self._future.done()
 
-    async def _serve(self) -> None:
-        try:
-            await self.server.serve(sockets=[self.sock])
-        except SystemExit:  # uvicorn exits on a lifespan failure: never let it reach the loop
-            raise _startup_failed(self.name, self.server) from None
+    def _ended(self) -> bool:
+        if self._future.done() and not self._future.cancelled():
+            self._error = self._future.exception()
+        return self._future.done()
 
     def start(self, timeout: float = 30.0) -> LoopServer:
         self._future = asyncio.run_coroutine_threadsafe(self._serve(), self.loop)
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if self._future.done():
-                self.sock.close()
-                error = self._future.exception() if not self._future.cancelled() else None
-                if isinstance(error, ServerStartError):
-                    raise error
-                raise ServerStartError(f"{self.name} failed to start: {error!r}") from error
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServerStartError(f"{self.name} did not start within {timeout:.0f}s")
-            time.sleep(0.001)
+        self._wait_started(timeout, self._ended)
         if not self.wire:
             lifespan = getattr(self.server, "lifespan", None)
             self._local = inproc.LocalApp(
@@ -219,17 +216,12 @@ class LoopServer(inproc.Bound):
             self.sock.close()
 
 
-def _thread_options() -> dict:
-    """The stack's uvicorn options for a server on a loop it does not create (the loop is given)."""
-    return {k: v for k, v in uvicorn_options().items() if k != "loop"}
-
-
 def run_foreground(app, host: str, port: int, log_level: str = "info") -> None:
     """Serve ``app`` in the foreground on the stack until Ctrl-C (``python app.py``, ``gymlab serve``)."""
     sock = bind_socket(host, port)
     h, p = sock.getsockname()[:2]
     print(f"gymlab: serving on http://{h}:{p}", flush=True)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **uvicorn_options())
+    config = uvicorn_config(app, log_level)
     settle_heap()
     uvicorn.Server(config).run(sockets=[sock])
 

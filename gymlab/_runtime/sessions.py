@@ -1,17 +1,9 @@
-"""Per-rollout session ids in a signed session cookie, decoded and set only where a session is used.
+"""Per-rollout session IDs in a signed session cookie, decoded and set only where a session is used.
 
-The cookie is Starlette's (itsdangerous-signed JSON, the same name, format and secret), but this
-middleware does the work only where it is needed: a request whose handler never reads or writes the
-session (``routes.RouteKinds``, the rule worker routing uses too: an agent's ``/run``, a model's
-``/v1/responses``, a stateless tool) gets no session and no cookie; a cookie is verified once per
-value (cached, its age still checked), and ``Set-Cookie`` is sent only when the session changed.
-
-A request that uses a session gets a ``SESSION_ID_KEY`` so handlers can key state by it. An episode
-seed or close names its session in the body (``resources_session_id``, or an agent session's
-``agent_session_id``): that ID becomes the session's ``SESSION_ID_KEY``, so the seed, its close and
-every request in between (which carry the cookie) name the session by the same ID. A request whose
-cookie and body name different sessions is answered 409 before any handler runs; a seed naming a live
-session without its cookie is marked (``NAMED_WITHOUT_COOKIE``) for ``reaper.py`` to refuse.
+The cookie is Starlette's (name, format, secret); a request whose handler cannot see the session
+(``routes.RouteKinds``) gets none, a cookie is verified once per value, ``Set-Cookie`` is sent only on a
+change, and a seed or close body's session ID becomes the session's (409 when the cookie names another).
+docs/runtime.md has the rules.
 """
 
 from __future__ import annotations
@@ -40,10 +32,8 @@ NAMED_WITHOUT_COOKIE = "gymlab.named_without_cookie"
 
 
 def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] | None:
-    """``(key, id)`` of the session a JSON body names (``resources_session_id`` or ``agent_session_id``),
-    or None (not JSON, not an object, not a string of 1 to ``MAX_SESSION_ID_LENGTH`` characters: the
-    route's validation then answers 4xx). The parsed body is left in ``scope`` (``PARSED_KEY``) for
-    the route, so the body is parsed once."""
+    """``(key, id)`` of the session a JSON body names, or None (not JSON, not an object, no ID of 1 to
+    ``MAX_SESSION_ID_LENGTH`` characters: the route then answers 4xx); the parsed body is left in ``scope``."""
     if not body or b"_session_id" not in body:
         return None
     try:
@@ -66,11 +56,8 @@ _CACHE_SIZE = 2048
 
 
 class SessionMiddleware(_StarletteSessions):
-    """The session cookie, and the ID of the session each request that uses one works in.
-
-    A subclass of Starlette's, so the cookie's name, signer and age are read from it the same way
-    (``ownership.py`` does); it replaces Starlette's behaviour for HTTP requests.
-    """
+    """The session cookie, and the ID of the session each request that uses one works in: Starlette's
+    cookie (name, signer, age), with its behaviour for HTTP requests replaced."""
 
     def __init__(
         self,
@@ -142,8 +129,8 @@ class SessionMiddleware(_StarletteSessions):
     def _remember(self, value: str, session: dict, signed_at: float) -> tuple[dict, float]:
         if len(self._verified) >= _CACHE_SIZE:
             self._verified.clear()
-        found = self._verified[value] = (dict(session), signed_at)
-        return found
+        self._verified[value] = (dict(session), signed_at)
+        return self._verified[value]
 
     def _set_cookie(self, session: dict) -> bytes:
         value = self.signer.sign(b64encode(json.dumps(session).encode())).decode()

@@ -1,8 +1,5 @@
-"""What the runtime reads of a server: the small spec ``build_app`` and the worker launcher take.
-
-A structural type, so the runtime never imports ``gymlab.server`` (which imports the runtime): any
-object with these fields is served, and ``BaseServer`` is one.
-"""
+"""What the runtime reads of a server: a structural type, so the runtime never imports ``gymlab.server``
+(which imports the runtime); any object with these fields is served, and ``BaseServer`` is one."""
 
 from __future__ import annotations
 

@@ -34,9 +34,8 @@ def fast() -> tuple[bool, bool]:
 
 
 def uvicorn_options() -> dict[str, Any]:
-    """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named explicitly rather
-    than left to ``auto``, and no ``X-Forwarded-*`` rewriting of each request's client address (no
-    gymlab server reads it; uvicorn's default wraps every request in a middleware for it)."""
+    """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named, not ``auto``, and no
+    ``X-Forwarded-*`` rewriting (no gymlab server reads it; uvicorn's would wrap every request)."""
     httptools, uvloop = fast()
     return {
         "http": "httptools" if httptools else "h11",
@@ -54,27 +53,9 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def describe() -> str:
-    """The stack as a line for benchmark tables: ``uvicorn 0.x, httptools 0.y, uvloop 0.z``."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    def v(name: str) -> str:
-        try:
-            return f"{name} {version(name)}"
-        except PackageNotFoundError:
-            return name
-
-    httptools, uvloop = fast()
-    return ", ".join([v("uvicorn"), v("httptools") if httptools else "h11", v("uvloop") if uvloop else "asyncio"])
-
-
 def settle_heap() -> None:
-    """Move everything a server process holds before it serves out of the garbage collector's sight.
-
-    The framework, the models' schemas and the routes are hundreds of thousands of objects that live
-    as long as the process; without this, every full collection a request triggers walks them all.
-    For server processes only: a Lab's kernel keeps collecting its own objects.
-    """
+    """Move everything a server process holds before it serves (the framework, schemas, routes) out of
+    the garbage collector's sight, so no collection walks them; for server processes only, not a Lab's."""
     import gc
 
     gc.collect()

@@ -1,17 +1,9 @@
 """Several uvicorn worker processes for one server (``num_workers > 1``).
 
-The parent binds the listening socket once (``bind_socket``: IPPROTO_TCP, so accepted sockets get
-TCP_NODELAY), writes the server's config to a file that ``CONFIG_ENV`` names, creates a private directory (0700) for
-the ownership table and the workers' forwarding sockets, writes the session secret there in a 0600
-file so every worker signs and reads the same cookies (never in the environment, which
-``/proc/PID/environ`` shows; the file stays for workers uvicorn starts as replacements), and runs
-uvicorn's multiprocess supervisor (it replaces a worker that dies, and on SIGHUP all of them; the
-sessions a replaced worker held answer 410). A worker whose launcher died (a SIGKILL included)
-removes the directory and stops, so a killed launcher leaves neither behind. Each worker
-imports the entrypoint file and serves its module-level ``app``: the entrypoint's
-``elif is_gymlab_fastapi_entrypoint(__file__): app = Server.run_webserver()`` branch, where
-``run_webserver`` returns the app instead of serving. Session ownership routing between the workers
-lives in ``ownership.py``.
+The launcher binds the socket, writes the config and the session secret to private files in a 0700
+directory (with the ownership table and the forwarding sockets) and runs uvicorn's supervisor; each
+worker imports the entrypoint file and serves its module-level ``app``, and stops (removing the
+directory) when its launcher dies. The whole design is in docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -26,8 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gymlab._runtime.env import CONFIG_ENV, die_with_parent
+from gymlab._runtime.env import CONFIG_ENV, die_with_parent, read_config, write_config
 from gymlab._runtime.spec import ServerSpec
+from gymlab._runtime.stack import settle_heap
+from gymlab.errors import ConfigError
 
 #: Set by the launcher for its workers: JSON with the entrypoint file, module name and state dir.
 WORKERS_ENV = "GYMLAB_WORKERS"
@@ -42,10 +36,6 @@ def worker_context() -> dict[str, Any] | None:
         return None
     raw = os.environ.get(WORKERS_ENV)
     return json.loads(raw) if raw else None
-
-
-def in_worker() -> bool:
-    return worker_context() is not None
 
 
 def is_worker_entrypoint(file: str) -> bool:
@@ -94,8 +84,6 @@ def check_workers(server_cls: type | ServerSpec, num_workers: int) -> str | None
 
 
 def _worker_config(server: ServerSpec) -> dict[str, Any]:
-    from gymlab._runtime.env import read_config
-
     raw = read_config()
     try:
         raw.update(server.model_dump(mode="json", include=set(server.model_fields_set) | {"name", "num_workers"}))
@@ -109,12 +97,6 @@ def _worker_config(server: ServerSpec) -> dict[str, Any]:
 SECRET_FILE = "session_secret"
 
 
-def _write_secret(server: ServerSpec, state_dir: str) -> None:
-    fd = os.open(os.path.join(state_dir, SECRET_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(server.session_secret.get_secret_value())
-
-
 def worker_secret() -> str | None:
     """The session secret the launcher left for its workers, or None outside a worker."""
     ctx = worker_context()
@@ -125,8 +107,6 @@ def worker_secret() -> str | None:
 
 
 def _config_error(server: ServerSpec, cause: str) -> Exception:
-    from gymlab.errors import ConfigError
-
     return ConfigError(f"{server.name}: num_workers={server.num_workers}: {cause}")
 
 
@@ -136,37 +116,28 @@ def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
     reason = check_workers(server, server.num_workers)
     if reason:
         raise _config_error(server, reason)
-    import uvicorn
     from uvicorn.supervisors import Multiprocess
 
     from gymlab._runtime.ownership import create_table
-    from gymlab._runtime.serve import bind_socket
-    from gymlab._runtime.stack import uvicorn_options
+    from gymlab._runtime.serve import bind_socket, uvicorn_config
 
     path, module = entrypoint_of(type(server))
     worker_config = _worker_config(server)
     saved = {k: os.environ.get(k) for k in (CONFIG_ENV, WORKERS_ENV)}
     state_dir = tempfile.mkdtemp(prefix="gymlab-workers-")  # mode 0700: only this user reaches the sockets
-    from gymlab._runtime.env import write_config
-
     os.environ[CONFIG_ENV] = write_config(worker_config, state_dir)  # in the private directory, removed with it
     ctx = {"entrypoint": path, "module": module, "dir": state_dir, "parent": os.getpid()}
     os.environ[WORKERS_ENV] = json.dumps(ctx)
     _launcher = True
     try:
-        _write_secret(server, state_dir)
+        fd = os.open(os.path.join(state_dir, SECRET_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(server.session_secret.get_secret_value())
         create_table(state_dir)
         sock = bind_socket(server.host, server.port)
         host, port = sock.getsockname()[:2]
         print(f"gymlab: serving {server.name} on http://{host}:{port} with {server.num_workers} workers", flush=True)
-        config = uvicorn.Config(
-            "gymlab._runtime.workers:app",
-            workers=server.num_workers,
-            log_level=log_level,
-            access_log=False,
-            timeout_keep_alive=30,
-            **uvicorn_options(),
-        )
+        config = uvicorn_config("gymlab._runtime.workers:app", log_level, workers=server.num_workers)
         Multiprocess(config, sockets=[sock]).run()
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
@@ -210,8 +181,6 @@ def _load_entrypoint_app() -> Any:
             f"{path} defines no module-level `app` for the worker to serve; end it with "
             "`elif is_gymlab_fastapi_entrypoint(__file__): app = YourServer.run_webserver()`"
         )
-    from gymlab._runtime.stack import settle_heap
-
     settle_heap()  # this worker's imports and app, out of the collector's sight
     return module.app
 
