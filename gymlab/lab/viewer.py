@@ -1,15 +1,12 @@
-"""The episode viewer: one episode step by step, or every episode of a run, filtered and browsed.
-
-``EpisodeViewer(rollout)`` shows one episode (chat bubbles up to the chosen step, a reward sparkline,
-prev/next and a step slider); ``EpisodeViewer(rollouts)`` adds a bar that filters the run by reward,
-task and failure kind and picks an episode among those that match. The filtering is plain Python
-(``RunFilter``), so it is tested without widgets.
-"""
+"""The episode viewer: one episode step by step (chat bubbles, a reward sparkline, a step slider), or
+every episode of a run, filtered by reward, task and failure kind (``RunFilter``, plain Python) and browsed."""
 
 from __future__ import annotations
 
 import html
 import json
+import operator
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +31,13 @@ _CSS = """<style>
 .gl-row{display:flex;flex-direction:column}
 .gl-err{color:#b91c1c;font-family:monospace;white-space:pre-wrap}
 </style>"""
+
+
+def add_classes(owner: w.DOMWidget, own: str, names: str) -> None:
+    """``own`` on ``owner`` and ``gl-<name>`` on each of its widgets ``names`` lists (the CSS and the browser test's hooks)."""
+    owner.add_class(own)
+    for name in names.split():
+        getattr(owner, name).add_class("gl-" + name.replace("_", "-"))
 
 
 # -- what a viewer shows ----------------------------------------------------------------------
@@ -171,12 +175,10 @@ class RunFilter:
         self.records = list(records)
 
     def reward_options(self) -> list[tuple[str, Any]]:
-        counts: dict[float, int] = {}
-        for r in self.records:
-            counts[r.reward] = counts.get(r.reward, 0) + 1
+        counts = Counter(r.reward for r in self.records)
         if len(counts) <= _MAX_REWARD_VALUES:
             return [("any reward", ANY)] + [(f"reward {v:g} ({n})", ("=", v)) for v, n in sorted(counts.items())]
-        mean = sum(counts_v * n for counts_v, n in counts.items()) / len(self.records)
+        mean = sum(v * n for v, n in counts.items()) / len(self.records)
         above = sum(n for v, n in counts.items() if v >= mean)
         return [
             ("any reward", ANY),
@@ -186,11 +188,10 @@ class RunFilter:
 
     def task_options(self) -> list[tuple[str, Any]]:
         first: dict[Any, Rollout] = {}
-        counts: dict[Any, int] = {}
         for r in self.records:
             if r.task_index is not None:
                 first.setdefault(r.task_index, r)
-                counts[r.task_index] = counts.get(r.task_index, 0) + 1
+        counts = Counter(r.task_index for r in self.records)
         names = _task_names(first)
         return [("every task", ANY)] + [
             (f"task {t} ({counts[t]}): {names[t]}", t) for t in sorted(first, key=_task_order)
@@ -228,8 +229,7 @@ class RunFilter:
 
 
 def _reward_matches(reward: float, condition: tuple[str, float]) -> bool:
-    op, value = condition
-    return reward == value if op == "=" else reward >= value if op == ">=" else reward < value
+    return {"=": operator.eq, ">=": operator.ge, "<": operator.lt}[condition[0]](reward, condition[1])
 
 
 def _is_run(source: Any) -> bool:
@@ -274,24 +274,13 @@ class EpisodeViewer(w.VBox):
             ],
             layout=w.Layout(display="none"),
         )
-        for widget, name in (
-            (self, "gl-viewer"),
-            (self.prev, "gl-prev"),
-            (self.next, "gl-next"),
-            (self.slider, "gl-slider"),
-            (self.status, "gl-status"),
-            (self.sparkline, "gl-sparkline"),
-            (self.conversation, "gl-conversation"),
-            (self.run_bar, "gl-run"),
-            (self.reward_filter, "gl-reward-filter"),
-            (self.task_filter, "gl-task-filter"),
-            (self.failure_filter, "gl-failure-filter"),
-            (self.episode, "gl-episode"),
-            (self.prev_episode, "gl-prev-episode"),
-            (self.next_episode, "gl-next-episode"),
-            (self.matches, "gl-matches"),
-        ):
-            widget.add_class(name)
+        self.run_bar.add_class("gl-run")
+        add_classes(
+            self,
+            "gl-viewer",
+            "prev next slider status sparkline conversation reward_filter task_filter failure_filter episode "
+            "prev_episode next_episode matches",
+        )
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(+1))
         self.slider.observe(lambda change: self._render(), names="value")
@@ -340,10 +329,8 @@ class EpisodeViewer(w.VBox):
             reward = ("=", float(reward))
         self._quiet = True
         try:
-            for dropdown, value in (
-                (self.reward_filter, reward),
-                (self.task_filter, task),
-                (self.failure_filter, failure),
+            for dropdown, value in zip(
+                (self.reward_filter, self.task_filter, self.failure_filter), (reward, task, failure)
             ):
                 offered = [v for _, v in dropdown.options]
                 if value not in offered:
@@ -374,10 +361,8 @@ class EpisodeViewer(w.VBox):
     def _set_range(self, n: int, step: int | None) -> None:
         last = max(n - 1, 0)  # steps 0..n-1; the slider's min stays 0
         target = last if step is None else max(0, min(step, last))
-        # The browser's slider applies an update's keys one by one, "value" before "max", and clamps a
-        # value outside its current range, sending the clamped value back (continuous_update): one
-        # message {value: 3, max: 3} became value 2 in the kernel, and the viewer fell back a step.
-        # So widen the range in a message of its own first, then move the value, then narrow the range.
+        # The browser applies "value" before "max" and sends back a value it clamped (one {value: 3, max: 3}
+        # became 2): widen the range in a message of its own, then move the value, then narrow the range.
         if last > self.slider.max:
             self.slider.max = last
         self.slider.value = target

@@ -1,10 +1,5 @@
-"""Notebook widgets (ipywidgets): an episode viewer (``gymlab.lab.viewer``), an interactive stepper,
-a live collection panel.
-
-Imported only when used (``import gymlab`` never loads ipywidgets). Every widget is a plain
-ipywidgets container whose state lives in traits, so its logic runs and is tested without a
-browser (``.value``, ``.click()``); the browser test renders the same widgets in JupyterLab.
-"""
+"""Notebook widgets: the episode viewer (``gymlab.lab.viewer``), an interactive stepper, a live collection
+panel. Plain ipywidgets whose state lives in traits: their logic is tested without a browser (``.click()``)."""
 
 from __future__ import annotations
 
@@ -22,6 +17,7 @@ import ipywidgets as w
 from gymlab.errors import GymlabError
 from gymlab.lab.viewer import (  # the viewer lives in its own module; these names stay importable from here
     EpisodeViewer,
+    add_classes,
     conversation_html,
     episode_steps,
     prompt_items,
@@ -77,18 +73,9 @@ class Stepper(w.VBox):
         self.verify_button = w.Button(description="verify", button_style="success")
         self.message = w.HTML()
         self.viewer = EpisodeViewer()
-        for widget, name in (
-            (self, "gl-stepper"),
-            (self.tool, "gl-tool"),
-            (self.arguments, "gl-arguments"),
-            (self.text, "gl-text"),
-            (self.step_button, "gl-step-button"),
-            (self.model_button, "gl-model-button"),
-            (self.reset_button, "gl-reset-button"),
-            (self.verify_button, "gl-verify-button"),
-            (self.message, "gl-message"),
-        ):
-            widget.add_class(name)
+        add_classes(
+            self, "gl-stepper", "tool arguments text step_button model_button reset_button verify_button message"
+        )
         self.tool.observe(lambda _: self._prefill(), names="value")
         self.step_button.on_click(lambda _: self._act(self._step))
         self.model_button.on_click(lambda _: self._act(self._model_step))
@@ -201,13 +188,7 @@ class LivePanel(w.VBox):
         self.progress = w.IntProgress(value=0, min=0, max=max(total, 1), description=description)
         self.summary = w.HTML()
         self.failures = w.HTML()
-        for widget, name in (
-            (self, "gl-live"),
-            (self.progress, "gl-progress"),
-            (self.summary, "gl-summary"),
-            (self.failures, "gl-failures"),
-        ):
-            widget.add_class(name)
+        add_classes(self, "gl-live", "progress summary failures")
         super().__init__([self.progress, self.summary, self.failures], **kwargs)
         self.total, self.interval, self.clock = total, interval, clock
         self.done = 0
@@ -228,14 +209,12 @@ class LivePanel(w.VBox):
         """Count one finished episode: a masked one counts under its failure kind (the rule of
         ``record.failure_counts``) and stays out of the mean (the rule of ``record.mean_reward``)."""
         kinds = failure_counts((record,))
+        if kinds:
+            return self.add_failure(next(iter(kinds)), record.failure_stage)
         with self._lock:
             self.done += 1
-            self.failed.update(kinds)
-            if not kinds:
-                self.kept += 1
-                self.reward_sum += record.reward
-            elif record.failure_stage:
-                self.stages.setdefault(next(iter(kinds)), Counter())[record.failure_stage] += 1
+            self.kept += 1
+            self.reward_sum += record.reward
         self._maybe_render()
 
     def add_failure(self, kind: str, stage: str | None = None) -> None:
@@ -248,8 +227,7 @@ class LivePanel(w.VBox):
         self._maybe_render()
 
     def _maybe_render(self) -> None:
-        now = self.clock()
-        if now - self._last >= self.interval:
+        if self.clock() - self._last >= self.interval:
             self.render()
 
     def render(self) -> None:
