@@ -1,28 +1,15 @@
-"""Reward plots from frames (filter the frame first to plot a subset).
-
-Each function takes frames from ``gymlab.lab.frames``, draws on ``ax`` (or a new figure), returns the
-Figure and never calls ``show()``. Every plot has a title that says what is drawn and over how many
-episodes, and labelled axes. Masked episodes are drawn as grey crosses and failed ones (a
-``failure_kind``) as red crosses; both stay out of means, intervals and distributions.
-
-Every band and error bar is a 95% interval of a mean (``interval``): Wilson's for 0/1 rewards, else
-the normal one, always clipped to the range of the rewards drawn, so it never claims a reward no
-episode can get. A plot of some of the episodes says which (``max_episodes``: a sample that takes
-every task once per repeat, never one task's block).
-
-- ``reward_curve``: reward per episode repeat by repeat (or in the order episodes finished), with a
-  rolling mean over one repeat: not the "aabbcc" row order of a run, which draws task boundaries;
-- ``step_rewards``: mean reward at each step; ``reward_heatmap``: episode x step, a zero reward before
-  an episode's last step in a neutral grey (a tool call is not a failure);
-- ``reward_distribution``: every episode's reward per group with the mean (a box only where a
-  group's rewards vary);
-- ``compare_runs``: two or more runs side by side.
+"""Reward plots from frames (filter a frame first to plot a subset): each draws on ``ax`` (or a new
+Figure), returns the Figure and never calls ``show()``; its title says what is drawn over how many
+episodes. Masked (grey) and failed (red) episodes are crosses, left out of means, intervals and
+distributions; every band and error bar is a 95% interval of a mean (``interval``). docs/plots.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 MASKED_STYLE = {"marker": "x", "color": "0.55", "linestyle": "none", "label": "masked"}
 FAILED_STYLE = {"marker": "x", "color": "tab:red", "linestyle": "none", "label": "failed"}
@@ -33,11 +20,8 @@ Z = 1.959964
 
 
 def interval(mean, std, n, *, binary: bool, low: float, high: float):
-    """``(lower, upper)`` 95% interval of means over ``n`` values each (arrays): Wilson's score interval
-    when the rewards are 0/1 (honest at p near 0 or 1 and for few episodes), else mean +- Z std/sqrt(n)
-    (one value: the whole range); both clipped to ``[low, high]``, the rewards' range."""
-    import numpy as np
-
+    """``(lower, upper)`` 95% interval of means over ``n`` values each (arrays): Wilson's for 0/1 rewards,
+    else the normal one; both clipped to ``[low, high]``, the rewards' range (docs/plots.md)."""
     mean, n = np.asarray(mean, dtype="float64"), np.asarray(n, dtype="float64")
     if binary:
         z2n = Z * Z / n
@@ -51,8 +35,6 @@ def interval(mean, std, n, *, binary: bool, low: float, high: float):
 
 def _scale(rewards) -> dict:
     """``interval``'s keywords for these rewards: 0/1 or not, and their range."""
-    import numpy as np
-
     values = np.asarray(rewards, dtype="float64")
     if not len(values):
         return {"binary": False, "low": 0.0, "high": 1.0}
@@ -72,23 +54,29 @@ def _axes(ax: Any, figsize=(7, 4)):
     return fig, fig.add_subplot()
 
 
-def _failed(episodes):
+def _labelled(fig, ax, title: str, xlabel: str, ylabel: str, legend: bool = True):
+    """``fig`` with ``ax``'s title, axis labels and (by default) legend set."""
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if legend:
+        ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def _failed_masked(episodes):
+    """(failed, masked): a ``failure_kind``; else ``mask_sample``. Both stay out of reward statistics."""
     import pandas as pd
 
-    if "failure_kind" in episodes:
-        return episodes["failure_kind"].notna()
-    return pd.Series(False, index=episodes.index)
-
-
-def _masked(episodes):
-    import pandas as pd
-
-    masked = episodes["mask_sample"] if "mask_sample" in episodes else pd.Series(False, index=episodes.index)
-    return masked.astype(bool) & ~_failed(episodes)
+    none = pd.Series(False, index=episodes.index)
+    failed = episodes["failure_kind"].notna() if "failure_kind" in episodes else none
+    masked = episodes["mask_sample"].astype(bool) if "mask_sample" in episodes else none
+    return failed, masked & ~failed
 
 
 def _excluded(episodes):
-    return _masked(episodes) | _failed(episodes)
+    failed, masked = _failed_masked(episodes)
+    return failed | masked
 
 
 def _kept(episodes):
@@ -97,7 +85,7 @@ def _kept(episodes):
 
 
 def _mark_excluded(ax, episodes, x, y) -> None:
-    failed, masked = _failed(episodes).to_numpy(), _masked(episodes).to_numpy()
+    failed, masked = (mask.to_numpy() for mask in _failed_masked(episodes))
     if masked.any():
         ax.plot(x[masked], y[masked], **MASKED_STYLE)
     if failed.any():
@@ -138,8 +126,6 @@ def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", 
     ``window`` defaults to one repeat (the number of tasks, so each mean is over every task once:
     no sawtooth from easy and hard tasks taking turns), else 20.
     """
-    import numpy as np
-
     fig, ax = _axes(ax)
     ordered, xlabel, name = _order(episodes, order)
     ordered = ordered.reset_index(drop=True)
@@ -161,19 +147,15 @@ def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", 
         for start in starts:
             ax.axvline(start - 0.5, color="0.85", linewidth=0.8, linestyle=":")
     what = f"{window}{' (one repeat)' if window == n_tasks else ''}"
-    ax.set_title(f"Reward per episode in {name}, rolling mean of {what} ({_over(episodes)})")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("reward")
-    ax.legend(loc="best", fontsize="small")
-    return fig
+    return _labelled(
+        fig, ax, f"Reward per episode in {name}, rolling mean of {what} ({_over(episodes)})", xlabel, "reward"
+    )
 
 
 def _drawn_steps(steps, episodes, max_episodes: int | None):
     """(the steps to draw, how many episodes, what they are): the kept episodes' steps, all of them or
     a sample of ``max_episodes`` taken repeat by repeat (every task once per repeat) when ``episodes``
     says the tasks, else spread evenly over the run; never the first block of one task."""
-    import numpy as np
-
     if episodes is not None:
         kept = _kept(episodes)
         steps = steps[steps["episode"].isin(set(kept["episode"]))]
@@ -213,14 +195,11 @@ def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: i
         if k < n:  # fewer episodes reached this step: say how many the mean is over
             ax.annotate(f"n={k}", (step, mean[step]), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
     ax.axhline(0.0, color="0.8", linewidth=0.8)
-    ax.set_title(f"Mean reward by step over {what} (band: {_band_name(scale)})")
-    ax.set_xlabel("step (model turn or transition, from 0)")
-    ax.set_ylabel("reward at the step")
     if len(mean):
         ax.set_xticks(mean.index)
         ax.margins(x=0.08)
-    ax.legend(loc="best", fontsize="small")
-    return fig
+    title = f"Mean reward by step over {what} (band: {_band_name(scale)})"
+    return _labelled(fig, ax, title, "step (model turn or transition, from 0)", "reward at the step")
 
 
 #: The heatmap's colour for a zero reward before an episode's last step (a tool call, a move).
@@ -231,7 +210,6 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
     """Reward of every step of each episode (rows: episodes, columns: steps; blank: no such step). A
     zero reward before an episode's last step is drawn in a neutral grey, not as a failure: a
     successful seven-step episode reads as six steps on the way and one reward."""
-    import numpy as np
     from matplotlib.colors import ListedColormap
 
     fig, ax = _axes(ax)
@@ -251,20 +229,16 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
     )
     ax.imshow(np.where(neutral, 1.0, np.nan), aspect="auto", interpolation="nearest", cmap=ListedColormap([NEUTRAL]))
     fig.colorbar(image, ax=ax, label="reward at the step")
-    ax.set_title(f"Reward by episode and step, {what} (grey: 0 before the last step)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("episode")
     ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns])
     if len(grid) <= 30:
         ax.set_yticks(range(len(grid)), [str(e) for e in grid.index])
-    return fig
+    title = f"Reward by episode and step, {what} (grey: 0 before the last step)"
+    return _labelled(fig, ax, title, "step", "episode", legend=False)
 
 
 def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     """Every kept episode's reward per ``by`` group (``task``, ``environment``, ``model``...), with the
     group's mean and its 95% interval; a box only where a group's rewards vary (five or more, three values)."""
-    import numpy as np
-
     fig, ax = _axes(ax)
     if by not in episodes:
         raise KeyError(f"no column {by!r} to group by; the frame has {', '.join(map(str, episodes.columns))}")
@@ -294,11 +268,7 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     x = episodes[by].map(position_of).astype("float64").to_numpy()
     _mark_excluded(ax, episodes, x, episodes["reward"].to_numpy())
     ax.set_xticks(positions, [str(g) for g in groups], rotation=30 if len(groups) > 6 else 0)
-    ax.set_title(f"Reward by {by} ({_over(episodes)})")
-    ax.set_xlabel(by)
-    ax.set_ylabel("reward")
-    ax.legend(loc="best", fontsize="small")
-    return fig
+    return _labelled(fig, ax, f"Reward by {by} ({_over(episodes)})", by, "reward")
 
 
 def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = None):
@@ -306,8 +276,6 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
 
     ``runs`` maps a run's label to its episodes frame, e.g. ``{"greedy": a.episodes, "random": b.episodes}``.
     """
-    import numpy as np
-
     if len(runs) < 1:
         raise ValueError("compare_runs needs at least one run")
     fig, ax = _axes(ax)
@@ -337,8 +305,5 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
             )
     ax.set_xticks(x, ["all episodes"] if by is None else [str(g) for g in groups])
     sizes = ", ".join(f"{label}: {len(frame)}" for label, frame in runs.items())
-    ax.set_title(f"Mean reward per run{f' by {by}' if by else ''}, {_band_name(scale)} (episodes: {sizes})")
-    ax.set_ylabel("mean reward (masked and failed left out)")
-    ax.set_xlabel(by if by is not None else "run")
-    ax.legend(loc="best", fontsize="small")
-    return fig
+    title = f"Mean reward per run{f' by {by}' if by else ''}, {_band_name(scale)} (episodes: {sizes})"
+    return _labelled(fig, ax, title, by if by is not None else "run", "mean reward (masked and failed left out)")
