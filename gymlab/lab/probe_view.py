@@ -1,9 +1,5 @@
-"""The views of a probe report (``gymlab.probes.ProbeReport``): its verdict as a plain-text table and
-as an HTML table whose red cells open onto their best episode.
-
-The report holds the runs and the verdict; these functions only draw them, beside the other views
-of the notebook layer.
-"""
+"""The views of a probe report (``gymlab.probes.ProbeReport``, which holds the runs and the verdict): the
+verdict as a plain-text table and as an HTML table whose red cells open onto their best episode."""
 
 from __future__ import annotations
 
