@@ -1,13 +1,7 @@
-"""The steps frame through pyarrow: the records' JSON read into Arrow columns, and Arrow compute.
-
-pyarrow's JSON reader (off the GIL) reads only the step fields the frame shows, and is given each
-record from its steps key on (``_cut``): the request and response before it are most of a record's
-bytes, which it would otherwise parse only to skip. The records are cut in pieces on the caller's
-thread while the pieces before are read on every core, and each piece's columns are derived by
-Arrow compute where it was read, without a Python call per step (steps of more than one item, rare,
-are described in Python). Records whose JSON does not fit the schema as written (a message whose
-content is a string) are rewritten to fit and read again; a line that is not a rollout record is a
-``DatasetError`` naming it. Rubric components (``reward_<name>`` columns) come from the records' dicts.
+"""The steps frame through pyarrow: each record given to pyarrow's JSON reader from its steps key on
+(``_cut``), read in pieces on a thread a core, its columns derived by Arrow compute (steps of several
+items, rare, in Python); records that do not fit the schema are rewritten to fit (``_fitted``); a bad
+line is a ``DatasetError`` naming it. How and why: docs/frames.md.
 """
 
 from __future__ import annotations
@@ -52,8 +46,7 @@ _STEP = pa.struct(
 )
 SCHEMA = pa.schema([("steps", pa.list_(_STEP)), ("response", pa.struct([("id", pa.string())]))])
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
-#: The pool the records are read into: the system allocator, which hands freed pages back to the
-#: operating system when trimmed (pyarrow's default mimalloc pool keeps them).
+#: The system allocator: it hands freed pages back when trimmed (pyarrow's default mimalloc keeps them).
 _POOL = pa.system_memory_pool()
 
 
@@ -93,15 +86,9 @@ def _starts_key(buffer: bytes, at: int) -> bool:
 
 
 def _cut(buffer: bytes, starts: list[int], keys: Sequence[int] | None = None) -> bytes:
-    """The lines ``buffer[starts[i]:starts[i + 1]]`` as the steps reader is given them. A record's
-    request and response come before its steps (as the writers of records order them) and are most of
-    its bytes, which the reader would parse only to skip them. So a line whose ``"response"`` key comes
-    before its ``"steps"`` key is given from the steps key on (``keys[i]``, found when not given),
-    behind ``{"response":{},``: its steps and the keys after them. The steps key must be the record's
-    own: one inside another object leaves that object's closing brackets after it, and the line fails
-    to read (then every record is read again as it is). The response key is found by its spelling,
-    not its depth: a record whose only response is inside another object is refused when it is
-    validated, not by the steps frame. Any other line is given whole."""
+    """The lines ``buffer[starts[i]:starts[i + 1]]`` as the steps reader is given them: a line whose
+    ``"response"`` key comes before its own ``"steps"`` key (``keys[i]``, found when not given) from the
+    steps key on, behind ``{"response":{},``; any other line whole (docs/frames.md)."""
     find, view, parts = buffer.find, memoryview(buffer), []
     for i, (a, b) in enumerate(zip(starts, starts[1:])):
         at = find(STEPS_KEY, a, b) if keys is None else keys[i]
@@ -113,28 +100,24 @@ def _cut(buffer: bytes, starts: list[int], keys: Sequence[int] | None = None) ->
     return b"".join(parts)
 
 
-def _read_cut(data: bytes, rows: int, longest: int) -> pa.Table | None:
-    """``rows`` records as ``_cut`` gives them (the longest line of ``longest`` bytes before the cut)
-    read on this thread (None when one does not fit)."""
-    return _parse(pa.py_buffer(data), longest + len(_CUT), _PARSE, False, rows)
-
-
 def _derived(table: pa.Table | None) -> tuple[pa.Table, list[dict[str, Any]]] | None:
     """``table`` and the frame's columns of each of its chunks (None for None)."""
     return None if table is None else (table, [_columns(chunk) for chunk in table["steps"].chunks])
 
 
-#: Bytes of records cut and read at a time: a piece is cut on the caller's thread while the pieces
-#: before it are read on the others.
+#: Bytes of records cut and read at a time.
 _PIECE = 16 << 20
 
 
 def _read_and_derive(store: Any) -> list[dict[str, Any]]:
-    """The frame's columns of every record: the records cut into pieces on this thread, each read and
-    derived on a pool of a thread a core (pyarrow and Arrow compute run off the GIL), at most two
-    pieces a core ahead; the columns read are kept with the store. Records that do not fit the schema as written are all read again to fit (``_fitted``)."""
+    """The frame's columns of every record: pieces cut on this thread, each read and derived on a pool
+    of a thread a core, at most two pieces a core ahead; the columns read are kept with the store."""
     first, starts, buffer, keys, n = 0, store.starts, store.buffer, store.steps_keys, len(store)
-    longest = _longest(store)
+    longest = _longest(store) + len(_CUT)
+
+    def read(data: bytes, rows: int) -> tuple[pa.Table, list[dict[str, Any]]] | None:
+        return _derived(_parse(pa.py_buffer(data), longest, _PARSE, False, rows))
+
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(workers, thread_name_prefix="gymlab-frames") as pool:
         jobs: list[Future] = []
@@ -143,7 +126,7 @@ def _read_and_derive(store: Any) -> list[dict[str, Any]]:
             if len(jobs) >= 2 * workers:
                 jobs[-2 * workers].result()  # the pieces cut and not yet read stay few
             data = _cut(buffer, starts[first : last + 1], None if keys is None else keys[first:last])
-            jobs.append(pool.submit(lambda d, r: _derived(_read_cut(d, r, longest)), data, last - first))
+            jobs.append(pool.submit(read, data, last - first))
             first = last
         done = [job.result() for job in jobs]
     if not done or any(d is None for d in done):

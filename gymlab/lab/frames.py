@@ -1,13 +1,6 @@
-"""Rollout records as tidy pandas frames: one row per episode, per step, per tool call.
-
-Frames are built from the records' JSON (a ``RecordStore``), never from a million pydantic models:
-the steps frame through pyarrow (``gymlab.lab.columnar``), the episodes and calls frames through orjson.
-Names are categoricals, counts integers, and a value a record lacks is a missing value, not a guess.
-The ``episode`` column (the record's position) joins the three frames.
-
-By default a frame is concise: the columns a researcher reads (``text``, the assistant's words on a
-step; ``prompt`` and ``answer`` on an episode; the row's own fields), with optional columns shown
-only when some row has a value. ``full=True`` gives every column.
+"""Rollout records as tidy pandas frames: one row per episode, per step, per tool call, built from the
+records' JSON (a ``RecordStore``), joined by the ``episode`` column. Concise by default (optional
+columns only when some row has a value); ``full=True`` gives every column. docs/frames.md.
 """
 
 from __future__ import annotations
@@ -109,11 +102,8 @@ def concise(frame, columns: list[str], optional: set[str], extra: Iterable[str] 
 
 @contextmanager
 def _building():
-    """While a frame is built (a decorator of the frame functions): the cyclic collector paused (the
-    lists hold no cycles, and at a million rows repeated full collections over them would double the
-    build time); after it, its locals gone, the pages the build freed handed back to the system
-    (pyarrow's pool's ``release_unused``, glibc's ``malloc_trim``) rather than kept by the
-    allocators beside the frame."""
+    """While a frame is built (a decorator): the cyclic collector paused (its lists hold no cycles); after it,
+    the pages the build freed handed back to the system (pyarrow's ``release_unused``, glibc's ``malloc_trim``)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -124,22 +114,17 @@ def _building():
         pa = sys.modules.get("pyarrow")
         if pa is not None:
             pa.default_memory_pool().release_unused()
-        _malloc_trim()
+        if (trim := _malloc_trim()) is not None:
+            trim(0)
 
 
 @functools.cache
-def _libc() -> Any:
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (None elsewhere): ``malloc_trim(0)`` frees the pages of every arena."""
     try:
-        return ctypes.CDLL(None)
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
     except OSError:
         return None
-
-
-def _malloc_trim() -> None:
-    """glibc's ``malloc_trim(0)``: free pages of every arena back to the system (no-op elsewhere)."""
-    trim = getattr(_libc(), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
 
 
 # -- the frames ----------------------------------------------------------------------------------
@@ -238,14 +223,11 @@ def episodes_frame(records: Any, *, full: bool = False):
     if extra:
         frame = pd.concat([frame, pd.DataFrame(extra).convert_dtypes()], axis=1)
     extra = [*(c for c in frame if c.startswith(COMPONENT_PREFIX)), *extra]
-    if full:
-        return frame
-    return concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=extra)
+    return frame if full else concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=extra)
 
 
 def calls_frame(records: Any):
     """One row per function call, with the output that answered it (matched by ``call_id``)."""
-
     cols: dict[str, list] = {c: [] for c in CALL_COLUMNS}
     for position, r in enumerate(store_of(records).dicts()):
         for s in r.get("steps") or ():
