@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from gymlab.lab.step_columns import describe_action, finish_steps
+from gymlab.lab.step_columns import STEP_DTYPES, describe_action, finish_steps
 from gymlab.protocol.derived_steps import STEPS_KEY
 from gymlab.rewards.columns import add_component_columns
 
@@ -230,8 +230,8 @@ def _columns(steps: pa.ListArray) -> dict[str, Any]:
     return {
         "records": len(steps),
         "episode": pc.list_parent_indices(steps),  # the record's position in this chunk
-        "index": pc.struct_field(flat, "index"),
-        "kind": kind.dictionary_encode(),
+        "step": pc.struct_field(flat, "index"),
+        "action_type": kind.dictionary_encode(),
         "tool": tool.dictionary_encode(),
         "arguments": arguments,
         "n_calls": pa.array(n_calls),
@@ -265,22 +265,16 @@ def steps_frame_arrow(store: Any):
     def numbers(key: str) -> np.ndarray:  # one copy, into memory pandas may write to
         return np.concatenate([p[key].to_numpy(zero_copy_only=False) for p in parts])
 
-    if any(p["index"].null_count for p in parts):  # a step without its index
+    if any(p["step"].null_count for p in parts):  # a step without its index
         _misfit(store)
     bases = np.cumsum([0] + [p["records"] for p in parts[:-1]])
     episode = np.concatenate([p["episode"].to_numpy() + b for p, b in zip(parts, bases)])
-    frame = finish_steps(
-        episode,
-        numbers("index"),
-        (chunked("kind"), chunked("tool"), chunked("arguments"), numbers("n_calls"), chunked("text")),
-        chunked("output"),
-        chunked("observation"),
-        numbers("reward"),
-        numbers("terminated"),
-        numbers("truncated"),
-        numbers("tool_errors"),
-        numbers("duration_s"),
-    )
+    columns = {
+        name: chunked(name) if dtype in ("category", "str") else numbers(name)
+        for name, dtype in STEP_DTYPES.items()
+        if name not in ("episode", "cumulative_reward")
+    }
+    frame = finish_steps({"episode": episode, **columns})
     if any(p["rubric"] for p in parts):
         components = [s.get("reward_components") for r in store.dicts() for s in r.get("steps") or ()]
         frame = add_component_columns(frame, components)

@@ -104,33 +104,21 @@ def _no_categories(n: int):
     return pd.Categorical.from_codes([-1] * n, dtype=pd.CategoricalDtype(pd.Index([], dtype="str")))
 
 
-def finish_steps(episode, step, action, outputs, observation, reward, terminated, truncated, errors, duration):
-    """The steps frame from its columns (numbers as numpy arrays, names and texts as pyarrow arrays);
-    ``action`` is the five columns of ``describe_action`` (kind, tool, arguments, n_calls, text)."""
+def finish_steps(columns: dict[str, Any]):
+    """The steps frame from its columns by name (numbers as numpy arrays, names and texts as pyarrow
+    arrays), each as ``STEP_DTYPES`` says, and the cumulative reward of each episode."""
     import numpy as np
     import pandas as pd
 
-    kind, tool, arguments, n_calls, text = action
-    rewards = np.asarray(reward, dtype="float64")
-    cumulative = pd.Series(rewards).groupby(episode).cumsum().to_numpy() if len(rewards) else rewards
-    return pd.DataFrame(
-        {
-            "episode": episode,
-            "step": np.asarray(step, dtype="int64"),
-            "action_type": _categorical(kind),
-            "tool": _categorical(tool),
-            "n_calls": np.asarray(n_calls, dtype="int64"),
-            "arguments": pd.array(arguments, dtype="str"),
-            "output": pd.array(outputs, dtype="str"),
-            "text": pd.array(text, dtype="str"),
-            "observation": pd.array(observation, dtype="str"),
-            "reward": rewards,
-            "cumulative_reward": cumulative,
-            "terminated": np.asarray(terminated, dtype="bool"),
-            "truncated": np.asarray(truncated, dtype="bool"),
-            "tool_errors": np.asarray(errors, dtype="int64"),
-            "duration_s": np.asarray(duration, dtype="float64"),
-        },
-        columns=STEP_COLUMNS,
-        copy=False,  # the columns are new: no second copy of a million rows
+    def typed(values: Any, dtype: str) -> Any:
+        if dtype == "category":
+            return _categorical(values)
+        return pd.array(values, dtype="str") if dtype == "str" else np.asarray(values, dtype=dtype)
+
+    frame = {name: typed(columns[name], dtype) for name, dtype in STEP_DTYPES.items() if name in columns}
+    rewards = frame["reward"]
+    frame["cumulative_reward"] = (
+        pd.Series(rewards).groupby(frame["episode"]).cumsum().to_numpy() if len(rewards) else rewards
     )
+    # the columns are new: no second copy of a million rows
+    return pd.DataFrame(frame, columns=STEP_COLUMNS, copy=False)
