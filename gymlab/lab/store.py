@@ -123,7 +123,9 @@ class RecordStore:
         numbers = [self.where(i)[1] for i in indices]
         taken = RecordStore._joined([self.line(i).rstrip(b"\n") for i in indices], numbers, self.source)
         if self.columns is not None:  # the frames' Arrow columns come along: no second parse
-            taken.columns = self.columns.take(indices)
+            import pyarrow as pa
+
+            taken.columns = self.columns.take(pa.array(indices, pa.int64()))  # typed: an empty list is too
         return taken
 
     @staticmethod
