@@ -45,12 +45,12 @@ def _band_name(scale: dict) -> str:
     return "95% Wilson interval" if scale["binary"] else "95% interval of the mean"
 
 
-def _axes(ax: Any, figsize=(7, 4)):
+def _axes(ax: Any):
     if ax is not None:
         return ax.figure, ax
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = Figure(figsize=(7, 4), layout="constrained")
     return fig, fig.add_subplot()
 
 
@@ -118,14 +118,9 @@ def _order(episodes, order: str):
 
 
 def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", ax: Any = None, label: str = "reward"):
-    """Reward per episode with a rolling mean over ``window`` kept episodes and its 95% interval.
-
-    ``order="repeat"``: every task once per repeat, repeat after repeat (dotted lines between
-    repeats), so the curve shows how repeats compare rather than where one task's block ends;
-    ``order="completed"``: the order episodes finished (runs of ``lab.run_many`` know it).
-    ``window`` defaults to one repeat (the number of tasks, so each mean is over every task once:
-    no sawtooth from easy and hard tasks taking turns), else 20.
-    """
+    """Reward per episode with a rolling mean over ``window`` kept episodes (default: one repeat, the number
+    of tasks, else 20) and its 95% interval. ``order="repeat"``: every task once per repeat, dotted lines
+    between repeats; ``"completed"``: the order episodes finished (``lab.run_many`` runs). docs/plots.md."""
     fig, ax = _axes(ax)
     ordered, xlabel, name = _order(episodes, order)
     ordered = ordered.reset_index(drop=True)
@@ -147,9 +142,8 @@ def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", 
         for start in starts:
             ax.axvline(start - 0.5, color="0.85", linewidth=0.8, linestyle=":")
     what = f"{window}{' (one repeat)' if window == n_tasks else ''}"
-    return _labelled(
-        fig, ax, f"Reward per episode in {name}, rolling mean of {what} ({_over(episodes)})", xlabel, "reward"
-    )
+    title = f"Reward per episode in {name}, rolling mean of {what} ({_over(episodes)})"
+    return _labelled(fig, ax, title, xlabel, "reward")
 
 
 def _drawn_steps(steps, episodes, max_episodes: int | None):
@@ -170,11 +164,8 @@ def _drawn_steps(steps, episodes, max_episodes: int | None):
     else:
         chosen = [ids[i] for i in np.linspace(0, len(ids) - 1, max_episodes).round().astype(int)]
         how = "spread evenly over the run"
-    return (
-        steps[steps["episode"].isin(set(chosen))],
-        len(chosen),
-        f"a sample of {len(chosen)} of {len(ids)} episodes ({how})",
-    )
+    what = f"a sample of {len(chosen)} of {len(ids)} episodes ({how})"
+    return steps[steps["episode"].isin(set(chosen))], len(chosen), what
 
 
 def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: int | None = None):
@@ -242,7 +233,7 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     fig, ax = _axes(ax)
     if by not in episodes:
         raise KeyError(f"no column {by!r} to group by; the frame has {', '.join(map(str, episodes.columns))}")
-    groups = [g for g in dict.fromkeys(episodes[by].dropna().tolist())]
+    groups = list(dict.fromkeys(episodes[by].dropna().tolist()))
     kept = _kept(episodes)
     data = [kept.loc[kept[by] == g, "reward"].to_numpy() for g in groups]
     positions = np.arange(1, len(groups) + 1)
@@ -272,11 +263,9 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
 
 
 def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = None):
-    """Two or more runs side by side: mean kept reward per run (per ``by`` group when given), with its 95% interval.
-
-    ``runs`` maps a run's label to its episodes frame, e.g. ``{"greedy": a.episodes, "random": b.episodes}``.
-    """
-    if len(runs) < 1:
+    """Two or more runs side by side (``{"greedy": a.episodes, "random": b.episodes}``): mean kept reward per
+    run (per ``by`` group when given), with its 95% interval."""
+    if not runs:
         raise ValueError("compare_runs needs at least one run")
     fig, ax = _axes(ax)
     labels = list(runs)
@@ -292,17 +281,11 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
         means = np.array([v.mean() if len(v) else np.nan for v in values])
         low, high = interval(means, [v.std() for v in values], [max(len(v), 1) for v in values], **scale)
         yerr = np.nan_to_num([means - low, high - means])
-        ax.bar(x + (n - (len(labels) - 1) / 2) * width, means, width=width, yerr=yerr, capsize=3, label=label)
-        excluded = len(runs[label]) - len(kept)
-        if excluded:
-            ax.annotate(
-                f"{excluded} masked/failed",
-                (x[-1] + (n - (len(labels) - 1) / 2) * width, 0),
-                fontsize="x-small",
-                color="tab:red",
-                ha="center",
-                va="bottom",
-            )
+        offset = (n - (len(labels) - 1) / 2) * width
+        ax.bar(x + offset, means, width=width, yerr=yerr, capsize=3, label=label)
+        if excluded := len(runs[label]) - len(kept):
+            note = f"{excluded} masked/failed"
+            ax.annotate(note, (x[-1] + offset, 0), fontsize="x-small", color="tab:red", ha="center", va="bottom")
     ax.set_xticks(x, ["all episodes"] if by is None else [str(g) for g in groups])
     sizes = ", ".join(f"{label}: {len(frame)}" for label, frame in runs.items())
     title = f"Mean reward per run{f' by {by}' if by else ''}, {_band_name(scale)} (episodes: {sizes})"

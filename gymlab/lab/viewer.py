@@ -13,6 +13,7 @@ from typing import Any
 import ipywidgets as w
 
 from gymlab.lab.display import clip
+from gymlab.models.chat_convert import prompt_items
 from gymlab.protocol import FunctionCall, FunctionCallOutput, Message, Reasoning, Rollout, StepRecord
 from gymlab.protocol.derived_steps import derived_steps
 from gymlab.protocol.record import RESULT_KEYS, failure_counts
@@ -34,7 +35,7 @@ _CSS = """<style>
 
 
 def add_classes(owner: w.DOMWidget, own: str, names: str) -> None:
-    """``own`` on ``owner`` and ``gl-<name>`` on each of its widgets ``names`` lists (the CSS and the browser test's hooks)."""
+    """``own`` on ``owner``, ``gl-<name>`` on each of its widgets ``names`` lists (hooks for CSS and browser tests)."""
     owner.add_class(own)
     for name in names.split():
         getattr(owner, name).add_class("gl-" + name.replace("_", "-"))
@@ -63,12 +64,6 @@ def episode_steps(record: Rollout) -> list[StepRecord]:
     return [StepRecord.model_validate(s) for s in derived_steps(fields)]
 
 
-def prompt_items(record: Rollout) -> list[Any]:
-    params = record.responses_create_params
-    items = params.input_items()
-    return ([Message(role="system", content=params.instructions)] if params.instructions else []) + items
-
-
 def _bubble(item: Any, now: bool) -> str:
     cls, who, text = "gl-assistant", "assistant", ""
     if isinstance(item, Message):
@@ -89,7 +84,7 @@ def _bubble(item: Any, now: bool) -> str:
 
 def conversation_html(record: Rollout, upto: int) -> str:
     """The prompt and steps ``0..upto`` as chat bubbles; step ``upto``'s items are outlined."""
-    parts = [_bubble(i, False) for i in prompt_items(record)]
+    parts = [_bubble(i, False) for i in prompt_items(record.responses_create_params)]
     for step in episode_steps(record)[: upto + 1]:
         now = step.index == upto
         parts.extend(_bubble(i, now) for i in [*step.action, *step.tool_outputs])
@@ -135,7 +130,7 @@ def failure_of(record: Rollout) -> str:
 
 
 def _prompt_snippet(record: Rollout, width: int = 40) -> str:
-    users = [i for i in prompt_items(record) if isinstance(i, Message) and i.role == "user"]
+    users = [i for i in prompt_items(record.responses_create_params) if isinstance(i, Message) and i.role == "user"]
     return clip(" ".join(users[-1].text.split()) if users else "", width)
 
 
@@ -165,11 +160,8 @@ def _task_order(task: Any) -> tuple:
 
 
 class RunFilter:
-    """The episodes of a run that match a reward, a task and a failure kind; the options offered for each.
-
-    A reward condition is ``("=", v)``, ``(">=", v)`` or ``("<", v)``; a task is a ``_ng_task_index``;
-    a failure is a kind of ``failure_counts`` or ``""`` (not masked). ``ANY`` matches everything.
-    """
+    """The episodes of a run that match a reward (``("=", v)``, ``(">=", v)``, ``("<", v)``), a task (a
+    ``_ng_task_index``) and a failure kind (``""``: not masked); ``ANY`` matches all. And the options offered."""
 
     def __init__(self, records: Sequence[Rollout]):
         self.records = list(records)
@@ -241,15 +233,10 @@ def _is_run(source: Any) -> bool:
 
 
 class EpisodeViewer(w.VBox):
-    """An episode step by step: chat bubbles up to the chosen step, a reward sparkline, prev/next, a slider;
-    given a run, a bar above filters its episodes (reward, task, failure kind) and picks one to show.
-
-    ``EpisodeViewer(rollout)`` (a ``Rollout``, a rollout dict, or a live episode) or
-    ``EpisodeViewer(rollouts)`` (a ``Rollouts`` or a list of records); ``.load(source)`` shows another
-    (or the same episode, further on); ``.filter(reward=1.0, task=0, failure="timeout")`` sets the
-    filters from code. ``.step`` is the shown step, counted from 0 as everywhere (a record's
-    ``StepRecord.index``, the steps frame's ``step`` column, the plots); ``.index`` the shown episode's
-    position in the run.
+    """An episode step by step (a ``Rollout``, a rollout dict or a live episode), or a run (``Rollouts`` or
+    a list of records) whose episodes a bar above filters and picks. ``.load(source)`` shows another;
+    ``.filter(reward=1.0, task=0, failure="timeout")`` sets the filters; ``.step`` is the shown step (from
+    0, as a ``StepRecord.index`` and the steps frame count), ``.index`` the shown episode's place in the run.
     """
 
     def __init__(self, source: Any = None, step: int | None = None, **kwargs: Any):

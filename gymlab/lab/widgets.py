@@ -20,7 +20,6 @@ from gymlab.lab.viewer import (  # the viewer lives in its own module; these nam
     add_classes,
     conversation_html,
     episode_steps,
-    prompt_items,
     sparkline_svg,
 )
 from gymlab.protocol import NeMoGymResponse, Rollout, function_call
@@ -33,7 +32,6 @@ __all__ = [
     "conversation_html",
     "episode_steps",
     "example_arguments",
-    "prompt_items",
     "sparkline_svg",
 ]
 
@@ -48,13 +46,9 @@ def example_arguments(tool: Any) -> dict[str, Any]:
 
 
 class Stepper(w.VBox):
-    """Drive a live episode by hand: pick a tool and JSON arguments (or write a message) and step;
-    let the model take a step; reset; verify. The viewer below follows the episode.
-
-    ``Stepper(lab.episode(env, row, model=model))``, for either protocol: the episode is seeded
-    (or reset) on creation; a Gymnasium episode has no verify (its rewards come with each step).
-    Errors are shown in the widget (a click handler cannot raise into a cell).
-    """
+    """Drive a live episode (``lab.episode(env, row, model=model)``, either protocol; seeded or reset on
+    creation) by hand: a tool and JSON arguments, or a message; a model step; reset; verify (not for a
+    Gymnasium episode: its rewards come with each step). The viewer below follows; errors show in the widget."""
 
     def __init__(self, episode: Any, **kwargs: Any):
         self.episode = episode
