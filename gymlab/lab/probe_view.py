@@ -22,6 +22,12 @@ def _pct(x: float) -> str:
     return "-" if x is None or math.isnan(x) else f"{x:.0%}"
 
 
+def _real_row(report: Any) -> list[str]:
+    """The real policy's mean reward on each task and over all, and its mask rate."""
+    rewards = [report.real_reward(t) for t in [*report.tasks, None]]
+    return [*map(_fmt, rewards), _pct(report.real_mask_rate(None))]
+
+
 def _verdict(report: Any) -> list[str]:
     """The verdict's sentences: one per flagged probe (why), or that none was; then the shortcuts tried."""
     reasons = report.reasons()
@@ -40,14 +46,7 @@ def report_text(report: Any) -> str:
     head = ["probe", *(f"task {t}" for t in report.tasks), "all", "masked"]
     body = []
     if report.real is not None:
-        body.append(
-            [
-                REAL,
-                *(_fmt(report.real_reward(t)) for t in report.tasks),
-                _fmt(report.real_reward(None)),
-                _pct(report.real_mask_rate(None)),
-            ]
-        )
+        body.append([REAL, *_real_row(report)])
     flagged = report.flagged
     for probe in report.rollouts:
         cells = [report.cell(probe, t) for t in report.tasks]
@@ -76,11 +75,8 @@ def report_html(report: Any, descriptions: dict[str, str]) -> str:
     )
     rows = []
     if report.real is not None:
-        real = "".join(f"<td class='r'>{_fmt(report.real_reward(t))}</td>" for t in report.tasks)
-        rows.append(
-            f"<tr class='gl-real'><th>{REAL}</th>{real}<td class='r'>{_fmt(report.real_reward(None))}</td>"
-            f"<td class='r'>{_pct(report.real_mask_rate(None))}</td></tr>"
-        )
+        real = "".join(f"<td class='r'>{v}</td>" for v in _real_row(report))
+        rows.append(f"<tr class='gl-real'><th>{REAL}</th>{real}</tr>")
     flagged = report.flagged
     for probe in report.rollouts:
         cells = "".join(_cell_html(report, report.cell(probe, t)) for t in report.tasks)

@@ -50,30 +50,17 @@ def messages_text(items: list[dict[str, Any]], role: str | None = "assistant") -
     return "\n".join(texts) if texts else None
 
 
-def action_type(kinds: list[str]) -> str:
-    """What a step's action was: function_call, message, reasoning, mixed (call and message) or empty."""
-    found = set(kinds)
+def describe_action(items: list[dict[str, Any]]) -> tuple[str, str | None, str | None, int, str | None]:
+    """(action type, first tool name, its arguments, number of calls, message text) of a step of several
+    items (the steps frame reads a step of one item in Arrow). The type: the one kind of item besides
+    reasoning, ``mixed`` (calls and messages) or ``other``."""
+    found = {i.get("type", "message") for i in items}
     if len(found) > 1:
         found.discard("reasoning")
-    if not found:
-        return "empty"
-    if len(found) == 1:
-        return found.pop()
-    return "mixed" if {"function_call", "message"} <= found else "other"
-
-
-def describe_action(items: list[dict[str, Any]]) -> tuple[str, str | None, str | None, int, str | None]:
-    """(action type, first tool name, its arguments, number of calls, message text) of one step."""
-    if len(items) == 1:
-        item = items[0]
-        kind = item.get("type", "message")
-        if kind == "function_call":
-            return kind, item.get("name"), item.get("arguments"), 1, None
-        return kind, None, None, 0, item_text(item) if kind == "message" else None
-    kinds = [i.get("type", "message") for i in items]
+    kind = found.pop() if len(found) == 1 else "mixed" if {"function_call", "message"} <= found else "other"
     calls = [i for i in items if i.get("type") == "function_call"]
     first = calls[0] if calls else {}
-    return action_type(kinds), first.get("name"), first.get("arguments"), len(calls), messages_text(items, None)
+    return kind, first.get("name"), first.get("arguments"), len(calls), messages_text(items, None)
 
 
 def _categorical(values):
