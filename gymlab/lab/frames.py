@@ -8,11 +8,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import os
 import sys
 from collections.abc import Iterable
 from contextlib import contextmanager
 from typing import Any
 
+from gymlab.jsonl import dumps
 from gymlab.lab.step_columns import STEP_COLUMNS, STEP_DTYPES, item_text, messages_text
 from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
 from gymlab.rewards.columns import PREFIX as COMPONENT_PREFIX
@@ -82,8 +84,6 @@ def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
 
 def store_of(records: Any):
     """The ``RecordStore`` behind ``records``: ``Rollouts``, a store, a rollouts JSONL path, or records."""
-    import os
-
     from gymlab.lab.store import RecordStore
 
     if isinstance(records, RecordStore):
@@ -166,14 +166,6 @@ def answer_of(record: dict[str, Any]) -> str | None:
     return text
 
 
-def _row_value(value: Any) -> Any:
-    if isinstance(value, (dict, list)):
-        from gymlab.jsonl import dumps
-
-        return dumps(value).decode()
-    return value
-
-
 @_building()
 def episodes_frame(records: Any, *, full: bool = False):
     """One row per episode: ids, reward, prompt and answer, steps, failure fields, the row's own fields;
@@ -214,7 +206,8 @@ def episodes_frame(records: Any, *, full: bool = False):
         cols["agent"].append(agent if agent is not None else r.get("agent_name"))
         for key, value in r.items():
             if key not in NOT_ROW_FIELDS:
-                row_fields.setdefault(key, [None] * position).append(_row_value(value))
+                value = dumps(value).decode() if isinstance(value, (dict, list)) else value
+                row_fields.setdefault(key, [None] * position).append(value)
         for values in row_fields.values():
             if len(values) <= position:
                 values.append(None)

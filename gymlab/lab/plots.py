@@ -109,11 +109,8 @@ def _order(episodes, order: str):
         return episodes.sort_values("completed", kind="stable"), "episode, in the order it finished", "completion order"
     if order == "repeat":
         keys = [k for k in ("repeat", "task", "episode") if k in episodes]
-        return (
-            episodes.sort_values(keys, kind="stable"),
-            "episode, repeat by repeat (every task once per repeat)",
-            "repeat order",
-        )
+        xlabel = "episode, repeat by repeat (every task once per repeat)"
+        return episodes.sort_values(keys, kind="stable"), xlabel, "repeat order"
     raise ValueError(f"order must be 'repeat' or 'completed', got {order!r}")
 
 

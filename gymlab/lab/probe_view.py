@@ -14,18 +14,14 @@ from gymlab.protocol.record import failure_counts
 REAL = "real policy"
 
 
-def _fmt(x: float) -> str:
-    return "-" if x is None or math.isnan(x) else f"{x:.2f}"
-
-
-def _pct(x: float) -> str:
-    return "-" if x is None or math.isnan(x) else f"{x:.0%}"
+def _fmt(x: float, spec: str = ".2f") -> str:
+    return "-" if x is None or math.isnan(x) else format(x, spec)
 
 
 def _real_row(report: Any) -> list[str]:
     """The real policy's mean reward on each task and over all, and its mask rate."""
     rewards = [report.real_reward(t) for t in [*report.tasks, None]]
-    return [*map(_fmt, rewards), _pct(report.real_mask_rate(None))]
+    return [*map(_fmt, rewards), _fmt(report.real_mask_rate(None), ".0%")]
 
 
 def _verdict(report: Any) -> list[str]:
@@ -56,7 +52,7 @@ def report_text(report: Any) -> str:
                 probe + (" *" if probe in flagged else ""),
                 *(_fmt(c.mean_reward) + ("!" if c.above else "") for c in cells),
                 _fmt(overall.mean_reward),
-                _pct(overall.mask_rate) + ("!" if overall.masked_more else ""),
+                _fmt(overall.mask_rate, ".0%") + ("!" if overall.masked_more else ""),
             ]
         )
     widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
@@ -84,7 +80,7 @@ def report_html(report: Any, descriptions: dict[str, str]) -> str:
         desc = html.escape(descriptions.get(probe, ""), quote=True)
         mark = " ⚑" if probe in flagged else ""
         cls = " class='gl-flag-probe'" if mark else ""
-        rate = f"<td class='r{' gl-flag' if overall.masked_more else ''}'>{_pct(overall.mask_rate)}</td>"
+        rate = f"<td class='r{' gl-flag' if overall.masked_more else ''}'>{_fmt(overall.mask_rate, '.0%')}</td>"
         rows.append(
             f"<tr><th title='{desc}'{cls}>{html.escape(probe)}{mark}</th>{cells}{_cell_html(report, overall)}"
             f"{rate}</tr>"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Iterable, Iterator
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -65,15 +66,11 @@ class RecordStore:
     @classmethod
     def from_records(cls, records: Iterable[Any]) -> RecordStore:
         """Records (``Rollout`` models, dicts or JSON lines) as one buffer; nothing is validated yet."""
-        return cls._joined([_line_of(r) for r in records], None, None)
+        return cls._joined([_line_of(r) for r in records])
 
     @classmethod
-    def _joined(cls, lines: list[bytes], numbers: list[int] | None, source: str | None) -> RecordStore:
-        starts, at = [], 0
-        for line in lines:
-            starts.append(at)
-            at += len(line) + 1
-        starts.append(at)
+    def _joined(cls, lines: list[bytes], numbers: list[int] | None = None, source: str | None = None) -> RecordStore:
+        starts = [0, *accumulate(len(line) + 1 for line in lines)]
         buffer = b"\n".join([*lines, b""])  # one copy (``join(...) + b"\n"`` would make two)
         return cls(buffer, starts, numbers, source)
 
@@ -132,12 +129,9 @@ class RecordStore:
     def concat(stores: list[RecordStore]) -> RecordStore:
         """The records of ``stores`` one after the other (line numbers kept when they share a file)."""
         sources = {s.source for s in stores}
-        lines = [line.rstrip(b"\n") for s in stores for line in s.lines()]
-        if len(sources) == 1 and None not in sources:
-            numbers = [n for s in stores for n in (s.numbers or [])]
-            joined = RecordStore._joined(lines, numbers, sources.pop())
-        else:
-            joined = RecordStore._joined(lines, None, None)
+        (source,) = sources if len(sources) == 1 else (None,)
+        numbers = [n for s in stores for n in (s.numbers or [])] if source is not None else None
+        joined = RecordStore._joined([line.rstrip(b"\n") for s in stores for line in s.lines()], numbers, source)
         if stores and all(s.columns is not None for s in stores):  # the frames' Arrow columns too
             import pyarrow as pa
 

@@ -207,17 +207,11 @@ class RunFilter:
     def label(self, i: int) -> str:
         """One line for the episode picker: position, task, repeat, reward and failure kind."""
         r = self.records[i]
-        parts = [f"#{i}"]
-        if r.task_index is not None:
-            parts.append(f"task {r.task_index}")
-        if r.repeat is not None:
-            parts.append(f"repeat {r.repeat}")
-        parts.append(f"reward {r.reward:g}")
         n = len(episode_steps(r)) if (r.steps or r.response.output) else 0
-        parts.append(f"{n} step" + ("s" if n != 1 else ""))
-        if failure_of(r):
-            parts.append(failure_of(r))
-        return " · ".join(parts)
+        task = f"task {r.task_index}" if r.task_index is not None else ""
+        repeat = f"repeat {r.repeat}" if r.repeat is not None else ""
+        parts = [f"#{i}", task, repeat, f"reward {r.reward:g}", f"{n} step{'s' * (n != 1)}", failure_of(r)]
+        return " · ".join(p for p in parts if p)
 
 
 def _reward_matches(reward: float, condition: tuple[str, float]) -> bool:

@@ -71,11 +71,9 @@ class Stepper(w.VBox):
             self, "gl-stepper", "tool arguments text step_button model_button reset_button verify_button message"
         )
         self.tool.observe(lambda _: self._prefill(), names="value")
-        self.step_button.on_click(lambda _: self._act(self._step))
-        self.model_button.on_click(lambda _: self._act(self._model_step))
-        self.reset_button.on_click(lambda _: self._act(self._reset))
-        self.verify_button.on_click(lambda _: self._act(self._verify))
         buttons = w.HBox([self.step_button, self.model_button, self.reset_button, self.verify_button])
+        for button, action in zip(buttons.children, (self._step, self._model_step, self._reset, self._verify)):
+            button.on_click(lambda _, action=action: self._act(action))
         super().__init__([w.HBox([self.tool, self.arguments]), self.text, buttons, self.message, self.viewer], **kwargs)
         self._prefill()
         self._act(self._start)
