@@ -23,12 +23,7 @@ from gymlab.rewards.columns import add_component_columns
 
 _TEXT_PART = pa.struct([("text", pa.string())])
 _ITEM = pa.struct(
-    [
-        ("type", pa.string()),
-        ("name", pa.string()),
-        ("arguments", pa.string()),
-        ("content", pa.list_(_TEXT_PART)),
-    ]
+    [("type", pa.string()), ("name", pa.string()), ("arguments", pa.string()), ("content", pa.list_(_TEXT_PART))]
 )
 _STEP = pa.struct(
     [
@@ -259,18 +254,14 @@ def steps_frame_arrow(store: Any):
     if not parts:
         parts = [_columns(pa.array([], pa.list_(_STEP)))]
 
-    def chunked(key: str) -> pa.ChunkedArray:
-        return pa.chunked_array([p[key] for p in parts])
-
-    def numbers(key: str) -> np.ndarray:  # one copy, into memory pandas may write to
-        return np.concatenate([p[key].to_numpy(zero_copy_only=False) for p in parts])
-
     if any(p["step"].null_count for p in parts):  # a step without its index
         _misfit(store)
     bases = np.cumsum([0] + [p["records"] for p in parts[:-1]])
     episode = np.concatenate([p["episode"].to_numpy() + b for p, b in zip(parts, bases)])
-    columns = {
-        name: chunked(name) if dtype in ("category", "str") else numbers(name)
+    columns = {  # names and texts as Arrow; numbers in one copy, into memory pandas may write to
+        name: pa.chunked_array([p[name] for p in parts])
+        if dtype in ("category", "str")
+        else np.concatenate([p[name].to_numpy(zero_copy_only=False) for p in parts])
         for name, dtype in STEP_DTYPES.items()
         if name not in ("episode", "cumulative_reward")
     }

@@ -18,13 +18,8 @@ _TABLE = "class='gl-ep' style='border-collapse:collapse;font-family:monospace;fo
 
 def _row(*cells: str, head: bool = False) -> str:
     tag = "th" if head else "td"
-    *left, last = cells
-    return (
-        "<tr>"
-        + "".join(f"<{tag} {_LEFT}>{c}</{tag}>" for c in left)
-        + f"<{tag} {_RIGHT if not head else _LEFT}>{last}</{tag}>"
-        + "</tr>"
-    )
+    styles = [_LEFT] * (len(cells) - 1) + [_LEFT if head else _RIGHT]  # a body row's last cell, the reward, right
+    return "<tr>" + "".join(f"<{tag} {style}>{c}</{tag}>" for style, c in zip(styles, cells)) + "</tr>"
 
 
 def clip(text: str, n: int) -> str:

@@ -234,13 +234,9 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     kept = _kept(episodes)
     data = [kept.loc[kept[by] == g, "reward"].to_numpy() for g in groups]
     positions = np.arange(1, len(groups) + 1)
-    varied = [len(v) >= 5 and len(np.unique(v)) >= 3 for v in data]
-    if any(varied):
-        ax.boxplot(
-            [v for v, keep in zip(data, varied) if keep],
-            positions=[p for p, keep in zip(positions, varied) if keep],
-            widths=0.6,
-        )
+    varied = [i for i, v in enumerate(data) if len(v) >= 5 and len(np.unique(v)) >= 3]
+    if varied:
+        ax.boxplot([data[i] for i in varied], positions=positions[varied], widths=0.6)
     rng = np.random.default_rng(0)
     for pos, values in zip(positions, data):
         ax.plot(pos + rng.uniform(-0.15, 0.15, len(values)), values, "o", markersize=3, alpha=0.5, color="tab:blue")

@@ -207,7 +207,7 @@ class RunFilter:
     def label(self, i: int) -> str:
         """One line for the episode picker: position, task, repeat, reward and failure kind."""
         r = self.records[i]
-        n = len(episode_steps(r)) if (r.steps or r.response.output) else 0
+        n = len(episode_steps(r))
         task = f"task {r.task_index}" if r.task_index is not None else ""
         repeat = f"repeat {r.repeat}" if r.repeat is not None else ""
         parts = [f"#{i}", task, repeat, f"reward {r.reward:g}", f"{n} step{'s' * (n != 1)}", failure_of(r)]
@@ -335,7 +335,7 @@ class EpisodeViewer(w.VBox):
 
     def _show(self, record: Rollout, step: int | None = None) -> EpisodeViewer:
         self.record = record
-        self.steps = episode_steps(record) if (record.steps or record.response.output) else []
+        self.steps = episode_steps(record)
         self._set_range(len(self.steps), step)
         return self
 

@@ -183,9 +183,7 @@ class LivePanel(w.VBox):
         add_classes(self, "gl-live", "progress summary failures")
         super().__init__([self.progress, self.summary, self.failures], **kwargs)
         self.total, self.interval, self.clock = total, interval, clock
-        self.done = 0
-        self.reward_sum = 0.0
-        self.kept = 0
+        self.done, self.kept, self.reward_sum = 0, 0, 0.0
         self.failed: Counter[str] = Counter()
         self.stages: dict[str, Counter[str]] = {}  # failure kind -> the stages it happened at
         self.renders = 0
