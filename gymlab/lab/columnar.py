@@ -61,12 +61,6 @@ def _longest(store: Any) -> int:
     return int(np.diff(starts).max()) if len(starts) > 1 else 0
 
 
-def _read(store: Any, parse: pj.ParseOptions) -> pa.Table | None:
-    """Every record read whole with ``parse`` (None when one does not fit)."""
-    data = pa.py_buffer(store.buffer).slice(store.starts[0], store.starts[-1] - store.starts[0])
-    return _parse(data, _longest(store), parse)
-
-
 _RESPONSE_KEY = b'"response":'
 _CUT = b'{"response":{},'  # what a record cut at its steps key starts with (its response found before)
 _SPACE = frozenset(b" \t\r\n")
@@ -288,7 +282,8 @@ _SUMMARY = pj.ParseOptions(
 
 def summaries_arrow(store: Any) -> list[tuple[float, bool, str | None, int]] | None:
     """(reward, mask_sample, failure_kind, steps) of every record, or None to leave it to orjson."""
-    table = _read(store, _SUMMARY)
+    data = pa.py_buffer(store.buffer).slice(store.starts[0], store.starts[-1] - store.starts[0])
+    table = _parse(data, _longest(store), _SUMMARY)  # every record read whole
     if table is None:
         return None
     return list(

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Iterable
 from contextlib import contextmanager
+from itertools import chain
 from typing import Any
 
 from gymlab.jsonl import dumps
@@ -34,8 +35,7 @@ EPISODE_DTYPES = dtypes(
 #: Episode columns shown by default, then the row's own fields; the optional ones only when some
 #: episode has a value (``failure_*`` when one failed).
 EPISODE_CONCISE = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "terminated", "truncated"]
-EPISODE_CONCISE += ["mask_sample"]
-EPISODE_CONCISE += ["failure_kind", "failure_reason", "total_tokens", "environment", "agent"]
+EPISODE_CONCISE += ["mask_sample", "failure_kind", "failure_reason", "total_tokens", "environment", "agent"]
 EPISODE_OPTIONAL = {"task", "repeat", "prompt", "answer", "failure_kind", "failure_reason", "total_tokens"}
 EPISODE_OPTIONAL |= {"environment", "agent"}
 CALL_DTYPES = dtypes("episode:int64 step:int64 call:int64 tool:category call_id:str arguments:str output:str")
@@ -132,14 +132,9 @@ def prompt_of(params: Any) -> str | None:
 
 def answer_of(record: dict[str, Any]) -> str | None:
     """The final assistant text: the response's messages, else the last step that said something."""
-    output = (record.get("response") or {}).get("output") or []
-    text = messages_text(output)
-    if text is None:
-        for s in reversed(record.get("steps") or []):
-            text = messages_text(s.get("action") or [])
-            if text is not None:
-                break
-    return text
+    steps = reversed(record.get("steps") or [])
+    actions = chain([(record.get("response") or {}).get("output") or []], (s.get("action") or [] for s in steps))
+    return next((text for text in map(messages_text, actions) if text is not None), None)
 
 
 @_building()

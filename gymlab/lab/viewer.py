@@ -291,11 +291,9 @@ class EpisodeViewer(w.VBox):
             self._run = RunFilter(self.rollouts)
             self._quiet = True
             try:
-                self.reward_filter.options = self._run.reward_options()
-                self.task_filter.options = self._run.task_options()
-                self.failure_filter.options = self._run.failure_options()
-                for dropdown in (self.reward_filter, self.task_filter, self.failure_filter):
-                    dropdown.value = ANY
+                options = (self._run.reward_options(), self._run.task_options(), self._run.failure_options())
+                for dropdown, offered in zip((self.reward_filter, self.task_filter, self.failure_filter), options):
+                    dropdown.options, dropdown.value = offered, ANY
             finally:
                 self._quiet = False
             self.run_bar.layout.display = ""
