@@ -86,10 +86,9 @@ def _kept(episodes):
 
 def _mark_excluded(ax, episodes, x, y) -> None:
     failed, masked = (mask.to_numpy() for mask in _failed_masked(episodes))
-    if masked.any():
-        ax.plot(x[masked], y[masked], **MASKED_STYLE)
-    if failed.any():
-        ax.plot(x[failed], y[failed], **FAILED_STYLE)
+    for mask, style in ((masked, MASKED_STYLE), (failed, FAILED_STYLE)):
+        if mask.any():
+            ax.plot(x[mask], y[mask], **style)
 
 
 def _over(episodes) -> str:

@@ -85,10 +85,9 @@ def report_html(report: Any, descriptions: dict[str, str]) -> str:
             f"<tr><th title='{desc}'{cls}>{html.escape(probe)}{mark}</th>{cells}{_cell_html(report, overall)}"
             f"{rate}</tr>"
         )
-    sentences = _verdict(report)
     verdict = "".join(
         f"<li{' class=gl-flag-probe' if flagged and i < len(flagged) else ''}>{html.escape(line)}</li>"
-        for i, line in enumerate(sentences)
+        for i, line in enumerate(_verdict(report))
     )
     verdict = f"<ul>{verdict}</ul>"
     if report.hits:
