@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from gymlab.jsonl import dumps
 from gymlab.lab.step_columns import STEP_DTYPES, describe_action, finish_steps
 from gymlab.protocol.derived_steps import STEPS_KEY
 from gymlab.rewards.columns import add_component_columns
@@ -127,8 +128,6 @@ def _read_and_derive(store: Any) -> list[dict[str, Any]]:
 def _fitted(store: Any) -> pa.Table:
     """The step fields of every record, rewritten to fit the schema: a message's content string
     becomes one text part. A line that is not a rollout record raises ``DatasetError`` with its number."""
-    from gymlab.jsonl import dumps
-
     lines = []
     for record in store.dicts():
         steps = record.get("steps")

@@ -17,6 +17,7 @@ from typing import Any
 
 from gymlab.jsonl import dumps
 from gymlab.lab.step_columns import STEP_COLUMNS, STEP_DTYPES, dtypes, item_text, messages_text
+from gymlab.lab.store import RecordStore
 from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
 from gymlab.rewards.columns import PREFIX as COMPONENT_PREFIX
 from gymlab.rewards.columns import add_component_columns
@@ -60,8 +61,6 @@ def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
 
 def store_of(records: Any):
     """The ``RecordStore`` behind ``records``: ``Rollouts``, a store, a rollouts JSONL path, or records."""
-    from gymlab.lab.store import RecordStore
-
     if isinstance(records, RecordStore):
         return records
     if isinstance(records, (str, os.PathLike)):

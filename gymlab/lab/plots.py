@@ -247,8 +247,7 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     ax.errorbar(
         positions + 0.3, means, yerr=yerr, fmt="D", color="tab:orange", capsize=3, label=f"mean, {_band_name(scale)}"
     )
-    position_of = dict(zip(groups, positions))
-    x = episodes[by].map(position_of).astype("float64").to_numpy()
+    x = episodes[by].map(dict(zip(groups, positions))).astype("float64").to_numpy()
     _mark_excluded(ax, episodes, x, episodes["reward"].to_numpy())
     ax.set_xticks(positions, [str(g) for g in groups], rotation=30 if len(groups) > 6 else 0)
     return _labelled(fig, ax, f"Reward by {by} ({_over(episodes)})", by, "reward")
