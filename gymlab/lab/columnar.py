@@ -1,13 +1,7 @@
-"""The steps frame through pyarrow: the records' JSON read into Arrow columns, and Arrow compute.
-
-pyarrow's JSON reader (off the GIL) reads only the step fields the frame shows, and is given each
-record from its steps key on (``_cut``): the request and response before it are most of a record's
-bytes, which it would otherwise parse only to skip. The records are cut in pieces on the caller's
-thread while the pieces before are read on every core, and each piece's columns are derived by
-Arrow compute where it was read, without a Python call per step (steps of more than one item, rare,
-are described in Python). Records whose JSON does not fit the schema as written (a message whose
-content is a string) are rewritten to fit and read again; a line that is not a rollout record is a
-``DatasetError`` naming it. Rubric components (``reward_<name>`` columns) come from the records' dicts.
+"""The steps frame through pyarrow: each record given to pyarrow's JSON reader from its steps key on
+(``_cut``), read in pieces on a thread a core, its columns derived by Arrow compute (steps of several
+items, rare, in Python); records that do not fit the schema are rewritten to fit (``_fitted``); a bad
+line is a ``DatasetError`` naming it. How and why: docs/frames.md.
 """
 
 from __future__ import annotations
@@ -23,18 +17,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from gymlab.lab.step_columns import describe_action, finish_steps
+from gymlab.jsonl import dumps
+from gymlab.lab.step_columns import STEP_DTYPES, describe_action, finish_steps
 from gymlab.protocol.derived_steps import STEPS_KEY
 from gymlab.rewards.columns import add_component_columns
 
 _TEXT_PART = pa.struct([("text", pa.string())])
 _ITEM = pa.struct(
-    [
-        ("type", pa.string()),
-        ("name", pa.string()),
-        ("arguments", pa.string()),
-        ("content", pa.list_(_TEXT_PART)),
-    ]
+    [("type", pa.string()), ("name", pa.string()), ("arguments", pa.string()), ("content", pa.list_(_TEXT_PART))]
 )
 _STEP = pa.struct(
     [
@@ -52,8 +42,7 @@ _STEP = pa.struct(
 )
 SCHEMA = pa.schema([("steps", pa.list_(_STEP)), ("response", pa.struct([("id", pa.string())]))])
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
-#: The pool the records are read into: the system allocator, which hands freed pages back to the
-#: operating system when trimmed (pyarrow's default mimalloc pool keeps them).
+#: The system allocator: it hands freed pages back when trimmed (pyarrow's default mimalloc keeps them).
 _POOL = pa.system_memory_pool()
 
 
@@ -73,12 +62,6 @@ def _longest(store: Any) -> int:
     return int(np.diff(starts).max()) if len(starts) > 1 else 0
 
 
-def _read(store: Any, parse: pj.ParseOptions) -> pa.Table | None:
-    """Every record read whole with ``parse`` (None when one does not fit)."""
-    data = pa.py_buffer(store.buffer).slice(store.starts[0], store.starts[-1] - store.starts[0])
-    return _parse(data, _longest(store), parse)
-
-
 _RESPONSE_KEY = b'"response":'
 _CUT = b'{"response":{},'  # what a record cut at its steps key starts with (its response found before)
 _SPACE = frozenset(b" \t\r\n")
@@ -93,15 +76,9 @@ def _starts_key(buffer: bytes, at: int) -> bool:
 
 
 def _cut(buffer: bytes, starts: list[int], keys: Sequence[int] | None = None) -> bytes:
-    """The lines ``buffer[starts[i]:starts[i + 1]]`` as the steps reader is given them. A record's
-    request and response come before its steps (as the writers of records order them) and are most of
-    its bytes, which the reader would parse only to skip them. So a line whose ``"response"`` key comes
-    before its ``"steps"`` key is given from the steps key on (``keys[i]``, found when not given),
-    behind ``{"response":{},``: its steps and the keys after them. The steps key must be the record's
-    own: one inside another object leaves that object's closing brackets after it, and the line fails
-    to read (then every record is read again as it is). The response key is found by its spelling,
-    not its depth: a record whose only response is inside another object is refused when it is
-    validated, not by the steps frame. Any other line is given whole."""
+    """The lines ``buffer[starts[i]:starts[i + 1]]`` as the steps reader is given them: a line whose
+    ``"response"`` key comes before its own ``"steps"`` key (``keys[i]``, found when not given) from the
+    steps key on, behind ``{"response":{},``; any other line whole (docs/frames.md)."""
     find, view, parts = buffer.find, memoryview(buffer), []
     for i, (a, b) in enumerate(zip(starts, starts[1:])):
         at = find(STEPS_KEY, a, b) if keys is None else keys[i]
@@ -113,28 +90,24 @@ def _cut(buffer: bytes, starts: list[int], keys: Sequence[int] | None = None) ->
     return b"".join(parts)
 
 
-def _read_cut(data: bytes, rows: int, longest: int) -> pa.Table | None:
-    """``rows`` records as ``_cut`` gives them (the longest line of ``longest`` bytes before the cut)
-    read on this thread (None when one does not fit)."""
-    return _parse(pa.py_buffer(data), longest + len(_CUT), _PARSE, False, rows)
-
-
 def _derived(table: pa.Table | None) -> tuple[pa.Table, list[dict[str, Any]]] | None:
     """``table`` and the frame's columns of each of its chunks (None for None)."""
     return None if table is None else (table, [_columns(chunk) for chunk in table["steps"].chunks])
 
 
-#: Bytes of records cut and read at a time: a piece is cut on the caller's thread while the pieces
-#: before it are read on the others.
+#: Bytes of records cut and read at a time.
 _PIECE = 16 << 20
 
 
 def _read_and_derive(store: Any) -> list[dict[str, Any]]:
-    """The frame's columns of every record: the records cut into pieces on this thread, each read and
-    derived on a pool of a thread a core (pyarrow and Arrow compute run off the GIL), at most two
-    pieces a core ahead; the columns read are kept with the store. Records that do not fit the schema as written are all read again to fit (``_fitted``)."""
+    """The frame's columns of every record: pieces cut on this thread, each read and derived on a pool
+    of a thread a core, at most two pieces a core ahead; the columns read are kept with the store."""
     first, starts, buffer, keys, n = 0, store.starts, store.buffer, store.steps_keys, len(store)
-    longest = _longest(store)
+    longest = _longest(store) + len(_CUT)
+
+    def read(data: bytes, rows: int) -> tuple[pa.Table, list[dict[str, Any]]] | None:
+        return _derived(_parse(pa.py_buffer(data), longest, _PARSE, False, rows))
+
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(workers, thread_name_prefix="gymlab-frames") as pool:
         jobs: list[Future] = []
@@ -143,7 +116,7 @@ def _read_and_derive(store: Any) -> list[dict[str, Any]]:
             if len(jobs) >= 2 * workers:
                 jobs[-2 * workers].result()  # the pieces cut and not yet read stay few
             data = _cut(buffer, starts[first : last + 1], None if keys is None else keys[first:last])
-            jobs.append(pool.submit(lambda d, r: _derived(_read_cut(d, r, longest)), data, last - first))
+            jobs.append(pool.submit(read, data, last - first))
             first = last
         done = [job.result() for job in jobs]
     if not done or any(d is None for d in done):
@@ -155,8 +128,6 @@ def _read_and_derive(store: Any) -> list[dict[str, Any]]:
 def _fitted(store: Any) -> pa.Table:
     """The step fields of every record, rewritten to fit the schema: a message's content string
     becomes one text part. A line that is not a rollout record raises ``DatasetError`` with its number."""
-    from gymlab.jsonl import dumps
-
     lines = []
     for record in store.dicts():
         steps = record.get("steps")
@@ -247,8 +218,8 @@ def _columns(steps: pa.ListArray) -> dict[str, Any]:
     return {
         "records": len(steps),
         "episode": pc.list_parent_indices(steps),  # the record's position in this chunk
-        "index": pc.struct_field(flat, "index"),
-        "kind": kind.dictionary_encode(),
+        "step": pc.struct_field(flat, "index"),
+        "action_type": kind.dictionary_encode(),
         "tool": tool.dictionary_encode(),
         "arguments": arguments,
         "n_calls": pa.array(n_calls),
@@ -276,28 +247,18 @@ def steps_frame_arrow(store: Any):
     if not parts:
         parts = [_columns(pa.array([], pa.list_(_STEP)))]
 
-    def chunked(key: str) -> pa.ChunkedArray:
-        return pa.chunked_array([p[key] for p in parts])
-
-    def numbers(key: str) -> np.ndarray:  # one copy, into memory pandas may write to
-        return np.concatenate([p[key].to_numpy(zero_copy_only=False) for p in parts])
-
-    if any(p["index"].null_count for p in parts):  # a step without its index
+    if any(p["step"].null_count for p in parts):  # a step without its index
         _misfit(store)
     bases = np.cumsum([0] + [p["records"] for p in parts[:-1]])
     episode = np.concatenate([p["episode"].to_numpy() + b for p, b in zip(parts, bases)])
-    frame = finish_steps(
-        episode,
-        numbers("index"),
-        (chunked("kind"), chunked("tool"), chunked("arguments"), numbers("n_calls"), chunked("text")),
-        chunked("output"),
-        chunked("observation"),
-        numbers("reward"),
-        numbers("terminated"),
-        numbers("truncated"),
-        numbers("tool_errors"),
-        numbers("duration_s"),
-    )
+    columns = {  # names and texts as Arrow; numbers in one copy, into memory pandas may write to
+        name: pa.chunked_array([p[name] for p in parts])
+        if dtype in ("category", "str")
+        else np.concatenate([p[name].to_numpy(zero_copy_only=False) for p in parts])
+        for name, dtype in STEP_DTYPES.items()
+        if name not in ("episode", "cumulative_reward")
+    }
+    frame = finish_steps({"episode": episode, **columns})
     if any(p["rubric"] for p in parts):
         components = [s.get("reward_components") for r in store.dicts() for s in r.get("steps") or ()]
         frame = add_component_columns(frame, components)
@@ -320,7 +281,8 @@ _SUMMARY = pj.ParseOptions(
 
 def summaries_arrow(store: Any) -> list[tuple[float, bool, str | None, int]] | None:
     """(reward, mask_sample, failure_kind, steps) of every record, or None to leave it to orjson."""
-    table = _read(store, _SUMMARY)
+    data = pa.py_buffer(store.buffer).slice(store.starts[0], store.starts[-1] - store.starts[0])
+    table = _parse(data, _longest(store), _SUMMARY)  # every record read whole
     if table is None:
         return None
     return list(

@@ -18,13 +18,8 @@ _TABLE = "class='gl-ep' style='border-collapse:collapse;font-family:monospace;fo
 
 def _row(*cells: str, head: bool = False) -> str:
     tag = "th" if head else "td"
-    *left, last = cells
-    return (
-        "<tr>"
-        + "".join(f"<{tag} {_LEFT}>{c}</{tag}>" for c in left)
-        + f"<{tag} {_RIGHT if not head else _LEFT}>{last}</{tag}>"
-        + "</tr>"
-    )
+    styles = [_LEFT] * (len(cells) - 1) + [_LEFT if head else _RIGHT]  # a body row's last cell, the reward, right
+    return "<tr>" + "".join(f"<{tag} {style}>{c}</{tag}>" for style, c in zip(styles, cells)) + "</tr>"
 
 
 def clip(text: str, n: int) -> str:
@@ -34,6 +29,20 @@ def clip(text: str, n: int) -> str:
 
 def _clip(text: str, n: int = 300) -> str:
     return html.escape(clip(text, n))
+
+
+def _table(head: str, rows: list[str]) -> str:
+    return f"{_STYLE}<div style='text-align:left'>{head}<table {_TABLE}>{''.join(rows)}</table></div>"
+
+
+def _flags(step: Any) -> str:
+    return " terminated" * step.terminated + " truncated" * step.truncated
+
+
+def _item_html(item: Any, mark: str = "") -> str:
+    """One conversation item as a table row: who, what (clipped), the step's reward ``mark``."""
+    who, what = item_row(item)
+    return _row(html.escape(who), _clip(what), mark)
 
 
 def item_row(item: Any) -> tuple[str, str]:
@@ -54,43 +63,27 @@ def episode_html(ep: Any) -> str:
     """The conversation so far, each model turn's items next to its step's reward, and the totals."""
     history = list(ep.history)
     shown = {id(i) for i in history}
-    reward_at: dict[int, tuple[int, float, bool, bool]] = {}
+    mark_at: dict[int, str] = {}
     for step in ep.steps:
         # The marker goes on the step's last item in the conversation (a terminal step's outputs are not).
-        last = [i for i in [*step.action, *step.tool_outputs] if id(i) in shown][-1:]
-        for item in last:
-            reward_at[id(item)] = (step.index, step.reward, step.terminated, step.truncated)
+        for item in [i for i in [*step.action, *step.tool_outputs] if id(i) in shown][-1:]:
+            mark_at[id(item)] = f"step {step.index}: {step.reward:g}{_flags(step)}"
     if ep.done and ep.steps and ep.steps[-1].observation and ep.protocol == "gymnasium":
         from gymlab.protocol import Message
 
         history.append(Message(role="user", content=ep.steps[-1].observation))
-    rows = []
-    for item in history:
-        who, what = item_row(item)
-        step = reward_at.get(id(item))
-        mark = ""
-        if step is not None:
-            mark = (
-                f"step {step[0]}: {step[1]:g}" + (" terminated" if step[2] else "") + (" truncated" if step[3] else "")
-            )
-        rows.append(_row(html.escape(who), _clip(what), mark))
-    status = "finished" if ep.done else "open"
-    extra = ""
+    rows = [_item_html(item, mark_at.get(id(item), "")) for item in history]
     result = ep.result or {}
+    head = (
+        f"<b>{html.escape(ep.env_name)}</b> ({ep.protocol}, {'finished' if ep.done else 'open'}): "
+        f"{len(ep.steps)} steps, reward {ep.reward:g}"
+    )
     if result.get("mask_sample"):
-        extra = (
+        head += (
             f" <span class='fail'>masked={result.get('mask_sample')} "
             f"failure={html.escape(str(result.get('failure_kind')))}</span>"
         )
-    head = (
-        f"<b>{html.escape(ep.env_name)}</b> ({ep.protocol}, {status}): {len(ep.steps)} steps, "
-        f"reward {ep.reward:g}{extra}"
-    )
-    return (
-        f"{_STYLE}<div style='text-align:left'>{head}<table {_TABLE}>{_row('who', 'content', 'reward', head=True)}"
-        + "".join(rows)
-        + "</table></div>"
-    )
+    return _table(head, [_row("who", "content", "reward", head=True), *rows])
 
 
 def step_summary(record: Any) -> str:
@@ -109,17 +102,13 @@ def step_summary(record: Any) -> str:
 def step_html(record: Any, *, observation: str | None = None) -> str:
     """One step: its action items, what the tools answered, the observation, reward and flags."""
     rows = []
+    head = "<b>step</b>"
     if record is not None:
-        for item in [*record.action, *record.tool_outputs]:
-            who, what = item_row(item)
-            rows.append(_row(html.escape(who), _clip(what), ""))
-        reward, flags = record.reward, " terminated" * record.terminated + " truncated" * record.truncated
-        head = f"<b>step {record.index}</b>: reward {reward:g}{flags}"
-    else:
-        head = "<b>step</b>"
+        rows = [_item_html(item) for item in [*record.action, *record.tool_outputs]]
+        head = f"<b>step {record.index}</b>: reward {record.reward:g}{_flags(record)}"
     if observation:
         rows.append(_row("observation", _clip(observation, 600), ""))
-    return f"{_STYLE}<div style='text-align:left'>{head}<table {_TABLE}>" + "".join(rows) + "</table></div>"
+    return _table(head, rows)
 
 
 def rollouts_html(rollouts: Any) -> str:

@@ -1,13 +1,6 @@
-"""Rollout records as tidy pandas frames: one row per episode, per step, per tool call.
-
-Frames are built from the records' JSON (a ``RecordStore``), never from a million pydantic models:
-the steps frame through pyarrow (``gymlab.lab.columnar``), the episodes and calls frames through orjson.
-Names are categoricals, counts integers, and a value a record lacks is a missing value, not a guess.
-The ``episode`` column (the record's position) joins the three frames.
-
-By default a frame is concise: the columns a researcher reads (``text``, the assistant's words on a
-step; ``prompt`` and ``answer`` on an episode; the row's own fields), with optional columns shown
-only when some row has a value. ``full=True`` gives every column.
+"""Rollout records as tidy pandas frames: one row per episode, per step, per tool call, built from the
+records' JSON (a ``RecordStore``), joined by the ``episode`` column. Concise by default (optional
+columns only when some row has a value); ``full=True`` gives every column. docs/frames.md.
 """
 
 from __future__ import annotations
@@ -15,12 +8,16 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import os
 import sys
 from collections.abc import Iterable
 from contextlib import contextmanager
+from itertools import chain
 from typing import Any
 
-from gymlab.lab.step_columns import STEP_COLUMNS, STEP_DTYPES, item_text, messages_text
+from gymlab.jsonl import dumps
+from gymlab.lab.step_columns import STEP_COLUMNS, STEP_DTYPES, dtypes, item_text, messages_text
+from gymlab.lab.store import RecordStore
 from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
 from gymlab.rewards.columns import PREFIX as COMPONENT_PREFIX
 from gymlab.rewards.columns import add_component_columns
@@ -30,44 +27,19 @@ STEP_CONCISE = ["episode", "step", "action_type", "tool", "arguments", "output",
 STEP_CONCISE += ["cumulative_reward"]
 STEP_OPTIONAL = {"tool", "arguments", "output", "text", "observation"}
 
-EPISODE_DTYPES = {
-    "episode": "int64",
-    "task": "Int64",
-    "repeat": "Int64",
-    "reward": "float64",
-    "prompt": "str",
-    "answer": "str",
-    "n_steps": "int64",
-    "mask_sample": "bool",
-    "failure_kind": "category",
-    "failure_stage": "category",
-    "failure_reason": "str",
-    "terminated": "bool",
-    "truncated": "bool",
-    "duration_s": "float64",
-    "input_tokens": "Int64",
-    "output_tokens": "Int64",
-    "total_tokens": "Int64",
-    "model": "category",
-    "environment": "category",
-    "agent": "category",
-}
+EPISODE_DTYPES = dtypes(
+    "episode:int64 task:Int64 repeat:Int64 reward:float64 prompt:str answer:str n_steps:int64 mask_sample:bool"
+    " failure_kind:category failure_stage:category failure_reason:str terminated:bool truncated:bool"
+    " duration_s:float64 input_tokens:Int64 output_tokens:Int64 total_tokens:Int64 model:category"
+    " environment:category agent:category"
+)
 #: Episode columns shown by default, then the row's own fields; the optional ones only when some
 #: episode has a value (``failure_*`` when one failed).
 EPISODE_CONCISE = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "terminated", "truncated"]
-EPISODE_CONCISE += ["mask_sample"]
-EPISODE_CONCISE += ["failure_kind", "failure_reason", "total_tokens", "environment", "agent"]
+EPISODE_CONCISE += ["mask_sample", "failure_kind", "failure_reason", "total_tokens", "environment", "agent"]
 EPISODE_OPTIONAL = {"task", "repeat", "prompt", "answer", "failure_kind", "failure_reason", "total_tokens"}
 EPISODE_OPTIONAL |= {"environment", "agent"}
-CALL_DTYPES = {
-    "episode": "int64",
-    "step": "int64",
-    "call": "int64",
-    "tool": "category",
-    "call_id": "str",
-    "arguments": "str",
-    "output": "str",
-}
+CALL_DTYPES = dtypes("episode:int64 step:int64 call:int64 tool:category call_id:str arguments:str output:str")
 EPISODE_COLUMNS = list(EPISODE_DTYPES)
 CALL_COLUMNS = list(CALL_DTYPES)
 #: Record keys that are not the row's own fields.
@@ -89,10 +61,6 @@ def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
 
 def store_of(records: Any):
     """The ``RecordStore`` behind ``records``: ``Rollouts``, a store, a rollouts JSONL path, or records."""
-    import os
-
-    from gymlab.lab.store import RecordStore
-
     if isinstance(records, RecordStore):
         return records
     if isinstance(records, (str, os.PathLike)):
@@ -109,11 +77,8 @@ def concise(frame, columns: list[str], optional: set[str], extra: Iterable[str] 
 
 @contextmanager
 def _building():
-    """While a frame is built (a decorator of the frame functions): the cyclic collector paused (the
-    lists hold no cycles, and at a million rows repeated full collections over them would double the
-    build time); after it, its locals gone, the pages the build freed handed back to the system
-    (pyarrow's pool's ``release_unused``, glibc's ``malloc_trim``) rather than kept by the
-    allocators beside the frame."""
+    """While a frame is built (a decorator): the cyclic collector paused (its lists hold no cycles); after it,
+    the pages the build freed handed back to the system (pyarrow's ``release_unused``, glibc's ``malloc_trim``)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -124,22 +89,17 @@ def _building():
         pa = sys.modules.get("pyarrow")
         if pa is not None:
             pa.default_memory_pool().release_unused()
-        _malloc_trim()
+        if (trim := _malloc_trim()) is not None:
+            trim(0)
 
 
 @functools.cache
-def _libc() -> Any:
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (None elsewhere): ``malloc_trim(0)`` frees the pages of every arena."""
     try:
-        return ctypes.CDLL(None)
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
     except OSError:
         return None
-
-
-def _malloc_trim() -> None:
-    """glibc's ``malloc_trim(0)``: free pages of every arena back to the system (no-op elsewhere)."""
-    trim = getattr(_libc(), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
 
 
 # -- the frames ----------------------------------------------------------------------------------
@@ -171,22 +131,9 @@ def prompt_of(params: Any) -> str | None:
 
 def answer_of(record: dict[str, Any]) -> str | None:
     """The final assistant text: the response's messages, else the last step that said something."""
-    output = (record.get("response") or {}).get("output") or []
-    text = messages_text(output)
-    if text is None:
-        for s in reversed(record.get("steps") or []):
-            text = messages_text(s.get("action") or [])
-            if text is not None:
-                break
-    return text
-
-
-def _row_value(value: Any) -> Any:
-    if isinstance(value, (dict, list)):
-        from gymlab.jsonl import dumps
-
-        return dumps(value).decode()
-    return value
+    steps = reversed(record.get("steps") or [])
+    actions = chain([(record.get("response") or {}).get("output") or []], (s.get("action") or [] for s in steps))
+    return next((text for text in map(messages_text, actions) if text is not None), None)
 
 
 @_building()
@@ -229,7 +176,8 @@ def episodes_frame(records: Any, *, full: bool = False):
         cols["agent"].append(agent if agent is not None else r.get("agent_name"))
         for key, value in r.items():
             if key not in NOT_ROW_FIELDS:
-                row_fields.setdefault(key, [None] * position).append(_row_value(value))
+                value = dumps(value).decode() if isinstance(value, (dict, list)) else value
+                row_fields.setdefault(key, [None] * position).append(value)
         for values in row_fields.values():
             if len(values) <= position:
                 values.append(None)
@@ -238,14 +186,11 @@ def episodes_frame(records: Any, *, full: bool = False):
     if extra:
         frame = pd.concat([frame, pd.DataFrame(extra).convert_dtypes()], axis=1)
     extra = [*(c for c in frame if c.startswith(COMPONENT_PREFIX)), *extra]
-    if full:
-        return frame
-    return concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=extra)
+    return frame if full else concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=extra)
 
 
 def calls_frame(records: Any):
     """One row per function call, with the output that answered it (matched by ``call_id``)."""
-
     cols: dict[str, list] = {c: [] for c in CALL_COLUMNS}
     for position, r in enumerate(store_of(records).dicts()):
         for s in r.get("steps") or ():

@@ -11,9 +11,7 @@ class LogView(list):
     """Log entries (``gymlab._traces.Entry``): the full text in ``repr``, collapsible traces in HTML."""
 
     def __repr__(self) -> str:
-        if not self:
-            return "<no errors logged>"
-        return "\n\n".join(str(e) for e in self)
+        return "\n\n".join(map(str, self)) or "<no errors logged>"
 
     def _repr_html_(self) -> str:
         if not self:

@@ -1,28 +1,15 @@
-"""Reward plots from frames (filter the frame first to plot a subset).
-
-Each function takes frames from ``gymlab.lab.frames``, draws on ``ax`` (or a new figure), returns the
-Figure and never calls ``show()``. Every plot has a title that says what is drawn and over how many
-episodes, and labelled axes. Masked episodes are drawn as grey crosses and failed ones (a
-``failure_kind``) as red crosses; both stay out of means, intervals and distributions.
-
-Every band and error bar is a 95% interval of a mean (``interval``): Wilson's for 0/1 rewards, else
-the normal one, always clipped to the range of the rewards drawn, so it never claims a reward no
-episode can get. A plot of some of the episodes says which (``max_episodes``: a sample that takes
-every task once per repeat, never one task's block).
-
-- ``reward_curve``: reward per episode repeat by repeat (or in the order episodes finished), with a
-  rolling mean over one repeat: not the "aabbcc" row order of a run, which draws task boundaries;
-- ``step_rewards``: mean reward at each step; ``reward_heatmap``: episode x step, a zero reward before
-  an episode's last step in a neutral grey (a tool call is not a failure);
-- ``reward_distribution``: every episode's reward per group with the mean (a box only where a
-  group's rewards vary);
-- ``compare_runs``: two or more runs side by side.
+"""Reward plots from frames (filter a frame first to plot a subset): each draws on ``ax`` (or a new
+Figure), returns the Figure and never calls ``show()``; its title says what is drawn over how many
+episodes. Masked (grey) and failed (red) episodes are crosses, left out of means, intervals and
+distributions; every band and error bar is a 95% interval of a mean (``interval``). docs/plots.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 MASKED_STYLE = {"marker": "x", "color": "0.55", "linestyle": "none", "label": "masked"}
 FAILED_STYLE = {"marker": "x", "color": "tab:red", "linestyle": "none", "label": "failed"}
@@ -33,11 +20,8 @@ Z = 1.959964
 
 
 def interval(mean, std, n, *, binary: bool, low: float, high: float):
-    """``(lower, upper)`` 95% interval of means over ``n`` values each (arrays): Wilson's score interval
-    when the rewards are 0/1 (honest at p near 0 or 1 and for few episodes), else mean +- Z std/sqrt(n)
-    (one value: the whole range); both clipped to ``[low, high]``, the rewards' range."""
-    import numpy as np
-
+    """``(lower, upper)`` 95% interval of means over ``n`` values each (arrays): Wilson's for 0/1 rewards,
+    else the normal one; both clipped to ``[low, high]``, the rewards' range (docs/plots.md)."""
     mean, n = np.asarray(mean, dtype="float64"), np.asarray(n, dtype="float64")
     if binary:
         z2n = Z * Z / n
@@ -51,8 +35,6 @@ def interval(mean, std, n, *, binary: bool, low: float, high: float):
 
 def _scale(rewards) -> dict:
     """``interval``'s keywords for these rewards: 0/1 or not, and their range."""
-    import numpy as np
-
     values = np.asarray(rewards, dtype="float64")
     if not len(values):
         return {"binary": False, "low": 0.0, "high": 1.0}
@@ -63,32 +45,38 @@ def _band_name(scale: dict) -> str:
     return "95% Wilson interval" if scale["binary"] else "95% interval of the mean"
 
 
-def _axes(ax: Any, figsize=(7, 4)):
+def _axes(ax: Any):
     if ax is not None:
         return ax.figure, ax
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = Figure(figsize=(7, 4), layout="constrained")
     return fig, fig.add_subplot()
 
 
-def _failed(episodes):
+def _labelled(fig, ax, title: str, xlabel: str, ylabel: str, legend: bool = True):
+    """``fig`` with ``ax``'s title, axis labels and (by default) legend set."""
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if legend:
+        ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def _failed_masked(episodes):
+    """(failed, masked): a ``failure_kind``; else ``mask_sample``. Both stay out of reward statistics."""
     import pandas as pd
 
-    if "failure_kind" in episodes:
-        return episodes["failure_kind"].notna()
-    return pd.Series(False, index=episodes.index)
-
-
-def _masked(episodes):
-    import pandas as pd
-
-    masked = episodes["mask_sample"] if "mask_sample" in episodes else pd.Series(False, index=episodes.index)
-    return masked.astype(bool) & ~_failed(episodes)
+    none = pd.Series(False, index=episodes.index)
+    failed = episodes["failure_kind"].notna() if "failure_kind" in episodes else none
+    masked = episodes["mask_sample"].astype(bool) if "mask_sample" in episodes else none
+    return failed, masked & ~failed
 
 
 def _excluded(episodes):
-    return _masked(episodes) | _failed(episodes)
+    failed, masked = _failed_masked(episodes)
+    return failed | masked
 
 
 def _kept(episodes):
@@ -97,11 +85,10 @@ def _kept(episodes):
 
 
 def _mark_excluded(ax, episodes, x, y) -> None:
-    failed, masked = _failed(episodes).to_numpy(), _masked(episodes).to_numpy()
-    if masked.any():
-        ax.plot(x[masked], y[masked], **MASKED_STYLE)
-    if failed.any():
-        ax.plot(x[failed], y[failed], **FAILED_STYLE)
+    failed, masked = (mask.to_numpy() for mask in _failed_masked(episodes))
+    for mask, style in ((masked, MASKED_STYLE), (failed, FAILED_STYLE)):
+        if mask.any():
+            ax.plot(x[mask], y[mask], **style)
 
 
 def _over(episodes) -> str:
@@ -121,25 +108,15 @@ def _order(episodes, order: str):
         return episodes.sort_values("completed", kind="stable"), "episode, in the order it finished", "completion order"
     if order == "repeat":
         keys = [k for k in ("repeat", "task", "episode") if k in episodes]
-        return (
-            episodes.sort_values(keys, kind="stable"),
-            "episode, repeat by repeat (every task once per repeat)",
-            "repeat order",
-        )
+        xlabel = "episode, repeat by repeat (every task once per repeat)"
+        return episodes.sort_values(keys, kind="stable"), xlabel, "repeat order"
     raise ValueError(f"order must be 'repeat' or 'completed', got {order!r}")
 
 
 def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", ax: Any = None, label: str = "reward"):
-    """Reward per episode with a rolling mean over ``window`` kept episodes and its 95% interval.
-
-    ``order="repeat"``: every task once per repeat, repeat after repeat (dotted lines between
-    repeats), so the curve shows how repeats compare rather than where one task's block ends;
-    ``order="completed"``: the order episodes finished (runs of ``lab.run_many`` know it).
-    ``window`` defaults to one repeat (the number of tasks, so each mean is over every task once:
-    no sawtooth from easy and hard tasks taking turns), else 20.
-    """
-    import numpy as np
-
+    """Reward per episode with a rolling mean over ``window`` kept episodes (default: one repeat, the number
+    of tasks, else 20) and its 95% interval. ``order="repeat"``: every task once per repeat, dotted lines
+    between repeats; ``"completed"``: the order episodes finished (``lab.run_many`` runs). docs/plots.md."""
     fig, ax = _axes(ax)
     ordered, xlabel, name = _order(episodes, order)
     ordered = ordered.reset_index(drop=True)
@@ -161,19 +138,14 @@ def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", 
         for start in starts:
             ax.axvline(start - 0.5, color="0.85", linewidth=0.8, linestyle=":")
     what = f"{window}{' (one repeat)' if window == n_tasks else ''}"
-    ax.set_title(f"Reward per episode in {name}, rolling mean of {what} ({_over(episodes)})")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("reward")
-    ax.legend(loc="best", fontsize="small")
-    return fig
+    title = f"Reward per episode in {name}, rolling mean of {what} ({_over(episodes)})"
+    return _labelled(fig, ax, title, xlabel, "reward")
 
 
 def _drawn_steps(steps, episodes, max_episodes: int | None):
     """(the steps to draw, how many episodes, what they are): the kept episodes' steps, all of them or
     a sample of ``max_episodes`` taken repeat by repeat (every task once per repeat) when ``episodes``
     says the tasks, else spread evenly over the run; never the first block of one task."""
-    import numpy as np
-
     if episodes is not None:
         kept = _kept(episodes)
         steps = steps[steps["episode"].isin(set(kept["episode"]))]
@@ -188,11 +160,8 @@ def _drawn_steps(steps, episodes, max_episodes: int | None):
     else:
         chosen = [ids[i] for i in np.linspace(0, len(ids) - 1, max_episodes).round().astype(int)]
         how = "spread evenly over the run"
-    return (
-        steps[steps["episode"].isin(set(chosen))],
-        len(chosen),
-        f"a sample of {len(chosen)} of {len(ids)} episodes ({how})",
-    )
+    what = f"a sample of {len(chosen)} of {len(ids)} episodes ({how})"
+    return steps[steps["episode"].isin(set(chosen))], len(chosen), what
 
 
 def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: int | None = None):
@@ -213,14 +182,11 @@ def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: i
         if k < n:  # fewer episodes reached this step: say how many the mean is over
             ax.annotate(f"n={k}", (step, mean[step]), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
     ax.axhline(0.0, color="0.8", linewidth=0.8)
-    ax.set_title(f"Mean reward by step over {what} (band: {_band_name(scale)})")
-    ax.set_xlabel("step (model turn or transition, from 0)")
-    ax.set_ylabel("reward at the step")
     if len(mean):
         ax.set_xticks(mean.index)
         ax.margins(x=0.08)
-    ax.legend(loc="best", fontsize="small")
-    return fig
+    title = f"Mean reward by step over {what} (band: {_band_name(scale)})"
+    return _labelled(fig, ax, title, "step (model turn or transition, from 0)", "reward at the step")
 
 
 #: The heatmap's colour for a zero reward before an episode's last step (a tool call, a move).
@@ -231,7 +197,6 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
     """Reward of every step of each episode (rows: episodes, columns: steps; blank: no such step). A
     zero reward before an episode's last step is drawn in a neutral grey, not as a failure: a
     successful seven-step episode reads as six steps on the way and one reward."""
-    import numpy as np
     from matplotlib.colors import ListedColormap
 
     fig, ax = _axes(ax)
@@ -251,34 +216,26 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
     )
     ax.imshow(np.where(neutral, 1.0, np.nan), aspect="auto", interpolation="nearest", cmap=ListedColormap([NEUTRAL]))
     fig.colorbar(image, ax=ax, label="reward at the step")
-    ax.set_title(f"Reward by episode and step, {what} (grey: 0 before the last step)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("episode")
     ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns])
     if len(grid) <= 30:
         ax.set_yticks(range(len(grid)), [str(e) for e in grid.index])
-    return fig
+    title = f"Reward by episode and step, {what} (grey: 0 before the last step)"
+    return _labelled(fig, ax, title, "step", "episode", legend=False)
 
 
 def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     """Every kept episode's reward per ``by`` group (``task``, ``environment``, ``model``...), with the
     group's mean and its 95% interval; a box only where a group's rewards vary (five or more, three values)."""
-    import numpy as np
-
     fig, ax = _axes(ax)
     if by not in episodes:
         raise KeyError(f"no column {by!r} to group by; the frame has {', '.join(map(str, episodes.columns))}")
-    groups = [g for g in dict.fromkeys(episodes[by].dropna().tolist())]
+    groups = list(dict.fromkeys(episodes[by].dropna().tolist()))
     kept = _kept(episodes)
     data = [kept.loc[kept[by] == g, "reward"].to_numpy() for g in groups]
     positions = np.arange(1, len(groups) + 1)
-    varied = [len(v) >= 5 and len(np.unique(v)) >= 3 for v in data]
-    if any(varied):
-        ax.boxplot(
-            [v for v, keep in zip(data, varied) if keep],
-            positions=[p for p, keep in zip(positions, varied) if keep],
-            widths=0.6,
-        )
+    varied = [i for i, v in enumerate(data) if len(v) >= 5 and len(np.unique(v)) >= 3]
+    if varied:
+        ax.boxplot([data[i] for i in varied], positions=positions[varied], widths=0.6)
     rng = np.random.default_rng(0)
     for pos, values in zip(positions, data):
         ax.plot(pos + rng.uniform(-0.15, 0.15, len(values)), values, "o", markersize=3, alpha=0.5, color="tab:blue")
@@ -290,25 +247,16 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     ax.errorbar(
         positions + 0.3, means, yerr=yerr, fmt="D", color="tab:orange", capsize=3, label=f"mean, {_band_name(scale)}"
     )
-    position_of = dict(zip(groups, positions))
-    x = episodes[by].map(position_of).astype("float64").to_numpy()
+    x = episodes[by].map(dict(zip(groups, positions))).astype("float64").to_numpy()
     _mark_excluded(ax, episodes, x, episodes["reward"].to_numpy())
     ax.set_xticks(positions, [str(g) for g in groups], rotation=30 if len(groups) > 6 else 0)
-    ax.set_title(f"Reward by {by} ({_over(episodes)})")
-    ax.set_xlabel(by)
-    ax.set_ylabel("reward")
-    ax.legend(loc="best", fontsize="small")
-    return fig
+    return _labelled(fig, ax, f"Reward by {by} ({_over(episodes)})", by, "reward")
 
 
 def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = None):
-    """Two or more runs side by side: mean kept reward per run (per ``by`` group when given), with its 95% interval.
-
-    ``runs`` maps a run's label to its episodes frame, e.g. ``{"greedy": a.episodes, "random": b.episodes}``.
-    """
-    import numpy as np
-
-    if len(runs) < 1:
+    """Two or more runs side by side (``{"greedy": a.episodes, "random": b.episodes}``): mean kept reward per
+    run (per ``by`` group when given), with its 95% interval."""
+    if not runs:
         raise ValueError("compare_runs needs at least one run")
     fig, ax = _axes(ax)
     labels = list(runs)
@@ -324,21 +272,12 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
         means = np.array([v.mean() if len(v) else np.nan for v in values])
         low, high = interval(means, [v.std() for v in values], [max(len(v), 1) for v in values], **scale)
         yerr = np.nan_to_num([means - low, high - means])
-        ax.bar(x + (n - (len(labels) - 1) / 2) * width, means, width=width, yerr=yerr, capsize=3, label=label)
-        excluded = len(runs[label]) - len(kept)
-        if excluded:
-            ax.annotate(
-                f"{excluded} masked/failed",
-                (x[-1] + (n - (len(labels) - 1) / 2) * width, 0),
-                fontsize="x-small",
-                color="tab:red",
-                ha="center",
-                va="bottom",
-            )
+        offset = (n - (len(labels) - 1) / 2) * width
+        ax.bar(x + offset, means, width=width, yerr=yerr, capsize=3, label=label)
+        if excluded := len(runs[label]) - len(kept):
+            note = f"{excluded} masked/failed"
+            ax.annotate(note, (x[-1] + offset, 0), fontsize="x-small", color="tab:red", ha="center", va="bottom")
     ax.set_xticks(x, ["all episodes"] if by is None else [str(g) for g in groups])
     sizes = ", ".join(f"{label}: {len(frame)}" for label, frame in runs.items())
-    ax.set_title(f"Mean reward per run{f' by {by}' if by else ''}, {_band_name(scale)} (episodes: {sizes})")
-    ax.set_ylabel("mean reward (masked and failed left out)")
-    ax.set_xlabel(by if by is not None else "run")
-    ax.legend(loc="best", fontsize="small")
-    return fig
+    title = f"Mean reward per run{f' by {by}' if by else ''}, {_band_name(scale)} (episodes: {sizes})"
+    return _labelled(fig, ax, title, by if by is not None else "run", "mean reward (masked and failed left out)")

@@ -1,9 +1,5 @@
-"""The views of a probe report (``gymlab.probes.ProbeReport``): its verdict as a plain-text table and
-as an HTML table whose red cells open onto their best episode.
-
-The report holds the runs and the verdict; these functions only draw them, beside the other views
-of the notebook layer.
-"""
+"""The views of a probe report (``gymlab.probes.ProbeReport``, which holds the runs and the verdict): the
+verdict as a plain-text table and as an HTML table whose red cells open onto their best episode."""
 
 from __future__ import annotations
 
@@ -18,12 +14,14 @@ from gymlab.protocol.record import failure_counts
 REAL = "real policy"
 
 
-def _fmt(x: float) -> str:
-    return "-" if x is None or math.isnan(x) else f"{x:.2f}"
+def _fmt(x: float, spec: str = ".2f") -> str:
+    return "-" if x is None or math.isnan(x) else format(x, spec)
 
 
-def _pct(x: float) -> str:
-    return "-" if x is None or math.isnan(x) else f"{x:.0%}"
+def _real_row(report: Any) -> list[str]:
+    """The real policy's mean reward on each task and over all, and its mask rate."""
+    rewards = [report.real_reward(t) for t in [*report.tasks, None]]
+    return [*map(_fmt, rewards), _fmt(report.real_mask_rate(None), ".0%")]
 
 
 def _verdict(report: Any) -> list[str]:
@@ -44,14 +42,7 @@ def report_text(report: Any) -> str:
     head = ["probe", *(f"task {t}" for t in report.tasks), "all", "masked"]
     body = []
     if report.real is not None:
-        body.append(
-            [
-                REAL,
-                *(_fmt(report.real_reward(t)) for t in report.tasks),
-                _fmt(report.real_reward(None)),
-                _pct(report.real_mask_rate(None)),
-            ]
-        )
+        body.append([REAL, *_real_row(report)])
     flagged = report.flagged
     for probe in report.rollouts:
         cells = [report.cell(probe, t) for t in report.tasks]
@@ -61,7 +52,7 @@ def report_text(report: Any) -> str:
                 probe + (" *" if probe in flagged else ""),
                 *(_fmt(c.mean_reward) + ("!" if c.above else "") for c in cells),
                 _fmt(overall.mean_reward),
-                _pct(overall.mask_rate) + ("!" if overall.masked_more else ""),
+                _fmt(overall.mask_rate, ".0%") + ("!" if overall.masked_more else ""),
             ]
         )
     widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
@@ -80,11 +71,8 @@ def report_html(report: Any, descriptions: dict[str, str]) -> str:
     )
     rows = []
     if report.real is not None:
-        real = "".join(f"<td class='r'>{_fmt(report.real_reward(t))}</td>" for t in report.tasks)
-        rows.append(
-            f"<tr class='gl-real'><th>{REAL}</th>{real}<td class='r'>{_fmt(report.real_reward(None))}</td>"
-            f"<td class='r'>{_pct(report.real_mask_rate(None))}</td></tr>"
-        )
+        real = "".join(f"<td class='r'>{v}</td>" for v in _real_row(report))
+        rows.append(f"<tr class='gl-real'><th>{REAL}</th>{real}</tr>")
     flagged = report.flagged
     for probe in report.rollouts:
         cells = "".join(_cell_html(report, report.cell(probe, t)) for t in report.tasks)
@@ -92,15 +80,14 @@ def report_html(report: Any, descriptions: dict[str, str]) -> str:
         desc = html.escape(descriptions.get(probe, ""), quote=True)
         mark = " ⚑" if probe in flagged else ""
         cls = " class='gl-flag-probe'" if mark else ""
-        rate = f"<td class='r{' gl-flag' if overall.masked_more else ''}'>{_pct(overall.mask_rate)}</td>"
+        rate = f"<td class='r{' gl-flag' if overall.masked_more else ''}'>{_fmt(overall.mask_rate, '.0%')}</td>"
         rows.append(
             f"<tr><th title='{desc}'{cls}>{html.escape(probe)}{mark}</th>{cells}{_cell_html(report, overall)}"
             f"{rate}</tr>"
         )
-    sentences = _verdict(report)
     verdict = "".join(
         f"<li{' class=gl-flag-probe' if flagged and i < len(flagged) else ''}>{html.escape(line)}</li>"
-        for i, line in enumerate(sentences)
+        for i, line in enumerate(_verdict(report))
     )
     verdict = f"<ul>{verdict}</ul>"
     if report.hits:

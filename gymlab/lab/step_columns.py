@@ -5,23 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-STEP_DTYPES = {
-    "episode": "int64",
-    "step": "int64",
-    "action_type": "category",
-    "tool": "category",
-    "n_calls": "int64",
-    "arguments": "str",
-    "output": "str",
-    "text": "str",
-    "observation": "str",
-    "reward": "float64",
-    "cumulative_reward": "float64",
-    "terminated": "bool",
-    "truncated": "bool",
-    "tool_errors": "int64",
-    "duration_s": "float64",
-}
+
+def dtypes(table: str) -> dict[str, str]:
+    """``{column: dtype}`` from a table of ``column:dtype`` words, in the frame's column order."""
+    return dict(word.split(":") for word in table.split())
+
+
+STEP_DTYPES = dtypes(
+    "episode:int64 step:int64 action_type:category tool:category n_calls:int64 arguments:str output:str text:str"
+    " observation:str reward:float64 cumulative_reward:float64 terminated:bool truncated:bool tool_errors:int64"
+    " duration_s:float64"
+)
 STEP_COLUMNS = list(STEP_DTYPES)
 
 
@@ -50,30 +44,17 @@ def messages_text(items: list[dict[str, Any]], role: str | None = "assistant") -
     return "\n".join(texts) if texts else None
 
 
-def action_type(kinds: list[str]) -> str:
-    """What a step's action was: function_call, message, reasoning, mixed (call and message) or empty."""
-    found = set(kinds)
+def describe_action(items: list[dict[str, Any]]) -> tuple[str, str | None, str | None, int, str | None]:
+    """(action type, first tool name, its arguments, number of calls, message text) of a step of several
+    items (the steps frame reads a step of one item in Arrow). The type: the one kind of item besides
+    reasoning, ``mixed`` (calls and messages) or ``other``."""
+    found = {i.get("type", "message") for i in items}
     if len(found) > 1:
         found.discard("reasoning")
-    if not found:
-        return "empty"
-    if len(found) == 1:
-        return found.pop()
-    return "mixed" if {"function_call", "message"} <= found else "other"
-
-
-def describe_action(items: list[dict[str, Any]]) -> tuple[str, str | None, str | None, int, str | None]:
-    """(action type, first tool name, its arguments, number of calls, message text) of one step."""
-    if len(items) == 1:
-        item = items[0]
-        kind = item.get("type", "message")
-        if kind == "function_call":
-            return kind, item.get("name"), item.get("arguments"), 1, None
-        return kind, None, None, 0, item_text(item) if kind == "message" else None
-    kinds = [i.get("type", "message") for i in items]
+    kind = found.pop() if len(found) == 1 else "mixed" if {"function_call", "message"} <= found else "other"
     calls = [i for i in items if i.get("type") == "function_call"]
     first = calls[0] if calls else {}
-    return action_type(kinds), first.get("name"), first.get("arguments"), len(calls), messages_text(items, None)
+    return kind, first.get("name"), first.get("arguments"), len(calls), messages_text(items, None)
 
 
 def _categorical(values):
@@ -104,33 +85,21 @@ def _no_categories(n: int):
     return pd.Categorical.from_codes([-1] * n, dtype=pd.CategoricalDtype(pd.Index([], dtype="str")))
 
 
-def finish_steps(episode, step, action, outputs, observation, reward, terminated, truncated, errors, duration):
-    """The steps frame from its columns (numbers as numpy arrays, names and texts as pyarrow arrays);
-    ``action`` is the five columns of ``describe_action`` (kind, tool, arguments, n_calls, text)."""
+def finish_steps(columns: dict[str, Any]):
+    """The steps frame from its columns by name (numbers as numpy arrays, names and texts as pyarrow
+    arrays), each as ``STEP_DTYPES`` says, and the cumulative reward of each episode."""
     import numpy as np
     import pandas as pd
 
-    kind, tool, arguments, n_calls, text = action
-    rewards = np.asarray(reward, dtype="float64")
-    cumulative = pd.Series(rewards).groupby(episode).cumsum().to_numpy() if len(rewards) else rewards
-    return pd.DataFrame(
-        {
-            "episode": episode,
-            "step": np.asarray(step, dtype="int64"),
-            "action_type": _categorical(kind),
-            "tool": _categorical(tool),
-            "n_calls": np.asarray(n_calls, dtype="int64"),
-            "arguments": pd.array(arguments, dtype="str"),
-            "output": pd.array(outputs, dtype="str"),
-            "text": pd.array(text, dtype="str"),
-            "observation": pd.array(observation, dtype="str"),
-            "reward": rewards,
-            "cumulative_reward": cumulative,
-            "terminated": np.asarray(terminated, dtype="bool"),
-            "truncated": np.asarray(truncated, dtype="bool"),
-            "tool_errors": np.asarray(errors, dtype="int64"),
-            "duration_s": np.asarray(duration, dtype="float64"),
-        },
-        columns=STEP_COLUMNS,
-        copy=False,  # the columns are new: no second copy of a million rows
+    def typed(values: Any, dtype: str) -> Any:
+        if dtype == "category":
+            return _categorical(values)
+        return pd.array(values, dtype="str") if dtype == "str" else np.asarray(values, dtype=dtype)
+
+    frame = {name: typed(columns[name], dtype) for name, dtype in STEP_DTYPES.items() if name in columns}
+    rewards = frame["reward"]
+    frame["cumulative_reward"] = (
+        pd.Series(rewards).groupby(frame["episode"]).cumsum().to_numpy() if len(rewards) else rewards
     )
+    # the columns are new: no second copy of a million rows
+    return pd.DataFrame(frame, columns=STEP_COLUMNS, copy=False)

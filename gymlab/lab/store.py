@@ -1,20 +1,13 @@
-"""Rollout records held as their JSON lines and validated when used: a run of a million steps in
-about the memory of its JSONL, not ten times that in pydantic objects.
-
-A ``RecordStore`` is one ``bytes`` buffer (a record a line, as in the rollouts file) and each line's
-start offset and line number. ``record(i)`` validates one line into a ``Rollout``; ``dicts()``
-parses every line with orjson (the episodes and calls frames); ``buffer`` is what pyarrow reads for
-the steps frame, and ``columns`` what it read (kept, and carried by ``take`` and ``concat``).
-``StoreBuilder`` holds a run's records in one growing buffer as they finish.
-A bad line is a ``DatasetError`` naming the file (or ``records`` for records built in memory) and
-the line, whenever it is first used.
-"""
+"""Rollout records held as their JSON lines in one buffer and validated when used (``RecordStore``;
+``StoreBuilder`` fills one as a run's records finish): a million steps in about the memory of their
+JSONL. A bad line is a ``DatasetError`` naming the file (or ``records``) and line when first used."""
 
 from __future__ import annotations
 
 import os
 from array import array
 from collections.abc import Iterable, Iterator
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -40,7 +33,8 @@ def _line_of(record: Any) -> bytes:
 
 
 class RecordStore:
-    """Records as JSON lines in one buffer (see the module docstring)."""
+    """Records as JSON lines in one buffer with each line's start and number: ``record(i)`` validates one,
+    ``dicts()`` parses all (orjson), pyarrow reads ``buffer`` for the steps frame and keeps ``columns``."""
 
     __slots__ = ("buffer", "starts", "numbers", "source", "columns", "steps_keys")
 
@@ -50,9 +44,7 @@ class RecordStore:
         self.numbers = numbers
         self.source = source
         self.columns: Any = None  # the steps frame's Arrow columns, read once (the records never change)
-        #: Where each record's ``"steps"`` key starts in ``buffer`` (-1: none), when found on loading
-        #: a file; the steps frame's reader starts there (``gymlab.lab.columnar``).
-        self.steps_keys: Any = None  # an array of int64, or None
+        self.steps_keys: Any = None  # int64 array: where each record's "steps" key starts (-1: none), from a file
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> RecordStore:
@@ -74,15 +66,11 @@ class RecordStore:
     @classmethod
     def from_records(cls, records: Iterable[Any]) -> RecordStore:
         """Records (``Rollout`` models, dicts or JSON lines) as one buffer; nothing is validated yet."""
-        return cls._joined([_line_of(r) for r in records], None, None)
+        return cls._joined([_line_of(r) for r in records])
 
     @classmethod
-    def _joined(cls, lines: list[bytes], numbers: list[int] | None, source: str | None) -> RecordStore:
-        starts, at = [], 0
-        for line in lines:
-            starts.append(at)
-            at += len(line) + 1
-        starts.append(at)
+    def _joined(cls, lines: list[bytes], numbers: list[int] | None = None, source: str | None = None) -> RecordStore:
+        starts = [0, *accumulate(len(line) + 1 for line in lines)]
         buffer = b"\n".join([*lines, b""])  # one copy (``join(...) + b"\n"`` would make two)
         return cls(buffer, starts, numbers, source)
 
@@ -114,8 +102,8 @@ class RecordStore:
             raise self.error(i, f"not a rollout record: {describe_validation(exc, 'record')}") from None
 
     def dicts(self) -> Iterator[dict[str, Any]]:
-        """Every record parsed (not validated) by orjson; a line that is not a JSON object raises. Each
-        line is read where it lies in the buffer: a copy of every line would cost as much as the records."""
+        """Every record parsed (not validated) by orjson, each where it lies in the buffer (no copy of the
+        lines); a line that is not a JSON object with a response raises."""
         loads, view, starts = orjson.loads, memoryview(self.buffer), self.starts
         for i in range(len(starts) - 1):
             try:
@@ -132,19 +120,18 @@ class RecordStore:
         numbers = [self.where(i)[1] for i in indices]
         taken = RecordStore._joined([self.line(i).rstrip(b"\n") for i in indices], numbers, self.source)
         if self.columns is not None:  # the frames' Arrow columns come along: no second parse
-            taken.columns = self.columns.take(indices)
+            import pyarrow as pa
+
+            taken.columns = self.columns.take(pa.array(indices, pa.int64()))  # typed: an empty list is too
         return taken
 
     @staticmethod
     def concat(stores: list[RecordStore]) -> RecordStore:
         """The records of ``stores`` one after the other (line numbers kept when they share a file)."""
         sources = {s.source for s in stores}
-        lines = [line.rstrip(b"\n") for s in stores for line in s.lines()]
-        if len(sources) == 1 and None not in sources:
-            numbers = [n for s in stores for n in (s.numbers or [])]
-            joined = RecordStore._joined(lines, numbers, sources.pop())
-        else:
-            joined = RecordStore._joined(lines, None, None)
+        (source,) = sources if len(sources) == 1 else (None,)
+        numbers = [n for s in stores for n in (s.numbers or [])] if source is not None else None
+        joined = RecordStore._joined([line.rstrip(b"\n") for s in stores for line in s.lines()], numbers, source)
         if stores and all(s.columns is not None for s in stores):  # the frames' Arrow columns too
             import pyarrow as pa
 
@@ -154,9 +141,7 @@ class RecordStore:
 
 class StoreBuilder:
     """A run's records, added by position as they finish (in any order), made a ``RecordStore`` by
-    ``finish``. The records finished from the start on go straight into one growing buffer, so a run
-    holds its records once, as the lines of a loaded file would be (only the few that finished ahead
-    of an earlier one wait as lines of their own)."""
+    ``finish``; those finished from the start on go straight into one growing buffer (held once)."""
 
     def __init__(self, total: int):
         self.total = total

@@ -1,21 +1,19 @@
-"""The episode viewer: one episode step by step, or every episode of a run, filtered and browsed.
-
-``EpisodeViewer(rollout)`` shows one episode (chat bubbles up to the chosen step, a reward sparkline,
-prev/next and a step slider); ``EpisodeViewer(rollouts)`` adds a bar that filters the run by reward,
-task and failure kind and picks an episode among those that match. The filtering is plain Python
-(``RunFilter``), so it is tested without widgets.
-"""
+"""The episode viewer: one episode step by step (chat bubbles, a reward sparkline, a step slider), or
+every episode of a run, filtered by reward, task and failure kind (``RunFilter``, plain Python) and browsed."""
 
 from __future__ import annotations
 
 import html
 import json
+import operator
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as w
 
 from gymlab.lab.display import clip
+from gymlab.models.chat_convert import prompt_items
 from gymlab.protocol import FunctionCall, FunctionCallOutput, Message, Reasoning, Rollout, StepRecord
 from gymlab.protocol.derived_steps import derived_steps
 from gymlab.protocol.record import RESULT_KEYS, failure_counts
@@ -34,6 +32,13 @@ _CSS = """<style>
 .gl-row{display:flex;flex-direction:column}
 .gl-err{color:#b91c1c;font-family:monospace;white-space:pre-wrap}
 </style>"""
+
+
+def add_classes(owner: w.DOMWidget, own: str, names: str) -> None:
+    """``own`` on ``owner``, ``gl-<name>`` on each of its widgets ``names`` lists (hooks for CSS and browser tests)."""
+    owner.add_class(own)
+    for name in names.split():
+        getattr(owner, name).add_class("gl-" + name.replace("_", "-"))
 
 
 # -- what a viewer shows ----------------------------------------------------------------------
@@ -59,12 +64,6 @@ def episode_steps(record: Rollout) -> list[StepRecord]:
     return [StepRecord.model_validate(s) for s in derived_steps(fields)]
 
 
-def prompt_items(record: Rollout) -> list[Any]:
-    params = record.responses_create_params
-    items = params.input_items()
-    return ([Message(role="system", content=params.instructions)] if params.instructions else []) + items
-
-
 def _bubble(item: Any, now: bool) -> str:
     cls, who, text = "gl-assistant", "assistant", ""
     if isinstance(item, Message):
@@ -85,7 +84,7 @@ def _bubble(item: Any, now: bool) -> str:
 
 def conversation_html(record: Rollout, upto: int) -> str:
     """The prompt and steps ``0..upto`` as chat bubbles; step ``upto``'s items are outlined."""
-    parts = [_bubble(i, False) for i in prompt_items(record)]
+    parts = [_bubble(i, False) for i in prompt_items(record.responses_create_params)]
     for step in episode_steps(record)[: upto + 1]:
         now = step.index == upto
         parts.extend(_bubble(i, now) for i in [*step.action, *step.tool_outputs])
@@ -131,7 +130,7 @@ def failure_of(record: Rollout) -> str:
 
 
 def _prompt_snippet(record: Rollout, width: int = 40) -> str:
-    users = [i for i in prompt_items(record) if isinstance(i, Message) and i.role == "user"]
+    users = [i for i in prompt_items(record.responses_create_params) if isinstance(i, Message) and i.role == "user"]
     return clip(" ".join(users[-1].text.split()) if users else "", width)
 
 
@@ -161,22 +160,17 @@ def _task_order(task: Any) -> tuple:
 
 
 class RunFilter:
-    """The episodes of a run that match a reward, a task and a failure kind; the options offered for each.
-
-    A reward condition is ``("=", v)``, ``(">=", v)`` or ``("<", v)``; a task is a ``_ng_task_index``;
-    a failure is a kind of ``failure_counts`` or ``""`` (not masked). ``ANY`` matches everything.
-    """
+    """The episodes of a run that match a reward (``("=", v)``, ``(">=", v)``, ``("<", v)``), a task (a
+    ``_ng_task_index``) and a failure kind (``""``: not masked); ``ANY`` matches all. And the options offered."""
 
     def __init__(self, records: Sequence[Rollout]):
         self.records = list(records)
 
     def reward_options(self) -> list[tuple[str, Any]]:
-        counts: dict[float, int] = {}
-        for r in self.records:
-            counts[r.reward] = counts.get(r.reward, 0) + 1
+        counts = Counter(r.reward for r in self.records)
         if len(counts) <= _MAX_REWARD_VALUES:
             return [("any reward", ANY)] + [(f"reward {v:g} ({n})", ("=", v)) for v, n in sorted(counts.items())]
-        mean = sum(counts_v * n for counts_v, n in counts.items()) / len(self.records)
+        mean = sum(v * n for v, n in counts.items()) / len(self.records)
         above = sum(n for v, n in counts.items() if v >= mean)
         return [
             ("any reward", ANY),
@@ -186,11 +180,10 @@ class RunFilter:
 
     def task_options(self) -> list[tuple[str, Any]]:
         first: dict[Any, Rollout] = {}
-        counts: dict[Any, int] = {}
         for r in self.records:
             if r.task_index is not None:
                 first.setdefault(r.task_index, r)
-                counts[r.task_index] = counts.get(r.task_index, 0) + 1
+        counts = Counter(r.task_index for r in self.records)
         names = _task_names(first)
         return [("every task", ANY)] + [
             (f"task {t} ({counts[t]}): {names[t]}", t) for t in sorted(first, key=_task_order)
@@ -214,22 +207,15 @@ class RunFilter:
     def label(self, i: int) -> str:
         """One line for the episode picker: position, task, repeat, reward and failure kind."""
         r = self.records[i]
-        parts = [f"#{i}"]
-        if r.task_index is not None:
-            parts.append(f"task {r.task_index}")
-        if r.repeat is not None:
-            parts.append(f"repeat {r.repeat}")
-        parts.append(f"reward {r.reward:g}")
-        n = len(episode_steps(r)) if (r.steps or r.response.output) else 0
-        parts.append(f"{n} step" + ("s" if n != 1 else ""))
-        if failure_of(r):
-            parts.append(failure_of(r))
-        return " · ".join(parts)
+        n = len(episode_steps(r))
+        task = f"task {r.task_index}" if r.task_index is not None else ""
+        repeat = f"repeat {r.repeat}" if r.repeat is not None else ""
+        parts = [f"#{i}", task, repeat, f"reward {r.reward:g}", f"{n} step{'s' * (n != 1)}", failure_of(r)]
+        return " · ".join(p for p in parts if p)
 
 
 def _reward_matches(reward: float, condition: tuple[str, float]) -> bool:
-    op, value = condition
-    return reward == value if op == "=" else reward >= value if op == ">=" else reward < value
+    return {"=": operator.eq, ">=": operator.ge, "<": operator.lt}[condition[0]](reward, condition[1])
 
 
 def _is_run(source: Any) -> bool:
@@ -241,15 +227,10 @@ def _is_run(source: Any) -> bool:
 
 
 class EpisodeViewer(w.VBox):
-    """An episode step by step: chat bubbles up to the chosen step, a reward sparkline, prev/next, a slider;
-    given a run, a bar above filters its episodes (reward, task, failure kind) and picks one to show.
-
-    ``EpisodeViewer(rollout)`` (a ``Rollout``, a rollout dict, or a live episode) or
-    ``EpisodeViewer(rollouts)`` (a ``Rollouts`` or a list of records); ``.load(source)`` shows another
-    (or the same episode, further on); ``.filter(reward=1.0, task=0, failure="timeout")`` sets the
-    filters from code. ``.step`` is the shown step, counted from 0 as everywhere (a record's
-    ``StepRecord.index``, the steps frame's ``step`` column, the plots); ``.index`` the shown episode's
-    position in the run.
+    """An episode step by step (a ``Rollout``, a rollout dict or a live episode), or a run (``Rollouts`` or
+    a list of records) whose episodes a bar above filters and picks. ``.load(source)`` shows another;
+    ``.filter(reward=1.0, task=0, failure="timeout")`` sets the filters; ``.step`` is the shown step (from
+    0, as a ``StepRecord.index`` and the steps frame count), ``.index`` the shown episode's place in the run.
     """
 
     def __init__(self, source: Any = None, step: int | None = None, **kwargs: Any):
@@ -274,24 +255,13 @@ class EpisodeViewer(w.VBox):
             ],
             layout=w.Layout(display="none"),
         )
-        for widget, name in (
-            (self, "gl-viewer"),
-            (self.prev, "gl-prev"),
-            (self.next, "gl-next"),
-            (self.slider, "gl-slider"),
-            (self.status, "gl-status"),
-            (self.sparkline, "gl-sparkline"),
-            (self.conversation, "gl-conversation"),
-            (self.run_bar, "gl-run"),
-            (self.reward_filter, "gl-reward-filter"),
-            (self.task_filter, "gl-task-filter"),
-            (self.failure_filter, "gl-failure-filter"),
-            (self.episode, "gl-episode"),
-            (self.prev_episode, "gl-prev-episode"),
-            (self.next_episode, "gl-next-episode"),
-            (self.matches, "gl-matches"),
-        ):
-            widget.add_class(name)
+        self.run_bar.add_class("gl-run")
+        add_classes(
+            self,
+            "gl-viewer",
+            "prev next slider status sparkline conversation reward_filter task_filter failure_filter episode "
+            "prev_episode next_episode matches",
+        )
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(+1))
         self.slider.observe(lambda change: self._render(), names="value")
@@ -321,11 +291,9 @@ class EpisodeViewer(w.VBox):
             self._run = RunFilter(self.rollouts)
             self._quiet = True
             try:
-                self.reward_filter.options = self._run.reward_options()
-                self.task_filter.options = self._run.task_options()
-                self.failure_filter.options = self._run.failure_options()
-                for dropdown in (self.reward_filter, self.task_filter, self.failure_filter):
-                    dropdown.value = ANY
+                options = (self._run.reward_options(), self._run.task_options(), self._run.failure_options())
+                for dropdown, offered in zip((self.reward_filter, self.task_filter, self.failure_filter), options):
+                    dropdown.options, dropdown.value = offered, ANY
             finally:
                 self._quiet = False
             self.run_bar.layout.display = ""
@@ -340,10 +308,8 @@ class EpisodeViewer(w.VBox):
             reward = ("=", float(reward))
         self._quiet = True
         try:
-            for dropdown, value in (
-                (self.reward_filter, reward),
-                (self.task_filter, task),
-                (self.failure_filter, failure),
+            for dropdown, value in zip(
+                (self.reward_filter, self.task_filter, self.failure_filter), (reward, task, failure)
             ):
                 offered = [v for _, v in dropdown.options]
                 if value not in offered:
@@ -367,17 +333,15 @@ class EpisodeViewer(w.VBox):
 
     def _show(self, record: Rollout, step: int | None = None) -> EpisodeViewer:
         self.record = record
-        self.steps = episode_steps(record) if (record.steps or record.response.output) else []
+        self.steps = episode_steps(record)
         self._set_range(len(self.steps), step)
         return self
 
     def _set_range(self, n: int, step: int | None) -> None:
         last = max(n - 1, 0)  # steps 0..n-1; the slider's min stays 0
         target = last if step is None else max(0, min(step, last))
-        # The browser's slider applies an update's keys one by one, "value" before "max", and clamps a
-        # value outside its current range, sending the clamped value back (continuous_update): one
-        # message {value: 3, max: 3} became value 2 in the kernel, and the viewer fell back a step.
-        # So widen the range in a message of its own first, then move the value, then narrow the range.
+        # The browser applies "value" before "max" and sends back a value it clamped (one {value: 3, max: 3}
+        # became 2): widen the range in a message of its own, then move the value, then narrow the range.
         if last > self.slider.max:
             self.slider.max = last
         self.slider.value = target

@@ -1,10 +1,5 @@
-"""Notebook widgets (ipywidgets): an episode viewer (``gymlab.lab.viewer``), an interactive stepper,
-a live collection panel.
-
-Imported only when used (``import gymlab`` never loads ipywidgets). Every widget is a plain
-ipywidgets container whose state lives in traits, so its logic runs and is tested without a
-browser (``.value``, ``.click()``); the browser test renders the same widgets in JupyterLab.
-"""
+"""Notebook widgets: the episode viewer (``gymlab.lab.viewer``), an interactive stepper, a live collection
+panel. Plain ipywidgets whose state lives in traits: their logic is tested without a browser (``.click()``)."""
 
 from __future__ import annotations
 
@@ -22,9 +17,9 @@ import ipywidgets as w
 from gymlab.errors import GymlabError
 from gymlab.lab.viewer import (  # the viewer lives in its own module; these names stay importable from here
     EpisodeViewer,
+    add_classes,
     conversation_html,
     episode_steps,
-    prompt_items,
     sparkline_svg,
 )
 from gymlab.protocol import NeMoGymResponse, Rollout, function_call
@@ -37,7 +32,6 @@ __all__ = [
     "conversation_html",
     "episode_steps",
     "example_arguments",
-    "prompt_items",
     "sparkline_svg",
 ]
 
@@ -52,13 +46,9 @@ def example_arguments(tool: Any) -> dict[str, Any]:
 
 
 class Stepper(w.VBox):
-    """Drive a live episode by hand: pick a tool and JSON arguments (or write a message) and step;
-    let the model take a step; reset; verify. The viewer below follows the episode.
-
-    ``Stepper(lab.episode(env, row, model=model))``, for either protocol: the episode is seeded
-    (or reset) on creation; a Gymnasium episode has no verify (its rewards come with each step).
-    Errors are shown in the widget (a click handler cannot raise into a cell).
-    """
+    """Drive a live episode (``lab.episode(env, row, model=model)``, either protocol; seeded or reset on
+    creation) by hand: a tool and JSON arguments, or a message; a model step; reset; verify (not for a
+    Gymnasium episode: its rewards come with each step). The viewer below follows; errors show in the widget."""
 
     def __init__(self, episode: Any, **kwargs: Any):
         self.episode = episode
@@ -77,24 +67,13 @@ class Stepper(w.VBox):
         self.verify_button = w.Button(description="verify", button_style="success")
         self.message = w.HTML()
         self.viewer = EpisodeViewer()
-        for widget, name in (
-            (self, "gl-stepper"),
-            (self.tool, "gl-tool"),
-            (self.arguments, "gl-arguments"),
-            (self.text, "gl-text"),
-            (self.step_button, "gl-step-button"),
-            (self.model_button, "gl-model-button"),
-            (self.reset_button, "gl-reset-button"),
-            (self.verify_button, "gl-verify-button"),
-            (self.message, "gl-message"),
-        ):
-            widget.add_class(name)
+        add_classes(
+            self, "gl-stepper", "tool arguments text step_button model_button reset_button verify_button message"
+        )
         self.tool.observe(lambda _: self._prefill(), names="value")
-        self.step_button.on_click(lambda _: self._act(self._step))
-        self.model_button.on_click(lambda _: self._act(self._model_step))
-        self.reset_button.on_click(lambda _: self._act(self._reset))
-        self.verify_button.on_click(lambda _: self._act(self._verify))
         buttons = w.HBox([self.step_button, self.model_button, self.reset_button, self.verify_button])
+        for button, action in zip(buttons.children, (self._step, self._model_step, self._reset, self._verify)):
+            button.on_click(lambda _, action=action: self._act(action))
         super().__init__([w.HBox([self.tool, self.arguments]), self.text, buttons, self.message, self.viewer], **kwargs)
         self._prefill()
         self._act(self._start)
@@ -201,18 +180,10 @@ class LivePanel(w.VBox):
         self.progress = w.IntProgress(value=0, min=0, max=max(total, 1), description=description)
         self.summary = w.HTML()
         self.failures = w.HTML()
-        for widget, name in (
-            (self, "gl-live"),
-            (self.progress, "gl-progress"),
-            (self.summary, "gl-summary"),
-            (self.failures, "gl-failures"),
-        ):
-            widget.add_class(name)
+        add_classes(self, "gl-live", "progress summary failures")
         super().__init__([self.progress, self.summary, self.failures], **kwargs)
         self.total, self.interval, self.clock = total, interval, clock
-        self.done = 0
-        self.reward_sum = 0.0
-        self.kept = 0
+        self.done, self.kept, self.reward_sum = 0, 0, 0.0
         self.failed: Counter[str] = Counter()
         self.stages: dict[str, Counter[str]] = {}  # failure kind -> the stages it happened at
         self.renders = 0
@@ -228,14 +199,12 @@ class LivePanel(w.VBox):
         """Count one finished episode: a masked one counts under its failure kind (the rule of
         ``record.failure_counts``) and stays out of the mean (the rule of ``record.mean_reward``)."""
         kinds = failure_counts((record,))
+        if kinds:
+            return self.add_failure(next(iter(kinds)), record.failure_stage)
         with self._lock:
             self.done += 1
-            self.failed.update(kinds)
-            if not kinds:
-                self.kept += 1
-                self.reward_sum += record.reward
-            elif record.failure_stage:
-                self.stages.setdefault(next(iter(kinds)), Counter())[record.failure_stage] += 1
+            self.kept += 1
+            self.reward_sum += record.reward
         self._maybe_render()
 
     def add_failure(self, kind: str, stage: str | None = None) -> None:
@@ -248,8 +217,7 @@ class LivePanel(w.VBox):
         self._maybe_render()
 
     def _maybe_render(self) -> None:
-        now = self.clock()
-        if now - self._last >= self.interval:
+        if self.clock() - self._last >= self.interval:
             self.render()
 
     def render(self) -> None:

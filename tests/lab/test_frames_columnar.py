@@ -321,6 +321,14 @@ def test_frames_keep_their_columns_and_slices_and_sums_carry_them():
     assert both.steps_frame(full=True).equals(Rollouts(records[10:30] + records[:5]).steps_frame(full=True))
 
 
+def test_an_empty_slice_of_a_run_whose_columns_were_read_is_an_empty_run():
+    rollouts = Rollouts(_many_records())
+    rollouts.steps_frame()  # the Arrow columns are read and kept
+    empty = rollouts[len(rollouts) :]
+    assert len(empty) == 0 and empty.store.columns.num_rows == 0
+    assert len(empty.steps_frame()) == 0 and len(empty.episodes) == 0
+
+
 def test_a_bad_line_among_many_is_reported_with_its_number(tmp_path):
     path = tmp_path / "r.jsonl"
     lines = [json.dumps(r) for r in _many_records()]
