@@ -1,12 +1,5 @@
-"""Collection: dataset rows in, rollout records out, in resumable JSONL files.
-
-``config`` (YAML configs) and ``imports`` (what a config names) -> ``datasets`` (rows, taskset
-collation) -> ``expand`` (rows x repeats -> jobs) -> ``runner`` (``collect``/``acollect``) writing
-``files`` through ``gymlab.jsonl``, with ``metrics`` at the end. ``dispatch`` spreads rollouts over
-a pool of replicas, ``shards`` splits the tasks over hosts, ``merge`` joins the shards again.
-``records`` holds what readers of rollout files share (``Rollouts``); ``export`` and
-``reverification`` sit beside it.
-"""
+"""Collection: dataset rows in, rollout records out, in resumable JSONL files (``collect``, ``merge``,
+replica pools); how the modules fit together is in docs/collection.md."""
 
 from __future__ import annotations
 

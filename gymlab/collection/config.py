@@ -1,21 +1,5 @@
-"""YAML configs: instance -> server type -> implementation, merged in order, checked, resolved.
-
-A config is a value (``Config``) that the caller loads and passes down; nothing here is global.
-
-    calculator:                       # instance name
-      resources_servers:              # server type
-        calculator:                   # implementation
-          entrypoint: ../app.py       # relative to this YAML file
-          domain: knowledge
-    calculator_simple_agent:
-      responses_api_agents:
-        simple_agent:                 # a built-in: no entrypoint needed
-          resources_server: {type: resources_servers, name: calculator}
-          model_server: {type: responses_api_models, name: policy_model}
-
-Server references (``{type, name}``) are checked against the merged config and become URLs when
-the servers are launched (``ServerSpec.launch_config``). Every error names the file and the key.
-"""
+"""YAML configs: instance -> server type -> implementation, merged in order, checked, resolved; every
+error names the file and the key (docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -160,32 +144,21 @@ class Config:
 
     def launch_order(self) -> list[ServerSpec]:
         """Every server after the servers it refers to (models and resources before agents)."""
-        rank = {
-            t: i
-            for i, t in enumerate(
-                ("responses_api_models", "resources_servers", "responses_api_agents", "environment_servers")
-            )
-        }
-        ordered: list[ServerSpec] = []
-        state: dict[str, str] = {}
+        rank = ("responses_api_models", "resources_servers", "responses_api_agents", "environment_servers").index
+        ordered: dict[str, ServerSpec] = {}
 
         def visit(name: str, chain: tuple[str, ...]) -> None:
-            if state.get(name) == "done":
-                return
-            if state.get(name) == "visiting":
-                spec = self.servers[name]
+            spec = self.servers[name]
+            if name in chain:
                 raise ConfigError(f"{spec.where}: server references form a cycle: {' -> '.join((*chain, name))}")
-            state[name] = "visiting"
-            for _t, ref in self.servers[name].refs.values():
-                visit(ref, (*chain, name))
-            state[name] = "done"
-            ordered.append(self.servers[name])
+            if name not in ordered:
+                for _t, ref in spec.refs.values():
+                    visit(ref, (*chain, name))
+                ordered[name] = spec
 
-        for name in sorted(
-            self.servers, key=lambda n: (rank[self.servers[n].server_type], list(self.servers).index(n))
-        ):
+        for name in sorted(self.servers, key=lambda n: rank(self.servers[n].server_type)):  # then config order
             visit(name, ())
-        return ordered
+        return list(ordered.values())
 
 
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +238,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Path keys of every implementation block (and its datasets) made absolute against ``base``."""
+    """Path keys of every implementation block (and its datasets) made absolute against ``base``, in
+    place (fixing a block twice, as a YAML alias may, changes nothing)."""
 
     def fix(block: dict[str, Any]) -> dict[str, Any]:
         block = dict(block)
@@ -278,19 +252,12 @@ def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
             block["datasets"] = [fix(d) if isinstance(d, dict) else d for d in block["datasets"]]
         return block
 
-    out = {}
     for inst, body in data.items():
         if isinstance(body, dict) and inst not in TOP_LEVEL_KEYS:
-            body = {
-                st: (
-                    {impl: fix(b) if isinstance(b, dict) else b for impl, b in impls.items()}
-                    if isinstance(impls, dict)
-                    else impls
-                )
-                for st, impls in body.items()
-            }
-        out[inst] = body
-    return out
+            for impls in body.values():
+                if isinstance(impls, dict):
+                    impls.update({impl: fix(b) for impl, b in impls.items() if isinstance(b, dict)})
+    return data
 
 
 def _is_import_path(value: str) -> bool:
@@ -307,11 +274,8 @@ def _absolutize_import(value: str, base: Path) -> str:
 
 
 def load_config(*paths: str | Path) -> Config:
-    """Load YAML files, deep-merged in order (later files win), and check them.
-
-    Relative paths (``entrypoint``, ``jsonl_fpath``, ``policy: app.py:fn``) are relative to the file
-    that sets them.
-    """
+    """Load YAML files, deep-merged in order (later files win), and check them; relative paths
+    (``entrypoint``, ``jsonl_fpath``, ``policy: app.py:fn``) are relative to the file that sets them."""
     if not paths:
         raise ConfigError("no config file given")
     merged: dict[str, Any] = {}
@@ -369,48 +333,43 @@ def _parse_instance(inst: str, body: dict[str, Any], src: Path) -> ServerSpec:
     if block is not None and not isinstance(block, dict):
         raise ConfigError(f"{src}: {inst}.{stype}.{impl}: expected a mapping of fields, got {block!r}")
     block = dict(block or {})
-    where = f"{src}: {inst}.{stype}.{impl}"
-    refs: dict[str, tuple[str, str]] = {}
-    fields: dict[str, Any] = {}
+    spec = ServerSpec(
+        instance=inst,
+        server_type=stype,
+        implementation=impl,
+        fields={},
+        refs={},
+        source=src,
+        entrypoint=block.get("entrypoint"),
+        server_class=block.get("server_class"),
+        domain=block.get("domain"),
+    )
     for key, value in block.items():
         if key in LAUNCH_KEYS:
             continue
         if isinstance(value, dict) and set(value) == {"type", "name"}:
             if value["type"] not in SERVER_TYPES:
                 raise ConfigError(
-                    f"{where}.{key}.type: unknown server type {value['type']!r}; "
+                    f"{spec.where}.{key}.type: unknown server type {value['type']!r}; "
                     f"expected one of {', '.join(SERVER_TYPES)}"
                 )
-            refs[key] = (value["type"], str(value["name"]))
+            spec.refs[key] = (value["type"], str(value["name"]))
         else:
-            fields[key] = value
-    spec = ServerSpec(
-        instance=inst,
-        server_type=stype,
-        implementation=impl,
-        fields=fields,
-        refs=refs,
-        source=src,
-        entrypoint=block.get("entrypoint"),
-        server_class=block.get("server_class"),
-        domain=block.get("domain"),
-    )
+            spec.fields[key] = value
     spec.datasets = _parse_datasets(block.get("datasets"), spec)
     replicas = block.get("num_replicas")
     if replicas is not None:
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-            raise ConfigError(f"{where}.num_replicas: a positive whole number of Ray cells, got {replicas!r}")
+            raise ConfigError(f"{spec.where}.num_replicas: a positive whole number of Ray cells, got {replicas!r}")
         spec.num_replicas = replicas
     return spec
 
 
 def _parse_datasets(raw: Any, spec: ServerSpec) -> list[DatasetSpec]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
+    if raw is not None and not isinstance(raw, list):
         raise ConfigError(f"{spec.where}.datasets: expected a list of datasets")
     out = []
-    for i, d in enumerate(raw):
+    for i, d in enumerate(raw or []):
         key = f"{spec.where}.datasets[{i}]"
         if not isinstance(d, dict):
             raise ConfigError(f"{key}: expected a mapping with name, type and jsonl_fpath")
@@ -420,7 +379,6 @@ def _parse_datasets(raw: Any, spec: ServerSpec) -> list[DatasetSpec]:
         taskset = d.get("taskset")
         if taskset is not None and (not isinstance(taskset, str) or "/" in taskset or not taskset):
             raise ConfigError(f"{key}.taskset: a taskset name is a non-empty string without '/', got {taskset!r}")
-        extra = {k: v for k, v in d.items() if k not in ("name", "type", "jsonl_fpath", "taskset")}
         out.append(
             DatasetSpec(
                 name=str(d["name"]),
@@ -429,7 +387,7 @@ def _parse_datasets(raw: Any, spec: ServerSpec) -> list[DatasetSpec]:
                 owner=spec.instance,
                 taskset=taskset,
                 source=spec.source,
-                extra=extra,
+                extra={k: v for k, v in d.items() if k not in ("name", "type", "jsonl_fpath", "taskset")},
             )
         )
     return out

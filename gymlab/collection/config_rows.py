@@ -1,16 +1,5 @@
-"""Dataset JSONL files: reading with line-numbered errors, and taskset collation.
-
-Two row formats:
-
-- **flat rows** (NeMo Gym's): ``responses_create_params`` plus any fields of the environment's own,
-  sent to an agent as they are;
-- **taskset rows**: a dataset declared with ``taskset: <name>`` is collated for an environment
-  server: each flat row becomes ``{"task_id": "<taskset>/<id>", "task_input": {...the row's own
-  fields, flat...}}``, keeping collector bookkeeping (``_ng_*``, rollout IDs, attempts) outside.
-
-Blank lines are the only thing skipped; anything else that is not a valid row is an error naming
-the file and line. Source files are only ever read.
-"""
+"""Dataset JSONL files: reading with line-numbered errors, and taskset collation (flat rows as
+``{"task_id": "<taskset>/<id>", "task_input": {...}}`` for an environment server; docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -21,7 +10,6 @@ from typing import Any
 
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import iter_jsonl
-from gymlab.protocol.validation import describe_validation
 
 #: Where collation looks for a task's own ID, in this order.
 ID_FIELDS = ("task_id", "problem_id", "instance_id")
@@ -32,13 +20,9 @@ COLLECTOR_FIELDS = frozenset({"_ng_task_index", "_ng_rollout_index", "rollout_id
 
 
 def read_rows(path: str | os.PathLike, *, flat: bool | str = True) -> list[dict[str, Any]]:
-    """The rows of a dataset JSONL file. Blank lines are skipped (and only they are).
-
-    With ``flat=True`` each row must carry a valid ``responses_create_params`` (checked with
-    ``ResponseCreateParams``); taskset rows (``flat=False``) only need to be JSON objects, since
-    each environment server validates its own input. ``flat="auto"`` checks the rows that are not
-    already collated (without ``task_input``).
-    """
+    """The rows of a dataset JSONL file (blank lines skipped). ``flat=True``: each row needs a valid
+    ``responses_create_params``; ``False``: JSON objects (an environment server validates its own input);
+    ``"auto"``: the rows without ``task_input`` are checked."""
     rows = []
     for number, row in iter_jsonl(path, what="row"):
         if flat is True or (flat == "auto" and "task_input" not in row):
@@ -49,9 +33,7 @@ def read_rows(path: str | os.PathLike, *, flat: bool | str = True) -> list[dict[
 
 def check_flat_row(row: dict[str, Any], path: str, line: int | None) -> None:
     """Raise ``DatasetError`` unless ``row["responses_create_params"]`` is a valid model request."""
-    from pydantic import ValidationError
-
-    from gymlab.protocol import ResponseCreateParams
+    from gymlab.collection.readers import validate_task_row
 
     if "responses_create_params" not in row:
         raise DatasetError(
@@ -61,18 +43,9 @@ def check_flat_row(row: dict[str, Any], path: str, line: int | None) -> None:
             f"keys present: {', '.join(sorted(row)) or 'none'}",
         )
     try:
-        ResponseCreateParams.model_validate(row["responses_create_params"])
-    except ValidationError as exc:
-        raise DatasetError(path, line, f"invalid responses_create_params: {describe_validation(exc)}") from None
-
-
-def task_key(row: dict[str, Any]) -> str | None:
-    """The row's own ID (``task_id``, ``problem_id``, ``instance_id``, first present), as a string."""
-    for key in ID_FIELDS:
-        value = row.get(key)
-        if value is not None and value != "":
-            return str(value)
-    return None
+        validate_task_row(row)
+    except ValueError as exc:  # "responses_create_params: <what is wrong>"
+        raise DatasetError(path, line, f"invalid {exc}") from None
 
 
 def collate_taskset(
@@ -85,14 +58,8 @@ def collate_taskset(
     num_repeats_add_seed: bool = False,
     skills: Any = None,
 ) -> list[dict[str, Any]]:
-    """Flat rows of one taskset dataset as ``task_id``/``task_input`` rows.
-
-    The ID: ``task_id``, ``problem_id``, ``instance_id`` in that order; else an existing
-    ``_ng_task_index``; else ``start`` + the row's position (``start`` is where this dataset begins
-    among all datasets of its type). Task-owned fields stay flat in ``task_input``; collector fields
-    stay outside it. Run-level request overrides, ``num_repeats_add_seed`` and skills are refused:
-    set response parameters in the source row instead.
-    """
+    """Flat rows of one taskset dataset as ``task_id``/``task_input`` rows (docs/collection.md: the ID).
+    ``start``: where this dataset begins among all datasets of its type."""
     refusals = [
         (responses_create_params, "run-level responses_create_params overrides"),
         (num_repeats_add_seed, "num_repeats_add_seed"),
@@ -113,7 +80,7 @@ def collate_taskset(
                 f"row {position} of taskset {taskset!r} is already collated "
                 "(has task_input); pass such rows directly with --input",
             )
-        own = task_key(row)
+        own = next((str(row[k]) for k in ID_FIELDS if row.get(k) not in (None, "")), None)
         if own is None:
             own = str(row["_ng_task_index"]) if row.get("_ng_task_index") is not None else str(start + position)
         collated = {k: row[k] for k in row if k in COLLECTOR_FIELDS}
@@ -126,10 +93,8 @@ def collate_taskset(
 def apply_run_overrides(
     row: dict[str, Any], responses_create_params: dict | None, repeat: int, add_seed: bool
 ) -> dict[str, Any]:
-    """A flat row with run-level request overrides merged in, and ``seed=repeat`` when asked.
-
-    The seed goes in ``metadata.extra_body`` (the request schema has no ``seed`` key), as NeMo Gym does.
-    """
+    """A flat row with run-level request overrides merged in, and ``seed=repeat`` in
+    ``metadata.extra_body`` when asked (the request schema has no ``seed`` key), as NeMo Gym does."""
     if not responses_create_params and not add_seed:
         return row
     from gymlab.collection.config import deep_merge
@@ -147,12 +112,9 @@ def apply_run_overrides(
 def config_rows(
     config, *, dataset: str | None = None, split: str | None = None, limit: int | None = None
 ) -> list[dict[str, Any]]:
-    """The rows of a config's datasets, collated: flat rows get ``agent_ref`` (the declaring agent)
-    unless they name one; taskset rows become ``task_id``/``task_input`` rows.
-
-    ``dataset`` picks one dataset by name, ``split`` every dataset of one type; ``limit`` keeps the
-    first rows of each dataset (positional task IDs still count the whole dataset).
-    """
+    """The rows of a config's datasets (``dataset``: one by name, ``split``: one type), collated: flat
+    rows get the declaring agent's ``agent_ref`` unless they name one; taskset rows become
+    ``task_id``/``task_input`` rows. ``limit``: the first rows of each (positional IDs count them all)."""
     chosen = [
         d for d in config.datasets if (dataset is None or d.name == dataset) and (split is None or d.type == split)
     ]

@@ -1,9 +1,4 @@
-"""Dataset metrics: what a rows file holds, counting custom rows that carry no Responses fields.
-
-Every row is counted, whatever its shape (a taskset's custom rows need no ``responses_create_params``).
-Response-specific figures (input items, declared tools, sampling settings) are collected only over
-the rows whose ``responses_create_params`` validates; the others are counted as such, never dropped.
-"""
+"""Dataset metrics: what a rows file holds, counting custom rows that carry no Responses fields."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gymlab.jsonl import iter_jsonl
 from gymlab.protocol import ResponseCreateParams
 
 
@@ -55,8 +51,6 @@ def dataset_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 def file_metrics(path: str | os.PathLike) -> dict[str, Any]:
     """``dataset_metrics`` of a JSONL file (a bad line is a ``DatasetError`` naming it)."""
-    from gymlab.jsonl import iter_jsonl
-
     return dataset_metrics(row for _, row in iter_jsonl(path))
 
 

@@ -1,31 +1,5 @@
-"""Interchangeable replicas of one collection target, and which replica runs the next rollout.
-
-One agent (or environment server) may run as several interchangeable replicas: several
-``--agent-url``s of the same agent on plain hosts, or Ray cells. A ``Replica`` runs one job (a
-materialized row) and returns the ``/run`` answer; it raises ``ReplicaGone`` when the replica itself
-can take no more work (connection refused or reset, an actor that died), and any other error
-(``ServerError``, ``TimeoutError``) when the rollout failed. A ``ReplicaPool`` gives each job to the
-live replica with the fewest rollouts in flight and takes a gone replica out of rotation. A replica
-lost for the first time in ``reprobe_s`` seconds is probed at once (one dropped connection from a
-server that still answers costs it nothing more); one lost again within that time is probed after
-``reprobe_s``, and then every ``reprobe_s``. The job moves at once to another live replica; its
-first move counts as one of its retries, and so does every move past twice the pool's size.
-The last live replica is never taken out: its unreachable jobs are retried with backoff like any
-transport failure (``gymlab.retry.retried``), then recorded as failures, as with a single URL.
-
-The run engine (``engine``: ``collect``, ``run_many``) drives the pool and its sink stays the only
-writer of the output; replicas only answer.
-
-Another kind of replica plugs in by having these three members::
-
-    class MyReplica:
-        name: str                                          # in failures, logs and the pool's repr
-        async def run(self, job: dict, timeout_s: float | None) -> dict: ...  # the /run answer
-        async def alive(self) -> bool: ...                 # may a replica taken out come back?
-
-and is given to ``collect(..., agent_url=ReplicaPool([...]))`` or to a ``Target(..., replicas=pool)``;
-``run_many`` over a ``CellPool`` runs its cells through the same pool (``CellPool.replicas()``).
-"""
+"""Interchangeable replicas of one collection target (``Replica``, ``HttpReplica``) and the pool that gives
+each rollout to the least busy live one, taking a gone one out and probing it back (docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -49,19 +23,14 @@ class Replica(Protocol):
 
     async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
         """The ``/run`` answer for ``job``; ``ReplicaGone`` when this replica is gone."""
-        ...
 
     async def alive(self) -> bool:
         """True when a replica taken out of rotation can take jobs again."""
-        ...
 
 
 class HttpReplica:
-    """An agent or environment server at ``url``: ``POST {url}/run``.
-
-    ``name`` tells replicas apart (default: the URL). Errors name the server as ``server`` when
-    given, else as the agent the job's ``agent_ref`` names, and always say the URL.
-    """
+    """An agent or environment server at ``url``: ``POST {url}/run``. ``name`` tells replicas apart
+    (default: the URL); errors name ``server``, else the job's ``agent_ref``, and say the URL."""
 
     def __init__(self, url: str, name: str | None = None, *, server: str | None = None):
         self.url = url.rstrip("/")
@@ -156,8 +125,7 @@ class ReplicaPool:
         """``replica`` is gone: out of rotation unless it is the last live one. True when another
         live replica can take its jobs."""
         slot = self._slot(replica)
-        others = [s for s in self._slots if s.live and s is not slot]
-        if not others:
+        if not any(s.live and s is not slot for s in self._slots):  # the last live one stays
             return False
         if slot.live:
             now = time.monotonic()
@@ -179,12 +147,10 @@ class ReplicaPool:
 
     async def _probe(self, slot: _Slot) -> None:
         try:
-            back = await slot.replica.alive()
+            slot.live = bool(await slot.replica.alive())
         except Exception:  # a probe that raised says the replica is not back
-            back = False
-        if back:
-            slot.live = True
-        else:
+            slot.live = False
+        if not slot.live:
             slot.probe_at = time.monotonic() + (self.reprobe_s or 0.0)
 
     async def aclose(self) -> None:
@@ -208,9 +174,7 @@ def agent_pool(agent_url: str | Sequence[str] | ReplicaPool, server: str | None 
     ``server``: how errors name the agent (default: each job's ``agent_ref``)."""
     if isinstance(agent_url, ReplicaPool):
         return agent_url
-    if isinstance(agent_url, str):
-        agent_url = [agent_url]
-    urls = list(agent_url)
+    urls = [agent_url] if isinstance(agent_url, str) else list(agent_url)
     if not urls or not all(isinstance(u, str) for u in urls):
         raise ConfigError(f"agent_url: expected a URL, a list of URLs or a ReplicaPool, got {agent_url!r}")
     if len(set(urls)) != len(urls):

@@ -1,16 +1,5 @@
-"""The run engine: episodes of materialized rows through replicas, ``concurrency`` at a time, each
-outcome handed to a sink as it finishes.
-
-``run_many`` (a memory sink: ``Rollouts``), ``collect`` (a JSONL sink: the resumable rollouts,
-inputs and failures files), the probes (``run_many`` per probe) and replica pools (several agent
-URLs, Ray cells: ``dispatch.ReplicaPool``) all run here. A job's tries (``attempt``) go through
-the one retry loop (``gymlab.retry.retrying``): an answer is validated as a ``Rollout`` (one that
-is not is the agent's ``agent_run_error``); a failure is retried only when its kind says it may
-pass (``gymlab.retry.retried``: transport and provider kinds), with backoff over at least
-``RETRY_SPAN_S``, never by text or status; a replica that is gone hands the job to another live one.
-Workers pull jobs from an iterator, so a run of a million jobs holds ``concurrency`` of them at a
-time, not a task each. A run whose first tries all fail alike stops early (``Breaker``).
-"""
+"""The run engine: materialized rows through replicas, ``concurrency`` at a time, each outcome to a sink
+(``run_many``'s, ``collect``'s); retries by failure kind, and a ``Breaker`` (docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -93,11 +82,8 @@ class RunStopped(GymlabError):
 
 
 class Breaker:
-    """Stops a run whose first ``n`` tries all end in the same failure a retry could pass (a model
-    that never answers, a server that is down) once the run has lasted ``RETRY_SPAN_S``, so an outage
-    the retries ride out never stops it. Any other end of a try first (a record, another kind)
-    disarms it for the run. ``pending``: the jobs that failed and are still being retried (what a
-    stopped run writes as their outcome)."""
+    """Stops a run whose first ``n`` tries all end in the same retried failure, once it has lasted
+    ``RETRY_SPAN_S``. ``pending``: failed jobs still being retried (a stopped run writes them)."""
 
     def __init__(self, n: int | None):
         self.n, self.t0 = n or 0, time.monotonic()
@@ -136,12 +122,8 @@ class _Failed(GymlabError):
 
 
 async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> Outcome:
-    """Run ``job`` until it has a record, or a failure no retry can fix, or its retries are spent
-    (or ``breaker`` stops the run).
-
-    A job whose replica is gone moves at once to another live replica; the first move counts as one
-    of its retries (never the reason it fails), later ones are free up to twice the pool's size (a
-    replica probed back at once may be lost again)."""
+    """Run ``job`` until it has a record, a failure no retry can fix, its retries are spent or
+    ``breaker`` stops the run; a job whose replica is gone moves to another live one."""
     import aiohttp
 
     pool, name = job.pool, job.name
@@ -208,13 +190,10 @@ async def run_jobs(
     counts: Any = None,
 ) -> None:
     """Every job of ``jobs`` (read as workers free up) through ``attempt``, ``concurrency`` at a
-    time; ``sink(job, outcome)`` takes each outcome as it finishes (a sink that raises stops the run).
+    time, each outcome to ``sink(job, outcome)`` as it finishes (a sink that raises stops the run).
 
-    On an error or a cancel every running episode is cancelled and its cleanup (its session closed)
-    finishes before this returns; ``counts`` (running, stopped) follows the run. When the first
-    ``policy.stop_after`` tries (at most ``concurrency``) all fail alike, the run stops (``Breaker``):
-    each job that failed gets its last failure as its outcome, no other job starts, and
-    ``RunStopped`` says why."""
+    On an error or a cancel every running episode's cleanup finishes before this returns; ``counts``
+    follows the run. A tripped ``Breaker`` (at most ``concurrency`` tries) ends it with ``RunStopped``."""
     counts = counts if counts is not None else Counts()
     source = iter(jobs)
     breaker = Breaker(min(policy.stop_after or 0, max(1, concurrency)))

@@ -24,11 +24,6 @@ def check_rows(rows: Iterable[dict[str, Any]], source: str = "rows") -> list[dic
     return out
 
 
-def expand(rows: list[dict[str, Any]], repeats: int = 1, **options: Any) -> list[dict[str, Any]]:
-    """``iter_expand`` as a list."""
-    return list(iter_expand(rows, repeats, **options))
-
-
 def iter_expand(
     rows: list[dict[str, Any]],
     repeats: int = 1,
@@ -36,18 +31,12 @@ def iter_expand(
     responses_create_params: dict | None = None,
     num_repeats_add_seed: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    """Every row ``repeats`` times in "aabbcc" order, with ``_ng_task_index`` and ``_ng_rollout_index``,
-    made as they are read (a run of many repeats holds the jobs running, not all of them).
-
-    A row's own ``_ng_task_index`` is kept (else its position); it must be a whole number. A row that already has
-    ``_ng_rollout_index`` is already materialized and runs once, as it is. Taskset rows (with
-    ``task_input``) refuse run-level request overrides and ``num_repeats_add_seed``.
-    """
+    """Every row ``repeats`` times in "aabbcc" order with ``_ng_task_index`` (its own, else its position)
+    and ``_ng_rollout_index``, made as they are read; a row that has ``_ng_rollout_index`` runs once, as
+    it is. Taskset rows refuse run-level request overrides and ``num_repeats_add_seed``."""
     from gymlab.collection.config_rows import apply_run_overrides
 
-    def _base(row: dict[str, Any], r: int) -> dict[str, Any]:
-        if "task_input" in row:
-            return row
+    def _base(row: dict[str, Any], r: int) -> dict[str, Any]:  # a taskset row has no override: it comes back as is
         return apply_run_overrides(row, responses_create_params, r, num_repeats_add_seed and repeats > 1)
 
     if repeats < 1:

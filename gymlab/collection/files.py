@@ -1,9 +1,5 @@
-"""The files of one collection, and the (task, repeat) key that names each record in them.
-
-``NAME.jsonl`` (rollouts), ``NAME_materialized_inputs.jsonl`` (the rows as sent), ``NAME_failures.jsonl``
-(rows that still failed after the retries) and ``NAME_aggregate_metrics.json``; a shard
-(``--shard``) also writes ``NAME_shard.json``: which shard, and what identifies the whole run's inputs.
-"""
+"""The files of one collection (``NAME.jsonl``, ``_materialized_inputs``, ``_failures``,
+``_aggregate_metrics``, ``_shard``) and the (task, repeat) key that names each record in them."""
 
 from __future__ import annotations
 
@@ -37,20 +33,15 @@ def key_of(record: dict[str, Any]) -> Key:
 
 
 def sort_key(record: dict[str, Any]) -> tuple:
-    return key_order(key_of(record))
-
-
-def key_order(key: Key) -> tuple:
-    """Where a (task, repeat) key sorts: "aabbcc" order, tasks of one type together."""
-    t, r = key
+    """Where a record sorts: its (task, repeat) key in "aabbcc" order, tasks of one type together."""
+    t, r = key_of(record)
     return (str(type(t)), t if t is not None else 0, r if r is not None else 0)
 
 
 def rewrite_sorted(path: Path, *, keep: Callable[[Key], bool] | None = None, what: str = "rollouts") -> int:
     """Rewrite an appended file in (task, repeat) order, atomically, holding only each line's key and
-    place as four integer arrays (32 bytes a line, never the records): the last line of each key
-    wins, ``keep`` drops keys. Returns the lines written. Every key is a pair of whole numbers, as the
-    run engine writes them (a line with another key is a ``DatasetError`` naming it)."""
+    place (32 bytes a line): a key's last line wins, ``keep`` drops keys. Returns the lines written.
+    A key that is not a pair of whole numbers is a ``DatasetError`` naming its line."""
     import numpy as np
 
     if not path.exists():

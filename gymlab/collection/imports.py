@@ -1,7 +1,5 @@
-"""Importing what a config names: ``module:attr``, ``path/to/app.py:attr``, a server class, a server.
-
-Every failure is a ``ConfigError`` that names where in the config the target came from.
-"""
+"""Importing what a config names: ``module:attr``, ``path/to/app.py:attr``, a server class, a server;
+every failure is a ``ConfigError`` naming where in the config the target came from."""
 
 from __future__ import annotations
 
@@ -72,10 +70,8 @@ def load_server_class(target: str, *, where: str = "") -> type:
 
 
 def build_server(target: str, cfg: dict[str, Any], *, where: str = ""):
-    """A server instance of ``target`` (see ``load_server_class``) with config ``cfg``.
-
-    A ``policy`` given as an import string (``app.py:policy``, ``module:function``) is imported here.
-    """
+    """A server instance of ``target`` (see ``load_server_class``) with config ``cfg``; a ``policy``
+    given as an import string (``app.py:policy``, ``module:function``) is imported here."""
     from pydantic import ValidationError
 
     cls = load_server_class(target, where=where)

@@ -1,19 +1,5 @@
-"""Shard outputs joined into one collection: ``merge("run.jsonl", "run.1.jsonl", "run.2.jsonl")``.
-
-Each shard is a collection's four files (``files.output_paths``). The merge holds every
-(task, repeat) once, in "aabbcc" order: rollouts and materialized inputs are united (the same key
-twice with the same content is kept once; with different content it is an error naming both files
-and lines), a failure is kept only when no shard holds a rollout for its key (the later shard's
-failure wins), and the aggregate metrics are computed again over the merged rollouts as ``collect``
-computes them (from ``resources_url``'s ``/aggregate_metrics`` when given, else here). Every file is
-written atomically; the output may be one of the shards. An existing output that is not a shard
-is replaced only when every record it holds is in the merge unchanged (merging again), or with
-``overwrite=True`` (``--force``): a merge never loses a collection by mistake.
-
-A shard is refused when it is unfinished (an input with neither a rollout nor a failure: its collect
-stopped midway), unless ``allow_partial=True`` (``--allow-partial``) writes those keys as masked
-``cancelled`` failures; shards whose ``NAME_shard.json`` name different inputs are refused.
-"""
+"""Shard outputs joined into one collection: ``merge("run.jsonl", "run.1.jsonl", "run.2.jsonl")``; what it
+refuses (overlaps, unfinished shards, other inputs, an output it would lose) is in docs/collection.md."""
 
 from __future__ import annotations
 
@@ -28,6 +14,7 @@ from gymlab.collection.metrics import aggregate
 from gymlab.collection.runner import CollectResult
 from gymlab.errors import DatasetError
 from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
+from gymlab.protocol.record import mean_reward
 
 
 def _united(files: list[Path], what: str, *, required: bool) -> dict[Key, tuple[dict[str, Any], Path, int]]:
@@ -122,58 +109,54 @@ async def amerge(
     overwrite: bool = False,
     allow_partial: bool = False,
 ) -> CollectResult:
-    """``merge`` on the running loop."""
+    """Join the outputs of ``collect(..., shard=(i, n))`` runs into ``output`` (see the module doc)."""
     t0 = time.perf_counter()
     if not shards:
         raise DatasetError(str(output), None, "nothing to merge: give the shard outputs (NAME.jsonl) to join")
-    parts = [output_paths(s) for s in shards]
+    parts, paths = [output_paths(s) for s in shards], output_paths(output)
     _same_inputs(parts)
     rollouts = _united([p["rollouts"] for p in parts], "rollouts", required=True)
     if not overwrite:
-        _refuse_losing(output_paths(output)["rollouts"], [p["rollouts"] for p in parts], rollouts)
+        _refuse_losing(paths["rollouts"], [p["rollouts"] for p in parts], rollouts)
     inputs = _united([p["materialized_inputs"] for p in parts], "materialized inputs", required=False)
-    failures: dict[Key, dict[str, Any]] = {}
-    for p in parts:
-        if p["failures"].exists():
-            for _, failure in iter_jsonl(p["failures"], what="failures"):
-                if key_of(failure) not in rollouts:
-                    failures[key_of(failure)] = failure
+    failures = {  # a later shard's failure wins
+        key_of(f): f
+        for p in parts
+        if p["failures"].exists()
+        for _, f in iter_jsonl(p["failures"], what="failures")
+        if key_of(f) not in rollouts
+    }
     failures.update(_unfinished(inputs, set(rollouts) | set(failures), allow_partial))
 
     records = sorted((r for r, _, _ in rollouts.values()), key=sort_key)
     failed = sorted(failures.values(), key=sort_key)
     agents = {str((r.get("agent_ref") or {}).get("name")) for r in records}
-    metrics = await aggregate(records, dict.fromkeys(agents, resources_url))
-    paths = output_paths(output)
+    from gymlab.client import http_scope
+
+    async with http_scope():  # no connection pool outlives a caller's short-lived loop
+        metrics = await aggregate(records, dict.fromkeys(agents, resources_url))
     write_jsonl_atomic(paths["materialized_inputs"], sorted((r for r, _, _ in inputs.values()), key=sort_key))
     write_jsonl_atomic(paths["failures"], failed)
     write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
     paths["shard"].unlink(missing_ok=True)  # the output is a whole collection now, not a shard
     write_jsonl_atomic(paths["rollouts"], records)  # last: the rollouts file says the merge finished
     return CollectResult(
-        output=paths["rollouts"],
-        rollouts=records,
-        failures=failed,
+        paths["rollouts"],
         aggregate_metrics=metrics,
         n_new=len(records),
         n_skipped=0,
-        paths=paths,
+        n_rollouts=len(records),
+        n_failures=len(failed),
+        mean_reward=mean_reward(records),
         duration_s=time.perf_counter() - t0,
     )
 
 
 def merge(output: str | os.PathLike, *shards: str | os.PathLike, **options: Any) -> CollectResult:
-    """Join the outputs of ``collect(..., shard=(i, n))`` runs into ``output`` (see the module doc);
-    ``options``: ``amerge``'s (``resources_url``, ``overwrite``, ``allow_partial``)."""
+    """``amerge`` from sync code; ``options``: ``resources_url``, ``overwrite``, ``allow_partial``."""
     from gymlab._sync import run_sync
 
-    async def go() -> CollectResult:
-        from gymlab.client import http_scope
-
-        async with http_scope():
-            return await amerge(output, *shards, **options)
-
-    return run_sync(go())
+    return run_sync(amerge(output, *shards, **options))
 
 
 __all__ = ["amerge", "merge"]

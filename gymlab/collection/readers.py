@@ -114,18 +114,11 @@ def kind_of(row: dict) -> str:
     return "task"
 
 
-def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
-    """Read and validate every line: ``kind`` is rollout, sft, rl or task (None: from the first row).
-
-    Rollout rows come back as ``Rollout`` records, the others as dicts. A torn, invalid or
-    wrong-shaped line raises ``DatasetError`` with the file and line number.
-    """
+def read_jsonl(path: str | os.PathLike, kind: str | None = None, *, what: str | None = None) -> list[Any]:
+    """Read and validate every line: ``kind`` is rollout (as ``Rollout`` records), sft, rl or task (as
+    dicts), None: from the first row. A bad line raises ``DatasetError`` (file, line, ``not {what}``)."""
     if kind is not None and kind not in _VALIDATORS:
         raise ValueError(f"kind must be one of {', '.join(_VALIDATORS)} or None, got {kind!r}")
-    return _read(path, kind)
-
-
-def _read(path: str | os.PathLike, kind: str | None, what: str | None = None) -> list[Any]:
     out = []
     for number, row in iter_jsonl(path):
         kind = kind or kind_of(row)
@@ -142,7 +135,7 @@ def _read(path: str | os.PathLike, kind: str | None, what: str | None = None) ->
 
 def read_rollouts(path: str | os.PathLike, *, what: str = "a rollout row") -> list[Rollout]:
     """The ``Rollout`` records of a rollouts JSONL file (a bad line: ``not {what}: ...``)."""
-    return _read(path, "rollout", what)
+    return read_jsonl(path, "rollout", what=what)
 
 
 # -- task datasets ----------------------------------------------------------------------------
@@ -156,23 +149,15 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy arrays and scalars
         return _plain(value.tolist())
-    if isinstance(value, float) and value != value:
-        return None
-    if type(value).__name__ in ("NAType", "NaTType"):
+    if (isinstance(value, float) and value != value) or type(value).__name__ in ("NAType", "NaTType"):
         return None
     return value
 
 
 class Dataset:
-    """Task rows (``responses_create_params`` + metadata), validated, ready to run or write.
-
-    Build from a list of dicts or a pandas DataFrame. With ``prompt="column"``, each row's request
-    is built from that column (plus ``system``, ``tools`` and any other request ``params``); the other
-    columns stay as row metadata (what the environment's seed/verify read).
-
-    >>> ds = Dataset(frame, prompt="question", tools=[square_tool])
-    >>> ds.write("data/train.jsonl")
-    """
+    """Task rows (``responses_create_params`` + metadata) from dicts or a DataFrame, validated, ready to
+    run or write. ``prompt="column"`` builds each request from that column (with ``system``, ``tools`` and
+    other request ``params``); the other columns stay as the row's metadata (docs/collection.md)."""
 
     def __init__(
         self,

@@ -1,25 +1,5 @@
-"""Rollout collection: dataset rows in, rollout records out, resumable JSONL.
-
-``collect(rows, "out/run.jsonl", agent_url=...)`` runs every row ``repeats`` times ("aabbcc" order)
-through ``POST /run`` of an agent (or environment) server, ``concurrency`` at a time, and writes:
-
-- ``run.jsonl``: one rollout record per (task, repeat), the ``/run`` answer plus ``_ng_task_index``,
-  ``_ng_rollout_index`` and ``agent_ref``; each line is written whole and flushed as it finishes;
-- ``run_materialized_inputs.jsonl``: the rows exactly as sent;
-- ``run_failures.jsonl``: the rows that failed, with ``failure_kind`` and ``failure_reason``: a
-  failure whose kind may pass (transport, provider) after its retries, any other at once (a rerun
-  retries them);
-- ``run_aggregate_metrics.json``: per agent, from its resources server's ``/aggregate_metrics`` when
-  known, else computed here the same way.
-
-Episodes run on the one run engine (``engine``); this module is its JSONL sink: each record is
-written as it finishes and then dropped, so a collection's memory does not grow with its episodes
-(the files are put in (task, repeat) order at the end from each line's key and place alone).
-
-Rerunning the same command resumes: finished (task, repeat) pairs are skipped. A partial last line
-left by a crash is cut off with a message (its rollout runs again); a damaged line anywhere else is
-an error naming the line, never dropped.
-"""
+"""Rollout collection (the run engine's JSONL sink): dataset rows in, rollout records out, resumable
+JSONL files, each record written as it finishes (docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -51,10 +31,7 @@ DEFAULT_ROLLOUT_TIMEOUT_S = 2000.0
 @dataclass(frozen=True)
 class Target:
     """Where one row goes: ``POST {url}/run``, recorded as ``agent_ref``; metrics from ``metrics_url``.
-
-    ``replicas``: interchangeable replicas of this target (``dispatch.ReplicaPool``: several agent
-    URLs, Ray cells) instead of the one server at ``url``; ``url`` then only names the target.
-    """
+    ``replicas``: a ``ReplicaPool`` that runs it instead (``url`` then only names the target)."""
 
     url: str
     agent_ref: dict[str, Any]
@@ -62,55 +39,33 @@ class Target:
     replicas: ReplicaPool | None = field(default=None, compare=False)
 
 
+@dataclass
 class CollectResult:
-    """What a collection produced. ``rollouts`` and ``failures`` are read from the files when asked
+    """What a collection produced; ``rollouts`` and ``failures`` are read from its files when asked
     (all of them, in "aabbcc" order): a collection holds none of its records in memory."""
 
-    def __init__(
-        self,
-        output: Path,
-        *,
-        aggregate_metrics: dict[str, Any],
-        n_new: int,
-        n_skipped: int,
-        paths: dict[str, Path] | None = None,
-        duration_s: float = 0.0,
-        rollouts: list[dict[str, Any]] | None = None,
-        failures: list[dict[str, Any]] | None = None,
-        counts: tuple[int, int, float] | None = None,
-    ):
-        self.output, self.aggregate_metrics = Path(output), aggregate_metrics
-        self.n_new, self.n_skipped, self.duration_s = n_new, n_skipped, duration_s
-        self.paths = paths or output_paths(output)
-        self._rollouts, self._failures = rollouts, failures
-        self._counts = counts  # (rollouts, failures, mean reward), when the writer counted them
+    output: Path
+    aggregate_metrics: dict[str, Any]
+    n_new: int
+    n_skipped: int
+    n_rollouts: int
+    n_failures: int
+    mean_reward: float  # over the unmasked rollouts (``gymlab.protocol.record.mean_reward``)
+    duration_s: float = 0.0
+
+    @property
+    def paths(self) -> dict[str, Path]:
+        return output_paths(self.output)
 
     @property
     def rollouts(self) -> list[dict[str, Any]]:
         """Every record of the rollouts file."""
-        return self._rollouts if self._rollouts is not None else read_appendable(self.paths["rollouts"], repair=False)
+        return read_appendable(self.paths["rollouts"], repair=False)
 
     @property
     def failures(self) -> list[dict[str, Any]]:
         """Every row of the failures file."""
-        if self._failures is not None:
-            return self._failures
         return read_appendable(self.paths["failures"], repair=False, what="failures")
-
-    @property
-    def n_rollouts(self) -> int:
-        return self._counts[0] if self._counts else len(self.rollouts)
-
-    @property
-    def n_failures(self) -> int:
-        return self._counts[1] if self._counts else len(self.failures)
-
-    @property
-    def mean_reward(self) -> float:
-        """Mean reward of the unmasked rollouts (``gymlab.protocol.record.mean_reward``)."""
-        from gymlab.protocol.record import mean_reward
-
-        return self._counts[2] if self._counts else mean_reward(self.rollouts)
 
     def __repr__(self) -> str:
         return (
@@ -192,7 +147,7 @@ class JsonlSink:
 # -- collection --------------------------------------------------------------------------------
 
 
-async def _acollect(
+async def acollect(
     rows: Iterable[dict[str, Any]] | str | os.PathLike,
     output: str | os.PathLike,
     *,
@@ -212,18 +167,13 @@ async def _acollect(
     stop_after: int | None = STOP_AFTER,
     progress: bool = True,
 ) -> CollectResult:
-    """Collect rollouts of ``rows`` (dicts, or a JSONL path) into ``output`` (see the module doc).
+    """Collect rollouts of ``rows`` (dicts, or a JSONL path) into ``output`` (docs/collection.md).
 
-    Give ``agent_url`` (every row to that server's ``/run``; ``resources_url`` for its metrics) or
-    ``route`` (row -> ``Target``, for configs with several agents or environment servers).
-    ``agent_url`` may list several URLs of the same agent, or be a ``ReplicaPool``: each rollout
-    goes to the one with the fewest in flight, and a replica that is gone (refused, reset) hands
-    its rollouts to the others. A failed rollout whose kind may pass (transport, provider:
-    ``gymlab.retry.retried``) is retried ``max_retries`` times and over ``gymlab.retry.RETRY_SPAN_S``
-    at least (backoff ``backoff_s``, doubling); any failure is then written to the failures file.
-    When the first ``stop_after`` tries all fail alike (``engine.Breaker``) the run stops with
-    ``RunStopped`` saying why (None: never). ``shard=(i, n)`` (or ``"i/n"``) collects only
-    the tasks of shard i of n (1-based; see ``shards``), for ``merge`` to join later.
+    Give ``agent_url`` (one URL, several of the same agent, or a ``ReplicaPool``; ``resources_url`` for
+    its metrics) or ``route`` (row -> ``Target``). A failure whose kind may pass is retried ``max_retries``
+    times over ``gymlab.retry.RETRY_SPAN_S`` at least (backoff ``backoff_s``, doubling), then written to
+    the failures file; when the first ``stop_after`` tries all fail alike the run stops with
+    ``RunStopped`` (None: never). ``shard=(i, n)`` or ``"i/n"``: only shard i of n, for ``merge``.
     """
     t0 = time.perf_counter()
     is_path = isinstance(rows, (str, os.PathLike))
@@ -266,66 +216,61 @@ async def _acollect(
     done = _checked_done(paths["rollouts"])
     pools: dict[str, ReplicaPool] = {}
     metrics_urls: dict[str, str | None] = {}
-    total = 0
-    for _job, t in _recorded_inputs(paths["materialized_inputs"], jobs(), done):
+    total = n_skipped = 0
+    for job, t in _recorded_inputs(paths["materialized_inputs"], jobs(), done):
         total += 1
+        n_skipped += key_of(job) in done
         if t.url not in pools:
-            server = str(t.agent_ref.get("name") or t.url)
-            pools[t.url] = t.replicas if t.replicas is not None else ReplicaPool([HttpReplica(t.url, server=server)])
+            pools[t.url] = t.replicas or ReplicaPool([HttpReplica(t.url, server=str(t.agent_ref.get("name") or t.url))])
         metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
     pending = (
         Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
         for i, (job, t) in enumerate(jobs())
         if key_of(job) not in done
     )
-    n_skipped = sum(1 for job, _ in jobs() if key_of(job) in done) if done else 0
-    bar = _progress_bar(total, n_skipped, str(paths["rollouts"].name)) if progress else None
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, initial=n_skipped, desc=paths["rollouts"].name, unit="rollout", dynamic_ncols=True)
     failed_before = {key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures")}
     sink = JsonlSink(paths, failed_before, bar)
     policy = Policy(max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s, stop_after=stop_after)
-    try:
-        await run_jobs(pending, sink, concurrency=max(1, min(concurrency, total - n_skipped)), policy=policy)
-    finally:
-        for p in pools.values():
-            await p.aclose()
-        sink.close()
-        if bar is not None:
-            bar.close()
+    from gymlab.client import http_scope
 
-    n_rollouts = rewrite_sorted(paths["rollouts"])
-    n_failures = rewrite_sorted(
-        paths["failures"], keep=lambda k: k not in done and k not in sink.recovered, what="failures"
-    )
-    tally = _Tally()
+    async with http_scope():  # no connection pool outlives a caller's short-lived loop
+        try:
+            await run_jobs(pending, sink, concurrency=max(1, min(concurrency, total - n_skipped)), policy=policy)
+        finally:
+            for p in pools.values():
+                await p.aclose()
+            sink.close()
+            if bar is not None:
+                bar.close()
 
-    def records() -> Iterator[dict[str, Any]]:
-        for _, _, _, record in iter_appendable(paths["rollouts"], repair=False):
-            tally.add(record)
-            yield record
+        n_rollouts = rewrite_sorted(paths["rollouts"])
+        n_failures = rewrite_sorted(
+            paths["failures"], keep=lambda k: k not in done and k not in sink.recovered, what="failures"
+        )
+        tally = _Tally()
 
-    metrics = await aggregate(records(), metrics_urls)
+        def records() -> Iterator[dict[str, Any]]:
+            for _, _, _, record in iter_appendable(paths["rollouts"], repair=False):
+                tally.add(record)
+                yield record
+
+        metrics = await aggregate(records(), metrics_urls)
     write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
     return CollectResult(
         paths["rollouts"],
         aggregate_metrics=metrics,
         n_new=sink.n_new,
         n_skipped=n_skipped,
-        paths=paths,
+        n_rollouts=n_rollouts,
+        n_failures=n_failures,
+        mean_reward=tally.mean,
         duration_s=time.perf_counter() - t0,
-        counts=(n_rollouts, n_failures, tally.mean),
     )
-
-
-async def acollect(
-    rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike, **options: Any
-) -> CollectResult:
-    from gymlab.client import http_scope
-
-    async with http_scope():
-        return await _acollect(rows, output, **options)
-
-
-acollect.__doc__ = _acollect.__doc__
 
 
 def collect(
@@ -357,30 +302,20 @@ def _recorded_inputs(path: Path, jobs: Iterator[tuple[dict[str, Any], Any]], don
     """``jobs``, passed on while they are written to the inputs file (with the inputs of the file's
     other keys kept); resuming onto rollouts of different inputs is refused before anything runs."""
     old = {key_of(r): (offset, len(line)) for _, offset, line, r in iter_appendable(path, what="materialized inputs")}
-    sent: set[Key] = set()
     with atomic_file(path) as out:
         with open(path, "rb") if old else open(os.devnull, "rb") as source:
             for job, target in jobs:
                 k = key_of(job)
-                if k in old and k in done:
-                    source.seek(old[k][0])
-                    if orjson.loads(source.read(old[k][1])) != job:
+                if (place := old.pop(k, None)) is not None and k in done:
+                    source.seek(place[0])
+                    if orjson.loads(source.read(place[1])) != job:
                         raise ConfigError(
                             f"{path}: task {k[0]} repeat {k[1]} was collected from a different input row; "
                             "write to another output, or delete the old files to start over"
                         )
-                if old:  # which of the file's other keys to keep
-                    sent.add(k)
                 out.write(dumps(job) + b"\n")
                 yield job, target
-            for k, (offset, length) in old.items():
-                if k not in sent:
-                    source.seek(offset)
-                    out.write(source.read(length))
+            for offset, length in old.values():  # the file's other keys, kept
+                source.seek(offset)
+                out.write(source.read(length))
     rewrite_sorted(path, what="materialized inputs")
-
-
-def _progress_bar(total: int, initial: int, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit="rollout", dynamic_ncols=True)

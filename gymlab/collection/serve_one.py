@@ -1,9 +1,5 @@
-"""One server of a config, in the foreground: ``python -m gymlab.collection.serve_one`` (``gymlab serve`` runs it).
-
-The server's config (refs already URLs) comes in a private file that ``CONFIG_ENV`` names
-(``gymlab._runtime.env``), removed once read; what to import comes in ``TARGET_ENV`` (an entrypoint
-path or a ``module:Class``, see ``gymlab.collection.imports``).
-"""
+"""One server of a config, in the foreground: ``python -m gymlab.collection.serve_one`` (``gymlab serve``
+runs it); its config comes in the private file ``CONFIG_ENV`` names, its import target in ``TARGET_ENV``."""
 
 from __future__ import annotations
 
@@ -44,8 +40,7 @@ def main() -> int:
             config = read_config()
         finally:
             os.unlink(os.environ.pop(CONFIG_ENV))
-        server = build_server(os.environ[TARGET_ENV], config, where=where)
-        server.run_webserver()
+        build_server(os.environ[TARGET_ENV], config, where=where).run_webserver()
     except GymlabError as exc:
         print(f"gymlab serve: error: {exc}", file=sys.stderr)
         return 2

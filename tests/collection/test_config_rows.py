@@ -11,7 +11,7 @@ import pytest
 
 from gymlab.collection.config import load_config
 from gymlab.collection.config_rows import collate_taskset, config_rows, read_rows
-from gymlab.collection.expand import expand
+from gymlab.collection.expand import iter_expand
 from gymlab.errors import ConfigError, DatasetError
 
 PARAMS = {"input": [{"role": "user", "content": "What is 4 squared?"}]}
@@ -181,7 +181,7 @@ def test_taskset_rows_refuse_run_level_options(option, what):
 def test_collated_rows_refuse_run_level_options_at_collection_too(option, what):
     [row] = collate_taskset([{"q": "a"}], "ts")
     with pytest.raises(ConfigError, match=f"taskset rows refuse {what}"):
-        expand([row], 2, **option)
+        list(iter_expand([row], 2, **option))
 
 
 def test_already_collated_rows_are_refused_by_collation():
@@ -194,15 +194,15 @@ def test_already_collated_rows_are_refused_by_collation():
 
 def test_repeats_run_in_aabbcc_order_keeping_existing_task_indices():
     rows = [{"responses_create_params": PARAMS, "_ng_task_index": 7}, {"responses_create_params": PARAMS}]
-    jobs = expand(rows, 2)
+    jobs = list(iter_expand(rows, 2))
     assert [(j["_ng_task_index"], j["_ng_rollout_index"]) for j in jobs] == [(7, 0), (7, 1), (1, 0), (1, 1)]
 
 
 def test_materialized_rows_keep_their_rollout_index():
     rows = [{"responses_create_params": PARAMS, "_ng_task_index": 0, "_ng_rollout_index": 3}]
-    assert expand(rows, 1) == rows
+    assert list(iter_expand(rows, 1)) == rows
     with pytest.raises(ConfigError, match="already materialized"):
-        expand(rows, 2)
+        list(iter_expand(rows, 2))
 
 
 def test_two_rows_with_one_task_index_are_refused():
@@ -211,15 +211,17 @@ def test_two_rows_with_one_task_index_are_refused():
         {"responses_create_params": PARAMS, "_ng_task_index": 0},
     ]
     with pytest.raises(DatasetError, match=r"rows:2: \(task 0, repeat 0\) already comes from row 1"):
-        expand(rows, 1)
+        list(iter_expand(rows, 1))
 
 
 def test_flat_rows_take_run_level_overrides_and_seeds():
-    jobs = expand(
-        [{"responses_create_params": PARAMS}],
-        2,
-        responses_create_params={"temperature": 0.5},
-        num_repeats_add_seed=True,
+    jobs = list(
+        iter_expand(
+            [{"responses_create_params": PARAMS}],
+            2,
+            responses_create_params={"temperature": 0.5},
+            num_repeats_add_seed=True,
+        )
     )
     assert [j["responses_create_params"]["temperature"] for j in jobs] == [0.5, 0.5]
     assert [json.loads(j["responses_create_params"]["metadata"]["extra_body"]) for j in jobs] == [

@@ -171,6 +171,8 @@ def refuses(url: str) -> bool:
         socket.create_connection((parts.hostname, parts.port), timeout=1).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:  # a server mid-shutdown may reset the connection: ask again
+        return False
     return False
 
 
@@ -227,6 +229,12 @@ def test_shard_choice_and_its_errors(tmp_path, capsys):
     argv = ["collect", "--agent-url", "http://127.0.0.1:9", "-i", str(rows), "-o", str(out), "--shard", "3/2"]
     assert cli(argv) == 2
     assert "gymlab collect: error: shard '3/2': expected i/n with 1 <= i <= n" in capsys.readouterr().err
+
+
+def test_a_shard_that_is_not_a_pair_is_a_config_error_not_a_crash():
+    for bad in ((1, 2, 3), (1,), 2, None):
+        with pytest.raises(ConfigError, match=r"shard .*: expected i/n with 1 <= i <= n"):
+            parse_shard(bad)
 
 
 def test_an_unfinished_shard_is_refused_unless_allowed_partial(servers, full_run, tmp_path, capsys):
