@@ -1,11 +1,6 @@
-"""Tools and rows from a server's own routes: schemas derived once, rows built from prompts, and a
-check that a dataset's declared tools match what the server serves.
-
-A tool route already has a pydantic request model; ``tools_from`` turns each into the function tool
-a row declares (the Responses API shape NeMo Gym rows use), so schemas are not written by hand into
-every row. ``check_rows`` names each mismatch ("row tool `guess_number`; served: `guess`") before a
-run spends an episode on it.
-"""
+"""Tools and rows from a server's own routes: ``tools_from`` turns each tool route's request model into
+the function tool a row declares (no schemas written by hand), ``rows_from`` builds rows from prompts,
+``check_rows`` names each mismatch of a dataset's tools ("row tool `guess_number`; served: `guess`")."""
 
 from __future__ import annotations
 
@@ -120,10 +115,8 @@ def rows_from(
         params: dict[str, Any] = {"input": [*messages, {"role": "user", "content": prompt}]}
         if tools:
             params["tools"] = tools
-        row = {"responses_create_params": params}
-        for key, value in fields.items():
-            row[key] = value[i] if isinstance(value, (list, tuple)) else value
-        rows.append(row)
+        row = {k: v[i] if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
+        rows.append({"responses_create_params": params, **row})
     return rows
 
 
@@ -162,13 +155,10 @@ def check_rows(server: BaseServer, rows: Iterable[dict[str, Any]]) -> CheckRepor
     seen: set[str] = set()
     for index, row in enumerate(rows):
         params = row.get("responses_create_params") if isinstance(row, dict) else None
-        declared = (params or {}).get("tools") or []
-        for tool in declared:
-            if not isinstance(tool, dict) or tool.get("type") != "function":
+        for tool in (params or {}).get("tools") or []:
+            if not isinstance(tool, dict) or tool.get("type") != "function" or tool.get("name") in seen:
                 continue
             name = tool.get("name")
-            if name in seen:
-                continue
             seen.add(name)
             where = f"row {index} tool `{name}`"
             if name not in served:
