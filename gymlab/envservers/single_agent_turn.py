@@ -1,19 +1,8 @@
 """single_agent_turn: one agent turn inside one episode session of a resources server.
 
 ``POST /run`` takes a task, seeds the bound resources server with a fresh ``resources_session_id``,
-invokes the agent (its ``/v1/responses`` loop, whose tool calls reach the same session), grades the
-result with ``/verify`` (the authored request, saying that a close follows), closes the session on
-every path, and returns the rollout with the verify's mask and failure fields. The life cycle is the
-agents' (``BaseAgent.run_episode``): a close that fails after grading is retried in the background
-and the graded reward stands.
-
-The task is either ``{"task_id": "<taskset>/<id>", "task_input": {flat row}}`` or a row of the
-``{responses_create_params, task_data}`` shape. Fields of the row besides those two are merged into
-``task_data``; a field whose value differs from ``task_data``'s is refused (422).
-
-A seed's non-empty ``observation`` is appended verbatim as one user message after a copy of the
-authored input; it is kept in the episode's ``EpisodeHandles``, so invoking the agent again from the
-handles (a restore) supplies it once without seeding again.
+invokes the agent (whose tool calls reach the same session), grades with ``/verify`` and closes the
+session on every path (``BaseAgent.run_episode``). Task shapes and the observation: docs/servers.md.
 """
 
 from __future__ import annotations
@@ -139,11 +128,8 @@ def _episode_id(body: dict[str, Any]) -> EpisodeId:
 
 
 def agent_request(params: ResponseCreateParams, observation: str | None) -> dict[str, Any]:
-    """The agent's request: the authored one, plus a non-empty observation as one last user message.
-
-    A non-empty string input becomes the first user message and ``""`` none; a list keeps its items
-    and order. Model settings and tools stay as authored; without an observation nothing changes.
-    """
+    """The agent's request: the authored one, plus a non-empty observation as one last user message (a
+    string input becomes the first user message, ``""`` none); without an observation nothing changes."""
     body = params.model_dump(mode="json", exclude_unset=True)
     if not observation:
         return body
@@ -158,11 +144,8 @@ def _user(text: str) -> dict[str, Any]:
 
 
 class SingleAgentTurn(BaseAgent):
-    """The built-in Environment Server: one agent turn per episode session of ``resources_server``.
-
-    Its ``/run`` is the agents' episode life cycle (``BaseAgent.run_episode``) around one agent
-    turn; a seed refused with 409 or 422 (no retry can fix it) keeps its status.
-    """
+    """The built-in Environment Server: one agent turn per episode session of ``resources_server``; a
+    seed refused with 409 or 422 (no retry can fix it) keeps its status."""
 
     agent_server: str = ""
     agent_timeout_s: float | None = Field(1800.0, gt=0, description="The agent's whole turn.")
@@ -175,10 +158,8 @@ class SingleAgentTurn(BaseAgent):
         return app
 
     async def run(self, body: dict[str, Any] = Body(...)) -> Rollout:
-        """One graded episode; the rollout record (verify answer, one step record, duration).
-
-        A failure answers with this server's typed error (``failure``: kind, stage, server).
-        """
+        """One graded episode: the rollout record (verify answer, one step record, duration), or this
+        server's typed error (``failure``: kind, stage, server)."""
         try:
             task = parse_task(body)
         except ValueError as exc:
@@ -222,10 +203,8 @@ class SingleAgentTurn(BaseAgent):
         )
 
     async def invoke_agent(self, handles: EpisodeHandles, params: ResponseCreateParams) -> NeMoGymResponse:
-        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed).
-
-        The agent's tool calls go to its own configured resources server; the header naming this
-        episode's lets it refuse (409) when that is another one."""
+        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed);
+        the header naming this episode's resources server lets the agent refuse (409) another one."""
         headers = {RESOURCES_SERVER_HEADER: handles.resources_server}
         if handles.cookie:
             headers[RESOURCES_COOKIE_HEADER] = handles.cookie

@@ -1,31 +1,8 @@
 """``check_resources_session_contract``: drive a resources server's app through the episode-session rules.
 
-One entry point over small named checks, each on its own fresh session IDs and cookie jars, in
-process (``httpx.ASGITransport``, no sockets). A broken rule raises ``SessionContractError`` whose
-``rule`` is the rule's name:
-
-=========================================  ===============================================================
-rule                                       what the server must do
-=========================================  ===============================================================
-seed                                       answer 200 naming the seed's ``resources_session_id``
-idempotent re-seed                         answer a repeated seed (sent without the cookie) as the first
-invalid seed 422                           refuse an invalid seed with 422 and keep no state for it
-cookie/body mismatch 409                   refuse a seed whose cookie names another session
-conflicting seed 409                       refuse the same ID for another episode; keep the first one's state
-close                                      release the state by ``resources_session_id`` (no cookie needed)
-repeated close                             answer a second close with 200; nothing left
-seed after close refused while fenced      refuse a seed of a closed ID; create no state
-verify after close masked                  answer a verify for the closed session 200, masked, session_lost
-state released exactly once                a full episode (seed, verify saying a close follows, close, close)
-                                           grades the held state, then holds none; no ID checked holds any
-=========================================  ===============================================================
-
-The stateful rules (conflicting seed onward) run when ``keeps_state`` is true.
-
->>> server = CounterServer()
->>> check_resources_session_contract(
-...     server, seed={"task_data": {"initial_count": 1}}, keeps_state=True,
-...     holds_state=lambda sid: sid in server.session_state, verify_body=row_with_response)
+One entry point over small named checks (the rules: docs/servers.md), each on its own fresh session
+IDs and cookie jars, in process (``httpx.ASGITransport``, no sockets). A broken rule raises
+``SessionContractError`` whose ``rule`` is the rule's name.
 """
 
 from __future__ import annotations
