@@ -8,6 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -34,11 +35,8 @@ log = logging.getLogger("gymlab.server")
 
 
 class Timeouts(BaseModel):
-    """Seconds each hop of an episode may take before it fails with ``transport_timeout``.
-
-    ``episode`` bounds a whole ``/run`` (``agent_timeout``); None lifts a bound. Set in a config as
-    ``timeouts: {model: 60}``, or ``lab.serve_agent(..., timeouts={"model": 60})``.
-    """
+    """Seconds each hop of an episode may take before it fails with ``transport_timeout`` (None: no bound);
+    ``timeouts: {model: 60}`` in a config, or ``lab.serve_agent(..., timeouts={"model": 60})``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -51,16 +49,16 @@ class Timeouts(BaseModel):
     episode: float | None = Field(1800.0, gt=0, description="A whole /run.")
 
 
+@dataclass(slots=True)
 class EpisodeRun:
     """One ``/run`` in progress: the row, its cookies, the stage it is at, the session it holds."""
 
-    __slots__ = ("row", "cookies", "stage", "session", "started", "steps")
-
-    def __init__(self, row: dict[str, Any], stage: Stage = "seed"):
-        self.row, self.cookies, self.stage = row, Cookies(), stage
-        self.session: EpisodeSession | None = None
-        self.steps: list[StepRecord] = []  # the steps so far, which a failure after them carries
-        self.started = time.perf_counter()
+    row: dict[str, Any]
+    stage: Stage = "seed"
+    cookies: Cookies = field(default_factory=Cookies)
+    session: EpisodeSession | None = None
+    steps: list[StepRecord] = field(default_factory=list)  # the steps so far, which a failure after them carries
+    started: float = field(default_factory=time.perf_counter)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -191,7 +189,7 @@ class BaseAgent(BaseServer):
         return self._episodes
 
     async def seed_agent_session(self, body: AgentSeedSessionRequest) -> None:
-        """Set up an agent session's state under ``body.agent_session_id`` (once per session); the default keeps none."""
+        """Set up a session's state under ``body.agent_session_id`` (once per session); the default keeps none."""
 
     async def close_agent_session(self, agent_session_id: str) -> None:
         """Release an agent session's state (once per close; also for an ID that was never seeded)."""
@@ -213,7 +211,7 @@ class BaseAgent(BaseServer):
         hint = f"pass {argument}= to serve_agent or set {key} in the config"
         return ServerError(self.name, route, 0, f"no {key} configured", hint)
 
-    async def post_resources(self, path: str, body: Any, cookies: Cookies, timeout: float | None) -> Any:
+    async def post_resources(self, path: str, body: Any, cookies: Cookies | None, timeout: float | None) -> Any:
         """POST to the bound resources server; an error status raises ``ServerError``."""
         url = self._resources(path)
         with typed("resources", "verification" if path == "/verify" else None):
@@ -247,12 +245,8 @@ class BaseAgent(BaseServer):
             return await asyncio.to_thread(default_metrics, body.verify_responses)
         route = "POST /aggregate_metrics"
         try:
-            answer = await post_ok(
-                self.resources_server,
-                "/aggregate_metrics",
-                body.model_dump(mode="json"),
-                server="resources server",
-                timeout=self.timeouts.verify,
+            answer = await self.post_resources(
+                "/aggregate_metrics", body.model_dump(mode="json"), None, self.timeouts.verify
             )
             return AggregateMetrics.model_validate(answer)
         except ServerError as exc:
@@ -343,8 +337,7 @@ class BaseAgent(BaseServer):
         return None
 
     def episode_failed(self, exc: BaseException, stage: Stage, steps: list[StepRecord] = ()) -> EpisodeFailed:
-        """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure (and
-        the ``steps`` taken before it, so the masked record keeps them)."""
+        """The 502 reporting ``exc`` at ``stage``: its typed failure, with the ``steps`` taken before it."""
         failure = failure_of(exc, role="agent", stage=stage)
         message = failure.message
         if isinstance(exc, TimeoutError) and not isinstance(exc, ServerError):
@@ -360,8 +353,7 @@ def with_notes(message: str, exc: BaseException) -> str:
 
 
 class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
-    """Give a ``ServerError`` raised inside the failure of a request to a ``role`` server (a class, not a
-    generator context manager: it is entered on every hop of every episode)."""
+    """Give a ``ServerError`` raised inside the failure of a request to a ``role`` server (a class: every hop)."""
 
     __slots__ = ("role", "stage")
 
@@ -379,15 +371,10 @@ class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
 
 async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:
     route = f"{request.method} {request.url.path}"
-    return JSONResponse(
-        status_code=502,
-        content=error_body(
-            exc.server, route, exc.cause, error="EpisodeFailed", hint=exc.hint or None, failure=exc.failure
-        ),
-    )
+    body = error_body(exc.server, route, exc.cause, error="EpisodeFailed", hint=exc.hint or None, failure=exc.failure)
+    return JSONResponse(body, status_code=502)
 
 
 def record_response(record: Rollout) -> Response:
-    """A rollout as ``/run``'s answer, serialised once, straight to JSON (FastAPI would validate it
-    again, then encode a dict); the reserved failure keys null when unset, as NeMo Gym writes them."""
+    """A rollout as ``/run``'s answer, serialised once straight to JSON (failure keys null when unset, as NeMo Gym)."""
     return Response(records.record_json(record), media_type="application/json")

@@ -45,8 +45,7 @@ def mount_agent_session_routes(
     sessions: Callable[[], EpisodeSessions],
     seed_state: Callable[[AgentSeedSessionRequest], Awaitable[None]],
 ) -> None:
-    """Add ``POST /v1/agent_sessions`` (seed) and ``POST /v1/agent_sessions/close`` to ``app``;
-    ``sessions()`` is the agent's table, ``seed_state(body)`` sets up a seeded session's state."""
+    """Add the agent-session seed and close routes to ``app``: ``sessions()`` is the table, ``seed_state(body)``."""
 
     async def seed(body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
         return JSONResponse(await sessions().seed(body, lambda: seed_state(body)))

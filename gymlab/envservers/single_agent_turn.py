@@ -1,9 +1,6 @@
-"""single_agent_turn: one agent turn inside one episode session of a resources server.
-
-``POST /run`` takes a task, seeds the bound resources server with a fresh ``resources_session_id``,
-invokes the agent (whose tool calls reach the same session), grades with ``/verify`` and closes the
-session on every path (``BaseAgent.run_episode``). Task shapes and the observation: docs/servers.md.
-"""
+"""single_agent_turn: one agent turn inside one episode session of a resources server: ``POST /run``
+seeds a fresh ``resources_session_id``, invokes the agent (its tool calls reach that session), grades
+with ``/verify`` and closes the session on every path. Task shapes, the observation: docs/servers.md."""
 
 from __future__ import annotations
 
@@ -144,8 +141,7 @@ def _user(text: str) -> dict[str, Any]:
 
 
 class SingleAgentTurn(BaseAgent):
-    """The built-in Environment Server: one agent turn per episode session of ``resources_server``; a
-    seed refused with 409 or 422 (no retry can fix it) keeps its status."""
+    """The built-in Environment Server: one agent turn per episode session; a seed refused 409/422 keeps its status."""
 
     agent_server: str = ""
     agent_timeout_s: float | None = Field(1800.0, gt=0, description="The agent's whole turn.")
@@ -158,8 +154,7 @@ class SingleAgentTurn(BaseAgent):
         return app
 
     async def run(self, body: dict[str, Any] = Body(...)) -> Rollout:
-        """One graded episode: the rollout record (verify answer, one step record, duration), or this
-        server's typed error (``failure``: kind, stage, server)."""
+        """One graded episode: the rollout record (verify answer, one step record), or a typed error."""
         try:
             task = parse_task(body)
         except ValueError as exc:
@@ -183,8 +178,7 @@ class SingleAgentTurn(BaseAgent):
         return await self.run_episode(row, play)
 
     async def seed(self, task: Task, run: EpisodeRun | None = None) -> EpisodeHandles:
-        """Seed a fresh session for ``task``. The episode holds it from the moment the seed goes out,
-        and its close names it by ID, so a seed whose reply was lost is closed too."""
+        """Seed a fresh session for ``task``, held (and closed by ID) from the moment the seed goes out."""
         run = run or EpisodeRun({})
         sid = f"rs-{uuid.uuid4().hex}"
         body = ResourcesSeedSessionRequest(
@@ -205,17 +199,25 @@ class SingleAgentTurn(BaseAgent):
     async def invoke_agent(self, handles: EpisodeHandles, params: ResponseCreateParams) -> NeMoGymResponse:
         """The agent's turn in the episode's session (also how a restored episode resumes: no new seed);
         the header naming this episode's resources server lets the agent refuse (409) another one."""
-        headers = {RESOURCES_SERVER_HEADER: handles.resources_server}
+        url, path, server, timeout = self.agent_server, "/v1/responses", "agent server", self.agent_timeout_s
+        if not url:
+            hint = "set agent_server in the single_agent_turn config"
+            raise ServerError(server, f"POST {path}", 0, f"no {server} configured", hint)
+        headers = {"Content-Type": "application/json", RESOURCES_SERVER_HEADER: handles.resources_server}
         if handles.cookie:
             headers[RESOURCES_COOKIE_HEADER] = handles.cookie
-        answer = await _post_json(
-            self.agent_server,
-            "/v1/responses",
-            agent_request(params, handles.observation),
-            headers,
-            server="agent server",
-            timeout=self.agent_timeout_s,
-        )
+        data, limit = json.dumps(agent_request(params, handles.observation)), aiohttp.ClientTimeout(timeout)
+        try:
+            async with http_session().post(url + path, data=data, timeout=limit, headers=headers) as resp:
+                status, text = resp.status, await resp.text()
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            raise transport_error(server, url, path, exc, timeout) from exc
+        if not 200 <= status < 300:
+            raise ServerError(server, f"POST {path}", status, error_message(text), failure=failure_in(text))
+        try:
+            answer = json.loads(text)
+        except ValueError:
+            raise ServerError(server, f"POST {path}", status, f"answer is not JSON: {text[:200]!r}") from None
         return NeMoGymResponse.model_validate(answer)
 
     async def verify(
@@ -245,33 +247,3 @@ class SingleAgentTurn(BaseAgent):
 
 def _close_body(sid: str, episode_id: EpisodeId) -> dict[str, Any]:
     return {"resources_session_id": sid, "episode_id": episode_id.model_dump(mode="json")}
-
-
-async def _post_json(
-    url: str, path: str, payload: Any, headers: dict[str, str], server: str, timeout: float | None = None
-) -> Any:
-    """POST JSON with extra headers; an error status or a connection failure raises ``ServerError``."""
-    if not url:
-        raise ServerError(
-            server,
-            f"POST {path}",
-            0,
-            f"no {server} configured",
-            f"set {server.replace(' ', '_')} in the single_agent_turn config",
-        )
-    try:
-        async with http_session().post(
-            url + path,
-            data=json.dumps(payload),
-            timeout=aiohttp.ClientTimeout(timeout),
-            headers={"Content-Type": "application/json", **headers},
-        ) as resp:
-            status, text = resp.status, await resp.text()
-    except (TimeoutError, aiohttp.ClientConnectionError) as exc:
-        raise transport_error(server, url, path, exc, timeout) from exc
-    if not 200 <= status < 300:
-        raise ServerError(server, f"POST {path}", status, error_message(text), failure=failure_in(text))
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise ServerError(server, f"POST {path}", status, f"answer is not JSON: {text[:200]!r}") from None

@@ -1,9 +1,5 @@
-"""GymnasiumServer: the environment as a transition function, ``/reset`` and ``/step`` (no ``/verify``).
-
-Subclasses implement ``step()`` (and ``reset()`` when an episode needs state or a first observation).
-The base does the plumbing: session ids, lifting the reserved info keys, and releasing per-episode
-state on every way an episode ends (terminated, truncated, an exception, a new reset, ``/close``).
-"""
+"""GymnasiumServer: the environment as a transition function, ``/reset`` and ``/step`` (no ``/verify``);
+the base lifts the reserved info keys and releases per-episode state on every way an episode ends."""
 
 from __future__ import annotations
 
@@ -29,20 +25,14 @@ from gymlab.resources.simple import EpisodeServer
 
 
 class GymnasiumServer(EpisodeServer):
-    """A Gymnasium-protocol environment; per-episode state goes in ``session_state[session_id]``.
-
-    >>> class Echo(GymnasiumServer):
-    ...     async def step(self, action, metadata, session_id=None):
-    ...         return None, 1.0, True, False, {}
-    """
+    """A Gymnasium-protocol environment: write ``step`` (and ``reset``); per-episode state in ``session_state``."""
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/reset")(self._reset_route)
         app.post("/step")(self._step_route)
         app.post("/close")(self._close_route)
-        # Episode sessions (an environment server's seed and close): the seed is a reset whose
-        # observation becomes the seed's; the close releases the state like a terminal step.
+        # episode sessions: the seed is a reset (its observation the seed's), the close ends it like a last step
         mount_episode_routes(app, self.episode_sessions, self._episode_seed, self.close_episode)
         return app
 
@@ -122,8 +112,7 @@ class GymnasiumServer(EpisodeServer):
         return held
 
     async def _release(self, session_id: str, failure: BaseException | None = None) -> None:
-        """Run ``close_session`` and make sure the entry is gone, even if the override forgot ``super()``
-        (``EpisodeSessions.release_state``; an override that raises leaves it for the retry)."""
+        """``close_session``, then the entry dropped even if an override forgot ``super()`` (``release_state``)."""
         await self.episode_sessions.release_state(session_id, self.close_session, self.session_state, failure)
 
     # -- routes ----------------------------------------------------------------------------------

@@ -1,9 +1,6 @@
-"""McpResourcesServer: an MCP server's tools served as routes for simple_agent, one MCP session per episode.
-
-``mcp_command`` (launched over stdio, a process per episode) or ``mcp_url`` (streamable HTTP); each
-tool is ``POST /{tool}`` in the episode's MCP session. ``mcp_tools_from`` gives rows their tools.
-The life cycle, caps and errors: the README's "Tools over MCP" and docs/servers.md.
-"""
+"""McpResourcesServer: an MCP server's tools (``mcp_command`` over stdio, or ``mcp_url``) served as routes
+for simple_agent, one MCP session per episode; ``mcp_tools_from`` gives rows their tools. The life
+cycle, caps and errors: the README's "Tools over MCP" and docs/servers.md."""
 
 from __future__ import annotations
 
@@ -60,8 +57,7 @@ async def open_mcp(target: McpTarget, *, env: dict[str, str] | None = None) -> A
 
 
 def _errlog() -> Any:
-    """Where an MCP process's stderr goes: this process's stderr, or the real one when it is not a file
-    (a notebook kernel's stderr is a stream object without a file descriptor)."""
+    """An MCP process's stderr: this process's, or the real one when it has no file descriptor (a kernel's)."""
     try:
         sys.stderr.fileno()
         return sys.stderr
@@ -164,20 +160,12 @@ async def _list_tools(target: McpTarget, env: dict[str, str] | None) -> list[Any
 
 
 def mcp_tools_from(target: McpTarget, *, strict: bool = True, env: dict[str, str] | None = None) -> list[dict]:
-    """The function tools rows declare for an MCP server's tools (``_function_tools``): the input schema
-    as ``parameters``, the description's first paragraph as ``description``.
-
-    >>> mcp_tools_from([sys.executable, "notes_mcp.py"])
-    [{'type': 'function', 'name': 'write_note', ...}]
-    """
+    """The function tools rows declare for an MCP server's tools (``function_tool`` of each listed one)."""
     return _function_tools(run_sync(_list_tools(target, env)), strict)
 
 
 class McpResourcesServer(SimpleResourcesServer):
-    """A resources server whose tools are an MCP server's: subclass it and write ``verify``.
-
-    Set ``mcp_command`` (stdio) or ``mcp_url`` (streamable HTTP) in the class or the config.
-    """
+    """A resources server whose tools are an MCP server's (``mcp_command`` or ``mcp_url``): write ``verify``."""
 
     mcp_command: list[str] | None = Field(
         default=None, description="An MCP server to launch over stdio, one process per episode."
@@ -255,8 +243,7 @@ class McpResourcesServer(SimpleResourcesServer):
         return BaseSeedSessionResponse()
 
     async def open_mcp_session(self, session_id: str) -> McpEpisode:
-        """Open ``session_id``'s MCP session (a session it already holds is closed first); past
-        ``mcp_max_processes`` open or opening, a 503 with Retry-After."""
+        """Open ``session_id``'s MCP session (closing one it holds); past ``mcp_max_processes``, a 503 (Retry-After)."""
         await self.close_mcp_session(session_id)
         if (open_ := len(self._mcp_sessions) + self._mcp_opening) >= self.mcp_max_processes:
             raise HTTPException(

@@ -1,9 +1,6 @@
-"""A resources server's tool routes as MCP tools: streamable HTTP at ``/mcp`` (the official ``mcp`` SDK).
-
-Each MCP tool is one tool route (``tools_from``'s schema); a call runs as ``POST /{tool}`` through the
-server's own app (``inproc.call``) with the MCP request's cookie, so it acts in that episode and meets
-the route's validation, session rules and error bodies (docs/servers.md).
-"""
+"""A resources server's tool routes as MCP tools at ``/mcp`` (streamable HTTP, the official ``mcp`` SDK):
+a call runs as ``POST /{tool}`` through the server's own app with the MCP request's cookie, so it acts
+in that episode and meets the route's validation, session rules and error bodies (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -28,7 +25,6 @@ from gymlab.server import BaseServer
 
 #: Where the tools are served.
 MCP_PATH = "/mcp"
-_MISSING = "the 'mcp' package is not installed; install it with `pip install 'gymlab[mcp]'`"
 
 
 def require_mcp() -> None:
@@ -36,7 +32,7 @@ def require_mcp() -> None:
     try:
         import mcp  # noqa: F401
     except ImportError as exc:
-        raise ImportError(_MISSING) from exc
+        raise ImportError("the 'mcp' package is not installed; install it with `pip install 'gymlab[mcp]'`") from exc
 
 
 class McpTools:
@@ -67,8 +63,7 @@ class McpTools:
 
     def open_sessions(self) -> int:
         """MCP sessions open now (handshake-era clients; a 2026-era request is its own session)."""
-        manager = self._manager
-        return len(getattr(manager, "_server_instances", ())) if manager is not None else 0
+        return len(getattr(self._manager, "_server_instances", ()))  # no manager (not running): none
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -128,7 +123,9 @@ class McpTools:
             for s in held:
                 self._use(s, -1)
 
-    def _refusal(self, scope, status: int, cause: str, hint: str | None = None, headers=None) -> JSONResponse:
+    def _refusal(
+        self, scope: Any, status: int, cause: str, hint: str | None = None, headers: dict[str, str] | None = None
+    ) -> JSONResponse:
         body = error_body(self.server.name, f"{scope.get('method', 'GET')} {scope['path']}", cause, hint=hint)
         return JSONResponse(body, status_code=status, headers=headers)
 
@@ -225,10 +222,7 @@ def _loopback_only(host: str) -> Any:
 
 
 def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
-    """Serve ``server``'s tool routes at ``/mcp`` of ``app``, its session manager run by the app's lifespan.
-
-    One route and one lifespan step: requests to other paths do not pass through anything of it.
-    """
+    """Serve ``server``'s tool routes at ``/mcp`` of ``app`` (one route; its session manager in the lifespan)."""
     tools = McpTools(server)
     app.router.routes.append(Route(MCP_PATH, endpoint=tools))
     previous = app.router.lifespan_context
@@ -244,14 +238,9 @@ def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
 
 @contextlib.asynccontextmanager
 async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: str = "auto") -> AsyncIterator[Any]:
-    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies``.
-
-    Give it the cookies an episode's ``/seed_session`` answered and its tool calls act in that
-    episode. ``mode="legacy"`` opens a handshake-era MCP session (``Mcp-Session-Id``) held until exit.
-
-    >>> async with connect_mcp(f"{handle.url}/mcp", cookies=dict(seeded.cookies)) as client:
-    ...     await client.call_tool("increment", {"by": 1})
-    """
+    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies`` (an episode's seed
+    cookies: its tool calls act in that episode); ``mode="legacy"`` opens a handshake-era MCP session
+    (``Mcp-Session-Id``) held until exit."""
     require_mcp()
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client

@@ -47,10 +47,8 @@ warnings.filterwarnings("ignore", r'Field name "session_state" in ".*" shadows a
 
 
 def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
-    """mean/max/min/median/std of rewards (population std; empty input gives no keys).
-
-    Computed on the rewards scaled by a power of two (exact), so finite rewards near the float limit
-    (two of 1e308) never overflow to inf."""
+    """mean/max/min/median/std of rewards (population std; no keys for none), computed on the rewards scaled
+    by a power of two (exact) so finite ones near the float limit (two of 1e308) never overflow to inf."""
     if not rewards:
         return {}
     n, ordered = len(rewards), sorted(rewards)
@@ -165,12 +163,9 @@ class EpisodeServer(BaseServer):
 
 
 class SimpleResourcesServer(EpisodeServer):
-    """Seed/verify environment: override ``verify`` (and ``seed_session`` for state).
-
-    Per-episode state goes in ``self.session_state[request.session[SESSION_ID_KEY]]``; the base drops
-    it on every way an episode ends and keeps the session rules (docs/servers.md). ``serve_mcp=True``
-    also serves the tool routes as MCP tools at ``/mcp`` (``gymlab.resources.mcp_tools``).
-    """
+    """Seed/verify environment: override ``verify`` (and ``seed_session`` for state, kept in
+    ``self.session_state[request.session[SESSION_ID_KEY]]``, which the base drops on every way an episode
+    ends); ``serve_mcp=True`` also serves the tool routes as MCP tools at ``/mcp`` (docs/servers.md)."""
 
     serve_mcp: bool = Field(
         default=False,
@@ -205,8 +200,7 @@ class SimpleResourcesServer(EpisodeServer):
         """Grade the completed trajectory."""
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        """``aggregate_metrics`` over the run's verify answers, computed and encoded in a thread: a large
-        run's answers do not stall this server's other requests."""
+        """``aggregate_metrics`` in a thread: a large run's answers do not stall the server's other requests."""
 
         def answer() -> Response:
             metrics = aggregate_metrics(body.verify_responses).model_dump(mode="json")
@@ -239,7 +233,9 @@ def release_gap(server: BaseServer) -> str | None:
     dict it keeps besides ``session_state`` with no ``close_resources_session`` of its own, so only
     its verify frees it, and a cancelled, failed or abandoned episode leaves its entry behind."""
     cls = type(server)
-    if not isinstance(server, SimpleResourcesServer) or "close_resources_session" in _overrides(cls):
+    if not isinstance(server, SimpleResourcesServer):
+        return None
+    if any("close_resources_session" in vars(c) for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)]):
         return None
     own = SimpleResourcesServer.__private_attributes__
     maps = [n for n, v in (server.__pydantic_private__ or {}).items() if n not in own and isinstance(v, dict)]
@@ -250,10 +246,6 @@ def release_gap(server: BaseServer) -> str | None:
         "is cancelled, fails or is abandoned: keep it in self.session_state (released after verify, on "
         "close, on a cancel and by the idle reaper), or override close_resources_session to release it"
     )
-
-
-def _overrides(cls: type) -> set[str]:
-    return {n for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)] for n in vars(c)}
 
 
 def row_problems(server: SimpleResourcesServer, rows: list[dict[str, Any]]) -> list[str]:
@@ -284,8 +276,7 @@ _RESPONSE = {"response": {"output": []}}  # what the agent adds to a row for /ve
 
 
 def _body_adapter(hook):
-    """A ``TypeAdapter`` of the body ``hook`` takes, or None (no fields to check): an episode seed's
-    form (``ResourcesSeedSessionRequest``) is left out of a union, as a row is sent flat."""
+    """A ``TypeAdapter`` of ``hook``'s body, or None (no fields); a union's episode-seed form is left out."""
     from pydantic import BaseModel, TypeAdapter
 
     try:
@@ -345,8 +336,7 @@ def with_request(hook, run):
 
 
 def _episode_aware(seed_session, episodes: EpisodeSessions):
-    """``seed_session`` as the ``/seed_session`` endpoint, keeping the episode-session rules (the raw
-    body tells an episode seed from a flat one)."""
+    """``seed_session`` as ``/seed_session`` under the episode-session rules (the raw body tells the form)."""
 
     async def seed(request: Request, call):
         try:

@@ -31,10 +31,8 @@ def _body_model(endpoint: Any) -> type[BaseModel] | None:
         hints = inspect.get_annotations(endpoint, eval_str=True)
     except Exception:
         hints = getattr(endpoint, "__annotations__", {})
-    for name, annotation in hints.items():
-        if name != "return" and isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            return annotation
-    return None
+    models = (a for name, a in hints.items() if name != "return" and isinstance(a, type) and issubclass(a, BaseModel))
+    return next(models, None)
 
 
 def _clean(schema: Any) -> Any:
@@ -49,18 +47,13 @@ def _clean(schema: Any) -> Any:
 def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) -> list[dict[str, Any]]:
     """The function tools a server serves: one per POST route that is not a lifecycle route, with
     the route's request model as ``parameters`` and its docstring's first line as ``description``
-    (a server with a ``listed_tools(strict=...)`` method, whose tools come from elsewhere, lists them).
-
-    >>> tools_from(CalculatorServer)
-    [{'type': 'function', 'name': 'square', 'description': 'Square an integer.', 'parameters': {...}, 'strict': True}]
-    """
+    (a server with a ``listed_tools(strict=...)`` method, whose tools come from elsewhere, lists them)."""
     instance = _instance(server)
     listed = getattr(instance, "listed_tools", None)
     if callable(listed):  # a server whose tools are not routes of its own (McpResourcesServer)
         return listed(strict=strict)
-    app = instance.app
     tools = []
-    for route in app.routes:
+    for route in instance.app.routes:
         path, methods = getattr(route, "path", ""), getattr(route, "methods", None) or set()
         name = path.strip("/")
         if "POST" not in methods or not name or "/" in name or "{" in name or name in RESERVED_ROUTES:
@@ -99,10 +92,7 @@ def rows_from(
 ) -> list[dict[str, Any]]:
     """Dataset rows from prompts: ``instructions`` as the developer message, ``tools`` (a list, or a
     server to derive them from) declared on every row, and each keyword a row field (a list gives
-    one value per prompt, anything else the same value for all).
-
-    >>> rows_from(["What is 4 squared?"], tools=CalculatorServer, expected=[16])
-    """
+    one value per prompt, anything else the same value for all)."""
     if isinstance(tools, (BaseServer, type)):
         tools = tools_from(tools)
     tools = list(tools or [])
