@@ -1,13 +1,5 @@
 """What every agent server shares: the run-request body, time budgets, the model call, and the one
-episode life cycle (``BaseAgent.run_episode``) whose loop each agent writes.
-
-The life cycle: open the environment's session (seed or reset), the agent's loop, grading, then
-the session released once on every exit path. An agent that cannot finish an episode answers 502
-with a typed ``failure`` in its error body (the kind, the stage, which server failed with which
-status), so collection and the Lab read the kind as data. A lost session (HTTP 410) is the one
-failure answered with a masked record instead. A release that fails never costs a graded episode its
-reward: it is retried in the background (``ReleaseRetries``).
-"""
+episode life cycle (``BaseAgent.run_episode``) whose loop each agent writes (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -16,6 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -31,7 +24,7 @@ from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
 from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol import record as records
 from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
-from gymlab.protocol.failure_kinds import Failure, Stage
+from gymlab.protocol.failure_kinds import Stage
 from gymlab.protocol.record import Rollout, StepRecord
 from gymlab.protocol.resources import AgentRunRequest, AggregateMetrics, AggregateMetricsRequest, dump_row  # noqa: F401
 from gymlab.resources.simple import aggregate_metrics as default_metrics
@@ -42,11 +35,8 @@ log = logging.getLogger("gymlab.server")
 
 
 class Timeouts(BaseModel):
-    """Seconds each hop of an episode may take before it fails with ``transport_timeout``.
-
-    ``episode`` bounds a whole ``/run`` (``agent_timeout``); None lifts a bound. Set in a config as
-    ``timeouts: {model: 60}``, or ``lab.serve_agent(..., timeouts={"model": 60})``.
-    """
+    """Seconds each hop of an episode may take before it fails with ``transport_timeout`` (None: no bound);
+    ``timeouts: {model: 60}`` in a config, or ``lab.serve_agent(..., timeouts={"model": 60})``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -59,30 +49,25 @@ class Timeouts(BaseModel):
     episode: float | None = Field(1800.0, gt=0, description="A whole /run.")
 
 
+@dataclass(slots=True)
 class EpisodeRun:
     """One ``/run`` in progress: the row, its cookies, the stage it is at, the session it holds."""
 
-    __slots__ = ("row", "cookies", "stage", "session", "started", "steps")
-
-    def __init__(self, row: dict[str, Any], stage: Stage = "seed"):
-        self.row, self.cookies, self.stage = row, Cookies(), stage
-        self.session: EpisodeSession | None = None
-        self.steps: list[StepRecord] = []  # the steps so far, which a failure after them carries
-        self.started = time.perf_counter()
+    row: dict[str, Any]
+    stage: Stage = "seed"
+    cookies: Cookies = field(default_factory=Cookies)
+    session: EpisodeSession | None = None
+    steps: list[StepRecord] = field(default_factory=list)  # the steps so far, which a failure after them carries
+    started: float = field(default_factory=time.perf_counter)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
 
 class ReleaseRetries:
-    """Session releases that failed, retried in the background until one succeeds.
-
-    A release is idempotent on the server (a repeated close answers as the first did; one whose
-    release raised stays open for the retry), so it is safe to send again. Attempts wait
-    ``first_delay``, then twice as long each time, ``attempts`` in all; a status no retry can fix
-    (another 4xx) stops them. At most ``limit`` wait at once. A release given up on is logged and left to
-    the environment's idle-session reaper (``session_ttl_seconds``).
-    """
+    """Session releases that failed, retried in the background (a release is idempotent on the server):
+    ``first_delay``, then twice as long each time, ``attempts`` in all, at most ``limit`` waiting; one
+    given up on (or refused 4xx) is left to the environment's idle-session reaper."""
 
     def __init__(self, name: str, attempts: int = 6, first_delay: float = 0.5, limit: int = 4096):
         self.name, self.attempts, self.first_delay, self.limit = name, attempts, first_delay, limit
@@ -135,14 +120,8 @@ def retryable(exc: ServerError) -> bool:
 
 
 class BaseAgent(BaseServer):
-    """An agent server bound to a model server (and usually a resources server), by URL.
-
-    Agent sessions (``/v1/agent_sessions`` and its ``/close``) follow the resources servers' session
-    rules (``gymlab.agents.sessions``); an agent with per-episode state overrides
-    ``seed_agent_session`` and ``close_agent_session`` and keys its state by ``agent_session_id``
-    in ``self.session_state`` (the id is also the session cookie's ``SESSION_ID_KEY`` in every
-    request of the session).
-    """
+    """An agent server bound to a model server (and usually a resources server), by URL; per-agent-session
+    state goes in ``self.session_state[agent_session_id]`` (``seed_agent_session``, ``close_agent_session``)."""
 
     model_server: str = ""
     resources_server: str = ""
@@ -210,10 +189,7 @@ class BaseAgent(BaseServer):
         return self._episodes
 
     async def seed_agent_session(self, body: AgentSeedSessionRequest) -> None:
-        """Set up an agent session's state under ``body.agent_session_id``; the default keeps none.
-
-        Runs once per session (a repeated seed is answered without running it again).
-        """
+        """Set up a session's state under ``body.agent_session_id`` (once per session); the default keeps none."""
 
     async def close_agent_session(self, agent_session_id: str) -> None:
         """Release an agent session's state (once per close; also for an ID that was never seeded)."""
@@ -222,43 +198,29 @@ class BaseAgent(BaseServer):
     async def call_model(self, body: dict) -> NeMoGymResponse:
         """The model's response to ``body``; a failure carries a model-provider kind."""
         if not self.model_server:
-            raise ServerError(
-                self.name,
-                "POST /v1/responses",
-                0,
-                "no model_server configured",
-                "pass model= to serve_agent or set model_server in the config",
-            )
+            raise self._unbound("POST /v1/responses", "model_server", "model")
         with typed("model"):
             return await ask_model_server(self.model_server, body, timeout=self.timeouts.model)
 
     def _resources(self, path: str) -> str:
         if not self.resources_server:
-            raise ServerError(
-                self.name,
-                f"POST {path}",
-                0,
-                "no resources_server configured",
-                "pass resources= to serve_agent or set resources_server in the config",
-            )
+            raise self._unbound(f"POST {path}", "resources_server", "resources")
         return self.resources_server
 
-    async def post_resources(self, path: str, body: Any, cookies: Cookies, timeout: float | None) -> Any:
+    def _unbound(self, route: str, key: str, argument: str) -> ServerError:
+        hint = f"pass {argument}= to serve_agent or set {key} in the config"
+        return ServerError(self.name, route, 0, f"no {key} configured", hint)
+
+    async def post_resources(self, path: str, body: Any, cookies: Cookies | None, timeout: float | None) -> Any:
         """POST to the bound resources server; an error status raises ``ServerError``."""
         url = self._resources(path)
         with typed("resources", "verification" if path == "/verify" else None):
             return await post_ok(url, path, body, cookies, server="resources server", timeout=timeout)
 
     async def grade(self, run: EpisodeRun, body: dict[str, Any], cookies: Cookies) -> dict[str, Any]:
-        """The verify answer for ``body`` (the row and the episode's ``response``), at stage verification.
-
-        Under ``skip_verification`` nothing is graded (reward ``skip_verification_reward``,
-        ``verification_skipped: true``). A verify refused 413 is graded 0 here, with the refusal in
-        ``response_too_large``: the environment took the row (its seed, the agent's ``/run``), so the
-        body grew past its limit by the response, which the policy wrote; a policy that writes too
-        much gets its 0, not a masked ``verifier_error``. A verify that answers releases the session it
-        grades unless the body says a close follows (``close_follows``); else ``run_episode`` closes it.
-        """
+        """The verify answer for ``body`` (the row and the episode's ``response``), at stage verification;
+        a verify refused 413 is the policy's 0 (``response_too_large``), ``skip_verification`` grades
+        nothing (docs/servers.md)."""
         run.stage = "verification"
         graded = {k: v for k, v in body.items() if k != "close_follows"}
         if self.skip_verification:
@@ -274,27 +236,17 @@ class BaseAgent(BaseServer):
         return answer
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        """A run's metrics, answered as NeMo Gym's agents answer them (its ``gym eval run`` asks the agent
-        at its last step): proxied to the resources server, whose metrics they are.
-
-        An agent without a resources server, or one whose server has no such route (a Gymnasium
-        server: 404), computes the resources servers' default here (in a thread, as they do; an odd
-        verify answer is a 422 naming its field); under ``skip_verification`` no
-        reward was measured, so there are none. An unreachable or failing resources server is a 502
-        naming it; a refusal of the body (4xx) keeps its status.
-        """
+        """A run's metrics, proxied to the resources server as NeMo Gym's agents do; computed here (the
+        default) without one or when it has no such route (404), none under ``skip_verification``
+        (docs/servers.md)."""
         if self.skip_verification:
             return AggregateMetrics()
         if not self.resources_server:
             return await asyncio.to_thread(default_metrics, body.verify_responses)
         route = "POST /aggregate_metrics"
         try:
-            answer = await post_ok(
-                self.resources_server,
-                "/aggregate_metrics",
-                body.model_dump(mode="json"),
-                server="resources server",
-                timeout=self.timeouts.verify,
+            answer = await self.post_resources(
+                "/aggregate_metrics", body.model_dump(mode="json"), None, self.timeouts.verify
             )
             return AggregateMetrics.model_validate(answer)
         except ServerError as exc:
@@ -316,16 +268,9 @@ class BaseAgent(BaseServer):
     # -- the episode life cycle ------------------------------------------------------------------
 
     async def run_episode(self, row: dict[str, Any], play: Callable[[EpisodeRun], Awaitable[Rollout]]) -> Response:
-        """The one episode life cycle of every agent; ``play(run)`` is the agent's own loop.
-
-        ``play`` opens the environment's session (``open_session``), moves ``run.stage`` along
-        (seed, agent, verification), marks the session ``ended()`` when the environment released it
-        itself, and returns the record. Here: the episode's time budget (``timeouts.episode``); the
-        session released once on every exit path (awaited, shielded from a caller that hangs up); a
-        lost session (410) answered with a masked ``session_lost`` record; any other ``ServerError``
-        or timeout a 502 with its typed failure at its stage. A release that fails is retried later
-        (``release_retries``): a graded record keeps its reward, a failure its kind.
-        """
+        """The one episode life cycle of every agent; ``play(run)`` is the agent's own loop (it opens the
+        session, moves ``run.stage`` along, marks the session ``ended()`` when the environment released
+        it, and returns the record). The rest is here: docs/servers.md."""
         run = EpisodeRun(row)
         try:
             async with asyncio.timeout(self.timeouts.episode):
@@ -338,7 +283,7 @@ class BaseAgent(BaseServer):
             if gone is not None and isinstance(exc, TransportError):
                 # a hop dropped and the release found the session gone (the spec's 410: its worker died)
                 failure = failure_of(gone, role="resources", stage=run.stage)
-            if is_lost(failure):
+            if failure.kind == "session_lost":  # a masked record (200): the episode cannot be replayed
                 return record_response(records.failed(row, failure, duration_s=run.elapsed(), steps=run.steps))
             if run.stage == "seed" and isinstance(exc, ServerError) and exc.status in self.seed_refusals:
                 raise HTTPException(exc.status, f"{self.name}: {with_notes(str(exc), exc)}") from exc
@@ -356,13 +301,9 @@ class BaseAgent(BaseServer):
         release_path: str,
         release_body: dict[str, Any] | None = None,
     ) -> Any:
-        """Seed (or reset) the episode's session on the resources server and return the answer.
-
-        The episode holds the session from the moment the request goes out (a reply lost after the
-        seed took effect still leaves a session to release); a seed refused with 409 names another
-        episode's session, which is not this one's to release. ``release_path`` (with
-        ``release_body``, and the cookies) releases it if the episode does not end it itself.
-        """
+        """Seed (or reset) the episode's session and return the answer; the episode holds the session
+        from the moment the request goes out (a lost reply still leaves one to release), unless refused
+        409 (another episode's). ``release_path`` (``release_body``, the cookies) releases it."""
         url = self._resources(path)
         run.session = EpisodeSession(
             url, release_path, server="resources server", cookies=run.cookies, release_body=release_body
@@ -378,9 +319,8 @@ class BaseAgent(BaseServer):
         return answer
 
     async def _release(self, run: EpisodeRun, failed: BaseException | None = None) -> ServerError | None:
-        """Release the session ``run`` still holds, once. A failure is retried later and, for an
-        episode that failed, noted on its error; a 410 means there is nothing left to release (the
-        410 is returned: the session was lost)."""
+        """Release the session ``run`` still holds, once; a failure is retried later and noted on ``failed``.
+        A 410 (nothing left to release: the session was lost) is returned."""
         session = run.session
         if session is None or not session.names_a_session() or not session.take():
             return None
@@ -397,8 +337,7 @@ class BaseAgent(BaseServer):
         return None
 
     def episode_failed(self, exc: BaseException, stage: Stage, steps: list[StepRecord] = ()) -> EpisodeFailed:
-        """The 502 that reports ``exc``, raised at ``stage`` of an episode, with its typed failure (and
-        the ``steps`` taken before it, so the masked record keeps them)."""
+        """The 502 reporting ``exc`` at ``stage``: its typed failure, with the ``steps`` taken before it."""
         failure = failure_of(exc, role="agent", stage=stage)
         message = failure.message
         if isinstance(exc, TimeoutError) and not isinstance(exc, ServerError):
@@ -414,10 +353,7 @@ def with_notes(message: str, exc: BaseException) -> str:
 
 
 class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
-    """Give a ``ServerError`` raised inside the failure of a request to a ``role`` server.
-
-    A class rather than a generator context manager: it is entered on every hop of every episode.
-    """
+    """Give a ``ServerError`` raised inside the failure of a request to a ``role`` server (a class: every hop)."""
 
     __slots__ = ("role", "stage")
 
@@ -435,20 +371,10 @@ class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
 
 async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:
     route = f"{request.method} {request.url.path}"
-    return JSONResponse(
-        status_code=502,
-        content=error_body(
-            exc.server, route, exc.cause, error="EpisodeFailed", hint=exc.hint or None, failure=exc.failure
-        ),
-    )
+    body = error_body(exc.server, route, exc.cause, error="EpisodeFailed", hint=exc.hint or None, failure=exc.failure)
+    return JSONResponse(body, status_code=502)
 
 
 def record_response(record: Rollout) -> Response:
-    """A rollout as ``/run``'s answer, serialised once, straight to JSON (FastAPI would validate it
-    again, then encode a dict); the reserved failure keys null when unset, as NeMo Gym writes them."""
+    """A rollout as ``/run``'s answer, serialised once straight to JSON (failure keys null when unset, as NeMo Gym)."""
     return Response(records.record_json(record), media_type="application/json")
-
-
-def is_lost(failure: Failure) -> bool:
-    """A lost session ends in a masked record (200), not an error: the episode cannot be replayed."""
-    return failure.kind == "session_lost"

@@ -1,18 +1,7 @@
-"""Agent-embedded environments: an agent server whose ``/run`` computes the reward itself.
-
-The spec's third kind of environment (benchmark harnesses, simulators in the agent's own process):
-no resources server, no seed/verify or reset/step over HTTP. Subclass ``EmbeddedEnvironmentAgent``
-and override ``run``; the helpers keep the episode in the same record every other agent returns, so
-collection, the Lab, frames and export take it as they take any run::
-
-    class GuessAgent(EmbeddedEnvironmentAgent):
-        async def run(self, body):
-            episode = self.start(body)
-            response = await self.ask(episode)
-            reward = float(response.output_text.strip() == body.model_extra["answer"])
-            self.transition(episode, response, reward, terminated=True)
-            return self.finish(body, episode)
-"""
+"""Agent-embedded environments: an agent server whose ``/run`` computes the reward itself (the spec's
+third kind: no resources server, no seed/verify or reset/step over HTTP). Subclass
+``EmbeddedEnvironmentAgent``, override ``run`` and build the record with ``start``, ``ask``,
+``transition`` and ``finish`` (an example: docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +14,7 @@ from fastapi import FastAPI
 
 from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row
 from gymlab.loop import LoopState, ask_model, gymnasium_transition
-from gymlab.protocol import NeMoGymResponse
+from gymlab.protocol import Message, NeMoGymResponse
 from gymlab.protocol import record as records
 from gymlab.protocol.gymnasium import GymnasiumStepResponse
 from gymlab.protocol.record import Rollout, StepRecord
@@ -50,14 +39,8 @@ class EmbeddedEpisode:
 
 
 class EmbeddedEnvironmentAgent(BaseAgent):
-    """Base of an agent whose ``run`` plays the environment itself (no resources server).
-
-    ``run`` returns the episode's ``Rollout``; build it with ``finish`` (or with the builders of
-    ``gymlab.protocol.record``). A ``ServerError`` or timeout in ``run`` (the model failed, the
-    episode ran past ``timeouts.episode``) is answered 502 with its typed failure, as other agents do.
-    The type ``run`` annotates its ``body`` with (a subclass of ``AgentRunRequest`` declaring the
-    row's own fields) is the route's body: a row without them is answered 422 naming the field.
-    """
+    """Base of an agent whose ``run`` plays the environment itself and returns its ``Rollout``; the type
+    ``run`` annotates its ``body`` with is the route's body (a row without its fields is a 422)."""
 
     verifies: ClassVar[bool] = False  # ``run`` grades the episode itself
 
@@ -65,7 +48,11 @@ class EmbeddedEnvironmentAgent(BaseAgent):
         app = super().setup_webserver()
 
         async def run_route(body: AgentRunRequest) -> Rollout:
-            return await self._run_route(body)
+            async def play(run: EpisodeRun) -> Rollout:
+                run.stage = "agent"  # no session to open: the agent is the environment
+                return await self.run(body)
+
+            return await self.run_episode(dump_row(body), play)
 
         run_route.__annotations__["body"] = get_type_hints(type(self).run).get("body", AgentRunRequest)
         app.post("/run", response_model=Rollout)(run_route)
@@ -74,13 +61,6 @@ class EmbeddedEnvironmentAgent(BaseAgent):
     @abstractmethod
     async def run(self, body: AgentRunRequest) -> Rollout:
         """Play one episode of the row ``body`` and return its record."""
-
-    async def _run_route(self, body: AgentRunRequest) -> Rollout:
-        async def play(run: EpisodeRun) -> Rollout:
-            run.stage = "agent"  # no session to open: the agent is the environment
-            return await self.run(body)
-
-        return await self.run_episode(dump_row(body), play)
 
     # -- helpers for run ---------------------------------------------------------------------------
 
@@ -115,8 +95,6 @@ class EmbeddedEnvironmentAgent(BaseAgent):
 
     def observe(self, episode: EmbeddedEpisode, text: str) -> None:
         """Add a user message the model sees next (outside a transition)."""
-        from gymlab.protocol import Message
-
         episode.state.added.append(Message(role="user", content=text))
 
     def finish(self, body: AgentRunRequest, episode: EmbeddedEpisode, *, cut_by_limit: bool = False) -> Rollout:

@@ -1,10 +1,5 @@
-"""gymnasium_agent: reset -> (model -> step)* with the resources server as the transition function.
-
-Function calls are not dispatched as HTTP routes: the whole model response goes to ``/step``, whose
-``info["tool_outputs"]`` come back as function_call_output items. It never calls ``/verify``. A
-``/step`` refused 413 is the policy's (``BaseAgent.grade``'s rule): the step is truncated, reward 0,
-with the refusal in its ``info["response_too_large"]``, and the session closed.
-"""
+"""gymnasium_agent: reset -> (model -> step)* with the resources server as the transition function
+(the whole model response goes to ``/step``; never ``/verify``; a ``/step`` refused 413: docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -34,8 +29,7 @@ class GymnasiumAgent(BaseAgent):
         return app
 
     async def run(self, body: AgentRunRequest) -> Rollout:
-        """One episode: the rollout record (``run_episode``: a masked record if the session was lost,
-        a typed 502 for any other failure; an episode cut by ``max_steps`` is closed)."""
+        """One episode's rollout record (failures as ``run_episode`` answers them; cut by ``max_steps``: closed)."""
         row = dump_row(body)
 
         async def play(run: EpisodeRun) -> Rollout:

@@ -1,13 +1,5 @@
-"""Agent sessions: an agent server's per-episode state, seeded and closed by ``agent_session_id``.
-
-The same rules as a resources server's episode sessions (``EpisodeSessions``): a seed and the close
-of one session run one at a time; a repeated seed answers as the first did, another seed under the
-same ID is refused with 409; a close releases once, then fences the ID for the retry window (a close
-of an ID nobody seeded fences it too, so a delayed seed cannot open it); a close naming another
-episode is 409. The seed's ID becomes the session cookie's ID, so a request whose cookie names
-another session than its body is 409, and with several workers the seed, the requests that carry
-the cookie and the close all run in the worker holding the session.
-"""
+"""Agent sessions: an agent server's per-episode state, seeded and closed by ``agent_session_id``, under
+the resources servers' episode-session rules (``EpisodeSessions``; docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -53,8 +45,7 @@ def mount_agent_session_routes(
     sessions: Callable[[], EpisodeSessions],
     seed_state: Callable[[AgentSeedSessionRequest], Awaitable[None]],
 ) -> None:
-    """Add ``POST /v1/agent_sessions`` (seed) and ``POST /v1/agent_sessions/close`` to ``app``;
-    ``sessions()`` is the agent's table, ``seed_state(body)`` sets up a seeded session's state."""
+    """Add the agent-session seed and close routes to ``app``: ``sessions()`` is the table, ``seed_state(body)``."""
 
     async def seed(body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
         return JSONResponse(await sessions().seed(body, lambda: seed_state(body)))

@@ -19,13 +19,8 @@ from gymlab.protocol.record import Rollout
 
 
 class SimpleAgent(BaseAgent):
-    """The built-in seed/verify agent. ``/run`` grades an episode; ``/v1/responses`` runs the loop.
-
-    NeMo Gym's options, with its meaning: ``skip_verification`` ends an episode without ``/verify``
-    (reward ``skip_verification_reward``, ``verification_skipped: true``; the session is closed);
-    ``execute_tools: false`` makes ``/v1/responses`` return the model's function calls unresolved,
-    for the environment server that runs them, and ``/run`` refuse (400).
-    """
+    """The built-in seed/verify agent: ``/run`` grades an episode, ``/v1/responses`` runs the loop; NeMo
+    Gym's ``skip_verification`` and ``execute_tools`` options mean what they mean there (docs/servers.md)."""
 
     execute_tools: bool = Field(
         True,
@@ -45,24 +40,14 @@ class SimpleAgent(BaseAgent):
         return app
 
     def tool_caller(self, cookies: Cookies):
-        """A ``call_tool`` for the loop: POST /{name} to the configured resources server with the
-        rollout's cookies; the body is the output.
-
-        The loop has already refused undeclared and reserved names, so only declared tools get here.
-        """
+        """The loop's ``call_tool`` (declared tools only): POST /{name} with the rollout's cookies; the body."""
 
         async def call_tool(name: str, args: Any) -> str:
+            path = f"/{name}"
             with typed("resources"):
-                reply = await post(
-                    self._resources(f"/{name}"),
-                    f"/{name}",
-                    args,
-                    cookies,
-                    server="resources server",
-                    timeout=self.timeouts.tool,
-                )
+                reply = await post(self._resources(path), path, args, cookies, "resources server", self.timeouts.tool)
                 if reply.status == 410:  # the server lost this session's state: the episode cannot go on
-                    raise ServerError("resources server", f"POST /{name}", 410, error_message(reply.text))
+                    raise ServerError("resources server", f"POST {path}", 410, error_message(reply.text))
             return reply.text
 
         return call_tool
@@ -74,14 +59,9 @@ class SimpleAgent(BaseAgent):
 
     @sessionless  # the Request is read for its headers, never for a session
     async def responses(self, request: Request, body: StreamableParams) -> NeMoGymResponse:
-        """The agent loop as a Responses endpoint (tools dispatched to the configured resources server).
-
-        An environment server running an episode session sends the session's cookie in the
-        ``x-gymlab-resources-cookie`` header, so the tool calls reach that session. The calls go to this
-        agent's ``resources_server`` only, never to a URL a request names: the environment server's
-        ``x-gymlab-resources-server`` header is compared with it, and a mismatch refused (409).
-        ``stream: true`` answers with the loop's final response as Responses events.
-        """
+        """The agent loop as a Responses endpoint, its tools dispatched to this agent's own
+        ``resources_server`` in the session the request's headers name (docs/servers.md); ``stream: true``
+        answers with the loop's final response as Responses events."""
         named = request.headers.get(RESOURCES_SERVER_HEADER)
         if named is not None and named != self.resources_server:
             bound = (
@@ -102,8 +82,7 @@ class SimpleAgent(BaseAgent):
         return streamed(response) if body.stream else response
 
     async def run(self, body: AgentRunRequest) -> Rollout:
-        """One graded episode: the verify response plus per-step records (``run_episode``: a masked
-        record if the session was lost, a typed 502 for any other failure)."""
+        """One graded episode: the verify response plus per-step records (failures: ``run_episode``)."""
         if not self.execute_tools:
             raise HTTPException(
                 400,

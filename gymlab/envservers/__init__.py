@@ -1,7 +1,5 @@
-"""Environment servers: they take a task, run it against a resources server and an agent, return a rollout.
-
-Built-ins are listed by the names configs use in ``gymlab.registry``.
-"""
+"""Environment servers: a task run against a resources server and an agent, a rollout back (built-ins by
+their config names: ``gymlab.registry``)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""single_agent_turn: one agent turn inside one episode session of a resources server.
-
-``POST /run`` takes a task, seeds the bound resources server with a fresh ``resources_session_id``,
-invokes the agent (its ``/v1/responses`` loop, whose tool calls reach the same session), grades the
-result with ``/verify`` (the authored request, saying that a close follows), closes the session on
-every path, and returns the rollout with the verify's mask and failure fields. The life cycle is the
-agents' (``BaseAgent.run_episode``): a close that fails after grading is retried in the background
-and the graded reward stands.
-
-The task is either ``{"task_id": "<taskset>/<id>", "task_input": {flat row}}`` or a row of the
-``{responses_create_params, task_data}`` shape. Fields of the row besides those two are merged into
-``task_data``; a field whose value differs from ``task_data``'s is refused (422).
-
-A seed's non-empty ``observation`` is appended verbatim as one user message after a copy of the
-authored input; it is kept in the episode's ``EpisodeHandles``, so invoking the agent again from the
-handles (a restore) supplies it once without seeding again.
-"""
+"""single_agent_turn: one agent turn inside one episode session of a resources server: ``POST /run``
+seeds a fresh ``resources_session_id``, invokes the agent (its tool calls reach that session), grades
+with ``/verify`` and closes the session on every path. Task shapes, the observation: docs/servers.md."""
 
 from __future__ import annotations
 
@@ -139,11 +125,8 @@ def _episode_id(body: dict[str, Any]) -> EpisodeId:
 
 
 def agent_request(params: ResponseCreateParams, observation: str | None) -> dict[str, Any]:
-    """The agent's request: the authored one, plus a non-empty observation as one last user message.
-
-    A non-empty string input becomes the first user message and ``""`` none; a list keeps its items
-    and order. Model settings and tools stay as authored; without an observation nothing changes.
-    """
+    """The agent's request: the authored one, plus a non-empty observation as one last user message (a
+    string input becomes the first user message, ``""`` none); without an observation nothing changes."""
     body = params.model_dump(mode="json", exclude_unset=True)
     if not observation:
         return body
@@ -158,11 +141,7 @@ def _user(text: str) -> dict[str, Any]:
 
 
 class SingleAgentTurn(BaseAgent):
-    """The built-in Environment Server: one agent turn per episode session of ``resources_server``.
-
-    Its ``/run`` is the agents' episode life cycle (``BaseAgent.run_episode``) around one agent
-    turn; a seed refused with 409 or 422 (no retry can fix it) keeps its status.
-    """
+    """The built-in Environment Server: one agent turn per episode session; a seed refused 409/422 keeps its status."""
 
     agent_server: str = ""
     agent_timeout_s: float | None = Field(1800.0, gt=0, description="The agent's whole turn.")
@@ -175,10 +154,7 @@ class SingleAgentTurn(BaseAgent):
         return app
 
     async def run(self, body: dict[str, Any] = Body(...)) -> Rollout:
-        """One graded episode; the rollout record (verify answer, one step record, duration).
-
-        A failure answers with this server's typed error (``failure``: kind, stage, server).
-        """
+        """One graded episode: the rollout record (verify answer, one step record), or a typed error."""
         try:
             task = parse_task(body)
         except ValueError as exc:
@@ -202,8 +178,7 @@ class SingleAgentTurn(BaseAgent):
         return await self.run_episode(row, play)
 
     async def seed(self, task: Task, run: EpisodeRun | None = None) -> EpisodeHandles:
-        """Seed a fresh session for ``task``. The episode holds it from the moment the seed goes out,
-        and its close names it by ID, so a seed whose reply was lost is closed too."""
+        """Seed a fresh session for ``task``, held (and closed by ID) from the moment the seed goes out."""
         run = run or EpisodeRun({})
         sid = f"rs-{uuid.uuid4().hex}"
         body = ResourcesSeedSessionRequest(
@@ -222,21 +197,27 @@ class SingleAgentTurn(BaseAgent):
         )
 
     async def invoke_agent(self, handles: EpisodeHandles, params: ResponseCreateParams) -> NeMoGymResponse:
-        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed).
-
-        The agent's tool calls go to its own configured resources server; the header naming this
-        episode's lets it refuse (409) when that is another one."""
-        headers = {RESOURCES_SERVER_HEADER: handles.resources_server}
+        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed);
+        the header naming this episode's resources server lets the agent refuse (409) another one."""
+        url, path, server, timeout = self.agent_server, "/v1/responses", "agent server", self.agent_timeout_s
+        if not url:
+            hint = "set agent_server in the single_agent_turn config"
+            raise ServerError(server, f"POST {path}", 0, f"no {server} configured", hint)
+        headers = {"Content-Type": "application/json", RESOURCES_SERVER_HEADER: handles.resources_server}
         if handles.cookie:
             headers[RESOURCES_COOKIE_HEADER] = handles.cookie
-        answer = await _post_json(
-            self.agent_server,
-            "/v1/responses",
-            agent_request(params, handles.observation),
-            headers,
-            server="agent server",
-            timeout=self.agent_timeout_s,
-        )
+        data, limit = json.dumps(agent_request(params, handles.observation)), aiohttp.ClientTimeout(timeout)
+        try:
+            async with http_session().post(url + path, data=data, timeout=limit, headers=headers) as resp:
+                status, text = resp.status, await resp.text()
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            raise transport_error(server, url, path, exc, timeout) from exc
+        if not 200 <= status < 300:
+            raise ServerError(server, f"POST {path}", status, error_message(text), failure=failure_in(text))
+        try:
+            answer = json.loads(text)
+        except ValueError:
+            raise ServerError(server, f"POST {path}", status, f"answer is not JSON: {text[:200]!r}") from None
         return NeMoGymResponse.model_validate(answer)
 
     async def verify(
@@ -266,33 +247,3 @@ class SingleAgentTurn(BaseAgent):
 
 def _close_body(sid: str, episode_id: EpisodeId) -> dict[str, Any]:
     return {"resources_session_id": sid, "episode_id": episode_id.model_dump(mode="json")}
-
-
-async def _post_json(
-    url: str, path: str, payload: Any, headers: dict[str, str], server: str, timeout: float | None = None
-) -> Any:
-    """POST JSON with extra headers; an error status or a connection failure raises ``ServerError``."""
-    if not url:
-        raise ServerError(
-            server,
-            f"POST {path}",
-            0,
-            f"no {server} configured",
-            f"set {server.replace(' ', '_')} in the single_agent_turn config",
-        )
-    try:
-        async with http_session().post(
-            url + path,
-            data=json.dumps(payload),
-            timeout=aiohttp.ClientTimeout(timeout),
-            headers={"Content-Type": "application/json", **headers},
-        ) as resp:
-            status, text = resp.status, await resp.text()
-    except (TimeoutError, aiohttp.ClientConnectionError) as exc:
-        raise transport_error(server, url, path, exc, timeout) from exc
-    if not 200 <= status < 300:
-        raise ServerError(server, f"POST {path}", status, error_message(text), failure=failure_in(text))
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise ServerError(server, f"POST {path}", status, f"answer is not JSON: {text[:200]!r}") from None

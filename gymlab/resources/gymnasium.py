@@ -1,9 +1,5 @@
-"""GymnasiumServer: the environment as a transition function, ``/reset`` and ``/step`` (no ``/verify``).
-
-Subclasses implement ``step()`` (and ``reset()`` when an episode needs state or a first observation).
-The base does the plumbing: session ids, lifting the reserved info keys, and releasing per-episode
-state on every way an episode ends (terminated, truncated, an exception, a new reset, ``/close``).
-"""
+"""GymnasiumServer: the environment as a transition function, ``/reset`` and ``/step`` (no ``/verify``);
+the base lifts the reserved info keys and releases per-episode state on every way an episode ends."""
 
 from __future__ import annotations
 
@@ -12,9 +8,8 @@ from abc import abstractmethod
 from typing import Any
 
 from fastapi import FastAPI, Request
-from pydantic import PrivateAttr
 
-from gymlab._runtime.episodes import EpisodeSessions, mount_episode_routes
+from gymlab._runtime.episodes import mount_episode_routes
 from gymlab.protocol import SESSION_ID_KEY, NeMoGymResponse
 from gymlab.protocol.failure_kinds import validate_failure_kind
 from gymlab.protocol.gymnasium import (
@@ -25,51 +20,28 @@ from gymlab.protocol.gymnasium import (
     GymnasiumStepRequest,
     GymnasiumStepResponse,
 )
-from gymlab.protocol.sessions import ResourcesSeedSessionRequest, ResourcesSeedSessionResponse
-from gymlab.server import BaseServer
+from gymlab.protocol.sessions import ResourcesSeedSessionRequest
+from gymlab.resources.simple import EpisodeServer
 
 
-class GymnasiumServer(BaseServer):
-    """A Gymnasium-protocol environment; per-episode state goes in ``session_state[session_id]``.
-
-    >>> class Echo(GymnasiumServer):
-    ...     async def step(self, action, metadata, session_id=None):
-    ...         return None, 1.0, True, False, {}
-    """
-
-    _episodes: EpisodeSessions | None = PrivateAttr(default=None)
-
-    @property
-    def session_state(self) -> dict[str, Any]:
-        """Per-episode state, keyed by session id: process state, never config (YAML cannot set it)."""
-        return self.episode_sessions.state
+class GymnasiumServer(EpisodeServer):
+    """A Gymnasium-protocol environment: write ``step`` (and ``reset``); per-episode state in ``session_state``."""
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/reset")(self._reset_route)
         app.post("/step")(self._step_route)
         app.post("/close")(self._close_route)
-        # Episode sessions (an environment server's seed and close): the seed is a reset whose
-        # observation becomes the seed's; the close releases the state like a terminal step.
+        # episode sessions: the seed is a reset (its observation the seed's), the close ends it like a last step
         mount_episode_routes(app, self.episode_sessions, self._episode_seed, self.close_episode)
         return app
 
-    @property
-    def episode_sessions(self) -> EpisodeSessions:
-        """This server's open episode sessions (seeded or reset), locks, fences and idle reaper."""
-        if self._episodes is None:
-            self._episodes = EpisodeSessions(
-                self.session_close_retry_window_seconds, self.session_ttl_seconds, self.close_episode
-            )
-        return self._episodes
-
-    async def _episode_seed(self, body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:
+    async def _episode_seed(self, body: ResourcesSeedSessionRequest) -> dict[str, Any]:
         reset = await self.reset_session(body.task_data, body.resources_session_id)
-        if reset.observation is None:  # reset set none: the answer leaves the field out, as the spec says
-            return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)
-        return ResourcesSeedSessionResponse(
-            resources_session_id=body.resources_session_id, observation=reset.observation
-        )
+        return {} if reset.observation is None else {"observation": reset.observation}  # none: left out (spec)
+
+    async def _reap(self, session_id: str) -> None:
+        await self.close_episode(session_id)
 
     # -- the hooks a subclass writes -------------------------------------------------------------
 
@@ -100,9 +72,7 @@ class GymnasiumServer(BaseServer):
             await self._release(session_id)
         try:
             result = await self.reset(metadata, session_id)
-            if not (isinstance(result, tuple) and len(result) == 2):
-                raise TypeError(f"{type(self).__name__}.reset must return (observation, info), got {result!r:.200}")
-            observation, info = result
+            observation, info = _unpacked(self, "reset", result, "(observation, info)")
             return GymnasiumResetResponse(observation=_observation(self, observation), info=dict(info or {}))
         except BaseException as exc:
             await self._release(session_id, exc)
@@ -112,12 +82,8 @@ class GymnasiumServer(BaseServer):
         """``step()`` for ``session_id``: reserved info keys lifted, state released when the episode ends."""
         try:
             result = await self.step(action, metadata, session_id)
-            if not (isinstance(result, tuple) and len(result) == 5):
-                raise TypeError(
-                    f"{type(self).__name__}.step must return (observation, reward, terminated, truncated, info), "
-                    f"got {result!r:.200}"
-                )
-            observation, reward, terminated, truncated, info = result
+            shape = "(observation, reward, terminated, truncated, info)"
+            observation, reward, terminated, truncated, info = _unpacked(self, "step", result, shape)
             info = dict(info or {})
             lifted = {k: info.pop(k) for k in RESERVED_INFO_KEYS if k in info}
             validate_failure_kind(lifted.get("failure_kind"))
@@ -146,8 +112,7 @@ class GymnasiumServer(BaseServer):
         return held
 
     async def _release(self, session_id: str, failure: BaseException | None = None) -> None:
-        """Run ``close_session`` and make sure the entry is gone, even if the override forgot ``super()``
-        (``EpisodeSessions.release_state``; an override that raises leaves it for the retry)."""
+        """``close_session``, then the entry dropped even if an override forgot ``super()`` (``release_state``)."""
         await self.episode_sessions.release_state(session_id, self.close_session, self.session_state, failure)
 
     # -- routes ----------------------------------------------------------------------------------
@@ -173,3 +138,10 @@ def _observation(server: GymnasiumServer, observation: Any) -> str | None:
     raise TypeError(
         f"{type(server).__name__}: an observation must be a string or None, got {type(observation).__name__}"
     )
+
+
+def _unpacked(server: GymnasiumServer, hook: str, result: Any, shape: str) -> tuple:
+    """``result`` if it is the tuple ``shape`` names, else a ``TypeError`` naming the hook."""
+    if not (isinstance(result, tuple) and len(result) == shape.count(",") + 1):
+        raise TypeError(f"{type(server).__name__}.{hook} must return {shape}, got {result!r:.200}")
+    return result

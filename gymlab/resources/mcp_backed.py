@@ -1,18 +1,6 @@
-"""McpResourcesServer: an MCP server's tools served as routes for simple_agent, one MCP session per episode.
-
-Point it at an MCP server: ``mcp_command`` (launched over stdio, one process per episode, so the
-process is the session) or ``mcp_url`` (streamable HTTP, one handshake-era MCP session per episode).
-A seed opens the episode's MCP session; its verify, ``/close_session``, the idle-session reaper and
-the server's shutdown close it. At most ``mcp_max_processes`` are open at once (a seed past it is
-a 503 with Retry-After); an ``mcp_command`` process is stopped by the SDK (stdin closed, SIGTERM,
-SIGKILL) and dies with this server's process however that ends (``_runtime.env.tied``). Each tool
-is ``POST /{tool}``: the call goes to the episode's session and its answer is the route's body
-(structured content as JSON, else the text). A tool error is a 422 naming the server, route and
-cause; an episode whose MCP session ended is a 410, which simple_agent masks as ``session_lost``.
-``verify`` is the environment's: it can read the episode's MCP state with
-``await self.call_mcp_tool(request, name, args)``. ``mcp_tools_from`` gives rows their tools,
-derived from the MCP server's tool list as ``tools_from`` derives them from routes.
-"""
+"""McpResourcesServer: an MCP server's tools (``mcp_command`` over stdio, or ``mcp_url``) served as routes
+for simple_agent, one MCP session per episode; ``mcp_tools_from`` gives rows their tools. The life
+cycle, caps and errors: the README's "Tools over MCP" and docs/servers.md."""
 
 from __future__ import annotations
 
@@ -40,7 +28,7 @@ from gymlab.protocol import (
     ResourcesSeedSessionRequest,
 )
 from gymlab.resources.mcp_tools import connect_mcp, require_mcp
-from gymlab.resources.simple import SimpleResourcesServer, with_request
+from gymlab.resources.simple import SimpleResourcesServer
 from gymlab.resources.tools import function_tool
 
 log = logging.getLogger("gymlab.server")
@@ -69,8 +57,7 @@ async def open_mcp(target: McpTarget, *, env: dict[str, str] | None = None) -> A
 
 
 def _errlog() -> Any:
-    """Where an MCP process's stderr goes: this process's stderr, or the real one when it is not a file
-    (a notebook kernel's stderr is a stream object without a file descriptor)."""
+    """An MCP process's stderr: this process's, or the real one when it has no file descriptor (a kernel's)."""
     try:
         sys.stderr.fileno()
         return sys.stderr
@@ -87,14 +74,9 @@ class McpSessionLost(ConnectionError):
 
 
 class McpEpisode:
-    """One episode's MCP session, held open by its own task.
-
-    The SDK's cancel scopes must be left by the task that entered them, and an episode's seed and
-    its verify run in different request tasks, so a task of its own enters the client at ``open``
-    and leaves it at ``close``. An opening is stopped with an anyio cancel scope, never
-    ``Task.cancel``: a native cancel breaks through the SDK's shield around stopping its process,
-    which then outlives the session when it ignores SIGTERM.
-    """
+    """One episode's MCP session, held open by a task of its own (the SDK's cancel scopes must be left
+    by the task that entered them); an opening is stopped with an anyio cancel scope, never
+    ``Task.cancel`` (docs/servers.md)."""
 
     def __init__(self, target: McpTarget, env: dict[str, str] | None = None):
         self.target, self.env = target, env
@@ -157,8 +139,13 @@ class McpEpisode:
             self._ready.exception()  # an opening failure was reported to the opener (or nobody waits)
 
 
-def _as_function_tool(tool: Any, strict: bool) -> dict[str, Any]:
-    return function_tool(tool.name, tool.description or "", dict(tool.input_schema or {}), strict=strict)
+def _function_tools(tools: list[Any], strict: bool) -> list[dict[str, Any]]:
+    """The function tools of the listed MCP tools whose names a model may call (``loop.refusal``'s rule)."""
+    return [
+        function_tool(t.name, t.description or "", dict(t.input_schema or {}), strict=strict)
+        for t in tools
+        if refusal(t.name, [t.name]) is None
+    ]
 
 
 async def _list_tools(target: McpTarget, env: dict[str, str] | None) -> list[Any]:
@@ -173,22 +160,12 @@ async def _list_tools(target: McpTarget, env: dict[str, str] | None) -> list[Any
 
 
 def mcp_tools_from(target: McpTarget, *, strict: bool = True, env: dict[str, str] | None = None) -> list[dict]:
-    """The function tools rows declare for an MCP server's tools: one per listed tool whose name a
-    model may call (``loop.refusal``'s rule: lifecycle names and non-route names are left out), its
-    input schema as ``parameters`` and its description's first paragraph as ``description``.
-
-    >>> mcp_tools_from([sys.executable, "notes_mcp.py"])
-    [{'type': 'function', 'name': 'write_note', ...}]
-    """
-    tools = run_sync(_list_tools(target, env))
-    return [_as_function_tool(t, strict) for t in tools if refusal(t.name, [t.name]) is None]
+    """The function tools rows declare for an MCP server's tools (``function_tool`` of each listed one)."""
+    return _function_tools(run_sync(_list_tools(target, env)), strict)
 
 
 class McpResourcesServer(SimpleResourcesServer):
-    """A resources server whose tools are an MCP server's: subclass it and write ``verify``.
-
-    Set ``mcp_command`` (stdio) or ``mcp_url`` (streamable HTTP) in the class or the config.
-    """
+    """A resources server whose tools are an MCP server's (``mcp_command`` or ``mcp_url``): write ``verify``."""
 
     mcp_command: list[str] | None = Field(
         default=None, description="An MCP server to launch over stdio, one process per episode."
@@ -224,8 +201,6 @@ class McpResourcesServer(SimpleResourcesServer):
         require_mcp()
         self.mcp_target  # noqa: B018 - a misconfigured target fails when the app is built, not at a seed
         app = super().setup_webserver()
-        app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/verify"]
-        app.post("/verify")(_closing_after(self.verify, self.close_mcp_session))
         app.post("/{tool}")(self._tool_route)
         previous = app.router.lifespan_context
 
@@ -257,22 +232,18 @@ class McpResourcesServer(SimpleResourcesServer):
         """The rows' function tools for the MCP server's tools (listed when the server started, or now)."""
         if self._listed is None:
             self._listed = run_sync(self._list_tools())
-        return [_as_function_tool(t, strict) for t in self._listed if refusal(t.name, [t.name]) is None]
+        return _function_tools(self._listed, strict)
 
     async def seed_session(
         self, request: Request, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest
     ) -> BaseSeedSessionResponse:
-        """Open the episode's MCP session (a subclass that overrides this calls ``super()`` first)."""
-        if isinstance(body, ResourcesSeedSessionRequest):
-            sid = body.resources_session_id
-        else:
-            sid = request.session[SESSION_ID_KEY]
-        await self.open_mcp_session(sid)
+        """Open the episode's MCP session (a subclass that overrides this calls ``super()`` first); the
+        cookie's session is an episode seed's ``resources_session_id`` too (the session middleware's rule)."""
+        await self.open_mcp_session(request.session[SESSION_ID_KEY])
         return BaseSeedSessionResponse()
 
     async def open_mcp_session(self, session_id: str) -> McpEpisode:
-        """Open ``session_id``'s MCP session (a session it already holds is closed first); past
-        ``mcp_max_processes`` open or opening, a 503 with Retry-After."""
+        """Open ``session_id``'s MCP session (closing one it holds); past ``mcp_max_processes``, a 503 (Retry-After)."""
         await self.close_mcp_session(session_id)
         if (open_ := len(self._mcp_sessions) + self._mcp_opening) >= self.mcp_max_processes:
             raise HTTPException(
@@ -305,6 +276,13 @@ class McpResourcesServer(SimpleResourcesServer):
 
     async def close_resources_session(self, resources_session_id: str) -> None:
         await self.close_mcp_session(resources_session_id)
+
+    async def _verify_then_release(self, request: Request, call):
+        """``/verify`` (the state released as the base does), then the episode's MCP session closed."""
+        try:
+            return await super()._verify_then_release(request, call)
+        finally:
+            await self.close_mcp_session(request.session[SESSION_ID_KEY])
 
     async def call_mcp_tool(self, request: Request, name: str, arguments: dict[str, Any] | None = None) -> Any:
         """Call tool ``name`` in the MCP session of ``request``'s episode: the ``CallToolResult``."""
@@ -357,19 +335,6 @@ def _cause(exc: BaseException) -> str:
         exc = inner[0]
         inner = getattr(exc, "exceptions", None)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _closing_after(verify, close):
-    """``verify`` as the ``/verify`` endpoint, closing the episode's MCP session after it answers
-    (or raises)."""
-
-    async def closing(request: Request, call):
-        try:
-            return await call()
-        finally:
-            await close(request.session[SESSION_ID_KEY])
-
-    return with_request(verify, closing)
 
 
 __all__ = ["McpEpisode", "McpResourcesServer", "McpSessionLost", "mcp_tools_from", "open_mcp"]

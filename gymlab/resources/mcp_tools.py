@@ -1,14 +1,6 @@
-"""A resources server's tool routes as MCP tools: streamable HTTP at ``/mcp`` (the official ``mcp`` SDK).
-
-Each MCP tool is one tool route, listed with the schema ``tools_from`` derives for the rows, and a
-call runs as ``POST /{tool}`` through the server's own app (in-process, ``inproc.call``) carrying
-the cookie of the MCP request. So an MCP client that brings the cookie its episode's
-``/seed_session`` answered sees that episode's state, the same as one calling the routes over HTTP;
-and its calls meet the same validation, session rules and error bodies. A route's error status
-comes back as an MCP tool error (``isError``) whose text is the route's JSON error body. Which
-names are tools is decided in one place: ``tools_from`` lists the routes, ``loop.refusal`` refuses
-the rest (lifecycle and built-in routes included), as it does for a model's calls.
-"""
+"""A resources server's tool routes as MCP tools at ``/mcp`` (streamable HTTP, the official ``mcp`` SDK):
+a call runs as ``POST /{tool}`` through the server's own app with the MCP request's cookie, so it acts
+in that episode and meets the route's validation, session rules and error bodies (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -33,7 +25,6 @@ from gymlab.server import BaseServer
 
 #: Where the tools are served.
 MCP_PATH = "/mcp"
-_MISSING = "the 'mcp' package is not installed; install it with `pip install 'gymlab[mcp]'`"
 
 
 def require_mcp() -> None:
@@ -41,20 +32,13 @@ def require_mcp() -> None:
     try:
         import mcp  # noqa: F401
     except ImportError as exc:
-        raise ImportError(_MISSING) from exc
+        raise ImportError("the 'mcp' package is not installed; install it with `pip install 'gymlab[mcp]'`") from exc
 
 
 class McpTools:
-    """The ``/mcp`` ASGI endpoint of one server.
-
-    The SDK's session manager must run for the app's lifetime, so it is entered from the app's
-    lifespan (``running``: uvicorn runs it under a Lab, ``gymlab serve`` and ``python app.py``),
-    a fresh one each time the app starts. An MCP session idle for the server's
-    ``mcp_session_ttl_seconds`` is closed. At most ``mcp_max_sessions`` are open: a client opening
-    one more ends the least recently used idle ones (the SDK's own cap would refuse every new client
-    until a session expired), and is answered 503 with Retry-After only when every one has a request
-    in flight. The SDK has no public way to end a session, hence its ``_discard_session``.
-    """
+    """The ``/mcp`` ASGI endpoint of one server; its SDK session manager runs in the app's lifespan
+    (``running``). Past ``mcp_max_sessions`` the least recently used idle sessions end (the SDK has no
+    public way to end one, hence its ``_discard_session``); docs/servers.md."""
 
     def __init__(self, server: BaseServer):
         require_mcp()
@@ -79,8 +63,7 @@ class McpTools:
 
     def open_sessions(self) -> int:
         """MCP sessions open now (handshake-era clients; a 2026-era request is its own session)."""
-        manager = self._manager
-        return len(getattr(manager, "_server_instances", ())) if manager is not None else 0
+        return len(getattr(self._manager, "_server_instances", ()))  # no manager (not running): none
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -104,33 +87,20 @@ class McpTools:
                 self._busy.clear()
 
     async def __call__(self, scope, receive, send) -> None:
-        manager = self._manager
+        manager, method = self._manager, scope.get("method", "GET")
         if manager is None:
-            route = f"{scope.get('method', 'GET')} {scope['path']}"
-            body = error_body(
-                self.server.name,
-                route,
-                "the MCP session manager is not running (the app was started without its lifespan)",
-                hint="serve the app with uvicorn (lifespan on), a Lab or `gymlab serve`",
-            )
-            return await JSONResponse(body, status_code=503)(scope, receive, send)
-        if scope.get("method") == "GET":
-            # No server-initiated messages, so no standalone SSE stream to hold open: the spec's 405.
-            return await JSONResponse(
-                error_body(self.server.name, f"GET {scope['path']}", "this server sends no messages of its own"),
-                status_code=405,
-                headers={"allow": "POST, DELETE"},
-            )(scope, receive, send)
+            cause = "the MCP session manager is not running (the app was started without its lifespan)"
+            hint = "serve the app with uvicorn (lifespan on), a Lab or `gymlab serve`"
+            return await self._refusal(scope, 503, cause, hint)(scope, receive, send)
+        if method == "GET":  # no server-initiated messages, so no standalone SSE stream: the spec's 405
+            cause = "this server sends no messages of its own"
+            return await self._refusal(scope, 405, cause, headers={"allow": "POST, DELETE"})(scope, receive, send)
         sid = _header(scope["headers"], b"mcp-session-id")
-        opens = sid is None and scope.get("method") == "POST" and _handshake_era(scope["headers"])
+        opens = sid is None and method == "POST" and _handshake_era(scope["headers"])
         if opens and not await self._room(manager):
-            body = error_body(
-                self.server.name,
-                f"POST {scope['path']}",
-                f"all {self.server.mcp_max_sessions} MCP sessions (mcp_max_sessions) have a request in flight",
-                hint="retry after Retry-After seconds, or raise mcp_max_sessions",
-            )
-            return await JSONResponse(body, status_code=503, headers={"retry-after": "1"})(scope, receive, send)
+            cause = f"all {self.server.mcp_max_sessions} MCP sessions (mcp_max_sessions) have a request in flight"
+            hint = "retry after Retry-After seconds, or raise mcp_max_sessions"
+            return await self._refusal(scope, 503, cause, hint, {"retry-after": "1"})(scope, receive, send)
         held = [sid] if sid in manager._server_instances else []  # an unknown id is the SDK's 404, not tracked
         for s in held:
             self._use(s, 1)
@@ -152,6 +122,12 @@ class McpTools:
             self._opening -= opens
             for s in held:
                 self._use(s, -1)
+
+    def _refusal(
+        self, scope: Any, status: int, cause: str, hint: str | None = None, headers: dict[str, str] | None = None
+    ) -> JSONResponse:
+        body = error_body(self.server.name, f"{scope.get('method', 'GET')} {scope['path']}", cause, hint=hint)
+        return JSONResponse(body, status_code=status, headers=headers)
 
     def _use(self, sid: str, in_flight: int) -> None:
         """A request of session ``sid`` starts (1) or ends (-1): it is now the most recently used."""
@@ -246,10 +222,7 @@ def _loopback_only(host: str) -> Any:
 
 
 def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
-    """Serve ``server``'s tool routes at ``/mcp`` of ``app``, its session manager run by the app's lifespan.
-
-    One route and one lifespan step: requests to other paths do not pass through anything of it.
-    """
+    """Serve ``server``'s tool routes at ``/mcp`` of ``app`` (one route; its session manager in the lifespan)."""
     tools = McpTools(server)
     app.router.routes.append(Route(MCP_PATH, endpoint=tools))
     previous = app.router.lifespan_context
@@ -265,14 +238,9 @@ def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
 
 @contextlib.asynccontextmanager
 async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: str = "auto") -> AsyncIterator[Any]:
-    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies``.
-
-    Give it the cookies an episode's ``/seed_session`` answered and its tool calls act in that
-    episode. ``mode="legacy"`` opens a handshake-era MCP session (``Mcp-Session-Id``) held until exit.
-
-    >>> async with connect_mcp(f"{handle.url}/mcp", cookies=dict(seeded.cookies)) as client:
-    ...     await client.call_tool("increment", {"by": 1})
-    """
+    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies`` (an episode's seed
+    cookies: its tool calls act in that episode); ``mode="legacy"`` opens a handshake-era MCP session
+    (``Mcp-Session-Id``) held until exit."""
     require_mcp()
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client

@@ -22,7 +22,6 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymlab._runtime.bodies import BODY_KEY
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
-from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS
 from gymlab._runtime.ownership import _close_follows
 from gymlab.protocol import (
     SESSION_ID_KEY,
@@ -48,10 +47,8 @@ warnings.filterwarnings("ignore", r'Field name "session_state" in ".*" shadows a
 
 
 def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
-    """mean/max/min/median/std of rewards (population std; empty input gives no keys).
-
-    Computed on the rewards scaled by a power of two (exact), so finite rewards near the float limit
-    (two of 1e308) never overflow to inf."""
+    """mean/max/min/median/std of rewards (population std; no keys for none), computed on the rewards scaled
+    by a power of two (exact) so finite ones near the float limit (two of 1e308) never overflow to inf."""
     if not rewards:
         return {}
     n, ordered = len(rewards), sorted(rewards)
@@ -70,14 +67,8 @@ def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
 
 
 class MetricsTally:
-    """The default aggregate metrics, built one verify response at a time: only rewards are kept, so
-    a collection's records stream past (the driver of a collection tallies them as it reads its file).
-    Masked samples are counted but kept out of reward metrics.
-
-    An entry it cannot read makes ``result`` raise ``RequestValidationError`` naming its field (a
-    route answers 422): an unmasked ``reward`` that is not a finite JSON number (absent counts 0.0),
-    a ``_ng_task_index`` that is not an integer, a ``mask_sample`` that is not a boolean (null or
-    absent for both); at most 20 are named, so the answer stays small."""
+    """The default aggregate metrics, one verify response at a time (only rewards are kept); an entry
+    it cannot read makes ``result`` raise ``RequestValidationError`` naming its field (docs/servers.md)."""
 
     def __init__(self) -> None:
         self.n_samples = 0
@@ -151,53 +142,17 @@ def _unreadable(i: int, key: str, value: Any, expected: str) -> dict[str, Any]:
     }  # no "input": the value is named above, cut short, so a huge one is not sent back
 
 
-class SimpleResourcesServer(BaseServer):
-    """Seed/verify environment: override ``verify`` (and ``seed_session`` for state).
-
-    Per-episode state goes in ``self.session_state[request.session[SESSION_ID_KEY]]`` (the ID is the
-    episode's ``resources_session_id`` too). The base drops it on every way an episode ends: after
-    its ``/verify`` (unless the body says ``close_follows``), on ``/close_session`` (a cancelled or
-    failed episode's agent closes it) and when the idle-session reaper frees it, each time after
-    ``close_resources_session`` (override it for external resources; it runs with the state still
-    held). The base also keeps the session rules (one seed or close of a session at a time, an
-    idempotent re-seed, 409 for a conflicting or late seed, one release per close). A server
-    without per-rollout state needs no changes. To take both seed forms, annotate the body
-    ``ResourcesSeedSessionRequest | MySeedRequest``.
-
-    ``serve_mcp=True`` (a config key) also serves the tool routes as MCP tools at ``/mcp``
-    (``gymlab.resources.mcp_tools``). It is a switch, off by default: the SDK is an extra whose import
-    a server without MCP clients should not pay, and MCP sessions are state a server should hold only
-    when asked; off, nothing of MCP is imported, mounted or run.
-    """
-
-    session_close_retry_window_seconds: float = DEFAULT_WINDOW_SECONDS
-    serve_mcp: bool = Field(
-        default=False,
-        description="Also serve the tool routes as MCP tools at /mcp (streamable HTTP; needs gymlab[mcp]).",
-    )
-    mcp_max_sessions: int = Field(default=1000, ge=1, description="Most /mcp sessions open at once (LRU idle evicted).")
-    mcp_session_ttl_seconds: float = Field(default=600.0, gt=0, description="An /mcp session idle this long ends.")
+class EpisodeServer(BaseServer):
+    """A server whose per-episode state is ``session_state``, held by its episode sessions."""
 
     _episodes: EpisodeSessions | None = PrivateAttr(default=None)
 
-    def setup_webserver(self) -> FastAPI:
-        app = super().setup_webserver()
-        app.post("/seed_session")(_episode_aware(self.seed_session, self.episode_sessions))
-        app.post("/close_session")(self._close_session_route)
-        app.post("/verify")(with_request(self.verify, self._verify_then_release))
-        app.post("/aggregate_metrics")(self.aggregate_metrics)
-        if self.serve_mcp:  # off by default (see the class docstring)
-            from gymlab.resources.mcp_tools import mount_mcp
-
-            mount_mcp(app, self)
-        return app
-
     @property
     def episode_sessions(self) -> EpisodeSessions:
-        """This server's open episode sessions, locks and fences."""
+        """This server's open episode sessions, locks, fences and idle reaper (which calls ``_reap``)."""
         if self._episodes is None:
             self._episodes = EpisodeSessions(
-                self.session_close_retry_window_seconds, self.session_ttl_seconds, self._release
+                self.session_close_retry_window_seconds, self.session_ttl_seconds, self._reap
             )
         return self._episodes
 
@@ -206,26 +161,46 @@ class SimpleResourcesServer(BaseServer):
         """Per-episode state, keyed by session id: process state, never config (YAML cannot set it)."""
         return self.episode_sessions.state
 
+
+class SimpleResourcesServer(EpisodeServer):
+    """Seed/verify environment: override ``verify`` (and ``seed_session`` for state, kept in
+    ``self.session_state[request.session[SESSION_ID_KEY]]``, which the base drops on every way an episode
+    ends); ``serve_mcp=True`` also serves the tool routes as MCP tools at ``/mcp`` (docs/servers.md)."""
+
+    serve_mcp: bool = Field(
+        default=False,
+        description="Also serve the tool routes as MCP tools at /mcp (streamable HTTP; needs gymlab[mcp]).",
+    )
+    mcp_max_sessions: int = Field(default=1000, ge=1, description="Most /mcp sessions open at once (LRU idle evicted).")
+    mcp_session_ttl_seconds: float = Field(default=600.0, gt=0, description="An /mcp session idle this long ends.")
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/seed_session")(_episode_aware(self.seed_session, self.episode_sessions))
+        app.post("/close_session")(self._close_session_route)
+        app.post("/verify")(with_request(self.verify, self._verify_then_release))
+        app.post("/aggregate_metrics")(self.aggregate_metrics)
+        if self.serve_mcp:  # off by default: nothing of MCP is imported, mounted or run
+            from gymlab.resources.mcp_tools import mount_mcp
+
+            mount_mcp(app, self)
+        return app
+
     async def seed_session(self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         """Initialise an episode; the default does nothing."""
         return BaseSeedSessionResponse()
 
     async def close_resources_session(self, resources_session_id: str) -> None:
-        """Release an episode's external resources (a close, the reaper, a verify of held state); the
-        default does nothing. ``session_state`` is dropped once it returns; if it raises, the state stays
-        for the retry (the close's, or the reaper's).
-
-        Named apart from the Gymnasium ``close_session`` helper. Release by ``resources_session_id``,
-        not by the cookie: after a lost seed reply the close arrives without one.
-        """
+        """Release an episode's external resources, by ``resources_session_id`` (a close may come without
+        the cookie); the default does nothing. ``session_state`` is dropped once it returns; if it
+        raises, the state stays for the retry (docs/servers.md)."""
 
     @abstractmethod
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
         """Grade the completed trajectory."""
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        """``aggregate_metrics`` over the run's verify answers, computed and encoded in a thread: a large
-        run's answers do not stall this server's other requests."""
+        """``aggregate_metrics`` in a thread: a large run's answers do not stall the server's other requests."""
 
         def answer() -> Response:
             metrics = aggregate_metrics(body.verify_responses).model_dump(mode="json")
@@ -240,6 +215,8 @@ class SimpleResourcesServer(BaseServer):
 
     async def _release(self, session_id: str) -> None:
         await self.episode_sessions.release_state(session_id, self.close_resources_session, self.session_state)
+
+    _reap = _release
 
     async def _verify_then_release(self, request: Request, call):
         """``/verify``, then the episode's state released: it is over unless a close follows."""
@@ -256,7 +233,9 @@ def release_gap(server: BaseServer) -> str | None:
     dict it keeps besides ``session_state`` with no ``close_resources_session`` of its own, so only
     its verify frees it, and a cancelled, failed or abandoned episode leaves its entry behind."""
     cls = type(server)
-    if not isinstance(server, SimpleResourcesServer) or "close_resources_session" in _overrides(cls):
+    if not isinstance(server, SimpleResourcesServer):
+        return None
+    if any("close_resources_session" in vars(c) for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)]):
         return None
     own = SimpleResourcesServer.__private_attributes__
     maps = [n for n, v in (server.__pydantic_private__ or {}).items() if n not in own and isinstance(v, dict)]
@@ -269,14 +248,10 @@ def release_gap(server: BaseServer) -> str | None:
     )
 
 
-def _overrides(cls: type) -> set[str]:
-    return {n for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)] for n in vars(c)}
-
-
 def row_problems(server: SimpleResourcesServer, rows: list[dict[str, Any]]) -> list[str]:
-    """The rows against the request models of ``server``'s ``seed_session`` and ``verify`` (an agent
-    sends a flat row, one with ``responses_create_params``, as both bodies): one line per problem, naming the rows and, for a missing field, the
-    row key it may be a typo of. Caught here, a typo costs no episode."""
+    """The rows an agent sends flat (with ``responses_create_params``) as the bodies of ``seed_session``
+    and ``verify``, against their request models: one line per problem, naming the rows and, for a
+    missing field, the row key it may be a typo of. Caught here, a typo costs no episode."""
     import difflib
 
     from gymlab.protocol.validation import describe_validation
@@ -301,8 +276,7 @@ _RESPONSE = {"response": {"output": []}}  # what the agent adds to a row for /ve
 
 
 def _body_adapter(hook):
-    """A ``TypeAdapter`` of the body ``hook`` takes, or None (no fields to check): an episode seed's
-    form (``ResourcesSeedSessionRequest``) is left out of a union, as a row is sent flat."""
+    """A ``TypeAdapter`` of ``hook``'s body, or None (no fields); a union's episode-seed form is left out."""
     from pydantic import BaseModel, TypeAdapter
 
     try:
@@ -319,11 +293,8 @@ def _body_adapter(hook):
 
 
 def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> BaseVerifyResponse:
-    """The masked answer to a ``/verify`` for a session the server no longer holds.
-
-    Reward 0, ``mask_sample`` true, ``failure_kind`` ``session_lost``: the sample is excluded from
-    metrics and training data instead of counting as a real zero. Every field of ``body`` is echoed.
-    """
+    """The masked answer to a ``/verify`` for a session the server no longer holds (``session_lost``,
+    kept out of metrics and training data, not a real zero); every field of ``body`` is echoed."""
     fields = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
     fields.update(
         reward=0.0,
@@ -365,8 +336,7 @@ def with_request(hook, run):
 
 
 def _episode_aware(seed_session, episodes: EpisodeSessions):
-    """``seed_session`` as the ``/seed_session`` endpoint, keeping the episode-session rules (the raw
-    body tells an episode seed from a flat one)."""
+    """``seed_session`` as ``/seed_session`` under the episode-session rules (the raw body tells the form)."""
 
     async def seed(request: Request, call):
         try:

@@ -1,11 +1,6 @@
-"""Tools and rows from a server's own routes: schemas derived once, rows built from prompts, and a
-check that a dataset's declared tools match what the server serves.
-
-A tool route already has a pydantic request model; ``tools_from`` turns each into the function tool
-a row declares (the Responses API shape NeMo Gym rows use), so schemas are not written by hand into
-every row. ``check_rows`` names each mismatch ("row tool `guess_number`; served: `guess`") before a
-run spends an episode on it.
-"""
+"""Tools and rows from a server's own routes: ``tools_from`` turns each tool route's request model into
+the function tool a row declares (no schemas written by hand), ``rows_from`` builds rows from prompts,
+``check_rows`` names each mismatch of a dataset's tools ("row tool `guess_number`; served: `guess`")."""
 
 from __future__ import annotations
 
@@ -36,10 +31,8 @@ def _body_model(endpoint: Any) -> type[BaseModel] | None:
         hints = inspect.get_annotations(endpoint, eval_str=True)
     except Exception:
         hints = getattr(endpoint, "__annotations__", {})
-    for name, annotation in hints.items():
-        if name != "return" and isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            return annotation
-    return None
+    models = (a for name, a in hints.items() if name != "return" and isinstance(a, type) and issubclass(a, BaseModel))
+    return next(models, None)
 
 
 def _clean(schema: Any) -> Any:
@@ -54,18 +47,13 @@ def _clean(schema: Any) -> Any:
 def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) -> list[dict[str, Any]]:
     """The function tools a server serves: one per POST route that is not a lifecycle route, with
     the route's request model as ``parameters`` and its docstring's first line as ``description``
-    (a server with a ``listed_tools(strict=...)`` method, whose tools come from elsewhere, lists them).
-
-    >>> tools_from(CalculatorServer)
-    [{'type': 'function', 'name': 'square', 'description': 'Square an integer.', 'parameters': {...}, 'strict': True}]
-    """
+    (a server with a ``listed_tools(strict=...)`` method, whose tools come from elsewhere, lists them)."""
     instance = _instance(server)
     listed = getattr(instance, "listed_tools", None)
     if callable(listed):  # a server whose tools are not routes of its own (McpResourcesServer)
         return listed(strict=strict)
-    app = instance.app
     tools = []
-    for route in app.routes:
+    for route in instance.app.routes:
         path, methods = getattr(route, "path", ""), getattr(route, "methods", None) or set()
         name = path.strip("/")
         if "POST" not in methods or not name or "/" in name or "{" in name or name in RESERVED_ROUTES:
@@ -104,10 +92,7 @@ def rows_from(
 ) -> list[dict[str, Any]]:
     """Dataset rows from prompts: ``instructions`` as the developer message, ``tools`` (a list, or a
     server to derive them from) declared on every row, and each keyword a row field (a list gives
-    one value per prompt, anything else the same value for all).
-
-    >>> rows_from(["What is 4 squared?"], tools=CalculatorServer, expected=[16])
-    """
+    one value per prompt, anything else the same value for all)."""
     if isinstance(tools, (BaseServer, type)):
         tools = tools_from(tools)
     tools = list(tools or [])
@@ -120,10 +105,8 @@ def rows_from(
         params: dict[str, Any] = {"input": [*messages, {"role": "user", "content": prompt}]}
         if tools:
             params["tools"] = tools
-        row = {"responses_create_params": params}
-        for key, value in fields.items():
-            row[key] = value[i] if isinstance(value, (list, tuple)) else value
-        rows.append(row)
+        row = {k: v[i] if isinstance(v, (list, tuple)) else v for k, v in fields.items()}
+        rows.append({"responses_create_params": params, **row})
     return rows
 
 
@@ -162,13 +145,10 @@ def check_rows(server: BaseServer, rows: Iterable[dict[str, Any]]) -> CheckRepor
     seen: set[str] = set()
     for index, row in enumerate(rows):
         params = row.get("responses_create_params") if isinstance(row, dict) else None
-        declared = (params or {}).get("tools") or []
-        for tool in declared:
-            if not isinstance(tool, dict) or tool.get("type") != "function":
+        for tool in (params or {}).get("tools") or []:
+            if not isinstance(tool, dict) or tool.get("type") != "function" or tool.get("name") in seen:
                 continue
             name = tool.get("name")
-            if name in seen:
-                continue
             seen.add(name)
             where = f"row {index} tool `{name}`"
             if name not in served:

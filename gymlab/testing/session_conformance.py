@@ -1,32 +1,6 @@
-"""``check_resources_session_contract``: drive a resources server's app through the episode-session rules.
-
-One entry point over small named checks, each on its own fresh session IDs and cookie jars, in
-process (``httpx.ASGITransport``, no sockets). A broken rule raises ``SessionContractError`` whose
-``rule`` is the rule's name:
-
-=========================================  ===============================================================
-rule                                       what the server must do
-=========================================  ===============================================================
-seed                                       answer 200 naming the seed's ``resources_session_id``
-idempotent re-seed                         answer a repeated seed (sent without the cookie) as the first
-invalid seed 422                           refuse an invalid seed with 422 and keep no state for it
-cookie/body mismatch 409                   refuse a seed whose cookie names another session
-conflicting seed 409                       refuse the same ID for another episode; keep the first one's state
-close                                      release the state by ``resources_session_id`` (no cookie needed)
-repeated close                             answer a second close with 200; nothing left
-seed after close refused while fenced      refuse a seed of a closed ID; create no state
-verify after close masked                  answer a verify for the closed session 200, masked, session_lost
-state released exactly once                a full episode (seed, verify saying a close follows, close, close)
-                                           grades the held state, then holds none; no ID checked holds any
-=========================================  ===============================================================
-
-The stateful rules (conflicting seed onward) run when ``keeps_state`` is true.
-
->>> server = CounterServer()
->>> check_resources_session_contract(
-...     server, seed={"task_data": {"initial_count": 1}}, keeps_state=True,
-...     holds_state=lambda sid: sid in server.session_state, verify_body=row_with_response)
-"""
+"""``check_resources_session_contract``: drive a resources server's app through the episode-session rules
+(docs/servers.md), each check on fresh session IDs and cookie jars, in process (``httpx.ASGITransport``);
+a broken rule raises ``SessionContractError`` whose ``rule`` is the rule's name."""
 
 from __future__ import annotations
 
@@ -87,7 +61,8 @@ async def _post(client: httpx.AsyncClient, rule: str, path: str, body: Any) -> h
         raise _fail(rule, f"POST {path} raised {type(exc).__name__}: {exc}") from exc
 
 
-def _refused(rule: str, reply: httpx.Response, status: int, what: str) -> None:
+async def _refused_seed(client: httpx.AsyncClient, rule: str, body: Any, status: int, what: str) -> None:
+    reply = await _post(client, rule, "/seed_session", body)
     if reply.status_code != status:
         raise _fail(rule, f"{what} must be refused with {status}, got {_said(reply)}")
 
@@ -154,9 +129,7 @@ async def check_invalid_seed(c: _Contract, rule: str, sid: str) -> None:
         else {**copy.deepcopy(c.invalid_seed), "resources_session_id": sid}
     )
     async with c.client() as client:
-        _refused(
-            rule, await _post(client, rule, "/seed_session", body), 422, f"an invalid seed {json.dumps(body)[:200]}"
-        )
+        await _refused_seed(client, rule, body, 422, f"an invalid seed {json.dumps(body)[:200]}")
         _must_not_hold(c, rule, sid, "after a refused seed")
 
 
@@ -164,8 +137,8 @@ async def check_cookie_body_mismatch(c: _Contract, rule: str, sid: str) -> None:
     other = c.new_id(rule)
     async with c.client() as client:
         await _seed(c, client, rule, sid)
-        reply = await _post(client, rule, "/seed_session", c.seed_body(other))
-        _refused(rule, reply, 409, f"a seed for {other!r} sent with the cookie of {sid!r}")
+        what = f"a seed for {other!r} sent with the cookie of {sid!r}"
+        await _refused_seed(client, rule, c.seed_body(other), 409, what)
         _must_not_hold(c, rule, other, "after a refused seed")
         await _close(c, client, rule, sid)
 
@@ -173,9 +146,8 @@ async def check_cookie_body_mismatch(c: _Contract, rule: str, sid: str) -> None:
 async def check_conflicting_seed(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as first, c.client() as second:
         await _seed(c, first, rule, sid)
-        other_episode = {"rollout_id": f"another-{sid}", "attempt": 0}
-        reply = await _post(second, rule, "/seed_session", c.seed_body(sid, episode_id=other_episode))
-        _refused(rule, reply, 409, f"a seed binding {sid!r} to another episode")
+        body = c.seed_body(sid, episode_id={"rollout_id": f"another-{sid}", "attempt": 0})
+        await _refused_seed(second, rule, body, 409, f"a seed binding {sid!r} to another episode")
         _must_hold(c, rule, sid, "after a refused conflicting seed")
         await _close(c, first, rule, sid)
 
@@ -199,8 +171,7 @@ async def check_seed_after_close(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as client, c.client() as late:
         await _seed(c, client, rule, sid)
         await _close(c, client, rule, sid)
-        reply = await _post(late, rule, "/seed_session", c.seed_body(sid))
-        _refused(rule, reply, 409, f"a seed of {sid!r} after its close")
+        await _refused_seed(late, rule, c.seed_body(sid), 409, f"a seed of {sid!r} after its close")
         _must_not_hold(c, rule, sid, "after a refused late seed")
 
 
@@ -285,15 +256,11 @@ async def acheck_resources_session_contract(
 
 
 def check_resources_session_contract(app: Any, seed: dict[str, Any] | None = None, **options: Any) -> list[str]:
-    """Check a resources server against the episode-session rules; return the names of the rules checked.
+    """Check a resources server (or its ASGI app) against the episode-session rules; the rules checked.
 
-    ``app`` is the server's ASGI app (or the server). ``seed`` is an episode seed body without its
-    ``resources_session_id`` (each check uses fresh IDs). Keywords: ``keeps_state`` (default true) says the
-    server keeps per-session state and ``holds_state(resources_session_id)`` whether it holds some right now.
-    ``verify_body`` is a ``/verify`` body (the row plus a ``response``) the server grades; without it
-    the verify rules are not checked. ``invalid_seed`` overrides the default invalid seed (the seed
-    with a ``task_data`` that is not an object). Raises ``SessionContractError`` naming the broken rule.
-    """
+    ``seed``: an episode seed body without ``resources_session_id``. ``keeps_state`` (default true) with
+    ``holds_state(resources_session_id)``; ``verify_body`` (the row plus a ``response``; without it no
+    verify rule is checked); ``invalid_seed`` (default: ``task_data`` not an object). docs/servers.md."""
     from gymlab._sync import run_sync
 
     return run_sync(acheck_resources_session_contract(app, seed, **options))

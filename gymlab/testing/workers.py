@@ -1,8 +1,5 @@
-"""Serve an entrypoint with several uvicorn workers, for tests of a server under ``num_workers > 1``.
-
->>> with serve_entrypoint("environments/counter/app.py", workers=4) as served:
-...     served.url, served.worker_pids()
-"""
+"""Serve an entrypoint with several uvicorn workers, for tests of a server under ``num_workers > 1``
+(``with serve_entrypoint("environments/counter/app.py", workers=4) as served: served.worker_pids()``)."""
 
 from __future__ import annotations
 
@@ -96,10 +93,8 @@ def serve_entrypoint(entrypoint: str | os.PathLike, workers: int = 4, **config: 
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(15)
-        except subprocess.TimeoutExpired:
-            pass
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)

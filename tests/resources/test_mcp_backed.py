@@ -14,9 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import Request
 
 from gymlab import McpResourcesServer, ServerStartError, load_environment, mcp_tools_from, tools_from
 from gymlab.examples import example_rows
+from gymlab.protocol import SESSION_ID_KEY, BaseSeedSessionRequest, BaseSeedSessionResponse
 from gymlab.resources.mcp_tools import mcp_tools_of
 from gymlab.testing.workers import wait_until
 
@@ -80,6 +82,39 @@ def test_close_session_and_the_reaper_end_the_mcp_session(lab, native):
         backed.server.episode_sessions.ttl_seconds = 0.2  # nobody closes ep-2: the reaper does
         wait_until(lambda: backed.server.open_mcp_sessions == 0, 10, "the reaper closed the MCP session")
         wait_until(lambda: mcp.open_sessions() == 0, 10, "the MCP session closed")
+
+
+class McpCalculatorWithState(McpCalculator):
+    """Keeps per-episode state besides its MCP session, as the base's docstring invites."""
+
+    async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
+        answer = await super().seed_session(request, body)
+        self.session_state[request.session[SESSION_ID_KEY]] = {"seeded": True}
+        return answer
+
+
+def test_a_verify_releases_the_episode_state_and_its_mcp_session(lab, native):
+    env = lab.serve(McpCalculatorWithState, mcp_url=f"{native.url}/mcp")
+    row = example_rows("calculator")[0]
+    verify = {
+        **row,
+        "response": {
+            "output": [
+                {"type": "function_call", "call_id": "c1", "name": "square", "arguments": json.dumps({"value": 3})}
+            ]
+        },
+    }
+    with httpx.Client(base_url=env.url) as http:
+        assert http.post("/seed_session", json={}).status_code == 200
+        assert (len(env.server.session_state), env.server.open_mcp_sessions) == (1, 1)
+        assert http.post("/verify", json=verify).status_code == 200
+        # the base's rule holds here too: the state goes with the verify, not at the reaper's turn
+        assert (len(env.server.session_state), env.server.open_mcp_sessions) == (0, 0)
+        assert http.post("/seed_session", json={}).status_code == 200
+        assert http.post("/verify", json={**verify, "close_follows": True}).status_code == 200
+        assert (len(env.server.session_state), env.server.open_mcp_sessions) == (1, 0)  # the close releases it
+        assert http.post("/close_session", json={}).status_code == 200
+        assert len(env.server.session_state) == 0
 
 
 def test_errors_name_the_server_route_and_cause(lab, native, backed, caplog):
