@@ -32,14 +32,8 @@ def _text(item: dict[str, Any]) -> str:
 
 
 def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """A record's steps from its ``response.output`` (a record written without steps).
-
-    A step is one model turn: its items up to the tool outputs that answer it (``tool_outputs``) or
-    the user message that follows it (``observation``, as a Gymnasium agent writes one). A user
-    message before any model item is the prompt's, not a step's. The last step carries the record's
-    reward; it is terminated when the record says so or, when the record does not say, when the
-    turn called no tool (the final message), and truncated when the record says so.
-    """
+    """A record's steps from its ``response.output``: one a model turn, up to the tool outputs or the
+    user message that answer it; the last carries the record's reward (docs/protocol.md)."""
     steps: list[dict[str, Any]] = []
     step: dict[str, Any] | None = None
     closed = True  # the current step got its outputs or observation: the next model item starts another

@@ -1,21 +1,12 @@
-"""Failure kinds: why an episode ended without a reward the task alone produced.
-
-The vocabulary is NeMo Gym 0.7.0's, so failures mean the same thing on both sides of the wire. A
-masked rollout (``mask_sample`` true) carries a ``failure_kind`` that is either a registered plain
-name below or a server-specific ``<server>:<kind>`` (lowercase, ``[a-z][a-z0-9_]*`` on both sides).
-An unregistered plain name is warned about once per name, never refused: refusing it would turn a
-visible wrong label into an invisible dropped failure.
-
-``Failure`` is the typed form that travels in an error body: the kind, the stage of the episode
-where it happened, which server failed with which status, and the human message.
-"""
+"""Failure kinds (NeMo Gym 0.7.0's vocabulary): why an episode ended without a reward the task alone
+produced; ``Failure``, the typed form an error body carries. docs/protocol.md tells the rules."""
 
 from __future__ import annotations
 
 import re
 import warnings
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
 
@@ -56,7 +47,7 @@ FAILURE_KINDS = MappingProxyType(
 
 #: Where in an episode a failure can happen.
 Stage = Literal["admission", "seed", "agent", "verification", "cleanup"]
-STAGES: tuple[str, ...] = ("admission", "seed", "agent", "verification", "cleanup")
+STAGES: tuple[str, ...] = get_args(Stage)
 
 _SERVER_KIND = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 _warned: set[str] = set()

@@ -1,24 +1,8 @@
-"""The episode record: ``Rollout`` and ``StepRecord``, and the only functions that build a rollout.
+"""The episode record (``Rollout``, ``StepRecord``) and the only functions that build one.
 
-One record type carries an episode end to end: agents return it from ``/run``, collection writes
-it, the Lab, episodes, the demo and export take it from there, frames read it. Every record is
-built here, by one of four builders:
-
-- ``verified``: a seed/verify episode from its loop steps and the verify answer;
-- ``from_transitions``: a Gymnasium episode from its recorded transitions;
-- ``failed``: an episode that could not finish (masked, with a ``Failure``: kind, stage, server);
-- ``with_identity``: a record with the row's identity (task index, repeat, agent, environment).
-
-A record written without ``steps`` (every file of NeMo Gym's own agents) gets them from its
-``response.output`` (``derived_steps``), whether it is validated or held as a JSON line
-(``steps_filled``): frames, the viewer, reverify and export read imported runs as they read gymlab's.
-
-A row's identity has one set of names: ``_ng_task_index`` and ``_ng_rollout_index`` (the wire
-names), ``agent_ref`` (``{"type": ..., "name": ...}``) and ``env_name``; read them with the
-``Rollout.task_index``/``repeat``/``agent``/``env`` properties.
-
-How records enter a mean: masked records (every failure is masked) are left out; ``mean_reward``
-is the one rule every summary uses.
+Builders: ``verified`` (seed/verify), ``from_transitions`` (Gymnasium), ``failed`` (masked, with a
+``Failure``), ``with_identity`` (the row's identity). ``mean_reward`` is the one rule every summary
+uses. docs/protocol.md tells the rules.
 """
 
 from __future__ import annotations
@@ -35,31 +19,9 @@ from gymlab.protocol.responses import Item, NeMoGymResponse, ResponseCreateParam
 
 #: Keys of a record that identify the row rather than describe the episode.
 IDENTITY_KEYS = ("_ng_task_index", "_ng_rollout_index", "agent_ref", "env_name")
-#: Keys the record builders own; a row's own field of the same name never overrides them.
-_RECORD_KEYS = frozenset(
-    {
-        "responses_create_params",
-        "response",
-        "reward",
-        "mask_sample",
-        "failure_kind",
-        "failure_reason",
-        "failure_stage",
-        "failure_trace",
-        "terminated",
-        "truncated",
-        "info",
-        "steps",
-        "duration_s",
-        "reward_components",
-        "judgements",
-    }
-)
 #: Reserved keys written as null when unset, as NeMo Gym writes them (the wire reference's rollout
 #: row); every other unset field is left out.
 NULL_WRITTEN_KEYS = ("failure_kind", "failure_reason")
-#: What a record adds to its dataset row (everything else in a record came from the row).
-RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent_name"}
 
 
 class StepRecord(BaseModel):
@@ -151,6 +113,12 @@ class Rollout(BaseModel):
         )
 
 
+#: Keys the record builders own (the declared fields); a row's own field of the same name never overrides them.
+_RECORD_KEYS = frozenset(Rollout.model_fields)
+#: What a record adds to its dataset row (everything else in a record came from the row).
+RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent_name"}
+
+
 def record_json(record: Rollout) -> str:
     """A record as JSON text: the fields gymlab adds left out when unset, the reserved failure keys
     written as null (``NULL_WRITTEN_KEYS``), as NeMo Gym writes them."""
@@ -177,18 +145,9 @@ def verified(
     response: NeMoGymResponse | None = None,
     sent: dict[str, tuple[Any, BaseModel]] | None = None,
 ) -> Rollout:
-    """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps.
-
-    ``sent`` maps a field the verify request carried to (what was sent, its validated model), what
-    was sent being the model's JSON dump, with or without nulls, so that a key it lacks is None in
-    the model: a field the answer echoes unchanged (nulls spelled out allowed) is the model already
-    validated, not validated again.
-
-    Grading sets the last step's reward to the verify's (in ``steps`` itself, so the episode that
-    holds them sees it); the last step is terminated when the model gave its final message and
-    truncated when a step or tool-call limit stopped it. ``answer=None`` is an episode not yet verified: the
-    row's request and ``response`` so far, reward summed over the steps.
-    """
+    """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps, the last
+    step graded by it; ``answer=None``: not yet verified (reward summed over the steps). ``sent``: a
+    field the verify carried -> (its dump, its model); a field echoed unchanged keeps the model."""
     if answer is None:
         answer = {
             "responses_create_params": (row or {}).get("responses_create_params"),
@@ -214,8 +173,7 @@ def verified(
 
 def _echoes(echo: Any, sent: Any) -> bool:
     """Whether ``echo`` is ``sent`` given back: equal, except that the echo may spell out as null a key
-    that ``sent`` (a dump without nulls) left out. Validating either gives that field None, so the
-    model ``sent`` was dumped from is the model the echo would validate to."""
+    that ``sent`` (a dump without nulls) left out, which validates to the same model."""
     if echo == sent:
         return True
     if isinstance(echo, dict) and isinstance(sent, dict):
@@ -232,9 +190,7 @@ def _echoes(echo: Any, sent: Any) -> bool:
 
 
 def _with_steps(fields: dict[str, Any], steps: list[StepRecord]) -> Rollout:
-    """The record of ``fields``, validated (they came from a row or a server's answer), holding
-    ``steps`` as they are: they were built from validated items, so they are not dumped and
-    validated again."""
+    """The record of ``fields``, validated, holding ``steps`` as they are (built from validated items)."""
     fields["steps"] = []
     record = Rollout.model_validate(fields)
     record.steps = [s if type(s) is StepRecord else StepRecord.model_validate(s) for s in steps]
@@ -251,11 +207,8 @@ def from_transitions(
     row: dict[str, Any] | None = None,
     last: Any = None,
 ) -> Rollout:
-    """A Gymnasium episode from its transitions; ``last`` is the final ``/step`` answer (or None).
-
-    The reward is the sum of the step rewards, and each rubric component's value the sum of its
-    step values (``info["reward_components"]``); mask and failure fields come from the final step.
-    """
+    """A Gymnasium episode from its transitions; ``last`` is the final ``/step`` answer (or None). Reward
+    and rubric components are summed over the steps; mask and failure fields come from ``last``."""
     judgements: list[dict[str, Any]] = []
     if cut_by_limit and steps:
         steps[-1].truncated = True
@@ -327,21 +280,12 @@ def failed(
 def identity(
     *, task_index: Any = None, repeat: Any = None, agent: str | dict[str, Any] | None = None, env: str | None = None
 ) -> dict[str, Any]:
-    """A row's identity fields under the one set of names (a None value is left out).
-
-    ``agent`` is a name or a whole ``agent_ref``. Collection adds these to the records it writes
-    as they came (a foreign agent's answer is kept byte for byte otherwise).
-    """
-    fields: dict[str, Any] = {}
-    if task_index is not None:
-        fields["_ng_task_index"] = task_index
-    if repeat is not None:
-        fields["_ng_rollout_index"] = repeat
-    if agent is not None:
-        fields["agent_ref"] = agent if isinstance(agent, dict) else {"type": "responses_api_agents", "name": agent}
-    if env is not None:
-        fields["env_name"] = env
-    return fields
+    """A row's identity fields under the one set of names (a None value is left out); ``agent`` is a
+    name or a whole ``agent_ref``."""
+    if agent is not None and not isinstance(agent, dict):
+        agent = {"type": "responses_api_agents", "name": agent}
+    fields = {"_ng_task_index": task_index, "_ng_rollout_index": repeat, "agent_ref": agent, "env_name": env}
+    return {key: value for key, value in fields.items() if value is not None}
 
 
 def with_identity(

@@ -40,10 +40,8 @@ class BaseSeedSessionResponse(BaseModel):
 
 
 class BaseVerifyRequest(BaseRunRequest):
-    """Body of ``/verify``: the original request and the completed response.
-
-    Fields a subclass does not declare are dropped, as in the reference.
-    """
+    """Body of ``/verify``: the original request and the completed response (undeclared fields are
+    dropped, as in the reference)."""
 
     response: NeMoGymResponse
 
