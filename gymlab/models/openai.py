@@ -1,26 +1,10 @@
-"""OpenAIModel: POST /v1/responses proxied to an OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama).
-
-``mode="responses"`` forwards the request to ``{base_url}/responses`` as it came; ``mode="chat_completions"``
-converts it for ``{base_url}/chat/completions`` and converts the answer back (``chat_convert``).
-``base_url`` is what the official client takes: it ends in ``/v1``.
-
-The API key is read from the environment variable named by ``api_key_env`` on every request; it is
-never a config field, never logged, and it is scrubbed from any upstream text this server passes on.
-
-Retries: 429, 5xx, timeouts and refused connections are retried ``max_retries`` times with exponential
-backoff (``backoff`` seconds, doubling, jittered); a ``Retry-After`` of at most ``max_retry_after_s``
-is waited as asked. Errors answer with a JSON body naming this server, the route, the upstream URL,
-the upstream status and message, and what to do. Status codes:
-
-- the request's own faults at the upstream (400, 413, 422) pass through, as does a 429 that outlived
-  the retries;
-- everything that is this server's or the upstream's problem is 502 (authentication, wrong URL,
-  5xx after the retries, unreadable answers), and a timeout after the retries is 504.
+"""OpenAIModel: POST /v1/responses proxied to an OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama),
+as it came (``mode="responses"``) or converted for ``/chat/completions``. The key is read from the
+environment on every request and scrubbed from what is passed on; retries and status codes: docs/models.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -33,16 +17,15 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from gymlab.client import close_http_session, error_message, http_session
-from gymlab.errors import ConfigError, ConversionError, GymlabError, UpstreamError
+from gymlab.errors import ConfigError, ConversionError, GymlabError, UpstreamError, error_body
 from gymlab.models.chat_convert import chat_request, response_from_chat
-from gymlab.models.streaming import StreamableParams, streamed, unstreamed
+from gymlab.models.streaming import serve_responses
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
 from gymlab.retry import backoff_delay, retrying
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.models.openai")
 
-ROUTE = "POST /v1/responses"
 _PASS_THROUGH = {400, 413, 422, 429}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEYISH = re.compile(r"[A-Za-z0-9_\-]{8,}")
@@ -89,25 +72,10 @@ class OpenAIModel(BaseServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-
-        @contextlib.asynccontextmanager
-        async def lifespan(_app):
-            yield
-            await close_http_session()
-
-        app.router.lifespan_context = lifespan
         app.add_exception_handler(UpstreamError, self._upstream_error)
         app.add_exception_handler(ConversionError, self._conversion_error)
-        app.post("/v1/responses", response_model_exclude_none=True)(self.responses)
+        serve_responses(app, self.respond, close_http_session)
         return app
-
-    # --- the route ------------------------------------------------------------------------------
-
-    async def responses(self, body: StreamableParams) -> NeMoGymResponse:
-        """The upstream's response to ``body`` (``stream: true``: asked whole, answered as Responses events)."""
-        if body.stream:
-            return streamed(await self.respond(unstreamed(body)))
-        return await self.respond(body)
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         if self.mode == "chat_completions":
@@ -254,30 +222,19 @@ class OpenAIModel(BaseServer):
 
     async def _upstream_error(self, request: Request, exc: UpstreamError) -> JSONResponse:
         route = f"{request.method} {request.url.path}"
-        message = f"{self.name}: {route}: upstream POST {exc.url} "
-        message += f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
-        message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
-        log.error("%s", message)
-        return JSONResponse(
-            status_code=exc.answer_status,
-            content={
-                "detail": message,
-                "message": message,
-                "server": self.name,
-                "route": route,
-                "upstream": {"url": exc.url, "status": exc.upstream_status, "message": exc.cause},
-                "attempts": exc.attempts,
-                "hint": exc.hint,
-            },
+        message = f"upstream POST {exc.url} " + (
+            f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
         )
+        message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
+        upstream = {"url": exc.url, "status": exc.upstream_status, "message": exc.cause}
+        body = error_body(self.name, route, message, hint=exc.hint, upstream=upstream, attempts=exc.attempts)
+        log.error("%s", body["detail"])
+        return JSONResponse(body, status_code=exc.answer_status)
 
     async def _conversion_error(self, request: Request, exc: ConversionError) -> JSONResponse:
         route = f"{request.method} {request.url.path}"
-        message = f"{self.name}: {route}: the request cannot be sent to {self.base_url}/chat/completions: {exc}"
-        return JSONResponse(
-            status_code=400,
-            content={"detail": message, "message": message, "server": self.name, "route": route},
-        )
+        message = f"the request cannot be sent to {self.base_url}/chat/completions: {exc}"
+        return JSONResponse(error_body(self.name, route, message), status_code=400)
 
 
 class _Again(GymlabError):
