@@ -1,10 +1,5 @@
-"""Arrow schemas of the trainer formats, and Parquet written atomically and read back.
-
-Explicit schemas keep every file's types the same whatever its rows hold (a file whose first rows
-have no tool calls still types ``tool_calls``), and match what the libraries document: a message is
-a struct of strings, ``tool_calls`` a list of ``{id, type, function: {name, arguments}}``, ``label``
-a bool, scores float64.
-"""
+"""Arrow schemas of the trainer formats (explicit, so every file types every column whatever its rows
+hold), and Parquet written atomically and read back."""
 
 from __future__ import annotations
 

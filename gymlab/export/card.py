@@ -1,6 +1,5 @@
-"""The dataset card written beside an export: a README.md that ``datasets.load_dataset(folder)`` and
-the Hugging Face Hub read (YAML ``configs`` naming the data file), and a person can check: the
-source runs, the filters, the counts and the reward statistics."""
+"""The dataset card written beside an export: a README.md that ``datasets.load_dataset(folder)`` and the
+Hub read, and a person can check (source runs, filters, counts, reward statistics)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""A task's ground truth for the trainer formats that carry one (TRL GRPO, verl).
-
-By default it is the task row's own input fields, read from the dataset rows: the ``rows`` option,
-or the materialized inputs a collection writes beside its rollouts (``NAME_materialized_inputs.jsonl``,
-found for each rollouts file given by path). Never what the verifier echoed back (a counter's
-``final_count`` describes one episode, not the task): a record alone cannot tell its row's fields from
-its verifier's, so without rows the default is refused, naming both ways out. A row with no fields of
-its own has no ground truth (null), never ``"{}"``. Named fields (``ground_truth="target"``) or a
-function of the record choose it explicitly.
-"""
+"""A task's ground truth for the formats that carry one (TRL GRPO, verl): by default the task row's own
+input fields, never what the verifier echoed back (docs/export.md)."""
 
 from __future__ import annotations
 

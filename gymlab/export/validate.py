@@ -1,8 +1,5 @@
-"""Checks of one trainer-format row, as a reader gets it back (JSONL or Parquet: absent keys as nulls).
-
-Each check raises ``ValueError`` saying what was expected and what arrived; ``read_dataset`` adds
-the file and the line (JSONL) or row (Parquet).
-"""
+"""Checks of one trainer-format row as a reader gets it back: each raises ``ValueError`` saying what was
+expected and what arrived (``read_dataset`` adds the file and line or row)."""
 
 from __future__ import annotations
 

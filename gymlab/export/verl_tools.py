@@ -1,12 +1,5 @@
-"""verl's tool config: the YAML its multi-turn rollout reads (``actor_rollout_ref.rollout.multi_turn.tool_config_path``).
-
-verl documents it as ``tools:``, a list of ``{class_name, config: {type: native}, tool_schema}``,
-``tool_schema`` being an OpenAI function schema (``{"type": "function", "function": {...}}``) and
-``class_name`` the ``verl.tools.base_tool.BaseTool`` subclass that runs the tool. A verl export whose
-rows declare tools writes one beside the data file (``NAME_tool_config.yaml``): each tool once,
-sorted by name, its schema as the rows declare it. The class is the ``tool_class`` option: the
-class on the training side that calls the environment's tool route (``POST /{name}``).
-"""
+"""verl's tool config: the YAML its multi-turn rollout reads (``tool_config_path``), written beside a
+verl export whose rows declare tools (docs/export.md)."""
 
 from __future__ import annotations
 
