@@ -23,42 +23,21 @@ def schema(format_name: str):
         [("role", s), ("content", s), ("reasoning_content", s), ("tool_calls", pa.list_(call)), ("tool_call_id", s)]
     )
     messages = pa.list_(message)
+    prompt, tools = ("prompt", messages), ("tools", s)
+    scores = [("score_chosen", f64), ("score_rejected", f64)]
+    extra = [("index", i64), ("split", s), ("task_index", i64), tools, ("reward_mean", f64), ("episodes", i64)]
+    reward_model = pa.struct([("style", s), ("ground_truth", s)])
     fields = {
-        "trl-sft": [("messages", messages), ("tools", s)],
-        "trl-dpo": [
-            ("prompt", messages),
-            ("chosen", messages),
-            ("rejected", messages),
-            ("tools", s),
-            ("score_chosen", f64),
-            ("score_rejected", f64),
-        ],
-        "trl-kto": [
-            ("prompt", messages),
-            ("completion", messages),
-            ("label", pa.bool_()),
-            ("tools", s),
-            ("reward", f64),
-        ],
-        "trl-grpo": [("prompt", messages), ("ground_truth", s), ("tools", s), ("reward_mean", f64), ("episodes", i64)],
+        "trl-sft": [("messages", messages), tools],
+        "trl-dpo": [prompt, ("chosen", messages), ("rejected", messages), tools, *scores],
+        "trl-kto": [prompt, ("completion", messages), ("label", pa.bool_()), tools, ("reward", f64)],
+        "trl-grpo": [prompt, ("ground_truth", s), tools, ("reward_mean", f64), ("episodes", i64)],
         "verl": [
             ("data_source", s),
-            ("prompt", messages),
+            prompt,
             ("ability", s),
-            ("reward_model", pa.struct([("style", s), ("ground_truth", s)])),
-            (
-                "extra_info",
-                pa.struct(
-                    [
-                        ("index", i64),
-                        ("split", s),
-                        ("task_index", i64),
-                        ("tools", s),
-                        ("reward_mean", f64),
-                        ("episodes", i64),
-                    ]
-                ),
-            ),
+            ("reward_model", reward_model),
+            ("extra_info", pa.struct(extra)),
         ],
     }[format_name]
     return pa.schema(fields)

@@ -44,11 +44,9 @@ def select(
     drop_masked: bool = False,
     best_of_n: int | None = None,
 ) -> list[Rollout]:
-    """The records that pass every filter given, in their original order.
-
-    ``min_reward`` keeps rewards at or above it; ``drop_masked`` drops ``mask_sample`` records;
-    ``best_of_n`` keeps the n highest rewards of each task (ties keep the earlier record).
-    """
+    """The records that pass every filter given, in their original order: rewards at or above
+    ``min_reward``, no masked ones with ``drop_masked``, the n highest rewards of each task with
+    ``best_of_n`` (ties keep the earlier record)."""
     records = as_records(rollouts)
     keep = [
         (i, r)
@@ -79,12 +77,9 @@ class Pairing:
 
 
 def preference_pairs(records: Iterable[Rollout], *, min_margin: float = 0.0) -> Pairing:
-    """One (chosen, rejected) pair per task: its best episode against its worst.
-
-    Masked records never take part (their 0 is not a reward). Ties (equal best and worst) are
-    dropped; so is a pair whose margin is under ``min_margin``. Among equal rewards the earlier
-    record is taken, so a pair is the same on every run. Chosen reward > rejected reward always.
-    """
+    """One (chosen, rejected) pair per task: its best episode against its worst, the earlier of equal
+    rewards (so a pair is the same on every run). Masked records never take part (their 0 is not a
+    reward); ties and a margin under ``min_margin`` are dropped, counted by reason."""
     if min_margin < 0:
         raise ValueError(f"min_margin must be 0 or more, got {min_margin}")
     out = Pairing()
@@ -92,8 +87,7 @@ def preference_pairs(records: Iterable[Rollout], *, min_margin: float = 0.0) -> 
         if len(group) < 2:
             out.single += 1
             continue
-        order = sorted(range(len(group)), key=lambda i: (-group[i].reward, i))
-        best = group[order[0]]
+        best = group[min(range(len(group)), key=lambda i: (-group[i].reward, i))]
         worst = group[min(range(len(group)), key=lambda i: (group[i].reward, i))]
         margin = best.reward - worst.reward
         if margin <= 0:

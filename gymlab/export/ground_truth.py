@@ -25,11 +25,6 @@ def own_fields(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k not in _NOT_FIELDS and not k.startswith("_ng_")}
 
 
-def task_fields(record: Rollout) -> dict[str, Any]:
-    """Every field a record carries besides its identity and result: its row's and its verifier's echoes."""
-    return own_fields(record.__pydantic_extra__ or {})
-
-
 def sibling_inputs(path: str | os.PathLike) -> Path | None:
     """The materialized inputs a collection wrote beside rollouts file ``path``, when there are any."""
     path = Path(path)
@@ -73,13 +68,9 @@ def _as_text(value: Any) -> str:
 
 
 def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None) -> str | None:
-    """The task's ground truth as a string (verl's ``ground_truth`` is one; TRL passes it as is), or
-    None for a row without fields of its own.
-
-    ``spec``: a field name (its value: a string as it is, anything else as JSON), several names (a
-    JSON object of them), a function of the record, or None: a JSON object of the row's own input
-    fields (``inputs``: ``inputs_by_task``).
-    """
+    """The task's ground truth as a string (None: a row without fields of its own). ``spec``: a field name
+    (a string value as it is, else JSON), several names (a JSON object), a function of the record, or
+    None: the row's own input fields (``inputs``: ``inputs_by_task``) as a JSON object."""
     if callable(spec):
         return _as_text(spec(record))
     if spec is None:
@@ -95,7 +86,7 @@ def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[s
                 f"{episode_where(record)}: no dataset row for task {task!r} among the {len(inputs)} rows given"
             )
         return _as_text(inputs[task]) if inputs[task] else None
-    fields = task_fields(record)
+    fields = own_fields(record.__pydantic_extra__ or {})  # its row's fields and its verifier's echoes
     names = [spec] if isinstance(spec, str) else list(spec)
     missing = [n for n in names if n not in fields]
     if missing:

@@ -40,10 +40,8 @@ def scrub(text: str, secret: str | None) -> str:
 
 
 class OpenAIModel(BaseServer):
-    """A model server in front of an OpenAI-compatible endpoint.
-
-    >>> OpenAIModel(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-8B", mode="chat_completions")
-    """
+    """A model server in front of an OpenAI-compatible endpoint, e.g.
+    ``OpenAIModel(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-8B", mode="chat_completions")``."""
 
     name: str = "openai_model"
     base_url: str = Field(description="The endpoint's API root, ending in /v1 (as the openai client takes it).")
@@ -138,40 +136,23 @@ class OpenAIModel(BaseServer):
                     text = scrub(await resp.text(), key)
                     status, retry_after = resp.status, _retry_after(resp.headers)
             except TimeoutError:
-                raise _Again(
-                    f"timed out after {self.timeout_s:g} s",
-                    UpstreamError(
-                        url,
-                        0,
-                        f"no answer within timeout_s={self.timeout_s:g} s",
-                        f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load",
-                        attempts,
-                        status=504,
-                    ),
-                ) from None
+                hint = f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load"
+                final = UpstreamError(
+                    url, 0, f"no answer within timeout_s={self.timeout_s:g} s", hint, attempts, status=504
+                )
+                raise _Again(f"timed out after {self.timeout_s:g} s", final) from None
             except aiohttp.ClientError as exc:
                 cause = scrub(f"{type(exc).__name__}: {exc}", key)
+                hint = f"after {attempts} attempt(s); is it running, and is base_url right?"
                 raise _Again(
-                    cause,
-                    UpstreamError(
-                        url,
-                        0,
-                        f"cannot reach the endpoint: {cause}",
-                        f"after {attempts} attempt(s); is it running, and is base_url right?",
-                        attempts,
-                    ),
+                    cause, UpstreamError(url, 0, f"cannot reach the endpoint: {cause}", hint, attempts)
                 ) from None
             if 200 <= status < 300:
                 try:
                     return json.loads(text)
                 except ValueError:
-                    raise UpstreamError(
-                        url,
-                        status,
-                        f"the answer is not JSON: {text[:300]!r}",
-                        "is base_url the endpoint's API root (ending in /v1)?",
-                        tries,
-                    ) from None
+                    hint = "is base_url the endpoint's API root (ending in /v1)?"
+                    raise UpstreamError(url, status, f"the answer is not JSON: {text[:300]!r}", hint, tries) from None
             if not (status == 429 or status >= 500):
                 raise self._failure(url, status, text, tries)
             why = f"HTTP {status}: {error_message(text)[:200]}"
