@@ -148,9 +148,8 @@ def export_dataset(
                 sources=sources,
                 records=records,
                 options=used,
-                counts=built.counts,
+                built=built,
                 rewards=rewards,
-                rows=len(built.rows),
             ),
         )
     return ExportResult(path, card_path, format, len(built.rows), built.counts, rewards, tools_path)

@@ -68,9 +68,6 @@ def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-# -- the builders: (records, options) -> Built ------------------------------------------------
-
-
 def trl_sft(records: list[Rollout], o: Options) -> Built:
     kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
     rows = [{"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)} for r in kept]
@@ -151,7 +148,6 @@ def verl(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Bu
     tasks = _tasks(records, o)
     rows = []
     for index, first, rewards, n in tasks:
-        tools = tools_json(first)
         rows.append(
             {
                 "data_source": o.data_source or first.env or first.agent or "gymlab",
@@ -165,7 +161,7 @@ def verl(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Bu
                     "index": index,
                     "split": o.split,
                     "task_index": first.task_index if isinstance(first.task_index, int) else None,
-                    "tools": tools,
+                    "tools": tools_json(first),
                     "reward_mean": _mean(rewards),
                     "episodes": n,
                 },

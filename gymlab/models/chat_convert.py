@@ -35,9 +35,6 @@ _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"
 _THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
 
 
-# --- Responses request -> Chat Completions request ----------------------------------------------
-
-
 def _content(message: Message, where: str) -> str | list[dict]:
     """A message's content in Chat form: a string when it is all text, else Chat content parts."""
     if isinstance(message.content, str):
@@ -201,9 +198,6 @@ def chat_request(params: ResponseCreateParams, model: str = "", extra_body: dict
     return body
 
 
-# --- Chat Completions response -> Responses response --------------------------------------------
-
-
 def _text_of(content: Any) -> str:
     if content is None:
         return ""
@@ -277,13 +271,7 @@ def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -
     finish = choice.get("finish_reason")
     reason = _INCOMPLETE.get(finish) if isinstance(finish, str) else None
     incomplete = {"reason": reason} if reason else None
-    update: dict[str, Any] = {}
-    if params is not None:
-        update = {
-            "tools": params.tools,
-            "tool_choice": params.tool_choice,
-            "parallel_tool_calls": params.parallel_tool_calls,
-        }
+    echoed = ("tools", "tool_choice", "parallel_tool_calls") if params is not None else ()
     return NeMoGymResponse(
         **({"created_at": int(body["created"])} if body.get("created") else {}),
         model=body.get("model") or "",
@@ -291,5 +279,5 @@ def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -
         usage=_usage(body.get("usage")),
         incomplete_details=incomplete,
         status="incomplete" if incomplete else "completed",
-        **update,
+        **{key: getattr(params, key) for key in echoed},
     )

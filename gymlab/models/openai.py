@@ -102,8 +102,6 @@ class OpenAIModel(BaseServer):
                 url, 200, f"the answer is not a Responses API response: {scrub(str(exc), self._key())[:500]}", hint
             ) from exc
 
-    # --- the upstream call ----------------------------------------------------------------------
-
     def _key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
@@ -198,8 +196,6 @@ class OpenAIModel(BaseServer):
             hint = "the endpoint refused the request as sent"
         answer = status if status in _PASS_THROUGH else 502
         return UpstreamError(url, status, message, hint, attempts, status=answer)
-
-    # --- error bodies ---------------------------------------------------------------------------
 
     async def _upstream_error(self, request: Request, exc: UpstreamError) -> JSONResponse:
         route = f"{request.method} {request.url.path}"

@@ -253,7 +253,6 @@ def failed(
     *,
     duration_s: float = 0.0,
     steps: list[StepRecord] = (),
-    response: NeMoGymResponse | None = None,
 ) -> Rollout:
     """A masked record for an episode that could not finish: reward 0, never a graded zero; it keeps
     the steps taken before the failure (``steps``, or those its ``failure`` carries)."""
@@ -262,9 +261,7 @@ def failed(
         {
             **_row_fields(row),
             "responses_create_params": params,
-            "response": (response or NeMoGymResponse(output=[], status="failed")).model_dump(
-                mode="json", exclude_none=True
-            ),
+            "response": NeMoGymResponse(output=[], status="failed").model_dump(mode="json", exclude_none=True),
             "reward": 0.0,
             "mask_sample": True,
             "failure_kind": failure.kind,
@@ -295,10 +292,9 @@ def with_identity(
     repeat: Any = None,
     agent: str | None = None,
     env: str | None = None,
-    extra: dict[str, Any] | None = None,
 ) -> Rollout:
     """``record`` with its row's identity (``identity``) set (None leaves a value as it is)."""
-    update = {**(extra or {}), **identity(task_index=task_index, repeat=repeat, agent=agent, env=env)}
+    update = identity(task_index=task_index, repeat=repeat, agent=agent, env=env)
     if isinstance(record, Rollout):
         return record.model_copy(update=update)
     return Rollout.model_validate({**record, **update})
