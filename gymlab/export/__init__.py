@@ -1,5 +1,4 @@
-"""Export rollouts for training: gymlab's JSONL rows (``rows``) and the TRL and verl trainer formats
-(``dataset``), with the filters and the preference pairing rule (``filters``); docs/export.md."""
+"""Export rollouts for training: gymlab's JSONL rows and the TRL and verl trainer formats (docs/export.md)."""
 
 from gymlab.export.dataset import FORMATS, ExportResult, export_dataset, read_dataset, to_hf
 from gymlab.export.filters import Pairing, as_records, by_task, group_key, preference_pairs, select

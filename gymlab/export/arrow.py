@@ -1,5 +1,4 @@
-"""Arrow schemas of the trainer formats (explicit, so every file types every column whatever its rows
-hold), and Parquet written atomically and read back."""
+"""Arrow schemas of the trainer formats (docs/export.md), and Parquet written atomically and read back."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The dataset card written beside an export: a README.md that ``datasets.load_dataset(folder)`` and the
-Hub read, and a person can check (source runs, filters, counts, reward statistics)."""
+"""The dataset card beside an export: a README.md that ``datasets`` and the Hub read, and a person checks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Trainer-format datasets: written (JSONL or Parquet, atomically, with a dataset card), read back
-checked (``read_dataset``), or handed to ``datasets`` in memory (``to_hf``)."""
+"""Trainer-format datasets: written with a dataset card, read back checked, or handed to ``datasets``."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ def _format(name: str) -> Format:
 
 
 def _records(rollouts: Any) -> tuple[list[Rollout], list[str], list[Path]]:
-    """Records, a description of where they came from (files, or memory), and the materialized
-    inputs found beside the files."""
+    """Records, where they came from (files, or memory), and the materialized inputs beside the files."""
     if isinstance(rollouts, (str, os.PathLike)):
         rollouts = [rollouts]
     rollouts = list(rollouts)

@@ -1,5 +1,4 @@
-"""Which records an export keeps: the filters (reward threshold, masked dropped, best-of-n) and the
-preference pairing rule (best vs worst of one task's repeats, a minimum margin, ties dropped)."""
+"""Which records an export keeps: the filters (reward, masked, best-of-n) and the preference pairing rule."""
 
 from __future__ import annotations
 
@@ -44,9 +43,8 @@ def select(
     drop_masked: bool = False,
     best_of_n: int | None = None,
 ) -> list[Rollout]:
-    """The records that pass every filter given, in their original order: rewards at or above
-    ``min_reward``, no masked ones with ``drop_masked``, the n highest rewards of each task with
-    ``best_of_n`` (ties keep the earlier record)."""
+    """The records that pass every filter given, in their original order: reward at or above ``min_reward``,
+    not masked (``drop_masked``), among the ``best_of_n`` of their task (ties keep the earlier)."""
     records = as_records(rollouts)
     keep = [
         (i, r)
@@ -77,9 +75,8 @@ class Pairing:
 
 
 def preference_pairs(records: Iterable[Rollout], *, min_margin: float = 0.0) -> Pairing:
-    """One (chosen, rejected) pair per task: its best episode against its worst, the earlier of equal
-    rewards (so a pair is the same on every run). Masked records never take part (their 0 is not a
-    reward); ties and a margin under ``min_margin`` are dropped, counted by reason."""
+    """One (chosen, rejected) pair per task: its best unmasked episode against its worst, the earlier of equal
+    rewards (a pair is the same on every run); ties and margins under ``min_margin`` dropped, counted."""
     if min_margin < 0:
         raise ValueError(f"min_margin must be 0 or more, got {min_margin}")
     out = Pairing()

@@ -1,5 +1,4 @@
-"""A task's ground truth for the formats that carry one (TRL GRPO, verl): by default the task row's own
-input fields, never what the verifier echoed back (docs/export.md)."""
+"""A task's ground truth for TRL GRPO and verl: by default its row's own input fields (docs/export.md)."""
 
 from __future__ import annotations
 
@@ -68,9 +67,8 @@ def _as_text(value: Any) -> str:
 
 
 def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None) -> str | None:
-    """The task's ground truth as a string (None: a row without fields of its own). ``spec``: a field name
-    (a string value as it is, else JSON), several names (a JSON object), a function of the record, or
-    None: the row's own input fields (``inputs``: ``inputs_by_task``) as a JSON object."""
+    """The task's ground truth as a string (None: a row without fields of its own). ``spec``: a field name,
+    several names, a function of the record, or None: the row's own input fields (``inputs``)."""
     if callable(spec):
         return _as_text(spec(record))
     if spec is None:

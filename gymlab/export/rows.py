@@ -1,5 +1,4 @@
-"""Rollout records out to JSONL, written atomically: rollout rows (NeMo Gym's keys first), chat-format
-SFT rows and RL rows. Filters (``select``) are explicit arguments: nothing is dropped unless asked for."""
+"""Rollout records out to JSONL, atomically: rollout rows, chat-format SFT rows and RL rows (docs/export.md)."""
 
 from __future__ import annotations
 
@@ -76,8 +75,7 @@ def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
 
 
 def export_sft(rollouts: Iterable[Rollout | dict], path: str | os.PathLike, **filters: Any) -> Path:
-    """Write chat-format SFT rows atomically (filters as in ``select``; masked episodes dropped unless
-    ``drop_masked=False``)."""
+    """Write chat-format SFT rows atomically (filters as in ``select``; masked dropped unless ``drop_masked=False``)."""
     return _export(sft_row, rollouts, path, **filters)
 
 

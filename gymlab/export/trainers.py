@@ -1,5 +1,4 @@
-"""Rows in the shapes the training libraries document (TRL, verl), built from rollout records; the
-formats' columns, options and sources are in ``FORMATS`` and docs/export.md."""
+"""Rows in the shapes the training libraries document (TRL, verl): ``FORMATS`` and docs/export.md."""
 
 from __future__ import annotations
 

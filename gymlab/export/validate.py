@@ -1,5 +1,4 @@
-"""Checks of one trainer-format row as a reader gets it back: each raises ``ValueError`` saying what was
-expected and what arrived (``read_dataset`` adds the file and line or row)."""
+"""Checks of one trainer-format row as a reader gets it back; each raises ``ValueError`` saying why."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""verl's tool config: the YAML its multi-turn rollout reads (``tool_config_path``), written beside a
-verl export whose rows declare tools (docs/export.md)."""
+"""verl's tool config: the YAML its multi-turn rollout reads, beside a verl export (docs/export.md)."""
 
 from __future__ import annotations
 

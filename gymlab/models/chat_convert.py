@@ -1,7 +1,5 @@
-"""Responses API <-> Chat Completions, as pure functions (no I/O): the one chat converter, for the
-requests ``OpenAIModel`` sends in ``chat_completions`` mode and for export's chat rows. The mapping,
-field by field, is in docs/models.md.
-"""
+"""Responses API <-> Chat Completions as pure functions: the one chat converter, for ``OpenAIModel``'s
+requests and export's chat rows; the mapping, field by field, is in docs/models.md."""
 
 from __future__ import annotations
 

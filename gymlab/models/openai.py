@@ -1,7 +1,5 @@
-"""OpenAIModel: POST /v1/responses proxied to an OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama),
-as it came (``mode="responses"``) or converted for ``/chat/completions``. The key is read from the
-environment on every request and scrubbed from what is passed on; retries and status codes: docs/models.md.
-"""
+"""OpenAIModel: POST /v1/responses proxied to an OpenAI-compatible endpoint, as it came or converted for
+``/chat/completions``; the key, the retries and the status codes: docs/models.md."""
 
 from __future__ import annotations
 
@@ -215,8 +213,7 @@ class OpenAIModel(BaseServer):
 
 
 class _Again(GymlabError):
-    """One upstream try that may pass if sent again: ``why`` (logged), the ``final`` error if it is
-    the last, and the ``Retry-After`` the endpoint asked for."""
+    """One upstream try that may pass if sent again: ``why`` (logged), the ``final`` error, the Retry-After."""
 
     def __init__(self, why: str, final: UpstreamError, retry_after: str | None = None):
         self.why, self.final, self.retry_after = why, final, retry_after

@@ -1,6 +1,4 @@
-"""PolicyModel: a model server whose answers come from a Python callable, sync or async. A sync policy
-runs in a thread pool, or on the loop once it proves fast (docs/models.md).
-"""
+"""PolicyModel: a model server whose answers come from a Python callable, sync or async (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -68,8 +66,7 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
 
 
 class _Calls:
-    """How a server calls its policy: on the loop (``inline``) or in ``pool``, judged from the
-    ``recent`` pooled calls; whether the policy is async, asked once per policy."""
+    """How a server calls its policy: on the loop (``inline``) or in ``pool``; whether it is async, asked once."""
 
     __slots__ = ("inline", "pool", "recent", "_async_of")
 

@@ -1,6 +1,4 @@
-"""``POST /v1/responses`` of a model server, and ``stream: true`` on it: the whole response told as the
-server-sent events OpenAI's Responses API streams (docs/models.md).
-"""
+"""``POST /v1/responses`` of a model server; ``stream: true`` tells the whole response as Responses events."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ class StreamableParams(ResponseCreateParams):
 def serve_responses(
     app: FastAPI, respond: Callable[[ResponseCreateParams], Awaitable[NeMoGymResponse]], close: Callable[[], Awaitable]
 ) -> None:
-    """``POST /v1/responses`` on ``app``, answered by ``respond`` (``stream: true``: as Responses events);
-    ``close`` runs when the app stops."""
+    """``POST /v1/responses`` on ``app``, answered by ``respond`` (``stream: true``: as events); ``close`` on stop."""
 
     async def responses(body: StreamableParams) -> NeMoGymResponse:
         if body.stream:

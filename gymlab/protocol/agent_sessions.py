@@ -1,5 +1,4 @@
-"""Agent-session bodies: how a caller seeds and closes one agent server's per-episode state. The seed
-names the session (``agent_session_id``); the agent's cookie then carries that one ID to its close."""
+"""Agent-session bodies: how a caller seeds and closes an agent server's per-episode state (docs/protocol.md)."""
 
 from __future__ import annotations
 

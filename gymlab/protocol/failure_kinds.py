@@ -1,5 +1,4 @@
-"""Failure kinds (NeMo Gym 0.7.0's vocabulary): why an episode ended without a reward the task alone
-produced; ``Failure``, the typed form an error body carries. docs/protocol.md tells the rules."""
+"""Failure kinds (NeMo Gym 0.7.0's vocabulary) and ``Failure``, their typed form (docs/protocol.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The episode record (``Rollout``, ``StepRecord``) and the only functions that build one.
-
-Builders: ``verified`` (seed/verify), ``from_transitions`` (Gymnasium), ``failed`` (masked, with a
-``Failure``), ``with_identity`` (the row's identity). ``mean_reward`` is the one rule every summary
-uses. docs/protocol.md tells the rules.
-"""
+"""The episode record (``Rollout``, ``StepRecord``) and the only functions that build one: ``verified``,
+``from_transitions``, ``failed``, ``with_identity``; ``mean_reward``, the one rule summaries use (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -120,8 +116,7 @@ RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent
 
 
 def record_json(record: Rollout) -> str:
-    """A record as JSON text: the fields gymlab adds left out when unset, the reserved failure keys
-    written as null (``NULL_WRITTEN_KEYS``), as NeMo Gym writes them."""
+    """A record as JSON text: gymlab's fields left out when unset, ``NULL_WRITTEN_KEYS`` written as null."""
     text = record.model_dump_json(exclude_none=True)
     nulls = "".join(f',"{key}":null' for key in NULL_WRITTEN_KEYS if getattr(record, key) is None)
     return text[:-1] + nulls + "}" if nulls else text
@@ -301,8 +296,7 @@ def with_identity(
 
 
 def mean_reward(records: Iterable[Any]) -> float:
-    """Mean reward of the unmasked records (nan when there are none). Failed records are masked, so
-    neither they nor an environment's own masked samples enter the mean."""
+    """Mean reward of the unmasked records (nan when there are none): failures are masked, so never counted."""
     kept = [float(_get(r, "reward") or 0.0) for r in records if not _get(r, "mask_sample")]
     return math.fsum(kept) / len(kept) if kept else float("nan")
 
@@ -333,9 +327,8 @@ _INCREMENT = {
 
 
 def synthetic(n_episodes: int, steps_per_episode: int) -> list[Rollout]:
-    """Records shaped as simple_agent writes a counter episode (benchmark and test input; no server runs):
-    every step but the last calls ``increment`` and gets its output, the last says the count; the
-    response holds every item with its usage, as a real record's does (about 700 bytes of JSON a step)."""
+    """Records shaped as simple_agent writes a counter episode, items and usage included (about 700 bytes of
+    JSON a step): benchmark and test input, no server runs."""
     out = []
     for e in range(n_episodes):
         steps, items = [], []

@@ -1,5 +1,4 @@
-"""The Responses-API subset that crosses the wire: request params, response, items, usage. Items keep
-unknown keys, so newer clients' items round-trip; the request params refuse them, as the reference does."""
+"""The Responses-API subset that crosses the wire: request params (unknown keys refused), response, items."""
 
 from __future__ import annotations
 

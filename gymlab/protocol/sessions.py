@@ -1,5 +1,4 @@
-"""Episode-session bodies: how an environment server seeds and closes one resources-server session. The
-seed names the session (``resources_session_id``); the cookie then carries that one ID to its close."""
+"""Episode-session bodies: how an environment server seeds and closes a resources-server session."""
 
 from __future__ import annotations
 
