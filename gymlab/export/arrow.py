@@ -15,9 +15,7 @@ def schema(format_name: str):
     import pyarrow as pa
 
     s, f64, i64 = pa.string(), pa.float64(), pa.int64()
-    call = pa.struct(
-        [("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))],
-    )
+    call = pa.struct([("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))])
     message = pa.struct(
         [("role", s), ("content", s), ("reasoning_content", s), ("tool_calls", pa.list_(call)), ("tool_call_id", s)]
     )

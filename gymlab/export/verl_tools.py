@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gymlab.errors import ExportError
+from gymlab.jsonl import write_text_atomic
 
 #: verl's base class: loads, and answers every call with a placeholder; name your own subclass.
 DEFAULT_TOOL_CLASS = "verl.tools.base_tool.BaseTool"
@@ -38,8 +39,6 @@ def tool_config_path(data_path: Path) -> Path:
 
 def write_tool_config(data_path: Path, config: dict[str, Any]) -> Path:
     import yaml
-
-    from gymlab.jsonl import write_text_atomic
 
     return write_text_atomic(tool_config_path(data_path), yaml.safe_dump(config, sort_keys=False))
 

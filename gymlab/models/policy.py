@@ -45,16 +45,12 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
         response = answer
     elif isinstance(answer, dict):
         response = NeMoGymResponse.model_validate(answer)
+    elif isinstance(answer, str):
+        response = NeMoGymResponse(output=[assistant_message(answer)])
+    elif isinstance(answer, (list, tuple)):
+        response = NeMoGymResponse(output=list(answer))
     else:
-        if isinstance(answer, str):
-            output = [assistant_message(answer)]
-        elif isinstance(answer, (list, tuple)):
-            output = list(answer)
-        else:
-            raise TypeError(
-                f"a policy must return a response, a list of items or a string, not {type(answer).__name__}"
-            )
-        response = NeMoGymResponse(output=output)
+        raise TypeError(f"a policy must return a response, a list of items or a string, not {type(answer).__name__}")
     update: dict[str, Any] = {}
     if not response.model:
         update["model"] = params.model or model

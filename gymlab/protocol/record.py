@@ -242,13 +242,7 @@ def _summed_components(per_step: Iterable[dict[str, float | None] | None]) -> di
     return total or None
 
 
-def failed(
-    row: dict[str, Any],
-    failure: Failure,
-    *,
-    duration_s: float = 0.0,
-    steps: list[StepRecord] = (),
-) -> Rollout:
+def failed(row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: list[StepRecord] = ()) -> Rollout:
     """A masked record for an episode that could not finish: reward 0, never a graded zero; it keeps
     the steps taken before the failure (``steps``, or those its ``failure`` carries)."""
     params = row.get("responses_create_params") or {"input": ""}
@@ -274,10 +268,16 @@ def identity(
 ) -> dict[str, Any]:
     """A row's identity fields under the one set of names (a None value is left out); ``agent`` is a
     name or a whole ``agent_ref``."""
-    if agent is not None and not isinstance(agent, dict):
-        agent = {"type": "responses_api_agents", "name": agent}
-    fields = {"_ng_task_index": task_index, "_ng_rollout_index": repeat, "agent_ref": agent, "env_name": env}
-    return {key: value for key, value in fields.items() if value is not None}
+    fields: dict[str, Any] = {}
+    if task_index is not None:
+        fields["_ng_task_index"] = task_index
+    if repeat is not None:
+        fields["_ng_rollout_index"] = repeat
+    if agent is not None:
+        fields["agent_ref"] = agent if isinstance(agent, dict) else {"type": "responses_api_agents", "name": agent}
+    if env is not None:
+        fields["env_name"] = env
+    return fields
 
 
 def with_identity(
