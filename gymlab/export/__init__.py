@@ -1,9 +1,4 @@
-"""Export rollouts for training: gymlab's JSONL rows, and the formats the training libraries read.
-
-``rows``: rollout rows, chat SFT rows and RL rows (JSONL). ``dataset``: TRL (SFT, DPO, KTO, GRPO)
-and verl rows as JSONL or Parquet, with a dataset card; ``read_dataset`` reads them back, validated;
-``to_hf`` gives a ``datasets.Dataset``. ``filters``: the filters and the preference pairing rule.
-"""
+"""Export rollouts for training: gymlab's JSONL rows and the TRL and verl trainer formats (docs/export.md)."""
 
 from gymlab.export.dataset import FORMATS, ExportResult, export_dataset, read_dataset, to_hf
 from gymlab.export.filters import Pairing, as_records, by_task, group_key, preference_pairs, select

@@ -1,10 +1,4 @@
-"""Arrow schemas of the trainer formats, and Parquet written atomically and read back.
-
-Explicit schemas keep every file's types the same whatever its rows hold (a file whose first rows
-have no tool calls still types ``tool_calls``), and match what the libraries document: a message is
-a struct of strings, ``tool_calls`` a list of ``{id, type, function: {name, arguments}}``, ``label``
-a bool, scores float64.
-"""
+"""Arrow schemas of the trainer formats (docs/export.md), and Parquet written atomically and read back."""
 
 from __future__ import annotations
 
@@ -21,49 +15,26 @@ def schema(format_name: str):
     import pyarrow as pa
 
     s, f64, i64 = pa.string(), pa.float64(), pa.int64()
-    call = pa.struct(
-        [("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))],
-    )
+    call = pa.struct([("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))])
     message = pa.struct(
         [("role", s), ("content", s), ("reasoning_content", s), ("tool_calls", pa.list_(call)), ("tool_call_id", s)]
     )
     messages = pa.list_(message)
+    prompt, tools = ("prompt", messages), ("tools", s)
+    scores = [("score_chosen", f64), ("score_rejected", f64)]
+    extra = [("index", i64), ("split", s), ("task_index", i64), tools, ("reward_mean", f64), ("episodes", i64)]
+    reward_model = pa.struct([("style", s), ("ground_truth", s)])
     fields = {
-        "trl-sft": [("messages", messages), ("tools", s)],
-        "trl-dpo": [
-            ("prompt", messages),
-            ("chosen", messages),
-            ("rejected", messages),
-            ("tools", s),
-            ("score_chosen", f64),
-            ("score_rejected", f64),
-        ],
-        "trl-kto": [
-            ("prompt", messages),
-            ("completion", messages),
-            ("label", pa.bool_()),
-            ("tools", s),
-            ("reward", f64),
-        ],
-        "trl-grpo": [("prompt", messages), ("ground_truth", s), ("tools", s), ("reward_mean", f64), ("episodes", i64)],
+        "trl-sft": [("messages", messages), tools],
+        "trl-dpo": [prompt, ("chosen", messages), ("rejected", messages), tools, *scores],
+        "trl-kto": [prompt, ("completion", messages), ("label", pa.bool_()), tools, ("reward", f64)],
+        "trl-grpo": [prompt, ("ground_truth", s), tools, ("reward_mean", f64), ("episodes", i64)],
         "verl": [
             ("data_source", s),
-            ("prompt", messages),
+            prompt,
             ("ability", s),
-            ("reward_model", pa.struct([("style", s), ("ground_truth", s)])),
-            (
-                "extra_info",
-                pa.struct(
-                    [
-                        ("index", i64),
-                        ("split", s),
-                        ("task_index", i64),
-                        ("tools", s),
-                        ("reward_mean", f64),
-                        ("episodes", i64),
-                    ]
-                ),
-            ),
+            ("reward_model", reward_model),
+            ("extra_info", pa.struct(extra)),
         ],
     }[format_name]
     return pa.schema(fields)

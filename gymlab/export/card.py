@@ -1,6 +1,4 @@
-"""The dataset card written beside an export: a README.md that ``datasets.load_dataset(folder)`` and
-the Hugging Face Hub read (YAML ``configs`` naming the data file), and a person can check: the
-source runs, the filters, the counts and the reward statistics."""
+"""The dataset card beside an export: a README.md that ``datasets`` and the Hub read, and a person checks."""
 
 from __future__ import annotations
 
@@ -11,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from gymlab._version import __version__
+from gymlab.export.trainers import Built
 
 
 def reward_stats(rewards: list[float]) -> dict[str, Any]:
@@ -35,11 +34,10 @@ def card_text(
     sources: list[str],
     records: list[Any],
     options: dict[str, Any],
-    counts: dict[str, int],
+    built: Built,
     rewards: dict[str, Any],
-    rows: int,
 ) -> str:
-    """The card's Markdown, YAML front matter first."""
+    """The card's Markdown, YAML front matter first (``built``: the export's rows and counts)."""
     envs = Counter(r.env or "?" for r in records)
     agents = Counter(r.agent or "?" for r in records)
     library = "verl" if fmt.name == "verl" else "TRL"
@@ -74,8 +72,8 @@ def card_text(
         "|---|---|",
         f"| episodes read | {len(records)} |",
         f"| masked episodes among them | {sum(bool(r.mask_sample) for r in records)} |",
-        *[f"| {k.replace('_', ' ')} | {v} |" for k, v in counts.items()],
-        f"| rows written | {rows} |",
+        *[f"| {k.replace('_', ' ')} | {v} |" for k, v in built.counts.items()],
+        f"| rows written | {len(built.rows)} |",
         "",
         "## Rewards (of the episodes the rows came from)",
         "",

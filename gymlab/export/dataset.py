@@ -1,11 +1,4 @@
-"""Trainer-format datasets: write them (JSONL or Parquet, atomically, with a dataset card), read them
-back validated, or hand them to ``datasets`` in memory.
-
-``export_dataset(rollouts, "out/dpo.parquet", "trl-dpo", min_margin=0.5)`` writes the rows of
-``gymlab.export.trainers.FORMATS[...]`` and ``out/README.md``; ``read_dataset`` checks every row and
-reports a bad one with its line (JSONL) or row (Parquet); ``to_hf`` returns a ``datasets.Dataset``
-(the optional extra ``gymlab[export]``).
-"""
+"""Trainer-format datasets: written with a dataset card, read back checked, or handed to ``datasets``."""
 
 from __future__ import annotations
 
@@ -49,8 +42,7 @@ def _format(name: str) -> Format:
 
 
 def _records(rollouts: Any) -> tuple[list[Rollout], list[str], list[Path]]:
-    """Records, a description of where they came from (files, or memory), and the materialized
-    inputs found beside the files."""
+    """Records, where they came from (files, or memory), and the materialized inputs beside the files."""
     if isinstance(rollouts, (str, os.PathLike)):
         rollouts = [rollouts]
     rollouts = list(rollouts)
@@ -117,18 +109,9 @@ def export_dataset(
     card: bool = True,
     **options: Any,
 ) -> ExportResult:
-    """Write ``rollouts`` (records, or rollouts JSONL paths) in a trainer ``format`` to ``path``.
-
-    ``format``: one of ``FORMATS`` (trl-sft, trl-dpo, trl-kto, trl-grpo, verl). ``path`` ending in
-    ``.parquet`` writes Parquet, ``.jsonl`` JSONL; either is written atomically, and ``card=True``
-    writes ``README.md`` beside it. ``options`` (each format takes the ones that apply to it):
-    ``min_reward``, ``drop_masked`` (default True), ``best_of_n``, ``min_margin`` (DPO pairs),
-    ``label_threshold`` (KTO: desirable at or above it, default 1.0), ``ground_truth`` (GRPO, verl:
-    a row field name, names, or a function of the record; default: each task row's own input fields,
-    from ``rows`` or the materialized inputs beside the rollouts files, ``gymlab.export.ground_truth``),
-    ``rows`` (the dataset rows), ``data_source``, ``ability``, ``split``, ``tool_class`` (verl: rows
-    that declare tools also get ``NAME_tool_config.yaml`` beside the data file, ``gymlab.export.verl_tools``).
-    """
+    """Write ``rollouts`` (records, or rollouts JSONL paths) in a trainer ``format`` (one of ``FORMATS``)
+    to ``path`` (``.parquet`` or ``.jsonl``) atomically, with ``README.md`` beside it when ``card``.
+    ``options``: each format takes those in its ``Format.options`` (docs/export.md lists them)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".jsonl"):
@@ -163,9 +146,8 @@ def export_dataset(
                 sources=sources,
                 records=records,
                 options=used,
-                counts=built.counts,
+                built=built,
                 rewards=rewards,
-                rows=len(built.rows),
             ),
         )
     return ExportResult(path, card_path, format, len(built.rows), built.counts, rewards, tools_path)
@@ -184,11 +166,8 @@ def _check_schema(path: Path, data, format: str) -> None:
 
 
 def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dict[str, Any]]:
-    """Every row of a trainer-format JSONL or Parquet file, checked.
-
-    ``format`` None: told by the columns. A torn, invalid or wrong-shaped line or row raises
-    ``DatasetError`` naming the file and the line (JSONL) or row (Parquet, counted from 1).
-    """
+    """Every row of a trainer-format JSONL or Parquet file, checked (``format`` None: told by the columns).
+    A torn, invalid or wrong-shaped line or row is a ``DatasetError`` naming the file and the line or row."""
     path = Path(path)
     if format is not None:
         _format(format)

@@ -1,5 +1,4 @@
-"""Which records an export keeps: the filters (reward threshold, masked dropped, best-of-n) and the
-preference pairing rule (best vs worst of one task's repeats, a minimum margin, ties dropped)."""
+"""Which records an export keeps: the filters (reward, masked, best-of-n) and the preference pairing rule."""
 
 from __future__ import annotations
 
@@ -44,11 +43,8 @@ def select(
     drop_masked: bool = False,
     best_of_n: int | None = None,
 ) -> list[Rollout]:
-    """The records that pass every filter given, in their original order.
-
-    ``min_reward`` keeps rewards at or above it; ``drop_masked`` drops ``mask_sample`` records;
-    ``best_of_n`` keeps the n highest rewards of each task (ties keep the earlier record).
-    """
+    """The records that pass every filter given, in their original order: reward at or above ``min_reward``,
+    not masked (``drop_masked``), among the ``best_of_n`` of their task (ties keep the earlier)."""
     records = as_records(rollouts)
     keep = [
         (i, r)
@@ -79,12 +75,8 @@ class Pairing:
 
 
 def preference_pairs(records: Iterable[Rollout], *, min_margin: float = 0.0) -> Pairing:
-    """One (chosen, rejected) pair per task: its best episode against its worst.
-
-    Masked records never take part (their 0 is not a reward). Ties (equal best and worst) are
-    dropped; so is a pair whose margin is under ``min_margin``. Among equal rewards the earlier
-    record is taken, so a pair is the same on every run. Chosen reward > rejected reward always.
-    """
+    """One (chosen, rejected) pair per task: its best unmasked episode against its worst, the earlier of equal
+    rewards (a pair is the same on every run); ties and margins under ``min_margin`` dropped, counted."""
     if min_margin < 0:
         raise ValueError(f"min_margin must be 0 or more, got {min_margin}")
     out = Pairing()
@@ -92,8 +84,7 @@ def preference_pairs(records: Iterable[Rollout], *, min_margin: float = 0.0) -> 
         if len(group) < 2:
             out.single += 1
             continue
-        order = sorted(range(len(group)), key=lambda i: (-group[i].reward, i))
-        best = group[order[0]]
+        best = group[min(range(len(group)), key=lambda i: (-group[i].reward, i))]
         worst = group[min(range(len(group)), key=lambda i: (group[i].reward, i))]
         margin = best.reward - worst.reward
         if margin <= 0:

@@ -1,13 +1,4 @@
-"""A task's ground truth for the trainer formats that carry one (TRL GRPO, verl).
-
-By default it is the task row's own input fields, read from the dataset rows: the ``rows`` option,
-or the materialized inputs a collection writes beside its rollouts (``NAME_materialized_inputs.jsonl``,
-found for each rollouts file given by path). Never what the verifier echoed back (a counter's
-``final_count`` describes one episode, not the task): a record alone cannot tell its row's fields from
-its verifier's, so without rows the default is refused, naming both ways out. A row with no fields of
-its own has no ground truth (null), never ``"{}"``. Named fields (``ground_truth="target"``) or a
-function of the record choose it explicitly.
-"""
+"""A task's ground truth for TRL GRPO and verl: by default its row's own input fields (docs/export.md)."""
 
 from __future__ import annotations
 
@@ -31,11 +22,6 @@ _NOT_FIELDS = {"responses_create_params", *IDENTITY_KEYS, *RESULT_KEYS}
 def own_fields(fields: dict[str, Any]) -> dict[str, Any]:
     """The fields of a row (or a record's extra fields) that are the task's, not identity or result."""
     return {k: v for k, v in fields.items() if k not in _NOT_FIELDS and not k.startswith("_ng_")}
-
-
-def task_fields(record: Rollout) -> dict[str, Any]:
-    """Every field a record carries besides its identity and result: its row's and its verifier's echoes."""
-    return own_fields(record.__pydantic_extra__ or {})
 
 
 def sibling_inputs(path: str | os.PathLike) -> Path | None:
@@ -81,13 +67,8 @@ def _as_text(value: Any) -> str:
 
 
 def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None) -> str | None:
-    """The task's ground truth as a string (verl's ``ground_truth`` is one; TRL passes it as is), or
-    None for a row without fields of its own.
-
-    ``spec``: a field name (its value: a string as it is, anything else as JSON), several names (a
-    JSON object of them), a function of the record, or None: a JSON object of the row's own input
-    fields (``inputs``: ``inputs_by_task``).
-    """
+    """The task's ground truth as a string (None: a row without fields of its own). ``spec``: a field name,
+    several names, a function of the record, or None: the row's own input fields (``inputs``)."""
     if callable(spec):
         return _as_text(spec(record))
     if spec is None:
@@ -103,7 +84,7 @@ def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[s
                 f"{episode_where(record)}: no dataset row for task {task!r} among the {len(inputs)} rows given"
             )
         return _as_text(inputs[task]) if inputs[task] else None
-    fields = task_fields(record)
+    fields = own_fields(record.__pydantic_extra__ or {})  # its row's fields and its verifier's echoes
     names = [spec] if isinstance(spec, str) else list(spec)
     missing = [n for n in names if n not in fields]
     if missing:

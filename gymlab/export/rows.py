@@ -1,15 +1,4 @@
-"""Rollout records out to JSONL: rollout rows, chat-format SFT rows, RL rows.
-
-* ``export_rollouts``: the rollout rows of the wire reference (NeMo Gym's keys first, gymlab's
-  per-step records after them), readable by ``load`` and by NeMo Gym.
-* ``export_sft``: one OpenAI chat-format conversation per episode (``messages`` + ``tools``).
-* ``export_rl``: the prompt, the episode's completion and its reward.
-
-Every file is written atomically (``gymlab.jsonl.write_jsonl_atomic``); ``gymlab.collection.readers``
-reads each kind back, validated. Filters (``select``) are explicit arguments:
-nothing is dropped unless asked for. No pandas here. The trainer formats (TRL, verl, Parquet) are
-in ``gymlab.export.dataset``.
-"""
+"""Rollout records out to JSONL, atomically: rollout rows, chat-format SFT rows and RL rows (docs/export.md)."""
 
 from __future__ import annotations
 
@@ -35,20 +24,13 @@ ROLLOUT_KEYS = (
     "_ng_rollout_index",
     "agent_ref",
 )
-#: Fields gymlab adds to a record (failure_stage, terminated, info, reward_components, ...): left out
-#: of a row when None, where NeMo Gym's own keys (failure_kind, failure_reason) are written null.
+#: Fields gymlab adds to a record: left out of a row when None (NeMo Gym's own are written null).
 _GYMLAB_FIELDS = tuple(k for k in Rollout.model_fields if k not in ROLLOUT_KEYS)
 
 
-# -- rollout rows -----------------------------------------------------------------------------
-
-
 def rollout_row(record: Rollout, gymlab_fields: bool = True) -> dict[str, Any]:
-    """A record as a rollout row: NeMo Gym's keys first.
-
-    ``gymlab_fields=False`` gives NeMo Gym's row alone: no steps, timings or server names, and an
-    ``agent_ref`` built from the agent's name when the record has none.
-    """
+    """A record as a rollout row: NeMo Gym's keys first; ``gymlab_fields=False``: NeMo Gym's row alone
+    (no steps, timings or server names; an ``agent_ref`` from the agent's name when it has none)."""
     data = record.model_dump(mode="json")
     for key in _GYMLAB_FIELDS:  # gymlab's own fields only when set (a row's own null stays)
         if data.get(key, 0) is None:
@@ -69,9 +51,6 @@ def export_rollouts(
     """Write rollout rows to ``path`` atomically (filters as in ``select``; none by default)."""
     records = select(rollouts, **filters) if filters else as_records(rollouts)
     return write_jsonl_atomic(path, (rollout_row(r, gymlab_fields) for r in records))
-
-
-# -- chat format ------------------------------------------------------------------------------
 
 
 def sft_row(record: Rollout, where: str = "") -> dict[str, Any]:
@@ -95,30 +74,18 @@ def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
     }
 
 
-def _export(build: Callable[[Rollout, str], dict], rollouts: Any, path: Any, **filters: Any) -> Path:
-    records = select(rollouts, **filters)
+def export_sft(rollouts: Iterable[Rollout | dict], path: str | os.PathLike, **filters: Any) -> Path:
+    """Write chat-format SFT rows atomically (filters as in ``select``; masked dropped unless ``drop_masked=False``)."""
+    return _export(sft_row, rollouts, path, **filters)
+
+
+def export_rl(rollouts: Iterable[Rollout | dict], path: str | os.PathLike, **filters: Any) -> Path:
+    """Write RL rows (prompt, completion, reward) atomically; filters as in ``export_sft``."""
+    return _export(rl_row, rollouts, path, **filters)
+
+
+def _export(
+    build: Callable[[Rollout, str], dict], rollouts: Any, path: Any, *, drop_masked: bool = True, **filters: Any
+) -> Path:
+    records = select(rollouts, drop_masked=drop_masked, **filters)
     return write_jsonl_atomic(path, [build(r, f"episode {i}") for i, r in enumerate(records)])
-
-
-def export_sft(
-    rollouts: Iterable[Rollout | dict],
-    path: str | os.PathLike,
-    *,
-    min_reward: float | None = None,
-    drop_masked: bool = True,
-    best_of_n: int | None = None,
-) -> Path:
-    """Write chat-format SFT rows atomically; masked episodes are dropped unless ``drop_masked=False``."""
-    return _export(sft_row, rollouts, path, min_reward=min_reward, drop_masked=drop_masked, best_of_n=best_of_n)
-
-
-def export_rl(
-    rollouts: Iterable[Rollout | dict],
-    path: str | os.PathLike,
-    *,
-    min_reward: float | None = None,
-    drop_masked: bool = True,
-    best_of_n: int | None = None,
-) -> Path:
-    """Write RL rows (prompt, completion, reward) atomically; masked episodes dropped unless asked otherwise."""
-    return _export(rl_row, rollouts, path, min_reward=min_reward, drop_masked=drop_masked, best_of_n=best_of_n)

@@ -1,23 +1,4 @@
-"""Rows in the shapes the training libraries document, built from rollout records.
-
-Column names follow each library's documentation:
-
-* TRL, "Dataset formats and types" (https://huggingface.co/docs/trl/dataset_formats): conversational
-  language modeling ``messages`` (SFT; tool calling adds a ``tools`` column), preference ``prompt`` /
-  ``chosen`` / ``rejected`` (DPO, explicit prompt: the recommended form), unpaired preference
-  ``prompt`` / ``completion`` / ``label`` (KTO), prompt-only ``prompt`` (GRPO; the GRPO trainer
-  passes every other column to the reward functions as keyword arguments, so ``ground_truth``
-  reaches them). ``tools`` is a JSON string: TRL's preferred form since huggingface/trl#5118, because
-  Arrow aligns nested tool schemas across rows and fills the gaps with nulls.
-* verl, "Prepare Data for Post-Training" (https://verl.readthedocs.io/en/latest/preparation/prepare_data.html):
-  ``data_source`` (picks the reward function), ``prompt`` (chat messages), ``ability`` (the task
-  category), ``reward_model`` {``style``, ``ground_truth``}, ``extra_info`` (index, split, ...).
-
-Messages are OpenAI chat messages (``gymlab.models.chat_convert``): assistant ``tool_calls`` with string
-``arguments``, ``tool`` messages with ``tool_call_id``, reasoning in the assistant's ``reasoning_content``
-(the key the Qwen3 and DeepSeek-R1 chat templates read). Extra score columns (``score_chosen``,
-``score_rejected``, ``reward``) follow the preference datasets TRL's examples use; trainers ignore them.
-"""
+"""Rows in the shapes the training libraries document (TRL, verl): ``FORMATS`` and docs/export.md."""
 
 from __future__ import annotations
 
@@ -84,9 +65,6 @@ def _completion(record: Rollout) -> list[dict[str, Any]]:
 
 def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
-
-
-# -- the builders: (records, options) -> Built ------------------------------------------------
 
 
 def trl_sft(records: list[Rollout], o: Options) -> Built:
@@ -169,7 +147,6 @@ def verl(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Bu
     tasks = _tasks(records, o)
     rows = []
     for index, first, rewards, n in tasks:
-        tools = tools_json(first)
         rows.append(
             {
                 "data_source": o.data_source or first.env or first.agent or "gymlab",
@@ -183,7 +160,7 @@ def verl(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Bu
                     "index": index,
                     "split": o.split,
                     "task_index": first.task_index if isinstance(first.task_index, int) else None,
-                    "tools": tools,
+                    "tools": tools_json(first),
                     "reward_mean": _mean(rewards),
                     "episodes": n,
                 },

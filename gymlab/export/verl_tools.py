@@ -1,12 +1,4 @@
-"""verl's tool config: the YAML its multi-turn rollout reads (``actor_rollout_ref.rollout.multi_turn.tool_config_path``).
-
-verl documents it as ``tools:``, a list of ``{class_name, config: {type: native}, tool_schema}``,
-``tool_schema`` being an OpenAI function schema (``{"type": "function", "function": {...}}``) and
-``class_name`` the ``verl.tools.base_tool.BaseTool`` subclass that runs the tool. A verl export whose
-rows declare tools writes one beside the data file (``NAME_tool_config.yaml``): each tool once,
-sorted by name, its schema as the rows declare it. The class is the ``tool_class`` option: the
-class on the training side that calls the environment's tool route (``POST /{name}``).
-"""
+"""verl's tool config: the YAML its multi-turn rollout reads, beside a verl export (docs/export.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gymlab.errors import ExportError
+from gymlab.jsonl import write_text_atomic
 
 #: verl's base class: loads, and answers every call with a placeholder; name your own subclass.
 DEFAULT_TOOL_CLASS = "verl.tools.base_tool.BaseTool"
@@ -46,8 +39,6 @@ def tool_config_path(data_path: Path) -> Path:
 
 def write_tool_config(data_path: Path, config: dict[str, Any]) -> Path:
     import yaml
-
-    from gymlab.jsonl import write_text_atomic
 
     return write_text_atomic(tool_config_path(data_path), yaml.safe_dump(config, sort_keys=False))
 

@@ -1,32 +1,5 @@
-"""Responses API <-> Chat Completions, as pure functions (no I/O): the one chat converter.
-
-``chat_messages`` and ``chat_tools`` turn Responses items and tools into the Chat form, both for the
-requests below and for the chat rows of ``gymlab.export`` (where reasoning is kept and content is text).
-
-``chat_request`` turns a Responses request into a ``/chat/completions`` body; ``response_from_chat``
-turns the answer back into a ``NeMoGymResponse``. ``OpenAIModel`` uses them in ``chat_completions``
-mode, for endpoints (vLLM, SGLang, Ollama, most hosted models) that speak only Chat Completions.
-
-Request direction:
-- ``instructions`` becomes a leading system message; ``developer`` messages become ``system`` ones
-  (not every Chat endpoint knows the developer role).
-- ``function_call`` items join the assistant message before them as ``tool_calls``;
-  ``function_call_output`` items become ``tool`` messages.
-- ``reasoning`` items are left out: Chat endpoints either ignore reasoning in their input or refuse
-  it (DeepSeek answers 400 to ``reasoning_content`` in input messages), and chat templates drop it.
-- ``max_output_tokens`` becomes ``max_tokens`` (what vLLM, SGLang and Ollama all accept),
-  ``reasoning.effort`` ``reasoning_effort``, ``text.format`` ``response_format``, ``top_logprobs``
-  ``logprobs`` + ``top_logprobs``. Bookkeeping-only fields (``store``, ``include``, ``metadata``,
-  ``truncation``, ``max_tool_calls``) have no Chat meaning and are not sent. Fields whose meaning
-  would be lost (``previous_response_id``, ``prompt``, ``background``) and item types with no Chat
-  form raise ``ConversionError``.
-
-Response direction: ``reasoning_content`` (vLLM, SGLang, DeepSeek) or ``reasoning`` (Ollama, newer
-vLLM), or a leading ``<think>...</think>`` in the content, becomes a ``reasoning`` item; the content
-an assistant message; ``tool_calls`` ``function_call`` items; ``finish_reason`` "length" an
-incomplete response (``incomplete_details.reason = "max_output_tokens"``); usage
-``prompt_tokens``/``completion_tokens`` ``input_tokens``/``output_tokens``.
-"""
+"""Responses API <-> Chat Completions as pure functions: the one chat converter, for ``OpenAIModel``'s
+requests and export's chat rows; the mapping, field by field, is in docs/models.md."""
 
 from __future__ import annotations
 
@@ -54,12 +27,10 @@ from gymlab.protocol.responses import InputTokensDetails, OutputTokensDetails, S
 #: The roles a chat message may have.
 CHAT_ROLES = {"system", "user", "assistant", "tool"}
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text"}
-_DROPPED = ("store", "include", "metadata", "truncation", "max_tool_calls")
 _REFUSED = ("previous_response_id", "prompt", "background")
+#: The finish reasons that make an incomplete response, and the reason it gives.
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
-
-
-# --- Responses request -> Chat Completions request ----------------------------------------------
 
 
 def _content(message: Message, where: str) -> str | list[dict]:
@@ -98,15 +69,9 @@ def prompt_items(params: ResponseCreateParams) -> list[Any]:
 def chat_messages(
     source: ResponseCreateParams | Iterable[Any], where: str = "", *, request: bool = False
 ) -> list[dict[str, Any]]:
-    """Responses-API items (or a request: its instructions, then its input) as Chat messages.
-
-    The one converter, for the requests ``OpenAIModel`` sends (``request=True``) and for the chat rows
-    trainers read. ``developer`` becomes ``system``; function calls join the assistant turn before them
-    as ``tool_calls`` (an empty text becomes None); outputs become ``tool`` messages. A request leaves
-    ``reasoning`` items out (Chat endpoints ignore or refuse them) and keeps image parts; a training row
-    puts reasoning summaries in ``reasoning_content`` of the assistant message that follows and holds
-    text only. An item or part with no Chat form raises ``ConversionError`` naming ``where`` and its index.
-    """
+    """Responses-API items (or a request: its instructions, then its input) as Chat messages: for a
+    request (``request=True``: reasoning left out, images kept) or a training row (reasoning in
+    ``reasoning_content``, text only). No Chat form: ``ConversionError`` naming ``where`` and the index."""
     if isinstance(source, ResponseCreateParams):
         items, first, where = prompt_items(source), -1 if source.instructions else 0, where or "input"
     else:
@@ -153,7 +118,7 @@ def chat_messages(
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
             open_turn = False
         elif isinstance(item, Reasoning):
-            if not request:  # see the module docstring
+            if not request:  # Chat endpoints ignore or refuse reasoning in their input (docs/models.md)
                 reasoning.append(" ".join(s.text for s in item.summary))
         else:
             hint = "use mode='responses' with an endpoint that serves /v1/responses" if request else "filter it out"
@@ -204,11 +169,8 @@ def _response_format(text: dict) -> dict | None:
 
 
 def chat_request(params: ResponseCreateParams, model: str = "", extra_body: dict | None = None) -> dict:
-    """The ``/chat/completions`` body for ``params``; ``model`` (when set) wins over ``params.model``.
-
-    ``extra_body`` is merged last, so endpoint-specific keys (``top_k``, ``chat_template_kwargs``)
-    reach the endpoint as written.
-    """
+    """The ``/chat/completions`` body for ``params``; ``model`` (when set) wins over ``params.model``, and
+    ``extra_body`` is merged last (endpoint-specific keys reach the endpoint as written)."""
     for key in _REFUSED:
         if getattr(params, key) is not None:
             raise ConversionError(f"{key} has no Chat Completions form; use mode='responses'")
@@ -220,16 +182,9 @@ def chat_request(params: ResponseCreateParams, model: str = "", extra_body: dict
         body["parallel_tool_calls"] = params.parallel_tool_calls
     elif params.tool_choice not in (None, "auto", "none"):
         raise ConversionError(f"tool_choice {params.tool_choice!r} needs tools, and the request has none")
-    for src, dst in (
-        ("temperature", "temperature"),
-        ("top_p", "top_p"),
-        ("max_output_tokens", "max_tokens"),
-        ("user", "user"),
-        ("service_tier", "service_tier"),
-    ):
-        value = getattr(params, src)
-        if value is not None:
-            body[dst] = value
+    for key in ("temperature", "top_p", "max_output_tokens", "user", "service_tier"):
+        if (value := getattr(params, key)) is not None:
+            body["max_tokens" if key == "max_output_tokens" else key] = value
     if params.top_logprobs is not None:
         body["logprobs"] = True
         body["top_logprobs"] = params.top_logprobs
@@ -239,9 +194,6 @@ def chat_request(params: ResponseCreateParams, model: str = "", extra_body: dict
         body["response_format"] = fmt
     body.update(extra_body or {})
     return body
-
-
-# --- Chat Completions response -> Responses response --------------------------------------------
 
 
 def _text_of(content: Any) -> str:
@@ -315,18 +267,9 @@ def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -
     output.extend(_function_call(c, n) for n, c in enumerate(calls))
 
     finish = choice.get("finish_reason")
-    incomplete = None
-    if finish == "length":
-        incomplete = {"reason": "max_output_tokens"}
-    elif finish == "content_filter":
-        incomplete = {"reason": "content_filter"}
-    update: dict[str, Any] = {}
-    if params is not None:
-        update = {
-            "tools": params.tools,
-            "tool_choice": params.tool_choice,
-            "parallel_tool_calls": params.parallel_tool_calls,
-        }
+    reason = _INCOMPLETE.get(finish) if isinstance(finish, str) else None
+    incomplete = {"reason": reason} if reason else None
+    echoed = ("tools", "tool_choice", "parallel_tool_calls") if params is not None else ()
     return NeMoGymResponse(
         **({"created_at": int(body["created"])} if body.get("created") else {}),
         model=body.get("model") or "",
@@ -334,5 +277,5 @@ def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -
         usage=_usage(body.get("usage")),
         incomplete_details=incomplete,
         status="incomplete" if incomplete else "completed",
-        **update,
+        **{key: getattr(params, key) for key in echoed},
     )

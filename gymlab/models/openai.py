@@ -1,26 +1,8 @@
-"""OpenAIModel: POST /v1/responses proxied to an OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama).
-
-``mode="responses"`` forwards the request to ``{base_url}/responses`` as it came; ``mode="chat_completions"``
-converts it for ``{base_url}/chat/completions`` and converts the answer back (``chat_convert``).
-``base_url`` is what the official client takes: it ends in ``/v1``.
-
-The API key is read from the environment variable named by ``api_key_env`` on every request; it is
-never a config field, never logged, and it is scrubbed from any upstream text this server passes on.
-
-Retries: 429, 5xx, timeouts and refused connections are retried ``max_retries`` times with exponential
-backoff (``backoff`` seconds, doubling, jittered); a ``Retry-After`` of at most ``max_retry_after_s``
-is waited as asked. Errors answer with a JSON body naming this server, the route, the upstream URL,
-the upstream status and message, and what to do. Status codes:
-
-- the request's own faults at the upstream (400, 413, 422) pass through, as does a 429 that outlived
-  the retries;
-- everything that is this server's or the upstream's problem is 502 (authentication, wrong URL,
-  5xx after the retries, unreadable answers), and a timeout after the retries is 504.
-"""
+"""OpenAIModel: POST /v1/responses proxied to an OpenAI-compatible endpoint, as it came or converted for
+``/chat/completions``; the key, the retries and the status codes: docs/models.md."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -33,16 +15,15 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from gymlab.client import close_http_session, error_message, http_session
-from gymlab.errors import ConfigError, ConversionError, GymlabError, UpstreamError
+from gymlab.errors import ConfigError, ConversionError, GymlabError, UpstreamError, error_body
 from gymlab.models.chat_convert import chat_request, response_from_chat
-from gymlab.models.streaming import StreamableParams, streamed, unstreamed
+from gymlab.models.streaming import serve_responses
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
 from gymlab.retry import backoff_delay, retrying
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.models.openai")
 
-ROUTE = "POST /v1/responses"
 _PASS_THROUGH = {400, 413, 422, 429}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEYISH = re.compile(r"[A-Za-z0-9_\-]{8,}")
@@ -57,10 +38,8 @@ def scrub(text: str, secret: str | None) -> str:
 
 
 class OpenAIModel(BaseServer):
-    """A model server in front of an OpenAI-compatible endpoint.
-
-    >>> OpenAIModel(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-8B", mode="chat_completions")
-    """
+    """A model server in front of an OpenAI-compatible endpoint, e.g.
+    ``OpenAIModel(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-8B", mode="chat_completions")``."""
 
     name: str = "openai_model"
     base_url: str = Field(description="The endpoint's API root, ending in /v1 (as the openai client takes it).")
@@ -89,25 +68,10 @@ class OpenAIModel(BaseServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-
-        @contextlib.asynccontextmanager
-        async def lifespan(_app):
-            yield
-            await close_http_session()
-
-        app.router.lifespan_context = lifespan
         app.add_exception_handler(UpstreamError, self._upstream_error)
         app.add_exception_handler(ConversionError, self._conversion_error)
-        app.post("/v1/responses", response_model_exclude_none=True)(self.responses)
+        serve_responses(app, self.respond, close_http_session)
         return app
-
-    # --- the route ------------------------------------------------------------------------------
-
-    async def responses(self, body: StreamableParams) -> NeMoGymResponse:
-        """The upstream's response to ``body`` (``stream: true``: asked whole, answered as Responses events)."""
-        if body.stream:
-            return streamed(await self.respond(unstreamed(body)))
-        return await self.respond(body)
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         if self.mode == "chat_completions":
@@ -135,8 +99,6 @@ class OpenAIModel(BaseServer):
             raise UpstreamError(
                 url, 200, f"the answer is not a Responses API response: {scrub(str(exc), self._key())[:500]}", hint
             ) from exc
-
-    # --- the upstream call ----------------------------------------------------------------------
 
     def _key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -170,40 +132,23 @@ class OpenAIModel(BaseServer):
                     text = scrub(await resp.text(), key)
                     status, retry_after = resp.status, _retry_after(resp.headers)
             except TimeoutError:
-                raise _Again(
-                    f"timed out after {self.timeout_s:g} s",
-                    UpstreamError(
-                        url,
-                        0,
-                        f"no answer within timeout_s={self.timeout_s:g} s",
-                        f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load",
-                        attempts,
-                        status=504,
-                    ),
-                ) from None
+                hint = f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load"
+                final = UpstreamError(
+                    url, 0, f"no answer within timeout_s={self.timeout_s:g} s", hint, attempts, status=504
+                )
+                raise _Again(f"timed out after {self.timeout_s:g} s", final) from None
             except aiohttp.ClientError as exc:
                 cause = scrub(f"{type(exc).__name__}: {exc}", key)
+                hint = f"after {attempts} attempt(s); is it running, and is base_url right?"
                 raise _Again(
-                    cause,
-                    UpstreamError(
-                        url,
-                        0,
-                        f"cannot reach the endpoint: {cause}",
-                        f"after {attempts} attempt(s); is it running, and is base_url right?",
-                        attempts,
-                    ),
+                    cause, UpstreamError(url, 0, f"cannot reach the endpoint: {cause}", hint, attempts)
                 ) from None
             if 200 <= status < 300:
                 try:
                     return json.loads(text)
                 except ValueError:
-                    raise UpstreamError(
-                        url,
-                        status,
-                        f"the answer is not JSON: {text[:300]!r}",
-                        "is base_url the endpoint's API root (ending in /v1)?",
-                        tries,
-                    ) from None
+                    hint = "is base_url the endpoint's API root (ending in /v1)?"
+                    raise UpstreamError(url, status, f"the answer is not JSON: {text[:300]!r}", hint, tries) from None
             if not (status == 429 or status >= 500):
                 raise self._failure(url, status, text, tries)
             why = f"HTTP {status}: {error_message(text)[:200]}"
@@ -250,39 +195,25 @@ class OpenAIModel(BaseServer):
         answer = status if status in _PASS_THROUGH else 502
         return UpstreamError(url, status, message, hint, attempts, status=answer)
 
-    # --- error bodies ---------------------------------------------------------------------------
-
     async def _upstream_error(self, request: Request, exc: UpstreamError) -> JSONResponse:
         route = f"{request.method} {request.url.path}"
-        message = f"{self.name}: {route}: upstream POST {exc.url} "
-        message += f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
-        message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
-        log.error("%s", message)
-        return JSONResponse(
-            status_code=exc.answer_status,
-            content={
-                "detail": message,
-                "message": message,
-                "server": self.name,
-                "route": route,
-                "upstream": {"url": exc.url, "status": exc.upstream_status, "message": exc.cause},
-                "attempts": exc.attempts,
-                "hint": exc.hint,
-            },
+        message = f"upstream POST {exc.url} " + (
+            f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
         )
+        message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
+        upstream = {"url": exc.url, "status": exc.upstream_status, "message": exc.cause}
+        body = error_body(self.name, route, message, hint=exc.hint, upstream=upstream, attempts=exc.attempts)
+        log.error("%s", body["detail"])
+        return JSONResponse(body, status_code=exc.answer_status)
 
     async def _conversion_error(self, request: Request, exc: ConversionError) -> JSONResponse:
         route = f"{request.method} {request.url.path}"
-        message = f"{self.name}: {route}: the request cannot be sent to {self.base_url}/chat/completions: {exc}"
-        return JSONResponse(
-            status_code=400,
-            content={"detail": message, "message": message, "server": self.name, "route": route},
-        )
+        message = f"the request cannot be sent to {self.base_url}/chat/completions: {exc}"
+        return JSONResponse(error_body(self.name, route, message), status_code=400)
 
 
 class _Again(GymlabError):
-    """One upstream try that may pass if sent again: ``why`` (logged), the ``final`` error if it is
-    the last, and the ``Retry-After`` the endpoint asked for."""
+    """One upstream try that may pass if sent again: ``why`` (logged), the ``final`` error, the Retry-After."""
 
     def __init__(self, why: str, final: UpstreamError, retry_after: str | None = None):
         self.why, self.final, self.retry_after = why, final, retry_after

@@ -1,21 +1,8 @@
-"""PolicyModel: a model server whose answers come from a Python callable.
-
-The callable receives the request (``ResponseCreateParams``) and returns a response, a list of
-output items, or a plain string (one assistant message); it may be sync or async. Rule-based
-policies let every example run with no external model.
-
-A sync policy that is slow (a local model, a blocking client) runs in a thread pool, so it still
-answers as many requests at once as the run sends: the pool grows to the run's concurrency, up to
-``policy_threads``. A sync policy that proves fast (a rule-based one: most of its recent calls take
-under ``FAST_CALL_S``) is called on the loop instead, where a thread hand-off would cost more than
-the call (measured: 2 ms of CPU per calculator episode); one slow call sends it back to the pool.
-An async policy runs on the server's loop.
-"""
+"""PolicyModel: a model server whose answers come from a Python callable, sync or async (docs/models.md)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import time
 from collections import deque
@@ -26,21 +13,14 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import Field, PrivateAttr
 
-from gymlab.models.streaming import StreamableParams, streamed, unstreamed
-from gymlab.protocol import (
-    Message,
-    NeMoGymResponse,
-    ResponseCreateParams,
-    Usage,
-    assistant_message,
-)
+from gymlab.models.streaming import serve_responses
+from gymlab.protocol import Message, NeMoGymResponse, ResponseCreateParams, Usage, assistant_message
 from gymlab.server import BaseServer
 
 Policy = Callable[[ResponseCreateParams], Any]
 
 #: A sync policy is called on the loop once ``FAST_SHARE`` of its last 16 pooled calls each took under
-#: ``FAST_CALL_S`` (wall time, so a policy that sleeps or waits on I/O never qualifies); an inline
-#: call over ``SLOW_CALL_S`` sends it back to the pool.
+#: ``FAST_CALL_S`` (wall time); an inline call over ``SLOW_CALL_S`` sends it back to the pool.
 FAST_CALL_S = 0.001
 FAST_SHARE = 0.75
 SLOW_CALL_S = 0.005
@@ -65,16 +45,12 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
         response = answer
     elif isinstance(answer, dict):
         response = NeMoGymResponse.model_validate(answer)
+    elif isinstance(answer, str):
+        response = NeMoGymResponse(output=[assistant_message(answer)])
+    elif isinstance(answer, (list, tuple)):
+        response = NeMoGymResponse(output=list(answer))
     else:
-        if isinstance(answer, str):
-            output = [assistant_message(answer)]
-        elif isinstance(answer, (list, tuple)):
-            output = list(answer)
-        else:
-            raise TypeError(
-                f"a policy must return a response, a list of items or a string, not {type(answer).__name__}"
-            )
-        response = NeMoGymResponse(output=output)
+        raise TypeError(f"a policy must return a response, a list of items or a string, not {type(answer).__name__}")
     update: dict[str, Any] = {}
     if not response.model:
         update["model"] = params.model or model
@@ -86,8 +62,7 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
 
 
 class _Calls:
-    """How a server calls its policy: on the loop (``inline``) or in ``pool``, judged from the
-    ``recent`` pooled calls; whether the policy is async, asked once per policy."""
+    """How a server calls its policy: on the loop (``inline``) or in ``pool``; whether it is async, asked once."""
 
     __slots__ = ("inline", "pool", "recent", "_async_of")
 
@@ -116,28 +91,14 @@ class PolicyModel(BaseServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/v1/responses", response_model_exclude_none=True)(self.responses)
-        inner = app.router.lifespan_context
-
-        @contextlib.asynccontextmanager
-        async def lifespan(a):
-            try:
-                async with inner(a) as state:
-                    yield state
-            finally:
-                calls = self._calls
-                if calls.pool is not None:
-                    calls.pool.shutdown(wait=False, cancel_futures=True)
-                    calls.pool = None
-
-        app.router.lifespan_context = lifespan
+        serve_responses(app, self.respond, self._close)
         return app
 
-    async def responses(self, body: StreamableParams) -> NeMoGymResponse:
-        """The policy's response to ``body`` (``stream: true``: as Responses events)."""
-        if body.stream:
-            return streamed(await self.respond(unstreamed(body)))
-        return await self.respond(body)
+    async def _close(self) -> None:
+        calls = self._calls
+        if calls.pool is not None:
+            calls.pool.shutdown(wait=False, cancel_futures=True)
+            calls.pool = None
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         calls, policy = self._calls, self.policy  # one private read a request: pydantic's are slow

@@ -1,21 +1,13 @@
-"""``stream: true`` on a ``/v1/responses`` route: the answer as server-sent Responses events.
-
-gymlab's model servers and agents make a response whole (an episode's loop needs it whole), so a
-streamed answer is that response told as the events OpenAI's Responses API streams: created and
-in progress, then each output item added, its text (or a call's arguments) as one delta, done, and
-last ``response.completed`` (``response.incomplete`` or ``response.failed`` by the response's
-status). A streaming client (the openai SDK's ``responses.create(stream=True)`` and
-``responses.stream``) reads the response a plain request gets. Every error comes before the first
-event, as an ordinary status and error body. A dataset row's ``stream`` stays false-only (the wire
-reference): an episode's model calls are never streamed.
-"""
+"""``POST /v1/responses`` of a model server; ``stream: true`` tells the whole response as Responses events."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
+from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
@@ -27,6 +19,30 @@ class StreamableParams(ResponseCreateParams):
     """A ``/v1/responses`` body: the Responses request, where ``stream: true`` asks for events."""
 
     stream: bool | None = None
+
+
+def serve_responses(
+    app: FastAPI, respond: Callable[[ResponseCreateParams], Awaitable[NeMoGymResponse]], close: Callable[[], Awaitable]
+) -> None:
+    """``POST /v1/responses`` on ``app``, answered by ``respond`` (``stream: true``: as events); ``close`` on stop."""
+
+    async def responses(body: StreamableParams) -> NeMoGymResponse:
+        if body.stream:
+            return streamed(await respond(unstreamed(body)))
+        return await respond(body)
+
+    app.post("/v1/responses", response_model_exclude_none=True)(responses)
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a: Any) -> AsyncIterator[Any]:
+        try:
+            async with inner(a) as state:
+                yield state
+        finally:
+            await close()
+
+    app.router.lifespan_context = lifespan
 
 
 def unstreamed(body: StreamableParams) -> ResponseCreateParams:

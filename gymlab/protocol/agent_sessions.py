@@ -1,9 +1,4 @@
-"""Agent-session bodies: how a caller seeds and closes one agent server's per-episode state.
-
-The reference routes are ``POST /v1/agent_sessions`` (seed) and ``POST /v1/agent_sessions/close``.
-The seed names the session itself (``agent_session_id``); that ID then travels in the agent's
-session cookie, so the seed, its close and every request in between name the session by one ID.
-"""
+"""Agent-session bodies: how a caller seeds and closes an agent server's per-episode state (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -24,10 +19,6 @@ class _AgentSessionBody(BaseModel):
 
     agent_session_id: str = Field(min_length=1, max_length=MAX_SESSION_ID_LENGTH)
     episode_id: EpisodeId
-
-    @property
-    def session_id(self) -> str:
-        return self.agent_session_id
 
 
 class AgentSeedSessionRequest(_AgentSessionBody):

@@ -1,5 +1,4 @@
-"""Steps of a record written without them (NeMo Gym's agents write none): derived from its
-``response.output``, in one place, for validated records, JSON lines held by a store, and the viewer."""
+"""Steps of a record written without them (NeMo Gym's agents write none), from its ``response.output``."""
 
 from __future__ import annotations
 
@@ -32,14 +31,8 @@ def _text(item: dict[str, Any]) -> str:
 
 
 def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """A record's steps from its ``response.output`` (a record written without steps).
-
-    A step is one model turn: its items up to the tool outputs that answer it (``tool_outputs``) or
-    the user message that follows it (``observation``, as a Gymnasium agent writes one). A user
-    message before any model item is the prompt's, not a step's. The last step carries the record's
-    reward; it is terminated when the record says so or, when the record does not say, when the
-    turn called no tool (the final message), and truncated when the record says so.
-    """
+    """A record's steps from its ``response.output``: one a model turn, up to the tool outputs or the
+    user message that answer it; the last carries the record's reward (docs/protocol.md)."""
     steps: list[dict[str, Any]] = []
     step: dict[str, Any] | None = None
     closed = True  # the current step got its outputs or observation: the next model item starts another
@@ -80,9 +73,8 @@ STEPS_KEY = b'"steps":'
 
 
 def has_steps(buffer: bytes, start: int = 0, end: int | None = None) -> bool:
-    """Whether the JSON line ``buffer[start:end]`` holds a list under a ``steps`` key. The spellings
-    of gymlab's writer and of ``json.dumps`` are found by a plain bytes search (a few times faster
-    than a pattern); any other spacing by the pattern."""
+    """Whether the JSON line ``buffer[start:end]`` holds a list under a ``steps`` key (the writers' spellings
+    by a bytes search, a few times faster than the pattern that finds any other spacing)."""
     end = len(buffer) if end is None else end
     if buffer.find(b'"steps":[', start, end) >= 0 or buffer.find(b'"steps": [', start, end) >= 0:
         return True
@@ -90,8 +82,7 @@ def has_steps(buffer: bytes, start: int = 0, end: int | None = None) -> bool:
 
 
 def steps_filled(line: bytes) -> bytes | None:
-    """A record's JSON line with ``derived_steps`` added when it has no ``steps`` (None: the line is
-    kept as it is: it has its steps, or is not a record, whose error comes when it is used)."""
+    """A record's JSON line with ``derived_steps`` added when it has no ``steps`` (None: kept as it is)."""
     if has_steps(line):
         return None
     try:

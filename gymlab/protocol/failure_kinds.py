@@ -1,54 +1,37 @@
-"""Failure kinds: why an episode ended without a reward the task alone produced.
-
-The vocabulary is NeMo Gym 0.7.0's, so failures mean the same thing on both sides of the wire. A
-masked rollout (``mask_sample`` true) carries a ``failure_kind`` that is either a registered plain
-name below or a server-specific ``<server>:<kind>`` (lowercase, ``[a-z][a-z0-9_]*`` on both sides).
-An unregistered plain name is warned about once per name, never refused: refusing it would turn a
-visible wrong label into an invisible dropped failure.
-
-``Failure`` is the typed form that travels in an error body: the kind, the stage of the episode
-where it happened, which server failed with which status, and the human message.
-"""
+"""Failure kinds (NeMo Gym 0.7.0's vocabulary) and ``Failure``, their typed form (docs/protocol.md)."""
 
 from __future__ import annotations
 
 import re
 import warnings
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
 
-#: Every registered plain name, grouped as the reference groups them, with what it means.
+#: Every registered plain name, in the reference's groups (docs/protocol.md), with what it means.
 FAILURE_KINDS = MappingProxyType(
     {
-        # transport
         "transport_unreachable": "A server could not be reached (connection refused, unknown host).",
         "transport_peer_drop": "A server dropped the connection mid-request (reset, disconnected).",
         "transport_timeout": "A request got no answer within its time budget.",
         "transport_local_resource": "This machine ran out of a local resource (file descriptors, ports, memory).",
-        # agent
         "agent_run_error": "The agent's own code failed while running the episode.",
         "agent_request_failed": "A request the agent made to the environment failed (an error status).",
         "agent_timeout": "The whole episode ran out of its time budget.",
         "agent_command_not_allowed": "The agent was asked to do something it may not (a forbidden route).",
-        # verification
         "judge_failed": "A grader the environment relies on (an LLM judge) failed.",
         "judge_unparseable": "A grader's answer could not be read as a grade.",
         "verifier_error": "The environment's own grading code failed.",
-        # model provider
         "provider_unavailable": "The model server failed or answered something that is not a response.",
         "provider_quota_exhausted": "The model provider refused for rate or quota (HTTP 429).",
         "provider_oom_killed": "The model server ran out of memory.",
-        # session
         "session_lost": "The server no longer holds the episode's state (restart, dead worker, eviction).",
         "session_expired": "The episode's session outlived its time to live and was reaped.",
         "session_release_failed": "Releasing the episode's session failed.",
-        # lifecycle
         "cancelled": "The episode was stopped from outside (an interrupt, a cancel).",
         "kill_shaped": "A process died the way a kill looks (SIGKILL, OOM killer).",
         "shutdown": "The server was shutting down.",
-        # collection
         "persistence_failed": "The record could not be written (disk full, read-only).",
         "cohort_incomplete": "A group the record belongs to did not finish.",
     }
@@ -56,7 +39,7 @@ FAILURE_KINDS = MappingProxyType(
 
 #: Where in an episode a failure can happen.
 Stage = Literal["admission", "seed", "agent", "verification", "cleanup"]
-STAGES: tuple[str, ...] = ("admission", "seed", "agent", "verification", "cleanup")
+STAGES: tuple[str, ...] = get_args(Stage)
 
 _SERVER_KIND = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 _warned: set[str] = set()

@@ -1,25 +1,5 @@
-"""The episode record: ``Rollout`` and ``StepRecord``, and the only functions that build a rollout.
-
-One record type carries an episode end to end: agents return it from ``/run``, collection writes
-it, the Lab, episodes, the demo and export take it from there, frames read it. Every record is
-built here, by one of four builders:
-
-- ``verified``: a seed/verify episode from its loop steps and the verify answer;
-- ``from_transitions``: a Gymnasium episode from its recorded transitions;
-- ``failed``: an episode that could not finish (masked, with a ``Failure``: kind, stage, server);
-- ``with_identity``: a record with the row's identity (task index, repeat, agent, environment).
-
-A record written without ``steps`` (every file of NeMo Gym's own agents) gets them from its
-``response.output`` (``derived_steps``), whether it is validated or held as a JSON line
-(``steps_filled``): frames, the viewer, reverify and export read imported runs as they read gymlab's.
-
-A row's identity has one set of names: ``_ng_task_index`` and ``_ng_rollout_index`` (the wire
-names), ``agent_ref`` (``{"type": ..., "name": ...}``) and ``env_name``; read them with the
-``Rollout.task_index``/``repeat``/``agent``/``env`` properties.
-
-How records enter a mean: masked records (every failure is masked) are left out; ``mean_reward``
-is the one rule every summary uses.
-"""
+"""The episode record (``Rollout``, ``StepRecord``) and the only functions that build one: ``verified``,
+``from_transitions``, ``failed``, ``with_identity``; ``mean_reward``, the one rule summaries use (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -35,31 +15,9 @@ from gymlab.protocol.responses import Item, NeMoGymResponse, ResponseCreateParam
 
 #: Keys of a record that identify the row rather than describe the episode.
 IDENTITY_KEYS = ("_ng_task_index", "_ng_rollout_index", "agent_ref", "env_name")
-#: Keys the record builders own; a row's own field of the same name never overrides them.
-_RECORD_KEYS = frozenset(
-    {
-        "responses_create_params",
-        "response",
-        "reward",
-        "mask_sample",
-        "failure_kind",
-        "failure_reason",
-        "failure_stage",
-        "failure_trace",
-        "terminated",
-        "truncated",
-        "info",
-        "steps",
-        "duration_s",
-        "reward_components",
-        "judgements",
-    }
-)
 #: Reserved keys written as null when unset, as NeMo Gym writes them (the wire reference's rollout
 #: row); every other unset field is left out.
 NULL_WRITTEN_KEYS = ("failure_kind", "failure_reason")
-#: What a record adds to its dataset row (everything else in a record came from the row).
-RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent_name"}
 
 
 class StepRecord(BaseModel):
@@ -151,9 +109,14 @@ class Rollout(BaseModel):
         )
 
 
+#: Keys the record builders own (the declared fields); a row's own field of the same name never overrides them.
+_RECORD_KEYS = frozenset(Rollout.model_fields)
+#: What a record adds to its dataset row (everything else in a record came from the row).
+RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent_name"}
+
+
 def record_json(record: Rollout) -> str:
-    """A record as JSON text: the fields gymlab adds left out when unset, the reserved failure keys
-    written as null (``NULL_WRITTEN_KEYS``), as NeMo Gym writes them."""
+    """A record as JSON text: gymlab's fields left out when unset, ``NULL_WRITTEN_KEYS`` written as null."""
     text = record.model_dump_json(exclude_none=True)
     nulls = "".join(f',"{key}":null' for key in NULL_WRITTEN_KEYS if getattr(record, key) is None)
     return text[:-1] + nulls + "}" if nulls else text
@@ -177,18 +140,9 @@ def verified(
     response: NeMoGymResponse | None = None,
     sent: dict[str, tuple[Any, BaseModel]] | None = None,
 ) -> Rollout:
-    """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps.
-
-    ``sent`` maps a field the verify request carried to (what was sent, its validated model), what
-    was sent being the model's JSON dump, with or without nulls, so that a key it lacks is None in
-    the model: a field the answer echoes unchanged (nulls spelled out allowed) is the model already
-    validated, not validated again.
-
-    Grading sets the last step's reward to the verify's (in ``steps`` itself, so the episode that
-    holds them sees it); the last step is terminated when the model gave its final message and
-    truncated when a step or tool-call limit stopped it. ``answer=None`` is an episode not yet verified: the
-    row's request and ``response`` so far, reward summed over the steps.
-    """
+    """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps, the last
+    step graded by it; ``answer=None``: not yet verified (reward summed over the steps). ``sent``: a
+    field the verify carried -> (its dump, its model); a field echoed unchanged keeps the model."""
     if answer is None:
         answer = {
             "responses_create_params": (row or {}).get("responses_create_params"),
@@ -214,8 +168,7 @@ def verified(
 
 def _echoes(echo: Any, sent: Any) -> bool:
     """Whether ``echo`` is ``sent`` given back: equal, except that the echo may spell out as null a key
-    that ``sent`` (a dump without nulls) left out. Validating either gives that field None, so the
-    model ``sent`` was dumped from is the model the echo would validate to."""
+    that ``sent`` (a dump without nulls) left out, which validates to the same model."""
     if echo == sent:
         return True
     if isinstance(echo, dict) and isinstance(sent, dict):
@@ -232,9 +185,7 @@ def _echoes(echo: Any, sent: Any) -> bool:
 
 
 def _with_steps(fields: dict[str, Any], steps: list[StepRecord]) -> Rollout:
-    """The record of ``fields``, validated (they came from a row or a server's answer), holding
-    ``steps`` as they are: they were built from validated items, so they are not dumped and
-    validated again."""
+    """The record of ``fields``, validated, holding ``steps`` as they are (built from validated items)."""
     fields["steps"] = []
     record = Rollout.model_validate(fields)
     record.steps = [s if type(s) is StepRecord else StepRecord.model_validate(s) for s in steps]
@@ -251,11 +202,8 @@ def from_transitions(
     row: dict[str, Any] | None = None,
     last: Any = None,
 ) -> Rollout:
-    """A Gymnasium episode from its transitions; ``last`` is the final ``/step`` answer (or None).
-
-    The reward is the sum of the step rewards, and each rubric component's value the sum of its
-    step values (``info["reward_components"]``); mask and failure fields come from the final step.
-    """
+    """A Gymnasium episode from its transitions; ``last`` is the final ``/step`` answer (or None). Reward
+    and rubric components are summed over the steps; mask and failure fields come from ``last``."""
     judgements: list[dict[str, Any]] = []
     if cut_by_limit and steps:
         steps[-1].truncated = True
@@ -294,14 +242,7 @@ def _summed_components(per_step: Iterable[dict[str, float | None] | None]) -> di
     return total or None
 
 
-def failed(
-    row: dict[str, Any],
-    failure: Failure,
-    *,
-    duration_s: float = 0.0,
-    steps: list[StepRecord] = (),
-    response: NeMoGymResponse | None = None,
-) -> Rollout:
+def failed(row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: list[StepRecord] = ()) -> Rollout:
     """A masked record for an episode that could not finish: reward 0, never a graded zero; it keeps
     the steps taken before the failure (``steps``, or those its ``failure`` carries)."""
     params = row.get("responses_create_params") or {"input": ""}
@@ -309,9 +250,7 @@ def failed(
         {
             **_row_fields(row),
             "responses_create_params": params,
-            "response": (response or NeMoGymResponse(output=[], status="failed")).model_dump(
-                mode="json", exclude_none=True
-            ),
+            "response": NeMoGymResponse(output=[], status="failed").model_dump(mode="json", exclude_none=True),
             "reward": 0.0,
             "mask_sample": True,
             "failure_kind": failure.kind,
@@ -327,11 +266,8 @@ def failed(
 def identity(
     *, task_index: Any = None, repeat: Any = None, agent: str | dict[str, Any] | None = None, env: str | None = None
 ) -> dict[str, Any]:
-    """A row's identity fields under the one set of names (a None value is left out).
-
-    ``agent`` is a name or a whole ``agent_ref``. Collection adds these to the records it writes
-    as they came (a foreign agent's answer is kept byte for byte otherwise).
-    """
+    """A row's identity fields under the one set of names (a None value is left out); ``agent`` is a
+    name or a whole ``agent_ref``."""
     fields: dict[str, Any] = {}
     if task_index is not None:
         fields["_ng_task_index"] = task_index
@@ -351,18 +287,16 @@ def with_identity(
     repeat: Any = None,
     agent: str | None = None,
     env: str | None = None,
-    extra: dict[str, Any] | None = None,
 ) -> Rollout:
     """``record`` with its row's identity (``identity``) set (None leaves a value as it is)."""
-    update = {**(extra or {}), **identity(task_index=task_index, repeat=repeat, agent=agent, env=env)}
+    update = identity(task_index=task_index, repeat=repeat, agent=agent, env=env)
     if isinstance(record, Rollout):
         return record.model_copy(update=update)
     return Rollout.model_validate({**record, **update})
 
 
 def mean_reward(records: Iterable[Any]) -> float:
-    """Mean reward of the unmasked records (nan when there are none). Failed records are masked, so
-    neither they nor an environment's own masked samples enter the mean."""
+    """Mean reward of the unmasked records (nan when there are none): failures are masked, so never counted."""
     kept = [float(_get(r, "reward") or 0.0) for r in records if not _get(r, "mask_sample")]
     return math.fsum(kept) / len(kept) if kept else float("nan")
 
@@ -393,9 +327,8 @@ _INCREMENT = {
 
 
 def synthetic(n_episodes: int, steps_per_episode: int) -> list[Rollout]:
-    """Records shaped as simple_agent writes a counter episode (benchmark and test input; no server runs):
-    every step but the last calls ``increment`` and gets its output, the last says the count; the
-    response holds every item with its usage, as a real record's does (about 700 bytes of JSON a step)."""
+    """Records shaped as simple_agent writes a counter episode, items and usage included (about 700 bytes of
+    JSON a step): benchmark and test input, no server runs."""
     out = []
     for e in range(n_episodes):
         steps, items = [], []

@@ -18,8 +18,7 @@ class BaseRunRequest(BaseModel):
 
 
 class AgentRunRequest(BaseRunRequest):
-    """A dataset row as an agent's ``/run`` takes it: ``responses_create_params`` validated, every
-    other field kept."""
+    """A dataset row as an agent's ``/run`` takes it: ``responses_create_params`` validated, the rest kept."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -40,10 +39,7 @@ class BaseSeedSessionResponse(BaseModel):
 
 
 class BaseVerifyRequest(BaseRunRequest):
-    """Body of ``/verify``: the original request and the completed response.
-
-    Fields a subclass does not declare are dropped, as in the reference.
-    """
+    """Body of ``/verify``: the request and the completed response (undeclared fields dropped, as in the reference)."""
 
     response: NeMoGymResponse
 

@@ -1,11 +1,8 @@
-"""The Responses-API subset that crosses the wire: request params, response, items, usage.
-
-Pydantic models only (no I/O). Item models keep unknown keys (``extra="allow"``) so items from
-newer clients round-trip; the request params refuse unknown keys, as the reference does.
-"""
+"""The Responses-API subset that crosses the wire: request params (unknown keys refused), response, items."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Annotated, Any, Literal
@@ -170,20 +167,14 @@ class Usage(_Open):
     def __add__(self, other: Usage | None) -> Usage:
         if other is None:
             return self
+        cached = _add_counts(self.input_tokens_details.cached_tokens, other.input_tokens_details.cached_tokens)
+        reasoning = (self.output_tokens_details.reasoning_tokens, other.output_tokens_details.reasoning_tokens)
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
-            input_tokens_details=InputTokensDetails(
-                cached_tokens=_add_counts(
-                    self.input_tokens_details.cached_tokens, other.input_tokens_details.cached_tokens
-                )
-            ),
-            output_tokens_details=OutputTokensDetails(
-                reasoning_tokens=_add_counts(
-                    self.output_tokens_details.reasoning_tokens, other.output_tokens_details.reasoning_tokens
-                )
-            ),
+            input_tokens_details=InputTokensDetails(cached_tokens=cached),
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=_add_counts(*reasoning)),
         )
 
 
@@ -229,8 +220,6 @@ def assistant_message(text: str) -> Message:
 
 
 def function_call(name: str, arguments: str | dict, call_id: str | None = None) -> FunctionCall:
-    import json
-
     args = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return FunctionCall(
         name=name, arguments=args, call_id=call_id or new_id("call"), id=new_id("fc"), status="completed"

@@ -1,8 +1,4 @@
-"""Episode-session bodies: how an environment server seeds and closes one resources-server session.
-
-An episode seed names its session itself (``resources_session_id``); the seed, its close and every
-request in between then name the session by that ID (the cookie carries it after the seed).
-"""
+"""Episode-session bodies: how an environment server seeds and closes a resources-server session."""
 
 from __future__ import annotations
 
@@ -54,11 +50,8 @@ class ResourcesSeedSessionRequest(BaseSeedSessionRequest):
 
 
 class ResourcesSeedSessionResponse(BaseSeedSessionResponse):
-    """Answer to an episode seed; ``observation`` is on the wire only when the server set it.
-
-    Leaving it unset keeps existing seed answers unchanged; an explicit ``None`` or ``""`` stays.
-    Server-specific extra fields are kept.
-    """
+    """Answer to an episode seed; ``observation`` is on the wire only when the server set it (an explicit
+    ``None`` or ``""`` stays). Server-specific extra fields are kept."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -9,9 +9,8 @@ SHOWN = 3
 
 
 def describe_validation(errors: Any, default: str = "value") -> str:
-    """``loc: message`` for each error of ``errors`` (a ``ValidationError`` or its ``errors()`` list),
-    joined by ``; ``; an extra key reads ``parent: unknown key 'name'``; ``default`` names a value
-    whose error has no location."""
+    """``loc: message`` for each error of ``errors`` (a ``ValidationError`` or its list), joined by ``; ``; an
+    extra key reads ``parent: unknown key 'name'``; ``default`` names a value without a location."""
     errors = errors.errors() if hasattr(errors, "errors") else list(errors)
     parts = []
     for e in errors[:SHOWN]:

@@ -458,3 +458,19 @@ policy_model:
     status, body = _ask(model, CALC_BODY)
     assert status == 200 and body["output"][0]["name"] == "square"
     assert upstream.server.requests[-1]["body"]["top_k"] == 20 and upstream.server.requests[-1]["authorized"]
+
+
+def test_error_bodies_have_the_shape_every_gymlab_server_answers(lab, key, calculator):
+    # `detail` names the server and the route, `message` is the cause alone (gymlab.errors.error_body)
+    upstream = _upstream(lab, calculator.policy, key)
+    model = _proxy(lab, upstream)
+    status, body = _ask(model, {"input": [{"type": "web_search_call", "id": "ws_1"}]})
+    assert status == 400 and body["detail"] == f"{model.name}: POST /v1/responses: {body['message']}"
+    assert body["message"].startswith("the request cannot be sent to ") and body["server"] == model.name
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = lab.serve_model(openai={"base_url": f"http://127.0.0.1:{port}/v1", "max_retries": 0})
+    status, body = _ask(model, CALC_BODY)
+    assert status == 502 and body["detail"] == f"{model.name}: POST /v1/responses: {body['message']}"
+    assert body["message"].startswith(f"upstream POST http://127.0.0.1:{port}/v1/responses failed: cannot reach")
