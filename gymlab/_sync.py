@@ -1,9 +1,5 @@
-"""Sync calls of async code without patching any event loop.
-
-Every sync helper runs its coroutine on one background event-loop thread owned by gymlab, whether
-or not the caller's thread has a running loop (a Jupyter kernel does). Loop-bound clients are only
-ever used on the loop that created them.
-"""
+"""Sync calls of async code without patching any event loop: every sync helper runs its coroutine on
+gymlab's one background loop thread, whether or not the caller's thread runs a loop (a kernel does)."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ _thread: threading.Thread | None = None
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where it is installed (every Lab server and client call runs on this loop; uvloop
-    measured 1.5x on the same hops), else asyncio's."""
+    """uvloop's loop where it is installed (every Lab server and client call runs on it), else asyncio's."""
     if os.environ.get("GYMLAB_SERVER_STACK") == "asyncio":  # the fallback stack, forced (to compare)
         return asyncio.new_event_loop()
     try:
@@ -49,13 +44,8 @@ CANCEL_GRACE_S = 15.0
 
 
 def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coro`` to completion from sync code, in a kernel, a script or a test.
-
-    An interrupt (Ctrl-C, the kernel's Interrupt) cancels the work itself, not only the wait: the
-    coroutine is cancelled on gymlab's loop and its cleanup runs before ``KeyboardInterrupt`` reaches
-    the caller. An error comes back with gymlab's and the libraries' frames cut from its traceback,
-    so a cell shows the frames its author wrote.
-    """
+    """Run ``coro`` to completion from sync code. An interrupt cancels the work itself (its cleanup runs
+    before ``KeyboardInterrupt`` reaches the caller); an error comes back with only the user's frames."""
     __tracebackhide__ = True  # IPython and pytest skip this frame
     loop = background_loop()
     if threading.current_thread() is _thread:
@@ -96,11 +86,8 @@ def for_caller(exc: BaseException) -> BaseException:
 
 
 async def on_background_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro`` from any event loop, running it on gymlab's loop.
-
-    Handles' async methods use this, so a script's ``asyncio.run`` or a kernel's loop never owns a
-    connection pool that outlives it.
-    """
+    """Await ``coro`` from any event loop, running it on gymlab's loop (so no caller's loop owns a
+    connection pool that outlives it)."""
     loop = background_loop()
     try:
         running = asyncio.get_running_loop()

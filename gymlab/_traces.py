@@ -1,10 +1,5 @@
-"""Errors in a notebook: one line each, the full trace kept for later, the user's own frames first.
-
-A Lab installs ``LogBook`` on gymlab's loggers: each error a server logs becomes one line naming
-server, route and cause (printed unless a run is summarising its failures itself), and its whole
-traceback is kept in a bounded buffer that ``lab.logs()`` shows. ``user_traceback`` cuts gymlab's,
-asyncio's and the libraries' frames out of a traceback so an exception raised in a cell shows the
-frames the researcher wrote, a cell named as IPython names it (``Cell In[3], line 3, in verify``).
+"""Errors in a notebook: one line each (``LogBook``), the full trace kept for ``lab.logs()``, and
+tracebacks cut to the frames the researcher wrote (``user_traceback``), a cell named as IPython names it.
 """
 
 from __future__ import annotations
@@ -60,9 +55,8 @@ def user_traceback(tb: TracebackType | None) -> TracebackType | None:
 
 
 class UserFrames:
-    """IPython's ``_render_traceback_`` hook, set on an error raised to a cell: its traceback with only
-    the user's frames. (IPython hides ``__tracebackhide__`` frames but always shows the last one, and
-    for an error gymlab raises from its loop thread that is gymlab's own.) Picklable, as errors are."""
+    """IPython's ``_render_traceback_`` hook for an error raised to a cell: only the user's frames (IPython
+    always shows the last frame, for an error from gymlab's loop thread gymlab's own). Picklable."""
 
     def __init__(self, exc: BaseException):
         self.exc = exc
@@ -162,9 +156,8 @@ class LogBook(logging.Handler):
 
     @contextlib.contextmanager
     def held(self):
-        """Lines inside are printed at the end if the block succeeds, and dropped if it raises: a
-        server whose start fails is reported by its error alone (which names the cause); entries
-        are kept either way."""
+        """Lines inside are printed at the end if the block succeeds, dropped if it raises (a failed start
+        is reported by its error alone); entries are kept either way."""
         with self._lock_quiet:
             outer, self._held = self._held, []
         ok = False
@@ -188,9 +181,6 @@ class LogBook(logging.Handler):
             with self._lock_quiet:
                 self._quiet -= 1
 
-    def since(self, start: int) -> list[Entry]:
-        return list(self.entries)[start:]
-
 
 #: The loggers a Lab's servers write errors to.
 LOGGERS = ("gymlab", "uvicorn.error")
@@ -200,16 +190,14 @@ _book_lock = threading.Lock()
 
 
 def logbook() -> LogBook:
-    """The process's one ``LogBook``, on gymlab's and uvicorn's error loggers: put back on each call
-    (a Lab's start), since a logging config applied meanwhile (uvicorn's own, by a server run with its
-    default ``log_config``) removes the handlers of the loggers it names."""
+    """The process's one ``LogBook``, put back on gymlab's and uvicorn's error loggers on each call (a Lab's
+    start): a logging config applied meanwhile (uvicorn's own) removes the handlers of the loggers it names."""
     global _book
     with _book_lock:
         if _book is None:
             _book = LogBook()
-        # With a handler of its own, an error no longer falls through to logging's last-resort
-        # handler, which printed the whole traceback into the cell; records still propagate to
-        # any handler the user configured on the root logger.
+        # A handler of its own keeps logging's last resort from printing whole tracebacks into the cell;
+        # records still propagate to any handler the user configured on the root logger.
         for name in LOGGERS:
             logger = logging.getLogger(name)
             if _book not in logger.handlers:

@@ -1,9 +1,5 @@
-"""Typed failures from errors: which ``Failure`` an error of a hop is, decided from data only.
-
-A failure kind is never read out of an error's text. It comes, in this order, from the typed
-``failure`` an upstream error body carried (an agent's 502), from the transport (the client raises a
-``TransportError``: unreachable, peer drop or timeout, each carrying its kind), or from which server
-failed with which status at which stage.
+"""Typed failures from errors: which ``Failure`` an error of a hop is, decided from data, never its text
+(the upstream body's typed ``failure``, else the transport's kind, else which server failed how and when).
 """
 
 from __future__ import annotations

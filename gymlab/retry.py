@@ -1,11 +1,6 @@
-"""One retry rule: which failures are worth another attempt, and how long to wait before it.
-
-A failure is retried by its kind, never by its text or HTTP status: the transport kinds (the server
-was unreachable, dropped the connection, timed out) and the model provider kinds (unavailable, quota)
-may pass; everything else (``verifier_error``, ``judge_*``, ``agent_run_error``, ``session_*``...)
-is the episode's own outcome and would fail the same way again. ``retrying`` is the one retry loop:
-every caller (the run engine, the transport's resend, background releases, replica moves, judges)
-passes its own rule for which failure is tried again and after how long.
+"""One retry rule: a failure is retried by its kind, never its text or status (the transport and
+provider kinds may pass; any other kind is the episode's own outcome), and ``retrying`` is the one
+retry loop, each caller passing its rule for which failure is tried again and after how long.
 """
 
 from __future__ import annotations
