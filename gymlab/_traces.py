@@ -120,10 +120,9 @@ class Entry:
 class LogBook(logging.Handler):
     """Keeps every error record (bounded) and prints one line per error unless quieted."""
 
-    def __init__(self, capacity: int = 500, stream=None):
+    def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.entries: deque[Entry] = deque(maxlen=capacity)
-        self.stream = stream
+        self.entries: deque[Entry] = deque(maxlen=500)
         self._quiet = 0
         self._lock_quiet = threading.Lock()
         self._held: list[str] | None = None
@@ -152,7 +151,7 @@ class LogBook(logging.Handler):
             if self._held is not None:
                 self._held.append(text)
                 return
-        print(text, file=self.stream or sys.stderr, flush=True)
+        print(text, file=sys.stderr, flush=True)
 
     @contextlib.contextmanager
     def held(self):

@@ -152,7 +152,6 @@ class Client:
         *,
         plain: str | None = None,
         http1_transport: http1.Transport | None = None,
-        aiohttp_transport: http1.AiohttpTransport | None = None,
     ):
         if plain is None:
             aiohttp_wanted = os.environ.get("GYMLAB_HTTP_CLIENT", "").strip().lower() == "aiohttp"
@@ -161,7 +160,7 @@ class Client:
             raise ValueError(f"plain={plain!r}: 'http1' (needs httptools) or 'aiohttp'")
         self.registry = registry if registry is not None else inproc.Registry()
         self.http1 = http1_transport or http1.Transport()
-        self.aiohttp = aiohttp_transport or http1.AiohttpTransport()
+        self.aiohttp = http1.AiohttpTransport()
         self._http1_plain = plain == "http1"
         self._plain_urls: dict[str, bool] = {}
 

@@ -10,14 +10,10 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-
-def _environments_dir() -> Path:
-    package = Path(__file__).resolve().parent
-    installed, checkout = package / "environments", package.parent / "environments"
-    return installed if installed.is_dir() else checkout
-
-
-ENVIRONMENTS_DIR = _environments_dir()
+_PACKAGE = Path(__file__).resolve().parent
+ENVIRONMENTS_DIR = (
+    _PACKAGE / "environments" if (_PACKAGE / "environments").is_dir() else _PACKAGE.parent / "environments"
+)
 
 
 def environment_dir(name: str) -> Path:

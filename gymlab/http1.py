@@ -70,14 +70,13 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future | None = None
         self._reset()
-        self._complete = self._keep_alive = False
 
     def _reset(self) -> None:
         """Forget the answer read so far (a new exchange, or an interim answer that was read)."""
         self._body: list[bytes] = []
         self._cookies: list[bytes] = []
         self._seen = self._body_size = 0
-        self._head_done = self._sized = False
+        self._head_done = self._sized = self._complete = self._keep_alive = False
 
     # -- asyncio.Protocol --
 
@@ -178,7 +177,6 @@ class _Connection(asyncio.Protocol):
 
     async def exchange(self, request: bytes) -> Answer:
         self._reset()
-        self._complete = self._keep_alive = False
         self._waiter = waiter = asyncio.get_running_loop().create_future()
         self.transport.write(request)
         if self.transport.is_closing():  # the write failed at once (the peer had reset): nothing was sent
