@@ -89,11 +89,7 @@ async def on_background_loop(coro: Coroutine[Any, Any, T]) -> T:
     """Await ``coro`` from any event loop, running it on gymlab's loop (so no caller's loop owns a
     connection pool that outlives it)."""
     loop = background_loop()
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
+    if asyncio.get_running_loop() is loop:
         return await coro
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 

@@ -77,13 +77,8 @@ def ipython_shell():
 
 def where(exc: BaseException) -> str | None:
     """``File "...", line N, in f`` of the innermost user frame that ``exc`` passed through."""
-    found = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if is_user_file(frame.filename):
-            found = frame
-    if found is None:
-        return None
-    return f"{_file_label(found.filename)}, line {found.lineno}, in {found.name}"
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if is_user_file(frame.filename)]
+    return f"{_file_label(frames[-1].filename)}, line {frames[-1].lineno}, in {frames[-1].name}" if frames else None
 
 
 def _file_label(filename: str) -> str:

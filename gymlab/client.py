@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import json
 import os
 import re
@@ -237,14 +238,12 @@ class Client:
 
 
 _current: contextvars.ContextVar[Client | None] = contextvars.ContextVar("gymlab_client", default=None)
-_default: list[Client] = []
 
 
+@functools.cache
 def default_client() -> Client:
     """The process's client: the default in-process registry and transports (made on first use)."""
-    if not _default:
-        _default.append(Client(inproc.REGISTRY, http1_transport=http1.DEFAULT))
-    return _default[0]
+    return Client(inproc.REGISTRY, http1_transport=http1.DEFAULT)
 
 
 def current_client() -> Client:

@@ -89,8 +89,6 @@ class TransportError(ServerError):
 class TransportUnreachable(TransportError):
     """Raised when the server could not be reached (refused, unknown host, connect timeout): nothing was sent."""
 
-    kind = "transport_unreachable"
-
 
 class TransportPeerDrop(TransportError):
     """Raised when the connection broke (closed, reset, bytes that are no answer) after the request went out;
