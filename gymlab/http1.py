@@ -157,13 +157,11 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        self.transport.close()
 
     def abort(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
+        self.transport.abort()
 
     def reusable(self) -> bool:
         return not self.closed and self._complete and self._keep_alive

@@ -6,6 +6,7 @@ retry loop, each caller passing its rule for which failure is tried again and af
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -44,15 +45,13 @@ def episode_retry(kind: str | None, retries: int, max_retries: int, base_s: floa
 async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception, int], float | None]) -> T:
     """``await call()`` until it returns. After try ``n`` (1-based) raised ``exc``, ``again(exc, n)``
     gives the seconds to wait before the next try, or None: ``exc`` is raised. A cancel is never retried."""
-    tries = 1
-    while True:
+    for tries in itertools.count(1):
         try:
             return await call()
         except Exception as exc:
             delay = again(exc, tries)
             if delay is None:
                 raise
-        tries += 1
         if delay > 0:
             await asyncio.sleep(delay)
 
