@@ -95,7 +95,6 @@ async def on_background_loop(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def _shutdown() -> None:
-    global _loop
     loop = _loop
     if loop is None or loop.is_closed():
         return

@@ -36,9 +36,7 @@ def is_user_file(filename: str) -> bool:
         path = str(Path(filename).resolve())
     except (OSError, ValueError):
         return True
-    if path.startswith(_EXAMPLES):
-        return True
-    return not (path.startswith(_PACKAGE) or path.startswith(_LIBRARY))
+    return path.startswith(_EXAMPLES) or not path.startswith((_PACKAGE, *_LIBRARY))
 
 
 def user_traceback(tb: TracebackType | None) -> TracebackType | None:
