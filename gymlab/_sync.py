@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import functools
 import os
 import threading
 from collections.abc import Coroutine
@@ -75,13 +76,13 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
 def for_caller(exc: BaseException) -> BaseException:
     """``exc`` with only the user's frames in its traceback (in IPython, as shown too); gymlab's own
     errors drop their chain (their message already names server, route and cause)."""
-    from gymlab._traces import UserFrames, ipython_shell, user_traceback
+    from gymlab._traces import ipython_shell, user_frames, user_traceback
     from gymlab.errors import GymlabError
 
     if isinstance(exc, GymlabError):
         exc.__cause__, exc.__suppress_context__ = None, True
     if ipython_shell() is not None:  # in IPython, which would show run_sync's frame: the user's frames only
-        exc._render_traceback_ = UserFrames(exc)
+        exc._render_traceback_ = functools.partial(user_frames, exc)
     return exc.with_traceback(user_traceback(exc.__traceback__))
 
 

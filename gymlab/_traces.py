@@ -52,19 +52,14 @@ def user_traceback(tb: TracebackType | None) -> TracebackType | None:
     return head
 
 
-class UserFrames:
-    """IPython's ``_render_traceback_`` hook for an error raised to a cell: only the user's frames (IPython
-    always shows the last frame, for an error from gymlab's loop thread gymlab's own). Picklable."""
+def user_frames(exc: BaseException) -> list[str]:
+    """IPython's rendering of ``exc`` with only the user's frames: its ``_render_traceback_`` hook when
+    bound with ``functools.partial`` (picklable, as errors are). IPython always shows the last frame,
+    for an error from gymlab's loop thread gymlab's own."""
+    from IPython import get_ipython
 
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-    def __call__(self) -> list[str]:
-        from IPython import get_ipython
-
-        exc = self.exc
-        tb = user_traceback(exc.__traceback__) or exc.__traceback__
-        return get_ipython().InteractiveTB.structured_traceback(type(exc), exc, tb)
+    tb = user_traceback(exc.__traceback__) or exc.__traceback__
+    return get_ipython().InteractiveTB.structured_traceback(type(exc), exc, tb)
 
 
 def ipython_shell():
@@ -197,4 +192,4 @@ def logbook() -> LogBook:
         return _book
 
 
-__all__ = ["Entry", "LogBook", "UserFrames", "cause_line", "is_user_file", "logbook", "user_traceback", "where"]
+__all__ = ["Entry", "LogBook", "cause_line", "is_user_file", "logbook", "user_frames", "user_traceback", "where"]
