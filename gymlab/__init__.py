@@ -1,8 +1,5 @@
-"""gymlab: a Jupyter-first research toolkit for LLM environments.
-
-The public API. Names load lazily, so ``import gymlab`` stays light (no pandas, matplotlib,
-ipywidgets, FastAPI or uvicorn until a name that needs them is used).
-"""
+"""gymlab: a Jupyter-first research toolkit for LLM environments. The public API, loaded lazily: ``import gymlab``
+loads no pandas, matplotlib, ipywidgets, FastAPI or uvicorn until a name that needs them is used."""
 
 from __future__ import annotations
 

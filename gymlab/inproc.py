@@ -100,17 +100,15 @@ async def call(
         "server": (entry.host, entry.port),
         "state": dict(entry.state()),
     }
-    delivered = False
+    request = [{"type": "http.request", "body": body, "more_body": False}]  # received once, then a disconnect
     finished = asyncio.Event()
     status: int | None = None
     answer_headers: list[tuple[bytes, bytes]] = []
     chunks: list[bytes] = []
 
     async def receive() -> dict:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        if request:
+            return request.pop()
         await finished.wait()
         return {"type": "http.disconnect"}
 
