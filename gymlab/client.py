@@ -214,14 +214,6 @@ class Client:
         typed ``failure`` the error body gave, if any."""
         return _parsed(await self.post(url, path, payload, cookies, server, timeout), path, server or url)
 
-    async def ask_model_server(
-        self, url: str, body: dict, *, server: str = "model server", timeout: float | None = None
-    ) -> NeMoGymResponse:
-        """``POST /v1/responses``: the model's response. An answer that is not a Responses object
-        (no ``output`` list, or an error object) raises ``ServerError`` with a provider failure: a
-        model's non-answer is never graded as an empty response."""
-        return _model_response(await self.post(url, "/v1/responses", body, server=server, timeout=timeout), server)
-
     async def close(self) -> None:
         """Close the running loop's connections (servers call ``close_http_session`` on shutdown)."""
         self.http1.close()
@@ -278,8 +270,9 @@ async def post_ok(
 async def ask_model_server(
     url: str, body: dict, *, server: str = "model server", timeout: float | None = None
 ) -> NeMoGymResponse:
-    """``Client.ask_model_server`` of ``current_client()``."""
-    return await current_client().ask_model_server(url, body, server=server, timeout=timeout)
+    """``POST /v1/responses`` through ``current_client()``: the model's response. An answer that is not a
+    Responses object raises ``ServerError`` with a provider failure: a non-answer is never graded as empty."""
+    return _model_response(await post(url, "/v1/responses", body, server=server, timeout=timeout), server)
 
 
 def http_session() -> aiohttp.ClientSession:
@@ -306,14 +299,16 @@ async def http_scope():
 
 def _parsed(reply: Reply, path: str, server: str) -> Any:
     """The parsed body of a 2xx ``reply``; an error status or a body that is not JSON raises ``ServerError``."""
-    if not reply.ok:
+    if not reply.ok:  # a gymlab error body names the server and may share its traceback
+        fields = _body_fields(reply.text)
+        name, trace = fields.get("server"), fields.get("trace")
         raise ServerError(
-            _server_name(reply.text, server),
+            f"{server} '{name}'" if isinstance(name, str) and name and name != server else server,
             f"POST {path}",
             reply.status,
             error_message(reply.text),
             failure=failure_in(reply.text),
-            trace=trace_in(reply.text),
+            trace=trace if isinstance(trace, str) else None,
         )
     try:
         return reply.json()
@@ -402,18 +397,6 @@ def failure_in(text: str) -> Failure | None:
         return Failure.model_validate(raw) if isinstance(raw, dict) else None
     except ValueError:
         return None
-
-
-def trace_in(text: str) -> str | None:
-    """The server's traceback a gymlab error body shared (``trace``), or None."""
-    trace = _body_fields(text).get("trace")
-    return trace if isinstance(trace, str) else None
-
-
-def _server_name(text: str, fallback: str) -> str:
-    """``fallback``, with the server's own name from a gymlab error body when it gave one."""
-    name = _body_fields(text).get("server")
-    return f"{fallback} '{name}'" if isinstance(name, str) and name and name != fallback else fallback
 
 
 def error_message(text: str) -> str:
