@@ -163,7 +163,6 @@ class Client:
         self.http1 = http1_transport or http1.Transport()
         self.aiohttp = http1.AiohttpTransport()
         self._http1_plain = plain == "http1"
-        self._plain_urls: dict[str, bool] = {}
 
     async def post(
         self,
@@ -188,7 +187,8 @@ class Client:
                     status, heads, body = await inproc.call(local, "POST", path, data, headers)
                     set_cookies = [v for k, v in heads if k.lower() == b"set-cookie"] if cookies is not None else ()
                 else:
-                    send = self.http1.post if self._plain(url) else self.aiohttp.post
+                    plain = self._http1_plain and http1.address_of(url) is not None  # address_of is cached
+                    send = self.http1.post if plain else self.aiohttp.post
                     answer = await retrying(
                         lambda: send(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S), _resend_delay
                     )
@@ -218,15 +218,6 @@ class Client:
         """Close the running loop's connections (servers call ``close_http_session`` on shutdown)."""
         self.http1.close()
         await self.aiohttp.close()
-
-    def _plain(self, url: str) -> bool:
-        """Whether ``url``'s hops go through http1 (a plain http:// server URL, and http1 chosen)."""
-        plain = self._plain_urls.get(url)
-        if plain is None:
-            plain = self._http1_plain and http1.address_of(url) is not None
-            if len(self._plain_urls) < 4096:
-                self._plain_urls[url] = plain
-        return plain
 
 
 _current: contextvars.ContextVar[Client | None] = contextvars.ContextVar("gymlab_client", default=None)

@@ -1,8 +1,5 @@
-"""Load the example environments (each a folder with ``app.py``, ``data/`` and maybe ``configs/``).
-
-They live in ``environments/`` at the top of a checkout and install as ``gymlab/environments``, so
-the same names load from a wheel and from a checkout (an editable install finds the checkout's).
-"""
+"""Load the example environments (each a folder with ``app.py``, ``data/`` and maybe ``configs/``): at the top
+of a checkout in ``environments/``, installed as ``gymlab/environments``, so the same names load from both."""
 
 from __future__ import annotations
 

@@ -213,7 +213,7 @@ class _Pool:
         self.idle.clear()
 
 
-@functools.lru_cache(maxsize=1024)  # a run posts to a handful of URLs, thousands of times each
+@functools.lru_cache(maxsize=4096)  # a run posts to a handful of URLs, thousands of times each
 def address_of(url: str) -> tuple[str, int, bytes] | None:
     """(host, port, Host header) of a plain ``http://`` URL with no path, or None."""
     parts = urlsplit(url)

@@ -9,11 +9,9 @@ from types import ModuleType
 
 
 def import_file(path: str | Path, modname: str, *, sibling_imports: bool = False) -> ModuleType:
-    """The module of the Python file ``path``, imported once as ``modname`` (``sys.modules`` caches it).
-
-    With ``sibling_imports`` the file's folder is on ``sys.path`` while it runs, so an entrypoint can
-    import the modules next to it. A file that raises is not left half-imported in ``sys.modules``.
-    """
+    """The module of the Python file ``path``, imported once as ``modname`` (``sys.modules`` caches it; a
+    file that raises is not left half-imported). ``sibling_imports`` puts the file's folder on ``sys.path``
+    while it runs, so an entrypoint can import the modules next to it."""
     if modname in sys.modules:
         return sys.modules[modname]
     path = Path(path)
