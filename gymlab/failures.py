@@ -1,6 +1,5 @@
 """Typed failures from errors: which ``Failure`` an error of a hop is, decided from data, never its text
-(the upstream body's typed ``failure``, else the transport's kind, else which server failed how and when).
-"""
+(the upstream body's typed ``failure``, else the transport's kind, else which server failed how and when)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ Role = Literal["model", "resources", "agent"]
 def failure_of(exc: BaseException, *, role: Role, stage: Stage | None) -> Failure:
     """The ``Failure`` that ``exc`` (raised by a request to a ``role`` server at ``stage``) stands for."""
     if isinstance(exc, ServerError):
-        if exc.failure is not None:
-            found = exc.failure
+        if (found := exc.failure) is not None:
             update = {
                 "stage": found.stage or stage,
                 "server": found.server or exc.server,

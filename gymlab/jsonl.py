@@ -56,42 +56,36 @@ def iter_appendable(
     if not path.exists():
         return
     offset = 0
-    torn: tuple[int, bytes] | None = None
     with open(path, "rb") as f:
         for number, line in enumerate(f, 1):
             at, offset = offset, offset + len(line)
-            if not line.endswith(b"\n"):  # the last line, without its newline
-                torn = (at, line)
-                break
             if not line.strip():
                 continue
             try:
                 record = orjson.loads(line)
             except ValueError as exc:
+                record = exc  # an error, unless this is the last line and a crash cut it off
+            if not line.endswith(b"\n"):  # the last line: a whole record missing only its newline, or torn
+                break
+            if isinstance(record, ValueError):
                 raise DatasetError(
                     str(path),
                     number,
-                    f"damaged {what} line ({exc}); fix or delete that line, then rerun to redo its rollout",
+                    f"damaged {what} line ({record}); fix or delete that line, then rerun to redo its rollout",
                 ) from None
             if not isinstance(record, dict):
                 raise DatasetError(str(path), number, f"a {what} line is a JSON object, not {type(record).__name__}")
             yield number, at, line, record
-    if torn is None or not torn[1].strip():
-        return
-    at, tail = torn
-    try:
-        record = orjson.loads(tail)
-        complete = isinstance(record, dict)
-    except ValueError:
-        complete = False
-    if complete:  # whole record, only its newline missing
+        else:
+            return
+    if isinstance(record, dict):
         if repair:
             with open(path, "ab") as f:
                 f.write(b"\n")
-        yield number, at, tail + b"\n", record
+        yield number, at, line + b"\n", record
     elif repair:
         print(
-            f"gymlab collect: {path}: removed a partial last line ({len(tail)} bytes) left by an "
+            f"gymlab collect: {path}: removed a partial last line ({len(line)} bytes) left by an "
             "interrupted run; its rollout will run again",
             file=sys.stderr,
         )
