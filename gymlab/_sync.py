@@ -1,15 +1,12 @@
-"""Sync calls of async code without patching any event loop.
-
-Every sync helper runs its coroutine on one background event-loop thread owned by gymlab, whether
-or not the caller's thread has a running loop (a Jupyter kernel does). Loop-bound clients are only
-ever used on the loop that created them.
-"""
+"""Sync calls of async code without patching any event loop: every sync helper runs its coroutine on
+gymlab's one background loop thread, whether or not the caller's thread runs a loop (a kernel does)."""
 
 from __future__ import annotations
 
 import asyncio
 import atexit
 import concurrent.futures
+import functools
 import os
 import threading
 from collections.abc import Coroutine
@@ -23,8 +20,7 @@ _thread: threading.Thread | None = None
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where it is installed (every Lab server and client call runs on this loop; uvloop
-    measured 1.5x on the same hops), else asyncio's."""
+    """uvloop's loop where it is installed (every Lab server and client call runs on it), else asyncio's."""
     if os.environ.get("GYMLAB_SERVER_STACK") == "asyncio":  # the fallback stack, forced (to compare)
         return asyncio.new_event_loop()
     try:
@@ -49,13 +45,8 @@ CANCEL_GRACE_S = 15.0
 
 
 def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coro`` to completion from sync code, in a kernel, a script or a test.
-
-    An interrupt (Ctrl-C, the kernel's Interrupt) cancels the work itself, not only the wait: the
-    coroutine is cancelled on gymlab's loop and its cleanup runs before ``KeyboardInterrupt`` reaches
-    the caller. An error comes back with gymlab's and the libraries' frames cut from its traceback,
-    so a cell shows the frames its author wrote.
-    """
+    """Run ``coro`` to completion from sync code. An interrupt cancels the work itself (its cleanup runs
+    before ``KeyboardInterrupt`` reaches the caller); an error comes back with only the user's frames."""
     __tracebackhide__ = True  # IPython and pytest skip this frame
     loop = background_loop()
     if threading.current_thread() is _thread:
@@ -85,34 +76,26 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
 def for_caller(exc: BaseException) -> BaseException:
     """``exc`` with only the user's frames in its traceback (in IPython, as shown too); gymlab's own
     errors drop their chain (their message already names server, route and cause)."""
-    from gymlab._traces import UserFrames, ipython_shell, user_traceback
+    from gymlab._traces import ipython_shell, user_frames, user_traceback
     from gymlab.errors import GymlabError
 
     if isinstance(exc, GymlabError):
         exc.__cause__, exc.__suppress_context__ = None, True
     if ipython_shell() is not None:  # in IPython, which would show run_sync's frame: the user's frames only
-        exc._render_traceback_ = UserFrames(exc)
+        exc._render_traceback_ = functools.partial(user_frames, exc)
     return exc.with_traceback(user_traceback(exc.__traceback__))
 
 
 async def on_background_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro`` from any event loop, running it on gymlab's loop.
-
-    Handles' async methods use this, so a script's ``asyncio.run`` or a kernel's loop never owns a
-    connection pool that outlives it.
-    """
+    """Await ``coro`` from any event loop, running it on gymlab's loop (so no caller's loop owns a
+    connection pool that outlives it)."""
     loop = background_loop()
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
+    if asyncio.get_running_loop() is loop:
         return await coro
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
 def _shutdown() -> None:
-    global _loop
     loop = _loop
     if loop is None or loop.is_closed():
         return

@@ -1,10 +1,5 @@
-"""Errors in a notebook: one line each, the full trace kept for later, the user's own frames first.
-
-A Lab installs ``LogBook`` on gymlab's loggers: each error a server logs becomes one line naming
-server, route and cause (printed unless a run is summarising its failures itself), and its whole
-traceback is kept in a bounded buffer that ``lab.logs()`` shows. ``user_traceback`` cuts gymlab's,
-asyncio's and the libraries' frames out of a traceback so an exception raised in a cell shows the
-frames the researcher wrote, a cell named as IPython names it (``Cell In[3], line 3, in verify``).
+"""Errors in a notebook: one line each (``LogBook``), the full trace kept for ``lab.logs()``, and
+tracebacks cut to the frames the researcher wrote (``user_traceback``), a cell named as IPython names it.
 """
 
 from __future__ import annotations
@@ -41,9 +36,7 @@ def is_user_file(filename: str) -> bool:
         path = str(Path(filename).resolve())
     except (OSError, ValueError):
         return True
-    if path.startswith(_EXAMPLES):
-        return True
-    return not (path.startswith(_PACKAGE) or path.startswith(_LIBRARY))
+    return path.startswith(_EXAMPLES) or not path.startswith((_PACKAGE, *_LIBRARY))
 
 
 def user_traceback(tb: TracebackType | None) -> TracebackType | None:
@@ -59,20 +52,14 @@ def user_traceback(tb: TracebackType | None) -> TracebackType | None:
     return head
 
 
-class UserFrames:
-    """IPython's ``_render_traceback_`` hook, set on an error raised to a cell: its traceback with only
-    the user's frames. (IPython hides ``__tracebackhide__`` frames but always shows the last one, and
-    for an error gymlab raises from its loop thread that is gymlab's own.) Picklable, as errors are."""
+def user_frames(exc: BaseException) -> list[str]:
+    """IPython's rendering of ``exc`` with only the user's frames: its ``_render_traceback_`` hook when
+    bound with ``functools.partial`` (picklable, as errors are). IPython always shows the last frame,
+    for an error from gymlab's loop thread gymlab's own."""
+    from IPython import get_ipython
 
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-    def __call__(self) -> list[str]:
-        from IPython import get_ipython
-
-        exc = self.exc
-        tb = user_traceback(exc.__traceback__) or exc.__traceback__
-        return get_ipython().InteractiveTB.structured_traceback(type(exc), exc, tb)
+    tb = user_traceback(exc.__traceback__) or exc.__traceback__
+    return get_ipython().InteractiveTB.structured_traceback(type(exc), exc, tb)
 
 
 def ipython_shell():
@@ -83,13 +70,8 @@ def ipython_shell():
 
 def where(exc: BaseException) -> str | None:
     """``File "...", line N, in f`` of the innermost user frame that ``exc`` passed through."""
-    found = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if is_user_file(frame.filename):
-            found = frame
-    if found is None:
-        return None
-    return f"{_file_label(found.filename)}, line {found.lineno}, in {found.name}"
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if is_user_file(frame.filename)]
+    return f"{_file_label(frames[-1].filename)}, line {frames[-1].lineno}, in {frames[-1].name}" if frames else None
 
 
 def _file_label(filename: str) -> str:
@@ -126,10 +108,9 @@ class Entry:
 class LogBook(logging.Handler):
     """Keeps every error record (bounded) and prints one line per error unless quieted."""
 
-    def __init__(self, capacity: int = 500, stream=None):
+    def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.entries: deque[Entry] = deque(maxlen=capacity)
-        self.stream = stream
+        self.entries: deque[Entry] = deque(maxlen=500)
         self._quiet = 0
         self._lock_quiet = threading.Lock()
         self._held: list[str] | None = None
@@ -158,13 +139,12 @@ class LogBook(logging.Handler):
             if self._held is not None:
                 self._held.append(text)
                 return
-        print(text, file=self.stream or sys.stderr, flush=True)
+        print(text, file=sys.stderr, flush=True)
 
     @contextlib.contextmanager
     def held(self):
-        """Lines inside are printed at the end if the block succeeds, and dropped if it raises: a
-        server whose start fails is reported by its error alone (which names the cause); entries
-        are kept either way."""
+        """Lines inside are printed at the end if the block succeeds, dropped if it raises (a failed start
+        is reported by its error alone); entries are kept either way."""
         with self._lock_quiet:
             outer, self._held = self._held, []
         ok = False
@@ -188,9 +168,6 @@ class LogBook(logging.Handler):
             with self._lock_quiet:
                 self._quiet -= 1
 
-    def since(self, start: int) -> list[Entry]:
-        return list(self.entries)[start:]
-
 
 #: The loggers a Lab's servers write errors to.
 LOGGERS = ("gymlab", "uvicorn.error")
@@ -200,16 +177,14 @@ _book_lock = threading.Lock()
 
 
 def logbook() -> LogBook:
-    """The process's one ``LogBook``, on gymlab's and uvicorn's error loggers: put back on each call
-    (a Lab's start), since a logging config applied meanwhile (uvicorn's own, by a server run with its
-    default ``log_config``) removes the handlers of the loggers it names."""
+    """The process's one ``LogBook``, put back on gymlab's and uvicorn's error loggers on each call (a Lab's
+    start): a logging config applied meanwhile (uvicorn's own) removes the handlers of the loggers it names."""
     global _book
     with _book_lock:
         if _book is None:
             _book = LogBook()
-        # With a handler of its own, an error no longer falls through to logging's last-resort
-        # handler, which printed the whole traceback into the cell; records still propagate to
-        # any handler the user configured on the root logger.
+        # A handler of its own keeps logging's last resort from printing whole tracebacks into the cell;
+        # records still propagate to any handler the user configured on the root logger.
         for name in LOGGERS:
             logger = logging.getLogger(name)
             if _book not in logger.handlers:
@@ -217,4 +192,4 @@ def logbook() -> LogBook:
         return _book
 
 
-__all__ = ["Entry", "LogBook", "UserFrames", "cause_line", "is_user_file", "logbook", "user_traceback", "where"]
+__all__ = ["Entry", "LogBook", "cause_line", "is_user_file", "logbook", "user_frames", "user_traceback", "where"]

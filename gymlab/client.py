@@ -1,12 +1,8 @@
 """HTTP between servers: one ``Client`` per Lab (or the process's default), cookies kept per rollout.
 
-A ``Client`` sends a hop to a server of its Lab in-process (``gymlab.inproc``, the Lab's registry),
-a plain ``http://`` hop through ``gymlab.http1`` (httptools, about a third of aiohttp's client CPU per
-POST) and the rest through aiohttp, both pooling keep-alive connections per event loop. A request is
-sent again only when it provably never reached its server (one loop, ``_deliver``); every other
-broken exchange is a typed ``TransportError``. No pool keeps cookies: each rollout carries its own
-``Cookies``, so concurrent rollouts never share a session while all of them share the connections.
-``GYMLAB_HTTP_CLIENT=aiohttp`` sends every hop through aiohttp (to compare the two on one machine).
+A hop goes in-process to a server of the Lab (``gymlab.inproc``), through ``gymlab.http1`` for a plain
+``http://`` URL and through aiohttp for the rest; it is sent again only when it provably never reached
+its server, and any other broken exchange is a typed ``TransportError`` (docs/transport.md).
 """
 
 from __future__ import annotations
@@ -14,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import json
 import os
 import re
@@ -52,10 +49,6 @@ class Cookies:
 
     def header(self, url: str) -> str | None:
         return cookie_header(self.by_url.get(url) or {})
-
-    def update_from_headers(self, url: str, headers: list[tuple[bytes, bytes]]) -> None:
-        """Keep the cookies of an in-process answer's ``Set-Cookie`` headers."""
-        self.update_from_values(url, [value for key, value in headers if key.lower() == b"set-cookie"])
 
     def update_from_values(self, url: str, values: list[bytes] | list[str]) -> None:
         """Keep the cookies of ``Set-Cookie`` header values."""
@@ -106,9 +99,8 @@ def _whole_characters(value: Any) -> Any:
 
 
 def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> TransportError:
-    """A broken exchange as the ``TransportError`` it is (unreachable, peer drop, timeout), decided by type:
-    whatever provably sent nothing is unreachable; a timeout is a timeout; anything else broke after
-    the request went out."""
+    """A broken exchange as its ``TransportError``, by type: nothing sent is unreachable, a timeout is a
+    timeout, anything else broke after the request went out."""
     route = f"POST {path}"
     if isinstance(exc, (http1.NotSent, aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
         return TransportUnreachable(
@@ -149,19 +141,10 @@ def _resend_delay(exc: BaseException, attempt: int) -> float | None:
     return backoff_delay(0.05, attempt, cap_s=0.5) if refused else None
 
 
-async def _deliver(send, url: str, path: str, data: bytes, headers: dict[str, str]) -> http1.Answer:
-    """Every socket hop's send: sent again only when it provably never reached the server."""
-    return await retrying(lambda: send(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S), _resend_delay)
-
-
 class Client:
-    """Every hop's HTTP, one object: a Lab's own servers in-process (its ``registry``), plain
-    ``http://`` through http1 (httptools), the rest through aiohttp; one resend rule; typed failures.
-
-    ``plain`` names the transport of plain ``http://`` URLs: ``"http1"``, ``"aiohttp"``, or None for
-    http1 where httptools is installed unless ``GYMLAB_HTTP_CLIENT=aiohttp``. The module's ``post``,
-    ``post_ok`` and ``ask_model_server`` use ``current_client()``: the one ``using_client`` set in
-    this context, else the process's default.
+    """Every hop's HTTP: a Lab's own servers in-process (its ``registry``), plain ``http://`` through
+    http1, the rest through aiohttp. ``plain`` names the transport of plain URLs (``"http1"`` or
+    ``"aiohttp"``; None: http1 where httptools is installed, unless ``GYMLAB_HTTP_CLIENT=aiohttp``).
     """
 
     def __init__(
@@ -170,7 +153,6 @@ class Client:
         *,
         plain: str | None = None,
         http1_transport: http1.Transport | None = None,
-        aiohttp_transport: http1.AiohttpTransport | None = None,
     ):
         if plain is None:
             aiohttp_wanted = os.environ.get("GYMLAB_HTTP_CLIENT", "").strip().lower() == "aiohttp"
@@ -179,9 +161,8 @@ class Client:
             raise ValueError(f"plain={plain!r}: 'http1' (needs httptools) or 'aiohttp'")
         self.registry = registry if registry is not None else inproc.Registry()
         self.http1 = http1_transport or http1.Transport()
-        self.aiohttp = aiohttp_transport or http1.AiohttpTransport()
+        self.aiohttp = http1.AiohttpTransport()
         self._http1_plain = plain == "http1"
-        self._plain_urls: dict[str, bool] = {}
 
     async def post(
         self,
@@ -192,31 +173,33 @@ class Client:
         server: str = "",
         timeout: float | None = None,
     ) -> Reply:
-        """POST JSON and return the status and body, whatever the status.
-
-        ``timeout`` bounds the whole exchange, resends included (None: only each connect is bounded).
-        A request is sent again only when it provably never reached the server; a broken exchange
-        raises a ``TransportError`` (unreachable, peer drop, timeout).
-        """
+        """POST JSON and return the status and body, whatever the status. ``timeout`` bounds the whole
+        exchange, resends included (None: only each connect is bounded); a broken exchange raises a
+        ``TransportError``."""
         headers = {"Content-Type": "application/json"}
         if cookies is not None and (cookie := cookies.header(url)):
             headers["Cookie"] = cookie
         data = _dumps(payload)
-        name = server or url
         local = self.registry.lookup(url)
-        if local is not None:
-            return await _send_local(local, url, path, data, headers, cookies, timeout, name)
-        send = self.http1.post if self._plain(url) else self.aiohttp.post
         try:
             async with asyncio.timeout(timeout):
-                answer = await _deliver(send, url, path, data, headers)
+                if local is not None:  # a server of this Lab: into its ASGI app, with the same answers and failures
+                    status, heads, body = await inproc.call(local, "POST", path, data, headers)
+                    set_cookies = [v for k, v in heads if k.lower() == b"set-cookie"] if cookies is not None else ()
+                else:
+                    plain = self._http1_plain and http1.address_of(url) is not None  # address_of is cached
+                    send = self.http1.post if plain else self.aiohttp.post
+                    answer = await retrying(
+                        lambda: send(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S), _resend_delay
+                    )
+                    status, body, set_cookies = answer.status, answer.body, answer.set_cookies
         except _BROKEN as exc:
             if isinstance(exc, ValueError):
                 raise
-            raise transport_error(name, url, path, exc, timeout) from exc
-        if cookies is not None and answer.set_cookies:
-            cookies.update_from_values(url, answer.set_cookies)
-        return Reply(answer.status, answer.body)
+            raise transport_error(server or url, url, path, exc, timeout) from exc
+        if cookies is not None and set_cookies:
+            cookies.update_from_values(url, set_cookies)
+        return Reply(status, body)
 
     async def post_ok(
         self,
@@ -231,38 +214,19 @@ class Client:
         typed ``failure`` the error body gave, if any."""
         return _parsed(await self.post(url, path, payload, cookies, server, timeout), path, server or url)
 
-    async def ask_model_server(
-        self, url: str, body: dict, *, server: str = "model server", timeout: float | None = None
-    ) -> NeMoGymResponse:
-        """``POST /v1/responses``: the model's response. An answer that is not a Responses object
-        (no ``output`` list, or an error object) raises ``ServerError`` with a provider failure: a
-        model's non-answer is never graded as an empty response."""
-        return _model_response(await self.post(url, "/v1/responses", body, server=server, timeout=timeout), server)
-
     async def close(self) -> None:
         """Close the running loop's connections (servers call ``close_http_session`` on shutdown)."""
         self.http1.close()
         await self.aiohttp.close()
 
-    def _plain(self, url: str) -> bool:
-        """Whether ``url``'s hops go through http1 (a plain http:// server URL, and http1 chosen)."""
-        plain = self._plain_urls.get(url)
-        if plain is None:
-            plain = self._http1_plain and http1.address_of(url) is not None
-            if len(self._plain_urls) < 4096:
-                self._plain_urls[url] = plain
-        return plain
-
 
 _current: contextvars.ContextVar[Client | None] = contextvars.ContextVar("gymlab_client", default=None)
-_default: list[Client] = []
 
 
+@functools.cache
 def default_client() -> Client:
     """The process's client: the default in-process registry and transports (made on first use)."""
-    if not _default:
-        _default.append(Client(inproc.REGISTRY, http1_transport=http1.DEFAULT))
-    return _default[0]
+    return Client(inproc.REGISTRY, http1_transport=http1.DEFAULT)
 
 
 def current_client() -> Client:
@@ -297,8 +261,9 @@ async def post_ok(
 async def ask_model_server(
     url: str, body: dict, *, server: str = "model server", timeout: float | None = None
 ) -> NeMoGymResponse:
-    """``Client.ask_model_server`` of ``current_client()``."""
-    return await current_client().ask_model_server(url, body, server=server, timeout=timeout)
+    """``POST /v1/responses`` through ``current_client()``: the model's response. An answer that is not a
+    Responses object raises ``ServerError`` with a provider failure: a non-answer is never graded as empty."""
+    return _model_response(await post(url, "/v1/responses", body, server=server, timeout=timeout), server)
 
 
 def http_session() -> aiohttp.ClientSession:
@@ -313,11 +278,8 @@ async def close_http_session() -> None:
 
 @contextlib.asynccontextmanager
 async def http_scope():
-    """Close the running loop's connections on exit if this scope opened the first of them.
-
-    Entry points that may run on a caller's short-lived loop (``asyncio.run(acollect(...))``) wrap
-    their work in this, so no connection pool outlives its loop.
-    """
+    """Close the running loop's connections on exit if this scope opened the first of them, so no pool
+    outlives a caller's short-lived loop (``asyncio.run(acollect(...))``)."""
     existed = current_client().aiohttp.has_session()
     try:
         yield
@@ -326,37 +288,18 @@ async def http_scope():
             await close_http_session()
 
 
-async def _send_local(
-    local: inproc.LocalApp,
-    url: str,
-    path: str,
-    data: bytes,
-    headers: dict[str, str],
-    cookies: Cookies | None,
-    timeout: float | None,
-    name: str,
-) -> Reply:
-    """A POST to a server of this Lab: into its ASGI app, with the same answer and failures."""
-    try:
-        async with asyncio.timeout(timeout):
-            status, answer_headers, body = await inproc.call(local, "POST", path, data, headers)
-    except (TimeoutError, inproc.AppDropped) as exc:
-        raise transport_error(name, url, path, exc, timeout) from exc
-    if cookies is not None:
-        cookies.update_from_headers(url, answer_headers)
-    return Reply(status, body)
-
-
 def _parsed(reply: Reply, path: str, server: str) -> Any:
     """The parsed body of a 2xx ``reply``; an error status or a body that is not JSON raises ``ServerError``."""
-    if not reply.ok:
+    if not reply.ok:  # a gymlab error body names the server and may share its traceback
+        fields = _body_fields(reply.text)
+        name, trace = fields.get("server"), fields.get("trace")
         raise ServerError(
-            _server_name(reply.text, server),
+            f"{server} '{name}'" if isinstance(name, str) and name and name != server else server,
             f"POST {path}",
             reply.status,
             error_message(reply.text),
             failure=failure_in(reply.text),
-            trace=trace_in(reply.text),
+            trace=trace if isinstance(trace, str) else None,
         )
     try:
         return reply.json()
@@ -399,14 +342,8 @@ def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
 
 
 def _non_answer(response: NeMoGymResponse) -> str | None:
-    """Why a model server's 200 holds no answer a model gave, or None (then it is graded).
-
-    Every output item names its type, a message carries content, an ``output_text`` part a string;
-    an output of unknown item types (with reasoning at most) gives the loop nothing to act on; an
-    ``incomplete`` answer with no output is the provider's, unless the model spent its own
-    ``max_output_tokens``. An empty ``completed`` output is an answer (the wire reference's
-    ``empty_output``: graded, marked incomplete).
-    """
+    """Why a model server's 200 holds no answer a model gave, or None (then it is graded); the rules are
+    in docs/transport.md."""
     output = response.output
     for n, item in enumerate(output):
         if "type" not in item.model_fields_set:
@@ -435,49 +372,28 @@ def _dumps(payload: Any) -> bytes:
         return json.dumps(payload).encode()
 
 
+def _body_fields(text: str) -> dict:
+    """The fields of a JSON error body ({} for one that is not a JSON object)."""
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
 def failure_in(text: str) -> Failure | None:
     """The typed ``failure`` of a gymlab error body, or None."""
+    raw = _body_fields(text).get("failure")
     try:
-        raw = json.loads(text)
+        return Failure.model_validate(raw) if isinstance(raw, dict) else None
     except ValueError:
         return None
-    raw = raw.get("failure") if isinstance(raw, dict) else None
-    if not isinstance(raw, dict):
-        return None
-    try:
-        return Failure.model_validate(raw)
-    except ValueError:
-        return None
-
-
-def trace_in(text: str) -> str | None:
-    """The server's traceback a gymlab error body shared (``trace``), or None."""
-    try:
-        trace = json.loads(text).get("trace")
-    except (ValueError, AttributeError):
-        return None
-    return trace if isinstance(trace, str) else None
-
-
-def _server_name(text: str, fallback: str) -> str:
-    """``fallback``, with the server's own name from a gymlab error body when it gave one."""
-    try:
-        name = json.loads(text).get("server")
-    except (ValueError, AttributeError):
-        return fallback
-    return f"{fallback} '{name}'" if isinstance(name, str) and name and name != fallback else fallback
 
 
 def error_message(text: str) -> str:
     """The human part of an error body (gymlab's ``detail``/``message``, or the raw text)."""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return text[:500]
-    if isinstance(body, dict):
-        for key in ("detail", "message", "error"):
-            if isinstance(body.get(key), str):
-                return body[key]
-        if "detail" in body:
-            return json.dumps(body["detail"])[:500]
-    return text[:500]
+    body = _body_fields(text)
+    for key in ("detail", "message", "error"):
+        if isinstance(body.get(key), str):
+            return body[key]
+    return json.dumps(body["detail"])[:500] if "detail" in body else text[:500]

@@ -1,19 +1,8 @@
 """The one cookie codec: every server path, the worker router and every agent read and write cookies here.
 
-Reading a request's ``Cookie`` header (RFC 6265 section 4.2): pairs split on ``;``, the name and the
-value stripped of surrounding spaces, and one pair of double quotes around a value removed (aiohttp's
-cookie jar sends a value holding ``=`` quoted, as RFC 6265 allows). Quoted values are not unescaped:
-RFC 6265 forbids ``\\`` and ``"`` inside a cookie value, so such a value is passed on as it is and a
-signed session cookie holding it fails its signature (no session, never an error). A part without
-``=`` is skipped. When a name appears twice the first pair wins: RFC 6265 orders the pairs most
-specific path first, and the session middleware and the worker router must agree on one. A ``Cookie``
-header carries no attributes, so a pair named ``Path`` is just a cookie of that name.
-
-Reading a ``Set-Cookie`` value: one plain ``name=value`` pair with known attributes (what every gymlab
-server sends) is read by a regular expression; anything else by the standard library's parser
-(``http.cookies.SimpleCookie``, which unquotes and drops attributes), and a value it refuses is dropped
-as a browser drops it. Writing: a ``Cookie`` header from a name -> value map, and the server's
-``Set-Cookie`` values.
+A ``Cookie`` header is read as RFC 6265 section 4.2 reads it (one pair of quotes around a value
+removed, the first of a repeated name winning), a ``Set-Cookie`` value by a regular expression or,
+past it, the standard library's parser; the rules and why are in docs/transport.md.
 """
 
 from __future__ import annotations

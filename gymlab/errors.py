@@ -27,6 +27,7 @@ GymlabError
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 from gymlab.protocol.failure_kinds import Failure
@@ -88,8 +89,6 @@ class TransportError(ServerError):
 class TransportUnreachable(TransportError):
     """Raised when the server could not be reached (refused, unknown host, connect timeout): nothing was sent."""
 
-    kind = "transport_unreachable"
-
 
 class TransportPeerDrop(TransportError):
     """Raised when the connection broke (closed, reset, bytes that are no answer) after the request went out;
@@ -128,18 +127,12 @@ class PersistenceError(GymlabError):
     failure_kind = "persistence_failed"
 
     def __init__(self, path: str, cause: OSError):
-        import errno as _errno
-
         self.path, self.cause = path, cause
-        full = cause.errno in (_errno.ENOSPC, _errno.EFBIG, _errno.EDQUOT)
-        todo = (
-            "free space on that disk, or write to another place"
-            if full
-            else "make the folder writable, or write to another place"
-        )
+        full = cause.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+        todo = "free space on that disk" if full else "make the folder writable"
         super().__init__(
-            f"cannot write {path}: {cause.strerror or cause} (nothing was half-written; {todo}, "
-            "then run the same command again)"
+            f"cannot write {path}: {cause.strerror or cause} (nothing was half-written; {todo}, or write to "
+            "another place, then run the same command again)"
         )
 
 
@@ -190,17 +183,9 @@ def error_body(
     failure: Failure | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Every JSON error body a gymlab server answers, built here and nowhere else.
-
-    ``detail`` is one line naming the server, the route and the cause; ``message`` is the cause
-    alone; ``failure`` (when an episode failed) is the typed ``Failure`` a client reads the kind from.
-    """
-    body: dict[str, Any] = {
-        "detail": f"{server}: {route}: {message}",
-        "server": server,
-        "route": route,
-        "message": message,
-    }
+    """Every JSON error body a gymlab server answers: ``detail`` names server, route and cause in one line,
+    ``message`` is the cause alone, ``failure`` the typed ``Failure`` of a failed episode."""
+    body: dict[str, Any] = dict(detail=f"{server}: {route}: {message}", server=server, route=route, message=message)
     if error:
         body["error"] = error
     if hint:

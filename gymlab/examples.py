@@ -1,8 +1,5 @@
-"""Load the example environments (each a folder with ``app.py``, ``data/`` and maybe ``configs/``).
-
-They live in ``environments/`` at the top of a checkout and install as ``gymlab/environments``, so
-the same names load from a wheel and from a checkout (an editable install finds the checkout's).
-"""
+"""Load the example environments (each a folder with ``app.py``, ``data/`` and maybe ``configs/``): at the top
+of a checkout in ``environments/``, installed as ``gymlab/environments``, so the same names load from both."""
 
 from __future__ import annotations
 
@@ -10,14 +7,10 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-
-def _environments_dir() -> Path:
-    package = Path(__file__).resolve().parent
-    installed, checkout = package / "environments", package.parent / "environments"
-    return installed if installed.is_dir() else checkout
-
-
-ENVIRONMENTS_DIR = _environments_dir()
+_PACKAGE = Path(__file__).resolve().parent
+ENVIRONMENTS_DIR = (
+    _PACKAGE / "environments" if (_PACKAGE / "environments").is_dir() else _PACKAGE.parent / "environments"
+)
 
 
 def environment_dir(name: str) -> Path:

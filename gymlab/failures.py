@@ -1,10 +1,5 @@
-"""Typed failures from errors: which ``Failure`` an error of a hop is, decided from data only.
-
-A failure kind is never read out of an error's text. It comes, in this order, from the typed
-``failure`` an upstream error body carried (an agent's 502), from the transport (the client raises a
-``TransportError``: unreachable, peer drop or timeout, each carrying its kind), or from which server
-failed with which status at which stage.
-"""
+"""Typed failures from errors: which ``Failure`` an error of a hop is, decided from data, never its text
+(the upstream body's typed ``failure``, else the transport's kind, else which server failed how and when)."""
 
 from __future__ import annotations
 
@@ -21,8 +16,7 @@ Role = Literal["model", "resources", "agent"]
 def failure_of(exc: BaseException, *, role: Role, stage: Stage | None) -> Failure:
     """The ``Failure`` that ``exc`` (raised by a request to a ``role`` server at ``stage``) stands for."""
     if isinstance(exc, ServerError):
-        if exc.failure is not None:
-            found = exc.failure
+        if (found := exc.failure) is not None:
             update = {
                 "stage": found.stage or stage,
                 "server": found.server or exc.server,

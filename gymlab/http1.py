@@ -1,25 +1,8 @@
 """A keep-alive HTTP/1.1 POST for plain ``http://`` hops between servers, on httptools.
 
-Every hop of an episode (agent to environment, agent to model, collector to agent) is a small JSON
-POST on loopback or a local network. aiohttp's client spends about 90 us of CPU on one such POST
-here; a connection that writes the request in one call and parses the answer with httptools (the
-parser uvicorn's servers already use) spends about 27 us, the rest being the kernel's own cost.
-
-Only what a hop needs: POST, a body of known length, keep-alive connections pooled per event loop
-and address, the answer's status, body and ``Set-Cookie`` headers. Answers may be sized,
-chunked or close-delimited, follow 1xx interim answers, or carry no body (204, 304).
-``https://`` URLs, and machines without httptools, go through ``AiohttpTransport``: the same
-``post`` and answer (its failures are aiohttp's own types; ``ClientConnectorError`` sent nothing).
-
-No request is ever written twice. This module makes one attempt and says which of two things
-happened when it fails: ``NotSent`` (no connection could be opened, or the connection was found
-closed before a byte was written: the caller may send again) or ``PeerDropped`` (the peer closed
-or reset the connection, or sent bytes that are no answer, after the request went out: the server
-may have acted on it). A pooled connection is checked with a zero-timeout poll of its socket just
-before the write: an idle connection the server closed (or wrote to) is readable, even when the
-event loop has not yet seen it, and is discarded for the next one or a new one. A connection is
-reused only after a whole answer that allows it; one that was interrupted (a timeout, a cancel, a
-drop) is closed, so the server sees the hang-up.
+One attempt per call, never a request written twice: a failure is ``NotSent`` (nothing left this
+machine; the caller may send again) or ``PeerDropped`` (after the request went out). ``https://``
+and machines without httptools use ``AiohttpTransport``, the same ``post`` (docs/transport.md).
 """
 
 from __future__ import annotations
@@ -87,14 +70,13 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future | None = None
         self._reset()
-        self._complete = self._keep_alive = False
 
     def _reset(self) -> None:
         """Forget the answer read so far (a new exchange, or an interim answer that was read)."""
         self._body: list[bytes] = []
         self._cookies: list[bytes] = []
         self._seen = self._body_size = 0
-        self._head_done = self._sized = False
+        self._head_done = self._sized = self._complete = self._keep_alive = False
 
     # -- asyncio.Protocol --
 
@@ -175,13 +157,11 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        self.transport.close()
 
     def abort(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
+        self.transport.abort()
 
     def reusable(self) -> bool:
         return not self.closed and self._complete and self._keep_alive
@@ -195,7 +175,6 @@ class _Connection(asyncio.Protocol):
 
     async def exchange(self, request: bytes) -> Answer:
         self._reset()
-        self._complete = self._keep_alive = False
         self._waiter = waiter = asyncio.get_running_loop().create_future()
         self.transport.write(request)
         if self.transport.is_closing():  # the write failed at once (the peer had reset): nothing was sent
@@ -234,7 +213,7 @@ class _Pool:
         self.idle.clear()
 
 
-@functools.lru_cache(maxsize=1024)  # a run posts to a handful of URLs, thousands of times each
+@functools.lru_cache(maxsize=4096)  # a run posts to a handful of URLs, thousands of times each
 def address_of(url: str) -> tuple[str, int, bytes] | None:
     """(host, port, Host header) of a plain ``http://`` URL with no path, or None."""
     parts = urlsplit(url)
@@ -292,9 +271,8 @@ class Transport:
     async def post(
         self, url: str, path: str, data: bytes, headers: dict[str, str], *, connect_timeout: float
     ) -> Answer:
-        """POST ``data`` to ``url + path`` once, on a pooled connection or a new one (``url`` as
-        ``address_of`` accepts). Raises ``NotSent`` when nothing was written, ``PeerDropped`` when the
-        connection broke after the request went out; the caller's own bound raises ``TimeoutError``."""
+        """POST ``data`` to ``url + path`` once, on a pooled connection or a new one: ``NotSent`` when
+        nothing was written, ``PeerDropped`` when it broke after; the caller's own bound raises ``TimeoutError``."""
         if " " in path or "\r" in path or "\n" in path or not path.startswith("/"):
             raise ValueError(f"path {path!r}: must start with / and hold no spaces or line breaks")
         address = address_of(url)
@@ -318,10 +296,8 @@ class Transport:
 
 
 class AiohttpTransport:
-    """The same ``post`` through aiohttp, one session per event loop (DESIGN.md: 6,600 req/s at 16
-    concurrent vs 540 for httpx): ``https://`` hops, and plain ones where httptools is not used.
-    aiohttp itself resends only idempotent methods (never a POST) and skips a pooled connection its
-    loop has seen closed; it cannot see a close the loop has not read yet (a ``PeerDropped``, then)."""
+    """The same ``post`` through aiohttp, one session per event loop: ``https://`` hops, and plain ones
+    where httptools is not used."""
 
     def __init__(self) -> None:
         self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (

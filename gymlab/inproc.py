@@ -1,13 +1,8 @@
-"""In-process dispatch: a POST to a server of this process goes straight into its ASGI app.
+"""In-process dispatch: a POST made on a Lab's loop to one of its servers goes straight into its ASGI app.
 
-A Lab runs its servers on gymlab's event loop and registers each under its URL. A request made on
-that same loop (one Lab server calling another, or the Lab's own client) to a registered URL is
-answered by calling the app with the ASGI scope uvicorn would build: same path, headers, cookies,
-status codes and error bodies, with no socket, no HTTP parsing and no thread hand-off. Requests from
-anywhere else (another loop or thread, another process, curl) reach the same server over its socket.
-
-Because the caller's task awaits the app, cancelling the caller cancels the handler too: an
-interrupted run stops the episodes it started instead of leaving them running on the server.
+The app gets the scope uvicorn would build (same path, headers, cookies, status codes and error
+bodies) with no socket, no parsing and no thread hand-off; the caller's task awaits the app, so
+cancelling the caller cancels the handler. Requests from anywhere else reach the server's socket.
 """
 
 from __future__ import annotations
@@ -50,8 +45,7 @@ class AppDropped(ConnectionError):
 
 
 class Registry:
-    """The servers reachable in-process, by URL. A Lab owns one and hands it to its ``Client``; the
-    module's ``register``, ``unregister`` and ``lookup`` use ``REGISTRY``, the process's default."""
+    """The servers reachable in-process, by URL: a Lab's own (handed to its ``Client``), or ``REGISTRY``."""
 
     def __init__(self) -> None:
         self._apps: dict[str, LocalApp] = {}
@@ -106,17 +100,15 @@ async def call(
         "server": (entry.host, entry.port),
         "state": dict(entry.state()),
     }
-    delivered = False
+    request = [{"type": "http.request", "body": body, "more_body": False}]  # received once, then a disconnect
     finished = asyncio.Event()
     status: int | None = None
     answer_headers: list[tuple[bytes, bytes]] = []
     chunks: list[bytes] = []
 
     async def receive() -> dict:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        if request:
+            return request.pop()
         await finished.wait()
         return {"type": "http.disconnect"}
 

@@ -1,9 +1,5 @@
-"""Built-in server implementations by the names configs use, in one table.
-
-Each entry is ``module:Class`` or ``module``, imported only when asked for, so a config naming a built-in loads
-without importing it. YAML configs (``gymlab.collection.config``), ``Lab.serve_agent("simple_agent")``
-and environment-server lookups all read this table.
-"""
+"""Built-in server implementations by the names configs use, in one table that YAML configs, ``Lab.serve_agent``
+and environment-server lookups all read; each is imported only when asked for."""
 
 from __future__ import annotations
 

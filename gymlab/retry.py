@@ -1,16 +1,12 @@
-"""One retry rule: which failures are worth another attempt, and how long to wait before it.
-
-A failure is retried by its kind, never by its text or HTTP status: the transport kinds (the server
-was unreachable, dropped the connection, timed out) and the model provider kinds (unavailable, quota)
-may pass; everything else (``verifier_error``, ``judge_*``, ``agent_run_error``, ``session_*``...)
-is the episode's own outcome and would fail the same way again. ``retrying`` is the one retry loop:
-every caller (the run engine, the transport's resend, background releases, replica moves, judges)
-passes its own rule for which failure is tried again and after how long.
+"""One retry rule: a failure is retried by its kind, never its text or status (the transport and
+provider kinds may pass; any other kind is the episode's own outcome), and ``retrying`` is the one
+retry loop, each caller passing its rule for which failure is tried again and after how long.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -49,15 +45,13 @@ def episode_retry(kind: str | None, retries: int, max_retries: int, base_s: floa
 async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception, int], float | None]) -> T:
     """``await call()`` until it returns. After try ``n`` (1-based) raised ``exc``, ``again(exc, n)``
     gives the seconds to wait before the next try, or None: ``exc`` is raised. A cancel is never retried."""
-    tries = 1
-    while True:
+    for tries in itertools.count(1):
         try:
             return await call()
         except Exception as exc:
             delay = again(exc, tries)
             if delay is None:
                 raise
-        tries += 1
         if delay > 0:
             await asyncio.sleep(delay)
 

@@ -11,7 +11,7 @@ import pytest
 import gymlab.client as client
 import gymlab.http1 as http1
 import gymlab.inproc as inproc
-from gymlab.errors import TransportUnreachable
+from gymlab.errors import ServerError, TransportUnreachable
 
 
 async def _app(scope, receive, send):
@@ -64,3 +64,21 @@ async def test_the_modules_functions_use_the_client_set_for_the_context(lab_regi
 def test_a_transport_that_cannot_run_is_refused():
     with pytest.raises(ValueError, match="plain"):
         client.Client(plain="h2")
+
+
+async def test_an_error_body_nested_past_the_parsers_depth_is_a_server_error():
+    """A hostile server's error body nested too deeply to parse is still a ``ServerError`` naming the
+    status and the raw text, never a ``RecursionError`` out of the client."""
+    nested = b"[" * 100_000 + b"]" * 100_000
+
+    async def deep_error(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 500, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": nested})
+
+    registry = inproc.Registry()
+    entry = inproc.LocalApp(deep_error, asyncio.get_running_loop(), "127.0.0.1", 9, name="deep")
+    registry.register(entry)
+    with pytest.raises(ServerError) as raised:
+        await client.Client(registry).post_ok(entry.url, "/x", {})
+    assert raised.value.status == 500 and raised.value.cause == nested.decode()[:500] and raised.value.failure is None
