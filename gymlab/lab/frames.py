@@ -16,7 +16,7 @@ from itertools import chain
 from typing import Any
 
 from gymlab.jsonl import dumps
-from gymlab.lab.step_columns import STEP_COLUMNS, STEP_DTYPES, dtypes, item_text, messages_text
+from gymlab.lab.step_columns import STEP_COLUMNS, STEP_DTYPES, item_text, messages_text
 from gymlab.lab.store import RecordStore
 from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
 from gymlab.rewards.columns import PREFIX as COMPONENT_PREFIX
@@ -27,19 +27,43 @@ STEP_CONCISE = ["episode", "step", "action_type", "tool", "arguments", "output",
 STEP_CONCISE += ["cumulative_reward"]
 STEP_OPTIONAL = {"tool", "arguments", "output", "text", "observation"}
 
-EPISODE_DTYPES = dtypes(
-    "episode:int64 task:Int64 repeat:Int64 reward:float64 prompt:str answer:str n_steps:int64 mask_sample:bool"
-    " failure_kind:category failure_stage:category failure_reason:str terminated:bool truncated:bool"
-    " duration_s:float64 input_tokens:Int64 output_tokens:Int64 total_tokens:Int64 model:category"
-    " environment:category agent:category"
-)
+EPISODE_DTYPES = {
+    "episode": "int64",
+    "task": "Int64",
+    "repeat": "Int64",
+    "reward": "float64",
+    "prompt": "str",
+    "answer": "str",
+    "n_steps": "int64",
+    "mask_sample": "bool",
+    "failure_kind": "category",
+    "failure_stage": "category",
+    "failure_reason": "str",
+    "terminated": "bool",
+    "truncated": "bool",
+    "duration_s": "float64",
+    "input_tokens": "Int64",
+    "output_tokens": "Int64",
+    "total_tokens": "Int64",
+    "model": "category",
+    "environment": "category",
+    "agent": "category",
+}
 #: Episode columns shown by default, then the row's own fields; the optional ones only when some
 #: episode has a value (``failure_*`` when one failed).
 EPISODE_CONCISE = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "terminated", "truncated"]
 EPISODE_CONCISE += ["mask_sample", "failure_kind", "failure_reason", "total_tokens", "environment", "agent"]
 EPISODE_OPTIONAL = {"task", "repeat", "prompt", "answer", "failure_kind", "failure_reason", "total_tokens"}
 EPISODE_OPTIONAL |= {"environment", "agent"}
-CALL_DTYPES = dtypes("episode:int64 step:int64 call:int64 tool:category call_id:str arguments:str output:str")
+CALL_DTYPES = {
+    "episode": "int64",
+    "step": "int64",
+    "call": "int64",
+    "tool": "category",
+    "call_id": "str",
+    "arguments": "str",
+    "output": "str",
+}
 EPISODE_COLUMNS = list(EPISODE_DTYPES)
 CALL_COLUMNS = list(CALL_DTYPES)
 #: Record keys that are not the row's own fields.

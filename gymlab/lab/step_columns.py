@@ -5,17 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def dtypes(table: str) -> dict[str, str]:
-    """``{column: dtype}`` from a table of ``column:dtype`` words, in the frame's column order."""
-    return dict(word.split(":") for word in table.split())
-
-
-STEP_DTYPES = dtypes(
-    "episode:int64 step:int64 action_type:category tool:category n_calls:int64 arguments:str output:str text:str"
-    " observation:str reward:float64 cumulative_reward:float64 terminated:bool truncated:bool tool_errors:int64"
-    " duration_s:float64"
-)
+STEP_DTYPES = {
+    "episode": "int64",
+    "step": "int64",
+    "action_type": "category",
+    "tool": "category",
+    "n_calls": "int64",
+    "arguments": "str",
+    "output": "str",
+    "text": "str",
+    "observation": "str",
+    "reward": "float64",
+    "cumulative_reward": "float64",
+    "terminated": "bool",
+    "truncated": "bool",
+    "tool_errors": "int64",
+    "duration_s": "float64",
+}
 STEP_COLUMNS = list(STEP_DTYPES)
 
 
