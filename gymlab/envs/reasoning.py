@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import OrderedDict
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import HTTPException
 from pydantic import BaseModel, Field, PrivateAttr
@@ -38,6 +38,7 @@ class ReasoningGymServer(SimpleResourcesServer):
 
     max_datasets: int = Field(32, ge=1, description="Datasets kept built (keyed by name and config).")
     _built: OrderedDict = PrivateAttr(default_factory=OrderedDict)
+    not_episode_state: ClassVar[tuple[str, ...]] = ("_built",)  # a cache of datasets, bounded by max_datasets
 
     def dataset(self, ref: DatasetRef) -> Any:
         """The dataset ``ref`` names, built once per name and config."""

@@ -12,7 +12,7 @@ import warnings
 from abc import abstractmethod
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from fastapi import FastAPI, Request
@@ -167,6 +167,8 @@ class SimpleResourcesServer(EpisodeServer):
     ``self.session_state[request.session[SESSION_ID_KEY]]``, which the base drops on every way an episode
     ends); ``serve_mcp=True`` also serves the tool routes as MCP tools at ``/mcp`` (docs/servers.md)."""
 
+    #: Private dicts that hold no episode's state (a bounded cache), which ``release_gap`` lets be.
+    not_episode_state: ClassVar[tuple[str, ...]] = ()
     serve_mcp: bool = Field(
         default=False,
         description="Also serve the tool routes as MCP tools at /mcp (streamable HTTP; needs gymlab[mcp]).",
@@ -238,7 +240,11 @@ def release_gap(server: BaseServer) -> str | None:
     if any("close_resources_session" in vars(c) for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)]):
         return None
     own = SimpleResourcesServer.__private_attributes__
-    maps = [n for n, v in (server.__pydantic_private__ or {}).items() if n not in own and isinstance(v, dict)]
+    maps = [
+        n
+        for n, v in (server.__pydantic_private__ or {}).items()
+        if n not in own and n not in cls.not_episode_state and isinstance(v, dict)
+    ]
     if not maps:
         return None
     return (

@@ -235,6 +235,12 @@ class OwnDictReleased(OwnDict):
         self._games.pop(resources_session_id, None)
 
 
+class OwnCache(OwnDict):
+    """A private dict declared as no episode's state (a bounded cache)."""
+
+    not_episode_state = ("_games",)
+
+
 def test_serving_state_with_no_release_path_warns(lab):
     assert "_games" in release_gap(OwnDict()) and "self.session_state" in release_gap(OwnDict())
     with pytest.warns(UserWarning, match="OwnDict keeps per-episode state in _games"):
@@ -243,6 +249,15 @@ def test_serving_state_with_no_release_path_warns(lab):
         warnings.simplefilter("error")
         lab.serve(OwnDictReleased)
         lab.serve(GuessServer)
+        lab.serve(OwnCache)
+    assert release_gap(OwnCache()) is None
+
+
+def test_reasoning_gyms_dataset_cache_is_not_taken_for_episode_state():
+    pytest.importorskip("reasoning_gym")
+    from gymlab.envs.reasoning import ReasoningGymServer
+
+    assert release_gap(ReasoningGymServer()) is None
 
 
 def test_the_references_own_idiom_works_and_its_state_goes_too(lab):
