@@ -1,13 +1,7 @@
 """``collect(config, output, ...)``: a config's servers served for one collection, every row collected.
 
-The function behind ``gymlab collect`` (which only parses its arguments into this call). ``source``
-is a config (``load_config(...)``, a YAML path or a list of them) or rows (dicts or a rows JSONL
-path) for servers already running at ``agent_url``. A config's servers run in threads of this
-process (a ``Lab``), in Ray cells (``ray=True``), or are already running (``agent_url``); the rows
-are ``input`` or the config's datasets (``dataset``/``split`` pick some), each sent to the agent its
-``agent_ref`` names (or ``agent``), a taskset row to its environment server. The collection itself
-is ``gymlab.collection.collect`` (the run engine's JSONL sink); Ctrl-C stops it through
-``gymlab._sync.run_sync`` and the servers stop with it.
+The function behind ``gymlab collect``; the collection itself is ``gymlab.collection.collect`` (the
+run engine's JSONL sink), and Ctrl-C stops it and the servers with it.
 """
 
 from __future__ import annotations
@@ -39,11 +33,16 @@ def collect(
     ray_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> CollectResult:
-    """Collect the rollouts of a config's rows (or of ``source`` rows) into ``output`` (see the module doc).
+    """Collect the rollouts of a config's rows (or of ``source`` rows) into ``output``.
 
-    Errors speak the CLI's names (``--agent-url`` is ``agent_url=``, ``--input`` the rows, ``--ray``
-    ``ray=True``). ``options`` are ``gymlab.collection.collect``'s (``repeats``, ``concurrency``, ``max_retries``,
-    ``timeout_s``, ``shard``...); ``ray_options`` are ``gymlab.cluster.configs.config_pool``'s.
+    ``source``: a config (``load_config(...)``, a YAML path or a list of them), whose servers run in
+    threads of this process (a ``Lab``), in Ray cells (``ray=True``) or already at ``agent_url``; or
+    rows (dicts or a JSONL path) for servers at ``agent_url``. Rows are ``input`` or the config's
+    datasets (``dataset``/``split``), each sent to the agent its ``agent_ref`` names (or ``agent``),
+    a taskset row to its environment server. Errors speak the CLI's names (``--agent-url``,
+    ``--input``, ``--ray``). ``options`` are ``gymlab.collection.collect``'s (``repeats``,
+    ``concurrency``, ``max_retries``, ``timeout_s``, ``shard``...); ``ray_options``
+    ``gymlab.cluster.configs.config_pool``'s.
     """
     config = _config_of(source)
     if ray and (agent_url or config is None):

@@ -25,21 +25,9 @@ _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 class Lab:
     """Servers in background threads of the current process (a kernel, a script, a test).
 
-    >>> lab = Lab()
-    >>> env = lab.serve(CalculatorServer)
-    >>> model = lab.serve_model(calculator_policy)
-    >>> agent = lab.serve_agent("simple_agent", resources=env, model=model)
-    >>> agent.run(row).reward
-    1.0
-
-    Serving again under a name that is running replaces that server on the same URL (re-running a
-    cell after a fix): agents and episodes bound to it reach the new server, and the handle you
-    already hold now stands for it.
-
-    Calls between servers of one Lab (and from the Lab's own client) go straight into the target's
-    ASGI app, with the same cookies, status codes and error bodies as over HTTP; every server still
-    listens on its URL for curl, other processes and other clients. ``Lab(wire=True)`` sends every
-    call over loopback HTTP instead.
+    Serving again under a running name replaces that server on the same URL, and the handle already
+    held follows it. Calls between a Lab's servers go straight into the target's ASGI app (HTTP's
+    cookies, statuses and error bodies); ``Lab(wire=True)`` sends every call over loopback HTTP.
     """
 
     def __init__(self, log_level: str = "warning", *, wire: bool = False):
@@ -288,7 +276,7 @@ class Lab:
         return result
 
     async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
-        from gymlab.lab.runs import Rollouts, arun_many, env_name_of
+        from gymlab.lab.runs import Rollouts, arun_many
 
         if check and not (report := self.check(agent, rows)).ok:
             raise ConfigError(f"{report} (fix the rows or the server; run_many(..., check=False) skips this check)")
@@ -296,7 +284,7 @@ class Lab:
         self._running.add(task)
         try:
             with self._book.quiet():
-                env_name = agent.env_name() if is_pool(agent) else env_name_of(self, agent)
+                env_name = agent.env_name() if is_pool(agent) else getattr(self._env_handle(agent), "name", None)
                 result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
         except BaseException:  # an Interrupt, on_error="raise", RunStopped: the finished episodes are kept
             self.last_run = Rollouts(state.finished)
@@ -305,6 +293,11 @@ class Lab:
             self._running.discard(task)
         self.last_run = result
         return result
+
+    def _env_handle(self, agent: AgentHandle) -> ServerHandle | None:
+        """The handle of the resources server ``agent`` is bound to, when this lab serves it."""
+        url = getattr(agent.server, "resources_server", None)
+        return next((h for h in self._handles.values() if h.url == url), None)
 
     def check(self, target: ServerHandle, rows: list[dict[str, Any]]):
         """The tools ``rows`` declare against the routes the environment serves, and the rows' fields
@@ -315,10 +308,7 @@ class Lab:
 
         if is_pool(target):
             return target.check(rows)
-        env = target
-        if isinstance(target, AgentHandle):
-            url = getattr(target.server, "resources_server", "")
-            env = next((h for h in self._handles.values() if h.url == url), None)
+        env = self._env_handle(target) if isinstance(target, AgentHandle) else target
         if env is None or not isinstance(env.server, SimpleResourcesServer):
             name = getattr(env, "name", None) or getattr(target, "name", "environment")
             return CheckReport(name, [])  # a remote or Gymnasium environment: its tools are not routes

@@ -1,12 +1,4 @@
-"""Re-grade stored rollouts with a (possibly edited) environment: iterate on a reward, no model calls.
-
-``reverify(MyServer, rollouts)`` serves the class in a background thread (real HTTP, its lifespan
-run), and for each record: ``/seed_session`` with the record's row (its fields, completed from the
-dataset rows when given), the recorded tool calls replayed
-in order (stateful environments grade the state those calls built; a replayed output that differs
-from the recorded one is flagged), then ``/verify`` with the row and the recorded response, all
-under one session cookie. Only the environment is called: never a model.
-"""
+"""Re-grade stored rollouts with a (possibly edited) environment: iterate on a reward, no model calls."""
 
 from __future__ import annotations
 
@@ -80,7 +72,9 @@ def recorded_calls(record: Rollout) -> list[tuple[FunctionCall, str | None]]:
 async def averify_one(
     url: str, record: Rollout, *, replay_tools: bool = True, server: str = "", rows: dict[Any, dict] | None = None
 ) -> dict[str, Any]:
-    """Seed, replay the tool calls, verify one record; returns the new verify answer plus ``replay_matches``."""
+    """Seed with the record's row, replay its tool calls in order (a stateful environment grades the state
+    they built), verify with the recorded response, all under one cookie; returns the new verify
+    answer plus ``replay_matches`` (false when a replayed output differs from the recorded one)."""
     cookies = Cookies()
     row = row_of(record, rows)
     await post_ok(url, "/seed_session", row, cookies, server=server)
@@ -162,7 +156,7 @@ def _component_columns(frame, records: list[Rollout], answers: list[dict[str, An
 
 async def areverify(
     environment: Any,
-    rollouts: Iterable[Rollout | dict],
+    rollouts: Iterable[Rollout | dict] | str,
     *,
     rows: Any = None,
     replay_tools: bool = True,
@@ -173,6 +167,10 @@ async def areverify(
     from gymlab.lab.handles import ServerHandle
     from gymlab.lab.lab import Lab
 
+    if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
+        from gymlab.collection.readers import read_rollouts
+
+        rollouts = read_rollouts(rollouts)
     records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
     options = {"replay_tools": replay_tools, "concurrency": concurrency, "rows": rows_by_task(rows)}
     if isinstance(environment, (ServerHandle, str)):
@@ -210,7 +208,8 @@ def reverify(
     and old vs new value per rubric component (``old_<c>``, ``new_<c>``, ``delta_<c>``).
 
     ``environment`` is a ``SimpleResourcesServer`` subclass (built with ``config``) or instance,
-    served for the duration of the call, or a running server's handle or URL. ``rollouts`` is a
+    served in a background thread (real HTTP, its lifespan run) for the duration of the call, or a
+    running server's handle or URL. ``rollouts`` is a
     ``Rollouts``, a list of records or a rollouts JSONL path. ``rows`` (the dataset rows, or a
     materialized-inputs JSONL path) restores row fields the stored verify answers dropped; a
     stateful environment needs them to be seeded as it was. Nothing is asked of any model.
@@ -220,10 +219,6 @@ def reverify(
     """
     from gymlab._sync import run_sync
 
-    if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
-        from gymlab.collection.readers import read_rollouts
-
-        rollouts = read_rollouts(rollouts)
     return run_sync(
         areverify(environment, rollouts, rows=rows, replay_tools=replay_tools, concurrency=concurrency, **config)
     )

@@ -1,9 +1,4 @@
-"""Runs of many episodes: ``lab.run_many(agent, rows, repeats=...)`` and the ``Rollouts`` it returns.
-
-``Rollouts`` is a sequence of rollout records (``gymlab.protocol.Rollout``), held as their JSON and
-validated on access, that reads and writes the rollouts JSONL of the wire reference and offers the
-pandas frames of ``gymlab.lab.frames``.
-"""
+"""Runs of many episodes: ``lab.run_many(agent, rows, repeats=...)`` and the ``Rollouts`` it returns."""
 
 from __future__ import annotations
 
@@ -222,15 +217,12 @@ class RunState:
         self.stopped = 0  # running when the run was cancelled
         self.finished: Sequence[bytes] = []
 
-    @property
-    def not_started(self) -> int:
-        return self.total - self.running - self.stopped - len(self.finished)
-
     def cancelled_line(self) -> str:
         """One line saying what an interrupt stopped and what it kept."""
+        not_started = self.total - self.running - self.stopped - len(self.finished)
         return (
             f"gymlab: run cancelled: {self.stopped} running episode(s) stopped and their sessions closed, "
-            f"{self.not_started} not started; the {len(self.finished)} finished are in lab.last_run"
+            f"{not_started} not started; the {len(self.finished)} finished are in lab.last_run"
         )
 
 
@@ -272,7 +264,7 @@ class MemorySink:
     ):
         self.held = StoreBuilder(total)
         self.observe = observe
-        self.agent, self.env, self.on_error, self.state, self.bar = agent, env or agent, on_error, state, bar
+        self.agent, self.env, self.on_error, self.bar = agent, env or agent, on_error, bar
         self.order: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
         state.finished = Finished(self.held, self.order)
 
@@ -352,9 +344,3 @@ def _progress(total: int, name: str):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=name, unit="episode")
-
-
-def env_name_of(lab: Any, agent: Any) -> str | None:
-    """The name of the resources server an agent handle is bound to, when this lab serves it."""
-    url = getattr(agent.server, "resources_server", None)
-    return next((h.name for h in lab.servers.values() if h.url == url), None)
