@@ -62,15 +62,6 @@ def refusal(name: str, declared: list[str]) -> str | None:
 
 
 @dataclass
-class TurnResult:
-    response: NeMoGymResponse
-    tool_outputs: list[FunctionCallOutput]
-    done: bool
-    stop_reason: str | None
-    duration_s: float
-
-
-@dataclass
 class LoopState:
     """The conversation of one episode so far: the authored input plus every item added. Tool calls
     are bounded per answer (``max_tool_calls_per_turn``) and per episode (the row's ``max_tool_calls``);
@@ -142,8 +133,9 @@ async def ask_model(state: LoopState, call_model: ModelCall) -> NeMoGymResponse:
 
 async def model_turn(
     state: LoopState, call_model: ModelCall, call_tool: ToolCall | None, *, check_tools: bool = True
-) -> TurnResult:
-    """One model call, then each of its function calls in order; the state is updated.
+) -> str | None:
+    """One model call, then each of its function calls in order, recorded as a step of ``state``;
+    returns why the episode stops there (None: it goes on).
 
     A call of an undeclared or reserved tool is answered with an error output and counted on the
     step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand (no caps
@@ -165,15 +157,14 @@ async def model_turn(
     reason = stop_reason_of(response) or (None if call_tool is not None else "tool_calls")
     if allowed is not None and len(calls) > allowed:
         reason = "max_tool_calls"
-    turn = TurnResult(response, outputs, reason is not None, reason, time.perf_counter() - t0)
     step = StepRecord(
-        index=len(state.steps), action=list(response.output), tool_outputs=list(outputs), duration_s=turn.duration_s
+        index=len(state.steps), action=list(response.output), tool_outputs=outputs, duration_s=time.perf_counter() - t0
     )
     step.tool_errors = refused
     state.steps.append(step)
     if reason:
         state.stop_reason = reason
-    return turn
+    return reason
 
 
 async def run_tool(call: FunctionCall, call_tool: ToolCall, refused: str | None = None) -> FunctionCallOutput:
@@ -206,13 +197,13 @@ async def run_loop(
             return state
         asked = state.last
         try:
-            turn = await model_turn(state, call_model, call_tool)
+            reason = await model_turn(state, call_model, call_tool)
         except ServerError as exc:
             if exc.status != 413 or not state.steps or state.last is not asked:  # not the model's refusal
                 raise
             state.stop_reason = "conversation_too_large"
             return state
-        if turn.done:
+        if reason is not None:
             return state
 
 

@@ -126,9 +126,6 @@ def config_route(config, urls: dict[str, str], agent: str | None, replicas=None,
         ref = config.servers[name].refs.get("resources_server")
         return urls.get(ref[1]) if ref and ref[1] not in metrics_here else None
 
-    def pool_of(name: str):
-        return replicas(name) if replicas is not None else None
-
     def route(row: dict[str, Any]) -> Target:
         if "task_input" in row and agent is None:
             taskset = str(row.get("task_id", "")).split("/", 1)[0]
@@ -137,9 +134,11 @@ def config_route(config, urls: dict[str, str], agent: str | None, replicas=None,
                 raise ConfigError(
                     f"row {row.get('task_id')!r}: taskset {taskset!r} is not in environment_server_routes"
                 )
-            return Target(urls[env], {"type": "environment_servers", "name": env}, None, pool_of(env))
+            pool = replicas(env) if replicas is not None else None
+            return Target(urls[env], {"type": "environment_servers", "name": env}, None, pool)
         name = agent_of(row, agents, agent)
-        return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool_of(name))
+        pool = replicas(name) if replicas is not None else None
+        return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool)
 
     return route
 

@@ -22,11 +22,8 @@ from gymlab.client import ask_model_server, post_ok
 from gymlab.errors import EpisodeError
 from gymlab.lab.display import clip
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession, LoopState
-from gymlab.protocol import (
-    NeMoGymResponse,
-    ResponseCreateParams,
-    StepRecord,
-)
+from gymlab.protocol import NeMoGymResponse, ResponseCreateParams, Rollout, StepRecord
+from gymlab.protocol import record as records
 from gymlab.protocol.resources import AgentRunRequest, dump_row
 
 
@@ -60,12 +57,6 @@ class Step(_Transition):
     info = ep.step(...)``), with the step's record (``record``: action, tool outputs) for display."""
 
     record: StepRecord | None = None
-
-    @classmethod
-    def of(cls, record: StepRecord, observation: str | None, info: dict[str, Any]) -> Step:
-        step = cls(observation, record.reward, record.terminated, record.truncated, info)
-        step.record = record
-        return step
 
     def _repr_html_(self) -> str:
         from gymlab.lab.display import step_html
@@ -165,7 +156,6 @@ class Episode:
         model_url: str | None = None,
         model_name: str = "",
         agent_name: str = "",
-        env_server: Any = None,
         max_steps: int | None = None,
     ):
         request = AgentRunRequest.model_validate(row)
@@ -174,7 +164,6 @@ class Episode:
         self.env_url, self.env_name = env_url, env_name or env_url
         self.model_url, self.model_name = model_url, model_name or (model_url or "")
         self.agent_name = agent_name
-        self.env_server = env_server
         self.max_steps = max_steps
         self.state = LoopState(self.params)  # the conversation and its steps
         self.steps: list[StepRecord] = self.state.steps
@@ -202,7 +191,7 @@ class Episode:
     # -- plumbing shared by both protocols ---------------------------------------------------
 
     def _spawn(self) -> Episode:
-        names = ("env_name", "model_url", "model_name", "agent_name", "env_server", "max_steps")
+        names = ("env_name", "model_url", "model_name", "agent_name", "max_steps")
         return type(self)(self.env_url, self.row, **{n: getattr(self, n) for n in names})
 
     async def _env(self, path: str, body: Any) -> Any:
@@ -248,6 +237,11 @@ class Episode:
     @property
     def done(self) -> bool:
         return self._closed or self.result is not None
+
+    @property
+    def rollout(self) -> Rollout:
+        """The episode as a rollout record, with the episode's agent and environment names."""
+        return records.with_identity(self._record(), agent=self.agent_name or None, env=self.env_name)
 
     @property
     def frame(self):

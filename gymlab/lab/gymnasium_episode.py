@@ -52,13 +52,9 @@ def response_of_action(action: Any = None, call: str | None = None, arguments: A
 
 
 class GymnasiumEpisode(Episode):
-    """A Gymnasium episode: ``reset()``, then steps until terminated or truncated.
-
-    An action is spelt as in a seed/verify episode: ``call("hit")`` (a tool call, arguments as
-    keywords) or ``say("I stand")`` (the assistant's text); ``step()`` with no action asks the model.
-    ``step(action)`` also takes text, ``(name, arguments)``, items or a response. Each step returns
-    ``Step(observation, reward, terminated, truncated, info)``. Tool outputs and observations join the conversation exactly as
-    ``gymnasium_agent`` adds them, so a model sees the same history here as in a run.
+    """A Gymnasium episode: ``reset()``, then steps (``call("hit")``, ``say("I stand")``, ``step(action)``,
+    ``step()``: the model acts) until terminated or truncated, each returning a ``Step``. The history
+    grows exactly as ``gymnasium_agent``'s, so a model sees the same conversation here as in a run.
     """
 
     protocol = "gymnasium"
@@ -96,10 +92,8 @@ class GymnasiumEpisode(Episode):
         except ServerError as exc:
             # The agents' rule: a failed episode releases its session once (a step that raised released
             # it on the server already, and the close says so; one that timed out did not).
-            self._closed = True
-            self._finalizer.detach()
             try:
-                await self._session.release()
+                await self.aclose()
             except ServerError as also:
                 exc.add_note(f"closing the episode also failed: {also}")
             raise
@@ -109,13 +103,14 @@ class GymnasiumEpisode(Episode):
             self._session.ended()  # the server released the state itself
             self._finalizer.detach()
             self.result = {}
-        else:
-            if self.max_steps is not None and len(self.steps) >= self.max_steps:
-                record.truncated = True
-                self.state.stop_reason = "max_steps"
-                self.result = {}
-                await self.aclose()
-        return Step.of(record, answer.observation, answer.info)
+        elif self.max_steps is not None and len(self.steps) >= self.max_steps:
+            record.truncated = True
+            self.state.stop_reason = "max_steps"
+            self.result = {}
+            await self.aclose()
+        step = Step(answer.observation, record.reward, record.terminated, record.truncated, answer.info)
+        step.record = record
+        return step
 
     async def acall(self, tool: str, /, **arguments: Any) -> Step:
         """Take a step whose action is a call of tool ``tool`` with ``arguments`` (spelt as a seed/verify
@@ -134,10 +129,9 @@ class GymnasiumEpisode(Episode):
             await self.astep()
         return self.steps[before:]
 
-    @property
-    def rollout(self) -> Rollout:
-        """The episode as a rollout record, with the fields ``gymnasium_agent`` reports."""
-        record = records.from_transitions(
+    def _record(self) -> Rollout:
+        """With the fields ``gymnasium_agent`` reports."""
+        return records.from_transitions(
             self.state.params,
             self.state.final_response(),
             self.steps,
@@ -146,7 +140,6 @@ class GymnasiumEpisode(Episode):
             last=self.last_step,
             duration_s=time.perf_counter() - self._started,
         )
-        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
     async def _replay(self, original: GymnasiumEpisode) -> None:
         observation, _ = await self.areset()

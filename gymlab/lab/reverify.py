@@ -92,32 +92,8 @@ async def averify_one(
     return {**answer, "replay_matches": matches}
 
 
-async def areverify_records(
-    url: str,
-    rollouts: Iterable[Rollout | dict],
-    *,
-    replay_tools: bool = True,
-    concurrency: int = 8,
-    server: str = "",
-    rows: dict[Any, dict] | None = None,
-) -> list[dict[str, Any] | ServerError]:
-    """The new verify answer for every record (a ``ServerError`` in its place when the server refused)."""
-    records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
-    sem = asyncio.Semaphore(max(1, concurrency))
-
-    async def one(record: Rollout):
-        async with sem:
-            try:
-                return await averify_one(url, record, replay_tools=replay_tools, server=server, rows=rows)
-            except ServerError as exc:
-                return exc
-
-    return list(await asyncio.gather(*(one(r) for r in records)))
-
-
 def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | ServerError]):
     """Old vs new reward per episode as a pandas frame (a failed re-verify has NaN and its error)."""
-
     cols: dict[str, list] = {c: [] for c in COLUMNS}
     for n, (record, answer) in enumerate(zip(records, answers)):
         extra = record.__pydantic_extra__ or {}
@@ -135,15 +111,12 @@ def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | Serv
         cols["new_failure_kind"].append(None if failed else answer.get("failure_kind"))
         cols["replay_matches"].append(None if failed else answer["replay_matches"])
         cols["error"].append(str(answer) if failed else None)
-    from gymlab.lab.frames import typed_frame
-
-    return _component_columns(typed_frame(cols, DTYPES), records, answers)
-
-
-def _component_columns(frame, records: list[Rollout], answers: list[dict[str, Any] | ServerError]):
-    """``old_<c>``, ``new_<c>`` and ``delta_<c>`` for each rubric component on either side (NaN when absent)."""
     import numpy as np
 
+    from gymlab.lab.frames import typed_frame
+
+    frame = typed_frame(cols, DTYPES)
+    # old_<c>, new_<c> and delta_<c> for each rubric component on either side (NaN when absent)
     old = [r.reward_components or {} for r in records]
     new = [{} if isinstance(a, ServerError) else (a.get("reward_components") or {}) for a in answers]
     names = list(dict.fromkeys(n for side in (old, new) for c in side for n in c))
@@ -172,11 +145,24 @@ async def areverify(
 
         rollouts = read_rollouts(rollouts)
     records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
-    options = {"replay_tools": replay_tools, "concurrency": concurrency, "rows": rows_by_task(rows)}
+    by_task, sem = rows_by_task(rows), asyncio.Semaphore(max(1, concurrency))
+
+    async def answers(url: str, server: str) -> list[dict[str, Any] | ServerError]:
+        """The new verify answer for every record (a ``ServerError`` in its place when the server refused)."""
+
+        async def one(record: Rollout):
+            async with sem:
+                try:
+                    return await averify_one(url, record, replay_tools=replay_tools, server=server, rows=by_task)
+                except ServerError as exc:
+                    return exc
+
+        return list(await asyncio.gather(*(one(r) for r in records)))
+
     if isinstance(environment, (ServerHandle, str)):
         url = environment if isinstance(environment, str) else environment.url
         name = environment if isinstance(environment, str) else environment.name
-        return comparison_frame(records, await areverify_records(url, records, server=name, **options))
+        return comparison_frame(records, await answers(url, name))
     from gymlab.resources.simple import SimpleResourcesServer
 
     cls = environment if isinstance(environment, type) else type(environment)
@@ -189,10 +175,10 @@ async def areverify(
     lab = Lab()
     try:
         handle = await asyncio.to_thread(lab.serve, environment, **config)
-        answers = await areverify_records(handle.url, records, server=handle.name, **options)
+        new = await answers(handle.url, handle.name)
     finally:
         await asyncio.to_thread(lab.close)
-    return comparison_frame(records, answers)
+    return comparison_frame(records, new)
 
 
 def reverify(

@@ -304,16 +304,11 @@ async def arun_many(
     backoff_s: float = 0.5,
     observe: Callable[[Rollout], None] | None = None,
 ) -> Rollouts:
-    """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``, or a ``CellPool``: its
-    cells as replicas), ``concurrency`` at a time, on the one run engine (``gymlab.collection.engine``).
-
-    Records come back in "aabbcc" order, each with the agent's and environment's names. An episode
-    the agent fails is retried when its failure kind may pass (transport, provider; ``max_retries``
-    times, none by default: a notebook run shows every failure; backoff ``backoff_s`` doubling),
-    then recorded masked with a ``failure_kind``
-    (``on_error="raise"`` raises instead). ``state`` follows the run; ``observe(record)`` sees each
-    record as it finishes (a live panel).
-    """
+    """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``, or a ``CellPool``'s cells),
+    ``concurrency`` at a time, on the one run engine; records in "aabbcc" order, named by agent and
+    environment. A failure is retried ``max_retries`` times (none by default: a notebook run shows
+    every failure) when its kind may pass, then masked (``on_error="raise"``: raised). ``state``
+    follows the run; ``observe(record)`` sees each record as it finishes (a live panel)."""
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
     from gymlab.collection.dispatch import ReplicaPool

@@ -8,7 +8,7 @@ from typing import Any
 from gymlab.client import error_message, post
 from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
 from gymlab.lab.episode import Episode, _Session, answering, parse_output
-from gymlab.loop import RESERVED_ROUTES, model_turn, refusal, run_loop
+from gymlab.loop import model_turn, refusal, run_loop
 from gymlab.protocol import (
     Message,
     NeMoGymResponse,
@@ -53,7 +53,7 @@ class SeedVerifyEpisode(Episode):
         ``ServerError`` and records nothing.
         """
         self._require_open(f"call({tool!r})")
-        if tool in RESERVED_ROUTES or refusal(tool, [tool]) is not None:
+        if refusal(tool, [tool]) is not None:
             raise EpisodeError(
                 f"{self.env_name}: {tool!r} is not a tool route (a lifecycle route, or not a plain "
                 "name); use the episode's own methods (seed, verify, close) for those"
@@ -90,8 +90,8 @@ class SeedVerifyEpisode(Episode):
     async def amodel_turn(self) -> StepRecord:
         """One model call and each of its tool calls (``gymlab.loop.model_turn``); returns the step."""
         self._require_open("model_turn()")
-        turn = await model_turn(self.state, self.call_model, self.tool_caller())
-        self._actions.append(("response", turn.response))
+        await model_turn(self.state, self.call_model, self.tool_caller())
+        self._actions.append(("response", self.state.last))
         return self.state.steps[-1]
 
     async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
@@ -130,10 +130,9 @@ class SeedVerifyEpisode(Episode):
         self.result = result
         return self.rollout
 
-    @property
-    def rollout(self) -> Rollout:
-        """The episode as a rollout record (the verify's answer once verified)."""
-        record = records.verified(
+    def _record(self) -> Rollout:
+        """The verify's answer once verified."""
+        return records.verified(
             self.result,
             self.state.steps,
             self.state.stop_reason,
@@ -141,7 +140,6 @@ class SeedVerifyEpisode(Episode):
             row=self.row,
             response=self.state.final_response(),
         )
-        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
     async def _replay(self, original: SeedVerifyEpisode) -> None:
         await self.aseed()
