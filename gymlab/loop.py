@@ -1,8 +1,6 @@
-"""The model <-> tools loop as plain async functions, and the server session an episode holds.
-
-Agent servers and notebook episodes both call these; no HTTP handler lives here. The caller
-passes two coroutines: one asks the model for a response, one runs a tool and returns its output.
-``EpisodeSession`` is how both hold an environment's session and release it exactly once.
+"""The model <-> tools loop as plain async functions, and the server session an episode holds (agent
+servers and notebook episodes both use them). The caller passes two coroutines: one asks the model for
+a response, one runs a tool and returns its output. No HTTP handler lives here.
 """
 
 from __future__ import annotations
@@ -49,11 +47,9 @@ _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 def refusal(name: str, declared: list[str]) -> str | None:
-    """Why a function call named ``name`` must not reach the server, or None when it may.
-
-    A call reaches ``POST /{name}`` only when ``name`` is a declared tool, a plain route segment,
-    and not a lifecycle or built-in route: a model cannot seed, verify or close its own episode.
-    """
+    """Why a function call named ``name`` must not reach ``POST /{name}``, or None when it may: only a
+    declared tool, a plain route segment, and no lifecycle or built-in route (a model cannot seed,
+    verify or close its own episode)."""
     if not isinstance(name, str) or not _PLAIN_NAME.match(name) or name in RESERVED_ROUTES:
         return f"tool {name!r} is not callable; declared: {', '.join(declared) or 'none'}"
     if name not in declared:
@@ -135,14 +131,10 @@ async def model_turn(
     state: LoopState, call_model: ModelCall, call_tool: ToolCall | None, *, check_tools: bool = True
 ) -> str | None:
     """One model call, then each of its function calls in order, recorded as a step of ``state``;
-    returns why the episode stops there (None: it goes on).
-
-    A call of an undeclared or reserved tool is answered with an error output and counted on the
-    step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand (no caps
-    either). Calls past ``state.tool_call_allowance()`` are not run and end the episode
-    (``max_tool_calls``). Without ``call_tool`` the calls are left unresolved and the loop stops
-    (``tool_calls``): whoever asked runs them (NeMo Gym's ``execute_tools: false``).
-    """
+    returns why the episode stops there (None: it goes on). A refused call gets an error output and
+    counts in ``tool_errors`` (``check_tools=False``: a call made by hand, no caps either); calls
+    past ``state.tool_call_allowance()`` are not run (``max_tool_calls``). Without ``call_tool``
+    the calls are left to whoever asked (``tool_calls``: NeMo Gym's ``execute_tools: false``)."""
     t0 = time.perf_counter()
     response = await ask_model(state, call_model)
     outputs, refused = [], 0

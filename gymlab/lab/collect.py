@@ -89,11 +89,9 @@ def _config_of(source: Any):
 
     if isinstance(source, Config):
         return source
-    if isinstance(source, (str, os.PathLike)):
-        return load_config(source) if Path(source).suffix in YAML_SUFFIXES else None
-    if isinstance(source, (list, tuple)) and source and all(isinstance(s, (str, os.PathLike)) for s in source):
-        if all(Path(s).suffix in YAML_SUFFIXES for s in source):
-            return load_config(*source)
+    paths = [source] if isinstance(source, (str, os.PathLike)) else source if isinstance(source, (list, tuple)) else ()
+    if paths and all(isinstance(s, (str, os.PathLike)) and Path(s).suffix in YAML_SUFFIXES for s in paths):
+        return load_config(*paths)
     return None
 
 

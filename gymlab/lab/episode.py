@@ -134,11 +134,9 @@ def _release_dropped(session: _Session) -> None:
 
 
 class Episode:
-    """One episode against a served environment, driven by hand or by a model.
-
-    Built by ``lab.episode(server_or_agent, row, model=...)``; ``history``, ``steps``, ``frame``
-    and ``rollout`` describe it at any point. Use it as a context manager, or call ``close()``.
-    """
+    """One episode against a served environment, driven by hand or by a model (``lab.episode(...)``);
+    ``history``, ``steps``, ``frame`` and ``rollout`` describe it at any point. Use it as a context
+    manager, or call ``close()``."""
 
     protocol = ""
     #: Seconds one model call may take (the agent servers' default).
@@ -269,10 +267,8 @@ class Episode:
         await self.aclose()
 
     async def afork(self) -> Episode:
-        """A new session with this episode's actions replayed; it then continues independently.
-
-        Raises ``ForkDivergedError`` (naming the step) when the replay gives other results.
-        """
+        """A new session with this episode's actions replayed, then independent; ``ForkDivergedError``
+        (naming the step) when the replay gives other results."""
         branch = self._spawn()
         try:
             await branch._replay(self)

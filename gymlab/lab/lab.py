@@ -145,10 +145,10 @@ class Lab:
         from gymlab.registry import agent_class
 
         cls = agent_class(agent) if isinstance(agent, str) else agent
-        if resources is not None:
-            config["resources_server"] = _url(resources)
+        if resources is not None:  # a handle, or a URL
+            config["resources_server"] = getattr(resources, "url", resources)
         if model is not None:
-            config["model_server"] = _url(model)
+            config["model_server"] = getattr(model, "url", model)
         return self.serve(
             cls, name=name or (agent if isinstance(agent, str) else None), handle_cls=AgentHandle, **config
         )
@@ -213,11 +213,9 @@ class Lab:
         return pool
 
     def episode(self, target: ServerHandle, row: dict[str, Any], *, model: Any = None, max_steps: int | None = None):
-        """An interactive episode of ``row`` against a resources server or an agent's environment.
-
-        ``model`` (a handle or URL) answers ``model_turn``/``step()``; an agent handle brings its own.
-        A ``CellPool`` (``serve_pool``) pins the episode to one cell: its environment and model.
-        """
+        """An interactive episode of ``row`` against a resources server or an agent's environment; ``model``
+        (a handle or URL) answers ``model_turn``/``step()`` (an agent brings its own). A ``CellPool``
+        (``serve_pool``) pins the episode to one cell: its environment and model."""
         from gymlab.lab.gymnasium_episode import GymnasiumEpisode
         from gymlab.lab.seed_verify import SeedVerifyEpisode
 
@@ -400,10 +398,6 @@ def _protocol_of(server: Any, agent: Any) -> str:
             "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)"
         )
     return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
-
-
-def _url(target: Any) -> str:
-    return target if isinstance(target, str) else target.url
 
 
 @atexit.register

@@ -31,11 +31,8 @@ COLUMNS = list(DTYPES)
 
 
 def row_of(record: Rollout, rows: dict[Any, dict] | None = None) -> dict[str, Any]:
-    """The dataset row a record was run from: its fields minus what the run added.
-
-    A verify drops the row fields its request model does not declare (wire reference), so a record
-    may lack some (a seed field, say); ``rows`` (by ``_ng_task_index``) supplies the originals.
-    """
+    """The dataset row a record was run from: its fields minus what the run added, completed from
+    ``rows`` (by ``_ng_task_index``) where the verify dropped fields its request model does not declare."""
     data = record.model_dump(mode="json", exclude_none=True)
     row = {k: v for k, v in data.items() if k not in RESULT_KEYS}
     if rows is not None:
@@ -195,13 +192,9 @@ def reverify(
 
     ``environment`` is a ``SimpleResourcesServer`` subclass (built with ``config``) or instance,
     served in a background thread (real HTTP, its lifespan run) for the duration of the call, or a
-    running server's handle or URL. ``rollouts`` is a
-    ``Rollouts``, a list of records or a rollouts JSONL path. ``rows`` (the dataset rows, or a
-    materialized-inputs JSONL path) restores row fields the stored verify answers dropped; a
-    stateful environment needs them to be seeded as it was. Nothing is asked of any model.
-
-    >>> frame = reverify(StricterCalculator, rollouts, rows=rows)
-    >>> frame[frame.changed]
+    running server's handle or URL. ``rollouts``: a ``Rollouts``, a list of records or a rollouts
+    JSONL path. ``rows`` (the dataset rows, or a materialized-inputs JSONL path) restores row fields
+    the stored verify answers dropped, to seed a stateful environment as it was. No model is asked.
     """
     from gymlab._sync import run_sync
 

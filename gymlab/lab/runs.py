@@ -17,12 +17,9 @@ if TYPE_CHECKING:
 
 
 class Rollouts(Sequence):
-    """Rollout records of one or more runs; ``.episodes``, ``.steps``, ``.calls`` are pandas frames.
-
-    The records are held as their JSON (a ``gymlab.lab.store.RecordStore``: about the size of the
-    JSONL file) and validated into a ``Rollout`` when indexed or iterated; a bad line raises
-    ``DatasetError`` naming the file and line then. Frames are built from the JSON directly.
-    """
+    """Rollout records of one or more runs; ``.episodes``, ``.steps``, ``.calls`` are pandas frames, built
+    from the records' JSON (a ``RecordStore``, about the JSONL file's size). A record is validated when
+    indexed or iterated (a bad line raises ``DatasetError`` naming the file and line then)."""
 
     def __init__(
         self,
@@ -156,11 +153,8 @@ class Rollouts(Sequence):
 
     def __repr__(self) -> str:
         failures = self.failures
-        masked = (
-            f", {sum(failures.values())} masked ({', '.join(f'{k} {v}' for k, v in failures.items())})"
-            if failures
-            else ""
-        )
+        kinds = ", ".join(f"{k} {v}" for k, v in failures.items())
+        masked = f", {sum(failures.values())} masked ({kinds})" if failures else ""
         return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
 
 
@@ -191,10 +185,8 @@ def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:
 
 
 def load(path: str | os.PathLike, kind: str | None = None):
-    """Read a JSONL file written by gymlab or NeMo Gym; rollout files give ``Rollouts`` (with frames).
-
-    Other kinds (sft, rl, task) come back as ``gymlab.read_jsonl`` gives them.
-    """
+    """Read a JSONL file written by gymlab or NeMo Gym: ``Rollouts`` (with frames) for a rollout file,
+    other kinds (sft, rl, task) as ``gymlab.read_jsonl`` gives them."""
     from gymlab.collection.readers import kind_of, read_jsonl
     from gymlab.jsonl import iter_jsonl
 

@@ -47,11 +47,9 @@ class SeedVerifyEpisode(Episode):
         return self.state.steps[-1]
 
     async def acall(self, tool: str, /, **arguments: Any) -> Any:
-        """Call tool route ``/{tool}`` by hand, as if the model had; returns the output (JSON-decoded).
-
-        The call and its output join the conversation (and so the verify). An error status raises
-        ``ServerError`` and records nothing.
-        """
+        """Call tool route ``/{tool}`` by hand, as if the model had; returns the output (JSON-decoded). The
+        call and its output join the conversation (and the verify); an error status raises ``ServerError``
+        and records nothing."""
         self._require_open(f"call({tool!r})")
         if refusal(tool, [tool]) is not None:
             raise EpisodeError(
