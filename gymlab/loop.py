@@ -144,7 +144,13 @@ async def model_turn(
     for call in calls[:allowed]:
         why = refusal(call.name, declared) if check_tools else None
         refused += why is not None
-        outputs.append(await run_tool(call, call_tool, why))
+        if why is None:  # arguments that are not JSON are the model's error too: nothing reaches the server
+            try:
+                args = json.loads(call.arguments or "{}")
+            except ValueError as exc:
+                why = f"Invalid tool call arguments: {exc}"
+        output = json.dumps({"error": why}) if why is not None else await call_tool(call.name, args)
+        outputs.append(FunctionCallOutput(type="function_call_output", call_id=call.call_id, output=output))
     state.added.extend(outputs)
     reason = stop_reason_of(response) or (None if call_tool is not None else "tool_calls")
     if allowed is not None and len(calls) > allowed:
@@ -157,18 +163,6 @@ async def model_turn(
     if reason:
         state.stop_reason = reason
     return reason
-
-
-async def run_tool(call: FunctionCall, call_tool: ToolCall, refused: str | None = None) -> FunctionCallOutput:
-    """The call's output: the tool's answer, or an error for the model when the call was refused or
-    its arguments are not JSON (then nothing reaches the server)."""
-    if refused is None:
-        try:
-            args = json.loads(call.arguments or "{}")
-        except ValueError as exc:
-            refused = f"Invalid tool call arguments: {exc}"
-    output = json.dumps({"error": refused}) if refused is not None else await call_tool(call.name, args)
-    return FunctionCallOutput(type="function_call_output", call_id=call.call_id, output=output)
 
 
 async def run_loop(

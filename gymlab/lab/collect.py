@@ -35,14 +35,11 @@ def collect(
 ) -> CollectResult:
     """Collect the rollouts of a config's rows (or of ``source`` rows) into ``output``.
 
-    ``source``: a config (``load_config(...)``, a YAML path or a list of them), whose servers run in
-    threads of this process (a ``Lab``), in Ray cells (``ray=True``) or already at ``agent_url``; or
-    rows (dicts or a JSONL path) for servers at ``agent_url``. Rows are ``input`` or the config's
-    datasets (``dataset``/``split``), each sent to the agent its ``agent_ref`` names (or ``agent``),
-    a taskset row to its environment server. Errors speak the CLI's names (``--agent-url``,
-    ``--input``, ``--ray``). ``options`` are ``gymlab.collection.collect``'s (``repeats``,
-    ``concurrency``, ``max_retries``, ``timeout_s``, ``shard``...); ``ray_options``
-    ``gymlab.cluster.configs.config_pool``'s.
+    ``source``: a config (``load_config(...)``, YAML paths), whose servers run in this process (a
+    ``Lab``), in Ray cells (``ray=True``) or at ``agent_url``; or rows (dicts, a JSONL path) for
+    servers at ``agent_url``. Rows (``input``, or the config's ``dataset``/``split``) go to the agent
+    their ``agent_ref`` names (or ``agent``), a taskset row to its environment server. Errors speak the
+    CLI's names. ``options``: ``gymlab.collection.collect``'s; ``ray_options``: ``config_pool``'s.
     """
     config = _config_of(source)
     if ray and (agent_url or config is None):

@@ -161,8 +161,7 @@ class Episode:
         self.params: ResponseCreateParams = request.responses_create_params
         self.env_url, self.env_name = env_url, env_name or env_url
         self.model_url, self.model_name = model_url, model_name or (model_url or "")
-        self.agent_name = agent_name
-        self.max_steps = max_steps
+        self.agent_name, self.max_steps = agent_name, max_steps
         self.state = LoopState(self.params)  # the conversation and its steps
         self.steps: list[StepRecord] = self.state.steps
         self.result: dict[str, Any] | None = None

@@ -9,7 +9,7 @@ from typing import Any
 
 from gymlab.errors import ForkDivergedError, ServerError
 from gymlab.lab.episode import Episode, Step, answering
-from gymlab.loop import with_user_message
+from gymlab.loop import ask_model, gymnasium_transition, with_user_message
 from gymlab.protocol import (
     NeMoGymResponse,
     Rollout,
@@ -18,6 +18,7 @@ from gymlab.protocol import (
     function_call,
 )
 from gymlab.protocol import record as records
+from gymlab.protocol.gymnasium import GymnasiumResetResponse, GymnasiumStepResponse
 
 
 def response_of_action(action: Any = None, call: str | None = None, arguments: Any = None) -> NeMoGymResponse | None:
@@ -68,8 +69,6 @@ class GymnasiumEpisode(Episode):
 
     async def areset(self) -> tuple[str | None, dict[str, Any]]:
         """POST /reset with the row; returns ``(observation, info)``."""
-        from gymlab.protocol.gymnasium import GymnasiumResetResponse
-
         reset = GymnasiumResetResponse.model_validate(await self._start("/reset", "reset"))
         self.state.params = with_user_message(self.params, reset.observation)
         self.observation, self.reset_info = reset.observation, reset.info
@@ -78,9 +77,6 @@ class GymnasiumEpisode(Episode):
 
     async def astep(self, action: Any = None, *, call: str | None = None, arguments: Any = None) -> Step:
         """One transition: the action (or the model's answer) to ``/step``; returns the ``Step``."""
-        from gymlab.loop import ask_model, gymnasium_transition
-        from gymlab.protocol.gymnasium import GymnasiumStepResponse
-
         self._require_open("step()")
         given = response_of_action(action, call, arguments)
         t0 = time.perf_counter()
@@ -130,7 +126,7 @@ class GymnasiumEpisode(Episode):
         return self.steps[before:]
 
     def _record(self) -> Rollout:
-        """With the fields ``gymnasium_agent`` reports."""
+        """The record, with the fields ``gymnasium_agent`` reports."""
         return records.from_transitions(
             self.state.params,
             self.state.final_response(),

@@ -30,8 +30,7 @@ class Lab:
     """
 
     def __init__(self, log_level: str = "warning", *, wire: bool = False):
-        self.log_level = log_level
-        self.wire = wire
+        self.log_level, self.wire = log_level, wire
         self._handles: dict[str, ServerHandle] = {}
         self._pools: list = []  # CellPools this lab started (``serve_pool``); closed with the lab
         self._running: set[asyncio.Task] = set()

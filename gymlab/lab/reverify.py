@@ -27,7 +27,6 @@ DTYPES = {
     "replay_matches": "boolean",
     "error": "str",
 }
-COLUMNS = list(DTYPES)
 
 
 def row_of(record: Rollout, rows: dict[Any, dict] | None = None) -> dict[str, Any]:
@@ -91,7 +90,7 @@ async def averify_one(
 
 def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | ServerError]):
     """Old vs new reward per episode as a pandas frame (a failed re-verify has NaN and its error)."""
-    cols: dict[str, list] = {c: [] for c in COLUMNS}
+    cols: dict[str, list] = {c: [] for c in DTYPES}
     for n, (record, answer) in enumerate(zip(records, answers)):
         extra = record.__pydantic_extra__ or {}
         failed = isinstance(answer, ServerError)

@@ -255,8 +255,7 @@ class MemorySink:
         self, total: int, agent: str, env: str | None, on_error: str, state: RunState, bar: Any, observe: Any = None
     ):
         self.held = StoreBuilder(total)
-        self.observe = observe
-        self.agent, self.env, self.on_error, self.bar = agent, env or agent, on_error, bar
+        self.agent, self.env, self.on_error, self.bar, self.observe = agent, env or agent, on_error, bar, observe
         self.order: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
         state.finished = Finished(self.held, self.order)
 
@@ -316,7 +315,10 @@ async def arun_many(
     budget = agent.rollout_budget() if callable(getattr(agent, "rollout_budget", None)) else None
     state = state if state is not None else RunState()
     state.total = total
-    bar = _progress(total, name) if progress else None
+    if progress:
+        from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc=name, unit="episode") if progress else None
     sink = MemorySink(total, name, env_name, on_error, state, bar, observe)
     jobs = (Job(i, row, pool, name) for i, row in enumerate(iter_expand(rows, repeats)))
     try:
@@ -325,9 +327,3 @@ async def arun_many(
     finally:
         if bar is not None:
             bar.close()
-
-
-def _progress(total: int, name: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=name, unit="episode")

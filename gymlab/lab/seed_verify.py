@@ -129,7 +129,7 @@ class SeedVerifyEpisode(Episode):
         return self.rollout
 
     def _record(self) -> Rollout:
-        """The verify's answer once verified."""
+        """The record: the verify's answer once verified."""
         return records.verified(
             self.result,
             self.state.steps,
