@@ -1,8 +1,6 @@
-"""The model <-> tools loop as plain async functions, and the server session an episode holds.
-
-Agent servers and notebook episodes both call these; no HTTP handler lives here. The caller
-passes two coroutines: one asks the model for a response, one runs a tool and returns its output.
-``EpisodeSession`` is how both hold an environment's session and release it exactly once.
+"""The model <-> tools loop as plain async functions, and the server session an episode holds (agent
+servers and notebook episodes both use them). The caller passes two coroutines: one asks the model for
+a response, one runs a tool and returns its output. No HTTP handler lives here.
 """
 
 from __future__ import annotations
@@ -42,38 +40,16 @@ DEFAULT_MAX_TOOL_CALLS_PER_TURN = 64
 
 #: Routes of a resources server that are its lifecycle or built-ins, never a model's tool.
 RESERVED_ROUTES = frozenset(
-    {
-        "seed_session",
-        "verify",
-        "close_session",
-        "reset",
-        "step",
-        "close",
-        "aggregate_metrics",
-        "health",
-        "docs",
-        "redoc",
-        "openapi.json",
-        "run",
-        "v1",
-        "responses",
-        "mcp",
-    }
+    "seed_session verify close_session reset step close aggregate_metrics health docs redoc openapi.json run v1 "
+    "responses mcp".split()
 )
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
-def declared_tools(params: ResponseCreateParams) -> list[str]:
-    """The function tools a row declares, by name."""
-    return [t.name for t in params.tools or () if getattr(t, "type", "function") == "function" and t.name]
-
-
 def refusal(name: str, declared: list[str]) -> str | None:
-    """Why a function call named ``name`` must not reach the server, or None when it may.
-
-    A call reaches ``POST /{name}`` only when ``name`` is a declared tool, a plain route segment,
-    and not a lifecycle or built-in route: a model cannot seed, verify or close its own episode.
-    """
+    """Why a function call named ``name`` must not reach ``POST /{name}``, or None when it may: only a
+    declared tool, a plain route segment, and no lifecycle or built-in route (a model cannot seed,
+    verify or close its own episode)."""
     if not isinstance(name, str) or not _PLAIN_NAME.match(name) or name in RESERVED_ROUTES:
         return f"tool {name!r} is not callable; declared: {', '.join(declared) or 'none'}"
     if name not in declared:
@@ -81,41 +57,11 @@ def refusal(name: str, declared: list[str]) -> str | None:
     return None
 
 
-def model_request(params: ResponseCreateParams, items: list[Any]) -> dict:
-    """The body sent to a model server: the authored request (unset fields left out), ``input`` replaced."""
-    body = params.model_dump(mode="json", exclude_unset=True)
-    body["input"] = [dump_item(i) for i in items]
-    if params.tools:
-        body["tools"] = [dump_item(t) for t in params.tools]
-    return body
-
-
-def parse_arguments(call: FunctionCall) -> tuple[Any, str | None]:
-    """The call's arguments as JSON, or an error output for the model when they are not JSON."""
-    try:
-        return json.loads(call.arguments or "{}"), None
-    except ValueError as exc:
-        return None, json.dumps({"error": f"Invalid tool call arguments: {exc}"})
-
-
-@dataclass
-class TurnResult:
-    response: NeMoGymResponse
-    tool_outputs: list[FunctionCallOutput]
-    done: bool
-    stop_reason: str | None
-    duration_s: float
-
-
 @dataclass
 class LoopState:
-    """The conversation of one episode so far: the authored input plus every item added.
-
-    Tool calls are bounded twice: ``max_tool_calls_per_turn`` per model answer, and the request's own
-    ``max_tool_calls`` (the Responses field) over the episode. An answer with more calls than both
-    allow has the first ones run, the rest not, and ends the episode (``max_tool_calls``: truncated,
-    the response ``incomplete``), as ``max_steps`` ends one that runs out of model calls.
-    """
+    """The conversation of one episode so far: the authored input plus every item added. Tool calls
+    are bounded per answer (``max_tool_calls_per_turn``) and per episode (the row's ``max_tool_calls``);
+    the README's "Tool calls are bounded too" has the rule."""
 
     params: ResponseCreateParams
     added: list[Any] = field(default_factory=list)
@@ -131,10 +77,13 @@ class LoopState:
         return self.params.input_items() + self.added
 
     def request_body(self) -> dict:
-        """``model_request(params, items)``, with the authored request dumped once per episode (only
-        the items added since are dumped on each turn)."""
+        """The body sent to a model server: the authored request (unset fields left out, dumped once
+        per episode), its input followed by the items added since."""
         if self._wire is None or self._wire[0] is not self.params:
-            base = model_request(self.params, self.params.input_items())
+            base = self.params.model_dump(mode="json", exclude_unset=True)
+            base["input"] = [dump_item(i) for i in self.params.input_items()]
+            if self.params.tools:
+                base["tools"] = [dump_item(t) for t in self.params.tools]
             self._wire = (self.params, base, base["input"])
         _, base, authored = self._wire
         return {**base, "input": authored + [dump_item(i) for i in self.added]}
@@ -145,16 +94,6 @@ class LoopState:
         if self.params.max_tool_calls is not None:
             caps.append(max(0, self.params.max_tool_calls - sum(len(s.tool_outputs) for s in self.steps)))
         return min((c for c in caps if c is not None), default=None)
-
-    def record(self, turn: TurnResult) -> StepRecord:
-        step = StepRecord(
-            index=len(self.steps),
-            action=list(turn.response.output),
-            tool_outputs=list(turn.tool_outputs),
-            duration_s=turn.duration_s,
-        )
-        self.steps.append(step)
-        return step
 
     def final_response(self) -> NeMoGymResponse:
         """The episode's response: the last model response, with every added item and summed usage."""
@@ -190,45 +129,40 @@ async def ask_model(state: LoopState, call_model: ModelCall) -> NeMoGymResponse:
 
 async def model_turn(
     state: LoopState, call_model: ModelCall, call_tool: ToolCall | None, *, check_tools: bool = True
-) -> TurnResult:
-    """One model call, then each of its function calls in order; the state is updated.
-
-    A call of an undeclared or reserved tool is answered with an error output and counted on the
-    step (``tool_errors``); ``check_tools=False`` is for a call a researcher made by hand (no caps
-    either). Calls past ``state.tool_call_allowance()`` are not run and end the episode
-    (``max_tool_calls``). Without ``call_tool`` the calls are left unresolved and the loop stops
-    (``tool_calls``): whoever asked runs them (NeMo Gym's ``execute_tools: false``).
-    """
+) -> str | None:
+    """One model call, then each of its function calls in order, recorded as a step of ``state``;
+    returns why the episode stops there (None: it goes on). A refused call gets an error output and
+    counts in ``tool_errors`` (``check_tools=False``: a call made by hand, no caps either); calls
+    past ``state.tool_call_allowance()`` are not run (``max_tool_calls``). Without ``call_tool``
+    the calls are left to whoever asked (``tool_calls``: NeMo Gym's ``execute_tools: false``)."""
     t0 = time.perf_counter()
     response = await ask_model(state, call_model)
     outputs, refused = [], 0
-    declared = declared_tools(state.params)
+    declared = [t.name for t in state.params.tools or () if getattr(t, "type", "function") == "function" and t.name]
     calls = [c for c in response.output if isinstance(c, FunctionCall)] if call_tool is not None else []
     allowed = state.tool_call_allowance() if check_tools else None
     for call in calls[:allowed]:
         why = refusal(call.name, declared) if check_tools else None
         refused += why is not None
-        outputs.append(await run_tool(call, call_tool, why))
+        if why is None:  # arguments that are not JSON are the model's error too: nothing reaches the server
+            try:
+                args = json.loads(call.arguments or "{}")
+            except ValueError as exc:
+                why = f"Invalid tool call arguments: {exc}"
+        output = json.dumps({"error": why}) if why is not None else await call_tool(call.name, args)
+        outputs.append(FunctionCallOutput(type="function_call_output", call_id=call.call_id, output=output))
     state.added.extend(outputs)
     reason = stop_reason_of(response) or (None if call_tool is not None else "tool_calls")
     if allowed is not None and len(calls) > allowed:
         reason = "max_tool_calls"
-    turn = TurnResult(response, outputs, reason is not None, reason, time.perf_counter() - t0)
-    state.record(turn).tool_errors = refused
+    step = StepRecord(
+        index=len(state.steps), action=list(response.output), tool_outputs=outputs, duration_s=time.perf_counter() - t0
+    )
+    step.tool_errors = refused
+    state.steps.append(step)
     if reason:
         state.stop_reason = reason
-    return turn
-
-
-async def run_tool(call: FunctionCall, call_tool: ToolCall, refused: str | None = None) -> FunctionCallOutput:
-    """The call's output: the tool's answer, or an error for the model when the call was refused or
-    its arguments are not JSON (then nothing reaches the server)."""
-    if refused is not None:
-        output = json.dumps({"error": refused})
-    else:
-        args, error = parse_arguments(call)
-        output = error if error is not None else await call_tool(call.name, args)
-    return FunctionCallOutput(type="function_call_output", call_id=call.call_id, output=output)
+    return reason
 
 
 async def run_loop(
@@ -240,10 +174,8 @@ async def run_loop(
 ) -> LoopState:
     """Run model turns until a stop rule fires or ``max_steps`` model calls were made (None: no limit).
 
-    ``max_steps`` counts model calls; tool calls are bounded by the state's caps (``LoopState``). A
-    model server that refuses a later turn's request as too large (413) ends the episode, truncated
-    (``conversation_too_large``): it took the authored request, so what grew is the episode's own
-    transcript, and a policy that writes too much is graded, not masked."""
+    A model server refusing a later turn's request 413 ends the episode graded, truncated
+    (``conversation_too_large``: the README's "A policy that writes too much gets its 0")."""
     state = state or LoopState(params)
     while True:
         if max_steps is not None and len(state.steps) >= max_steps:
@@ -251,13 +183,13 @@ async def run_loop(
             return state
         asked = state.last
         try:
-            turn = await model_turn(state, call_model, call_tool)
+            reason = await model_turn(state, call_model, call_tool)
         except ServerError as exc:
             if exc.status != 413 or not state.steps or state.last is not asked:  # not the model's refusal
                 raise
             state.stop_reason = "conversation_too_large"
             return state
-        if turn.done:
+        if reason is not None:
             return state
 
 
@@ -284,11 +216,8 @@ def with_user_message(params: ResponseCreateParams, observation: str | None) -> 
 
 
 def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: Any, duration_s: float) -> StepRecord:
-    """Record one Gymnasium transition (``answer`` is the ``/step`` reply) in ``state``.
-
-    The step record always; for a step that goes on, the tool outputs and the observation the model
-    sees next. Shared by gymnasium_agent and notebook episodes.
-    """
+    """Record one Gymnasium transition (``answer``: the ``/step`` reply) in ``state``: the step, and for a
+    step that goes on, the tool outputs and the observation the model sees next."""
     outputs = tool_outputs(answer)
     record = StepRecord(
         index=len(state.steps),
@@ -312,14 +241,9 @@ def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: An
 
 
 class EpisodeSession:
-    """The environment session one episode holds, released exactly once.
-
-    The one rule of agents (``BaseAgent.run_episode``) and notebook episodes alike: the session is
-    held from the request that may open it (a seed or reset: its reply can be lost after it took
-    effect) until the episode ends it (``ended()``: a verify, a terminal step) or ``release()``
-    posts ``release_path`` for it. ``take()`` is true once, for whoever releases (thread-safe: a
-    dropped notebook episode is released from the collector's thread).
-    """
+    """The environment session one episode holds, agents' and notebook episodes' alike, released once:
+    held from the request that may open it (a seed or reset whose reply is lost may have taken effect)
+    until ``ended()`` (a verify, a terminal step) or ``release()``. ``take()`` is true once (thread-safe)."""
 
     __slots__ = ("url", "server", "cookies", "release_path", "release_body", "open", "_lock")
 
@@ -359,9 +283,7 @@ class EpisodeSession:
 
     async def release(self, timeout: float | None = None) -> Any:
         """Release the session if this call takes it (``send_release``); None otherwise."""
-        if self.take():
-            return await self.send_release(timeout)
-        return None
+        return await self.send_release(timeout) if self.take() else None
 
     async def send_release(self, timeout: float | None = None) -> Any:
         """POST the release route; its answer, or None when the server has no such route (404: it keeps

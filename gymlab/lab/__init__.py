@@ -1,8 +1,5 @@
-"""The notebook layer: Lab and server handles, episodes, rollouts, frames, plots and widgets.
-
-Names load lazily, so ``import gymlab.lab.frames`` needs only pandas (and ``gymlab.lab.plots`` only
-matplotlib): the HTTP stack comes with ``Lab`` and the episodes, when they are first used.
-"""
+"""The notebook layer: Lab and server handles, episodes, rollouts, frames, plots and widgets (names load
+lazily: ``import gymlab.lab.frames`` needs only pandas, the HTTP stack comes with ``Lab``)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """``collect(config, output, ...)``: a config's servers served for one collection, every row collected.
 
-The function behind ``gymlab collect`` (which only parses its arguments into this call). ``source``
-is a config (``load_config(...)``, a YAML path or a list of them) or rows (dicts or a rows JSONL
-path) for servers already running at ``agent_url``. A config's servers run in threads of this
-process (a ``Lab``), in Ray cells (``ray=True``), or are already running (``agent_url``); the rows
-are ``input`` or the config's datasets (``dataset``/``split`` pick some), each sent to the agent its
-``agent_ref`` names (or ``agent``), a taskset row to its environment server. The collection itself
-is ``gymlab.collection.collect`` (the run engine's JSONL sink); Ctrl-C stops it through
-``gymlab._sync.run_sync`` and the servers stop with it.
+The function behind ``gymlab collect``; the collection itself is ``gymlab.collection.collect`` (the
+run engine's JSONL sink), and Ctrl-C stops it and the servers with it.
 """
 
 from __future__ import annotations
@@ -39,11 +33,13 @@ def collect(
     ray_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> CollectResult:
-    """Collect the rollouts of a config's rows (or of ``source`` rows) into ``output`` (see the module doc).
+    """Collect the rollouts of a config's rows (or of ``source`` rows) into ``output``.
 
-    Errors speak the CLI's names (``--agent-url`` is ``agent_url=``, ``--input`` the rows, ``--ray``
-    ``ray=True``). ``options`` are ``gymlab.collection.collect``'s (``repeats``, ``concurrency``, ``max_retries``,
-    ``timeout_s``, ``shard``...); ``ray_options`` are ``gymlab.cluster.configs.config_pool``'s.
+    ``source``: a config (``load_config(...)``, YAML paths), whose servers run in this process (a
+    ``Lab``), in Ray cells (``ray=True``) or at ``agent_url``; or rows (dicts, a JSONL path) for
+    servers at ``agent_url``. Rows (``input``, or the config's ``dataset``/``split``) go to the agent
+    their ``agent_ref`` names (or ``agent``), a taskset row to its environment server. Errors speak the
+    CLI's names. ``options``: ``gymlab.collection.collect``'s; ``ray_options``: ``config_pool``'s.
     """
     config = _config_of(source)
     if ray and (agent_url or config is None):
@@ -90,11 +86,9 @@ def _config_of(source: Any):
 
     if isinstance(source, Config):
         return source
-    if isinstance(source, (str, os.PathLike)):
-        return load_config(source) if Path(source).suffix in YAML_SUFFIXES else None
-    if isinstance(source, (list, tuple)) and source and all(isinstance(s, (str, os.PathLike)) for s in source):
-        if all(Path(s).suffix in YAML_SUFFIXES for s in source):
-            return load_config(*source)
+    paths = [source] if isinstance(source, (str, os.PathLike)) else source if isinstance(source, (list, tuple)) else ()
+    if paths and all(isinstance(s, (str, os.PathLike)) and Path(s).suffix in YAML_SUFFIXES for s in paths):
+        return load_config(*paths)
     return None
 
 
@@ -127,9 +121,6 @@ def config_route(config, urls: dict[str, str], agent: str | None, replicas=None,
         ref = config.servers[name].refs.get("resources_server")
         return urls.get(ref[1]) if ref and ref[1] not in metrics_here else None
 
-    def pool_of(name: str):
-        return replicas(name) if replicas is not None else None
-
     def route(row: dict[str, Any]) -> Target:
         if "task_input" in row and agent is None:
             taskset = str(row.get("task_id", "")).split("/", 1)[0]
@@ -138,9 +129,11 @@ def config_route(config, urls: dict[str, str], agent: str | None, replicas=None,
                 raise ConfigError(
                     f"row {row.get('task_id')!r}: taskset {taskset!r} is not in environment_server_routes"
                 )
-            return Target(urls[env], {"type": "environment_servers", "name": env}, None, pool_of(env))
+            pool = replicas(env) if replicas is not None else None
+            return Target(urls[env], {"type": "environment_servers", "name": env}, None, pool)
         name = agent_of(row, agents, agent)
-        return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool_of(name))
+        pool = replicas(name) if replicas is not None else None
+        return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool)
 
     return route
 

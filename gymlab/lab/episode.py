@@ -1,16 +1,13 @@
 """Interactive episodes: step an environment by hand or by model, fork it, grade it, release it.
 
-This module is the base (``Episode``, its session and sync forms); ``lab.episode(server_or_agent,
-row)`` returns a ``gymlab.lab.seed_verify.SeedVerifyEpisode`` or a
-``gymlab.lab.gymnasium_episode.GymnasiumEpisode`` (chosen from the environment's routes). Model turns go through ``gymlab.loop``, the same code the
-agent servers run. Every method has a sync form and an ``a``-prefixed async form; sync forms run on
-gymlab's background loop, so they work in a kernel, a script and pytest alike. An episode that is
-closed, or dropped without closing, releases its server session exactly once.
+The base of ``SeedVerifyEpisode`` and ``GymnasiumEpisode`` (``lab.episode`` picks one from the
+environment's routes). Every public ``aname`` method runs on gymlab's loop and has a sync form
+``name``; an episode closed, or dropped without closing, releases its server session exactly once.
 """
 
 from __future__ import annotations
 
-import abc
+import asyncio
 import functools
 import inspect
 import json
@@ -24,12 +21,9 @@ from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.client import ask_model_server, post_ok
 from gymlab.errors import EpisodeError
 from gymlab.lab.display import clip
-from gymlab.loop import EpisodeSession, LoopState
-from gymlab.protocol import (
-    NeMoGymResponse,
-    ResponseCreateParams,
-    StepRecord,
-)
+from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession, LoopState
+from gymlab.protocol import NeMoGymResponse, ResponseCreateParams, Rollout, StepRecord
+from gymlab.protocol import record as records
 from gymlab.protocol.resources import AgentRunRequest, dump_row
 
 
@@ -39,6 +33,15 @@ def parse_output(text: str) -> Any:
         return json.loads(text)
     except (TypeError, ValueError):
         return text
+
+
+def answering(response: NeMoGymResponse):
+    """A model call that answers ``response`` (an action given by hand, pushed through the loop)."""
+
+    async def call_model(_body: dict) -> NeMoGymResponse:
+        return response
+
+    return call_model
 
 
 class _Transition(NamedTuple):
@@ -54,12 +57,6 @@ class Step(_Transition):
     info = ep.step(...)``), with the step's record (``record``: action, tool outputs) for display."""
 
     record: StepRecord | None = None
-
-    @classmethod
-    def of(cls, record: StepRecord, observation: str | None, info: dict[str, Any]) -> Step:
-        step = cls(observation, record.reward, record.terminated, record.truncated, info)
-        step.record = record
-        return step
 
     def _repr_html_(self) -> str:
         from gymlab.lab.display import step_html
@@ -86,45 +83,34 @@ def _on_gymlab_loop(fn):
     return method
 
 
-class _synced:
-    """``ep.name(...)`` as the sync form of ``ep.aname(...)``: same signature, the async form's docstring."""
+def _add_sync_forms(cls: type) -> None:
+    """Each public coroutine method ``aname`` of ``cls`` runs on gymlab's loop and gets its sync form
+    ``name`` (the same signature, the async form's docstring)."""
+    for attr, coro_fn in list(vars(cls).items()):
+        if attr.startswith("a") and inspect.iscoroutinefunction(coro_fn):
+            setattr(cls, attr, _on_gymlab_loop(coro_fn))
+            setattr(cls, attr[1:], _sync_form(cls, attr, coro_fn))
 
-    def __set_name__(self, owner, name):
-        self.name = name
 
-    def __get__(self, obj, owner):
-        if obj is None:
-            return self
-        coro_fn = getattr(obj, "a" + self.name)
+def _sync_form(cls: type, attr: str, coro_fn: Any):
+    def method(self, *args, **kwargs):
+        return run_sync(getattr(self, attr)(*args, **kwargs))
 
-        @functools.wraps(coro_fn)
-        def method(*args, **kwargs):
-            return run_sync(coro_fn(*args, **kwargs))
-
-        method.__name__ = self.name
-        method.__qualname__ = f"{owner.__qualname__}.{self.name}"
-        method.__doc__ = f"Sync form of ``a{self.name}``. {coro_fn.__doc__ or ''}".rstrip()
-        method.__signature__ = inspect.signature(coro_fn)
-        del method.__wrapped__  # the signature is set; nothing should unwrap to the coroutine function
-        return method
+    method.__name__, method.__qualname__ = attr[1:], f"{cls.__qualname__}.{attr[1:]}"
+    method.__doc__ = f"Sync form of ``{attr}``. {coro_fn.__doc__ or ''}".rstrip()
+    method.__signature__ = inspect.signature(coro_fn)
+    return method
 
 
 class _Session(EpisodeSession):
-    """The server session of one episode (``gymlab.loop.EpisodeSession``, the agents' own); the
-    finalizer holds this, not the episode."""
+    """The server session of one episode (the agents' own ``EpisodeSession``); the finalizer holds
+    this, not the episode."""
 
-    __slots__ = ("env",)
-
-    def __init__(self, url: str, release_path: str, env: str, release_body: Any = None):
-        super().__init__(url, release_path, server=env, release_body=release_body)
-        self.env = env
-
-    async def arelease(self) -> Any:
-        return await self.release()
+    __slots__ = ()
 
     def missing_route(self) -> None:
         warnings.warn(
-            f"{self.env}: has no {self.release_path} route, so an unfinished episode's state stays on the "
+            f"{self.server}: has no {self.release_path} route, so an unfinished episode's state stays on the "
             "server until the server reclaims it",
             RuntimeWarning,
         )
@@ -132,31 +118,25 @@ class _Session(EpisodeSession):
 
 def _release_dropped(session: _Session) -> None:
     """Finalizer: release a dropped episode's session from whatever thread the collector runs in."""
+
+    async def release() -> None:
+        try:
+            await asyncio.wait_for(session.release(), 10)
+        except Exception as exc:  # a finalizer cannot raise; say what happened instead
+            warnings.warn(f"{session.server}: releasing a dropped episode's session failed: {exc}", RuntimeWarning)
+
     if not session.open:
         return
-    loop = background_loop()
     if threading.current_thread().name == "gymlab-sync":
-        loop.create_task(_release_quietly(session))
-        return
-    try:
-        run_sync(session.arelease(), timeout=10)
-    except Exception as exc:  # a finalizer cannot raise; say what happened instead
-        warnings.warn(f"{session.env}: releasing a dropped episode's session failed: {exc}", RuntimeWarning)
+        background_loop().create_task(release())
+    else:
+        run_sync(release())
 
 
-async def _release_quietly(session: _Session) -> None:
-    try:
-        await session.arelease()
-    except Exception as exc:
-        warnings.warn(f"{session.env}: releasing a dropped episode's session failed: {exc}", RuntimeWarning)
-
-
-class Episode(abc.ABC):
-    """One episode against a served environment, driven by hand or by a model.
-
-    Built by ``lab.episode(server_or_agent, row, model=...)``; ``history``, ``steps``, ``frame``
-    and ``rollout`` describe it at any point. Use it as a context manager, or call ``close()``.
-    """
+class Episode:
+    """One episode against a served environment, driven by hand or by a model (``lab.episode(...)``);
+    ``history``, ``steps``, ``frame`` and ``rollout`` describe it at any point. Use it as a context
+    manager, or call ``close()``."""
 
     protocol = ""
     #: Seconds one model call may take (the agent servers' default).
@@ -174,7 +154,6 @@ class Episode(abc.ABC):
         model_url: str | None = None,
         model_name: str = "",
         agent_name: str = "",
-        env_server: Any = None,
         max_steps: int | None = None,
     ):
         request = AgentRunRequest.model_validate(row)
@@ -182,17 +161,18 @@ class Episode(abc.ABC):
         self.params: ResponseCreateParams = request.responses_create_params
         self.env_url, self.env_name = env_url, env_name or env_url
         self.model_url, self.model_name = model_url, model_name or (model_url or "")
-        self.agent_name = agent_name
-        self.env_server = env_server
-        self.max_steps = max_steps
+        self.agent_name, self.max_steps = agent_name, max_steps
         self.state = LoopState(self.params)  # the conversation and its steps
         self.steps: list[StepRecord] = self.state.steps
         self.result: dict[str, Any] | None = None
         self._actions: list[tuple[str, Any]] = []
         self._started = time.perf_counter()
-        self._init_protocol()
         self._session = self._make_session()
         self._finalizer = weakref.finalize(self, _release_dropped, self._session)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _add_sync_forms(cls)
 
     @property
     def history(self) -> list[Any]:
@@ -200,30 +180,33 @@ class Episode(abc.ABC):
         observation is the first user message), then what the episode added."""
         return self.state.items
 
-    def _init_protocol(self) -> None:
-        """Set up the protocol's own state (before the session exists)."""
-
-    @abc.abstractmethod
     def _make_session(self) -> _Session:
-        """The episode's session and how it is released; it must not hold the episode (the finalizer
+        """The episode's session, released by ``/close``; it must not hold the episode (the finalizer
         releases it)."""
+        return _Session(self.env_url, "/close", server=self.env_name)
 
     # -- plumbing shared by both protocols ---------------------------------------------------
 
     def _spawn(self) -> Episode:
-        return type(self)(
-            self.env_url,
-            self.row,
-            env_name=self.env_name,
-            model_url=self.model_url,
-            model_name=self.model_name,
-            agent_name=self.agent_name,
-            env_server=self.env_server,
-            max_steps=self.max_steps,
-        )
+        names = ("env_name", "model_url", "model_name", "agent_name", "max_steps")
+        return type(self)(self.env_url, self.row, **{n: getattr(self, n) for n in names})
 
     async def _env(self, path: str, body: Any) -> Any:
         return await post_ok(self.env_url, path, body, self._session.cookies, server=self.env_name)
+
+    async def _start(self, path: str, done: str) -> Any:
+        """POST ``path`` (the seed or the reset) with the row; the session is held from then on."""
+        if self._session.open or self.done:
+            raise EpisodeError(
+                f"{self.env_name}: the episode is already {done}; use ep.fork() or a new lab.episode(...)"
+            )
+        answer = await self._env(path, self.row)
+        self._session.opened()
+        self._started = time.perf_counter()
+        return answer
+
+    def _step_limit(self, max_steps: int | None) -> int:
+        return max_steps if max_steps is not None else (self.max_steps or DEFAULT_MAX_STEPS)
 
     async def call_model(self, body: dict) -> NeMoGymResponse:
         """Ask the episode's model server for a response to ``body``."""
@@ -253,20 +236,22 @@ class Episode(abc.ABC):
         return self._closed or self.result is not None
 
     @property
+    def rollout(self) -> Rollout:
+        """The episode as a rollout record, with the episode's agent and environment names."""
+        return records.with_identity(self._record(), agent=self.agent_name or None, env=self.env_name)
+
+    @property
     def frame(self):
         """The steps so far as a pandas frame (``gymlab.lab.frames.steps_frame``)."""
         from gymlab.lab.frames import steps_frame
 
         return steps_frame([self.rollout])
 
-    @_on_gymlab_loop
     async def aclose(self) -> None:
         """Release the server session now (idempotent); the episode keeps its history."""
         self._closed = True
         self._finalizer.detach()
-        await self._session.arelease()
-
-    close = _synced()
+        await self._session.release()
 
     def __enter__(self) -> Episode:
         return self
@@ -280,12 +265,9 @@ class Episode(abc.ABC):
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    @_on_gymlab_loop
     async def afork(self) -> Episode:
-        """A new session with this episode's actions replayed; it then continues independently.
-
-        Raises ``ForkDivergedError`` (naming the step) when the replay gives other results.
-        """
+        """A new session with this episode's actions replayed, then independent; ``ForkDivergedError``
+        (naming the step) when the replay gives other results."""
         branch = self._spawn()
         try:
             await branch._replay(self)
@@ -293,8 +275,6 @@ class Episode(abc.ABC):
             await branch.aclose()
             raise
         return branch
-
-    fork = _synced()
 
     def __getattr__(self, name: str) -> Any:
         if name in type(self)._other_protocol_methods:
@@ -312,3 +292,6 @@ class Episode(abc.ABC):
     def __repr__(self) -> str:
         state = "finished" if self.done else ("open" if self._session.open else "not started")
         return f"<{type(self).__name__} {self.env_name} {state}, {len(self.steps)} steps, reward {self.reward:g}>"
+
+
+_add_sync_forms(Episode)

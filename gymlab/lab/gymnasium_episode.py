@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
-from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
-from gymlab.lab.episode import Episode, Step, _on_gymlab_loop, _Session, _synced
-from gymlab.loop import DEFAULT_MAX_STEPS, with_user_message
+from gymlab.errors import ForkDivergedError, ServerError
+from gymlab.lab.episode import Episode, Step, answering
+from gymlab.loop import ask_model, gymnasium_transition, with_user_message
 from gymlab.protocol import (
     NeMoGymResponse,
     Rollout,
@@ -16,6 +18,7 @@ from gymlab.protocol import (
     function_call,
 )
 from gymlab.protocol import record as records
+from gymlab.protocol.gymnasium import GymnasiumResetResponse, GymnasiumStepResponse
 
 
 def response_of_action(action: Any = None, call: str | None = None, arguments: Any = None) -> NeMoGymResponse | None:
@@ -50,61 +53,34 @@ def response_of_action(action: Any = None, call: str | None = None, arguments: A
 
 
 class GymnasiumEpisode(Episode):
-    """A Gymnasium episode: ``reset()``, then steps until terminated or truncated.
-
-    An action is spelt as in a seed/verify episode: ``call("hit")`` (a tool call, arguments as
-    keywords) or ``say("I stand")`` (the assistant's text); ``step()`` with no action asks the model.
-    ``step(action)`` also takes text, ``(name, arguments)``, items or a response. Each step returns
-    ``Step(observation, reward, terminated, truncated, info)``. Tool outputs and observations join the conversation exactly as
-    ``gymnasium_agent`` adds them, so a model sees the same history here as in a run.
+    """A Gymnasium episode: ``reset()``, then steps (``call("hit")``, ``say("I stand")``, ``step(action)``,
+    ``step()``: the model acts) until terminated or truncated, each returning a ``Step``. The history
+    grows exactly as ``gymnasium_agent``'s, so a model sees the same conversation here as in a run.
     """
 
     protocol = "gymnasium"
     _start_name = "reset"
     _other_protocol_methods = frozenset({"seed", "aseed", "model_turn", "amodel_turn", "verify", "averify"})
 
-    def _init_protocol(self) -> None:
-        self.observation: str | None = None
-        self.reset_info: dict[str, Any] = {}
-        self.reset_observation: str | None = None
-        self.last_step: Any = None
+    observation: str | None = None
+    reset_observation: str | None = None
+    reset_info: Mapping[str, Any] = MappingProxyType({})  # the reset's info once reset
+    last_step: Any = None
 
-    def _make_session(self) -> _Session:
-        return _Session(self.env_url, "/close", self.env_name)
-
-    @_on_gymlab_loop
     async def areset(self) -> tuple[str | None, dict[str, Any]]:
         """POST /reset with the row; returns ``(observation, info)``."""
-        from gymlab.protocol.gymnasium import GymnasiumResetResponse
-
-        if self._session.open or self.done:
-            raise EpisodeError(
-                f"{self.env_name}: the episode is already reset; use ep.fork() or a new lab.episode(...)"
-            )
-        reset = GymnasiumResetResponse.model_validate(await self._env("/reset", self.row))
-        self._session.opened()
-        self._started = time.perf_counter()
+        reset = GymnasiumResetResponse.model_validate(await self._start("/reset", "reset"))
         self.state.params = with_user_message(self.params, reset.observation)
         self.observation, self.reset_info = reset.observation, reset.info
         self.reset_observation = reset.observation
         return reset.observation, reset.info
 
-    reset = _synced()
-
-    @_on_gymlab_loop
     async def astep(self, action: Any = None, *, call: str | None = None, arguments: Any = None) -> Step:
         """One transition: the action (or the model's answer) to ``/step``; returns the ``Step``."""
-        from gymlab.loop import ask_model, gymnasium_transition
-        from gymlab.protocol.gymnasium import GymnasiumStepResponse
-
         self._require_open("step()")
         given = response_of_action(action, call, arguments)
         t0 = time.perf_counter()
-
-        async def canned(_body: dict) -> NeMoGymResponse:
-            return given
-
-        response = await ask_model(self.state, self.call_model if given is None else canned)
+        response = await ask_model(self.state, self.call_model if given is None else answering(given))
         self._actions.append(("response", response))
         body = {**self.row, "response": response.model_dump(mode="json", exclude_none=True)}
         try:
@@ -112,10 +88,8 @@ class GymnasiumEpisode(Episode):
         except ServerError as exc:
             # The agents' rule: a failed episode releases its session once (a step that raised released
             # it on the server already, and the close says so; one that timed out did not).
-            self._closed = True
-            self._finalizer.detach()
             try:
-                await self._session.release()
+                await self.aclose()
             except ServerError as also:
                 exc.add_note(f"closing the episode also failed: {also}")
             raise
@@ -125,46 +99,35 @@ class GymnasiumEpisode(Episode):
             self._session.ended()  # the server released the state itself
             self._finalizer.detach()
             self.result = {}
-        else:
-            if self.max_steps is not None and len(self.steps) >= self.max_steps:
-                record.truncated = True
-                self.state.stop_reason = "max_steps"
-                self.result = {}
-                await self.aclose()
-        return Step.of(record, answer.observation, answer.info)
+        elif self.max_steps is not None and len(self.steps) >= self.max_steps:
+            record.truncated = True
+            self.state.stop_reason = "max_steps"
+            self.result = {}
+            await self.aclose()
+        step = Step(answer.observation, record.reward, record.terminated, record.truncated, answer.info)
+        step.record = record
+        return step
 
-    step = _synced()
-
-    @_on_gymlab_loop
     async def acall(self, tool: str, /, **arguments: Any) -> Step:
         """Take a step whose action is a call of tool ``tool`` with ``arguments`` (spelt as a seed/verify
         episode's ``call``); returns the ``Step``."""
         return await self.astep(response_of_action((tool, arguments)))
 
-    call = _synced()
-
-    @_on_gymlab_loop
     async def asay(self, text: str) -> Step:
         """Take a step whose action is the assistant's ``text``; returns the ``Step``."""
         return await self.astep(response_of_action(text))
 
-    say = _synced()
-
-    @_on_gymlab_loop
     async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
         """Model steps until the episode ends (or ``max_steps`` more steps); returns the new steps."""
         before = len(self.steps)
-        limit = max_steps if max_steps is not None else (self.max_steps or DEFAULT_MAX_STEPS)
+        limit = self._step_limit(max_steps)
         while not self.done and len(self.steps) - before < limit:
             await self.astep()
         return self.steps[before:]
 
-    run = _synced()
-
-    @property
-    def rollout(self) -> Rollout:
-        """The episode as a rollout record, with the fields ``gymnasium_agent`` reports."""
-        record = records.from_transitions(
+    def _record(self) -> Rollout:
+        """The record, with the fields ``gymnasium_agent`` reports."""
+        return records.from_transitions(
             self.state.params,
             self.state.final_response(),
             self.steps,
@@ -173,7 +136,6 @@ class GymnasiumEpisode(Episode):
             last=self.last_step,
             duration_s=time.perf_counter() - self._started,
         )
-        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
     async def _replay(self, original: GymnasiumEpisode) -> None:
         observation, _ = await self.areset()

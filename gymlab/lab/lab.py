@@ -14,9 +14,8 @@ from typing import Any
 from gymlab._runtime.serve import LoopServer
 from gymlab._sync import run_sync
 from gymlab._traces import is_user_file, logbook
-from gymlab.errors import ConfigError, ServerStartError
+from gymlab.errors import ConfigError, EpisodeError, ServerStartError
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
-from gymlab.lab.open_episode import open_episode
 from gymlab.server import BaseServer
 
 _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
@@ -25,26 +24,13 @@ _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 class Lab:
     """Servers in background threads of the current process (a kernel, a script, a test).
 
-    >>> lab = Lab()
-    >>> env = lab.serve(CalculatorServer)
-    >>> model = lab.serve_model(calculator_policy)
-    >>> agent = lab.serve_agent("simple_agent", resources=env, model=model)
-    >>> agent.run(row).reward
-    1.0
-
-    Serving again under a name that is running replaces that server on the same URL (re-running a
-    cell after a fix): agents and episodes bound to it reach the new server, and the handle you
-    already hold now stands for it.
-
-    Calls between servers of one Lab (and from the Lab's own client) go straight into the target's
-    ASGI app, with the same cookies, status codes and error bodies as over HTTP; every server still
-    listens on its URL for curl, other processes and other clients. ``Lab(wire=True)`` sends every
-    call over loopback HTTP instead.
+    Serving again under a running name replaces that server on the same URL, and the handle already
+    held follows it. Calls between a Lab's servers go straight into the target's ASGI app (HTTP's
+    cookies, statuses and error bodies); ``Lab(wire=True)`` sends every call over loopback HTTP.
     """
 
     def __init__(self, log_level: str = "warning", *, wire: bool = False):
-        self.log_level = log_level
-        self.wire = wire
+        self.log_level, self.wire = log_level, wire
         self._handles: dict[str, ServerHandle] = {}
         self._pools: list = []  # CellPools this lab started (``serve_pool``); closed with the lab
         self._running: set[asyncio.Task] = set()
@@ -158,10 +144,10 @@ class Lab:
         from gymlab.registry import agent_class
 
         cls = agent_class(agent) if isinstance(agent, str) else agent
-        if resources is not None:
-            config["resources_server"] = _url(resources)
+        if resources is not None:  # a handle, or a URL
+            config["resources_server"] = getattr(resources, "url", resources)
         if model is not None:
-            config["model_server"] = _url(model)
+            config["model_server"] = getattr(model, "url", model)
         return self.serve(
             cls, name=name or (agent if isinstance(agent, str) else None), handle_cls=AgentHandle, **config
         )
@@ -180,13 +166,10 @@ class Lab:
         runtime_env: dict[str, Any] | None = None,
         **config: Any,
     ):
-        """``replicas`` cells on a Ray cluster, each running ``env`` (built with ``config``), the agent
-        and the model as this Lab would: a ``CellPool`` that ``run_many`` and ``episode`` take.
-
-        ``model``: a policy function (a ``PolicyModel`` in each cell), ``dict(openai=...)``-style
-        options for an ``OpenAIModel`` in each cell, or the URL of a model server every node reaches.
-        ``address``: None starts a local Ray cluster (unless one is connected), ``"auto"`` or
-        ``HOST:PORT`` joins one. Needs the ``ray`` extra.
+        """``replicas`` cells on a Ray cluster (the ``ray`` extra), each running ``env`` (built with
+        ``config``), the agent and the model as this Lab would: a ``CellPool`` for ``run_many`` and
+        ``episode``. ``model``: a policy function, ``dict(openai=...)`` options, or a model server URL
+        every node reaches. ``address``: None starts a local cluster, ``"auto"`` or ``HOST:PORT`` joins one.
         """
         from gymlab.cluster.pool import CellPool
         from gymlab.cluster.recipe import Recipe
@@ -229,12 +212,55 @@ class Lab:
         return pool
 
     def episode(self, target: ServerHandle, row: dict[str, Any], *, model: Any = None, max_steps: int | None = None):
-        """An interactive episode of ``row`` against a resources server or an agent's environment.
+        """An interactive episode of ``row`` against a resources server or an agent's environment; ``model``
+        (a handle or URL) answers ``model_turn``/``step()`` (an agent brings its own). A ``CellPool``
+        (``serve_pool``) pins the episode to one cell: its environment and model."""
+        from gymlab.lab.gymnasium_episode import GymnasiumEpisode
+        from gymlab.lab.seed_verify import SeedVerifyEpisode
 
-        ``model`` (a handle or URL) answers ``model_turn``/``step()``; an agent handle brings its own.
-        A ``CellPool`` (``serve_pool``) pins the episode to one cell: its environment and model.
-        """
-        return open_episode(self, target, row, model=model, max_steps=max_steps)
+        if is_pool(target):
+            from gymlab.cluster.bridge import pinned
+
+            at = pinned(target)
+            env_url, protocol = at["env_url"], at["protocol"]
+            env_name, model_name, agent_name = at["env_name"], at["model_name"], at["agent_name"]
+            model_url = model.url if hasattr(model, "url") else model or at["model_url"]
+            max_steps = max_steps if max_steps is not None else at["max_steps"]
+        else:
+            agent, agent_name = None, ""
+            if isinstance(target, AgentHandle):
+                agent, agent_name = target.server, target.name
+                env_url = getattr(agent, "resources_server", "")
+                if not env_url:
+                    raise EpisodeError(f"{target.name}: the agent has no resources_server; serve it with resources=...")
+                model = model if model is not None else (getattr(agent, "model_server", "") or None)
+                if max_steps is None:
+                    max_steps = getattr(agent, "max_steps", None)
+                env_handle = self._env_handle(target)
+            elif isinstance(target, ServerHandle):
+                env_url, env_handle = target.url, target
+            else:
+                raise TypeError(
+                    f"lab.episode takes a server handle or an agent handle (from lab.serve / lab.serve_agent), "
+                    f"not {type(target).__name__}"
+                )
+            if isinstance(model, str):
+                by_url = {h.url: h.name for h in self._handles.values()}
+                model_url, model_name = model, by_url.get(model, model)
+            else:
+                model_url, model_name = getattr(model, "url", None), getattr(model, "name", "")
+            env_name = env_handle.name if env_handle else env_url
+            protocol = _protocol_of(env_handle.server if env_handle is not None else None, agent)
+        cls = SeedVerifyEpisode if protocol == "seed/verify" else GymnasiumEpisode
+        return cls(
+            env_url,
+            row,
+            env_name=env_name,
+            model_url=model_url,
+            model_name=model_name,
+            agent_name=agent_name,
+            max_steps=max_steps,
+        )
 
     def run_many(
         self,
@@ -251,13 +277,9 @@ class Lab:
         """Run every row ``repeats`` times ("aabbcc" order) through ``agent`` (an agent handle, or a
         ``CellPool``: each episode in the cell with the fewest in flight); returns ``Rollouts``.
 
-        Before the first episode the rows' declared tools are checked against the environment's
-        routes (``lab.check``); a mismatch raises ``ConfigError`` naming it (``check=False`` skips).
-
-        Nothing is printed per episode: failures are summarised by kind at the end (``lab.logs()``
-        has each trace). Interrupt stops the running episodes, closes their sessions and keeps the
-        finished ones in ``lab.last_run``, as does a run that stops on an error (``on_error="raise"``,
-        or the engine's breaker: ``RunStopped``).
+        The rows are checked first (``lab.check``: a mismatch raises ``ConfigError``; ``check=False``
+        skips). Failures are summarised by kind at the end; an Interrupt or a run stopped on an error
+        (``on_error="raise"``, ``RunStopped``) keeps the finished episodes in ``lab.last_run``.
         """
         __tracebackhide__ = True
         from gymlab.lab.runs import RunState
@@ -288,7 +310,7 @@ class Lab:
         return result
 
     async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
-        from gymlab.lab.runs import Rollouts, arun_many, env_name_of
+        from gymlab.lab.runs import Rollouts, arun_many
 
         if check and not (report := self.check(agent, rows)).ok:
             raise ConfigError(f"{report} (fix the rows or the server; run_many(..., check=False) skips this check)")
@@ -296,7 +318,7 @@ class Lab:
         self._running.add(task)
         try:
             with self._book.quiet():
-                env_name = agent.env_name() if is_pool(agent) else env_name_of(self, agent)
+                env_name = agent.env_name() if is_pool(agent) else getattr(self._env_handle(agent), "name", None)
                 result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
         except BaseException:  # an Interrupt, on_error="raise", RunStopped: the finished episodes are kept
             self.last_run = Rollouts(state.finished)
@@ -305,6 +327,11 @@ class Lab:
             self._running.discard(task)
         self.last_run = result
         return result
+
+    def _env_handle(self, agent: AgentHandle) -> ServerHandle | None:
+        """The handle of the resources server ``agent`` is bound to, when this lab serves it."""
+        url = getattr(agent.server, "resources_server", None)
+        return next((h for h in self._handles.values() if h.url == url), None)
 
     def check(self, target: ServerHandle, rows: list[dict[str, Any]]):
         """The tools ``rows`` declare against the routes the environment serves, and the rows' fields
@@ -315,13 +342,9 @@ class Lab:
 
         if is_pool(target):
             return target.check(rows)
-        env = target
-        if isinstance(target, AgentHandle):
-            url = getattr(target.server, "resources_server", "")
-            env = next((h for h in self._handles.values() if h.url == url), None)
+        env = self._env_handle(target) if isinstance(target, AgentHandle) else target
         if env is None or not isinstance(env.server, SimpleResourcesServer):
-            name = getattr(env, "name", None) or getattr(target, "name", "environment")
-            return CheckReport(name, [])  # a remote or Gymnasium environment: its tools are not routes
+            return CheckReport((env or target).name, [])  # a remote or Gymnasium environment: its tools are not routes
         report = check_rows(env.server, rows)
         report.problems += row_problems(env.server, rows)
         return report
@@ -361,8 +384,19 @@ class Lab:
         return f"<Lab {', '.join(f'{n}={h.url}' for n, h in self._handles.items()) or 'no servers'}>"
 
 
-def _url(target: Any) -> str:
-    return target if isinstance(target, str) else target.url
+def _protocol_of(server: Any, agent: Any) -> str:
+    """'seed/verify' or 'gymnasium', from the environment's routes (or the agent's kind if it is remote)."""
+    if server is not None:
+        paths = {getattr(r, "path", None) for r in server.app.routes}
+        if "/seed_session" in paths and "/verify" in paths:
+            return "seed/verify"
+        if "/reset" in paths and "/step" in paths:
+            return "gymnasium"
+        raise EpisodeError(
+            f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
+            "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)"
+        )
+    return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
 
 
 @atexit.register

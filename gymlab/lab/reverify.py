@@ -1,12 +1,4 @@
-"""Re-grade stored rollouts with a (possibly edited) environment: iterate on a reward, no model calls.
-
-``reverify(MyServer, rollouts)`` serves the class in a background thread (real HTTP, its lifespan
-run), and for each record: ``/seed_session`` with the record's row (its fields, completed from the
-dataset rows when given), the recorded tool calls replayed
-in order (stateful environments grade the state those calls built; a replayed output that differs
-from the recorded one is flagged), then ``/verify`` with the row and the recorded response, all
-under one session cookie. Only the environment is called: never a model.
-"""
+"""Re-grade stored rollouts with a (possibly edited) environment: iterate on a reward, no model calls."""
 
 from __future__ import annotations
 
@@ -35,15 +27,11 @@ DTYPES = {
     "replay_matches": "boolean",
     "error": "str",
 }
-COLUMNS = list(DTYPES)
 
 
 def row_of(record: Rollout, rows: dict[Any, dict] | None = None) -> dict[str, Any]:
-    """The dataset row a record was run from: its fields minus what the run added.
-
-    A verify drops the row fields its request model does not declare (wire reference), so a record
-    may lack some (a seed field, say); ``rows`` (by ``_ng_task_index``) supplies the originals.
-    """
+    """The dataset row a record was run from: its fields minus what the run added, completed from
+    ``rows`` (by ``_ng_task_index``) where the verify dropped fields its request model does not declare."""
     data = record.model_dump(mode="json", exclude_none=True)
     row = {k: v for k, v in data.items() if k not in RESULT_KEYS}
     if rows is not None:
@@ -80,7 +68,9 @@ def recorded_calls(record: Rollout) -> list[tuple[FunctionCall, str | None]]:
 async def averify_one(
     url: str, record: Rollout, *, replay_tools: bool = True, server: str = "", rows: dict[Any, dict] | None = None
 ) -> dict[str, Any]:
-    """Seed, replay the tool calls, verify one record; returns the new verify answer plus ``replay_matches``."""
+    """Seed with the record's row, replay its tool calls in order (a stateful environment grades the state
+    they built), verify with the recorded response, all under one cookie; returns the new verify
+    answer plus ``replay_matches`` (false when a replayed output differs from the recorded one)."""
     cookies = Cookies()
     row = row_of(record, rows)
     await post_ok(url, "/seed_session", row, cookies, server=server)
@@ -98,33 +88,9 @@ async def averify_one(
     return {**answer, "replay_matches": matches}
 
 
-async def areverify_records(
-    url: str,
-    rollouts: Iterable[Rollout | dict],
-    *,
-    replay_tools: bool = True,
-    concurrency: int = 8,
-    server: str = "",
-    rows: dict[Any, dict] | None = None,
-) -> list[dict[str, Any] | ServerError]:
-    """The new verify answer for every record (a ``ServerError`` in its place when the server refused)."""
-    records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
-    sem = asyncio.Semaphore(max(1, concurrency))
-
-    async def one(record: Rollout):
-        async with sem:
-            try:
-                return await averify_one(url, record, replay_tools=replay_tools, server=server, rows=rows)
-            except ServerError as exc:
-                return exc
-
-    return list(await asyncio.gather(*(one(r) for r in records)))
-
-
 def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | ServerError]):
     """Old vs new reward per episode as a pandas frame (a failed re-verify has NaN and its error)."""
-
-    cols: dict[str, list] = {c: [] for c in COLUMNS}
+    cols: dict[str, list] = {c: [] for c in DTYPES}
     for n, (record, answer) in enumerate(zip(records, answers)):
         extra = record.__pydantic_extra__ or {}
         failed = isinstance(answer, ServerError)
@@ -141,15 +107,12 @@ def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | Serv
         cols["new_failure_kind"].append(None if failed else answer.get("failure_kind"))
         cols["replay_matches"].append(None if failed else answer["replay_matches"])
         cols["error"].append(str(answer) if failed else None)
-    from gymlab.lab.frames import typed_frame
-
-    return _component_columns(typed_frame(cols, DTYPES), records, answers)
-
-
-def _component_columns(frame, records: list[Rollout], answers: list[dict[str, Any] | ServerError]):
-    """``old_<c>``, ``new_<c>`` and ``delta_<c>`` for each rubric component on either side (NaN when absent)."""
     import numpy as np
 
+    from gymlab.lab.frames import typed_frame
+
+    frame = typed_frame(cols, DTYPES)
+    # old_<c>, new_<c> and delta_<c> for each rubric component on either side (NaN when absent)
     old = [r.reward_components or {} for r in records]
     new = [{} if isinstance(a, ServerError) else (a.get("reward_components") or {}) for a in answers]
     names = list(dict.fromkeys(n for side in (old, new) for c in side for n in c))
@@ -162,7 +125,7 @@ def _component_columns(frame, records: list[Rollout], answers: list[dict[str, An
 
 async def areverify(
     environment: Any,
-    rollouts: Iterable[Rollout | dict],
+    rollouts: Iterable[Rollout | dict] | str,
     *,
     rows: Any = None,
     replay_tools: bool = True,
@@ -173,12 +136,29 @@ async def areverify(
     from gymlab.lab.handles import ServerHandle
     from gymlab.lab.lab import Lab
 
+    if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
+        from gymlab.collection.readers import read_rollouts
+
+        rollouts = read_rollouts(rollouts)
     records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
-    options = {"replay_tools": replay_tools, "concurrency": concurrency, "rows": rows_by_task(rows)}
+    by_task, sem = rows_by_task(rows), asyncio.Semaphore(max(1, concurrency))
+
+    async def answers(url: str, server: str) -> list[dict[str, Any] | ServerError]:
+        """The new verify answer for every record (a ``ServerError`` in its place when the server refused)."""
+
+        async def one(record: Rollout):
+            async with sem:
+                try:
+                    return await averify_one(url, record, replay_tools=replay_tools, server=server, rows=by_task)
+                except ServerError as exc:
+                    return exc
+
+        return list(await asyncio.gather(*(one(r) for r in records)))
+
     if isinstance(environment, (ServerHandle, str)):
         url = environment if isinstance(environment, str) else environment.url
         name = environment if isinstance(environment, str) else environment.name
-        return comparison_frame(records, await areverify_records(url, records, server=name, **options))
+        return comparison_frame(records, await answers(url, name))
     from gymlab.resources.simple import SimpleResourcesServer
 
     cls = environment if isinstance(environment, type) else type(environment)
@@ -191,10 +171,10 @@ async def areverify(
     lab = Lab()
     try:
         handle = await asyncio.to_thread(lab.serve, environment, **config)
-        answers = await areverify_records(handle.url, records, server=handle.name, **options)
+        new = await answers(handle.url, handle.name)
     finally:
         await asyncio.to_thread(lab.close)
-    return comparison_frame(records, answers)
+    return comparison_frame(records, new)
 
 
 def reverify(
@@ -210,20 +190,13 @@ def reverify(
     and old vs new value per rubric component (``old_<c>``, ``new_<c>``, ``delta_<c>``).
 
     ``environment`` is a ``SimpleResourcesServer`` subclass (built with ``config``) or instance,
-    served for the duration of the call, or a running server's handle or URL. ``rollouts`` is a
-    ``Rollouts``, a list of records or a rollouts JSONL path. ``rows`` (the dataset rows, or a
-    materialized-inputs JSONL path) restores row fields the stored verify answers dropped; a
-    stateful environment needs them to be seeded as it was. Nothing is asked of any model.
-
-    >>> frame = reverify(StricterCalculator, rollouts, rows=rows)
-    >>> frame[frame.changed]
+    served in a background thread (real HTTP, its lifespan run) for the duration of the call, or a
+    running server's handle or URL. ``rollouts``: a ``Rollouts``, a list of records or a rollouts
+    JSONL path. ``rows`` (the dataset rows, or a materialized-inputs JSONL path) restores row fields
+    the stored verify answers dropped, to seed a stateful environment as it was. No model is asked.
     """
     from gymlab._sync import run_sync
 
-    if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
-        from gymlab.collection.readers import read_rollouts
-
-        rollouts = read_rollouts(rollouts)
     return run_sync(
         areverify(environment, rollouts, rows=rows, replay_tools=replay_tools, concurrency=concurrency, **config)
     )

@@ -1,9 +1,4 @@
-"""Runs of many episodes: ``lab.run_many(agent, rows, repeats=...)`` and the ``Rollouts`` it returns.
-
-``Rollouts`` is a sequence of rollout records (``gymlab.protocol.Rollout``), held as their JSON and
-validated on access, that reads and writes the rollouts JSONL of the wire reference and offers the
-pandas frames of ``gymlab.lab.frames``.
-"""
+"""Runs of many episodes: ``lab.run_many(agent, rows, repeats=...)`` and the ``Rollouts`` it returns."""
 
 from __future__ import annotations
 
@@ -22,12 +17,9 @@ if TYPE_CHECKING:
 
 
 class Rollouts(Sequence):
-    """Rollout records of one or more runs; ``.episodes``, ``.steps``, ``.calls`` are pandas frames.
-
-    The records are held as their JSON (a ``gymlab.lab.store.RecordStore``: about the size of the
-    JSONL file) and validated into a ``Rollout`` when indexed or iterated; a bad line raises
-    ``DatasetError`` naming the file and line then. Frames are built from the JSON directly.
-    """
+    """Rollout records of one or more runs; ``.episodes``, ``.steps``, ``.calls`` are pandas frames, built
+    from the records' JSON (a ``RecordStore``, about the JSONL file's size). A record is validated when
+    indexed or iterated (a bad line raises ``DatasetError`` naming the file and line then)."""
 
     def __init__(
         self,
@@ -161,11 +153,8 @@ class Rollouts(Sequence):
 
     def __repr__(self) -> str:
         failures = self.failures
-        masked = (
-            f", {sum(failures.values())} masked ({', '.join(f'{k} {v}' for k, v in failures.items())})"
-            if failures
-            else ""
-        )
+        kinds = ", ".join(f"{k} {v}" for k, v in failures.items())
+        masked = f", {sum(failures.values())} masked ({kinds})" if failures else ""
         return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
 
 
@@ -196,10 +185,8 @@ def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:
 
 
 def load(path: str | os.PathLike, kind: str | None = None):
-    """Read a JSONL file written by gymlab or NeMo Gym; rollout files give ``Rollouts`` (with frames).
-
-    Other kinds (sft, rl, task) come back as ``gymlab.read_jsonl`` gives them.
-    """
+    """Read a JSONL file written by gymlab or NeMo Gym: ``Rollouts`` (with frames) for a rollout file,
+    other kinds (sft, rl, task) as ``gymlab.read_jsonl`` gives them."""
     from gymlab.collection.readers import kind_of, read_jsonl
     from gymlab.jsonl import iter_jsonl
 
@@ -222,15 +209,12 @@ class RunState:
         self.stopped = 0  # running when the run was cancelled
         self.finished: Sequence[bytes] = []
 
-    @property
-    def not_started(self) -> int:
-        return self.total - self.running - self.stopped - len(self.finished)
-
     def cancelled_line(self) -> str:
         """One line saying what an interrupt stopped and what it kept."""
+        not_started = self.total - self.running - self.stopped - len(self.finished)
         return (
             f"gymlab: run cancelled: {self.stopped} running episode(s) stopped and their sessions closed, "
-            f"{self.not_started} not started; the {len(self.finished)} finished are in lab.last_run"
+            f"{not_started} not started; the {len(self.finished)} finished are in lab.last_run"
         )
 
 
@@ -271,8 +255,7 @@ class MemorySink:
         self, total: int, agent: str, env: str | None, on_error: str, state: RunState, bar: Any, observe: Any = None
     ):
         self.held = StoreBuilder(total)
-        self.observe = observe
-        self.agent, self.env, self.on_error, self.state, self.bar = agent, env or agent, on_error, state, bar
+        self.agent, self.env, self.on_error, self.bar, self.observe = agent, env or agent, on_error, bar, observe
         self.order: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
         state.finished = Finished(self.held, self.order)
 
@@ -312,16 +295,11 @@ async def arun_many(
     backoff_s: float = 0.5,
     observe: Callable[[Rollout], None] | None = None,
 ) -> Rollouts:
-    """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``, or a ``CellPool``: its
-    cells as replicas), ``concurrency`` at a time, on the one run engine (``gymlab.collection.engine``).
-
-    Records come back in "aabbcc" order, each with the agent's and environment's names. An episode
-    the agent fails is retried when its failure kind may pass (transport, provider; ``max_retries``
-    times, none by default: a notebook run shows every failure; backoff ``backoff_s`` doubling),
-    then recorded masked with a ``failure_kind``
-    (``on_error="raise"`` raises instead). ``state`` follows the run; ``observe(record)`` sees each
-    record as it finishes (a live panel).
-    """
+    """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``, or a ``CellPool``'s cells),
+    ``concurrency`` at a time, on the one run engine; records in "aabbcc" order, named by agent and
+    environment. A failure is retried ``max_retries`` times (none by default: a notebook run shows
+    every failure) when its kind may pass, then masked (``on_error="raise"``: raised). ``state``
+    follows the run; ``observe(record)`` sees each record as it finishes (a live panel)."""
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
     from gymlab.collection.dispatch import ReplicaPool
@@ -337,7 +315,10 @@ async def arun_many(
     budget = agent.rollout_budget() if callable(getattr(agent, "rollout_budget", None)) else None
     state = state if state is not None else RunState()
     state.total = total
-    bar = _progress(total, name) if progress else None
+    if progress:
+        from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc=name, unit="episode") if progress else None
     sink = MemorySink(total, name, env_name, on_error, state, bar, observe)
     jobs = (Job(i, row, pool, name) for i, row in enumerate(iter_expand(rows, repeats)))
     try:
@@ -346,15 +327,3 @@ async def arun_many(
     finally:
         if bar is not None:
             bar.close()
-
-
-def _progress(total: int, name: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=name, unit="episode")
-
-
-def env_name_of(lab: Any, agent: Any) -> str | None:
-    """The name of the resources server an agent handle is bound to, when this lab serves it."""
-    url = getattr(agent.server, "resources_server", None)
-    return next((h.name for h in lab.servers.values() if h.url == url), None)

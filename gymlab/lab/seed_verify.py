@@ -7,14 +7,8 @@ from typing import Any
 
 from gymlab.client import error_message, post
 from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
-from gymlab.lab.episode import (
-    Episode,
-    _on_gymlab_loop,
-    _Session,
-    _synced,
-    parse_output,
-)
-from gymlab.loop import DEFAULT_MAX_STEPS, RESERVED_ROUTES, model_turn, refusal, run_loop
+from gymlab.lab.episode import Episode, _Session, answering, parse_output
+from gymlab.loop import model_turn, refusal, run_loop
 from gymlab.protocol import (
     Message,
     NeMoGymResponse,
@@ -33,51 +27,31 @@ class SeedVerifyEpisode(Episode):
     _start_name = "seed"
     _other_protocol_methods = frozenset({"reset", "areset", "step", "astep"})
 
-    def tool_caller(self, statuses: list[int] | None = None):
+    def tool_caller(self):
         """A ``call_tool`` for the loop: POST /{name} with the episode's cookie; the body is the output."""
 
         async def call_tool(name: str, args: Any) -> str:
-            reply = await post(self.env_url, f"/{name}", args, self._session.cookies, server=self.env_name)
-            if statuses is not None:
-                statuses.append(reply.status)
-            return reply.text
+            return (await post(self.env_url, f"/{name}", args, self._session.cookies, server=self.env_name)).text
 
         return call_tool
 
-    @_on_gymlab_loop
     async def aseed(self) -> dict[str, Any]:
         """POST /seed_session with the row; returns the server's answer."""
-        if self._session.open or self.done:
-            raise EpisodeError(
-                f"{self.env_name}: the episode is already seeded; use ep.fork() or a new lab.episode(...)"
-            )
-        answer = await self._env("/seed_session", self.row)
-        self._session.opened()
-        self._started = time.perf_counter()
-        return answer
-
-    seed = _synced()
+        return await self._start("/seed_session", "seeded")
 
     async def _turn(self, response: NeMoGymResponse, call_tool=None, *, by_hand: bool = False) -> StepRecord:
         """Push ``response`` through the loop as if the model had answered it (``by_hand``: a call the
         researcher made, which may name a tool the row does not declare)."""
-
-        async def canned(_body: dict) -> NeMoGymResponse:
-            return response
-
-        await model_turn(self.state, canned, call_tool or self.tool_caller(), check_tools=not by_hand)
+        await model_turn(self.state, answering(response), call_tool or self.tool_caller(), check_tools=not by_hand)
         self._actions.append(("call" if by_hand else "response", response))
         return self.state.steps[-1]
 
-    @_on_gymlab_loop
     async def acall(self, tool: str, /, **arguments: Any) -> Any:
-        """Call tool route ``/{tool}`` by hand, as if the model had; returns the output (JSON-decoded).
-
-        The call and its output join the conversation (and so the verify). An error status raises
-        ``ServerError`` and records nothing.
-        """
+        """Call tool route ``/{tool}`` by hand, as if the model had; returns the output (JSON-decoded). The
+        call and its output join the conversation (and the verify); an error status raises ``ServerError``
+        and records nothing."""
         self._require_open(f"call({tool!r})")
-        if tool in RESERVED_ROUTES or refusal(tool, [tool]) is not None:
+        if refusal(tool, [tool]) is not None:
             raise EpisodeError(
                 f"{self.env_name}: {tool!r} is not a tool route (a lifecycle route, or not a plain "
                 "name); use the episode's own methods (seed, verify, close) for those"
@@ -100,9 +74,6 @@ class SeedVerifyEpisode(Episode):
         )
         return parse_output(reply.text)
 
-    call = _synced()
-
-    @_on_gymlab_loop
     async def asay(self, text: str, role: str = "assistant") -> Message:
         """Add a message: the assistant's (a final answer, as a model turn) or the user's (a follow-up)."""
         self._require_open("say()")
@@ -114,29 +85,20 @@ class SeedVerifyEpisode(Episode):
         self._actions.append(("message", message))
         return message
 
-    say = _synced()
-
-    @_on_gymlab_loop
     async def amodel_turn(self) -> StepRecord:
         """One model call and each of its tool calls (``gymlab.loop.model_turn``); returns the step."""
         self._require_open("model_turn()")
-        turn = await model_turn(self.state, self.call_model, self.tool_caller())
-        self._actions.append(("response", turn.response))
+        await model_turn(self.state, self.call_model, self.tool_caller())
+        self._actions.append(("response", self.state.last))
         return self.state.steps[-1]
 
-    model_turn = _synced()
-
-    @_on_gymlab_loop
     async def arun(self, max_steps: int | None = None) -> list[StepRecord]:
         """Model turns until the loop's stop rules end the episode (``gymlab.loop.run_loop``)."""
         self._require_open("run()")
         before = len(self.state.steps)
-        limit = max_steps if max_steps is not None else (self.max_steps or DEFAULT_MAX_STEPS)
-        limit = None if limit is None else before + limit
+        limit = before + self._step_limit(max_steps)
         await run_loop(self.params, self._recording_model, self.tool_caller(), limit, self.state)
         return self.state.steps[before:]
-
-    run = _synced()
 
     async def _recording_model(self, body: dict) -> NeMoGymResponse:
         response = await self.call_model(body)
@@ -150,9 +112,8 @@ class SeedVerifyEpisode(Episode):
         def verify_body() -> dict[str, Any]:
             return {**row, "response": state.final_response().model_dump(mode="json", exclude_none=True)}
 
-        return _Session(self.env_url, "/verify", self.env_name, verify_body)
+        return _Session(self.env_url, "/verify", server=self.env_name, release_body=verify_body)
 
-    @_on_gymlab_loop
     async def averify(self) -> Rollout:
         """POST /verify with the conversation so far; ends the episode and returns its rollout."""
         self._require_open("verify()")
@@ -167,12 +128,9 @@ class SeedVerifyEpisode(Episode):
         self.result = result
         return self.rollout
 
-    verify = _synced()
-
-    @property
-    def rollout(self) -> Rollout:
-        """The episode as a rollout record (the verify's answer once verified)."""
-        record = records.verified(
+    def _record(self) -> Rollout:
+        """The record: the verify's answer once verified."""
+        return records.verified(
             self.result,
             self.state.steps,
             self.state.stop_reason,
@@ -180,7 +138,6 @@ class SeedVerifyEpisode(Episode):
             row=self.row,
             response=self.state.final_response(),
         )
-        return records.with_identity(record, agent=self.agent_name or None, env=self.env_name)
 
     async def _replay(self, original: SeedVerifyEpisode) -> None:
         await self.aseed()

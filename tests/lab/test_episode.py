@@ -303,3 +303,25 @@ def test_a_failed_step_releases_the_episode_once(lab, blackjack, rows):
     assert len(env.server.closes) == 1
     with pytest.raises(EpisodeError, match="finished"):
         ep.step("hit")
+
+
+def test_a_reset_whose_answer_is_malformed_is_still_released_on_close(lab, rows):
+    """The reset took effect on the server though its answer is not a reset reply: the episode holds
+    the session from the reset on, so closing it releases the server's state."""
+    from fastapi import Request
+    from pydantic import ValidationError
+
+    from gymlab.protocol.gymnasium import GymnasiumResetRequest
+
+    class Garbled(Shuffled):
+        async def _reset_route(self, request: Request, body: GymnasiumResetRequest) -> dict:
+            await super()._reset_route(request, body)
+            return {"observation": "dealt", "info": ["not", "a", "dict"]}
+
+    env = lab.serve(Garbled)
+    ep = lab.episode(env, rows("blackjack")[0])
+    with pytest.raises(ValidationError):
+        ep.reset()
+    assert len(env.server.session_state) == 1
+    ep.close()
+    assert env.server.session_state == {}
