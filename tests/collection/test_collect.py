@@ -251,6 +251,8 @@ async def test_an_unreachable_agent_is_recorded_not_raised(tmp_path):
 
 SLOW_APP = """
 import asyncio
+import itertools
+import os
 
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
 
@@ -260,8 +262,13 @@ class Graded(SimpleResourcesServer):
         return BaseVerifyResponse(**body.model_dump(), reward=1.0)
 
 
+CALLS = itertools.count(1)
+HOLD_AFTER = int(os.environ.get("HOLD_AFTER", "0"))  # calls answered before the rest wait for the signal
+
+
 async def policy(request):
-    await asyncio.sleep(0.05)  # slow on purpose, so the collection is still running when it is killed
+    if HOLD_AFTER and next(CALLS) > HOLD_AFTER:
+        await asyncio.sleep(120)  # the collection is surely still running when it is stopped
     return "done"
 """
 
@@ -309,7 +316,8 @@ def test_a_collection_stopped_halfway_and_rerun_has_each_pair_exactly_once(tmp_p
         "4",
         "--no-progress",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    held = {**os.environ, "HOLD_AFTER": "8"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=held)
     try:
         deadline = time.monotonic() + 60
         while not (out.exists() and out.read_text().count("\n") >= 6):
