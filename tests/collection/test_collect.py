@@ -302,8 +302,11 @@ def test_a_collection_stopped_halfway_and_rerun_has_each_pair_exactly_once(tmp_p
         "".join(json.dumps({"responses_create_params": {"input": f"task {i}"}}) + "\n" for i in range(n_rows))
     )
     out = tmp_path / "out" / "run.jsonl"
-    # Ctrl-C's own handler, whatever this process passes on (a background job or an earlier test may ignore SIGINT)
-    ctrl_c = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); from gymlab.cli import main"
+    # Ctrl-C's own handler, unblocked, whatever this process passes on (a background job ignores SIGINT)
+    ctrl_c = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); from gymlab.cli import main"
+    )
     cmd = [
         sys.executable,
         "-c",
