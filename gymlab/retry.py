@@ -33,11 +33,13 @@ def backoff_delay(base_s: float, attempt: int, cap_s: float = 60.0) -> float:
     return min(cap_s, base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
 
-def episode_retry(kind: str | None, retries: int, max_retries: int, base_s: float, since: float) -> float | None:
+def episode_retry(
+    kind: str | None, retries: int, max_retries: int, base_s: float, since: float, span_s: float = RETRY_SPAN_S
+) -> float | None:
     """Seconds to wait before retrying an episode that failed with ``kind`` after ``retries`` retries,
     or None: no more. A kind that may pass gets ``max_retries`` retries (none when 0), and more,
-    backing off, until its failures have lasted ``RETRY_SPAN_S`` (``since``: the first, ``time.monotonic``)."""
-    if not retried(kind) or max_retries < 1 or (retries >= max_retries and time.monotonic() - since >= RETRY_SPAN_S):
+    backing off, until its failures have lasted ``span_s`` (``since``: the first, ``time.monotonic``)."""
+    if not retried(kind) or max_retries < 1 or (retries >= max_retries and time.monotonic() - since >= span_s):
         return None
     return backoff_delay(base_s, retries + 1)
 

@@ -87,3 +87,23 @@ def test_an_episode_failure_that_may_pass_is_retried_until_its_failures_span_the
     while (delay := episode_retry("provider_unavailable", n, 2, 0.5, since=now - total)) is not None:
         total, n = total + delay, n + 1
     assert total >= RETRY_SPAN_S and n <= 10
+
+
+def test_the_retry_span_is_the_callers_to_choose():
+    """``span_s`` (``collect(retry_span_s=)``, ``gymlab collect --retry-span``) replaces the default
+    span; ``max_retries`` still comes first, and a kind that never passes is still never retried."""
+    now = time.monotonic()
+    assert episode_retry("transport_unreachable", 2, 2, 0.5, since=now - 3, span_s=5) is not None  # under 5 s
+    assert episode_retry("transport_unreachable", 2, 2, 0.5, since=now - 3, span_s=2) is None  # spent
+    assert episode_retry("transport_unreachable", 1, 2, 0.5, since=now - 3, span_s=0) is not None  # max_retries
+    assert episode_retry("verifier_error", 0, 2, 0.5, since=now, span_s=60) is None
+
+
+def test_the_collect_command_refuses_a_retry_span_that_is_not_a_number(tmp_path):
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "gymlab.cli", "collect", "-o", str(tmp_path / "x.jsonl"), "--retry-span", "soon"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--retry-span" in proc.stderr and "soon" in proc.stderr
+    assert not (tmp_path / "x.jsonl").exists()

@@ -14,6 +14,7 @@ from typing import Any
 from gymlab.collection.engine import STOP_AFTER
 from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S
 from gymlab.errors import ConfigError
+from gymlab.retry import RETRY_SPAN_S
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--concurrency", type=int, default=16, help="rollouts at once (default 16)")
     parser.add_argument("--limit", type=int, help="only the first N rows")
     parser.add_argument("--max-retries", type=int, default=2, help="retries of a failed rollout (default 2)")
+    parser.add_argument(
+        "--retry-span",
+        type=float,
+        default=RETRY_SPAN_S,
+        metavar="SECONDS",
+        help=f"retry a transport or provider failure on, past --max-retries, while its failures span under this (default {RETRY_SPAN_S:g})",
+    )
     parser.add_argument(
         "--stop-after",
         type=int,
@@ -123,6 +131,7 @@ def main(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         concurrency=args.concurrency,
         max_retries=args.max_retries,
+        retry_span_s=args.retry_span,
         stop_after=args.stop_after,
         timeout_s=args.timeout,
         responses_create_params=_json_object("--responses-create-params", args.responses_create_params),

@@ -26,12 +26,14 @@ STOP_AFTER = 10
 class Policy:
     """How one job is attempted: retries of a retried kind (``gymlab.retry.episode_retry``), the first
     backoff (doubling), the seconds one ``/run`` may take (None: the agent's own episode budget bounds
-    it), and the tries that stop the run when all fail alike (``Breaker``; None: never)."""
+    it), the tries that stop the run when all fail alike (``Breaker``; None: never), and the seconds
+    both ride a failure out for."""
 
     max_retries: int = 2
     backoff_s: float = 0.5
     timeout_s: float | None = None
     stop_after: int | None = STOP_AFTER
+    retry_span_s: float = RETRY_SPAN_S
 
 
 @dataclass
@@ -83,10 +85,10 @@ class RunStopped(GymlabError):
 
 class Breaker:
     """Stops a run whose first ``n`` tries all end in the same retried failure, once it has lasted
-    ``RETRY_SPAN_S``. ``pending``: failed jobs still being retried (a stopped run writes them)."""
+    ``span_s``. ``pending``: failed jobs still being retried (a stopped run writes them)."""
 
-    def __init__(self, n: int | None):
-        self.n, self.t0 = n or 0, time.monotonic()
+    def __init__(self, n: int | None, span_s: float = RETRY_SPAN_S):
+        self.n, self.t0, self.span_s = n or 0, time.monotonic(), span_s
         self.kind: str | None = None
         self.count = 0
         self.tripped: Failure | None = None
@@ -100,7 +102,7 @@ class Breaker:
             self.n = 0
             return False
         self.kind, self.count = failure.kind, self.count + 1
-        if self.count >= self.n and time.monotonic() - self.t0 >= RETRY_SPAN_S:
+        if self.count >= self.n and time.monotonic() - self.t0 >= self.span_s:
             self.tripped = failure
         return self.tripped is not None
 
@@ -161,7 +163,9 @@ async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> O
             if retries <= policy.max_retries + 1:  # the first move is never the reason a job fails
                 return 0.0
         since = since or time.monotonic()
-        delay = episode_retry(exc.failure.kind, retries, policy.max_retries, policy.backoff_s, since)
+        delay = episode_retry(
+            exc.failure.kind, retries, policy.max_retries, policy.backoff_s, since, policy.retry_span_s
+        )
         retries += delay is not None
         return delay
 
@@ -196,7 +200,7 @@ async def run_jobs(
     follows the run. A tripped ``Breaker`` (at most ``concurrency`` tries) ends it with ``RunStopped``."""
     counts = counts if counts is not None else Counts()
     source = iter(jobs)
-    breaker = Breaker(min(policy.stop_after or 0, max(1, concurrency)))
+    breaker = Breaker(min(policy.stop_after or 0, max(1, concurrency)), policy.retry_span_s)
 
     async def worker() -> None:
         for job in source:

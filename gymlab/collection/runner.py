@@ -22,6 +22,7 @@ from gymlab.collection.shards import in_shard, record_shard
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import LineWriter, atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
 from gymlab.protocol.record import identity
+from gymlab.retry import RETRY_SPAN_S
 
 #: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
 #: (``timeouts.episode``, 1800 s), so the agent's typed failure arrives first.
@@ -159,6 +160,7 @@ async def acollect(
     concurrency: int = 16,
     max_retries: int = 2,
     backoff_s: float = 0.5,
+    retry_span_s: float = RETRY_SPAN_S,
     timeout_s: float | None = DEFAULT_ROLLOUT_TIMEOUT_S,
     responses_create_params: dict | None = None,
     num_repeats_add_seed: bool = False,
@@ -171,7 +173,8 @@ async def acollect(
 
     Give ``agent_url`` (one URL, several of the same agent, or a ``ReplicaPool``; ``resources_url`` for
     its metrics) or ``route`` (row -> ``Target``). A failure whose kind may pass is retried ``max_retries``
-    times over ``gymlab.retry.RETRY_SPAN_S`` at least (backoff ``backoff_s``, doubling), then written to
+    times, and on while its failures span under ``retry_span_s`` (``gymlab.retry.RETRY_SPAN_S``; backoff
+    ``backoff_s``, doubling), then written to
     the failures file; when the first ``stop_after`` tries all fail alike the run stops with
     ``RunStopped`` (None: never). ``shard=(i, n)`` or ``"i/n"``: only shard i of n, for ``merge``.
     """
@@ -235,7 +238,7 @@ async def acollect(
         bar = tqdm(total=total, initial=n_skipped, desc=paths["rollouts"].name, unit="rollout", dynamic_ncols=True)
     failed_before = {key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures")}
     sink = JsonlSink(paths, failed_before, bar)
-    policy = Policy(max_retries=max_retries, backoff_s=backoff_s, timeout_s=timeout_s, stop_after=stop_after)
+    policy = Policy(max_retries, backoff_s, timeout_s, stop_after, retry_span_s)
     from gymlab.client import http_scope
 
     async with http_scope():  # no connection pool outlives a caller's short-lived loop

@@ -241,12 +241,13 @@ async def test_an_unreachable_agent_is_recorded_not_raised(tmp_path):
         agent_name="gone",
         max_retries=1,
         backoff_s=0.01,
+        retry_span_s=2.0,
         stop_after=None,  # (by default the breaker would stop this run, a row that never gets through, and say so)
         progress=False,
     )
     [failure] = result.failures
     assert failure["failure_kind"] == "transport_unreachable" and failure["failure_stage"] == "admission"
-    assert failure["attempts"] > 2  # retried on past max_retries while its failures spanned under RETRY_SPAN_S
+    assert failure["attempts"] > 2  # retried on past max_retries while its failures spanned under 2 s
 
 
 SLOW_APP = """

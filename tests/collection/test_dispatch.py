@@ -69,12 +69,13 @@ def test_the_last_replica_gone_fails_its_rollouts_with_a_typed_kind(agent, tmp_p
         agent_url=ReplicaPool([cell]),
         max_retries=1,
         backoff_s=0.01,
+        retry_span_s=2.0,
         progress=False,
     )
     assert len(run.rollouts) == 1 and len(run.failures) == 1  # never taken out: it is the only one
     failure = run.failures[0]
     assert (failure["failure_kind"], failure["failure_server"]) == ("transport_peer_drop", cell.name)
-    assert failure["attempts"] > 2  # retried on while its failures spanned under RETRY_SPAN_S
+    assert failure["attempts"] > 2  # retried on while its failures spanned under 2 s
 
 
 def test_a_replica_that_comes_back_re_enters_rotation(agent, tmp_path):

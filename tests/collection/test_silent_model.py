@@ -88,6 +88,10 @@ silent:
 """
 
 
+#: The CLI's --retry-span here: a 0.5 s model timeout tried four times and backed off takes 3 s at most.
+SPAN_S = 6.0
+
+
 @pytest.mark.parametrize("stop_after", [None, "0"], ids=["default", "never"])
 def test_the_collect_command_on_a_silent_model_says_why_it_stopped(tmp_path, stop_after):
     from gymlab.examples import environment_dir
@@ -99,7 +103,7 @@ def test_the_collect_command_on_a_silent_model_says_why_it_stopped(tmp_path, sto
         )
     )
     out = tmp_path / "run.jsonl"
-    argv = ["collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress"]
+    argv = ["collect", str(tmp_path / "config.yaml"), "-o", str(out), "--no-progress", "--retry-span", str(SPAN_S)]
     argv += ["--stop-after", stop_after] if stop_after else []
     proc = subprocess.run([sys.executable, "-m", "gymlab.cli", *argv], capture_output=True, text=True, timeout=180)
     failures = [json.loads(line) for line in (tmp_path / "run_failures.jsonl").read_text().splitlines()]
@@ -109,7 +113,7 @@ def test_the_collect_command_on_a_silent_model_says_why_it_stopped(tmp_path, sto
         assert proc.returncode == 2, proc.stderr
         [line] = proc.stderr.splitlines()
         assert "gymlab collect: error: stopped after the first" in line and "transport_timeout" in line
-    else:  # never stopped: every row's retries, spanning RETRY_SPAN_S (more tries than max_retries + 1)
+    else:  # never stopped: every row's retries, spanning SPAN_S (more tries than max_retries + 1)
         assert proc.returncode == 1, proc.stderr  # some rollouts failed: they are in the failures file
         assert all(f["attempts"] > 3 for f in failures)
 
