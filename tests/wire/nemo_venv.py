@@ -12,12 +12,13 @@ import json
 import os
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from gymlab.testing.workers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 NEMO_VENV = Path(os.environ.get("NEMO_VENV") or REPO / ".venv-nemo").absolute()  # servers run in tmp folders
@@ -66,17 +67,23 @@ def nemo_environ(config: dict, instance: str | None = None) -> dict[str, str]:
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Until NeMo's server answers ``/health`` (a separate process with no readiness signal); its
+    log's tail in the error when it exits or never answers."""
+
+    def up() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"NeMo's server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
+            return httpx.get(f"{url}/health", timeout=5).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.2)  # polling a condition: a separate process with no readiness signal
-    raise AssertionError(f"NeMo's server at {url} did not answer within {timeout}s:\n{log.read_text()[-3000:]}")
+            return False
+
+    try:
+        wait_until(up, timeout, f"NeMo's server at {url} answering /health")
+    except AssertionError as exc:
+        if proc.poll() is not None:
+            raise
+        raise AssertionError(f"{exc}:\n{log.read_text()[-3000:]}") from None
 
 
 @contextlib.contextmanager

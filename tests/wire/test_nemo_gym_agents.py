@@ -69,38 +69,33 @@ def _graded(answers: list[dict]) -> None:
     assert [(a.get("mask_sample", False), a.get("failure_kind")) for a in answers] == [(False, None)] * len(answers)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_nemo_simple_agent_drives_the_counter_with_gymlab_rewards(tmp_path, workers):
-    counter = load_environment("counter")
-    rows = example_rows("counter")
+def play_both(tmp_path: Path, env_name: str, server: str, kind: str, workers: int = 1) -> tuple[list, list, list]:
+    """The example rows of ``env_name``, and the answers gymlab's ``kind`` agent and NeMo's get on them
+    (NeMo's against ``workers`` workers of the environment's app), each checked graded."""
+    module, rows = load_environment(env_name), example_rows(env_name)
     with Lab(wire=True) as lab:
-        env = lab.serve(counter.CounterServer, name="counter")
-        model = lab.serve_model(counter.policy, name="policy_model")
-        ours = _run(lab.serve_agent("simple_agent", resources=env, model=model).url, rows)
+        env = lab.serve(getattr(module, server), name=env_name)
+        model = lab.serve_model(module.policy, name="policy_model")
+        ours = _run(lab.serve_agent(kind, resources=env, model=model).url, rows)
         with contextlib.ExitStack() as stack:
             env_url = env.url
             if workers > 1:
-                env_url = stack.enter_context(serve_entrypoint(environment_dir("counter") / "app.py", workers)).url
-            theirs = _run(
-                stack.enter_context(nemo_agent("simple_agent", "counter", env_url, model.url, tmp_path)), rows
-            )
+                env_url = stack.enter_context(serve_entrypoint(environment_dir(env_name) / "app.py", workers)).url
+            theirs = _run(stack.enter_context(nemo_agent(kind, env_name, env_url, model.url, tmp_path)), rows)
     _graded(ours)
     _graded(theirs)
+    return rows, ours, theirs
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_nemo_simple_agent_drives_the_counter_with_gymlab_rewards(tmp_path, workers):
+    rows, ours, theirs = play_both(tmp_path, "counter", "CounterServer", "simple_agent", workers)
     assert [a["reward"] for a in theirs] == [a["reward"] for a in ours] == [1.0] * len(rows)
     assert [a["final_count"] for a in theirs] == [row["target"] for row in rows]
 
 
 def test_nemo_gymnasium_agent_drives_blackjack_with_gymlab_rewards(tmp_path):
-    blackjack = load_environment("blackjack")
-    rows = example_rows("blackjack")
-    with Lab(wire=True) as lab:
-        env = lab.serve(blackjack.BlackjackEnv, name="blackjack")
-        model = lab.serve_model(blackjack.policy, name="policy_model")
-        ours = _run(lab.serve_agent("gymnasium_agent", resources=env, model=model).url, rows)
-        with nemo_agent("gymnasium_agent", "blackjack", env.url, model.url, tmp_path) as agent:
-            theirs = _run(agent, rows)
-    _graded(ours)
-    _graded(theirs)
+    _, ours, theirs = play_both(tmp_path, "blackjack", "BlackjackEnv", "gymnasium_agent")
     assert [a["reward"] for a in theirs] == [a["reward"] for a in ours]
     assert all(a["terminated"] for a in theirs), theirs  # every hand played to its end
     assert len({a["reward"] for a in ours}) > 1  # the hands differ: won, lost or pushed
