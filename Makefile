@@ -24,7 +24,7 @@ $(LAB_STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(TEST_STAMP): pyproject.toml $(LAB_STAMP)
-	$(BIN)/python -m pip install -q -e '.[lab,dev,browser]'
+	$(BIN)/python -m pip install -q -e '.[lab,dev,browser,train]'
 	touch $@
 
 demo: $(LAB_STAMP)
