@@ -1,0 +1,1 @@
+"""Training on gymlab environments (the ``train`` extra: torch, transformers, trl): see docs/train.md."""

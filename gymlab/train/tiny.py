@@ -1,0 +1,122 @@
+"""A tiny chat model built here, with nothing downloaded: a byte-level BPE tokenizer trained on the spot, the
+Qwen2.5 chat template (which renders tools and which TRL parses tool calls for), and a randomly initialised
+Qwen2 decoder. Tests, notebooks and benchmarks use it where a real checkpoint would need weights."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+#: Tokens the chat template writes; each is one token, never split by the BPE.
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+
+
+def _chat_template() -> str:
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    return qwen2_5_chat_template
+
+
+def _corpus(template: str, extra: Iterable[str]) -> list[str]:
+    """Texts the tokenizer learns its merges from: rendered chats with and without tools, digits and words."""
+    from jinja2 import Template
+
+    render = Template(template)
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "guess",
+            "description": "Guess a number.",
+            "parameters": {"type": "object", "properties": {"number": {"type": "integer"}}, "required": ["number"]},
+        },
+    }
+    chats = []
+    for n in range(40):
+        messages = [
+            {"role": "user", "content": f"What is {n} + {n % 7}? Answer with <answer>{n + n % 7}</answer>."},
+            {"role": "assistant", "content": f"<answer>{n + n % 7}</answer>"},
+        ]
+        chats.append(render.render(messages=messages, tools=None, add_generation_prompt=False))
+        call = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": "guess", "arguments": {"number": n}}}],
+        }
+        reply = {"role": "tool", "content": json.dumps({"result": "higher" if n % 2 else "lower"})}
+        chats.append(render.render(messages=[messages[0], call, reply], tools=[tool], add_generation_prompt=True))
+    words = " ".join(["the a an is of to and in that answer number word yes no true false higher lower correct"] * 4)
+    alphabet = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 .,:;!?'\"()[]{}<>/\\-_+=*#@$%&|~`^"
+    return [*chats, words, alphabet, *extra]
+
+
+def tiny_tokenizer(*, vocab_size: int = 512, corpus: Iterable[str] = ()) -> Any:
+    """A ``PreTrainedTokenizerFast`` trained here: byte-level BPE (any text encodes), the chat template set,
+    ``<|im_end|>`` as end of turn and ``<|endoftext|>`` as padding. ``corpus`` adds texts to learn merges from."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    template = _chat_template()
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_corpus(template, corpus), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=template,
+        padding_side="left",
+    )
+
+
+def tiny_chat_model(
+    *,
+    seed: int = 0,
+    vocab_size: int = 512,
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    max_positions: int = 2048,
+    corpus: Iterable[str] = (),
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: a randomly initialised Qwen2 causal LM (``seed`` fixes its weights) over
+    ``tiny_tokenizer``. Its answers are noise until trained; the wiring around it is what it proves."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = tiny_tokenizer(vocab_size=vocab_size, corpus=corpus)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.eval()
+    return model, tokenizer
