@@ -48,7 +48,7 @@ def test_demo_installs_the_lab_and_not_the_test_tools():
     assert not any(extra in line for line in installs for extra in ("dev", "browser", "gymnasium"))
     assert "gymlab demo" in demo and "make lab" in demo  # it ends by saying what to open next
     test = make_n("test")
-    assert "pip install -q -e '.[lab,dev,browser]'" in test  # make test still installs everything
+    assert "pip install -q -e '.[lab,dev,browser,train]'" in test  # make test still installs everything
 
 
 def free_port() -> int:
