@@ -84,6 +84,10 @@ class BaseServer(BaseModel):
     checkpoint_session_starts: ClassVar[frozenset[str]] = frozenset()
     checkpoint_session_ended: ClassVar[frozenset[str]] = frozenset()
 
+    #: The rewards an episode can earn, ``(low, high)``: the plots bound their intervals by it (None:
+    #: [0, 1] for 0/1 rewards, else unbounded; never the range a run happened to observe).
+    reward_range: ClassVar[tuple[float, float] | None] = None
+
     #: Config keys a YAML file may carry that are meant for other layers, not for this class.
     config_only_keys: ClassVar[frozenset[str]] = frozenset({"entrypoint", "domain", "datasets", "description"})
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol import record as records
-from gymlab.protocol.record import Rollout, failure_counts, mean_reward
+from gymlab.protocol.record import Rollout, failure_counts, mean_reward, mean_reward_text
 
 if TYPE_CHECKING:
     from gymlab.collection.engine import Job, Outcome
@@ -155,7 +155,7 @@ class Rollouts(Sequence):
         failures = self.failures
         kinds = ", ".join(f"{k} {v}" for k, v in failures.items())
         masked = f", {sum(failures.values())} masked ({kinds})" if failures else ""
-        return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
+        return f"<Rollouts {len(self)} episodes, {mean_reward_text(self.mean_reward)}{masked}>"
 
 
 def failure_line(run: Rollouts) -> str | None:

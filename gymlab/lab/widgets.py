@@ -248,8 +248,10 @@ class LivePanel(w.VBox):
             )
 
     def finish(self) -> None:
+        """Redraw, and colour the bar by the share that failed: green none, amber some, red every one
+        (a run with a third of its episodes masked still collected the rest)."""
         self.render()
-        self.progress.bar_style = "danger" if self.failed else "success"
+        self.progress.bar_style = "success" if not self.failed else "danger" if not self.kept else "warning"
 
     async def arun(
         self,

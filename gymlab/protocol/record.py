@@ -301,6 +301,11 @@ def mean_reward(records: Iterable[Any]) -> float:
     return math.fsum(kept) / len(kept) if kept else float("nan")
 
 
+def mean_reward_text(mean: float) -> str:
+    """``mean reward 0.500 over the unmasked``, or what stands in for a mean no episode has (never "nan")."""
+    return f"mean reward {mean:.3f} over the unmasked" if mean == mean else "no mean reward (no unmasked episode)"
+
+
 def failure_counts(records: Iterable[Any]) -> dict[str, int]:
     """Masked records by failure kind, most common first (a mask without a kind counts as ``masked``)."""
     counts: dict[str, int] = {}
@@ -372,6 +377,7 @@ __all__ = [
     "from_transitions",
     "identity",
     "mean_reward",
+    "mean_reward_text",
     "synthetic",
     "verified",
     "with_identity",
