@@ -158,9 +158,10 @@ class Rollouts(Sequence):
         return f"<Rollouts {len(self)} episodes, {mean_reward_text(self.mean_reward)}{masked}>"
 
 
-def failure_line(run: Rollouts) -> str | None:
+def failure_line(run: Rollouts, *, logged: bool = False) -> str | None:
     """One line for a run's failures (None without any): how many by kind, and the most common cause,
-    so a summary says why without one line per failed episode."""
+    so a summary says why without one line per failed episode; it points to ``lab.logs()`` only when
+    ``logged`` (the servers logged errors during the run: a model's refusal or a timeout logs none)."""
     if not (failed := run.failures):
         return None
     causes = Counter(
@@ -170,9 +171,8 @@ def failure_line(run: Rollouts) -> str | None:
     )
     kinds = ", ".join(f"{kind} {n}" for kind, n in failed.items())
     common = "".join(f"; the most common cause ({n}): {cause}" for cause, n in causes.most_common(1))
-    return (
-        f"gymlab: {sum(failed.values())} of {len(run)} episodes failed ({kinds}){common}; they are masked, "
-        "and lab.logs() has the server-side traces"
+    return f"gymlab: {sum(failed.values())} of {len(run)} episodes failed ({kinds}){common}; they are masked" + (
+        ", and lab.logs() has the server-side traces" if logged else ""
     )
 
 

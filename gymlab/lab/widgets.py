@@ -267,7 +267,7 @@ class LivePanel(w.VBox):
         from gymlab._traces import logbook
         from gymlab.lab.runs import arun_many, failure_line
 
-        self.total = len(rows) * repeats
+        self.total, since = len(rows) * repeats, time.time()
         try:
             with logbook().quiet():
                 run = await arun_many(
@@ -275,7 +275,7 @@ class LivePanel(w.VBox):
                 )
         finally:
             self.finish()
-        if line := failure_line(run):
+        if line := failure_line(run, logged=any(e.time >= since for e in list(logbook().entries))):
             print(line, file=sys.stderr, flush=True)
         return run
 
