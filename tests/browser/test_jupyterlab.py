@@ -3,7 +3,8 @@
 Opens copies of notebooks/06_widgets.ipynb and notebooks/02b_your_first_environment.ipynb and runs every
 cell. In 06 it clicks the viewer and the stepper, filters the run browser and browses what matches, and
 checks the step and reward they display and that each slider stands where its status line says; 02b
-runs from scratch without an error. Screenshots go to tests/browser/screenshots/ (gitignored). No
+runs from scratch without an error. In JupyterLab as `make lab` starts it, a new notebook's one plot
+call shows an image (no `%matplotlib` magic). Screenshots go to tests/browser/screenshots/ (gitignored). No
 browser is downloaded: Chromium comes from the system (``make browser-deps``).
 """
 
@@ -292,3 +293,90 @@ def test_first_environment_notebook_runs_in_jupyterlab(jupyterlab):
         page.screenshot(path=str(SCREENSHOTS / "first_environment_end.png"))
         outputs.filter(has_text="{'hint': 'higher', 'guesses': 1}").scroll_into_view_if_needed()
         page.screenshot(path=str(SCREENSHOTS / "first_environment_by_hand.png"))
+
+
+# -- a new notebook in `make lab` -----------------------------------------------------------------------
+
+PLOT = (
+    "import pandas as pd; from gymlab.lab import plots; "
+    "plots.reward_distribution(pd.DataFrame({'task': [0, 0, 1, 1], 'reward': [1.0, 0.0, 1.0, 1.0]}))"
+)
+
+
+@pytest.fixture(scope="module")
+def make_lab(tmp_path_factory):
+    """JupyterLab as `make lab` starts it (its own workspace folder and port); killed afterwards."""
+    tmp_path = tmp_path_factory.mktemp("make_lab")
+    venv = Path(sys.executable).parent.parent  # the venv these tests run in stands in for .venv
+    port = free_port()
+    env = {
+        **os.environ,
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+    }
+    stamp = venv / ".installed-lab"  # -o: taken as made, so make installs nothing into this venv
+    command = ["make", "-s", "-o", str(stamp), "lab", f"VENV={venv}", f"LAB_PORT={port}"]
+    proc = subprocess.Popen(
+        [*command, f"WORKSPACE={tmp_path / 'workspace'}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        first = proc.stdout.readline()
+        match = re.match(
+            rf"JupyterLab: (http://127\.0\.0\.1:{port})/lab/tree/01_quickstart\.ipynb\?token=(\w+)$", first
+        )
+        assert match, first
+        base, token = match.groups()
+
+        def ready() -> bool:
+            assert proc.poll() is None, proc.stdout.read()
+            return answers(base, token)
+
+        wait_until(ready, START_S, "make lab: JupyterLab answering")
+        yield base, token
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def test_a_new_notebook_in_make_lab_shows_a_plot_as_an_image(make_lab):
+    """A new notebook, one plot call and no `%matplotlib` magic: the cell's output is an image."""
+    base, token = make_lab
+    SCREENSHOTS.mkdir(exist_ok=True)
+    playwright_sync.expect.set_options(timeout=WAIT_MS)
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(WAIT_MS)
+        try:
+            page.goto(f"{base}/lab/workspaces/new_plot?token={token}")  # no notebook open: the launcher
+            page.locator(".jp-LauncherCard[data-category='Notebook']").first.click()
+            page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
+            accept_kernel_dialog(page)
+            wait_idle(page)
+            editor = page.locator(".jp-NotebookPanel .jp-Cell .cm-content").first
+            editor.click()
+            editor.fill(PLOT)
+            editor.press("Shift+Enter")
+            output = page.locator(".jp-NotebookPanel .jp-OutputArea-output").first
+            image = output.locator("img")
+            playwright_sync.expect(image).to_be_visible()
+            assert image.get_attribute("src").startswith("data:image/png;base64,")
+            assert "<Figure size" not in output.inner_text()
+            assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").count() == 0
+            page.screenshot(path=str(SCREENSHOTS / "new_notebook_plot.png"))
+        except BaseException:
+            page.screenshot(path=str(SCREENSHOTS / "failure_new_notebook_plot.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
