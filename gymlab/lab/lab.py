@@ -326,6 +326,8 @@ class Lab:
             raise
         finally:
             self._running.discard(task)
+        env = None if is_pool(agent) else self._env_handle(agent)
+        result.reward_range = getattr(getattr(env, "server", None), "reward_range", None)
         self.last_run = result
         return result
 

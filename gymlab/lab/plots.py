@@ -53,9 +53,12 @@ def declared_range(reward_range: Any) -> tuple[float, float] | None:
 
 
 def _scale(rewards, reward_range: Any = None) -> dict:
-    """``interval``'s keywords for these rewards: 0/1 or not, and the reward range: the declared one,
-    else [0, 1] for 0/1 rewards, else unbounded. Never the observed range: three successes of three
-    are not a certainty."""
+    """``interval``'s keywords for these rewards: 0/1 or not, and the reward range: the declared one
+    (given, else the frame's ``attrs["reward_range"]``, set by a run of ``lab.run_many`` from its
+    environment), else [0, 1] for 0/1 rewards, else unbounded. Never the observed range: three successes
+    of three are not a certainty."""
+    if reward_range is None:
+        reward_range = getattr(rewards, "attrs", {}).get("reward_range")
     values = np.asarray(rewards, dtype="float64")
     declared = declared_range(reward_range)
     binary = bool(len(values)) and bool(np.isin(values, (0.0, 1.0)).all()) and declared in (None, (0.0, 1.0))
@@ -280,7 +283,8 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
     values = grid.to_numpy()
     last = kept.groupby("episode")["step"].max().reindex(grid.index).to_numpy()
     neutral = (values == 0) & (grid.columns.to_numpy()[None, :] < last[:, None])
-    low, high = declared_range(reward_range) or (np.nanmin(values, initial=0.0), np.nanmax(values, initial=1.0))
+    declared = declared_range(reward_range if reward_range is not None else steps.attrs.get("reward_range"))
+    low, high = declared or (np.nanmin(values, initial=0.0), np.nanmax(values, initial=1.0))
     image = ax.imshow(
         np.where(neutral, np.nan, values),
         aspect="auto",
@@ -340,6 +344,8 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
     )
     width = 0.8 / len(labels)
     x = np.arange(len(groups))
+    if reward_range is None:  # the first run's declared range (``attrs``), if any
+        reward_range = next((f.attrs["reward_range"] for f in runs.values() if "reward_range" in f.attrs), None)
     scale = _scale(np.concatenate([_kept(frame)["reward"].to_numpy() for frame in runs.values()]), reward_range)
     for n, label in enumerate(labels):
         kept = _kept(runs[label])

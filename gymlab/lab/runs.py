@@ -36,6 +36,8 @@ class Rollouts(Sequence):
         self.store = store
         #: Each record's rank in the order the episodes finished (runs of ``run_many``), else None.
         self.completed = completed if completed is not None and len(completed) == len(store) else None
+        #: The rewards an episode can earn, as its environment declares them (``BaseServer.reward_range``).
+        self.reward_range: tuple[float, float] | None = None
         self._summary: list[tuple[float, bool, str | None, int]] | None = None
 
     @classmethod
@@ -80,13 +82,19 @@ class Rollouts(Sequence):
         frame = episodes_frame(self.store, full=full)
         if self.completed is not None:  # a run's own order of finishing (reward_curve plots over it)
             frame["completed"] = self.completed
-        return frame
+        return self._ranged(frame)
 
     def steps_frame(self, *, full: bool = False):
         """One row per step (``gymlab.lab.frames.steps_frame``); ``full=True``: every column."""
         from gymlab.lab.frames import steps_frame
 
-        return steps_frame(self.store, full=full)
+        return self._ranged(steps_frame(self.store, full=full))
+
+    def _ranged(self, frame):
+        """``frame`` carrying the environment's declared reward range (``attrs``), which the plots read."""
+        if self.reward_range is not None:
+            frame.attrs["reward_range"] = tuple(self.reward_range)
+        return frame
 
     def _summaries(self) -> list[tuple[float, bool, str | None, int]]:
         """(reward, mask_sample, failure_kind, steps) of every record, parsed once."""

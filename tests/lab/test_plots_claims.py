@@ -12,6 +12,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from IPython.core.formatters import DisplayFormatter  # noqa: E402
 
+from gymlab import Lab, environment, rows_from  # noqa: E402
 from gymlab.lab import plots  # noqa: E402
 from gymlab.lab.runs import Rollouts  # noqa: E402
 from gymlab.lab.widgets import LivePanel  # noqa: E402
@@ -67,6 +68,23 @@ def test_a_declared_range_bounds_the_interval_and_none_is_never_the_observed_one
     assert np.isnan(low[0]) and np.isnan(high[0])
     with pytest.raises(ValueError, match="low < high"):
         plots.declared_range((1.0, 1.0))
+
+
+def test_a_run_carries_its_environments_declared_range_to_the_plots():
+    def verify(row: dict) -> float:
+        return float(row["score"])
+
+    scored = environment("Scored", verify=verify, fields={"score": float}, reward_range=(-1.0, 1.0))
+    rows = rows_from(["a", "b"], score=[1.0, 0.0])
+    with Lab() as lab:
+        env = lab.serve(scored)
+        agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(lambda request: "done"))
+        run = lab.run_many(agent, rows)
+    assert run.episodes.attrs["reward_range"] == (-1.0, 1.0) == run.steps.attrs["reward_range"]
+    _, lows, highs = error_bar(plots.reward_distribution(run.episodes).axes[0])
+    assert list(lows) == [-1.0, -1.0] and list(highs) == [1.0, 1.0]  # one episode a task: the declared range
+    frame = run.episodes[run.episodes["task"] == 0]  # a filtered frame keeps it
+    assert frame.attrs["reward_range"] == (-1.0, 1.0)
 
 
 def steps_frame():
