@@ -124,6 +124,15 @@ def test_hostile_calls_get_a_clear_4xx_and_leave_nothing(guess_server, served):
     assert env.server.session_state == {}
 
 
+def test_a_model_that_guesses_forever_is_cut_by_the_agent_and_leaves_no_state(guess_server, served):
+    lab, env, _ = served
+    stuck = lab.serve_model(lambda request: [function_call("guess", {"number": 50})] * 3, name="stuck")
+    agent = lab.serve_agent("simple_agent", name="stuck_agent", resources=env, model=stuck, max_steps=4)
+    run = lab.run_many(agent, rows_for(guess_server))
+    assert [r.reward for r in run] == [0.0] * 4 and all(len(r.steps) == 4 for r in run) and not run.failures
+    assert env.server.session_state == {}
+
+
 def test_concurrent_episodes_keep_their_own_state():
     def count(state: dict, by: int) -> dict:
         """Add to the episode's count."""
