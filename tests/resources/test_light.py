@@ -218,6 +218,19 @@ def test_an_unannotated_tool_is_refused_at_serve_time_naming_the_method():
         Untyped().app  # noqa: B018  (building the app is serving's first step)
 
 
+def test_a_hook_whose_untyped_parameters_cannot_be_told_is_refused_naming_it():
+    calc = load_environment("calculator")
+
+    class Two(calc.CalculatorServer):
+        async def verify(self, body, extra):  # two untyped: which one is the body?
+            return await super().verify(body)
+
+    with pytest.raises(
+        TypeError, match=r"Two.verify: parameter 'body' has no type annotation.*`body: YourRequestModel`"
+    ):
+        Two().app  # noqa: B018
+
+
 def test_the_summary_points_to_lab_logs_only_when_it_holds_something(served, capsys):
     lab, calc = served[0], load_environment("calculator")
 
