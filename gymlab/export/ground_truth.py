@@ -12,13 +12,12 @@ from typing import Any
 
 from gymlab.errors import ExportError
 from gymlab.protocol import Rollout
-from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
+from gymlab.protocol.record import own_fields
 
 GroundTruth = str | Sequence[str] | Callable[[Rollout], Any] | None
 #: Dataset rows: a list of row dicts, or a JSONL path (the dataset, or materialized inputs).
 Rows = Iterable[dict[str, Any]] | str | os.PathLike | None
 
-_NOT_FIELDS = {"responses_create_params", *IDENTITY_KEYS, *RESULT_KEYS}
 #: A row's answer field, in the order looked for: the default ground truth when every row has one.
 ANSWER_FIELDS = ("answer", "expected_answer", "reference_answer", "ground_truth", "solution")
 
@@ -29,11 +28,6 @@ class TaskInputs(dict):
     @functools.cached_property
     def answer_field(self) -> str | None:
         return next((name for name in ANSWER_FIELDS if self and all(name in f for f in self.values())), None)
-
-
-def own_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a row (or a record's extra fields) that are the task's, not identity or result."""
-    return {k: v for k, v in fields.items() if k not in _NOT_FIELDS and not k.startswith("_ng_")}
 
 
 def sibling_inputs(path: str | os.PathLike) -> Path | None:

@@ -115,6 +115,19 @@ _RECORD_KEYS = frozenset(Rollout.model_fields)
 RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent_name"}
 
 
+def own_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a row (or a body or record carrying one) that are the task's own: not the request,
+    nor an identity or result key, nor NeMo Gym's ``_ng_*`` keys."""
+    return {
+        k: v
+        for k, v in fields.items()
+        if k != "responses_create_params" and k not in _NOT_OWN and not k.startswith("_ng_")
+    }
+
+
+_NOT_OWN = frozenset({*IDENTITY_KEYS, *RESULT_KEYS})
+
+
 def record_json(record: Rollout) -> str:
     """A record as JSON text: gymlab's fields left out when unset, ``NULL_WRITTEN_KEYS`` written as null."""
     text = record.model_dump_json(exclude_none=True)
@@ -378,6 +391,7 @@ __all__ = [
     "identity",
     "mean_reward",
     "mean_reward_text",
+    "own_fields",
     "synthetic",
     "verified",
     "with_identity",

@@ -26,13 +26,11 @@ from gymlab.protocol import (
     BaseVerifyResponse,
     ResourcesSeedSessionRequest,
 )
-from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
+from gymlab.protocol.record import own_fields
 from gymlab.resources.simple import SimpleResourcesServer, lost_session_verification
 
 #: The names a verify function may take (any subset, by name).
 VERIFY_PARAMETERS = ("row", "answer", "state", "response")
-#: Keys of a seed or verify body that are not the row's own fields.
-NOT_ROW_FIELDS = frozenset({"responses_create_params", "response", *IDENTITY_KEYS, *RESULT_KEYS})
 
 
 class RowSeed(BaseSeedSessionRequest):
@@ -48,8 +46,9 @@ class RowVerify(BaseVerifyRequest):
 
 
 def row_of(body: BaseModel) -> dict[str, Any]:
-    """The row's own fields in a seed or verify body (no request, response, identity or result)."""
-    return {k: v for k, v in body.model_dump(mode="json").items() if k not in NOT_ROW_FIELDS}
+    """The row's own fields in a seed or verify body (``record.own_fields``: no request, response, identity
+    or result)."""
+    return own_fields(body.model_dump(mode="json"))
 
 
 async def _call(fn: Callable[..., Any], **kwargs: Any) -> Any:
