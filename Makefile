@@ -7,7 +7,9 @@ LAB_STAMP := $(VENV)/.installed-lab
 TEST_STAMP := $(VENV)/.installed-test
 LAB_PORT ?= 8888
 # `make lab` opens JupyterLab here: copies of the tutorials, so a researcher's edits and autosaves never
-# touch notebooks/ (what the tests run, as committed). Tutorials added later are copied in; none is overwritten.
+# touch notebooks/ (what the tests run, as committed). Tutorials added later are copied in; an edited copy is
+# never overwritten: a tutorial changed upstream since it was copied (WORKSPACE/.tutorials keeps what was
+# copied) is named, and its new version put in WORKSPACE/updated/ (a copy with no edits is just refreshed).
 WORKSPACE ?= workspace
 # every notebook runs in CI in a venv made exactly as `make demo` makes .venv: the package and its lab extra
 DEMO_VENV := .venv-demo
@@ -37,8 +39,17 @@ demo: $(LAB_STAMP)
 # no news or update checks (no calls out). As root (a container) it passes --allow-root.
 # A busy port is an error rather than a silent move to another one: `make lab LAB_PORT=8899`.
 workspace:
-	@mkdir -p $(WORKSPACE)
-	@for f in notebooks/*.ipynb notebooks/*.md; do [ -e "$(WORKSPACE)/$${f#notebooks/}" ] || cp "$$f" $(WORKSPACE)/; done
+	@mkdir -p $(WORKSPACE)/.tutorials
+	@for f in notebooks/*.ipynb notebooks/*.md; do \
+		n=$${f#notebooks/}; w="$(WORKSPACE)/$$n"; was="$(WORKSPACE)/.tutorials/$$n"; \
+		if [ ! -e "$$w" ] || cmp -s "$$f" "$$w"; then cp "$$f" "$$w"; \
+		elif [ -e "$$was" ] && cmp -s "$$f" "$$was"; then continue; \
+		elif [ -e "$$was" ] && cmp -s "$$w" "$$was"; then cp "$$f" "$$w"; \
+			echo "$$n changed upstream; your copy had no edits, so it is now the new version"; \
+		else mkdir -p "$(WORKSPACE)/updated"; cp "$$f" "$(WORKSPACE)/updated/$$n"; \
+			echo "$$n changed upstream since you copied it; the new version is $(WORKSPACE)/updated/$$n (your copy is kept)"; \
+		fi; cp "$$f" "$$was"; \
+	done
 
 lab: $(LAB_STAMP) workspace
 	@token=$$($(BIN)/python -c 'import secrets; print(secrets.token_hex(24))'); \

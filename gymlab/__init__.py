@@ -73,6 +73,8 @@ _NAMES: dict[str, str] = {
         "gymlab.utils": "is_gymlab_fastapi_entrypoint is_nemo_gym_fastapi_entrypoint",
         # tools and rows from a server's routes
         "gymlab.resources.tools": "tools_from rows_from",
+        # an environment from plain functions (tools, verify, state by the episode)
+        "gymlab.resources.light": "environment",
         # tools over MCP, both ways
         "gymlab.resources.mcp_backed": "McpResourcesServer mcp_tools_from",
         "gymlab.resources.mcp_tools": "connect_mcp",
@@ -175,6 +177,7 @@ if TYPE_CHECKING:  # pragma: no cover
         AgentSeedSessionResponse,
     )
     from gymlab.resources.gymnasium import GymnasiumServer
+    from gymlab.resources.light import environment
     from gymlab.resources.mcp_backed import McpResourcesServer, mcp_tools_from
     from gymlab.resources.mcp_tools import connect_mcp
     from gymlab.resources.simple import SimpleResourcesServer, lost_session_verification

@@ -91,6 +91,14 @@ def cause_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" + (f" ({place})" if place else "")
 
 
+class Interrupted(KeyboardInterrupt):
+    """A ``KeyboardInterrupt`` that says in one line what it stopped; IPython shows that line and no
+    traceback (``_render_traceback_``): the frames of an interrupted wait are gymlab's, not the cell's."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
 @dataclass(frozen=True)
 class Entry:
     """One logged error: when, which logger, the one line shown, and the full trace."""

@@ -12,6 +12,25 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 from gymlab._runtime.env import read_config
 
 
+def untyped_body(app: FastAPI, server: str) -> None:
+    """Refuse a POST route whose endpoint has a parameter with no type: FastAPI reads it as a query
+    parameter, and every call fails with a 422 (``query.body: Field required``) nobody asked for."""
+    import inspect
+
+    for route in app.routes:
+        endpoint, methods = getattr(route, "endpoint", None), getattr(route, "methods", None) or ()
+        if endpoint is None or "POST" not in methods:
+            continue
+        for p in inspect.signature(endpoint).parameters.values():
+            if p.annotation is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                name = getattr(endpoint, "__name__", "the endpoint")
+                raise TypeError(
+                    f"{server}: POST {route.path} ({name}) has a parameter {p.name!r} with no type annotation, "
+                    f"so every call would fail with a 422; annotate it: `{p.name}: YourArguments` (a pydantic "
+                    "model of the body) or `request: Request`"
+                )
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
@@ -84,6 +103,10 @@ class BaseServer(BaseModel):
     checkpoint_session_starts: ClassVar[frozenset[str]] = frozenset()
     checkpoint_session_ended: ClassVar[frozenset[str]] = frozenset()
 
+    #: The rewards an episode can earn, ``(low, high)``: the plots bound their intervals by it (None:
+    #: [0, 1] for 0/1 rewards, else unbounded; never the range a run happened to observe).
+    reward_range: ClassVar[tuple[float, float] | None] = None
+
     #: Config keys a YAML file may carry that are meant for other layers, not for this class.
     config_only_keys: ClassVar[frozenset[str]] = frozenset({"entrypoint", "domain", "datasets", "description"})
 
@@ -115,7 +138,9 @@ class BaseServer(BaseModel):
     def app(self) -> FastAPI:
         """The app, built once per instance."""
         if self._app is None:
-            self._app = self.setup_webserver()
+            app = self.setup_webserver()
+            untyped_body(app, type(self).__name__)
+            self._app = app
         return self._app
 
     def multiple_workers_unsupported_reason(self) -> str | None:

@@ -81,6 +81,7 @@ EXPORTED = [
     "assistant_message",
     "collect",
     "connect_mcp",
+    "environment",
     "envs",
     "export_dataset",
     "export_rl",

@@ -1,5 +1,5 @@
 """``gymlab init NAME [--gymnasium]``: a new environment folder (app, config, rows, test, README) that
-passes its own test: ``cd NAME && python -m pytest``.
+passes its own test, with the command that runs it here (``test_command``).
 """
 
 from __future__ import annotations
@@ -76,6 +76,26 @@ def refusal(name: str) -> str | None:
     return None
 
 
+def test_command(folder: Path) -> str:
+    """The command that runs the new folder's test where it is printed: ``python -m pytest`` when this
+    Python has pytest, else ``python test_app.py`` (a venv made by `make demo` has no test tools); the
+    interpreter by its path when ``python`` on PATH is another one."""
+    import importlib.util
+    import shlex
+    import shutil
+    import sys
+
+    on_path = shutil.which("python")
+    same = on_path is not None and Path(on_path).resolve() == Path(sys.executable).resolve()
+    python = "python" if same else shlex.quote(sys.executable)
+    try:
+        has_pytest = importlib.util.find_spec("pytest") is not None
+    except (ImportError, ValueError):
+        has_pytest = False
+    run = f"{python} -m pytest" if has_pytest else f"{python} test_app.py"
+    return f"cd {shlex.quote(str(folder))} && {run}"
+
+
 def main(args: argparse.Namespace) -> int:
     from gymlab.errors import GymlabError
 
@@ -90,5 +110,5 @@ def main(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     kind = "GymnasiumServer" if args.gymnasium else "SimpleResourcesServer"
-    print(f"wrote {folder}/ (a {kind}); try: cd {folder} && python -m pytest")
+    print(f"wrote {folder}/ (a {kind}); try: {test_command(folder)}")
     return 0

@@ -212,6 +212,16 @@ $contract
 
 def test_config_loads():
     assert main(["list", str(HERE / "configs" / "$name.yaml")]) == 0
+
+
+if __name__ == "__main__":  # `python test_app.py`: the same tests, where pytest is not installed
+    tests = [test for name, test in list(globals().items()) if name.startswith("test_") and callable(test)]
+    for test in tests:
+        test()
+        print(f"passed: {test.__name__}")
+    if not tests:
+        raise SystemExit("test_app.py: no test ran (no function named test_...)")
+    print(f"{len(tests)} passed")
 '''
 
 SIMPLE_CONTRACT = """    # An episode's state lives in session_state from seed to verify or close.
@@ -232,6 +242,7 @@ GYMNASIUM_CONTRACT = """    # An episode's state lives in session_state from see
 README = """# $name
 
 A gymlab environment: `app.py` (the server and a rule-based `policy`), `data/example.jsonl` (rows),
-`configs/$name.yaml` (server, $agent and policy model). `python -m pytest` runs one episode per row
-through a `Lab` and checks the episode-session contract; `gymlab serve configs/$name.yaml` serves it.
+`configs/$name.yaml` (server, $agent and policy model). `python test_app.py` (or `python -m pytest`,
+where pytest is installed) runs one episode per row through a `Lab` and checks the episode-session
+contract; `gymlab serve configs/$name.yaml` serves it.
 """

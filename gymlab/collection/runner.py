@@ -21,7 +21,7 @@ from gymlab.collection.metrics import aggregate
 from gymlab.collection.shards import in_shard, record_shard
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import LineWriter, atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
-from gymlab.protocol.record import identity
+from gymlab.protocol.record import identity, mean_reward_text
 from gymlab.retry import RETRY_SPAN_S
 
 #: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
@@ -71,8 +71,7 @@ class CollectResult:
     def __repr__(self) -> str:
         return (
             f"<CollectResult {self.output}: {self.n_rollouts} rollouts ({self.n_new} new, "
-            f"{self.n_skipped} already done), {self.n_failures} failed, mean reward {self.mean_reward:.3f} "
-            "over the unmasked>"
+            f"{self.n_skipped} already done), {self.n_failures} failed, {mean_reward_text(self.mean_reward)}>"
         )
 
 

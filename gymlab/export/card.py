@@ -21,6 +21,19 @@ def reward_stats(rewards: list[float]) -> dict[str, Any]:
     return {"count": len(rewards), "mean": mean, "std": std, "min": min(rewards), "max": max(rewards)}
 
 
+def config_name(format: str, digest: str) -> str:
+    """The card's config name: the format and the first 16 hex digits of the data file's SHA-256."""
+    return f"{format}-{digest[:16]}" if digest else format
+
+
+def file_digest(path: Any) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -36,15 +49,20 @@ def card_text(
     options: dict[str, Any],
     built: Built,
     rewards: dict[str, Any],
+    digest: str = "",
 ) -> str:
-    """The card's Markdown, YAML front matter first (``built``: the export's rows and counts)."""
+    """The card's Markdown, YAML front matter first (``built``: the export's rows and counts). Its one
+    config is named after the data file's content (``digest``): ``datasets`` caches a folder's build by
+    config name, so a fixed name ("default") returned the previous export's rows after a re-export into
+    the folder, or into another folder of the same name (or failed on their sizes in a new process)."""
     envs = Counter(r.env or "?" for r in records)
     agents = Counter(r.agent or "?" for r in records)
     library = "verl" if fmt.name == "verl" else "TRL"
     lines = [
         "---",
         "configs:",
-        "- config_name: default",
+        f"- config_name: {config_name(fmt.name, digest)}",
+        "  default: true",
         "  data_files:",
         "  - split: train",
         f"    path: {data_file}",

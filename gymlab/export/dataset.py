@@ -10,7 +10,7 @@ from typing import Any
 
 from gymlab.errors import DatasetError, ExportError
 from gymlab.export.arrow import read_parquet, schema, table, write_parquet_atomic
-from gymlab.export.card import card_text, reward_stats
+from gymlab.export.card import card_text, file_digest, reward_stats
 from gymlab.export.filters import as_records
 from gymlab.export.ground_truth import described, inputs_by_task, sibling_inputs
 from gymlab.export.trainers import FORMATS, Built, Format, Inputs, Options
@@ -148,6 +148,7 @@ def export_dataset(
                 options=used,
                 built=built,
                 rewards=rewards,
+                digest=file_digest(path),
             ),
         )
     return ExportResult(path, card_path, format, len(built.rows), built.counts, rewards, tools_path)

@@ -1,7 +1,9 @@
-"""A task's ground truth for TRL GRPO and verl: by default its row's own input fields (docs/export.md)."""
+"""A task's ground truth for TRL GRPO and verl: by default its row's answer field (``ANSWER_FIELDS``) when
+every row has one, else the row's own input fields as a JSON object (docs/export.md)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -10,18 +12,22 @@ from typing import Any
 
 from gymlab.errors import ExportError
 from gymlab.protocol import Rollout
-from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
+from gymlab.protocol.record import own_fields
 
 GroundTruth = str | Sequence[str] | Callable[[Rollout], Any] | None
 #: Dataset rows: a list of row dicts, or a JSONL path (the dataset, or materialized inputs).
 Rows = Iterable[dict[str, Any]] | str | os.PathLike | None
 
-_NOT_FIELDS = {"responses_create_params", *IDENTITY_KEYS, *RESULT_KEYS}
+#: A row's answer field, in the order looked for: the default ground truth when every row has one.
+ANSWER_FIELDS = ("answer", "expected_answer", "reference_answer", "ground_truth", "solution")
 
 
-def own_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a row (or a record's extra fields) that are the task's, not identity or result."""
-    return {k: v for k, v in fields.items() if k not in _NOT_FIELDS and not k.startswith("_ng_")}
+class TaskInputs(dict):
+    """Each task's own input fields, by task; ``answer_field``: the first of ``ANSWER_FIELDS`` every task has."""
+
+    @functools.cached_property
+    def answer_field(self) -> str | None:
+        return next((name for name in ANSWER_FIELDS if self and all(name in f for f in self.values())), None)
 
 
 def sibling_inputs(path: str | os.PathLike) -> Path | None:
@@ -37,7 +43,7 @@ def inputs_by_task(sources: list[tuple[str, Rows]]) -> dict[Any, dict[str, Any]]
     ``(where, rows)`` pairs; one task with two different rows is an ``ExportError``."""
     from gymlab.jsonl import iter_jsonl
 
-    out: dict[Any, dict[str, Any]] = {}
+    out = TaskInputs()
     seen: dict[Any, str] = {}
     for where, rows in sources:
         if isinstance(rows, (str, os.PathLike)):
@@ -68,7 +74,8 @@ def _as_text(value: Any) -> str:
 
 def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None) -> str | None:
     """The task's ground truth as a string (None: a row without fields of its own). ``spec``: a field name,
-    several names, a function of the record, or None: the row's own input fields (``inputs``)."""
+    several names, a function of the record, or None: the rows' answer field when every row has one
+    (``TaskInputs.answer_field``), else the row's own input fields (``inputs``) as a JSON object."""
     if callable(spec):
         return _as_text(spec(record))
     if spec is None:
@@ -83,6 +90,8 @@ def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[s
             raise ExportError(
                 f"{episode_where(record)}: no dataset row for task {task!r} among the {len(inputs)} rows given"
             )
+        if (name := getattr(inputs, "answer_field", None)) is not None:
+            return _as_text(inputs[task][name])
         return _as_text(inputs[task]) if inputs[task] else None
     fields = own_fields(record.__pydantic_extra__ or {})  # its row's fields and its verifier's echoes
     names = [spec] if isinstance(spec, str) else list(spec)
@@ -103,6 +112,11 @@ def described(spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None, where
         return f"{getattr(spec, '__name__', 'a function')}(record)"
     if spec is not None:
         return f"field {spec}" if isinstance(spec, str) else f"fields {', '.join(spec)} (a JSON object)"
+    if (name := getattr(inputs, "answer_field", None)) is not None:
+        return (
+            f"the task row's `{name}` field (every row has one), from {', '.join(where)}; "
+            "ground_truth=[field, ...] gives a JSON object of several fields"
+        )
     names = sorted({k for fields in (inputs or {}).values() for k in fields})
     return (
         f"the task row's own input fields ({', '.join(names) or 'none: null'}) as a JSON object, "
@@ -110,4 +124,14 @@ def described(spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None, where
     )
 
 
-__all__ = ["GroundTruth", "Rows", "described", "ground_truth_of", "inputs_by_task", "own_fields", "sibling_inputs"]
+__all__ = [
+    "ANSWER_FIELDS",
+    "GroundTruth",
+    "TaskInputs",
+    "Rows",
+    "described",
+    "ground_truth_of",
+    "inputs_by_task",
+    "own_fields",
+    "sibling_inputs",
+]

@@ -113,12 +113,14 @@ def step_html(record: Any, *, observation: str | None = None) -> str:
 
 def rollouts_html(rollouts: Any) -> str:
     """A run's size, mean reward, masked and failed counts."""
+    from gymlab.protocol.record import mean_reward_text
+
     n = len(rollouts)
     counts = rollouts.failures
     kinds = ", ".join(f"{html.escape(k)} {v}" for k, v in counts.items())
     return (
-        f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {rollouts.n_steps} steps, mean reward {rollouts.mean_reward:.3f} "
-        f"over the unmasked; {sum(counts.values())} masked{f' ({kinds})' if kinds else ''}. "
+        f"{_STYLE}<div><b>Rollouts</b>: {n} episodes, {rollouts.n_steps} steps, {mean_reward_text(rollouts.mean_reward)}"
+        f"; {sum(counts.values())} masked{f' ({kinds})' if kinds else ''}. "
         "<code>.episodes</code>, <code>.steps</code>, <code>.calls</code> are pandas frames "
         "(<code>.episodes_frame(full=True)</code> for every column).</div>"
     )

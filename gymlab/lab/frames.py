@@ -209,8 +209,28 @@ def episodes_frame(records: Any, *, full: bool = False):
     extra = {(f"row.{k}" if k in frame else k): v for k, v in row_fields.items()}
     if extra:
         frame = pd.concat([frame, pd.DataFrame(extra).convert_dtypes()], axis=1)
-    extra = [*(c for c in frame if c.startswith(COMPONENT_PREFIX)), *extra]
-    return frame if full else concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=extra)
+    components = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
+    if full:
+        return frame
+    return distinguishing_first(concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=[*components, *extra]), extra)
+
+
+def distinguishing_first(frame, fields: Iterable[str]):
+    """``frame`` with the row fields that tell its tasks apart (one value per task, more than one over the
+    tasks) moved next to ``task`` and ``repeat``: a wide frame otherwise leaves them off-screen, past the
+    result and failure columns. A field that varies within a task (a timing, an echo of one episode) stays."""
+    if "task" not in frame or frame["task"].isna().all():
+        return frame
+    tasks = frame["task"].astype("string")
+    early = []
+    for c in (c for c in fields if c in frame):
+        values = frame[c].astype("string").fillna("<NA>")
+        if values.nunique() > 1 and values.groupby(tasks, dropna=False).nunique().max() == 1:
+            early.append(c)
+    if not early:
+        return frame
+    ids = [c for c in ("episode", "task", "repeat") if c in frame]
+    return frame[[*ids, *early, *(c for c in frame if c not in ids and c not in early)]]
 
 
 def calls_frame(records: Any):

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from gymlab._runtime.serve import LoopServer
 from gymlab._sync import on_background_loop, run_sync
+from gymlab._traces import Interrupted
 from gymlab.client import post_ok
 from gymlab.protocol import Rollout
 from gymlab.server import BaseServer
@@ -67,9 +67,7 @@ class AgentHandle(ServerHandle):
         try:
             return run_sync(self.arun(row))
         except KeyboardInterrupt:
-            line = f"gymlab: interrupted: {self.name}'s episode stopped and its session closed"
-            print(line, file=sys.stderr, flush=True)
-            raise KeyboardInterrupt(line) from None
+            raise Interrupted(f"gymlab: interrupted: {self.name}'s episode stopped and its session closed") from None
 
 
 def is_pool(target: Any) -> bool:

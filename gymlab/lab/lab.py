@@ -13,7 +13,7 @@ from typing import Any
 
 from gymlab._runtime.serve import LoopServer
 from gymlab._sync import run_sync
-from gymlab._traces import is_user_file, logbook
+from gymlab._traces import Interrupted, is_user_file, logbook
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
 from gymlab.server import BaseServer
@@ -284,29 +284,30 @@ class Lab:
         __tracebackhide__ = True
         from gymlab.lab.runs import RunState
 
-        state = RunState()
+        state, since = RunState(), time.time()
         options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
         options.update(max_retries=max_retries)  # retries of a transport or provider failure (runs.arun_many)
         try:
             result = run_sync(self._run_many(agent, rows, state, **options))
-        except (KeyboardInterrupt, asyncio.CancelledError) as exc:
-            # printed here, in the caller's thread, so a notebook shows it under the interrupted cell
+        except KeyboardInterrupt:
+            raise Interrupted(state.cancelled_line()) from None  # one line under the cell, no traceback
+        except asyncio.CancelledError as exc:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise type(exc)(state.cancelled_line()) from None
-        _report_failures(result)
+        _report_failures(result, self._book, since)
         return result
 
     async def arun_many(self, agent: AgentHandle, rows: list[dict[str, Any]], **options: Any):
         """``run_many`` for async code, with its keywords (``await lab.arun_many(...)`` in a cell, or a task)."""
         from gymlab.lab.runs import RunState
 
-        state = RunState()
+        state, since = RunState(), time.time()
         try:
             result = await self._run_many(agent, rows, state, **options)
         except asyncio.CancelledError:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise
-        _report_failures(result)
+        _report_failures(result, self._book, since)
         return result
 
     async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
@@ -325,6 +326,8 @@ class Lab:
             raise
         finally:
             self._running.discard(task)
+        env = None if is_pool(agent) else self._env_handle(agent)
+        result.reward_range = getattr(getattr(env, "server", None), "reward_range", None)
         self.last_run = result
         return result
 
@@ -405,9 +408,10 @@ def _close_all() -> None:
         lab.close()
 
 
-def _report_failures(result) -> None:
-    """One line for a run's failures, by kind and the most common cause (nothing is printed per episode)."""
+def _report_failures(result, book, since: float) -> None:
+    """One line for a run's failures, by kind and the most common cause (nothing is printed per episode);
+    it points to ``lab.logs()`` only when ``book`` holds an error logged ``since`` the run began."""
     from gymlab.lab.runs import failure_line
 
-    if line := failure_line(result):
+    if line := failure_line(result, logged=any(e.time >= since for e in list(book.entries))):
         print(line, file=sys.stderr, flush=True)

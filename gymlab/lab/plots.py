@@ -1,11 +1,14 @@
 """Reward plots from frames (filter a frame first to plot a subset): each draws on ``ax`` (or a new
-Figure), returns the Figure and never calls ``show()``; its title says what is drawn over how many
-episodes. Masked (grey) and failed (red) episodes are crosses, left out of means, intervals and
-distributions; every band and error bar is a 95% interval of a mean (``interval``). docs/plots.md.
+Figure, shown as a PNG by any notebook kernel: no ``%matplotlib`` magic), returns the Figure and never
+calls ``show()``; its title says what is drawn over how many episodes. Masked (grey) and failed (red)
+episodes are crosses, left out of means, intervals and distributions; every band and error bar is a 95%
+interval of a mean (``interval``) on the reward range (``reward_range=``). docs/plots.md.
 """
 
 from __future__ import annotations
 
+import functools
+import io
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +24,8 @@ Z = 1.959964
 
 def interval(mean, std, n, *, binary: bool, low: float, high: float):
     """``(lower, upper)`` 95% interval of means over ``n`` values each (arrays): Wilson's for 0/1 rewards,
-    else the normal one; both clipped to ``[low, high]``, the rewards' range (docs/plots.md)."""
+    else the normal one; both clipped to ``[low, high]``, the reward range (docs/plots.md). A bound the
+    range leaves open (one value, no declared range) is NaN: not drawn."""
     mean, n = np.asarray(mean, dtype="float64"), np.asarray(n, dtype="float64")
     if binary:
         z2n = Z * Z / n
@@ -30,37 +34,87 @@ def interval(mean, std, n, *, binary: bool, low: float, high: float):
     else:
         centre, half = mean, np.nan_to_num(Z * np.asarray(std, dtype="float64") / np.sqrt(n), nan=np.inf)
     # the mean always lies inside (Wilson's does in exact arithmetic; rounding can put a bound a hair past it)
-    return np.clip(np.fmin(centre - half, mean), low, high), np.clip(np.fmax(centre + half, mean), low, high)
+    lower = np.clip(np.fmin(centre - half, mean), low, high)
+    upper = np.clip(np.fmax(centre + half, mean), low, high)
+    # an unbounded side (one value of a reward with no declared range) is not drawn, never drawn as certain
+    return np.where(np.isinf(lower), np.nan, lower), np.where(np.isinf(upper), np.nan, upper)
 
 
-def _scale(rewards) -> dict:
-    """``interval``'s keywords for these rewards: 0/1 or not, and their range."""
+def declared_range(reward_range: Any) -> tuple[float, float] | None:
+    """``(low, high)`` from ``reward_range``: a pair, or a server class or instance declaring ``reward_range``."""
+    if reward_range is not None and not isinstance(reward_range, (tuple, list)):
+        reward_range = getattr(reward_range, "reward_range", None)
+    if reward_range is None:
+        return None
+    low, high = (float(v) for v in reward_range)
+    if not low < high:
+        raise ValueError(f"reward_range must be (low, high) with low < high, got {reward_range!r}")
+    return low, high
+
+
+def _scale(rewards, reward_range: Any = None) -> dict:
+    """``interval``'s keywords for these rewards: 0/1 or not, and the reward range: the declared one
+    (given, else the frame's ``attrs["reward_range"]``, set by a run of ``lab.run_many`` from its
+    environment), else [0, 1] for 0/1 rewards, else unbounded. Never the observed range: three successes
+    of three are not a certainty."""
+    if reward_range is None:
+        reward_range = getattr(rewards, "attrs", {}).get("reward_range")
     values = np.asarray(rewards, dtype="float64")
-    if not len(values):
-        return {"binary": False, "low": 0.0, "high": 1.0}
-    return {"binary": bool(np.isin(values, (0.0, 1.0)).all()), "low": values.min(), "high": values.max()}
+    declared = declared_range(reward_range)
+    binary = bool(len(values)) and bool(np.isin(values, (0.0, 1.0)).all()) and declared in (None, (0.0, 1.0))
+    low, high = declared or ((0.0, 1.0) if binary else (-np.inf, np.inf))
+    return {"binary": binary, "low": low, "high": high}
 
 
 def _band_name(scale: dict) -> str:
     return "95% Wilson interval" if scale["binary"] else "95% interval of the mean"
 
 
+@functools.cache
+def figure_class() -> type:
+    """A matplotlib ``Figure`` that shows itself as a PNG in a notebook (``_repr_png_``): a Figure made
+    without pyplot is shown as text until ``%matplotlib inline`` registers the inline formatter. With it
+    registered, IPython's formatter for ``Figure`` answers first, so the image is never shown twice."""
+    from matplotlib.figure import Figure
+
+    class NotebookFigure(Figure):
+        def _repr_png_(self) -> bytes:
+            buffer = io.BytesIO()
+            self.savefig(buffer, format="png", bbox_inches="tight", facecolor="white")
+            return buffer.getvalue()
+
+    return NotebookFigure
+
+
 def _axes(ax: Any):
     if ax is not None:
         return ax.figure, ax
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 4), layout="constrained")
+    fig = figure_class()(figsize=(7, 4), layout="constrained")
     return fig, fig.add_subplot()
 
 
+def _drawn(artist) -> bool:
+    """Whether ``artist`` draws anything: a line with a finite point, a collection with a path."""
+    if getattr(artist, "lines", None) and artist.lines[0] is not None:  # an error bar: its data line
+        artist = artist.lines[0]
+    if hasattr(artist, "get_ydata"):
+        y = np.asarray(artist.get_ydata(), dtype="float64")
+        return bool(np.isfinite(y).any())
+    paths = getattr(artist, "get_paths", lambda: [True])()
+    return bool(len(paths)) and any(len(getattr(p, "vertices", (1,))) for p in paths)
+
+
 def _labelled(fig, ax, title: str, xlabel: str, ylabel: str, legend: bool = True):
-    """``fig`` with ``ax``'s title, axis labels and (by default) legend set."""
+    """``fig`` with ``ax``'s title, axis labels and (by default) a legend of what is drawn: an empty line
+    or band (no kept episode) has no entry."""
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if legend:
-        ax.legend(loc="best", fontsize="small")
+        handles, labels = ax.get_legend_handles_labels()
+        shown = [(h, label) for h, label in zip(handles, labels) if _drawn(h)]
+        if shown:
+            ax.legend(*zip(*shown), loc="best", fontsize="small")
     return fig
 
 
@@ -113,10 +167,19 @@ def _order(episodes, order: str):
     raise ValueError(f"order must be 'repeat' or 'completed', got {order!r}")
 
 
-def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", ax: Any = None, label: str = "reward"):
+def reward_curve(
+    episodes,
+    *,
+    window: int | None = None,
+    order: str = "repeat",
+    ax: Any = None,
+    label: str = "reward",
+    reward_range: Any = None,
+):
     """Reward per episode with a rolling mean over ``window`` kept episodes (default: one repeat, the number
     of tasks, else 20) and its 95% interval. ``order="repeat"``: every task once per repeat, dotted lines
-    between repeats; ``"completed"``: the order episodes finished (``lab.run_many`` runs). docs/plots.md."""
+    between repeats; ``"completed"``: the order episodes finished (``lab.run_many`` runs). ``reward_range``:
+    ``(low, high)`` or the environment's class (its ``reward_range``); docs/plots.md."""
     fig, ax = _axes(ax)
     ordered, xlabel, name = _order(episodes, order)
     ordered = ordered.reset_index(drop=True)
@@ -127,7 +190,7 @@ def reward_curve(episodes, *, window: int | None = None, order: str = "repeat", 
     kept = _kept(ordered)
     ax.plot(x[kept.index], kept["reward"], "o", markersize=3, alpha=0.4, label=label)
     rolling = kept["reward"].rolling(window, min_periods=1)
-    mean, scale = rolling.mean(), _scale(kept["reward"])
+    mean, scale = rolling.mean(), _scale(kept["reward"], reward_range)
     low, high = interval(mean, rolling.std(), rolling.count(), **scale)
     ax.plot(x[kept.index], mean, "-", linewidth=2, label=f"rolling mean ({window})")
     ax.fill_between(x[kept.index], low, high, alpha=0.2, label=_band_name(scale))
@@ -164,28 +227,43 @@ def _drawn_steps(steps, episodes, max_episodes: int | None):
     return steps[steps["episode"].isin(set(chosen))], len(chosen), what
 
 
-def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: int | None = None):
-    """Mean reward at each step over the episodes that reached it, with its 95% interval, and the
-    mean cumulative reward. ``episodes`` (the episodes frame) leaves masked and failed episodes out
-    and lets a sample cover every task; ``max_episodes`` draws such a sample (the title says so)."""
+def step_rewards(
+    steps, *, episodes: Any = None, ax: Any = None, max_episodes: int | None = None, reward_range: Any = None
+):
+    """Mean reward at each step, with its 95% interval, in two series: the steps on the way (before an
+    episode's last) and the episodes' last steps, which carry the outcome in most environments; one line
+    over both would read as "later steps pay more" when only the episodes that got there are left. Also
+    the mean cumulative reward. ``episodes`` (the episodes frame) leaves masked and failed episodes out and
+    lets a sample cover every task; ``max_episodes`` draws such a sample (the title says so)."""
     fig, ax = _axes(ax)
     kept, n, what = _drawn_steps(steps, episodes, max_episodes)
-    by_step = kept.groupby("step")
-    mean, count, scale = by_step["reward"].mean(), by_step["reward"].size(), _scale(kept["reward"])
-    low, high = interval(mean, by_step["reward"].std(), count, **scale)
-    (line,) = ax.plot(mean.index, mean, "o-", label="mean reward at the step")
-    ax.fill_between(mean.index, low, high, alpha=0.2, color=line.get_color(), label=_band_name(scale))
-    cumulative = by_step["cumulative_reward"].mean() if "cumulative_reward" in kept else None
-    if cumulative is not None:
+    last = kept["step"].to_numpy() == kept.groupby("episode")["step"].transform("max").to_numpy()
+    scale = _scale(kept["reward"], reward_range)
+    colours = {}
+    for label, part, style in (
+        ("mean reward at a step on the way", kept[~last], "o-"),
+        ("mean reward at the episode's last step", kept[last], "s"),
+    ):
+        by_step = part.groupby("step")["reward"]
+        mean, count = by_step.mean(), by_step.size()
+        if not len(mean):
+            continue
+        low, high = interval(mean, by_step.std(), count, **scale)
+        (line,) = ax.plot(mean.index, mean, style, label=label)
+        colours[label] = line.get_color()
+        ax.fill_between(mean.index, low, high, alpha=0.15, color=line.get_color())
+        for step, k in count.items():
+            if k < n:  # fewer episodes are in this mean: say how many
+                ax.annotate(f"n={k}", (step, mean[step]), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
+    if "cumulative_reward" in kept:
+        cumulative = kept.groupby("step")["cumulative_reward"].mean()
         ax.plot(cumulative.index, cumulative, "--", color="0.4", label="mean cumulative reward")
-    for step, k in count.items():
-        if k < n:  # fewer episodes reached this step: say how many the mean is over
-            ax.annotate(f"n={k}", (step, mean[step]), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
     ax.axhline(0.0, color="0.8", linewidth=0.8)
-    if len(mean):
-        ax.set_xticks(mean.index)
+    if len(kept):
+        ticks = sorted(set(kept["step"].tolist()))
+        ax.set_xticks(ticks)
         ax.margins(x=0.08)
-    title = f"Mean reward by step over {what} (band: {_band_name(scale)})"
+    title = f"Mean reward by step over {what} (bands: {_band_name(scale)})"
     return _labelled(fig, ax, title, "step (model turn or transition, from 0)", "reward at the step")
 
 
@@ -193,7 +271,7 @@ def step_rewards(steps, *, episodes: Any = None, ax: Any = None, max_episodes: i
 NEUTRAL = "0.85"
 
 
-def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes: int = 100):
+def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes: int = 100, reward_range: Any = None):
     """Reward of every step of each episode (rows: episodes, columns: steps; blank: no such step). A
     zero reward before an episode's last step is drawn in a neutral grey, not as a failure: a
     successful seven-step episode reads as six steps on the way and one reward."""
@@ -205,14 +283,15 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
     values = grid.to_numpy()
     last = kept.groupby("episode")["step"].max().reindex(grid.index).to_numpy()
     neutral = (values == 0) & (grid.columns.to_numpy()[None, :] < last[:, None])
-    scale = _scale(kept["reward"])
+    declared = declared_range(reward_range if reward_range is not None else steps.attrs.get("reward_range"))
+    low, high = declared or (np.nanmin(values, initial=0.0), np.nanmax(values, initial=1.0))
     image = ax.imshow(
         np.where(neutral, np.nan, values),
         aspect="auto",
         interpolation="nearest",
         cmap="RdYlGn",
-        vmin=min(scale["low"], 0.0),
-        vmax=max(scale["high"], 0.0) or 1.0,
+        vmin=min(low, 0.0),
+        vmax=max(high, 0.0) or 1.0,
     )
     ax.imshow(np.where(neutral, 1.0, np.nan), aspect="auto", interpolation="nearest", cmap=ListedColormap([NEUTRAL]))
     fig.colorbar(image, ax=ax, label="reward at the step")
@@ -223,7 +302,7 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
     return _labelled(fig, ax, title, "step", "episode", legend=False)
 
 
-def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
+def reward_distribution(episodes, *, by: str = "task", ax: Any = None, reward_range: Any = None):
     """Every kept episode's reward per ``by`` group (``task``, ``environment``, ``model``...), with the
     group's mean and its 95% interval; a box only where a group's rewards vary (five or more, three values)."""
     fig, ax = _axes(ax)
@@ -240,10 +319,10 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     for pos, values in zip(positions, data):
         ax.plot(pos + rng.uniform(-0.15, 0.15, len(values)), values, "o", markersize=3, alpha=0.5, color="tab:blue")
     means = np.array([v.mean() if len(v) else np.nan for v in data])
-    scale = _scale(kept["reward"])
+    scale = _scale(kept["reward"], reward_range)
     stds = [v.std(ddof=1) if len(v) > 1 else np.nan for v in data]
     low, high = interval(means, stds, [max(len(v), 1) for v in data], **scale)
-    yerr = [means - low, high - means]
+    yerr = np.nan_to_num([means - low, high - means])  # an open bound: no bar on that side
     ax.errorbar(
         positions + 0.3, means, yerr=yerr, fmt="D", color="tab:orange", capsize=3, label=f"mean, {_band_name(scale)}"
     )
@@ -253,7 +332,7 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None):
     return _labelled(fig, ax, f"Reward by {by} ({_over(episodes)})", by, "reward")
 
 
-def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = None):
+def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = None, reward_range: Any = None):
     """Two or more runs side by side (``{"greedy": a.episodes, "random": b.episodes}``): mean kept reward per
     run (per ``by`` group when given), with its 95% interval."""
     if not runs:
@@ -265,7 +344,9 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
     )
     width = 0.8 / len(labels)
     x = np.arange(len(groups))
-    scale = _scale(np.concatenate([_kept(frame)["reward"].to_numpy() for frame in runs.values()]))
+    if reward_range is None:  # the first run's declared range (``attrs``), if any
+        reward_range = next((f.attrs["reward_range"] for f in runs.values() if "reward_range" in f.attrs), None)
+    scale = _scale(np.concatenate([_kept(frame)["reward"].to_numpy() for frame in runs.values()]), reward_range)
     for n, label in enumerate(labels):
         kept = _kept(runs[label])
         values = [kept["reward"] if g is None else kept.loc[kept[by] == g, "reward"] for g in groups]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol import record as records
-from gymlab.protocol.record import Rollout, failure_counts, mean_reward
+from gymlab.protocol.record import Rollout, failure_counts, mean_reward, mean_reward_text
 
 if TYPE_CHECKING:
     from gymlab.collection.engine import Job, Outcome
@@ -36,6 +36,8 @@ class Rollouts(Sequence):
         self.store = store
         #: Each record's rank in the order the episodes finished (runs of ``run_many``), else None.
         self.completed = completed if completed is not None and len(completed) == len(store) else None
+        #: The rewards an episode can earn, as its environment declares them (``BaseServer.reward_range``).
+        self.reward_range: tuple[float, float] | None = None
         self._summary: list[tuple[float, bool, str | None, int]] | None = None
 
     @classmethod
@@ -80,13 +82,19 @@ class Rollouts(Sequence):
         frame = episodes_frame(self.store, full=full)
         if self.completed is not None:  # a run's own order of finishing (reward_curve plots over it)
             frame["completed"] = self.completed
-        return frame
+        return self._ranged(frame)
 
     def steps_frame(self, *, full: bool = False):
         """One row per step (``gymlab.lab.frames.steps_frame``); ``full=True``: every column."""
         from gymlab.lab.frames import steps_frame
 
-        return steps_frame(self.store, full=full)
+        return self._ranged(steps_frame(self.store, full=full))
+
+    def _ranged(self, frame):
+        """``frame`` carrying the environment's declared reward range (``attrs``), which the plots read."""
+        if self.reward_range is not None:
+            frame.attrs["reward_range"] = tuple(self.reward_range)
+        return frame
 
     def _summaries(self) -> list[tuple[float, bool, str | None, int]]:
         """(reward, mask_sample, failure_kind, steps) of every record, parsed once."""
@@ -155,12 +163,13 @@ class Rollouts(Sequence):
         failures = self.failures
         kinds = ", ".join(f"{k} {v}" for k, v in failures.items())
         masked = f", {sum(failures.values())} masked ({kinds})" if failures else ""
-        return f"<Rollouts {len(self)} episodes, mean reward {self.mean_reward:.3f} over the unmasked{masked}>"
+        return f"<Rollouts {len(self)} episodes, {mean_reward_text(self.mean_reward)}{masked}>"
 
 
-def failure_line(run: Rollouts) -> str | None:
+def failure_line(run: Rollouts, *, logged: bool = False) -> str | None:
     """One line for a run's failures (None without any): how many by kind, and the most common cause,
-    so a summary says why without one line per failed episode."""
+    so a summary says why without one line per failed episode; it points to ``lab.logs()`` only when
+    ``logged`` (the servers logged errors during the run: a model's refusal or a timeout logs none)."""
     if not (failed := run.failures):
         return None
     causes = Counter(
@@ -170,9 +179,8 @@ def failure_line(run: Rollouts) -> str | None:
     )
     kinds = ", ".join(f"{kind} {n}" for kind, n in failed.items())
     common = "".join(f"; the most common cause ({n}): {cause}" for cause, n in causes.most_common(1))
-    return (
-        f"gymlab: {sum(failed.values())} of {len(run)} episodes failed ({kinds}){common}; they are masked, "
-        "and lab.logs() has the server-side traces"
+    return f"gymlab: {sum(failed.values())} of {len(run)} episodes failed ({kinds}){common}; they are masked" + (
+        ", and lab.logs() has the server-side traces" if logged else ""
     )
 
 

@@ -248,8 +248,10 @@ class LivePanel(w.VBox):
             )
 
     def finish(self) -> None:
+        """Redraw, and colour the bar by the share that failed: green none, amber some, red every one
+        (a run with a third of its episodes masked still collected the rest)."""
         self.render()
-        self.progress.bar_style = "danger" if self.failed else "success"
+        self.progress.bar_style = "success" if not self.failed else "danger" if not self.kept else "warning"
 
     async def arun(
         self,
@@ -265,7 +267,7 @@ class LivePanel(w.VBox):
         from gymlab._traces import logbook
         from gymlab.lab.runs import arun_many, failure_line
 
-        self.total = len(rows) * repeats
+        self.total, since = len(rows) * repeats, time.time()
         try:
             with logbook().quiet():
                 run = await arun_many(
@@ -273,7 +275,7 @@ class LivePanel(w.VBox):
                 )
         finally:
             self.finish()
-        if line := failure_line(run):
+        if line := failure_line(run, logged=any(e.time >= since for e in list(logbook().entries))):
             print(line, file=sys.stderr, flush=True)
         return run
 

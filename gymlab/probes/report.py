@@ -162,8 +162,13 @@ class ProbeReport:
         for name in self.flagged:
             c, why = self.cell(name), []
             if c.above:
-                paid = [f"{k} {v:.2f}" for k, v in self.components(name).items() if v > 0]
-                by = f", paid by the component{'s' * (len(paid) > 1)} {', '.join(paid)}" if paid else ""
+                paid = [f"{k} (mean value {v:.2f})" for k, v in self.components(name).items() if v > 0]
+                by = (
+                    f", paid by the component{'s' * (len(paid) > 1)} {', '.join(paid)}; a component's value is "
+                    "before its weight, not the reward"
+                    if paid
+                    else ""
+                )
                 why.append(f"it earned a mean reward of {c.mean_reward:.2f} (above {self.threshold:g}){by}")
             if c.masked_more:
                 kinds = ", ".join(f"{k} {n}" for k, n in failure_counts(self.episodes(name)).items())

@@ -115,6 +115,19 @@ _RECORD_KEYS = frozenset(Rollout.model_fields)
 RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent_name"}
 
 
+def own_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a row (or a body or record carrying one) that are the task's own: not the request,
+    nor an identity or result key, nor NeMo Gym's ``_ng_*`` keys."""
+    return {
+        k: v
+        for k, v in fields.items()
+        if k != "responses_create_params" and k not in _NOT_OWN and not k.startswith("_ng_")
+    }
+
+
+_NOT_OWN = frozenset({*IDENTITY_KEYS, *RESULT_KEYS})
+
+
 def record_json(record: Rollout) -> str:
     """A record as JSON text: gymlab's fields left out when unset, ``NULL_WRITTEN_KEYS`` written as null."""
     text = record.model_dump_json(exclude_none=True)
@@ -301,6 +314,11 @@ def mean_reward(records: Iterable[Any]) -> float:
     return math.fsum(kept) / len(kept) if kept else float("nan")
 
 
+def mean_reward_text(mean: float) -> str:
+    """``mean reward 0.500 over the unmasked``, or what stands in for a mean no episode has (never "nan")."""
+    return f"mean reward {mean:.3f} over the unmasked" if mean == mean else "no mean reward (no unmasked episode)"
+
+
 def failure_counts(records: Iterable[Any]) -> dict[str, int]:
     """Masked records by failure kind, most common first (a mask without a kind counts as ``masked``)."""
     counts: dict[str, int] = {}
@@ -372,6 +390,8 @@ __all__ = [
     "from_transitions",
     "identity",
     "mean_reward",
+    "mean_reward_text",
+    "own_fields",
     "synthetic",
     "verified",
     "with_identity",

@@ -327,6 +327,7 @@ def with_request(hook, run):
     except NameError:  # an annotation only its own scope can resolve: leave it to FastAPI
         hints = {}
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
+    params = _typed(hook, params)
     own = next((p.name for p in params if p.annotation is Request), None)
     if own is None:
         params.append(inspect.Parameter("_gymlab_request", inspect.Parameter.KEYWORD_ONLY, annotation=Request))
@@ -339,6 +340,44 @@ def with_request(hook, run):
     returns = hints.get("return", signature.return_annotation)
     endpoint.__signature__ = signature.replace(parameters=params, return_annotation=returns)
     return endpoint
+
+
+def _base_hints(hook) -> dict[str, Any]:
+    """The annotations of the method ``hook`` overrides (its name on a base class of its server)."""
+    owner, name = getattr(hook, "__self__", None), getattr(hook, "__name__", "")
+    for base in type(owner).__mro__[1:] if owner is not None else ():
+        if (method := base.__dict__.get(name)) is not None:
+            try:
+                return {k: v for k, v in typing.get_type_hints(method).items() if k != "return"}
+            except NameError:
+                return {}
+    return {}
+
+
+def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
+    """``params`` with each unannotated one typed: ``request`` as the Request, another as the overridden
+    method's body (``async def verify(self, body):`` reads a ``BaseVerifyRequest``); with no such type, a
+    ``TypeError`` at serve time naming the method (FastAPI would read it as a query parameter: a 422 on
+    every request)."""
+    untyped = [p for p in params if p.annotation is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not untyped:
+        return params
+    base = [t for t in _base_hints(hook).values() if t is not Request]
+    typed = {}
+    for p in untyped:
+        if p.name == "request":
+            typed[p.name] = Request
+        elif len(base) == 1 and len([q for q in untyped if q.name != "request"]) == 1:
+            typed[p.name] = base[0]
+        else:
+            owner = type(getattr(hook, "__self__", None)).__name__
+            name = getattr(hook, "__name__", "the hook")
+            raise TypeError(
+                f"{owner}.{name}: parameter {p.name!r} has no type annotation, so every request would fail "
+                f"(FastAPI reads it as a query parameter); annotate it: `{p.name}: YourRequestModel` "
+                "(a pydantic model of the body) or `request: Request`"
+            )
+    return [p.replace(annotation=typed.get(p.name, p.annotation)) for p in params]
 
 
 def _episode_aware(seed_session, episodes: EpisodeSessions):

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gymlab.protocol.record import mean_reward_text
 from gymlab.rewards.nemo_profile import nemo_profile, order_key, write_nemo_profile
 from gymlab.rewards.stats import majority_at_k, pass_at_k, sample_std
 
@@ -178,7 +179,7 @@ class Profile:
         s = self.summary
         head = (
             f"<p><b>Reward profile</b>: {s['tasks']} tasks, {s['episodes']} episodes ({s['masked']} masked, "
-            f"{s['failed']} failed), mean reward {s['mean_reward']:.3f}; {len(s['always_0'])} tasks always 0, "
+            f"{s['failed']} failed), {mean_reward_text(s['mean_reward'])}; {len(s['always_0'])} tasks always 0, "
             f"{len(s['always_1'])} always 1, {len(s['zero_variance'])} with no variance</p>"
         )
         flags = "".join(f"<li>task {html.escape(str(t))}: {html.escape(w)}</li>" for t, w in self.flags().items())
@@ -195,7 +196,7 @@ class Profile:
     def __repr__(self) -> str:
         s = self.summary
         return (
-            f"<Profile {s['tasks']} tasks, {s['episodes']} episodes, mean reward {s['mean_reward']:.3f}, "
+            f"<Profile {s['tasks']} tasks, {s['episodes']} episodes, {mean_reward_text(s['mean_reward'])}, "
             f"{len(s['always_0'])} always 0, {len(s['always_1'])} always 1, {len(s['zero_variance'])} no variance>"
         )
 

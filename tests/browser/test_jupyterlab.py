@@ -1,10 +1,11 @@
 """The widgets and tutorials rendered for real: JupyterLab on 127.0.0.1, driven by Playwright in Debian's Chromium.
 
-Opens copies of notebooks/06_widgets.ipynb and notebooks/02b_your_first_environment.ipynb and runs every
-cell. In 06 it clicks the viewer and the stepper, filters the run browser and browses what matches, and
-checks the step and reward they display and that each slider stands where its status line says; 02b
-runs from scratch without an error. Screenshots go to tests/browser/screenshots/ (gitignored). No
-browser is downloaded: Chromium comes from the system (``make browser-deps``).
+JupyterLab is started by `make lab` (on a workspace of its own). In its copy of notebooks/06_widgets.ipynb,
+every cell run, the tests click the viewer and the stepper, filter the run browser and browse what matches,
+and check the step and reward they display and that each slider stands where its status line says; the copy
+of 02b runs from scratch without an error; a new notebook's one plot call shows an image (no `%matplotlib`
+magic). Screenshots go to tests/browser/screenshots/ (gitignored). No browser is downloaded: Chromium comes
+from the system (``make browser-deps``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import shutil
 import signal
 import socket
@@ -60,59 +60,49 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def jupyterlab(tmp_path_factory):
-    """A JupyterLab server over a folder holding copies of the widgets notebook and the first-environment
-    notebook; killed afterwards."""
-    tmp_path = tmp_path_factory.mktemp("jupyterlab")
-    root = tmp_path / "root"
-    root.mkdir()
-    shutil.copy(ROOT / "notebooks" / "06_widgets.ipynb", root / "widgets.ipynb")
-    shutil.copy(ROOT / "notebooks" / "02b_your_first_environment.ipynb", root / "first_environment.ipynb")
-    port, token = free_port(), secrets.token_hex(16)
+    """JupyterLab as `make lab` starts it, on a workspace of its own (the tutorials' copies) and a free port;
+    killed afterwards."""
+    tmp_path = tmp_path_factory.mktemp("make_lab")
+    venv = Path(sys.executable).parent.parent  # the venv these tests run in stands in for .venv
+    port = free_port()
     env = {
         **os.environ,
         "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
         "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
     }
-    log = open(tmp_path / "jupyterlab.log", "w")
+    stamp = venv / ".installed-lab"  # -o: taken as made, so make installs nothing into this venv
+    command = ["make", "-s", "-o", str(stamp), "lab", f"VENV={venv}", f"LAB_PORT={port}"]
     proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "jupyter"),
-            "lab",
-            "--no-browser",
-            "--allow-root",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            "--LabApp.news_url=",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ],
-        stdout=log,
+        [*command, f"WORKSPACE={tmp_path / 'workspace'}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        text=True,
         env=env,
         start_new_session=True,
     )
-    base = f"http://127.0.0.1:{port}"
     try:
+        first = proc.stdout.readline()
+        match = re.match(
+            rf"JupyterLab: (http://127\.0\.0\.1:{port})/lab/tree/01_quickstart\.ipynb\?token=(\w+)$", first
+        )
+        assert match, first
+        base, token = match.groups()
 
         def ready() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"JupyterLab exited with {proc.returncode}: {(tmp_path / 'jupyterlab.log').read_text()[-2000:]}"
-                )
+            assert proc.poll() is None, proc.stdout.read()
             return answers(base, token)
 
-        wait_until(ready, START_S, "JupyterLab answering /api/status")
+        wait_until(ready, START_S, "make lab: JupyterLab answering")
         yield base, token
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(10)
+            proc.wait(15)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-        log.close()
 
 
 def accept_kernel_dialog(page) -> None:
@@ -184,7 +174,7 @@ def notebook_page(jupyterlab, notebook: str, failure: str):
 
 
 def test_viewer_and_stepper_render_and_respond(jupyterlab):
-    with notebook_page(jupyterlab, "widgets.ipynb", "failure.png") as page:
+    with notebook_page(jupyterlab, "06_widgets.ipynb", "failure.png") as page:
         viewer = page.locator(".gl-viewer").first  # the standalone viewer (its cell comes first)
         status = viewer.locator(".gl-status")
         # the notebook's own last cells click next once and step the stepper twice
@@ -277,7 +267,7 @@ def browse_run(run) -> None:
 
 def test_first_environment_notebook_runs_in_jupyterlab(jupyterlab):
     """Notebook 02b, run top to bottom as a newcomer would: no cell fails and its frames render."""
-    with notebook_page(jupyterlab, "first_environment.ipynb", "failure_first_environment.png") as page:
+    with notebook_page(jupyterlab, "02b_your_first_environment.ipynb", "failure_first_environment.png") as page:
         cells = page.locator(".jp-NotebookPanel .jp-CodeCell")
         count = cells.count()
         # the last code cell (lab.close()) has run once its prompt shows a number
@@ -292,3 +282,44 @@ def test_first_environment_notebook_runs_in_jupyterlab(jupyterlab):
         page.screenshot(path=str(SCREENSHOTS / "first_environment_end.png"))
         outputs.filter(has_text="{'hint': 'higher', 'guesses': 1}").scroll_into_view_if_needed()
         page.screenshot(path=str(SCREENSHOTS / "first_environment_by_hand.png"))
+
+
+# -- a new notebook in `make lab` -----------------------------------------------------------------------
+
+PLOT = (
+    "import pandas as pd; from gymlab.lab import plots; "
+    "plots.reward_distribution(pd.DataFrame({'task': [0, 0, 1, 1], 'reward': [1.0, 0.0, 1.0, 1.0]}))"
+)
+
+
+def test_a_new_notebook_in_make_lab_shows_a_plot_as_an_image(jupyterlab):
+    """A new notebook, one plot call and no `%matplotlib` magic: the cell's output is an image."""
+    base, token = jupyterlab
+    SCREENSHOTS.mkdir(exist_ok=True)
+    playwright_sync.expect.set_options(timeout=WAIT_MS)
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(WAIT_MS)
+        try:
+            page.goto(f"{base}/lab/workspaces/new_plot?token={token}")  # no notebook open: the launcher
+            page.locator(".jp-LauncherCard[data-category='Notebook']").first.click()
+            page.wait_for_selector(".jp-NotebookPanel .jp-Cell")
+            accept_kernel_dialog(page)
+            wait_idle(page)
+            editor = page.locator(".jp-NotebookPanel .jp-Cell .cm-content").first
+            editor.click()
+            editor.fill(PLOT)
+            editor.press("Shift+Enter")
+            output = page.locator(".jp-NotebookPanel .jp-OutputArea-output").first
+            image = output.locator("img")
+            playwright_sync.expect(image).to_be_visible()
+            assert image.get_attribute("src").startswith("data:image/png;base64,")
+            assert "<Figure size" not in output.inner_text()
+            assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").count() == 0
+            page.screenshot(path=str(SCREENSHOTS / "new_notebook_plot.png"))
+        except BaseException:
+            page.screenshot(path=str(SCREENSHOTS / "failure_new_notebook_plot.png"), full_page=True)
+            raise
+        finally:
+            browser.close()

@@ -66,7 +66,7 @@ def test_the_workspace_is_copies_of_the_tutorials_and_a_later_make_keeps_its_edi
 
     make_workspace()
     tutorials = sorted(p.name for p in (ROOT / "notebooks").iterdir() if p.suffix in (".ipynb", ".md"))
-    assert sorted(p.name for p in workspace.iterdir()) == tutorials
+    assert sorted(p.name for p in workspace.iterdir() if not p.name.startswith(".")) == tutorials
     (workspace / "01_quickstart.ipynb").write_text("my edits")
     (workspace / "03_step_through.ipynb").unlink()  # as if it were a tutorial added after the first make lab
     (workspace / "mine.ipynb").write_text("{}")
@@ -76,6 +76,39 @@ def test_the_workspace_is_copies_of_the_tutorials_and_a_later_make_keeps_its_edi
         ROOT / "notebooks" / "03_step_through.ipynb"
     ).read_bytes()
     assert (workspace / "mine.ipynb").exists()
+
+
+def test_the_workspace_names_the_tutorials_changed_upstream_and_offers_the_new_version(tmp_path):
+    """A tutorial changed since it was copied is named once: an edited copy stays and the new version is put
+    in updated/, a copy with no edits becomes the new version; an edit alone (upstream unchanged) says nothing."""
+    workspace = tmp_path / "workspace"
+
+    def make_workspace() -> list[str]:
+        done = subprocess.run(
+            ["make", "-s", "workspace", f"WORKSPACE={workspace}"], cwd=ROOT, check=True, capture_output=True, text=True
+        )
+        return done.stdout.splitlines()
+
+    assert make_workspace() == []
+    tutorial = lambda name: (ROOT / "notebooks" / name).read_bytes()  # noqa: E731
+    copied = workspace / ".tutorials"  # what each copy was made from
+    # as if 03 and 04 were copied from older versions: 03 left as copied, 04 edited since; 05 edited (upstream same)
+    for name in ("03_step_through.ipynb", "04_reward_curves.ipynb"):
+        (copied / name).write_text("the tutorial as it was")
+    (workspace / "03_step_through.ipynb").write_text("the tutorial as it was")
+    (workspace / "04_reward_curves.ipynb").write_text("my edits")
+    (workspace / "05_export_dataset.ipynb").write_text("my other edits")
+    said = make_workspace()
+    assert said == [
+        "03_step_through.ipynb changed upstream; your copy had no edits, so it is now the new version",
+        f"04_reward_curves.ipynb changed upstream since you copied it; the new version is {workspace}/updated/"
+        "04_reward_curves.ipynb (your copy is kept)",
+    ]
+    assert (workspace / "03_step_through.ipynb").read_bytes() == tutorial("03_step_through.ipynb")
+    assert (workspace / "04_reward_curves.ipynb").read_text() == "my edits"
+    assert (workspace / "updated" / "04_reward_curves.ipynb").read_bytes() == tutorial("04_reward_curves.ipynb")
+    assert (workspace / "05_export_dataset.ipynb").read_text() == "my other edits"
+    assert make_workspace() == []  # said once
 
 
 def test_make_lab_serves_the_notebooks_on_loopback_with_a_token(tmp_path):

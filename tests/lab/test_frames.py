@@ -85,8 +85,9 @@ def test_episodes_frame(runs):
 def test_episodes_frame_is_concise_and_reads_like_the_conversation(runs):
     rollouts = runs["counter"]
     frame = rollouts.episodes
-    # no column that is empty for every episode of this run; the row's own fields after the ids
-    assert list(frame.columns) == [*EPISODE_CONCISE_CLEAN, "initial_count", "target", "final_count", "completed"]
+    # no column that is empty for every episode of this run; the fields that tell tasks apart after the ids
+    ids, rest = EPISODE_CONCISE_CLEAN[:3], EPISODE_CONCISE_CLEAN[3:]
+    assert list(frame.columns) == [*ids, "initial_count", "target", "final_count", *rest, "completed"]
     assert frame["target"].tolist() == [r.target for r in rollouts]
     assert frame["prompt"].tolist() == [r.responses_create_params.input_items()[-1].text for r in rollouts]
     assert frame["answer"].tolist() == [r.response.output_text for r in rollouts]
@@ -179,3 +180,17 @@ def test_load_errors_name_file_and_line(tmp_path):
     path.write_text(good + "\n" + good[:40])
     with pytest.raises(DatasetError, match=r"bad.jsonl:2: torn last line"):
         Rollouts.load(path)  # a torn last line is reported at once
+
+
+def test_the_row_field_that_tells_tasks_apart_comes_right_after_task_and_repeat():
+    from gymlab.protocol.record import synthetic
+
+    records = [
+        r.model_copy(update={"target": 3 + r.task_index, "level": "easy", "notes": {"n": i}})
+        for i, r in enumerate(synthetic(4, 2))
+    ]
+    frame = Rollouts(records).episodes
+    columns = list(frame.columns)
+    assert columns[:5] == ["episode", "task", "repeat", "target", "notes"], columns  # they differ task to task
+    assert columns[-1] == "level" and columns.index("reward") > columns.index("target")  # the same for all: last
+    assert list(frame["target"]) == [3 + r.task_index for r in records]

@@ -71,7 +71,7 @@ def test_every_plot_says_what_it_draws_and_over_how_many_episodes(runs):
         f"({n} episodes, {left_out} left out (masked or failed))"
     )
     band = "95% interval of the mean"  # blackjack pays -1, 0 or 1: not a 0/1 reward
-    assert _title(figures["steps"]) == f"Mean reward by step over {n - left_out} episodes (band: {band})"
+    assert _title(figures["steps"]) == f"Mean reward by step over {n - left_out} episodes (bands: {band})"
     assert _title(figures["heatmap"]) == (
         f"Reward by episode and step, {n - left_out} episodes (grey: 0 before the last step)"
     )
@@ -125,8 +125,9 @@ def test_step_rewards_mean_by_step_with_a_band(runs):
     steps, episodes = rollouts.steps, rollouts.episodes
     fig = plots.step_rewards(steps, episodes=episodes)
     (ax,) = fig.axes
-    (mean,) = [line for line in ax.get_lines() if line.get_label() == "mean reward at the step"]
-    expected = steps.groupby("step")["reward"].mean()
+    (mean,) = [line for line in ax.get_lines() if line.get_label() == "mean reward at the episode's last step"]
+    last = steps["step"] == steps.groupby("episode")["step"].transform("max")
+    expected = steps[last].groupby("step")["reward"].mean()  # the outcomes, apart from the steps on the way
     assert list(mean.get_xdata()) == list(expected.index)
     assert list(mean.get_ydata()) == pytest.approx(list(expected))
     assert any(isinstance(c, PolyCollection) for c in ax.collections)  # the interval's band

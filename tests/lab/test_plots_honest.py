@@ -18,6 +18,7 @@ from gymlab.examples import example_rows, load_environment  # noqa: E402
 from gymlab.lab import plots  # noqa: E402
 
 REPEATS = 4
+LAST, ON_THE_WAY = "mean reward at the episode's last step", "mean reward at a step on the way"
 
 
 def stops_short(request):
@@ -59,9 +60,11 @@ def test_the_run_has_varied_tasks(run):
 def test_step_rewards_draw_every_episode(run):
     steps, episodes = run.steps, run.episodes
     ax = plots.step_rewards(steps, episodes=episodes).axes[0]
-    expected = steps.groupby("step")["reward"].mean()  # over all 20 episodes, not the first few
-    assert list(_line(ax, "mean reward at the step").get_ydata()) == pytest.approx(list(expected))
-    assert ax.get_title() == f"Mean reward by step over {len(episodes)} episodes (band: 95% Wilson interval)"
+    last = steps["step"] == steps.groupby("episode")["step"].transform("max")
+    expected = steps[last].groupby("step")["reward"].mean()  # over all 20 episodes, not the first few
+    assert list(_line(ax, LAST).get_ydata()) == pytest.approx(list(expected))
+    assert list(_line(ax, ON_THE_WAY).get_ydata()) == pytest.approx(list(steps[~last].groupby("step")["reward"].mean()))
+    assert ax.get_title() == f"Mean reward by step over {len(episodes)} episodes (bands: 95% Wilson interval)"
 
 
 def test_a_step_rewards_sample_takes_every_task_and_says_so(run):
@@ -69,8 +72,10 @@ def test_a_step_rewards_sample_takes_every_task_and_says_so(run):
     n_tasks = episodes["task"].nunique()
     ax = plots.step_rewards(steps, episodes=episodes, max_episodes=n_tasks).axes[0]
     sample = episodes[episodes["repeat"] == 0]["episode"]  # one repeat: every task once
-    expected = steps[steps["episode"].isin(sample)].groupby("step")["reward"].mean()
-    assert list(_line(ax, "mean reward at the step").get_ydata()) == pytest.approx(list(expected))
+    drawn = steps[steps["episode"].isin(sample)]
+    last = drawn["step"] == drawn.groupby("episode")["step"].transform("max")
+    expected = drawn[last].groupby("step")["reward"].mean()
+    assert list(_line(ax, LAST).get_ydata()) == pytest.approx(list(expected))
     assert (
         f"over a sample of {n_tasks} of {len(episodes)} episodes (every task once per repeat, {n_tasks} tasks)"
         in ax.get_title()

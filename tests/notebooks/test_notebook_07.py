@@ -46,7 +46,8 @@ def test_07_reward_design():
     # the draft: brevity paid answers that were not even tried, and the lenient judge paid the sprays
     assert {"refusal", "verdict_injection", "short_answer_spray", "answer_aware_spray"} <= set(out["draft_flagged"])
     assert out["draft_reasons"]["refusal"] == (
-        "refusal: it earned a mean reward of 0.20 (above 0), paid by the component concise 1.00."
+        "refusal: it earned a mean reward of 0.20 (above 0), paid by the component concise (mean value 1.00)"
+        "; a component's value is before its weight, not the reward."
     )
     assert out["draft_components"]["answer_aware_spray"] == {"correct": 1.0, "concise": 0.0}
     assert out["fixed_flagged"] == [] and out["fixed_hits"] == 0

@@ -33,7 +33,9 @@ def test_08_reward_probes():
     assert out["spray_after"] == 0.0 and out["real_after"] == 1.0
     # a rubric: the flag names the component that paid
     assert "refusal" in out["graded_flagged"] and out["refusal_components"] == {"brief": 1.0, "correct": 0.0}
-    assert out["refusal_reason"].endswith("paid by the component brief 1.00.")
+    assert out["refusal_reason"].endswith(
+        "paid by the component brief (mean value 1.00); a component's value is before its weight, not the reward."
+    )
     # a user's own probe runs beside the built-in ones
     assert out["mine_probes"] == [*BUILTIN_PROBES, "powers_of_ten"]
     assert out["mine_flagged"] == []

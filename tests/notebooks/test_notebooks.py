@@ -80,6 +80,9 @@ def test_02b_your_first_environment():
             "gym_step": [step.reward, step.terminated, step.info["tool_outputs"][0]["output"]],
             "gym": [[r.reward, r.terminated, [s.reward for s in r.steps]] for r in gym_rollouts],
             "gym_sessions_left": len(table.server.session_state),
+            "light": [[r.reward, r.mask_sample] for r in light_rollouts],
+            "light_check": lab.check(light, rows).ok,
+            "light_left": len(light.server.session_state),
         }""",
     )
     assert out["hint"] == {"hint": "higher", "guesses": 1}  # the bug, seen by hand (50 against 42)
@@ -94,6 +97,8 @@ def test_02b_your_first_environment():
     assert "Traceback" not in text_of(outputs)
     # the agent made before the fix reaches the fixed server (re-serving a name keeps its URL)
     assert out["after"] == [[1.0, False, None]] * 3, out["after"]
+    # the same game from plain functions (gymlab.environment): checked, run and released like the class
+    assert out["light"] == [[1.0, False]] * 3 and out["light_check"] is True and out["light_left"] == 0
 
 
 def test_03_step_through():

@@ -102,12 +102,13 @@ def test_open_qa_before_its_fix_is_flagged_naming_the_component_that_paid(lab):
     reasons = report.reasons()
     assert {"refusal", "verdict_injection", "short_answer_spray", "answer_aware_spray"} <= set(report.flagged)
     assert reasons["refusal"] == (
-        "refusal: it earned a mean reward of 0.20 (above 0), paid by the component concise 1.00."
+        "refusal: it earned a mean reward of 0.20 (above 0), paid by the component concise (mean value 1.00)"
+        "; a component's value is before its weight, not the reward."
     )
     assert report.components("answer_aware_spray") == {"correct": 1.0, "concise": 0.0}  # every task's answer
     assert reasons["short_answer_spray"] == (  # "100 Jane Austen Rayleigh scattering" (3 references of 4)
-        "short_answer_spray: it earned a mean reward of 0.80 (above 0), paid by the components concise 1.00, "
-        "correct 0.75."
+        "short_answer_spray: it earned a mean reward of 0.80 (above 0), paid by the components concise (mean value 1.00), "
+        "correct (mean value 0.75); a component's value is before its weight, not the reward."
     )
 
 

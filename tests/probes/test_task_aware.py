@@ -184,9 +184,13 @@ def test_a_rubric_flag_names_the_component_that_paid(lab):
     assert report.flagged == ["refusal"] and report.cell("refusal").mean_reward == 0.3, report
     assert report.components("refusal") == {"concise": 1.0, "correct": 0.0}
     assert report.reasons()["refusal"] == (
-        "refusal: it earned a mean reward of 0.30 (above 0), paid by the component concise 1.00."
+        "refusal: it earned a mean reward of 0.30 (above 0), paid by the component concise (mean value 1.00)"
+        "; a component's value is before its weight, not the reward."
     )
-    assert "paid by the component concise 1.00" in report.text() and "concise 1.00" in report._repr_html_()
+    assert (
+        "paid by the component concise (mean value 1.00)" in report.text()
+        and "concise (mean value 1.00)" in report._repr_html_()
+    )
     assert report.components("long_answer") == {"correct": 0.0, "concise": 0.0}
 
 
