@@ -365,18 +365,20 @@ class AiohttpTransport:
 
 
 async def read_capped(resp: aiohttp.ClientResponse) -> bytes:
-    """An aiohttp answer's body, cut with ``AnswerTooLarge`` once past ``MAX_ANSWER`` bytes (sized or not)."""
-    if (resp.content_length or 0) > MAX_ANSWER:
-        raise AnswerTooLarge(
-            f"the answer's body is {resp.content_length} bytes, over {MAX_ANSWER} (GYMLAB_MAX_ANSWER_MIB)"
-        )
-    chunks, size = [], 0
-    async for chunk in resp.content.iter_any():
-        size += len(chunk)
-        if size > MAX_ANSWER:
-            raise AnswerTooLarge(f"the answer's body is over {MAX_ANSWER} bytes (GYMLAB_MAX_ANSWER_MIB)")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """An aiohttp answer's body, cut with ``AnswerTooLarge`` once past ``MAX_ANSWER`` bytes (sized or not);
+    the connection is closed then (aiohttp would otherwise wait for the body's end on release)."""
+    chunks, size = [], resp.content_length or 0
+    if size <= MAX_ANSWER:
+        size = 0
+        async for chunk in resp.content.iter_any():
+            size += len(chunk)
+            if size > MAX_ANSWER:
+                break
+            chunks.append(chunk)
+        else:
+            return b"".join(chunks)
+    resp.close()
+    raise AnswerTooLarge(f"the answer's body is over {MAX_ANSWER} bytes (GYMLAB_MAX_ANSWER_MIB)")
 
 
 #: The transport of callers that name none (``post``, ``close_pool``).

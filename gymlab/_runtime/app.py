@@ -19,7 +19,7 @@ from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionMiddleware
 from gymlab._runtime.spec import ServerSpec
 from gymlab._runtime.workers import worker_context
-from gymlab._traces import cause_line
+from gymlab._traces import cause_line, without_paths
 from gymlab.errors import ResourcesSessionError, error_body
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.validation import describe_validation
@@ -137,11 +137,11 @@ class CrashMiddleware:
             log.error("%s: %s raised", self.server_name, route, exc_info=exc)
             if started:
                 raise
-            extra = {"trace": "".join(traceback.format_exception(exc))} if self.traces else {}
+            extra = {"trace": without_paths("".join(traceback.format_exception(exc)))} if self.traces else {}
             body = error_body(
                 self.server_name,
                 route,
-                f"raised {cause_line(exc)}",
+                without_paths(f"raised {cause_line(exc)}"),  # no file paths in a body; the log has them
                 error=type(exc).__name__,
                 hint="the traceback is in the server's log",
                 **extra,
