@@ -319,6 +319,28 @@ class Transport:
         return answer
 
 
+class _CountedResponse(aiohttp.ClientResponse):
+    """aiohttp's answer with the interim (1xx) answers before it counted: aiohttp reads them in a loop
+    without end, so a server that never stops sending them is cut after ``MAX_INTERIM``."""
+
+    async def start(self, connection):
+        protocol = connection.protocol
+        read, heads = protocol.read, 0
+
+        async def counted():
+            nonlocal heads
+            heads += 1
+            if heads > MAX_INTERIM + 1:
+                raise BadAnswer(f"more than {MAX_INTERIM} interim (1xx) answers")
+            return await read()
+
+        protocol.read = counted
+        try:
+            return await super().start(connection)
+        finally:
+            del protocol.read
+
+
 class AiohttpTransport:
     """The same ``post`` through aiohttp, one session per event loop: ``https://`` hops, and plain ones
     where httptools is not used."""
@@ -337,6 +359,7 @@ class AiohttpTransport:
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+                response_class=_CountedResponse,
             )
             self._sessions[loop] = session
         return session

@@ -134,14 +134,15 @@ def test_status_zero_is_no_answer(plain):
         _post(plain, server.url)
 
 
-def test_an_interim_answer_flood_is_cut():
+@pytest.mark.parametrize("plain", ["http1", "aiohttp"])
+def test_an_interim_answer_flood_is_cut(plain):
     def handler(peer):
         peer.read_request()
         while True:  # until the client hangs up
             peer.send(b"HTTP/1.1 100 Continue\r\n\r\n" * 64)
 
     with pytest.raises(TransportPeerDrop, match="interim"):
-        _post("http1", RawServer(handler).url)
+        _post(plain, RawServer(handler).url)
 
 
 def test_long_quoted_set_cookie_is_dropped_unread():
