@@ -9,7 +9,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
 
-#: Every registered plain name, in the reference's groups (docs/protocol.md), with what it means.
+#: Every registered plain name, in the reference's groups (docs/protocol.md), with what it means: the
+#: reference's vocabulary and one of gymlab's own, ``response_too_large`` (not retried, as no transport_ kind is).
 FAILURE_KINDS = MappingProxyType(
     {
         "transport_unreachable": "A server could not be reached (connection refused, unknown host).",
