@@ -93,11 +93,11 @@ _ROOTS = sorted(
     {
         _PACKAGE,
         *_LIBRARY,
-        *(str(Path(p).resolve()) + os.sep for p in (os.getcwd(), Path.home(), tempfile.gettempdir())),
+        *(str(f) + os.sep for p in (os.getcwd(), Path.home(), tempfile.gettempdir()) if (f := Path(p).resolve()).name),
     },
     key=len,
     reverse=True,
-)
+)  # a folder that is the file system's root (a server started in /) is not left out: it starts every path
 _FILE = re.compile(r'File "([^"]*)"')
 
 

@@ -87,3 +87,9 @@ def test_a_blocked_sync_policy_never_keeps_the_process_alive():
     done = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ran 2" in done.stdout
+
+
+def test_a_server_started_in_the_root_folder_keeps_its_urls_whole():
+    code = "from gymlab._traces import without_paths as w; print(w('http://127.0.0.1:8000/v1 File \"/a/b/c.py\"'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.stdout.strip() == 'http://127.0.0.1:8000/v1 File "c.py"', done.stderr
