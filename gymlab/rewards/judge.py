@@ -145,6 +145,14 @@ def json_quotes(verdict: str, answer: str, key: str) -> list[str]:
     return [span for obj, span in _json_objects(verdict, key) if obj in held]
 
 
+def marker_quotes(verdict: str, answer: str) -> list[str]:
+    """The ``VERDICT:``/``SCORE:`` markers in ``verdict`` (the last 16) that, with the word or number after them,
+    the answer holds too (any case, runs of spaces as one): quoted from the answer, never the judge's own line."""
+    held = " ".join(answer.split()).lower()
+    found = list(re.finditer(r"\b(?:VERDICT|SCORE)[\s*]*:\s*(?:[\w/+-]|\.(?=\d))+", verdict, re.I))[-16:]
+    return [m[0] for m in found if re.search(rf"\b{re.escape(' '.join(m[0].split()).lower())}(?!\S)", held)]
+
+
 def _json_objects(text: str, key: str) -> list[tuple[dict, str]]:
     """The JSON objects with ``key`` that start at the last 64 ``{`` of ``text``, with their text."""
     decoder, found = json.JSONDecoder(), []
@@ -353,6 +361,7 @@ class Judge:
         text = judgement["verdict"] = response.output_text
         answer = str(fields.get("answer") or "")
         blame, other, flooded = self.quotable(answer, request)
+        blame += marker_quotes(text, answer)  # a marker line the answer holds is a quote, wherever the judge put it
         if self.parse == "json":  # a verdict object the answer holds is a quote, however the judge framed it
             blame += json_quotes(text, answer, self.json_key)
         copied = set_aside(text, blame) != set_aside(text, ())
@@ -385,6 +394,7 @@ __all__ = [
     "Unparseable",
     "default_fields",
     "json_quotes",
+    "marker_quotes",
     "opening_score",
     "parse_json",
     "parse_label",
