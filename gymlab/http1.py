@@ -26,9 +26,23 @@ except ImportError:  # pragma: no cover - httptools is a dependency where the pl
 MAX_IDLE = 256
 #: Bytes an answer's status line and headers may take (aiohttp allows 8 KiB a line; uvicorn's h11, 16 KiB in all).
 MAX_HEAD = 64 * 1024
+
+
+def _answer_cap(default_mib: float = 32) -> int:
+    """``GYMLAB_MAX_ANSWER_MIB`` in bytes (a positive number of MiB), else ``default_mib``."""
+    raw = os.environ.get("GYMLAB_MAX_ANSWER_MIB") or str(default_mib)
+    try:
+        mib = float(raw)
+    except ValueError:
+        mib = 0.0
+    if not 0 < mib < 2**20:
+        raise ValueError(f"GYMLAB_MAX_ANSWER_MIB={raw!r}: give the largest answer a hop may take, in MiB (e.g. 32)")
+    return int(mib * 2**20)
+
+
 #: Bytes one answer may take on any hop (every transport, the model proxy's upstream): a hop's JSON is
 #: far smaller; an endless answer is cut here. ``GYMLAB_MAX_ANSWER_MIB`` sets it (read at import).
-MAX_ANSWER = int(float(os.environ.get("GYMLAB_MAX_ANSWER_MIB") or 32) * 2**20)
+MAX_ANSWER = _answer_cap()
 #: Interim (1xx) answers read before the real one: a server that never stops sending them is cut.
 MAX_INTERIM = 16
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 
@@ -167,3 +168,8 @@ def test_many_long_set_cookies_are_read_within_a_budget():
 
 def test_the_cap_is_one_setting():
     assert 10 * 2**20 <= http1.MAX_ANSWER <= 100 * 2**20  # tens of MiB unless GYMLAB_MAX_ANSWER_MIB says otherwise
+    code = "import gymlab.http1 as h; print(h.MAX_ANSWER)"
+    for value, expected in (("8", str(8 * 2**20)), ("lots", "GYMLAB_MAX_ANSWER_MIB='lots': give the largest")):
+        env = {**os.environ, "GYMLAB_MAX_ANSWER_MIB": value}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+        assert expected in done.stdout + done.stderr
