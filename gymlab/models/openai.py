@@ -210,11 +210,10 @@ class OpenAIModel(BaseServer):
         )
         message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
         upstream = {"url": exc.url, "status": exc.upstream_status, "message": exc.cause}
-        failure = exc.failure_kind and Failure(
-            kind=exc.failure_kind, server=self.name, status=exc.answer_status, message=message
-        )
+        kind = exc.failure_kind
+        failure = Failure(kind=kind, server=self.name, status=exc.answer_status, message=message) if kind else None
         body = error_body(
-            self.name, route, message, hint=exc.hint, failure=failure or None, upstream=upstream, attempts=exc.attempts
+            self.name, route, message, hint=exc.hint, failure=failure, upstream=upstream, attempts=exc.attempts
         )
         log.error("%s", body["detail"])
         return JSONResponse(body, status_code=exc.answer_status)
