@@ -48,11 +48,13 @@ def build_app(server: ServerSpec) -> FastAPI:
     @app.exception_handler(ResourcesSessionError)
     async def _session_refused(request: Request, exc: ResourcesSessionError):
         route = f"{request.method} {request.url.path}"
-        kind = getattr(exc, "failure_kind", None)
+        kind, message = getattr(exc, "failure_kind", None), str(exc)
+        if exc.status_code >= 500:  # a release hook's own error: no file paths in the body (the log has them)
+            message = without_paths(message)
         failure = (
-            Failure(kind=kind, stage="cleanup", server=name, status=exc.status_code, message=str(exc)) if kind else None
+            Failure(kind=kind, stage="cleanup", server=name, status=exc.status_code, message=message) if kind else None
         )
-        body = error_body(name, route, str(exc), error=type(exc).__name__, failure=failure)
+        body = error_body(name, route, message, error=type(exc).__name__, failure=failure)
         return JSONResponse(status_code=exc.status_code, content=body)
 
     @app.exception_handler(StarletteHTTPException)

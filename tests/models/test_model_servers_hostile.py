@@ -1,6 +1,6 @@
 """Model servers under the inputs that broke them: a caller that hangs up on the proxy mid-retry, an int
-past 64 bits (as a field's value and echoed in a stream), a crash whose 500 body carried file paths, and
-a sync policy that never returns (the process could not exit)."""
+past 64 bits (as a field's value and echoed in a stream), a crash whose 500 body carried file paths (and
+a failed release's), and a sync policy that never returns (the process could not exit)."""
 
 from __future__ import annotations
 
@@ -93,3 +93,21 @@ def test_a_server_started_in_the_root_folder_keeps_its_urls_whole():
     code = "from gymlab._traces import without_paths as w; print(w('http://127.0.0.1:8000/v1 File \"/a/b/c.py\"'))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert done.stdout.strip() == 'http://127.0.0.1:8000/v1 File "c.py"', done.stderr
+
+
+def test_a_failed_release_answers_500_without_the_file_path_it_names(lab):
+    from gymlab import BaseVerifyRequest, SimpleResourcesServer, lost_session_verification
+
+    class Leaky(SimpleResourcesServer):
+        async def close_resources_session(self, resources_session_id: str) -> None:
+            open(os.path.join(os.getcwd(), "sandboxes", resources_session_id, "state.db"))
+
+        async def verify(self, body: BaseVerifyRequest):
+            return lost_session_verification(body)
+
+    env = lab.serve(Leaky)
+    seed = {"resources_session_id": "rs-1", "episode_id": {"rollout_id": "r1", "attempt": 0}, "task_data": {}}
+    assert httpx.post(env.url + "/seed_session", json=seed).status_code == 200
+    failed = httpx.post(env.url + "/close_session", json={"resources_session_id": "rs-1"})
+    assert failed.status_code == 500 and "state.db" in failed.json()["message"]
+    assert os.getcwd() not in failed.text
