@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 import traceback
@@ -83,6 +85,29 @@ def _file_label(filename: str) -> str:
     except Exception:  # an IPython without it: the path is still right
         label = None
     return f"{label[0]} {label[1]}" if label else f'File "{filename}"'
+
+
+#: The folders whose names an error body leaves out: this package's, the libraries', the working folder, home,
+#: the temporary folder (longest first, so a folder inside another goes whole).
+_ROOTS = sorted(
+    {
+        _PACKAGE,
+        *_LIBRARY,
+        *(str(f) + os.sep for p in (os.getcwd(), Path.home(), tempfile.gettempdir()) if (f := Path(p).resolve()).name),
+    },
+    key=len,
+    reverse=True,
+)  # a folder that is the file system's root (a server started in /) is not left out: it starts every path
+_FILE = re.compile(r'File "([^"]*)"')
+
+
+def without_paths(text: str) -> str:
+    """``text`` for an error body: each traceback ``File "..."`` named by its base name, and the machine's
+    known folders (``_ROOTS``) left out of the rest; the log keeps the whole text."""
+    text = _FILE.sub(lambda m: f'File "{os.path.basename(m[1])}"', text)
+    for root in _ROOTS:
+        text = text.replace(root, "")
+    return text
 
 
 def cause_line(exc: BaseException) -> str:
@@ -200,4 +225,14 @@ def logbook() -> LogBook:
         return _book
 
 
-__all__ = ["Entry", "LogBook", "cause_line", "is_user_file", "logbook", "user_frames", "user_traceback", "where"]
+__all__ = [
+    "Entry",
+    "LogBook",
+    "cause_line",
+    "is_user_file",
+    "logbook",
+    "user_frames",
+    "user_traceback",
+    "where",
+    "without_paths",
+]

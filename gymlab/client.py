@@ -22,8 +22,15 @@ import orjson
 
 import gymlab.http1 as http1
 import gymlab.inproc as inproc
-from gymlab.cookies import cookie_header, request_cookies, set_cookie_pairs
-from gymlab.errors import ServerError, TransportError, TransportPeerDrop, TransportTimeout, TransportUnreachable
+from gymlab.cookies import answer_cookie_pairs, cookie_header, request_cookies
+from gymlab.errors import (
+    ServerError,
+    TransportAnswerTooLarge,
+    TransportError,
+    TransportPeerDrop,
+    TransportTimeout,
+    TransportUnreachable,
+)
 from gymlab.jsonl import loads
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.responses import Message, NeMoGymResponse, OtherItem, Reasoning
@@ -51,11 +58,9 @@ class Cookies:
         return cookie_header(self.by_url.get(url) or {})
 
     def update_from_values(self, url: str, values: list[bytes] | list[str]) -> None:
-        """Keep the cookies of ``Set-Cookie`` header values."""
-        for raw in values:
-            pairs = set_cookie_pairs(raw if isinstance(raw, str) else raw.decode("latin-1"))
-            if pairs:
-                self.by_url.setdefault(url, {}).update(pairs)
+        """Keep the cookies of an answer's ``Set-Cookie`` header values (bounded: ``cookies.answer_cookie_pairs``)."""
+        if pairs := answer_cookie_pairs(values):
+            self.by_url.setdefault(url, {}).update(pairs)
 
 
 @dataclass
@@ -105,6 +110,10 @@ def transport_error(server: str, url: str, path: str, exc: BaseException, timeou
     if isinstance(exc, (http1.NotSent, aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
         return TransportUnreachable(
             server, route, f"cannot connect to {url}: {exc}", "is the server running, and is the URL right?"
+        )
+    if isinstance(exc, http1.AnswerTooLarge):
+        return TransportAnswerTooLarge(
+            server, route, f"{url} answered too much: {exc}", "the server's answer is endless or runaway; see its log"
         )
     if isinstance(exc, TimeoutError):
         return TransportTimeout(

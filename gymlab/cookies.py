@@ -13,6 +13,11 @@ from http.cookies import CookieError, SimpleCookie
 
 #: A ``Set-Cookie`` pair that needs no unquoting: what every session cookie of a gymlab server looks like.
 _PLAIN_PAIR = re.compile(r"\s*([A-Za-z0-9_.\-]+)=([A-Za-z0-9_.\-=+/:]*)\s*")
+#: Bytes of one ``Set-Cookie`` value read (RFC 6265 section 6.1's 4096, a browser's limit): a longer one is
+#: dropped unread, as a browser drops it; the standard library's parser is quadratic on long quoted values.
+MAX_SET_COOKIE = 4096
+#: Bytes of ``Set-Cookie`` values read from one answer (two of the longest): the rest are dropped unread.
+MAX_SET_COOKIES = 2 * MAX_SET_COOKIE
 _ATTRIBUTES = frozenset(
     {"path", "domain", "expires", "max-age", "secure", "httponly", "samesite", "comment", "version", "partitioned"}
 )
@@ -57,8 +62,23 @@ def cookie_header(cookies: Mapping[str, str]) -> str | None:
     return "; ".join(f"{k}={v}" for k, v in cookies.items()) if cookies else None
 
 
+def answer_cookie_pairs(values: Iterable[bytes | str]) -> list[tuple[str, str]]:
+    """The pairs an answer's ``Set-Cookie`` values set, in order, within ``MAX_SET_COOKIES`` bytes in all."""
+    pairs: list[tuple[str, str]] = []
+    budget = MAX_SET_COOKIES
+    for raw in values:
+        budget -= len(raw)
+        if budget < 0:
+            break
+        pairs += set_cookie_pairs(raw if isinstance(raw, str) else raw.decode("latin-1"))
+    return pairs
+
+
 def set_cookie_pairs(value: str) -> list[tuple[str, str]]:
-    """The ``(name, value)`` pairs a ``Set-Cookie`` value sets (attributes dropped, values unquoted)."""
+    """The ``(name, value)`` pairs a ``Set-Cookie`` value sets (attributes dropped, values unquoted); none
+    for a value over ``MAX_SET_COOKIE`` bytes."""
+    if len(value) > MAX_SET_COOKIE:
+        return []
     pair = _plain_pair(value)
     if pair is not None:
         return [pair]

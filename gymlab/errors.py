@@ -7,7 +7,8 @@ GymlabError
 │   ├── TransportError     no answer came (status 0); ``failure.kind`` is the transport kind
 │   │   ├── TransportUnreachable   the server could not be reached: nothing was sent
 │   │   ├── TransportPeerDrop      the connection broke after the request went out (never resent)
-│   │   └── TransportTimeout       no whole answer within the time budget
+│   │   ├── TransportTimeout       no whole answer within the time budget
+│   │   └── TransportAnswerTooLarge  an answer over the hop's size cap, cut there (``response_too_large``)
 │   └── UpstreamError      an OpenAI-compatible endpoint failed after the model proxy's retries
 ├── ServerStartError       a server could not start (the real cause attached)
 ├── ConfigError            a YAML config is wrong (names the file and key)
@@ -101,6 +102,13 @@ class TransportTimeout(TransportError):
     """Raised when no whole answer came within the request's time budget."""
 
     kind = "transport_timeout"
+
+
+class TransportAnswerTooLarge(TransportError):
+    """Raised when an answer passed the hop's size cap (``gymlab.http1.MAX_ANSWER``): it was cut there, never
+    held whole, and is not sent again (an endless answer would be endless again)."""
+
+    kind = "response_too_large"
 
 
 class ServerStartError(GymlabError):
@@ -207,10 +215,18 @@ class UpstreamError(ServerError):
     """Raised when the upstream endpoint answered with an error (or not at all) after the retries."""
 
     def __init__(
-        self, url: str, upstream_status: int, cause: str, hint: str = "", attempts: int = 1, status: int = 502
+        self,
+        url: str,
+        upstream_status: int,
+        cause: str,
+        hint: str = "",
+        attempts: int = 1,
+        status: int = 502,
+        failure_kind: str | None = None,
     ):
         super().__init__(url, "POST", upstream_status, cause, hint)
         self.url, self.upstream_status, self.attempts, self.answer_status = url, upstream_status, attempts, status
+        self.failure_kind = failure_kind  # the typed failure the answer carries, when there is one
 
 
 class ExportError(GymlabError):

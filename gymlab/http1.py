@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import select
 import weakref
 from collections import deque
@@ -25,8 +26,25 @@ except ImportError:  # pragma: no cover - httptools is a dependency where the pl
 MAX_IDLE = 256
 #: Bytes an answer's status line and headers may take (aiohttp allows 8 KiB a line; uvicorn's h11, 16 KiB in all).
 MAX_HEAD = 64 * 1024
-#: Bytes an answer's body may take: a hop's JSON is far smaller; an endless answer is cut here.
-MAX_BODY = 512 * 2**20
+
+
+def _answer_cap(default_mib: float = 32) -> int:
+    """``GYMLAB_MAX_ANSWER_MIB`` in bytes (a positive number of MiB), else ``default_mib``."""
+    raw = os.environ.get("GYMLAB_MAX_ANSWER_MIB") or str(default_mib)
+    try:
+        mib = float(raw)
+    except ValueError:
+        mib = 0.0
+    if not 0 < mib < 2**20:
+        raise ValueError(f"GYMLAB_MAX_ANSWER_MIB={raw!r}: give the largest answer a hop may take, in MiB (e.g. 32)")
+    return int(mib * 2**20)
+
+
+#: Bytes one answer may take on any hop (every transport, the model proxy's upstream): a hop's JSON is
+#: far smaller; an endless answer is cut here. ``GYMLAB_MAX_ANSWER_MIB`` sets it (read at import).
+MAX_ANSWER = _answer_cap()
+#: Interim (1xx) answers read before the real one: a server that never stops sending them is cut.
+MAX_INTERIM = 16
 
 
 class NotSent(ConnectionError):
@@ -44,6 +62,10 @@ class PeerDropped(ConnectionError):
 
 class BadAnswer(PeerDropped):
     """The peer's bytes are not an HTTP/1.1 answer, or one too large (the connection is closed)."""
+
+
+class AnswerTooLarge(BadAnswer):
+    """The answer's body is over ``MAX_ANSWER`` bytes: cut where it passed the cap, never held whole."""
 
 
 def available() -> bool:
@@ -69,13 +91,14 @@ class _Connection(asyncio.Protocol):
         self._poll = None
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future | None = None
+        self._interim = 0
         self._reset()
 
     def _reset(self) -> None:
         """Forget the answer read so far (a new exchange, or an interim answer that was read)."""
         self._body: list[bytes] = []
         self._cookies: list[bytes] = []
-        self._seen = self._body_size = 0
+        self._seen = self._body_size = self._head_size = 0
         self._head_done = self._sized = self._complete = self._keep_alive = False
 
     # -- asyncio.Protocol --
@@ -120,7 +143,14 @@ class _Connection(asyncio.Protocol):
         if self._waiter is None:  # a second answer in the same bytes as the first: never reuse the connection
             self.closed = True
 
+    def on_status(self, status: bytes) -> None:
+        self._head_size += len(status)
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_size += len(name) + len(value)  # a head read in one piece passes no read's check
+        if self._head_size > MAX_HEAD:
+            self._fail(BadAnswer(f"the answer's head is over {MAX_HEAD} bytes"))
+            return
         name = name.lower()
         if name == b"set-cookie":
             self._cookies.append(value)
@@ -128,18 +158,25 @@ class _Connection(asyncio.Protocol):
             self._sized = True
 
     def on_headers_complete(self) -> None:
+        if self._parser.get_status_code() < 100:
+            self._fail(BadAnswer(f"the answer's status {self._parser.get_status_code()} is no HTTP status"))
         self._head_done = True
         self._keep_alive = self._parser.should_keep_alive()  # read here: the parser forgets it after the body
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
-        if self._body_size > MAX_BODY:
-            self._fail(BadAnswer(f"the answer's body is over {MAX_BODY} bytes"))
+        if self._body_size > MAX_ANSWER:
+            self._fail(AnswerTooLarge(f"the answer's body is over {MAX_ANSWER} bytes (GYMLAB_MAX_ANSWER_MIB)"))
+            self._body.clear()
+            return
         self._body.append(body)
 
     def on_message_complete(self) -> None:
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                self._fail(BadAnswer(f"more than {MAX_INTERIM} interim (1xx) answers"))
             self._reset()
             return
         self._complete = True
@@ -174,6 +211,7 @@ class _Connection(asyncio.Protocol):
         return not self._poll.poll(0)  # any event (readable, hung up, an error) ends its use
 
     async def exchange(self, request: bytes) -> Answer:
+        self._interim = 0
         self._reset()
         self._waiter = waiter = asyncio.get_running_loop().create_future()
         self.transport.write(request)
@@ -295,6 +333,28 @@ class Transport:
         return answer
 
 
+class _CountedResponse(aiohttp.ClientResponse):
+    """aiohttp's answer with the interim (1xx) answers before it counted: aiohttp reads them in a loop
+    without end, so a server that never stops sending them is cut after ``MAX_INTERIM``."""
+
+    async def start(self, connection):
+        protocol = connection.protocol
+        read, heads = protocol.read, 0
+
+        async def counted():
+            nonlocal heads
+            heads += 1
+            if heads > MAX_INTERIM + 1:
+                raise BadAnswer(f"more than {MAX_INTERIM} interim (1xx) answers")
+            return await read()
+
+        protocol.read = counted
+        try:
+            return await super().start(connection)
+        finally:
+            del protocol.read
+
+
 class AiohttpTransport:
     """The same ``post`` through aiohttp, one session per event loop: ``https://`` hops, and plain ones
     where httptools is not used."""
@@ -313,6 +373,7 @@ class AiohttpTransport:
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+                response_class=_CountedResponse,
             )
             self._sessions[loop] = session
         return session
@@ -334,10 +395,27 @@ class AiohttpTransport:
         bound = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
         async with self.session().post(url + path, data=data, headers=headers, timeout=bound) as resp:
             if resp.status < 200:  # a 1xx as the final answer (an upgrade no hop asked for): no answer
-                raise BadAnswer(f"the server answered {resp.status} and switched protocols")
-            body = await resp.read()
+                raise BadAnswer(f"the server answered {resp.status}, which is no final answer")
+            body = await read_capped(resp)
             cookies = resp.headers.getall("Set-Cookie", ())
             return Answer(resp.status, body, [value.encode("utf-8", "surrogateescape") for value in cookies])
+
+
+async def read_capped(resp: aiohttp.ClientResponse) -> bytes:
+    """An aiohttp answer's body, cut with ``AnswerTooLarge`` once past ``MAX_ANSWER`` bytes (sized or not);
+    the connection is closed then (aiohttp would otherwise wait for the body's end on release)."""
+    chunks, size = [], resp.content_length or 0
+    if size <= MAX_ANSWER:
+        size = 0
+        async for chunk in resp.content.iter_any():
+            size += len(chunk)
+            if size > MAX_ANSWER:
+                break
+            chunks.append(chunk)
+        else:
+            return b"".join(chunks)
+    resp.close()
+    raise AnswerTooLarge(f"the answer's body is over {MAX_ANSWER} bytes (GYMLAB_MAX_ANSWER_MIB)")
 
 
 #: The transport of callers that name none (``post``, ``close_pool``).
@@ -347,8 +425,10 @@ post, close_pool = DEFAULT.post, DEFAULT.close
 
 __all__ = [
     "DEFAULT",
+    "MAX_ANSWER",
     "AiohttpTransport",
     "Answer",
+    "AnswerTooLarge",
     "BadAnswer",
     "NotSent",
     "PeerDropped",
@@ -357,4 +437,5 @@ __all__ = [
     "available",
     "close_pool",
     "post",
+    "read_capped",
 ]

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gymlab.http1 import MAX_ANSWER, AnswerTooLarge
+
 log = logging.getLogger("gymlab.server")
 
 
@@ -105,6 +107,7 @@ async def call(
     status: int | None = None
     answer_headers: list[tuple[bytes, bytes]] = []
     chunks: list[bytes] = []
+    size = 0
 
     async def receive() -> dict:
         if request:
@@ -113,18 +116,28 @@ async def call(
         return {"type": "http.disconnect"}
 
     async def send(message: dict) -> None:
-        nonlocal status
+        nonlocal status, size
         if message["type"] == "http.response.start":
             status = message["status"]
             answer_headers.extend(message.get("headers", ()))
         elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_ANSWER:  # raised into the app, which stops; the caller gets the typed failure below
+                chunks.clear()
+                raise AnswerTooLarge(f"the answer's body is over {MAX_ANSWER} bytes (GYMLAB_MAX_ANSWER_MIB)")
+            chunks.append(chunk)
             if not message.get("more_body", False):
                 finished.set()
 
     try:
         await entry.app(scope, receive, send)
     except Exception as exc:
+        if size > MAX_ANSWER:
+            raise AnswerTooLarge(
+                f"{entry.name or entry.url}: {method} {raw_path}: the answer's body is over "
+                f"{MAX_ANSWER} bytes (GYMLAB_MAX_ANSWER_MIB)"
+            ) from None
         if status is not None:
             raise AppDropped(f"{entry.name or entry.url}: {method} {raw_path} failed mid-answer: {exc!r}") from exc
         # uvicorn's own answer to an app that raised before starting one

@@ -112,8 +112,12 @@ def loads(data: bytes | str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """``value`` as compact UTF-8 JSON (non-string keys as strings, unknown types as ``str()``)."""
-    return orjson.dumps(value, default=str, option=_OPTIONS)
+    """``value`` as compact UTF-8 JSON (non-string keys as strings, unknown types as ``str()``); an int past
+    64 bits, which orjson refuses, is written whole by the standard library."""
+    try:
+        return orjson.dumps(value, default=str, option=_OPTIONS)
+    except TypeError:
+        return json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def json_line(record: Any) -> str:

@@ -19,7 +19,7 @@ from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionMiddleware
 from gymlab._runtime.spec import ServerSpec
 from gymlab._runtime.workers import worker_context
-from gymlab._traces import cause_line
+from gymlab._traces import cause_line, without_paths
 from gymlab.errors import ResourcesSessionError, error_body
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.validation import describe_validation
@@ -48,11 +48,13 @@ def build_app(server: ServerSpec) -> FastAPI:
     @app.exception_handler(ResourcesSessionError)
     async def _session_refused(request: Request, exc: ResourcesSessionError):
         route = f"{request.method} {request.url.path}"
-        kind = getattr(exc, "failure_kind", None)
+        kind, message = getattr(exc, "failure_kind", None), str(exc)
+        if exc.status_code >= 500:  # a release hook's own error: no file paths in the body (the log has them)
+            message = without_paths(message)
         failure = (
-            Failure(kind=kind, stage="cleanup", server=name, status=exc.status_code, message=str(exc)) if kind else None
+            Failure(kind=kind, stage="cleanup", server=name, status=exc.status_code, message=message) if kind else None
         )
-        body = error_body(name, route, str(exc), error=type(exc).__name__, failure=failure)
+        body = error_body(name, route, message, error=type(exc).__name__, failure=failure)
         return JSONResponse(status_code=exc.status_code, content=body)
 
     @app.exception_handler(StarletteHTTPException)
@@ -137,11 +139,11 @@ class CrashMiddleware:
             log.error("%s: %s raised", self.server_name, route, exc_info=exc)
             if started:
                 raise
-            extra = {"trace": "".join(traceback.format_exception(exc))} if self.traces else {}
+            extra = {"trace": without_paths("".join(traceback.format_exception(exc)))} if self.traces else {}
             body = error_body(
                 self.server_name,
                 route,
-                f"raised {cause_line(exc)}",
+                without_paths(f"raised {cause_line(exc)}"),  # no file paths in a body; the log has them
                 error=type(exc).__name__,
                 hint="the traceback is in the server's log",
                 **extra,

@@ -104,6 +104,7 @@ class Cell:
         import gymlab.inproc as inproc
         from gymlab._sync import on_background_loop
         from gymlab.client import http_session
+        from gymlab.http1 import read_capped
 
         url = self.urls[server]
 
@@ -113,7 +114,7 @@ class Cell:
                 if local is not None:
                     return await inproc.call(local, "POST", path, body, headers)
                 async with http_session().post(url + path, data=body, headers=headers) as resp:  # num_workers > 1
-                    return resp.status, list(resp.raw_headers), await resp.read()
+                    return resp.status, list(resp.raw_headers), await read_capped(resp)
 
         return await on_background_loop(call())
 

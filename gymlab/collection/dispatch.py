@@ -51,12 +51,13 @@ class HttpReplica:
 
         import gymlab.inproc as inproc
         from gymlab.client import http_session
+        from gymlab.http1 import read_capped
 
         if inproc.lookup(self.url) is not None:
             return True
         try:
             async with http_session().get(self.url + "/", timeout=aiohttp.ClientTimeout(total=5)) as resp:
-                await resp.read()
+                await read_capped(resp)
                 return True
         except (aiohttp.ClientError, TimeoutError, OSError):
             return False

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 from gymlab.agents.base import BaseAgent, EpisodeRun, typed
 from gymlab.client import Cookies, error_message, failure_in, http_session, transport_error
 from gymlab.errors import ServerError
+from gymlab.http1 import AnswerTooLarge, read_capped
 from gymlab.loop import EpisodeSession
 from gymlab.protocol import (
     RESOURCES_COOKIE_HEADER,
@@ -209,8 +210,8 @@ class SingleAgentTurn(BaseAgent):
         data, limit = json.dumps(agent_request(params, handles.observation)), aiohttp.ClientTimeout(timeout)
         try:
             async with http_session().post(url + path, data=data, timeout=limit, headers=headers) as resp:
-                status, text = resp.status, await resp.text()
-        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+                status, text = resp.status, (await read_capped(resp)).decode("utf-8", "replace")
+        except (TimeoutError, aiohttp.ClientConnectionError, AnswerTooLarge) as exc:
             raise transport_error(server, url, path, exc, timeout) from exc
         if not 200 <= status < 300:
             raise ServerError(server, f"POST {path}", status, error_message(text), failure=failure_in(text))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -77,7 +79,21 @@ def collect(
             urls[spec.instance] = lab.serve(server).url
             if default_metrics(server):
                 here.add(spec.instance)
-        return collect_rows(rows, output, route=config_route(config, urls, agent, metrics_here=here), **options)
+        book, start = lab._book, time.time()
+        try:
+            with book.quiet():  # one summary line below, not one line per failed episode
+                return collect_rows(rows, output, route=config_route(config, urls, agent, metrics_here=here), **options)
+        finally:
+            if line := _errors_line([entry for entry in list(book.entries) if entry.time >= start]):
+                print(line, file=sys.stderr, flush=True)
+
+
+def _errors_line(entries: list) -> str | None:
+    """One line for the errors the servers logged during a collection: how many, and the most common."""
+    if not entries:
+        return None
+    (common, n), *_ = Counter(entry.line for entry in entries).most_common(1)
+    return f"gymlab collect: the servers logged {len(entries)} errors; the most common ({n}): {common[:300]}"
 
 
 def _config_of(source: Any):

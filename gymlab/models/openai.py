@@ -14,11 +14,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.client import close_http_session, error_message, http_session
 from gymlab.errors import ConfigError, ConversionError, GymlabError, UpstreamError, error_body
+from gymlab.http1 import AnswerTooLarge, read_capped
 from gymlab.models.chat_convert import chat_request, response_from_chat
 from gymlab.models.streaming import serve_responses
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
+from gymlab.protocol.failure_kinds import Failure
 from gymlab.retry import backoff_delay, retrying
 from gymlab.server import BaseServer
 
@@ -71,6 +74,7 @@ class OpenAIModel(BaseServer):
         app.add_exception_handler(UpstreamError, self._upstream_error)
         app.add_exception_handler(ConversionError, self._conversion_error)
         serve_responses(app, self.respond, close_http_session)
+        app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # no upstream call for a gone caller
         return app
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
@@ -127,10 +131,14 @@ class OpenAIModel(BaseServer):
         async def once() -> Any:
             nonlocal tries
             tries += 1
+            status = 0
             try:
                 async with http_session().post(url, data=data, headers=headers, timeout=timeout) as resp:
-                    text = scrub(await resp.text(), key)
                     status, retry_after = resp.status, _retry_after(resp.headers)
+                    text = scrub((await read_capped(resp)).decode("utf-8", "replace"), key)
+            except AnswerTooLarge as exc:  # an endless or runaway answer: cut, never retried
+                hint = "the endpoint's answer is endless or runaway; see its logs"
+                raise UpstreamError(url, status, str(exc), hint, tries, failure_kind="response_too_large") from None
             except TimeoutError:
                 hint = f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load"
                 final = UpstreamError(
@@ -202,7 +210,11 @@ class OpenAIModel(BaseServer):
         )
         message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
         upstream = {"url": exc.url, "status": exc.upstream_status, "message": exc.cause}
-        body = error_body(self.name, route, message, hint=exc.hint, upstream=upstream, attempts=exc.attempts)
+        kind = exc.failure_kind
+        failure = Failure(kind=kind, server=self.name, status=exc.answer_status, message=message) if kind else None
+        body = error_body(
+            self.name, route, message, hint=exc.hint, failure=failure, upstream=upstream, attempts=exc.attempts
+        )
         log.error("%s", body["detail"])
         return JSONResponse(body, status_code=exc.answer_status)
 

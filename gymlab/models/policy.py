@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI
@@ -61,6 +63,51 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
     return response.model_copy(update=update) if update else response
 
 
+class _DaemonThreads:
+    """At most ``size`` daemon threads running a sync policy's calls: a call that never returns never keeps
+    the process from exiting (a ``ThreadPoolExecutor``'s threads are joined at exit, however long that takes)."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self.size, self.name, self.threads = size, name, 0
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle = threading.Semaphore(0)
+
+    def run(self, fn: Callable[[], Any]) -> asyncio.Future:
+        """``fn()`` on a thread; its result or exception in the returned future (called on the loop only)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.jobs.put((loop, future, fn))
+        if not self.idle.acquire(blocking=False) and self.threads < self.size:
+            self.threads += 1
+            threading.Thread(target=self._work, name=f"{self.name}_{self.threads}", daemon=True).start()
+        return future
+
+    def shutdown(self) -> None:
+        """End the threads once their current call returns; calls not started are dropped."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.jobs.get_nowait()
+        for _ in range(self.threads):
+            self.jobs.put(None)
+
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            loop, future, fn = job
+            if not future.cancelled():
+                try:
+                    outcome, ok = fn(), True
+                except BaseException as exc:  # handed to the caller, as an executor does
+                    outcome, ok = exc, False
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one is waiting
+                    loop.call_soon_threadsafe(_settle, future, outcome, ok)
+            self.idle.release()
+
+
+def _settle(future: asyncio.Future, outcome: Any, ok: bool) -> None:
+    if not future.done():
+        future.set_result(outcome) if ok else future.set_exception(outcome)
+
+
 class _Calls:
     """How a server calls its policy: on the loop (``inline``) or in ``pool``; whether it is async, asked once."""
 
@@ -68,7 +115,7 @@ class _Calls:
 
     def __init__(self) -> None:
         self.inline = False
-        self.pool: ThreadPoolExecutor | None = None
+        self.pool: _DaemonThreads | None = None
         self.recent: deque = deque(maxlen=16)
         self._async_of: tuple[Any, bool] | None = None
 
@@ -97,7 +144,7 @@ class PolicyModel(BaseServer):
     async def _close(self) -> None:
         calls = self._calls
         if calls.pool is not None:
-            calls.pool.shutdown(wait=False, cancel_futures=True)
+            calls.pool.shutdown()
             calls.pool = None
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
@@ -120,13 +167,13 @@ class PolicyModel(BaseServer):
                     calls.inline = False
                     calls.recent.clear()
         if calls.pool is None:
-            calls.pool = ThreadPoolExecutor(self.policy_threads, thread_name_prefix=f"gymlab-{self.name}")
+            calls.pool = _DaemonThreads(self.policy_threads, f"gymlab-{self.name}")
 
         def timed() -> tuple[Any, float]:
             t0 = time.perf_counter()
             return policy(body), time.perf_counter() - t0
 
-        answer, took = await asyncio.get_running_loop().run_in_executor(calls.pool, timed)
+        answer, took = await calls.pool.run(timed)
         recent = calls.recent
         recent.append(took < FAST_CALL_S)
         if len(recent) == recent.maxlen and sum(recent) >= FAST_SHARE * len(recent):

@@ -6,10 +6,10 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
-import orjson
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
+from gymlab.jsonl import dumps
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
 
 _TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
@@ -52,10 +52,7 @@ def unstreamed(body: StreamableParams) -> ResponseCreateParams:
 
 def streamed(response: NeMoGymResponse) -> StreamingResponse:
     """``response`` as a ``text/event-stream`` of Responses events."""
-    lines = [
-        f"event: {event['type']}\ndata: ".encode() + orjson.dumps(event) + b"\n\n"
-        for event in response_events(response)
-    ]
+    lines = [f"event: {event['type']}\ndata: ".encode() + dumps(event) + b"\n\n" for event in response_events(response)]
 
     async def body() -> AsyncIterator[bytes]:
         for line in lines:

@@ -9,13 +9,15 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel
 
-#: Every registered plain name, in the reference's groups (docs/protocol.md), with what it means.
+#: Every registered plain name, in the reference's groups (docs/protocol.md), with what it means: the
+#: reference's vocabulary and one of gymlab's own, ``response_too_large`` (not retried, as no transport_ kind is).
 FAILURE_KINDS = MappingProxyType(
     {
         "transport_unreachable": "A server could not be reached (connection refused, unknown host).",
         "transport_peer_drop": "A server dropped the connection mid-request (reset, disconnected).",
         "transport_timeout": "A request got no answer within its time budget.",
         "transport_local_resource": "This machine ran out of a local resource (file descriptors, ports, memory).",
+        "response_too_large": "A server's answer passed the size cap of one hop (GYMLAB_MAX_ANSWER_MIB) and was cut.",
         "agent_run_error": "The agent's own code failed while running the episode.",
         "agent_request_failed": "A request the agent made to the environment failed (an error status).",
         "agent_timeout": "The whole episode ran out of its time budget.",

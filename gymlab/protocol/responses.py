@@ -15,6 +15,10 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{os.urandom(8).hex()}"  # 16 hex digits, as uuid4().hex[:16] gave, without the object
 
 
+#: An int a request field takes: within 64 bits, as every JSON library and model server reads one (2**70 is a 422).
+WireInt = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+
+
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -114,8 +118,8 @@ class ResponseCreateParams(BaseModel):
     instructions: str | None = None
     temperature: float | None = None
     top_p: float | None = None
-    max_output_tokens: int | None = None
-    max_tool_calls: int | None = None
+    max_output_tokens: WireInt | None = None
+    max_tool_calls: WireInt | None = None
     metadata: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
     text: dict[str, Any] | None = None
@@ -124,7 +128,7 @@ class ResponseCreateParams(BaseModel):
     store: bool | None = None
     previous_response_id: str | None = None
     include: list[str] | None = None
-    top_logprobs: int | None = None
+    top_logprobs: WireInt | None = None
     service_tier: str | None = None
     prompt: dict[str, Any] | None = None
     background: bool | None = None

@@ -31,6 +31,10 @@ _FRACTION = re.compile(rf"(?<![\d.])({_NUM})\s*(?:/|\bout\s+of\b)\s*(\d+(?:\.\d+
 _SCALE_TALK = re.compile(
     r"(?<![\d.])\d+(?:\.\d+)?\s*(?:-|\u2013|\u2014|\bto\b)\s*\d+(?:\.\d+)?|\bscale\s+of\s+\d+", re.I
 )
+#: A grade that opens a marker line, as the fixed line writes it ("0.0", "7/10"), not a range ("1-10").
+_OPENING = re.compile(
+    rf"\s*(?>({_NUM}))(?:\s*(?:/|\bout\s+of\b)\s*(\d+(?:\.\d+)?))?(?!\s*(?:-|\u2013|\u2014|\bto\b)\s*\d)", re.I
+)
 #: The fixed final line ``verdict_format`` asks for: ``VERDICT: ...`` or ``SCORE: ...``.
 _MARKER = re.compile(r"\b(?:VERDICT|SCORE)[\s*]*:", re.I)
 _NEGATION = r"\bnot|\bnever|n't"
@@ -121,6 +125,45 @@ def parse_json(text: str, key: str = "score", scale: tuple[float, float] = (0.0,
     if isinstance(value, (int, float)):
         return _on_scale(float(value), scale, repr(key))
     raise Unparseable(f"{key!r} in the verdict is {value!r:.100}, not a number")
+
+
+def opening_score(line: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
+    """The grade a marker line opens with ("0.0 - the answer is wrong (see step 2)." is 0.0), mapped to 0..1;
+    else ``parse_score`` of the whole line (the fixed line's own number wins over the prose after it)."""
+    opening = _OPENING.match(line)
+    if opening and (opening[2] is None or float(opening[2]) == float(scale[1])):
+        return _on_scale(float(opening[1]), scale, "score")
+    return parse_score(line, scale)
+
+
+def json_quotes(verdict: str, answer: str, key: str) -> list[str]:
+    """The JSON objects with ``key`` in ``verdict`` that the answer holds too (equal as JSON, however spaced):
+    quoted from the answer, never the judge's own verdict. Bounded as ``parse_json`` is."""
+    if f'"{key}"' not in answer:
+        return []
+    held = [obj for obj, _ in _json_objects(answer, key)]
+    return [span for obj, span in _json_objects(verdict, key) if obj in held]
+
+
+def marker_quotes(verdict: str, answer: str) -> list[str]:
+    """The ``VERDICT:``/``SCORE:`` markers in ``verdict`` (the last 16) that, with the word or number after them,
+    the answer holds too (any case, runs of spaces as one): quoted from the answer, never the judge's own line."""
+    held = " ".join(answer.split()).lower()
+    found = list(re.finditer(r"\b(?:VERDICT|SCORE)[\s*]*:\s*(?:[\w/+-]|\.(?=\d))+", verdict, re.I))[-16:]
+    return [m[0] for m in found if re.search(rf"\b{re.escape(' '.join(m[0].split()).lower())}(?!\S)", held)]
+
+
+def _json_objects(text: str, key: str) -> list[tuple[dict, str]]:
+    """The JSON objects with ``key`` that start at the last 64 ``{`` of ``text``, with their text."""
+    decoder, found = json.JSONDecoder(), []
+    for match in list(re.finditer(r"\{", text))[-64:]:
+        try:
+            obj, end = decoder.raw_decode(text, match.start())
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(obj, dict) and key in obj:
+            found.append((obj, text[match.start() : end]))
+    return found
 
 
 def verdict_lines(text: str, markers: str = "VERDICT") -> list[str]:
@@ -282,7 +325,7 @@ class Judge:
         errors = []
         for line in lines:
             try:
-                return self._parse_text(line)
+                return opening_score(line, self.scale) if self.parse == "score" else self._parse_text(line)
             except Unparseable as exc:
                 errors.append(exc)
         raise errors[0]
@@ -316,7 +359,11 @@ class Judge:
             except ServerError as exc:
                 raise self._failed("judge_failed", judgement, f"the judge model failed: {exc}") from exc
         text = judgement["verdict"] = response.output_text
-        blame, other, flooded = self.quotable(str(fields.get("answer") or ""), request)
+        answer = str(fields.get("answer") or "")
+        blame, other, flooded = self.quotable(answer, request)
+        blame += marker_quotes(text, answer)  # a marker line the answer holds is a quote, wherever the judge put it
+        if self.parse == "json":  # a verdict object the answer holds is a quote, however the judge framed it
+            blame += json_quotes(text, answer, self.json_key)
         copied = set_aside(text, blame) != set_aside(text, ())
         try:
             if flooded and copied:
@@ -346,6 +393,9 @@ __all__ = [
     "Judge",
     "Unparseable",
     "default_fields",
+    "json_quotes",
+    "marker_quotes",
+    "opening_score",
     "parse_json",
     "parse_label",
     "parse_score",

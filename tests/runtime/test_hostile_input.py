@@ -155,11 +155,16 @@ def test_aggregate_metrics_takes_a_whole_run_past_the_episode_body_limit(lab):
 
 def test_an_int_past_64_bits_keeps_its_value_through_an_agent(lab):
     """orjson reads an int past 64 bits as a float, which an int field then refuses: the record of a
-    row with ``top_logprobs`` 10**30 came back a 500 before every JSON reader took such ints whole."""
+    row with ``top_logprobs`` 10**30 came back a 500 before every JSON reader took such ints whole. Where
+    any value goes (``metadata``) such an int keeps its value; where an int is expected it is a 422 naming
+    the field (a model server answered 500 "Integer exceeds 64-bit range" to one)."""
     model = lab.serve_model(lambda request: "done")
     env = lab.serve(load_environment("counter").CounterServer)
     agent = lab.serve_agent("simple_agent", resources=env, model=model, max_steps=2)
-    row = {"responses_create_params": {"input": "hi", "top_logprobs": 10**30}, "target": 0}
+    row = {"responses_create_params": {"input": "hi", "metadata": {"n": 10**30}}, "target": 0}
     reply = httpx.post(agent.url + "/run", json=row, timeout=60)
     assert reply.status_code == 200, reply.text
-    assert reply.json()["responses_create_params"]["top_logprobs"] == 10**30
+    assert reply.json()["responses_create_params"]["metadata"]["n"] == 10**30
+    row["responses_create_params"]["top_logprobs"] = 10**30
+    reply = httpx.post(agent.url + "/run", json=row, timeout=60)
+    assert reply.status_code == 422 and "responses_create_params.top_logprobs" in reply.json()["message"]

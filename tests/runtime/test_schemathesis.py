@@ -1,9 +1,12 @@
 """Schema-driven fuzzing (schemathesis) of every built-in server over real loopback uvicorn servers:
-valid and invalid bodies for every operation of its OpenAPI schema, and no answer is a 5xx.
+valid and invalid bodies for every operation of its OpenAPI schema, no answer is a 5xx, and no body
+names a file path of this machine.
 
 Every example environment is fuzzed (its resources server, or its own agent for an agent-embedded
-one), and so is the agent that drives it (``simple_agent`` or ``gymnasium_agent`` bound to it), the
-model server and ``single_agent_turn``.
+one), and so is the agent that drives it (``simple_agent`` or ``gymnasium_agent`` bound to it), both
+model servers (``policy_model``; ``openai_model`` in front of a local OpenAI-compatible endpoint),
+``single_agent_turn``, and the environment adapters whose library is installed (reasoning-gym,
+TextArena, Gymnasium), each with its agent.
 
 Excluded: a 502 (Bad Gateway) from an agent or environment server, a JSON answer saying its upstream
 (resources, model or agent server) failed on the fuzzed input it forwarded; each upstream is fuzzed
@@ -14,6 +17,10 @@ operation and generation mode.
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
@@ -21,15 +28,31 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from gymlab.agents.base import BaseAgent
+from gymlab.envs.extras import installed
 from gymlab.envservers.single_agent_turn import SingleAgentTurn
 from gymlab.examples import ENVIRONMENTS_DIR, load_environment
 from gymlab.lab import AgentHandle
+from gymlab.models.openai import OpenAIModel
 from gymlab.resources.gymnasium import GymnasiumServer
+from tests.openai_upstream import OpenAIUpstream
 
 MAX_EXAMPLES = 15
+#: Cases per operation and mode for the servers added later (the adapters, the OpenAI proxy): fewer, so the
+#: whole file stays within its time.
+MAX_EXAMPLES_ADDED = 5
 ENVIRONMENTS = sorted(p.name for p in ENVIRONMENTS_DIR.iterdir() if (p / "app.py").exists())
 #: The environments served by a resources server (the rest are agents that embed their environment).
 WITH_RESOURCES = ["blackjack", "calculator", "calculator_gym", "counter", "mcp_notes", "open_qa", "qa", "stateless"]
+#: The environment adapters (``gymlab.envs``), each made as a researcher makes it; fuzzed where installed.
+ADAPTERS = {
+    "reasoning_gym": lambda envs: envs.reasoning_gym("basic_arithmetic", size=4),
+    "textarena": lambda envs: envs.textarena("GuessTheNumber-v0"),
+    "gymnasium": lambda envs: envs.gymnasium("FrozenLake-v1"),
+}
+#: Folders whose names no answer may carry (the repository, the venv, the working and temporary folders).
+FOLDERS = sorted(
+    {str(Path(__file__).resolve().parents[2]), sys.prefix, os.getcwd(), "/tmp/", "site-packages", "/home/", "/root/"}
+)
 
 
 def _server_class(module):
@@ -49,6 +72,19 @@ def _serve(lab, name: str):
     model = lab.serve_model(lambda request: "done")
     if name == "policy_model":
         return model.url
+    if name == "openai_model":
+        upstream = lab.serve(OpenAIUpstream, policy=lambda request: "done")
+        return lab.serve(OpenAIModel, base_url=upstream.url + "/v1", max_retries=0).url
+    adapter, _, role = name.partition("/")
+    if adapter in ADAPTERS:
+        import gymlab.envs as envs
+
+        server, _rows = ADAPTERS[adapter](envs)
+        env = lab.serve(server)
+        if role != "agent":
+            return env.url
+        agent = "gymnasium_agent" if isinstance(server, GymnasiumServer) else "simple_agent"
+        return lab.serve_agent(agent, resources=env, model=model, max_steps=4).url
     env_name, _, role = name.partition("/")
     if env_name == "single_agent_turn":
         env = lab.serve(load_environment("counter").CounterServer)
@@ -78,11 +114,26 @@ def _upstream_failure(response) -> bool:
     return isinstance(body, dict) and "server" in body and "route" in body
 
 
+def _paths_in(text: str) -> list[str]:
+    return [folder for folder in FOLDERS if folder in text]
+
+
 @pytest.mark.parametrize(
-    "name", [*ENVIRONMENTS, *(f"{e}/agent" for e in WITH_RESOURCES), "policy_model", "single_agent_turn"]
+    "name",
+    [
+        *ENVIRONMENTS,
+        *(f"{e}/agent" for e in WITH_RESOURCES),
+        "policy_model",
+        "openai_model",
+        "single_agent_turn",
+        *(f"{a}{role}" for a in ADAPTERS for role in ("", "/agent")),
+    ],
 )
 def test_no_input_gets_a_server_error(lab, name):
     assert set(WITH_RESOURCES) <= set(ENVIRONMENTS)
+    if name.partition("/")[0] in ADAPTERS and not installed(name.partition("/")[0]):
+        pytest.skip(f"the {name.partition('/')[0]} extra is not installed")
+    added = name.partition("/")[0] in (*ADAPTERS, "openai_model")
     url = _serve(lab, name)
     schema = schemathesis.openapi.from_url(url + "/openapi.json")
     errors: list[str] = []
@@ -92,7 +143,7 @@ def test_no_input_gets_a_server_error(lab, name):
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
             @settings(
-                max_examples=MAX_EXAMPLES,
+                max_examples=MAX_EXAMPLES_ADDED if added else MAX_EXAMPLES,
                 derandomize=True,
                 deadline=None,
                 database=None,
@@ -102,6 +153,8 @@ def test_no_input_gets_a_server_error(lab, name):
             @given(case=operation.as_strategy(generation_mode=mode))
             def fuzz(case):
                 response = case.call(base_url=url, timeout=30)
+                if paths := _paths_in(response.text):
+                    errors.append(f"{case.method} {case.path} ({mode.value}) -> {response.status_code} names {paths}")  # noqa: B023
                 if response.status_code < 500 or _upstream_failure(response):
                     return
                 errors.append(
@@ -113,4 +166,4 @@ def test_no_input_gets_a_server_error(lab, name):
                 fuzz()
             except Unsatisfiable:  # nothing to make invalid (no body, no parameters)
                 assert mode is GenerationMode.NEGATIVE, f"{operation.label}: no valid input can be generated"
-    assert not errors, f"{name}: {len(errors)} server errors:\n" + "\n".join(errors[:10])
+    assert not errors, f"{name}: {len(errors)} server errors or file paths:\n" + "\n".join(errors[:10])
