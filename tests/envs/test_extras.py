@@ -13,6 +13,7 @@ CALLS = {
     "reasoning_gym": (lambda: envs.reasoning_gym("chain_sum"), "reasoning-gym"),
     "textarena": (lambda: envs.textarena("TicTacToe-v0"), "textarena"),
     "gymnasium": (lambda: envs.gymnasium("FrozenLake-v1"), "gymnasium"),
+    "openenv": (lambda: envs.openenv("http://127.0.0.1:9"), "openenv"),
 }
 
 
@@ -26,8 +27,9 @@ def test_a_missing_library_names_the_extra(monkeypatch, library):
 
 def test_importing_gymlab_envs_imports_no_library():
     code = (
-        "import sys, gymlab.envs as e; e.ReasoningGymServer; e.TextArenaServer; e.GymEnvServer; "
-        "print(sorted(m for m in ('reasoning_gym', 'textarena', 'gymnasium') if m in sys.modules))"
+        "import sys, gymlab.envs as e; e.ReasoningGymServer; e.TextArenaServer; e.GymEnvServer; e.OpenEnvServer; "
+        "e.as_openenv; "
+        "print(sorted(m for m in ('reasoning_gym', 'textarena', 'gymnasium', 'openenv') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
