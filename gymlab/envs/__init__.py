@@ -21,6 +21,8 @@ _NAMES = {
     "OpenEnvServer": "gymlab.envs.open_env",
     "as_openenv": "gymlab.envs.as_openenv",
     "openenv_app": "gymlab.envs.as_openenv",
+    "verifiers": "gymlab.envs.verifiers_env",
+    "VerifiersServer": "gymlab.envs.verifiers_env",
 }
 
 __all__ = sorted(_NAMES)

@@ -14,6 +14,7 @@ CALLS = {
     "textarena": (lambda: envs.textarena("TicTacToe-v0"), "textarena"),
     "gymnasium": (lambda: envs.gymnasium("FrozenLake-v1"), "gymnasium"),
     "openenv": (lambda: envs.openenv("http://127.0.0.1:9"), "openenv"),
+    "verifiers": (lambda: envs.verifiers(object()), "verifiers"),
 }
 
 
@@ -28,8 +29,8 @@ def test_a_missing_library_names_the_extra(monkeypatch, library):
 def test_importing_gymlab_envs_imports_no_library():
     code = (
         "import sys, gymlab.envs as e; e.ReasoningGymServer; e.TextArenaServer; e.GymEnvServer; e.OpenEnvServer; "
-        "e.as_openenv; "
-        "print(sorted(m for m in ('reasoning_gym', 'textarena', 'gymnasium', 'openenv') if m in sys.modules))"
+        "e.as_openenv; e.VerifiersServer; "
+        "print(sorted(m for m in ('reasoning_gym', 'textarena', 'gymnasium', 'openenv', 'verifiers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
