@@ -12,6 +12,7 @@ import asyncio
 import copy
 import inspect
 import json
+import logging
 import typing
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,8 @@ from gymlab.envs.extras import need
 from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
 from gymlab.resources.gymnasium import GymnasiumServer
 from gymlab.resources.tools import rows_from
+
+log = logging.getLogger("gymlab.server")
 
 #: OpenEnv's reserved observation keys: the rest of an observation is what the model reads.
 _NOT_SHOWN = ("reward", "done", "metadata")
@@ -122,6 +125,18 @@ def _is_mcp(action_cls: type | None) -> bool:
     return action_cls is not None and issubclass(CallToolAction, action_cls)
 
 
+def failure(server: OpenEnvServer, exc: BaseException) -> dict[str, Any]:
+    """A step's masked info for an environment that failed: no answer in time, a running server that went
+    away (or refused), or the environment's own code raising."""
+    if isinstance(exc, TimeoutError):
+        kind, why = "transport_timeout", f"no answer within {server.timeout_s:g} s"
+    elif server.url is not None:
+        kind, why = "transport_peer_drop", f"the OpenEnv server {server.url} failed: {type(exc).__name__}: {exc}"
+    else:
+        kind, why = "verifier_error", f"the environment's step raised {type(exc).__name__}: {exc}"
+    return {"mask_sample": True, "failure_kind": kind, "failure_reason": f"{server.name}: {why}"[:500]}
+
+
 class OpenEnvServer(GymnasiumServer):
     """An OpenEnv environment, one instance (or client session) per episode; ``seed`` from the row."""
 
@@ -130,7 +145,7 @@ class OpenEnvServer(GymnasiumServer):
     text_field: str | None = Field(None, description="The action field the model's text fills (None: JSON text).")
     tool_name: str = Field("act", description="The declared function whose arguments are the action's fields.")
     mcp_tools: list[str] = Field(default_factory=list, description="An MCPEnvironment's tools (calls of them).")
-    timeout_s: float = Field(60.0, gt=0, description="Bound on one answer of a running OpenEnv server.")
+    timeout_s: float = Field(60.0, gt=0, description="Bound on one reset or step of the environment.")
     max_message_mb: float = Field(8.0, gt=0, description="Largest message read from a running OpenEnv server.")
     _factory: Callable[[], Any] | None = PrivateAttr(default=None)
     _action_cls: type | None = PrivateAttr(default=None)
@@ -185,9 +200,9 @@ class OpenEnvServer(GymnasiumServer):
 
     async def reset(self, metadata, session_id=None):
         seed = row_seed(self, metadata)
-        episode = await self.open_episode()
+        episode = await asyncio.wait_for(self.open_episode(), self.timeout_s)
         self.session_state[session_id] = {"episode": episode}  # held first: a failed reset still closes it
-        answer = await episode.reset(seed)
+        answer = await asyncio.wait_for(episode.reset(seed), self.timeout_s)
         self.session_state[session_id]["observation"] = observation = self.observe(answer["observation"])
         return observation, {}
 
@@ -197,7 +212,10 @@ class OpenEnvServer(GymnasiumServer):
             return None, 0.0, False, True, LOST
         calls = [item for item in action.output if item.type == "function_call"]
         chosen = self.read_action(calls, action.output_text)
-        answer = None if chosen is None else await state["episode"].step(chosen)
+        try:
+            answer = None if chosen is None else await asyncio.wait_for(state["episode"].step(chosen), self.timeout_s)
+        except Exception as exc:  # the environment failed, not the model: masked, never a 0
+            return None, 0.0, False, True, failure(self, exc)
         info: dict[str, Any] = {}
         if answer is None:  # unreadable or refused by the action class: nothing happens, as in gym_env
             info["unreadable_action"] = (calls[0].name if calls else action.output_text)[:200]
@@ -215,8 +233,10 @@ class OpenEnvServer(GymnasiumServer):
     async def close_session(self, session_id: str) -> None:
         state = self.session_state.get(session_id)
         try:
-            if state is not None:
-                await state["episode"].close()
+            if state is not None:  # bounded: a step still hung in the environment's thread must not hold it
+                await asyncio.wait_for(state["episode"].close(), self.timeout_s)
+        except Exception as exc:
+            log.warning("%s: closing an episode's environment failed: %s: %s", self.name, type(exc).__name__, exc)
         finally:
             await super().close_session(session_id)
 

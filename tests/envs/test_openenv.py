@@ -10,6 +10,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -25,6 +26,7 @@ from gymlab import envs, function_call  # noqa: E402
 from gymlab._runtime.serve import ThreadedServer  # noqa: E402
 from gymlab.envs.as_openenv import openenv_app  # noqa: E402
 from gymlab.examples import example_rows, load_environment  # noqa: E402
+from gymlab.testing.workers import wait_until  # noqa: E402
 
 MESSAGES = ["hello", "a longer message", "", "x" * 300, "échos ☃"]
 
@@ -266,3 +268,79 @@ def test_the_counter_and_blackjack_driven_by_openenv_generic_client_equal_gymlab
                 assert rewards == [s.reward for s in record.steps]
                 assert done == (record.steps[-1].terminated or record.steps[-1].truncated)
         assert handle.server.session_state == {}
+
+
+class Flaky(GuessEnv):
+    """Raises on a guess of 0; never answers a guess of 99 (until ``release`` is set)."""
+
+    release = threading.Event()
+
+    async def step_async(self, action, timeout_s=None, **kwargs):
+        n = action.arguments.get("n") if isinstance(action, CallToolAction) else None
+        if n == 0:
+            raise RuntimeError("the environment's own bug")
+        if n == 99:
+            await asyncio.to_thread(self.release.wait)
+        return await super().step_async(action, timeout_s=timeout_s, **kwargs)
+
+
+def test_an_environment_that_fails_or_hangs_is_masked_and_released(lab):
+    server, rows = envs.openenv(Flaky, seeds=[3])
+    server.timeout_s = 1.0
+    try:
+        for n, kind in ((0, "verifier_error"), (99, "transport_timeout")):
+            record = played(lab, server, rows[0], [("guess", {"n": n})])
+            assert record.mask_sample and record.failure_kind == kind, (record.failure_kind, record.failure_reason)
+            assert server.name in record.failure_reason
+            assert server.session_state == {}
+    finally:
+        Flaky.release.set()
+
+
+def test_a_running_openenv_server_killed_midway_is_masked(lab, echo):
+    from openenv.core.env_server.http_server import create_app
+
+    from gymlab._sync import run_sync
+    from gymlab.client import Cookies, post_ok
+
+    environment, action = echo
+    app = create_app(environment, action, type(environment().reset()), env_name="echo", max_concurrent_envs=2)
+    openenv_server = ThreadedServer(app, name="openenv").start()
+    server, rows = envs.openenv(openenv_server.url, seeds=[0], name="echo-remote")
+    server.timeout_s = 5.0
+    env = lab.serve(server)
+    cookies = Cookies()
+    run_sync(post_ok(env.url, "/reset", rows[0], cookies))
+    openenv_server.stop()
+    step = {**rows[0], "response": {"output": [{"type": "message", "role": "assistant", "content": "hi"}]}}
+    answer = run_sync(post_ok(env.url, "/step", step, cookies))
+    assert answer["mask_sample"] and answer["truncated"]
+    assert answer["failure_kind"] in ("transport_peer_drop", "transport_timeout"), answer
+    assert server.session_state == {}
+
+
+def test_foreign_and_hostile_openenv_clients_get_errors_and_lose_nothing(lab):
+    """GenericEnvClient sending what no action is, a step before any reset, an undeclared tool, a huge
+    message, and a client that hangs up mid-episode (its episode is released on the gymlab server)."""
+    counter = lab.serve(load_environment("counter").CounterServer, name="counter")
+    rows = example_rows("counter")[:1]
+
+    async def hostile(url):
+        async with GenericEnvClient(base_url=url) as client:
+            with pytest.raises(RuntimeError, match="reset first"):
+                await client.step({"message": "early"})
+            await client.reset(task=0)
+            for junk in ({"bogus": 1}, {"message": "x" * 1_000_001}, {"tool": "increment", "arguments": "nope"}):
+                with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+                    await client.step(junk)
+            refused = await client.step({"tool": "explode", "arguments": {}})
+            assert "error" in refused.observation["text"] and refused.reward == 0.0
+            with pytest.raises(RuntimeError, match="task must be a row index"):
+                await client.reset(task=7)
+            await client.reset(task=0)
+            await client.step({"tool": "increment", "arguments": {"by": 1}})
+        # the client hung up mid-episode: OpenEnv closes its environment, which releases gymlab's episode
+
+    with served(openenv_app(counter, rows, max_concurrent_envs=2)) as url:
+        asyncio.run(hostile(url))
+        wait_until(lambda: counter.server.session_state == {}, what="the abandoned episode released")
