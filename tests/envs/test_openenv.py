@@ -344,3 +344,28 @@ def test_foreign_and_hostile_openenv_clients_get_errors_and_lose_nothing(lab):
     with served(openenv_app(counter, rows, max_concurrent_envs=2)) as url:
         asyncio.run(hostile(url))
         wait_until(lambda: counter.server.session_state == {}, what="the abandoned episode released")
+
+
+def test_probes_and_the_profile_run_on_an_openenv_environment(lab):
+    """gymlab's probes (on gymnasium_agent) and the reward profile, as on any other environment: no
+    non-answer earns the guessing game's reward; the sweep always solves it (flagged too easy)."""
+    from gymlab.probes import probe
+
+    server, rows = envs.openenv(GuessEnv, seeds=range(4))
+    env = lab.serve(server)
+    sweep = script([("guess", {"n": n}) for n in range(1, 11)])
+    report = probe(
+        lab,
+        env,
+        rows,
+        probes=["empty_answer", "echo_prompt", "call_every_tool", "repeat_tool_call", "tool_leak"],
+        real_policy=sweep,
+        max_steps=10,
+    )
+    assert report.flagged == []
+    assert set(report.frame["real_reward"]) == {1.0}
+    agent = lab.serve_agent("gymnasium_agent", resources=env, model=lab.serve_model(sweep, name="sweep"), max_steps=10)
+    profile = lab.run_many(agent, rows, repeats=2).profile()
+    summary = profile.summary
+    assert summary["episodes"] == 8 and summary["mean_reward"] == 1.0 and summary["always_1"] == [0, 1, 2, 3]
+    assert server.session_state == {}

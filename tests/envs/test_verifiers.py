@@ -273,3 +273,27 @@ def test_a_rubric_that_raises_is_masked_never_a_zero(lab):
     record = lab.serve_agent("simple_agent", resources=env, model=model, name="agent").run(rows[0])
     assert record.mask_sample and record.failure_kind == "verifier_error"
     assert "the rubric's own bug" in record.failure_reason
+
+
+def test_probes_and_the_profile_run_on_a_verifiers_environment(lab):
+    """gymlab's probes find what the rubric pays for nothing: its 0.2 for brevity pays every short
+    non-answer, and echoing "What is 0+1?" contains the answer 1; the profile reads its components."""
+    from gymlab.probes import probe
+
+    server, rows = envs.verifiers(QATaskset(QAConfig()))
+    env = lab.serve(server)
+
+    def solver(request):
+        a, b = re.findall(r"\d+", [i.text for i in request.input_items() if getattr(i, "role", None) == "user"][-1])
+        return str(int(a) + int(b))
+
+    report = probe(lab, env, rows, probes=["empty_answer", "echo_prompt", "refusal", "long_answer"], real_policy=solver)
+    assert set(report.flagged) == {"empty_answer", "echo_prompt", "refusal", "long_answer"}
+    assert report.cell("echo_prompt", 0).mean_reward == 1.0 and report.cell("empty_answer", 2).mean_reward == 0.2
+    assert report.cell("long_answer", 0).mean_reward == 0.8 and report.cell("long_answer", 2).mean_reward == 0.0
+    assert set(report.frame["real_reward"]) == {1.0}
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(solver, name="solver"))
+    profile = lab.run_many(agent, rows, repeats=2).profile()
+    summary = profile.summary
+    assert summary["mean_reward"] == 1.0 and summary["components"] == {"correct": 0.8, "brief": 0.2}
+    assert server.session_state == {}
