@@ -344,3 +344,11 @@ def openenv(
     text = instructions or f"You are acting in the OpenEnv environment {title}. Each turn, answer with {how}."
     wants_tools = tools or bool(server.mcp_tools)
     return server, rows_from([text] * len(seeds), tools=declared if wants_tools else None, seed=seeds)
+
+
+def installed_environments() -> list[str]:
+    """The OpenEnv environment packages installed here, as OpenEnv's own discovery finds them."""
+    need("openenv")
+    from openenv.auto._discovery import get_discovery
+
+    return sorted(get_discovery().discover(use_cache=False))

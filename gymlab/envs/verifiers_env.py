@@ -227,3 +227,13 @@ def verifiers(taskset: Any, *, name: str = "verifiers") -> tuple[VerifiersServer
             params["tools"] = tools
         rows.append({"responses_create_params": params, "verifiers": {"index": index}})
     return server, rows
+
+
+def shipped_tasksets() -> list[str]:
+    """The tasksets verifiers ships (``verifiers.v1.tasksets``): ``nemo_gym`` plays gymlab's rows."""
+    need("verifiers")
+    import importlib.util
+    import pkgutil
+
+    spec = importlib.util.find_spec("verifiers.v1.tasksets")  # found, not imported
+    return sorted(m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or []) if m.ispkg)
