@@ -57,15 +57,14 @@ def openenv_types() -> tuple[type, type]:
 
 def _protocol(url: str) -> Protocol:
     """Which protocol the server at ``url`` speaks, from its OpenAPI paths."""
-    import httpx
+    from gymlab.envs.open_env import get_json
 
-    reply = httpx.get(url.rstrip("/") + "/openapi.json", timeout=30.0)
-    paths = reply.json().get("paths", {}) if reply.status_code == 200 and len(reply.content) < 5_000_000 else {}
+    paths = get_json(url, "/openapi.json").get("paths", {})
     if "/step" in paths:
         return "gymnasium"
     if "/verify" in paths:
         return "seed_verify"
-    raise ValueError(f"{url} serves neither /step nor /verify (answered {reply.status_code}); is it a gymlab server?")
+    raise ValueError(f"{url} serves neither /step nor /verify; is it a gymlab server?")
 
 
 def as_openenv(

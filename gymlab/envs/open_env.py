@@ -265,14 +265,22 @@ def text_field(schema: dict[str, Any]) -> str | None:
     return (required or strings)[0] if len(required or strings) == 1 else None
 
 
-def _schema_of(url: str, timeout: float) -> dict[str, Any]:
+def get_json(url: str, path: str, *, timeout: float = 30.0, limit: int = 5_000_000) -> Any:
+    """``GET url+path``'s JSON, read up to ``limit`` bytes; any other answer a ``RuntimeError`` naming it."""
     import httpx
 
-    with httpx.Client(timeout=timeout) as client:
-        reply = client.get(url.rstrip("/") + "/schema")
-    if reply.status_code != 200 or len(reply.content) > 1_000_000:
-        raise RuntimeError(f"OpenEnv server {url} answered GET /schema {reply.status_code}: {reply.text[:200]}")
-    return reply.json()
+    with httpx.Client(timeout=timeout) as client, client.stream("GET", url.rstrip("/") + path) as reply:
+        body = bytearray()
+        for chunk in reply.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise RuntimeError(f"{url}{path} answered more than {limit} bytes; is it the server you meant?")
+    if reply.status_code != 200:
+        raise RuntimeError(f"{url}{path} answered {reply.status_code}: {bytes(body[:200]).decode(errors='replace')}")
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise RuntimeError(f"{url}{path} answered something that is not JSON") from None
 
 
 def _mcp_tools(env: Any) -> list[dict[str, Any]]:
@@ -302,7 +310,7 @@ def openenv(
 
     seeds = list(seeds)
     if isinstance(env, str):
-        schema = _schema_of(env, 30.0)["action"]
+        schema = get_json(env, "/schema")["action"]
         server = OpenEnvServer(name=name or "openenv-remote", url=env.rstrip("/"), action_schema=schema)
         declared: list[dict[str, Any]] = []
         title = env

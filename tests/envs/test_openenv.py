@@ -254,7 +254,8 @@ def test_the_counter_and_blackjack_driven_by_openenv_generic_client_equal_gymlab
         (counter, counter_rows, "simple_agent"),
         (blackjack, blackjack_rows, "gymnasium_agent"),
     ):
-        with served(openenv_app(handle, rows, max_concurrent_envs=4)) as url:
+        target = handle.url if handle.name == "blackjack" else handle  # a URL: its protocol read from /openapi.json
+        with served(openenv_app(target, rows, max_concurrent_envs=4)) as url:
             driven = asyncio.run(drive(url, plays[handle.name]))
         if handle.name == "counter":
             assert driven == [([0.0, 0.0, 0.0, 1.0], True), ([0.0, 0.0, 0.0], True)]
@@ -286,7 +287,7 @@ class Flaky(GuessEnv):
 
 def test_an_environment_that_fails_or_hangs_is_masked_and_released(lab):
     server, rows = envs.openenv(Flaky, seeds=[3])
-    server.timeout_s = 1.0
+    server.timeout_s = 3.0
     try:
         for n, kind in ((0, "verifier_error"), (99, "transport_timeout")):
             record = played(lab, server, rows[0], [("guess", {"n": n})])
@@ -344,6 +345,10 @@ def test_foreign_and_hostile_openenv_clients_get_errors_and_lose_nothing(lab):
     with served(openenv_app(counter, rows, max_concurrent_envs=2)) as url:
         asyncio.run(hostile(url))
         wait_until(lambda: counter.server.session_state == {}, what="the abandoned episode released")
+    with pytest.raises(RuntimeError, match="/schema answered 404"):  # not an OpenEnv server
+        envs.openenv(counter.url)
+    with pytest.raises(ValueError, match="neither /step nor /verify"):
+        openenv_app(lab.serve_model(script(["hi"]), name="not-an-env").url, rows)
 
 
 def test_probes_and_the_profile_run_on_an_openenv_environment(lab):
