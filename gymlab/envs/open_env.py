@@ -200,6 +200,9 @@ class OpenEnvServer(GymnasiumServer):
 
     async def reset(self, metadata, session_id=None):
         seed = row_seed(self, metadata)
+        if self.url is not None and not self.action_schema:  # configured by url alone (a YAML config)
+            self.action_schema = (await asyncio.to_thread(get_json, self.url, "/schema"))["action"]
+            self.text_field = self.text_field or text_field(self.action_schema)
         episode = await asyncio.wait_for(self.open_episode(), self.timeout_s)
         self.session_state[session_id] = {"episode": episode}  # held first: a failed reset still closes it
         answer = await asyncio.wait_for(episode.reset(seed), self.timeout_s)
@@ -298,13 +301,15 @@ def openenv(
     instructions: str | None = None,
     tools: bool = False,
     formatter: Callable[[dict], str] | None = None,
+    action: type | None = None,
     name: str | None = None,
 ) -> tuple[OpenEnvServer, list[dict[str, Any]]]:
     """``(server, rows)`` for an OpenEnv environment: an ``Environment`` class (one instance per episode),
     an instance (each episode plays a deep copy), or a running OpenEnv server's URL (one session of
     OpenEnv's ``GenericEnvClient`` per episode), one row per seed. ``formatter(observation_fields)``
     gives the model's text (default: their JSON). ``tools=True`` declares one function whose arguments are
-    the action's fields (an ``MCPEnvironment`` declares its MCP tools instead)."""
+    the action's fields (an ``MCPEnvironment`` declares its MCP tools instead). ``action``: the ``Action``
+    class, where ``step`` does not annotate it."""
     need("openenv")
     from openenv.core.env_server.interfaces import Environment
 
@@ -325,7 +330,7 @@ def openenv(
                 f"gymlab.envs.openenv takes an OpenEnv Environment (class or instance) or a server URL, "
                 f"not {type(env).__name__}"
             )
-        cls = action_class(env)
+        cls = action or action_class(env)
         title = (env if isinstance(env, type) else type(env)).__name__
         server = OpenEnvServer(name=name or f"openenv-{title.lower()}", action_schema=cls.model_json_schema())
         server._factory, server._action_cls = factory, cls

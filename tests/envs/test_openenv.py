@@ -14,7 +14,9 @@ import threading
 
 import pytest
 
-pytest.importorskip("openenv.core.env_server.http_server", reason="the openenv extra is not installed here")
+pytest.importorskip(
+    "openenv.core.env_server.http_server", reason="the openenv extra is not installed here", exc_type=ImportError
+)
 
 from fastmcp import FastMCP  # noqa: E402  (openenv's own dependency)
 from openenv.core.env_server.mcp_environment import MCPEnvironment  # noqa: E402
@@ -26,6 +28,7 @@ from gymlab import envs, function_call  # noqa: E402
 from gymlab._runtime.serve import ThreadedServer  # noqa: E402
 from gymlab.envs.as_openenv import openenv_app  # noqa: E402
 from gymlab.examples import example_rows, load_environment  # noqa: E402
+from gymlab.registry import builtin_class  # noqa: E402
 from gymlab.testing.workers import wait_until  # noqa: E402
 
 MESSAGES = ["hello", "a longer message", "", "x" * 300, "échos ☃"]
@@ -179,6 +182,9 @@ def test_a_running_openenv_server_reached_with_its_own_client(lab, echo):
         direct.reset()
         assert [s.reward for s in record.steps] == [direct.step(action(message=m)).reward for m in MESSAGES]
         assert server.session_state == {}
+        configured = lab.serve(builtin_class("resources_servers", "openenv"), name="echo-config", url=url)
+        again = played(lab, configured.server, rows[0], MESSAGES)  # what a YAML config with `url:` serves
+        assert [s.reward for s in again.steps] == [s.reward for s in record.steps]
 
 
 def test_unreadable_and_hostile_actions_change_nothing(lab):

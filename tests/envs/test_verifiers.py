@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-vf = pytest.importorskip("verifiers.v1", reason="the verifiers extra is not installed here")
+vf = pytest.importorskip("verifiers.v1", reason="the verifiers extra is not installed here", exc_type=ImportError)
 
 import openai  # noqa: E402
 from verifiers.v1.dialects.responses import ResponsesDialect  # noqa: E402
