@@ -20,8 +20,11 @@ CALLS = {
 
 @pytest.mark.parametrize("library", CALLS)
 def test_a_missing_library_names_the_extra(monkeypatch, library):
+    from gymlab.envs.extras import LIBRARIES
+
     call, extra = CALLS[library]
-    monkeypatch.setitem(sys.modules, library, None)  # what an environment without it sees on import
+    for module in {library, LIBRARIES[library][0]}:  # the module the adapter imports may be loaded already
+        monkeypatch.setitem(sys.modules, module, None)  # what an environment without it sees on import
     with pytest.raises(ImportError, match=rf"pip install 'gymlab\[{extra}\]'"):
         call()
 
