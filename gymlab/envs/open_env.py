@@ -130,8 +130,8 @@ def failure(server: OpenEnvServer, exc: BaseException) -> dict[str, Any]:
     away (or refused), or the environment's own code raising."""
     if isinstance(exc, TimeoutError):
         kind, why = "transport_timeout", f"no answer within {server.timeout_s:g} s"
-    elif server.url is not None:
-        kind, why = "transport_peer_drop", f"the OpenEnv server {server.url} failed: {type(exc).__name__}: {exc}"
+    elif server.url is not None and not str(exc).startswith("Server error"):  # its error answers start so
+        kind, why = "transport_peer_drop", f"the OpenEnv server {server.url} went away: {type(exc).__name__}: {exc}"
     else:
         kind, why = "verifier_error", f"the environment's step raised {type(exc).__name__}: {exc}"
     return {"mask_sample": True, "failure_kind": kind, "failure_reason": f"{server.name}: {why}"[:500]}

@@ -19,9 +19,10 @@ pytest.importorskip(
 )
 
 from fastmcp import FastMCP  # noqa: E402  (openenv's own dependency)
+from openenv.core.env_server.interfaces import Environment  # noqa: E402
 from openenv.core.env_server.mcp_environment import MCPEnvironment  # noqa: E402
 from openenv.core.env_server.mcp_types import CallToolAction  # noqa: E402
-from openenv.core.env_server.types import Observation, State  # noqa: E402
+from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
 from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 from gymlab import envs, function_call  # noqa: E402
@@ -380,3 +381,39 @@ def test_probes_and_the_profile_run_on_an_openenv_environment(lab):
     summary = profile.summary
     assert summary["episodes"] == 8 and summary["mean_reward"] == 1.0 and summary["always_1"] == [0, 1, 2, 3]
     assert server.session_state == {}
+
+
+class Word(Action):
+    word: str
+
+
+class Picky(Environment):
+    """Pays 1 a word; its own bug: the word "boom" makes it raise."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def reset(self, seed=None, episode_id=None, **kwargs):
+        self._state = State(step_count=0)
+        return Observation(reward=0.0)
+
+    def step(self, action: Word, timeout_s=None, **kwargs):
+        if action.word == "boom":
+            raise RuntimeError("the environment's own bug")
+        self._state.step_count += 1
+        return Observation(reward=1.0, done=self._state.step_count >= 2)
+
+    @property
+    def state(self):
+        return self._state
+
+
+def test_a_running_server_whose_environment_raises_is_a_masked_verifier_error(lab):
+    from openenv.core.env_server.http_server import create_app
+
+    with served(create_app(Picky, Word, Observation, env_name="picky", max_concurrent_envs=2)) as url:
+        server, rows = envs.openenv(url, seeds=[0], name="picky")
+        assert server.text_field == "word"
+        assert [s.reward for s in played(lab, server, rows[0], ["yes", "no"]).steps] == [1.0, 1.0]
+        record = played(lab, server, rows[0], ["yes", "boom"])
+        assert record.mask_sample and record.failure_kind == "verifier_error", record.failure_reason
+        assert "own bug" in record.failure_reason and server.session_state == {}
