@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 
 import pytest
 
@@ -227,16 +228,16 @@ def overshoot(request):
     return "done" if done else [function_call("increment", {"by": 5})]
 
 
-def test_verifiers_nemo_gym_taskset_plays_gymlab_rows_with_gymlab_rewards(lab, tmp_path):
-    """gymlab's counter rows, unchanged, loaded by verifiers' NeMoGymTaskset and played against gymlab's
-    served counter; then the same for a verifiers taskset served by gymlab (both ways at once)."""
+def test_a_verifiers_taskset_served_by_gymlab_plays_under_verifiers_nemo_gym_taskset(lab, tmp_path):
+    """Both ways at once: the calculator taskset served by gymlab, its rows loaded by verifiers' NeMo Gym
+    taskset and played (a small loop: the taskset's own setup, tool calls and scoring) with the rewards of
+    gymlab's simple_agent; the counter's rows too, solved and overshot."""
     counter = lab.serve(load_environment("counter").CounterServer, name="counter")
     calc_server, calc_rows = envs.verifiers(CalcTaskset(CalcConfig()), name="calc")
     calc = lab.serve(calc_server)
     cases = [
-        (counter, example_rows("counter")[:3], load_environment("counter").policy, 1.0),
-        (counter, example_rows("counter")[:3], overshoot, 0.0),
         (calc, calc_rows, calc_policy, 1.0),
+        (counter, example_rows("counter")[:2], overshoot, 0.0),
     ]
     for env, rows, play, reward in cases:
         model = lab.serve_model(play, name="model")
@@ -297,3 +298,98 @@ def test_probes_and_the_profile_run_on_a_verifiers_environment(lab):
     summary = profile.summary
     assert summary["mean_reward"] == 1.0 and summary["components"] == {"correct": 0.8, "brief": 0.2}
     assert server.session_state == {}
+
+
+class InProcessConfig(vf.HarnessConfig):
+    pass
+
+
+class InProcess(vf.Harness[InProcessConfig]):
+    """A harness that runs its chat loop in this process (the built-in ones run a PEP 723 program that
+    `uv` installs at run time): the model through verifiers' interception endpoint with the official
+    openai client (Responses API), the tools through the rollout's MCP servers."""
+
+    APPENDS_SYSTEM_PROMPT = True
+    SUPPORTS_MCP = True
+    EXECUTES_CODE = False
+    NEEDS_CONTAINER = False
+
+    async def setup(self, runtime):
+        return None
+
+    async def launch(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data, tool_interception_url=None):
+        from gymlab.resources.mcp_backed import open_mcp
+
+        system, prompt = self.resolve_prompt(data)
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt or []
+        conversation = [{"role": "system", "content": system}] if system else []
+        conversation += [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
+        async with (
+            openai.AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0) as client,
+            open_mcp(mcp_urls[""]) as mcp,
+        ):
+            listed = (await mcp.list_tools()).tools
+            tools = [
+                {"type": "function", "name": t.name, "description": t.description or "", "parameters": t.input_schema}
+                for t in listed
+            ]
+            for _ in range(8):
+                answer = await client.responses.create(model=ctx.model, input=conversation, tools=tools)
+                conversation += [item.model_dump(mode="json", exclude_none=True) for item in answer.output]
+                calls = [item for item in answer.output if item.type == "function_call"]
+                if not calls:
+                    break
+                for call in calls:
+                    result = await mcp.call_tool(call.name, json.loads(call.arguments))
+                    text = "\n".join(b.text for b in result.content if getattr(b, "text", None) is not None)
+                    conversation.append({"type": "function_call_output", "call_id": call.call_id, "output": text})
+        return vf.ProgramResult(exit_code=0, stdout="", stderr="")
+
+
+def counter_or_give_up(request):
+    """The counter's own policy, except that it gives up at once on a counter that starts at 5 or more."""
+    text = " ".join(i.text for i in request.input_items() if i.type == "message" and i.role == "user")
+    if int(re.findall(r"\d+", text)[0]) >= 5:
+        return "I give up."
+    return load_environment("counter").policy(request)
+
+
+def test_verifiers_own_env_runner_plays_gymlab_rows_with_gymlab_rewards(lab, tmp_path, monkeypatch):
+    """verifiers' NeMoGymEnv (its serving: the shared NeMo Gym tool server over MCP in a subprocess, the
+    interception endpoint; its run_slot, its scoring) over gymlab's counter rows, unchanged."""
+    from verifiers.v1.clients import ModelContext
+    from verifiers.v1.env import RunSlot
+    from verifiers.v1.envs.single_agent import SingleAgentEnvConfig
+    from verifiers.v1.tasksets.nemo_gym import NeMoGymEnv
+
+    harness = type(sys)("gymlab_in_process_harness")
+    harness.InProcess, harness.__all__ = InProcess, ["InProcess"]
+    monkeypatch.setitem(sys.modules, harness.__name__, harness)
+    monkeypatch.setenv("GYMLAB_POLICY_KEY", "unused")
+    counter = lab.serve(load_environment("counter").CounterServer, name="counter")
+    model = lab.serve_model(counter_or_give_up, name="model")
+    rows = example_rows("counter")[:4]
+    write_jsonl_atomic(tmp_path / "rows.jsonl", rows)
+    client = vf.EvalClientConfig(base_url=model.url + "/v1", api_key_var="GYMLAB_POLICY_KEY")
+    config = SingleAgentEnvConfig(
+        taskset=NeMoGymConfig(
+            id="nemo_gym", dataset=tmp_path / "rows.jsonl", task=NeMoGymTaskConfig(resources_url=counter.url)
+        ),
+        agent=vf.AgentConfig(
+            harness=InProcessConfig(id=harness.__name__), runtime=vf.SubprocessConfig(), client=client, model="policy"
+        ),
+    )
+    env = NeMoGymEnv(config)
+
+    async def run():
+        context = ModelContext(client=client, model="policy", sampling=vf.SamplingConfig())
+        async with env.serving():
+            return await asyncio.gather(*(env.run_slot(RunSlot(task=task), context) for task in env.taskset))
+
+    episodes = asyncio.run(run())
+    traces = [episode.traces[0] for episode in episodes]
+    assert [t.errors for t in traces] == [[]] * 4
+    agent = lab.serve_agent("simple_agent", resources=counter, model=model, name="agent")
+    assert [t.reward for t in traces] == [r.reward for r in lab.run_many(agent, rows)] == [1.0, 0.0, 1.0, 0.0]
+    assert [len(t.tool_messages) for t in traces] == [3, 0, 3, 0]  # every increment went through the tool server
+    assert counter.server.session_state == {}
