@@ -393,3 +393,33 @@ def test_verifiers_own_env_runner_plays_gymlab_rows_with_gymlab_rewards(lab, tmp
     assert [t.reward for t in traces] == [r.reward for r in lab.run_many(agent, rows)] == [1.0, 0.0, 1.0, 0.0]
     assert [len(t.tool_messages) for t in traces] == [3, 0, 3, 0]  # every increment went through the tool server
     assert counter.server.session_state == {}
+
+
+def test_gymlab_envs_writes_a_tasksets_rows(tmp_path, monkeypatch):
+    """`gymlab envs verifiers module:taskset --rows OUT`: the rows of a taskset a module defines."""
+    import argparse
+
+    from gymlab.cli.envs import main
+    from gymlab.errors import ConfigError
+
+    (tmp_path / "my_tasks.py").write_text(
+        "import verifiers.v1 as vf\n\n"
+        "class T(vf.Task[vf.TaskData]):\n"
+        "    @vf.reward(weight=1.0)\n"
+        "    async def r(self, trace: vf.Trace) -> float:\n"
+        "        return 1.0\n\n"
+        "class S(vf.Taskset[T, vf.TasksetConfig]):\n"
+        "    def load(self):\n"
+        "        return [T(vf.TaskData(prompt=f'say {i}')) for i in range(3)]\n\n"
+        "TASKS = S(vf.TasksetConfig())\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "rows.jsonl"
+    args = argparse.Namespace(
+        adapter="verifiers", name="my_tasks:TASKS", rows=str(out), set=[], probe=False, json=False
+    )
+    assert main(args) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["responses_create_params"]["input"][-1]["content"] for r in rows] == ["say 0", "say 1", "say 2"]
+    with pytest.raises(ConfigError, match="cannot be imported"):
+        main(argparse.Namespace(**{**vars(args), "name": "my_tasks:NOPE"}))
