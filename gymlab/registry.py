@@ -26,6 +26,7 @@ BUILTINS: dict[str, dict[str, str]] = {
         "reasoning_gym": "gymlab.envs.reasoning:ReasoningGymServer",
         "textarena": "gymlab.envs.arena:TextArenaServer",
         "gymnasium": "gymlab.envs.gym_env:GymEnvServer",
+        "openenv": "gymlab.envs.open_env:OpenEnvServer",
     },
 }
 

@@ -1,5 +1,6 @@
-"""``gymlab envs [ADAPTER [NAME]]``: what each adapter of ``gymlab.envs`` offers, rows of one of its
-environments (``--rows OUT``), and a probe pass over every reasoning-gym dataset (``--probe``).
+"""``gymlab envs [ADAPTER [NAME]]``: what each adapter of ``gymlab.envs`` offers (OpenEnv: the environment
+packages installed; verifiers: the tasksets it ships), rows of one of its environments (``--rows OUT``),
+and a probe pass over every reasoning-gym dataset (``--probe``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import time
 from collections import Counter
 from typing import Any
 
-ADAPTERS = ("reasoning_gym", "textarena", "gymnasium")
+ADAPTERS = ("reasoning_gym", "textarena", "gymnasium", "openenv", "verifiers")
+
+#: What an installed adapter that lists nothing still serves.
+EMPTY = {"openenv": "no OpenEnv environment package found (any Environment class or server URL serves)"}
 
 #: The built-in probes that apply to a task without tools, and the non-answers in answer tags.
 PASS_PROBES = ("empty_answer", "echo_prompt", "answer_spray", "long_answer", "refusal")
@@ -20,7 +24,12 @@ PASS_PROBES = ("empty_answer", "echo_prompt", "answer_spray", "long_answer", "re
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("adapter", nargs="?", choices=ADAPTERS, help="list what this adapter offers")
-    parser.add_argument("name", nargs="?", help="a dataset, game or env id (with --rows; with --probe: a,b,c)")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        help="a dataset, game or env id; openenv: a server URL or module:Environment; verifiers: module:taskset "
+        "(with --rows; with --probe: a,b,c)",
+    )
     parser.add_argument("--rows", metavar="OUT", help="write the rows of NAME to this JSONL file")
     parser.add_argument("--size", type=int, default=8, help="reasoning_gym: entries per dataset (default 8)")
     parser.add_argument("--seed", type=int, default=0, help="reasoning_gym: the dataset seed (default 0)")
@@ -42,9 +51,32 @@ def offered(adapter: str) -> list[str]:
         from gymlab.envs.arena import games
 
         return games()
+    if adapter == "openenv":
+        from gymlab.envs.open_env import installed_environments
+
+        return installed_environments()
+    if adapter == "verifiers":
+        from gymlab.envs.verifiers_env import shipped_tasksets
+
+        return shipped_tasksets()
     from gymlab.envs.gym_env import env_ids
 
     return env_ids()
+
+
+def _imported(spec: str) -> Any:
+    """``module:attribute`` imported (an OpenEnv Environment class, a verifiers taskset)."""
+    import importlib
+
+    from gymlab.errors import ConfigError
+
+    module, sep, attribute = spec.partition(":")
+    if not sep:
+        raise ConfigError(f"{spec!r}: expected module:attribute (e.g. my_env.server:MyEnvironment)")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{spec!r} cannot be imported: {exc}") from None
 
 
 def _fields(pairs: list[str]) -> dict[str, Any]:
@@ -69,6 +101,11 @@ def rows_of(adapter: str, name: str, args: argparse.Namespace) -> tuple[Any, lis
     fields = _fields(args.set)
     if adapter == "reasoning_gym":
         return envs.reasoning_gym(name, size=args.size, seed=args.seed, **fields)
+    if adapter == "openenv":
+        env = name if name.startswith(("http://", "https://")) else _imported(name)
+        return envs.openenv(env, seeds=range(args.seeds), **fields)
+    if adapter == "verifiers":
+        return envs.verifiers(_imported(name), **fields)
     return getattr(envs, adapter)(name, seeds=range(args.seeds), **fields)
 
 
@@ -113,7 +150,9 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=1))
         return 0
     for adapter, info in summary.items():
-        if info["installed"]:
+        if info["installed"] and not info["names"]:
+            print(f"{adapter}: installed; {EMPTY.get(adapter, 'nothing found')}")
+        elif info["installed"]:
             print(f"{adapter}: {info['count']}: {', '.join(info['names'][:8])}, ... (gymlab envs {adapter})")
         else:
             print(f"{adapter}: {info['error']}")

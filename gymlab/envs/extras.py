@@ -10,6 +10,8 @@ LIBRARIES = {
     "reasoning_gym": ("reasoning_gym", "reasoning-gym"),
     "textarena": ("textarena", "textarena"),
     "gymnasium": ("gymnasium", "gymnasium"),
+    "openenv": ("openenv.core", "openenv"),
+    "verifiers": ("verifiers.v1", "verifiers"),
 }
 
 

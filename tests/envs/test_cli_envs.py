@@ -63,6 +63,9 @@ def test_envs_lists_each_adapter():
     assert info["reasoning_gym"]["count"] >= 100
     assert "TicTacToe-v0" in info["textarena"]["names"] and "TicTacToe-v0-raw" not in info["textarena"]["names"]
     assert {"FrozenLake-v1", "Taxi-v4"} <= set(info["gymnasium"]["names"])
+    for adapter in ("openenv", "verifiers"):  # extras that cannot sit beside the mcp one: listed either way
+        assert info[adapter]["installed"] or f"pip install 'gymlab[{adapter}]'" in info[adapter]["error"]
+    assert not info["verifiers"]["installed"] or "nemo_gym" in info["verifiers"]["names"]
     games = gymlab("envs", "textarena").stdout.splitlines()
     assert "TicTacToe-v0" in games
     assert any(g.startswith("Hangman-v0  (") or g == "Hangman-v0" for g in games)  # with what it needs, if missing
