@@ -1,0 +1,225 @@
+"""HFModel's batches: requests arriving within ``batch_window_ms`` gathered on the event loop, left-padded
+and generated together in one worker thread; each row stops on its own (end of turn, its token budget, its
+deadline, its caller gone), and the sampled tokens' log-probabilities are read from the raw logits."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Why a row stopped: its end-of-turn token, its token budget, its deadline, its caller hung up or the server closed.
+Finish = str  # "stop" | "length" | "timeout" | "cancelled"
+
+
+@dataclass(eq=False)
+class Row:
+    """One request in a batch: its prompt token ids and sampling, and what generation gave it."""
+
+    prompt: list[int]
+    temperature: float
+    top_p: float
+    max_new: int
+    deadline: float  # time.monotonic() past which the row stops with "timeout"
+    future: asyncio.Future | None = None
+    cancelled: bool = False
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: Finish = ""
+
+    @property
+    def sampling(self) -> tuple[bool, float, float]:
+        """Rows with equal keys share one ``generate`` call (greedy when the temperature is 0)."""
+        greedy = self.temperature == 0
+        return (not greedy, 1.0 if greedy else self.temperature, 1.0 if greedy else self.top_p)
+
+
+class QueueFull(Exception):
+    """The server already holds ``max_queue`` waiting requests."""
+
+
+class Closed(Exception):
+    """The server closed before the row was generated."""
+
+
+class Batcher:
+    """Gathers rows on the serving loop and runs ``generate(rows, stop)`` for each batch in one thread."""
+
+    def __init__(
+        self, generate: Callable[[list[Row], threading.Event], None], *, window_s: float, max_batch: int, max_queue: int
+    ):
+        self.generate, self.window_s, self.max_batch, self.max_queue = generate, window_s, max_batch, max_queue
+        self.stop = threading.Event()
+        self.batches = 0  # generate calls made (a batch of several sampling settings is one)
+        self.batch_sizes: list[int] = []  # the last 1000 batches' sizes
+        self._pool: ThreadPoolExecutor | None = None
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+
+    async def run(self, row: Row) -> Row:
+        """``row`` generated (its tokens, logprobs and finish set); cancelled: the row stops at the next token."""
+        if self.stop.is_set():
+            raise Closed("the model server is closing")
+        if self._task is None:
+            self._queue = asyncio.Queue()
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="gymlab-hf-generate")
+            self._task = asyncio.get_running_loop().create_task(self._dispatch())
+        if self._queue.qsize() >= self.max_queue:
+            raise QueueFull
+        row.future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(row)
+        try:
+            return await row.future
+        except BaseException:
+            row.cancelled = True  # a hang-up or a timeout: the worker drops the row at its next token
+            raise
+
+    async def _gather(self) -> list[Row]:
+        queue, loop = self._queue, asyncio.get_running_loop()
+        batch = [await queue.get()]
+        until = loop.time() + self.window_s
+        while len(batch) < self.max_batch:
+            if not queue.empty():
+                batch.append(queue.get_nowait())
+                continue
+            left = until - loop.time()
+            if left <= 0:
+                break
+            try:
+                batch.append(await asyncio.wait_for(queue.get(), left))
+            except TimeoutError:
+                break
+        return batch
+
+    async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._gather()
+            now = time.monotonic()
+            live = []
+            for row in batch:
+                if row.cancelled or row.future.done():
+                    continue
+                if now >= row.deadline:  # waited out its budget in the queue
+                    row.finish = "timeout"
+                    row.future.set_result(row)
+                    continue
+                live.append(row)
+            if not live:
+                continue
+            self.batches += 1
+            self.batch_sizes = [*self.batch_sizes[-999:], len(live)]
+            try:
+                await loop.run_in_executor(self._pool, self.generate, live, self.stop)
+            except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the failure
+                for row in live:
+                    if not row.future.done():
+                        row.future.set_exception(exc)
+                continue
+            for row in live:
+                if not row.future.done():
+                    row.future.set_result(row)
+
+    async def close(self) -> None:
+        """Stop the batch running at its next token, fail the waiting rows, free the worker thread."""
+        self.stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing anyway
+                pass
+        while self._queue is not None and not self._queue.empty():
+            row = self._queue.get_nowait()
+            if not row.future.done():
+                row.future.set_exception(Closed("the model server closed"))
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def generate_rows(model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event) -> None:
+    """Generate ``rows`` (in the worker thread): one ``generate`` call per sampling setting among them."""
+    groups: dict[tuple, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.sampling, []).append(row)
+    for (sample, temperature, top_p), group in groups.items():
+        _generate(model, eos, pad, group, stop, sample, temperature, top_p)
+
+
+def _generate(model, eos, pad, rows, stop, sample, temperature, top_p) -> None:
+    import torch
+    from transformers import (
+        GenerationConfig,
+        LogitsProcessor,
+        LogitsProcessorList,
+        StoppingCriteria,
+        StoppingCriteriaList,
+        TemperatureLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    width = max(len(r.prompt) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows])
+    mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows])
+    steps: list[Any] = []  # per token: the sampled tokens' raw log-probabilities, one per row
+    ends: list[tuple[int, str] | None] = [None] * len(rows)
+    raw: list[Any] = [None]
+
+    class Raw(LogitsProcessor):
+        """First in the list: the model's own distribution, before temperature and top_p."""
+
+        def __call__(self, input_ids, scores):
+            raw[0] = torch.log_softmax(scores.float(), dim=-1)
+            return scores
+
+    class Each(StoppingCriteria):
+        """After each token: its log-probability, and which rows are done (the others go on)."""
+
+        def __call__(self, input_ids, scores, **kwargs):
+            token = input_ids[:, -1]
+            steps.append(raw[0].gather(1, token[:, None]).squeeze(1))
+            n, now, stopped = input_ids.shape[1] - width, time.monotonic(), stop.is_set()
+            for i, row in enumerate(rows):
+                if ends[i] is not None:
+                    continue
+                if int(token[i]) in eos:
+                    ends[i] = (n, "stop")
+                elif row.cancelled or stopped:
+                    ends[i] = (n, "cancelled")
+                elif now >= row.deadline:
+                    ends[i] = (n, "timeout")
+                elif n >= row.max_new:
+                    ends[i] = (n, "length")
+            return torch.tensor([e is not None for e in ends], device=input_ids.device)
+
+    processors = [Raw()]
+    if sample and temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(temperature))
+    if sample and top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p))
+    config = GenerationConfig(
+        max_new_tokens=max(r.max_new for r in rows),
+        do_sample=sample,
+        top_k=0 if sample else None,  # no top-k unless asked (a model's generation_config may default to 50)
+        pad_token_id=pad,
+        eos_token_id=sorted(eos),
+    )
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList(processors),
+            stopping_criteria=StoppingCriteriaList([Each()]),
+        )
+    table = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in rows]
+    for i, row in enumerate(rows):
+        n, why = ends[i] or (len(steps), "length")
+        row.tokens = out[i, width : width + n].tolist()
+        row.logprobs = table[i][:n]
+        row.finish = why
