@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -28,12 +29,10 @@ from gymlab.protocol import (
     function_call,
 )
 from gymlab.protocol.failure_kinds import Failure
+from gymlab.protocol.responses import TOKEN_FIELDS
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.models.hf")
-
-#: The NeMo Gym fields a model turn's first output item carries.
-TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
 
 class Refused(GymlabError):
@@ -89,6 +88,9 @@ class HFModel(BaseServer):
     max_queue: int = Field(256, ge=1, description="Most requests waiting; past it: 429.")
     timeout_s: float = Field(120.0, gt=0, description="A request's budget, waiting included; past it: 504.")
     tool_parser: str | Callable = Field("auto", description="auto, schema, hermes, llama3, none, or a callable.")
+    threads: int | None = Field(
+        None, ge=1, description="torch threads of the generating thread (that thread alone); None: torch's default."
+    )
 
     _model: Any = PrivateAttr(None)
     _tok: Any = PrivateAttr(None)
@@ -115,6 +117,7 @@ class HFModel(BaseServer):
             window_s=self.batch_window_ms / 1000,
             max_batch=self.max_batch,
             max_queue=self.max_queue,
+            threads=self.threads,
         )
         app = super().setup_webserver()
         app.add_exception_handler(Refused, self._refused)
@@ -152,20 +155,13 @@ class HFModel(BaseServer):
         return await asyncio.to_thread(self._answer, body, row, tools)
 
     def _prompt(self, body: ResponseCreateParams) -> tuple[list[int], list[dict]]:
-        """The request rendered by the tokenizer's chat template (tools passed to it) and tokenized."""
         try:
-            messages = _template_messages(chat_messages(body, request=True))
-            tools = chat_tools(body.tools) if body.tool_choice != "none" else []
-            text = self._tok.apply_chat_template(
-                messages, tools=tools or None, add_generation_prompt=True, tokenize=False
-            )
+            prompt, tools = prompt_ids(self._tok, body)
         except ConversionError as exc:
             raise Refused(400, str(exc), "send text messages, function calls and their outputs") from None
         except Exception as exc:  # noqa: BLE001 - the template refused the conversation (a jinja error)
-            raise Refused(
-                400, f"the chat template cannot render this conversation: {exc}", "check the roles' order"
-            ) from None
-        prompt = self._tok(text, add_special_tokens=False)["input_ids"]
+            hint = "check the roles' order"
+            raise Refused(400, f"the chat template cannot render this conversation: {exc}", hint) from None
         if len(prompt) >= self._context:
             raise Refused(
                 400,
@@ -220,6 +216,15 @@ class HFModel(BaseServer):
         return JSONResponse(body, status_code=exc.status)
 
 
+def prompt_ids(tokenizer: Any, body: ResponseCreateParams) -> tuple[list[int], list[dict]]:
+    """The request's token ids as the tokenizer's chat template renders it (its tools passed to the
+    template, none when ``tool_choice`` is ``"none"``), and those tools in the Chat form."""
+    messages = _template_messages(chat_messages(body, request=True))
+    tools = chat_tools(body.tools) if body.tool_choice != "none" else []
+    text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"], tools
+
+
 def _ids(value: Any) -> list[int]:
     if value is None:
         return []
@@ -236,8 +241,6 @@ def _context_of(model: Any, tokenizer: Any) -> int:
 def _template_messages(messages: list[dict]) -> list[dict]:
     """Chat messages as chat templates take them: tool-call arguments as objects (the converter keeps the
     JSON string the API carries; templates write ``arguments | tojson``), no None content."""
-    import json
-
     out = []
     for message in messages:
         message = dict(message)

@@ -5,10 +5,14 @@ deadline, its caller gone), and the sampled tokens' log-probabilities are read f
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
+import queue
 import threading
 import time
+import weakref
+from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,13 +54,23 @@ class Batcher:
     """Gathers rows on the serving loop and runs ``generate(rows, stop)`` for each batch in one thread."""
 
     def __init__(
-        self, generate: Callable[[list[Row], threading.Event], None], *, window_s: float, max_batch: int, max_queue: int
+        self,
+        generate: Callable[[list[Row], threading.Event], None],
+        *,
+        window_s: float,
+        max_batch: int,
+        max_queue: int,
+        threads: int | None = None,
     ):
         self.generate, self.window_s, self.max_batch, self.max_queue = generate, window_s, max_batch, max_queue
+        self.threads = threads
         self.stop = threading.Event()
         self.batches = 0  # generate calls made (a batch of several sampling settings is one)
         self.batch_sizes: list[int] = []  # the last 1000 batches' sizes
-        self._pool: ThreadPoolExecutor | None = None
+        self.finished: Counter[str] = Counter()  # rows by how they ended
+        self.in_flight = 0  # rows taken and not yet answered
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # batches for the worker thread; None ends it
+        self._thread: threading.Thread | None = None
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
 
@@ -66,17 +80,24 @@ class Batcher:
             raise Closed("the model server is closing")
         if self._task is None:
             self._queue = asyncio.Queue()
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="gymlab-hf-generate")
+            # a daemon thread: a generation in flight never holds the process open (close stops it at its next token)
+            self._thread = threading.Thread(target=self._work, name="gymlab-hf-generate", daemon=True)
+            self._thread.start()
+            _open.add(self)
             self._task = asyncio.get_running_loop().create_task(self._dispatch())
         if self._queue.qsize() >= self.max_queue:
             raise QueueFull
         row.future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(row)
+        self.in_flight += 1
         try:
-            return await row.future
+            await row.future
         except BaseException:
             row.cancelled = True  # a hang-up or a timeout: the worker drops the row at its next token
             raise
+        finally:
+            self.in_flight -= 1
+        return row
 
     async def _gather(self) -> list[Row]:
         queue, loop = self._queue, asyncio.get_running_loop()
@@ -102,10 +123,12 @@ class Batcher:
             now = time.monotonic()
             live = []
             for row in batch:
-                if row.cancelled or row.future.done():
+                if row.cancelled or row.future.done():  # its caller left while it waited
+                    self.finished["cancelled"] += 1
                     continue
                 if now >= row.deadline:  # waited out its budget in the queue
                     row.finish = "timeout"
+                    self.finished["timeout"] += 1
                     row.future.set_result(row)
                     continue
                 live.append(row)
@@ -113,14 +136,17 @@ class Batcher:
                 continue
             self.batches += 1
             self.batch_sizes = [*self.batch_sizes[-999:], len(live)]
+            done: concurrent.futures.Future = concurrent.futures.Future()
+            self._jobs.put((live, done))
             try:
-                await loop.run_in_executor(self._pool, self.generate, live, self.stop)
+                await asyncio.wrap_future(done, loop=loop)
             except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the failure
                 for row in live:
                     if not row.future.done():
                         row.future.set_exception(exc)
                 continue
             for row in live:
+                self.finished[row.finish] += 1
                 if not row.future.done():
                     row.future.set_result(row)
 
@@ -137,8 +163,41 @@ class Batcher:
             row = self._queue.get_nowait()
             if not row.future.done():
                 row.future.set_exception(Closed("the model server closed"))
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._jobs.put(None)
+
+    def _work(self) -> None:
+        """The worker thread: one batch at a time, until ``None`` comes."""
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)  # OpenMP's setting is per thread: this thread's alone
+        while (job := self._jobs.get()) is not None:
+            rows, done = job
+            try:
+                self.generate(rows, self.stop)
+            except BaseException as exc:  # noqa: BLE001 - handed to the batch's callers
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the worker thread to end (after ``close``); whether it has."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._thread is None or not self._thread.is_alive()
+
+
+_open: weakref.WeakSet[Batcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """At exit, a batch still generating (its server never shut down) stops at its next token."""
+    for batcher in list(_open):
+        batcher.stop.set()
+        batcher._jobs.put(None)
+    for batcher in list(_open):
+        batcher.join(5.0)
 
 
 def generate_rows(model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event) -> None:
