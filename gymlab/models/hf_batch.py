@@ -51,11 +51,12 @@ class Closed(Exception):
 
 
 class Batcher:
-    """Gathers rows on the serving loop and runs ``generate(rows, stop)`` for each batch in one thread."""
+    """Gathers rows on the serving loop and runs ``generate(rows, stop, answer)`` for each batch in one
+    thread; ``answer(row)`` hands back a row as soon as it has stopped."""
 
     def __init__(
         self,
-        generate: Callable[[list[Row], threading.Event], None],
+        generate: Callable[[list[Row], threading.Event, Callable[[Row], None]], None],
         *,
         window_s: float,
         max_batch: int,
@@ -136,19 +137,20 @@ class Batcher:
                 continue
             self.batches += 1
             self.batch_sizes = [*self.batch_sizes[-999:], len(live)]
-            done: concurrent.futures.Future = concurrent.futures.Future()
-            self._jobs.put((live, done))
+            ended: concurrent.futures.Future = concurrent.futures.Future()
+            self._jobs.put((live, ended, lambda row: loop.call_soon_threadsafe(self._answer, row)))
             try:
-                await asyncio.wrap_future(done, loop=loop)
-            except Exception as exc:  # noqa: BLE001 - every caller of the batch gets the failure
+                await asyncio.wrap_future(ended, loop=loop)
+            except Exception as exc:  # noqa: BLE001 - every caller of the batch still waiting gets the failure
                 for row in live:
                     if not row.future.done():
                         row.future.set_exception(exc)
-                continue
-            for row in live:
-                self.finished[row.finish] += 1
-                if not row.future.done():
-                    row.future.set_result(row)
+
+    def _answer(self, row: Row) -> None:
+        """A row that stopped, answered on the loop while its batch goes on."""
+        self.finished[row.finish] += 1
+        if not row.future.done():
+            row.future.set_result(row)
 
     async def close(self) -> None:
         """Stop the batch running at its next token, fail the waiting rows, free the worker thread."""
@@ -172,13 +174,13 @@ class Batcher:
 
             torch.set_num_threads(self.threads)  # OpenMP's setting is per thread: this thread's alone
         while (job := self._jobs.get()) is not None:
-            rows, done = job
+            rows, ended, answer = job
             try:
-                self.generate(rows, self.stop)
+                self.generate(rows, self.stop, answer)
             except BaseException as exc:  # noqa: BLE001 - handed to the batch's callers
-                done.set_exception(exc)
+                ended.set_exception(exc)
             else:
-                done.set_result(None)
+                ended.set_result(None)
 
     def join(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the worker thread to end (after ``close``); whether it has."""
@@ -200,16 +202,19 @@ def _stop_all() -> None:
         batcher.join(5.0)
 
 
-def generate_rows(model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event) -> None:
-    """Generate ``rows`` (in the worker thread): one ``generate`` call per sampling setting among them."""
+def generate_rows(
+    model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event, done: Callable[[Row], None]
+) -> None:
+    """Generate ``rows`` (in the worker thread): one ``generate`` call per sampling setting among them;
+    ``done(row)`` as soon as a row has stopped, while the others go on."""
     groups: dict[tuple, list[Row]] = {}
     for row in rows:
         groups.setdefault(row.sampling, []).append(row)
     for (sample, temperature, top_p), group in groups.items():
-        _generate(model, eos, pad, group, stop, sample, temperature, top_p)
+        _generate(model, eos, pad, group, stop, done, sample, temperature, top_p)
 
 
-def _generate(model, eos, pad, rows, stop, sample, temperature, top_p) -> None:
+def _generate(model, eos, pad, rows, stop, done, sample, temperature, top_p) -> None:
     import torch
     from transformers import (
         GenerationConfig,
@@ -225,7 +230,7 @@ def _generate(model, eos, pad, rows, stop, sample, temperature, top_p) -> None:
     ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows])
     mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows])
     steps: list[Any] = []  # per token: the sampled tokens' raw log-probabilities, one per row
-    ends: list[tuple[int, str] | None] = [None] * len(rows)
+    ended = [False] * len(rows)
     raw: list[Any] = [None]
 
     class Raw(LogitsProcessor):
@@ -235,25 +240,32 @@ def _generate(model, eos, pad, rows, stop, sample, temperature, top_p) -> None:
             raw[0] = torch.log_softmax(scores.float(), dim=-1)
             return scores
 
+    def end(i: int, input_ids: Any, why: str) -> None:
+        row, n = rows[i], input_ids.shape[1] - width
+        row.tokens = input_ids[i, width:].tolist()
+        row.logprobs = [float(step[i]) for step in steps[:n]]
+        row.finish, ended[i] = why, True
+        done(row)
+
     class Each(StoppingCriteria):
-        """After each token: its log-probability, and which rows are done (the others go on)."""
+        """After each token: its log-probability, and which rows are done (answered now; the others go on)."""
 
         def __call__(self, input_ids, scores, **kwargs):
             token = input_ids[:, -1]
             steps.append(raw[0].gather(1, token[:, None]).squeeze(1))
             n, now, stopped = input_ids.shape[1] - width, time.monotonic(), stop.is_set()
             for i, row in enumerate(rows):
-                if ends[i] is not None:
+                if ended[i]:
                     continue
                 if int(token[i]) in eos:
-                    ends[i] = (n, "stop")
+                    end(i, input_ids, "stop")
                 elif row.cancelled or stopped:
-                    ends[i] = (n, "cancelled")
+                    end(i, input_ids, "cancelled")
                 elif now >= row.deadline:
-                    ends[i] = (n, "timeout")
+                    end(i, input_ids, "timeout")
                 elif n >= row.max_new:
-                    ends[i] = (n, "length")
-            return torch.tensor([e is not None for e in ends], device=input_ids.device)
+                    end(i, input_ids, "length")
+            return torch.tensor(ended, device=input_ids.device)
 
     processors = [Raw()]
     if sample and temperature != 1.0:
@@ -276,9 +288,6 @@ def _generate(model, eos, pad, rows, stop, sample, temperature, top_p) -> None:
             logits_processor=LogitsProcessorList(processors),
             stopping_criteria=StoppingCriteriaList([Each()]),
         )
-    table = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in rows]
-    for i, row in enumerate(rows):
-        n, why = ends[i] or (len(steps), "length")
-        row.tokens = out[i, width : width + n].tolist()
-        row.logprobs = table[i][:n]
-        row.finish = why
+    for i in range(len(rows)):
+        if not ended[i]:  # generate stopped before its last criterion call (never expected)
+            end(i, out, "length")
