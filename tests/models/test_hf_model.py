@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 import httpx
 import openai
@@ -262,6 +263,6 @@ def test_every_record_of_a_run_carries_token_ids_and_logprobs_into_the_exports(l
 
 
 def test_a_missing_train_extra_names_its_install_command(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "transformers", None)
+    monkeypatch.setitem(sys.modules, "transformers", None)  # what a venv without the extra sees
     with pytest.raises(ImportError, match=r"pip install 'gymlab\[train\]'"):
-        HFModel(hf="anything").app
+        HFModel(hf="anything").setup_webserver()
