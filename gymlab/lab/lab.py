@@ -377,6 +377,8 @@ class Lab:
         for pool in self._pools:
             pool.close()
         self._pools.clear()
+        for handle in self._handles.values():
+            handle.server.stop_work()  # long work ends first, so no in-flight request holds the stop
         for handle in list(self._handles.values()):
             handle._runner.stop()
         self._handles.clear()

@@ -125,6 +125,11 @@ class HFModel(BaseServer):
         app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # a hang-up frees its row
         return app
 
+    def stop_work(self) -> None:
+        """Every row generating or waiting stops at its next token (answered 503, ``shutdown``)."""
+        if self._batcher is not None:
+            self._batcher.stop.set()
+
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         start = time.monotonic()
         prompt, tools = await asyncio.to_thread(self._prompt, body)
@@ -145,6 +150,8 @@ class HFModel(BaseServer):
         except Exception as exc:  # noqa: BLE001 - generation itself failed: the model server's fault
             log.exception("%s: generation failed", self.name)
             raise Refused(503, f"generation failed: {type(exc).__name__}: {exc}", "", "provider_unavailable") from None
+        if row.finish == "cancelled":  # the server is closing (a hung-up caller is gone: no one reads this)
+            raise Refused(503, "the model server closed during the generation", "serve the model again", "shutdown")
         if row.finish == "timeout":
             raise Refused(
                 504,

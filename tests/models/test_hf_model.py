@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
+import threading
 
 import httpx
 import openai
@@ -266,3 +269,48 @@ def test_a_missing_train_extra_names_its_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # what a venv without the extra sees
     with pytest.raises(ImportError, match=r"pip install 'gymlab\[train\]'"):
         HFModel(hf="anything").setup_webserver()
+
+
+def test_closing_the_lab_mid_generation_stops_it_and_frees_the_worker_thread(tiny):
+    """Greedy, the random model repeats one token for ever: only the close can end this generation."""
+    lab = Lab()
+    handle = lab.serve_model(hf=tiny[0], tokenizer=tiny[1], max_output_tokens=1800, timeout_s=600)
+    batcher = handle.server._batcher
+    answers = []
+    asking = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(handle.url + "/v1/responses", json={"input": "hello", "temperature": 0}, timeout=120)
+        )
+    )
+    asking.start()
+    wait_until(lambda: batcher.batches == 1 and batcher.in_flight == 1, 60, "the generation running")
+    lab.close()
+    asking.join(60)
+    assert [a.status_code for a in answers] == [503]
+    assert answers[0].json()["failure"]["kind"] == "shutdown"
+    assert batcher.finished["cancelled"] == 1 and batcher.join(30)
+
+
+def test_gymlab_serve_runs_hf_model_from_a_yaml_path_and_exits_on_sigterm(tiny, tmp_path):
+    from tests.cli.test_cli import serving
+
+    model, tok = tiny
+    model.save_pretrained(tmp_path / "tiny")
+    tok.save_pretrained(tmp_path / "tiny")
+    config = tmp_path / "hf.yaml"
+    config.write_text(
+        f"tiny_model:\n  responses_api_models:\n    hf_model:\n      hf: {tmp_path / 'tiny'}\n"
+        "      max_output_tokens: 4\n      threads: 1\n"
+    )
+    with serving(config, 1) as (proc, urls, lines):
+        answer = httpx.post(urls["tiny_model"] + "/v1/responses", json={"input": "hello"}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        item = answer.json()["output"][0]
+        assert item["prompt_token_ids"] == tok.apply_chat_template(
+            [{"role": "user", "content": "hello"}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        assert 0 < len(item["generation_token_ids"]) == len(item["generation_log_probs"]) <= 4
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0
+    with pytest.raises(ProcessLookupError):  # nothing of the process group is left: its servers exited too
+        os.killpg(proc.pid, 0)
