@@ -131,18 +131,19 @@ class HFModel(BaseServer):
             self._batcher.stop.set()
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
-        start = time.monotonic()
-        prompt, tools = await asyncio.to_thread(self._prompt, body)
-        row = Row(prompt, *self._sampling(body, len(prompt)), deadline=start + self.timeout_s)
+        start, batcher = time.monotonic(), self._batcher
+        with batcher.expect():
+            prompt, tools = await asyncio.to_thread(self._prompt, body)
+            row = Row(prompt, *self._sampling(body, len(prompt)), deadline=start + self.timeout_s)
+            try:
+                batcher.submit(row)
+            except QueueFull:
+                hint, kind = "send fewer at once", "provider_quota_exhausted"
+                raise Refused(429, f"{self.max_queue} requests are already waiting (max_queue)", hint, kind) from None
+            except Closed as exc:
+                raise Refused(503, str(exc), "serve the model again", "shutdown") from None
         try:
-            await asyncio.wait_for(self._batcher.run(row), self.timeout_s + 30)  # a step that never ends
-        except QueueFull:
-            raise Refused(
-                429,
-                f"{self.max_queue} requests are already waiting (max_queue)",
-                "send fewer at once",
-                "provider_quota_exhausted",
-            ) from None
+            await asyncio.wait_for(row.future, self.timeout_s + 30)  # a step that never ends
         except TimeoutError:
             row.finish = "timeout"
         except Closed as exc:
@@ -150,6 +151,8 @@ class HFModel(BaseServer):
         except Exception as exc:  # noqa: BLE001 - generation itself failed: the model server's fault
             log.exception("%s: generation failed", self.name)
             raise Refused(503, f"generation failed: {type(exc).__name__}: {exc}", "", "provider_unavailable") from None
+        finally:
+            batcher.release(row)
         if row.finish == "cancelled":  # the server is closing (a hung-up caller is gone: no one reads this)
             raise Refused(503, "the model server closed during the generation", "serve the model again", "shutdown")
         if row.finish == "timeout":

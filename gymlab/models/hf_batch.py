@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import queue
 import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,10 @@ class Row:
         """Rows with equal keys share one ``generate`` call (greedy when the temperature is 0)."""
         greedy = self.temperature == 0
         return (not greedy, 1.0 if greedy else self.temperature, 1.0 if greedy else self.top_p)
+
+
+#: How much longer than its window a batch waits for requests already received (being tokenized).
+ARRIVING_S = 0.1
 
 
 class QueueFull(Exception):
@@ -70,13 +75,23 @@ class Batcher:
         self.batch_sizes: list[int] = []  # the last 1000 batches' sizes
         self.finished: Counter[str] = Counter()  # rows by how they ended
         self.in_flight = 0  # rows taken and not yet answered
+        self.arriving = 0  # requests received and not yet queued (``expect``): a batch waits for them a little
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # batches for the worker thread; None ends it
         self._thread: threading.Thread | None = None
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
 
-    async def run(self, row: Row) -> Row:
-        """``row`` generated (its tokens, logprobs and finish set); cancelled: the row stops at the next token."""
+    @contextlib.contextmanager
+    def expect(self) -> Iterator[None]:
+        """Around a request's preparation (its tokenization): a batch being gathered waits for it."""
+        self.arriving += 1
+        try:
+            yield
+        finally:
+            self.arriving -= 1
+
+    def submit(self, row: Row) -> None:
+        """Queue ``row`` (on the serving loop); ``QueueFull`` past ``max_queue``, ``Closed`` once closing."""
         if self.stop.is_set():
             raise Closed("the model server is closing")
         if self._task is None:
@@ -91,30 +106,34 @@ class Batcher:
         row.future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(row)
         self.in_flight += 1
-        try:
-            await row.future
-        except BaseException:
-            row.cancelled = True  # a hang-up or a timeout: the worker drops the row at its next token
-            raise
-        finally:
-            self.in_flight -= 1
-        return row
+
+    def release(self, row: Row) -> None:
+        """The caller of a submitted row is done with it: unanswered (a hang-up, a timeout), it is dropped
+        at its next token."""
+        if not row.future.done() or row.future.cancelled():
+            row.cancelled = True
+        self.in_flight -= 1
 
     async def _gather(self) -> list[Row]:
+        """A batch: the first row, and those queued within the window; past it, the window stretches (up to
+        ``ARRIVING_S``) while requests already received are still being tokenized, so a burst stays one batch."""
         queue, loop = self._queue, asyncio.get_running_loop()
         batch = [await queue.get()]
-        until = loop.time() + self.window_s
+        start = loop.time()
         while len(batch) < self.max_batch:
             if not queue.empty():
                 batch.append(queue.get_nowait())
                 continue
-            left = until - loop.time()
+            now = loop.time()
+            left = start + self.window_s - now
+            if left <= 0 and self.arriving and now < start + self.window_s + ARRIVING_S:
+                left = 0.002  # look again shortly: the arriving ones join, a refused one stops being counted
             if left <= 0:
                 break
             try:
                 batch.append(await asyncio.wait_for(queue.get(), left))
             except TimeoutError:
-                break
+                continue
         return batch
 
     async def _dispatch(self) -> None:
