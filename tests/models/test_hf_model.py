@@ -158,6 +158,22 @@ def test_fifty_concurrent_requests_are_all_answered_in_batches(lab, tiny):
     assert handle.server.batches < 50 and handle.server._batcher.in_flight == 0
 
 
+def test_past_max_queue_a_request_is_a_429_with_a_failure_kind(lab, endless):
+    handle = _serve(lab, endless, max_batch=1, max_queue=2, batch_window_ms=0)
+
+    async def six():
+        async with httpx.AsyncClient(base_url=handle.url, timeout=120) as http:
+            body = {"input": "Go.", "temperature": 0, "max_output_tokens": 30}
+            return await asyncio.gather(*(http.post("/v1/responses", json=body) for _ in range(6)))
+
+    answers = asyncio.run(six())
+    refused = [a for a in answers if a.status_code == 429]
+    assert {a.status_code for a in answers} == {200, 429} and len(refused) >= 3
+    assert all(a.json()["failure"]["kind"] == "provider_quota_exhausted" for a in refused)
+    assert "max_queue" in refused[0].json()["detail"]
+    assert all(a.json()["output"][0]["generation_token_ids"] for a in answers if a.status_code == 200)
+
+
 def test_bad_budgets_and_sampling_are_4xx_and_a_huge_budget_is_clamped(lab, tiny):
     handle = _serve(lab, tiny, max_output_tokens=5, context_length=128)
     with httpx.Client(base_url=handle.url, timeout=60) as http:
@@ -245,10 +261,11 @@ def test_the_budget_exceeded_is_a_504_with_a_failure_kind_and_a_masked_record(la
 
 def test_every_record_of_a_run_carries_token_ids_and_logprobs_into_the_exports(lab, tiny, calculator, rows, tmp_path):
     env = lab.serve(calculator.CalculatorServer)
-    model = _serve(lab, tiny, max_output_tokens=6)
+    model = _serve(lab, tiny, max_output_tokens=6, batch_window_ms=200)
     agent = lab.serve_agent(resources=env, model=model)
     records = lab.run_many(agent, rows("calculator"), repeats=2, concurrency=16)
     assert len(records) >= 4 and not any(r.mask_sample for r in records)
+    assert model.server.batches < len(records)  # the run's model calls were generated together, not one by one
     for record in records:
         turns = [i.model_dump() for i in record.response.output if getattr(i, "generation_token_ids", None)]
         assert turns, record.response.output
@@ -284,6 +301,7 @@ def test_closing_the_lab_mid_generation_stops_it_and_frees_the_worker_thread(tin
     )
     asking.start()
     wait_until(lambda: batcher.batches == 1 and batcher.in_flight == 1, 60, "the generation running")
+    assert httpx.get(handle.url + "/health", timeout=60).status_code == 200  # answered while it generates
     lab.close()
     asking.join(60)
     assert [a.status_code for a in answers] == [503]
