@@ -35,6 +35,10 @@ from gymlab.server import BaseServer
 log = logging.getLogger("gymlab.models.hf")
 
 
+#: What a request to a local model may hold, as the errors about one it cannot render say.
+TEMPLATE_TAKES = "send messages with text content, function calls and their outputs"
+
+
 class Refused(GymlabError):
     """A request the server answers with an error: its status, cause, what to do, and a failure kind
     when it is no fault of the request (a budget, a full queue, a crash)."""
@@ -111,6 +115,8 @@ class HFModel(BaseServer):
             self.model_name = self.hf if isinstance(self.hf, str) else getattr(self._model, "name_or_path", "") or "hf"
         eos = {self._tok.eos_token_id, *_ids(getattr(self._model.generation_config, "eos_token_id", None))}
         eos.discard(None)
+        if not eos:
+            raise ValueError("HFModel: neither the tokenizer nor the model names an end-of-turn token (eos_token_id)")
         pad = self._tok.pad_token_id if self._tok.pad_token_id is not None else min(eos)
         self._batcher = Batcher(
             functools.partial(generate_rows, self._model, eos, pad),
@@ -124,6 +130,9 @@ class HFModel(BaseServer):
         serve_responses(app, self.respond, self._batcher.close)
         app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # a hang-up frees its row
         return app
+
+    def multiple_workers_unsupported_reason(self) -> str | None:
+        return "HFModel holds its model and batches in one process: several workers would each load it"
 
     def stop_work(self) -> None:
         """Every row generating or waiting stops at its next token (answered 503, ``shutdown``)."""
@@ -168,10 +177,9 @@ class HFModel(BaseServer):
         try:
             prompt, tools = prompt_ids(self._tok, body)
         except ConversionError as exc:
-            raise Refused(400, str(exc), "send text messages, function calls and their outputs") from None
+            raise Refused(400, str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - the template refused the conversation (a jinja error)
-            hint = "check the roles' order"
-            raise Refused(400, f"the chat template cannot render this conversation: {exc}", hint) from None
+            raise Refused(400, f"the chat template cannot render this conversation: {exc}", TEMPLATE_TAKES) from None
         if len(prompt) >= self._context:
             raise Refused(
                 400,
@@ -229,7 +237,7 @@ class HFModel(BaseServer):
 def prompt_ids(tokenizer: Any, body: ResponseCreateParams) -> tuple[list[int], list[dict]]:
     """The request's token ids as the tokenizer's chat template renders it (its tools passed to the
     template, none when ``tool_choice`` is ``"none"``), and those tools in the Chat form."""
-    messages = _template_messages(chat_messages(body, request=True))
+    messages = _template_messages(chat_messages(body, request=True, todo=TEMPLATE_TAKES))
     tools = chat_tools(body.tools) if body.tool_choice != "none" else []
     text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False)
     return tokenizer(text, add_special_tokens=False)["input_ids"], tools

@@ -200,6 +200,24 @@ def test_bad_budgets_and_sampling_are_4xx_and_a_huge_budget_is_clamped(lab, tiny
         assert "context is 128 tokens" in long.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}],
+        [{"type": "mcp_call", "name": "x"}],
+        "",
+    ],
+    ids=["image", "foreign_item", "empty"],
+)
+def test_a_request_the_template_cannot_render_is_a_400_saying_what_it_takes(lab, tiny, given):
+    handle = _serve(lab, tiny, max_output_tokens=2)
+    answer = httpx.post(handle.url + "/v1/responses", json={"input": given}, timeout=60)
+    assert answer.status_code == 400, answer.text
+    detail = answer.json()["detail"]
+    assert detail.startswith("hf_model: POST /v1/responses: ") and "\n" not in detail
+    assert "text content" in detail + answer.json().get("hint", "") or "empty" in detail
+
+
 def test_a_degenerate_generation_is_returned_as_text_with_no_call(lab, endless):
     handle = _serve(lab, endless, max_output_tokens=40)
     client = openai.OpenAI(base_url=handle.url + "/v1", api_key="unused", max_retries=0)
