@@ -49,8 +49,9 @@ class Refused(GymlabError):
 
 
 def load(hf: Any, tokenizer: Any) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from a model object or a local path / hub name (the tokenizer from the same
-    place when None); a missing ``train`` extra is an ImportError naming its install command."""
+    """``(model, tokenizer)`` from a model object (used as it is: its train/eval mode is the caller's) or a
+    local path / hub name (loaded in eval mode; the tokenizer from the same place when None); a missing
+    ``train`` extra is an ImportError naming its install command."""
     try:
         import torch  # noqa: F401
         import transformers
@@ -59,7 +60,7 @@ def load(hf: Any, tokenizer: Any) -> tuple[Any, Any]:
             f"HFModel needs torch and transformers, which are not installed here ({exc}); "
             "install them with `pip install 'gymlab[train]'`"
         ) from exc
-    model = transformers.AutoModelForCausalLM.from_pretrained(hf) if isinstance(hf, str) else hf
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf).eval() if isinstance(hf, str) else hf
     if tokenizer is None:
         source = hf if isinstance(hf, str) else getattr(model, "name_or_path", "")
         if not source:
@@ -69,7 +70,6 @@ def load(hf: Any, tokenizer: Any) -> tuple[Any, Any]:
         tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer)
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("HFModel: the tokenizer has no chat_template; set one (tokenizer.chat_template = ...)")
-    model.eval()
     return model, tokenizer
 
 
