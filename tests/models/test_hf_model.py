@@ -163,7 +163,7 @@ def test_past_max_queue_a_request_is_a_429_with_a_failure_kind(lab, endless):
 
     async def six():
         async with httpx.AsyncClient(base_url=handle.url, timeout=120) as http:
-            body = {"input": "Go.", "temperature": 0, "max_output_tokens": 30}
+            body = {"input": "Go.", "temperature": 0, "max_output_tokens": 120}  # the queue fills meanwhile
             return await asyncio.gather(*(http.post("/v1/responses", json=body) for _ in range(6)))
 
     answers = asyncio.run(six())
