@@ -20,7 +20,7 @@ import openai
 import pytest
 import torch
 
-from gymlab import Lab, export_rl, export_rollouts, read_jsonl
+from gymlab import DatasetError, Lab, export_dataset, export_rl, export_rollouts, read_dataset, read_jsonl
 from gymlab.models.hf import HFModel, prompt_ids
 from gymlab.protocol import ResponseCreateParams
 from gymlab.protocol.responses import TOKEN_FIELDS
@@ -295,9 +295,16 @@ def test_every_record_of_a_run_carries_token_ids_and_logprobs_into_the_exports(l
     assert all(r.response.output[0].model_dump()["generation_token_ids"] for r in rollouts)
     rl = read_jsonl(export_rl(records, tmp_path / "rl.jsonl"), "rl")
     assert len(rl) == len(records)
+    turns = []
     for row, record in zip(rl, records):
         first = record.response.output[0].model_dump()
-        assert row["token_turns"][0] == {key: first[key] for key in TOKEN_FIELDS}
+        turns.append([{key: first[key] for key in TOKEN_FIELDS}])
+        assert row["token_turns"] == turns[-1]
+    for fmt in ("trl-sft", "trl-kto"):  # the trainer formats of one row per episode carry them too
+        for suffix in (".jsonl", ".parquet"):
+            written = export_dataset(records, tmp_path / f"{fmt}{suffix}", fmt)
+            back = read_dataset(written.path, fmt)
+            assert [row["token_turns"] for row in back] == turns, (fmt, suffix)
 
 
 def test_a_missing_train_extra_names_its_install_command(monkeypatch):
@@ -350,3 +357,15 @@ def test_gymlab_serve_runs_hf_model_from_a_yaml_path_and_exits_on_sigterm(tiny, 
         assert proc.wait(120) == 0
     with pytest.raises(ProcessLookupError):  # nothing of the process group is left: its servers exited too
         os.killpg(proc.pid, 0)
+
+
+def test_a_trainer_row_whose_token_turns_do_not_line_up_is_refused(tmp_path):
+    row = {
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+        "tools": "[]",
+        "token_turns": [{"prompt_token_ids": [1], "generation_token_ids": [5, 6], "generation_log_probs": [-0.1]}],
+    }
+    path = tmp_path / "sft.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DatasetError, match=r"sft.jsonl:1: not a trl-sft row: token_turns\[0\] needs"):
+        read_dataset(path, "trl-sft")
