@@ -334,7 +334,8 @@ def test_closing_the_lab_mid_generation_stops_it_and_frees_the_worker_thread(tin
     assert batcher.finished["cancelled"] == 1 and batcher.join(30)
 
 
-def test_gymlab_serve_runs_hf_model_from_a_yaml_path_and_exits_on_sigterm(tiny, tmp_path):
+def test_gymlab_serve_runs_hf_model_from_a_yaml_path_and_sigterm_ends_a_generation_in_flight(tiny, tmp_path):
+    """Greedy, the random model repeats one token for ever: only the SIGTERM can end the long answer."""
     from tests.cli.test_cli import serving
 
     model, tok = tiny
@@ -343,17 +344,27 @@ def test_gymlab_serve_runs_hf_model_from_a_yaml_path_and_exits_on_sigterm(tiny, 
     config = tmp_path / "hf.yaml"
     config.write_text(
         f"tiny_model:\n  responses_api_models:\n    hf_model:\n      hf: {tmp_path / 'tiny'}\n"
-        "      max_output_tokens: 4\n      threads: 1\n"
+        "      max_output_tokens: 1800\n      timeout_s: 600\n      batch_window_ms: 300\n"
     )
+
+    async def scenario(url):
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            body = {"input": "hello", "temperature": 0}
+            long = asyncio.ensure_future(http.post("/v1/responses", json=body))
+            short = await http.post("/v1/responses", json={**body, "max_output_tokens": 4})
+            assert not long.done()  # generating in the same batch
+            proc.send_signal(signal.SIGTERM)
+            return short, await long
+
     with serving(config, 1) as (proc, urls, lines):
-        answer = httpx.post(urls["tiny_model"] + "/v1/responses", json={"input": "hello"}, timeout=120)
-        assert answer.status_code == 200, answer.text
-        item = answer.json()["output"][0]
+        short, long = asyncio.run(scenario(urls["tiny_model"]))
+        assert short.status_code == 200, short.text
+        item = short.json()["output"][0]
         assert item["prompt_token_ids"] == tok.apply_chat_template(
             [{"role": "user", "content": "hello"}], add_generation_prompt=True, tokenize=True, return_dict=False
         )
-        assert 0 < len(item["generation_token_ids"]) == len(item["generation_log_probs"]) <= 4
-        proc.send_signal(signal.SIGTERM)
+        assert len(item["generation_token_ids"]) == len(item["generation_log_probs"]) == 4
+        assert long.status_code == 503 and long.json()["failure"]["kind"] == "shutdown"
         assert proc.wait(120) == 0
     with pytest.raises(ProcessLookupError):  # nothing of the process group is left: its servers exited too
         os.killpg(proc.pid, 0)
