@@ -18,7 +18,8 @@ from pydantic import Field, PrivateAttr
 from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.errors import ConversionError, GymlabError, error_body
 from gymlab.models.chat_convert import chat_messages, chat_tools
-from gymlab.models.hf_batch import Batcher, Closed, QueueFull, Row, generate_rows
+from gymlab.models.hf_batch import Batcher, Closed, QueueFull, Row
+from gymlab.models.hf_generate import generate_rows
 from gymlab.models.streaming import serve_responses
 from gymlab.models.tool_parsers import ToolParser, tool_parser
 from gymlab.protocol import (
