@@ -18,7 +18,7 @@ from pydantic import Field, PrivateAttr
 from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.errors import ConversionError, GymlabError, error_body
 from gymlab.models.chat_convert import chat_messages, chat_tools
-from gymlab.models.hf_batch import Batcher, Closed, QueueFull, Row
+from gymlab.models.hf_batch import Batcher, Closed, CountArrivals, QueueFull, Row
 from gymlab.models.hf_generate import generate_rows
 from gymlab.models.streaming import serve_responses
 from gymlab.models.tool_parsers import ToolParser, tool_parser
@@ -130,6 +130,7 @@ class HFModel(BaseServer):
         app.add_exception_handler(Refused, self._refused)
         serve_responses(app, self.respond, self._batcher.close)
         app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # a hang-up frees its row
+        app.add_middleware(CountArrivals, batcher=self._batcher)  # outermost: from the request's headers
         return app
 
     def multiple_workers_unsupported_reason(self) -> str | None:
@@ -142,16 +143,15 @@ class HFModel(BaseServer):
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         start, batcher = time.monotonic(), self._batcher
-        with batcher.expect():
-            prompt, tools = await asyncio.to_thread(self._prompt, body)
-            row = Row(prompt, *self._sampling(body, len(prompt)), deadline=start + self.timeout_s)
-            try:
-                batcher.submit(row)
-            except QueueFull:
-                hint, kind = "send fewer at once", "provider_quota_exhausted"
-                raise Refused(429, f"{self.max_queue} requests are already waiting (max_queue)", hint, kind) from None
-            except Closed as exc:
-                raise Refused(503, str(exc), "serve the model again", "shutdown") from None
+        prompt, tools = await asyncio.to_thread(self._prompt, body)
+        row = Row(prompt, *self._sampling(body, len(prompt)), deadline=start + self.timeout_s)
+        try:
+            batcher.submit(row)
+        except QueueFull:
+            hint, kind = "send fewer at once", "provider_quota_exhausted"
+            raise Refused(429, f"{self.max_queue} requests are already waiting (max_queue)", hint, kind) from None
+        except Closed as exc:
+            raise Refused(503, str(exc), "serve the model again", "shutdown") from None
         try:
             await asyncio.wait_for(row.future, self.timeout_s + 30)  # a step that never ends
         except TimeoutError:

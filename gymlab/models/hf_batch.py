@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import contextlib
+import contextvars
 import queue
 import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 #: Why a row stopped: its end-of-turn token, its token budget, its deadline, its caller hung up or the server closed.
@@ -73,20 +73,11 @@ class Batcher:
         self.batch_sizes: list[int] = []  # the last 1000 batches' sizes
         self.finished: Counter[str] = Counter()  # rows by how they ended
         self.in_flight = 0  # rows taken and not yet answered
-        self.arriving = 0  # requests received and not yet queued (``expect``): a batch waits for them a little
+        self.arriving = 0  # requests received and not yet queued (``CountArrivals``): a batch waits for them a little
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # batches for the worker thread; None ends it
         self._thread: threading.Thread | None = None
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
-
-    @contextlib.contextmanager
-    def expect(self) -> Iterator[None]:
-        """Around a request's preparation (its tokenization): a batch being gathered waits for it."""
-        self.arriving += 1
-        try:
-            yield
-        finally:
-            self.arriving -= 1
 
     def submit(self, row: Row) -> None:
         """Queue ``row`` (on the serving loop); ``QueueFull`` past ``max_queue``, ``Closed`` once closing."""
@@ -104,6 +95,8 @@ class Batcher:
         row.future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(row)
         self.in_flight += 1
+        if (arrived := _arrival.get()) is not None:
+            arrived()
 
     def release(self, row: Row) -> None:
         """The caller of a submitted row is done with it: unanswered (a hang-up, a timeout), it is dropped
@@ -114,7 +107,7 @@ class Batcher:
 
     async def _gather(self) -> list[Row]:
         """A batch: the first row, and those queued within the window; past it, the window stretches (up to
-        ``ARRIVING_S``) while requests already received are still being tokenized, so a burst stays one batch."""
+        ``ARRIVING_S``) while requests already received are still being read or tokenized: a burst is one batch."""
         queue, loop = self._queue, asyncio.get_running_loop()
         batch = [await queue.get()]
         start = loop.time()
@@ -204,6 +197,36 @@ class Batcher:
         if self._thread is not None:
             self._thread.join(timeout)
         return self._thread is None or not self._thread.is_alive()
+
+
+#: Set by ``CountArrivals`` for the request being handled: marks it arrived (queued) once.
+_arrival: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("gymlab_hf_arrival", default=None)
+
+
+class CountArrivals:
+    """ASGI middleware: a request to ``path`` counts in ``batcher.arriving`` from its headers until its row
+    is queued (or it ends), so a batch being gathered waits for requests still being read and tokenized."""
+
+    def __init__(self, app, batcher: Batcher, path: str = "/v1/responses"):
+        self.app, self.batcher, self.path = app, batcher, path
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] != self.path:
+            return await self.app(scope, receive, send)
+        batcher, counted = self.batcher, [True]
+        batcher.arriving += 1
+
+        def arrived() -> None:
+            if counted[0]:
+                counted[0] = False
+                batcher.arriving -= 1
+
+        token = _arrival.set(arrived)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            arrived()
+            _arrival.reset(token)
 
 
 _open: weakref.WeakSet[Batcher] = weakref.WeakSet()
