@@ -155,7 +155,8 @@ def test_fifty_concurrent_requests_are_all_answered_in_batches(lab, tiny):
     answers = asyncio.run(fifty())
     assert [a.status_code for a in answers] == [200] * 50
     assert all(len(a.json()["output"][0]["generation_token_ids"]) <= 3 for a in answers)
-    assert handle.server.batches < 50 and handle.server._batcher.in_flight == 0
+    batcher = handle.server._batcher
+    assert handle.server.batches < 50 and batcher.in_flight == 0 and batcher.arriving == 0
 
 
 def test_past_max_queue_a_request_is_a_429_with_a_failure_kind(lab, endless):
@@ -198,6 +199,7 @@ def test_bad_budgets_and_sampling_are_4xx_and_a_huge_budget_is_clamped(lab, tiny
         long = http.post("/v1/responses", json={"input": "word " * 400})
         assert long.status_code == 400
         assert "context is 128 tokens" in long.json()["detail"]
+    assert handle.server._batcher.arriving == 0  # every refused request stopped counting as arriving
 
 
 @pytest.mark.parametrize(
