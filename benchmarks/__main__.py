@@ -7,7 +7,8 @@ same server stack doing the same hops, and the ratio. They run in a subprocess o
 ``--against DIR`` runs the very same measurement with another checkout's ``gymlab`` in the same run
 and prints both with the ratio; ``--without-direct`` measures this checkout again with FastAPI
 answering every route (``GYMLAB_DIRECT_ROUTES=0``). Other sections: import time, start-up, the async
-HTTP clients, frames, collection and workers.
+HTTP clients, frames, collection, workers and hf_model (a local transformers model: one request
+alone, then 8 and 16 at once).
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ SECTIONS = {
     "frames": ("benchmarks.frames", "frames_benchmark", {"n_steps": 1_000_000}, {"n_steps": 100_000}),
     "collection": ("benchmarks.collection", "collection_throughput", {"n_rows": 10_000}, {"n_rows": 1_000}),
     "workers": ("benchmarks.workers", "workers_benchmark", {}, {"quick": True}),
+    "hf_model": ("benchmarks.hf_model", "hf_model_benchmark", {}, {"quick": True}),
 }
 
 

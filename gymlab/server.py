@@ -143,6 +143,11 @@ class BaseServer(BaseModel):
             self._app = app
         return self._app
 
+    def stop_work(self) -> None:
+        """Called (from any thread) as the server begins to stop (a Lab's close, a handle's stop, the first
+        Ctrl-C or SIGTERM in the foreground), before its in-flight requests are waited for: end long-running
+        work (a generation) so they answer now. The default has none to end."""
+
     def multiple_workers_unsupported_reason(self) -> str | None:
         """Why this server needs one worker (state that session routing cannot reach), or None."""
         return None
@@ -161,4 +166,4 @@ class BaseServer(BaseModel):
             return workers.serve_workers(self)
         from gymlab._runtime.serve import run_foreground
 
-        run_foreground(self.app, self.host, self.port)
+        run_foreground(self.app, self.host, self.port, on_exit=self.stop_work)

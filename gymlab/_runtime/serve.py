@@ -216,14 +216,31 @@ class LoopServer(_Runner):
             self.sock.close()
 
 
-def run_foreground(app, host: str, port: int, log_level: str = "info") -> None:
-    """Serve ``app`` in the foreground on the stack until Ctrl-C (``python app.py``, ``gymlab serve``)."""
+class _StoppingServer(uvicorn.Server):
+    """A uvicorn server that calls ``on_exit`` at the first Ctrl-C or SIGTERM, before it waits for the
+    requests in flight (so long work they wait on can end first)."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None] | None):
+        super().__init__(config)
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig, frame) -> None:
+        if self.on_exit is not None and not self.should_exit:
+            self.on_exit()
+        super().handle_exit(sig, frame)
+
+
+def run_foreground(
+    app, host: str, port: int, log_level: str = "info", on_exit: Callable[[], None] | None = None
+) -> None:
+    """Serve ``app`` in the foreground on the stack until Ctrl-C or SIGTERM (``python app.py``, ``gymlab
+    serve``); ``on_exit`` is called as that signal comes, before the requests in flight are waited for."""
     sock = bind_socket(host, port)
     h, p = sock.getsockname()[:2]
     print(f"gymlab: serving on http://{h}:{p}", flush=True)
     config = uvicorn_config(app, log_level)
     settle_heap()
-    uvicorn.Server(config).run(sockets=[sock])
+    _StoppingServer(config, on_exit).run(sockets=[sock])
 
 
 def answers_health(url: str, timeout: float = 2.0) -> bool:

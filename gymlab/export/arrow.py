@@ -9,9 +9,13 @@ from typing import Any
 from gymlab.errors import DatasetError
 from gymlab.jsonl import atomic_file
 
+#: The formats of one row per episode, whose rows carry ``token_turns`` when the records kept the tokens.
+TOKEN_FORMATS = frozenset({"trl-sft", "trl-kto"})
 
-def schema(format_name: str):
-    """The ``pyarrow.Schema`` of a trainer format's rows (pyarrow is imported when used)."""
+
+def schema(format_name: str, tokens: bool = False):
+    """The ``pyarrow.Schema`` of a trainer format's rows (pyarrow is imported when used); ``tokens``: with
+    the ``token_turns`` column (``TOKEN_FORMATS`` only)."""
     import pyarrow as pa
 
     s, f64, i64 = pa.string(), pa.float64(), pa.int64()
@@ -37,6 +41,9 @@ def schema(format_name: str):
             ("extra_info", pa.struct(extra)),
         ],
     }[format_name]
+    if tokens and format_name in TOKEN_FORMATS:
+        turn = [("prompt_token_ids", pa.list_(i64)), ("generation_token_ids", pa.list_(i64))]
+        fields = [*fields, ("token_turns", pa.list_(pa.struct([*turn, ("generation_log_probs", pa.list_(f64))])))]
     return pa.schema(fields)
 
 
@@ -44,7 +51,8 @@ def table(format_name: str, rows: list[dict[str, Any]]):
     """The rows as a ``pyarrow.Table`` of the format's schema."""
     import pyarrow as pa
 
-    return pa.Table.from_pylist(rows, schema=schema(format_name))
+    tokens = any(row.get("token_turns") for row in rows)
+    return pa.Table.from_pylist(rows, schema=schema(format_name, tokens))
 
 
 def write_parquet_atomic(path: str | os.PathLike, data) -> Path:

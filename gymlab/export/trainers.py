@@ -10,6 +10,7 @@ from typing import Any
 
 from gymlab.export.filters import by_task, preference_pairs, select
 from gymlab.export.ground_truth import GroundTruth, Rows, episode_where, ground_truth_of
+from gymlab.export.rows import token_turns
 from gymlab.export.verl_tools import DEFAULT_TOOL_CLASS
 from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
 from gymlab.protocol import Rollout
@@ -67,9 +68,16 @@ def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
+def _with_tokens(row: dict[str, Any], record: Rollout) -> dict[str, Any]:
+    """``row`` with the episode's ``token_turns`` when its model server kept the tokens (docs/export.md)."""
+    if turns := token_turns(record):
+        row["token_turns"] = turns
+    return row
+
+
 def trl_sft(records: list[Rollout], o: Options) -> Built:
     kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
-    rows = [{"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)} for r in kept]
+    rows = [_with_tokens({"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)}, r) for r in kept]
     return Built(rows, [r.reward for r in kept], {"episodes_kept": len(kept)})
 
 
@@ -100,13 +108,16 @@ def trl_dpo(records: list[Rollout], o: Options) -> Built:
 def trl_kto(records: list[Rollout], o: Options) -> Built:
     kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
     rows = [
-        {
-            "prompt": _prompt(r),
-            "completion": _completion(r),
-            "label": r.reward >= o.label_threshold,
-            "tools": tools_json(r),
-            "reward": r.reward,
-        }
+        _with_tokens(
+            {
+                "prompt": _prompt(r),
+                "completion": _completion(r),
+                "label": r.reward >= o.label_threshold,
+                "tools": tools_json(r),
+                "reward": r.reward,
+            },
+            r,
+        )
         for r in kept
     ]
     desirable = sum(row["label"] for row in rows)

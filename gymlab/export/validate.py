@@ -49,7 +49,21 @@ def _string(row: dict, key: str, *, optional: bool = False) -> None:
         raise ValueError(f"{key} must be a string{' or null' * optional}, got {row.get(key)!r:.80}")
 
 
+def _token_turns(row: dict) -> None:
+    """An episode's ``token_turns``, when it has them: per model turn, token ids and one logprob per token."""
+    turns = row.get("token_turns")
+    if turns is None:
+        return
+    if not isinstance(turns, list):
+        raise ValueError(f"token_turns must be a list, got {type(turns).__name__}")
+    for n, turn in enumerate(turns):
+        ids, logprobs = (turn or {}).get("generation_token_ids"), (turn or {}).get("generation_log_probs")
+        if not isinstance(ids, list) or not isinstance(logprobs, list) or len(ids) != len(logprobs):
+            raise ValueError(f"token_turns[{n}] needs generation_token_ids and as many generation_log_probs")
+
+
 def sft(row: dict) -> None:
+    _token_turns(row)
     _messages(row, "messages")
     if not any(m.get("role") == "assistant" for m in row["messages"]):
         raise ValueError("messages has no assistant message: nothing to train on")
@@ -66,6 +80,7 @@ def dpo(row: dict) -> None:
 
 
 def kto(row: dict) -> None:
+    _token_turns(row)
     _messages(row, "prompt")
     _messages(row, "completion")
     if not isinstance(row.get("label"), bool):

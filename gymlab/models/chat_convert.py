@@ -67,11 +67,12 @@ def prompt_items(params: ResponseCreateParams) -> list[Any]:
 
 
 def chat_messages(
-    source: ResponseCreateParams | Iterable[Any], where: str = "", *, request: bool = False
+    source: ResponseCreateParams | Iterable[Any], where: str = "", *, request: bool = False, todo: str = ""
 ) -> list[dict[str, Any]]:
     """Responses-API items (or a request: its instructions, then its input) as Chat messages: for a
     request (``request=True``: reasoning left out, images kept) or a training row (reasoning in
-    ``reasoning_content``, text only). No Chat form: ``ConversionError`` naming ``where`` and the index."""
+    ``reasoning_content``, text only). No Chat form: ``ConversionError`` naming ``where``, the index and
+    what to do (``todo``, else the proxy's other mode for a request, filtering for a row)."""
     if isinstance(source, ResponseCreateParams):
         items, first, where = prompt_items(source), -1 if source.instructions else 0, where or "input"
     else:
@@ -121,7 +122,9 @@ def chat_messages(
             if not request:  # Chat endpoints ignore or refuse reasoning in their input (docs/models.md)
                 reasoning.append(" ".join(s.text for s in item.summary))
         else:
-            hint = "use mode='responses' with an endpoint that serves /v1/responses" if request else "filter it out"
+            hint = todo or (
+                "use mode='responses' with an endpoint that serves /v1/responses" if request else "filter it out"
+            )
             raise ConversionError(
                 f"{at}: item type {getattr(item, 'type', '?')!r} has no Chat Completions form; {hint}"
             )

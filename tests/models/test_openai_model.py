@@ -331,8 +331,10 @@ def test_serve_model_openai_and_policy(lab, calculator):
     assert proxy.server.mode == "responses" and proxy.server.model == "m"
     assert lab.serve_model(calculator.policy).name == "policy_model"
     assert _ask(proxy, CALC_BODY)[1]["output"][0]["name"] == "square"
-    with pytest.raises(TypeError, match="a policy or openai=..., not both"):
+    with pytest.raises(TypeError, match=r"one of a policy, openai=\.\.\. or hf=\.\.\."):
         lab.serve_model(calculator.policy, openai={"base_url": upstream.url + "/v1"})
+    with pytest.raises(TypeError, match=r"one of a policy, openai=\.\.\. or hf=\.\.\."):
+        lab.serve_model(openai={"base_url": upstream.url + "/v1"}, hf="some/path")
 
 
 # --- the official openai client -------------------------------------------------------------------

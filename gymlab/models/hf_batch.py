@@ -1,0 +1,242 @@
+"""HFModel's batches: requests arriving within ``batch_window_ms`` gathered on the event loop and handed to
+one worker thread (``hf_generate.generate_rows`` generates them); each row is answered as soon as it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextvars
+import queue
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+#: Why a row stopped: its end-of-turn token, its token budget, its deadline, its caller hung up or the server closed.
+Finish = str  # "stop" | "length" | "timeout" | "cancelled"
+
+
+@dataclass(eq=False)
+class Row:
+    """One request in a batch: its prompt token ids and sampling, and what generation gave it."""
+
+    prompt: list[int]
+    temperature: float
+    top_p: float
+    max_new: int
+    deadline: float  # time.monotonic() past which the row stops with "timeout"
+    future: asyncio.Future | None = None
+    cancelled: bool = False
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: Finish = ""
+
+    @property
+    def sampling(self) -> tuple[bool, float, float]:
+        """Rows with equal keys share one ``generate`` call (greedy when the temperature is 0)."""
+        greedy = self.temperature == 0
+        return (not greedy, 1.0 if greedy else self.temperature, 1.0 if greedy else self.top_p)
+
+
+#: How much longer than its window a batch waits for requests already received (being tokenized).
+ARRIVING_S = 0.1
+
+
+class QueueFull(Exception):
+    """The server already holds ``max_queue`` waiting requests."""
+
+
+class Closed(Exception):
+    """The server closed before the row was generated."""
+
+
+class Batcher:
+    """Gathers rows on the serving loop and runs ``generate(rows, stop, answer)`` for each batch in one
+    thread; ``answer(row)`` hands back a row as soon as it has stopped."""
+
+    def __init__(
+        self,
+        generate: Callable[[list[Row], threading.Event, Callable[[Row], None]], None],
+        *,
+        window_s: float,
+        max_batch: int,
+        max_queue: int,
+        threads: int | None = None,
+    ):
+        self.generate, self.window_s, self.max_batch, self.max_queue = generate, window_s, max_batch, max_queue
+        self.threads = threads
+        self.stop = threading.Event()
+        self.batches = 0  # generate calls made (a batch of several sampling settings is one)
+        self.batch_sizes: list[int] = []  # the last 1000 batches' sizes
+        self.finished: Counter[str] = Counter()  # rows by how they ended
+        self.in_flight = 0  # rows taken and not yet answered
+        self.arriving = 0  # requests received and not yet queued (``CountArrivals``): a batch waits for them a little
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # batches for the worker thread; None ends it
+        self._thread: threading.Thread | None = None
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+
+    def submit(self, row: Row) -> None:
+        """Queue ``row`` (on the serving loop); ``QueueFull`` past ``max_queue``, ``Closed`` once closing."""
+        if self.stop.is_set():
+            raise Closed("the model server is closing")
+        if self._task is None:
+            self._queue = asyncio.Queue()
+            # a daemon thread: a generation in flight never holds the process open (close stops it at its next token)
+            self._thread = threading.Thread(target=self._work, name="gymlab-hf-generate", daemon=True)
+            self._thread.start()
+            _open.add(self)
+            self._task = asyncio.get_running_loop().create_task(self._dispatch())
+        if self._queue.qsize() >= self.max_queue:
+            raise QueueFull
+        row.future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(row)
+        self.in_flight += 1
+        if (arrived := _arrival.get()) is not None:
+            arrived()
+
+    def release(self, row: Row) -> None:
+        """The caller of a submitted row is done with it: unanswered (a hang-up, a timeout), it is dropped
+        at its next token."""
+        if not row.future.done() or row.future.cancelled():
+            row.cancelled = True
+        self.in_flight -= 1
+
+    async def _gather(self) -> list[Row]:
+        """A batch: the first row, and those queued within the window; past it, the window stretches (up to
+        ``ARRIVING_S``) while requests already received are still being read or tokenized: a burst is one batch."""
+        queue, loop = self._queue, asyncio.get_running_loop()
+        batch = [await queue.get()]
+        start = loop.time()
+        while len(batch) < self.max_batch:
+            if not queue.empty():
+                batch.append(queue.get_nowait())
+                continue
+            now = loop.time()
+            left = start + self.window_s - now
+            if left <= 0 and self.arriving and now < start + self.window_s + ARRIVING_S:
+                left = 0.002  # look again shortly: the arriving ones join, a refused one stops being counted
+            if left <= 0:
+                break
+            try:
+                batch.append(await asyncio.wait_for(queue.get(), left))
+            except TimeoutError:
+                continue
+        return batch
+
+    async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._gather()
+            now = time.monotonic()
+            live = []
+            for row in batch:
+                if row.cancelled or row.future.done():  # its caller left while it waited
+                    self.finished["cancelled"] += 1
+                    continue
+                if now >= row.deadline:  # waited out its budget in the queue
+                    row.finish = "timeout"
+                    self.finished["timeout"] += 1
+                    row.future.set_result(row)
+                    continue
+                live.append(row)
+            if not live:
+                continue
+            self.batches += 1
+            self.batch_sizes = [*self.batch_sizes[-999:], len(live)]
+            ended: concurrent.futures.Future = concurrent.futures.Future()
+            self._jobs.put((live, ended, lambda row: loop.call_soon_threadsafe(self._answer, row)))
+            try:
+                await asyncio.wrap_future(ended, loop=loop)
+            except Exception as exc:  # noqa: BLE001 - every caller of the batch still waiting gets the failure
+                for row in live:
+                    if not row.future.done():
+                        row.future.set_exception(exc)
+
+    def _answer(self, row: Row) -> None:
+        """A row that stopped, answered on the loop while its batch goes on."""
+        self.finished[row.finish] += 1
+        if not row.future.done():
+            row.future.set_result(row)
+
+    async def close(self) -> None:
+        """Stop the batch running at its next token, fail the waiting rows, free the worker thread."""
+        self.stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing anyway
+                pass
+        while self._queue is not None and not self._queue.empty():
+            row = self._queue.get_nowait()
+            if not row.future.done():
+                row.future.set_exception(Closed("the model server closed"))
+        self._jobs.put(None)
+
+    def _work(self) -> None:
+        """The worker thread: one batch at a time, until ``None`` comes."""
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)  # OpenMP's setting is per thread: this thread's alone
+        while (job := self._jobs.get()) is not None:
+            rows, ended, answer = job
+            try:
+                self.generate(rows, self.stop, answer)
+            except BaseException as exc:  # noqa: BLE001 - handed to the batch's callers
+                ended.set_exception(exc)
+            else:
+                ended.set_result(None)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the worker thread to end (after ``close``); whether it has."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._thread is None or not self._thread.is_alive()
+
+
+#: Set by ``CountArrivals`` for the request being handled: marks it arrived (queued) once.
+_arrival: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("gymlab_hf_arrival", default=None)
+
+
+class CountArrivals:
+    """ASGI middleware: a request to ``path`` counts in ``batcher.arriving`` from its headers until its row
+    is queued (or it ends), so a batch being gathered waits for requests still being read and tokenized."""
+
+    def __init__(self, app, batcher: Batcher, path: str = "/v1/responses"):
+        self.app, self.batcher, self.path = app, batcher, path
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] != self.path:
+            return await self.app(scope, receive, send)
+        batcher, counted = self.batcher, [True]
+        batcher.arriving += 1
+
+        def arrived() -> None:
+            if counted[0]:
+                counted[0] = False
+                batcher.arriving -= 1
+
+        token = _arrival.set(arrived)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            arrived()
+            _arrival.reset(token)
+
+
+_open: weakref.WeakSet[Batcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """At exit, a batch still generating (its server never shut down) stops at its next token."""
+    for batcher in list(_open):
+        batcher.stop.set()
+        batcher._jobs.put(None)
+    for batcher in list(_open):
+        batcher.join(5.0)
