@@ -1,6 +1,7 @@
 """Notebook 08 (reward probes) executed in a real kernel; the checks live here (a probe cell)."""
 
 from gymlab.probes import BUILTIN_PROBES
+from gymlab.probes.policies import run_names
 from tests.notebooks.kernel import run_notebook
 
 PROBE = """{
@@ -35,5 +36,5 @@ def test_08_reward_probes():
     assert "refusal" in out["graded_flagged"] and out["refusal_components"] == {"brief": 1.0, "correct": 0.0}
     assert out["refusal_reason"].endswith("paid by the component brief 1.00.")
     # a user's own probe runs beside the built-in ones
-    assert out["mine_probes"] == [*BUILTIN_PROBES, "powers_of_ten"]
+    assert out["mine_probes"] == [*run_names(BUILTIN_PROBES), "powers_of_ten"]
     assert out["mine_flagged"] == []
