@@ -309,9 +309,8 @@ _BUILTIN = (
 BUILTIN_PROBES = {fn.__name__: fn for fn, _ in _BUILTIN}
 #: The kind of shortcut each built-in probe tries (a probe of your own: "your own").
 SHORTCUTS = dict(_BUILTIN)
-#: The probes whose answer is one guess a task's own answer can equal by chance: one flags only when it
-#: pays more than one task (a constant that pays one task alone is that task's answer).
-GUESSES = (short_constant, prompt_number_alone, majority_answer)
+for _guess in (short_constant, prompt_number_alone, majority_answer):
+    _guess.guess = True  # one guess a task's own answer can equal by chance (``guesses``)
 
 
 def variants(policy: Any) -> tuple[str, ...]:
@@ -330,8 +329,10 @@ def run_names(probes: dict[str, Any]) -> list[str]:
 
 
 def guesses(policy: Any) -> bool:
-    """Whether ``policy`` is one of the ``GUESSES``."""
-    return getattr(policy, "func", policy) in GUESSES
+    """Whether ``policy`` answers one guess a task's own answer can equal by chance (its ``guess``
+    attribute: the constants, a number of the prompt, the most common answer): such a probe is flagged
+    only when it pays more than one task, since one that pays a single task gave that task's answer."""
+    return bool(getattr(getattr(policy, "func", policy), "guess", False))
 
 
 def shortcut(policy: Any) -> str:
@@ -348,7 +349,6 @@ def describe(policy: Any) -> str:
 __all__ = [
     "BUILTIN_PROBES",
     "COMMON_WORDS",
-    "GUESSES",
     "LEAK_PARTS",
     "SHORTCUTS",
     "VARIANT_KEY",
