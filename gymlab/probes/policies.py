@@ -242,11 +242,11 @@ tool_leak.variants = LEAK_PARTS
 
 def leaked(output: str) -> list[str]:
     """The answers a tool output may give away, each once: its quoted substrings ("starts with 'apple'"
-    gives ``apple``), then its JSON values; a text without quotes, the text itself."""
+    gives ``apple``), then the values of a JSON object or array; a text without quotes, the text itself."""
     values = _values(output)
     quoted = [q.strip() for v in values for q in QUOTED.findall(v[:LONG_ANSWER_CHARS])]
-    parsed = values != [output.strip()]
-    return [c for c in dict.fromkeys([*quoted, *(values if parsed or not quoted else ())]) if c][:LEAKED]
+    structured = output.lstrip()[:1] in ("{", "[")  # JSON fields; a JSON string is text
+    return [c for c in dict.fromkeys([*quoted, *(values if structured or not quoted else ())]) if c][:LEAKED]
 
 
 def _values(output: str) -> list[str]:
@@ -349,6 +349,7 @@ def describe(policy: Any) -> str:
 __all__ = [
     "BUILTIN_PROBES",
     "COMMON_WORDS",
+    "LEAKED",
     "LEAK_PARTS",
     "SHORTCUTS",
     "VARIANT_KEY",
