@@ -100,9 +100,11 @@ def _with_variant(rows: list[dict[str, Any]], variant: str) -> list[dict[str, An
     """The rows with ``variant`` in their request's metadata, where a probe with variants reads it."""
     out = []
     for row in rows:
-        params = dict(row.get("responses_create_params") or {})
-        params["metadata"] = {**(params.get("metadata") or {}), VARIANT_KEY: variant}
-        out.append({**row, "responses_create_params": params})
+        params = row.get("responses_create_params")
+        if isinstance(params, dict) and isinstance(params.get("metadata") or {}, dict):
+            params = {**params, "metadata": {**(params.get("metadata") or {}), VARIANT_KEY: variant}}
+            row = {**row, "responses_create_params": params}
+        out.append(row)  # a malformed row as it came: the run's check names what is wrong with it
     return out
 
 

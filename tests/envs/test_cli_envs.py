@@ -92,6 +92,7 @@ def test_cli_mistakes_are_one_line_and_exit_2(tmp_path):
         (("envs", "reasoning_gym", "chain_sum", "--rows", str(tmp_path / "x.jsonl"), "--set", "colour=1"), "fields"),
         (("envs", "--rows", str(tmp_path / "x.jsonl")), "needs an adapter and a name"),
         (("envs", "textarena", "--probe"), "--probe runs over reasoning_gym"),
+        (("envs", "reasoning_gym", "chain_sum", "--probe", "--threshold", "high"), "invalid float value"),
     ]
     for args, cause in cases:
         done = gymlab(*args)

@@ -7,7 +7,10 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
+
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, GymnasiumServer, SimpleResourcesServer
+from gymlab.errors import ConfigError
 from gymlab.probes import probe
 from gymlab.probes.constants import in_answer_format, most_common_answer, prompt_number, spelled
 from gymlab.probes.policies import LEAKED, LONG_ANSWER_CHARS, VARIANT_KEY, leaked, short_constant, tool_leak
@@ -147,6 +150,14 @@ def test_the_tool_leak_reads_a_word_quoted_in_prose_after_more_than_six_calls(la
     assert cut.response.output_text == "blueb" and len(cut.steps) == 6 and cut.terminated  # answered in time
     clean = probe(lab, lab.serve(OneLetter), WORD_ROWS, probes=["tool_leak"])
     assert clean.flagged == [] and clean.hits == [], clean
+
+
+def test_a_malformed_row_is_named_as_without_variants(lab):
+    env = lab.serve(ExactAnswer)
+    bad = [{"responses_create_params": {"input": "Is 2 even?", "metadata": "not a mapping"}, "answer": "Yes"}]
+    for probes in (["short_constant"], ["refusal"]):
+        with pytest.raises(ConfigError, match="metadata"):
+            probe(lab, env, bad, probes=probes)
 
 
 def test_hostile_inputs_stay_bounded_and_fast():
