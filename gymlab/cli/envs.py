@@ -246,29 +246,38 @@ def probe_reasoning_gym(
     }
 
 
-def _runs(means: dict[str, float]) -> str:
-    """Runs and their mean rewards, a probe's variants together: ``refusal 0.01, short_constant (0 1, 7 0.5)``."""
-    grouped: dict[str, list[tuple[str, float]]] = {}
-    for run, mean in means.items():
+def _runs(values: dict[str, str]) -> str:
+    """Runs and their values, a probe's variants together: ``refusal 0.01, short_constant (0 1, 7 0.5)``;
+    more than three variants of one value as ``short_constant (all 19: 0.01)``."""
+    grouped: dict[str, list[tuple[str, str]]] = {}
+    for run, value in values.items():
         name, _, variant = run.partition(":")
-        grouped.setdefault(name, []).append((variant, mean))
-    return ", ".join(
-        f"{name} ({', '.join(f'{v} {m:g}' for v, m in parts)})" if parts[0][0] else f"{name} {parts[0][1]:g}"
-        for name, parts in grouped.items()
-    )
+        grouped.setdefault(name, []).append((variant, value))
+    parts = []
+    for name, runs in grouped.items():
+        if not runs[0][0]:
+            parts.append(f"{name} {runs[0][1]}")
+        elif len(runs) > 3 and len({v for _, v in runs}) == 1:
+            parts.append(f"{name} (all {len(runs)}: {runs[0][1]})")
+        else:
+            parts.append(f"{name} ({', '.join(f'{variant} {v}' for variant, v in runs)})")
+    return ", ".join(parts)
 
 
 def markdown(table: dict[str, Any]) -> str:
     """The probe pass as a Markdown table: the datasets with a finding (a flag, an oracle below 1, a
     masked episode, a constant answer), then a summary line."""
     lines = [
-        "| dataset | oracle | flagged by (mean reward) | paid below the threshold | distinct answers | constant |",
+        "| dataset | oracle | flagged by (mean reward, or masked) | paid below the threshold | distinct answers "
+        "| constant |",
         "|---|---|---|---|---|---|",
     ]
     found = below = 0
     for name, d in table["datasets"].items():
-        flagged = {run: d["paid"].get(run, 0.0) for run in d["flagged"]}
-        rest = {run: m for run, m in d["paid"].items() if run not in flagged}
+        paid = d["paid"]
+        # a run flagged without paying above the threshold was masked more often than the oracle
+        flagged = {r: f"{paid[r]:g}" if paid.get(r, 0) > table["threshold"] else "masked" for r in d["flagged"]}
+        rest = {run: f"{m:g}" for run, m in paid.items() if run not in flagged}
         below += bool(rest) and not flagged
         if not (flagged or d["constant"] or (d["oracle"] is not None and d["oracle"] < 1) or d["masked"]):
             continue
