@@ -200,8 +200,9 @@ class ProbeReport:
 
     @property
     def flagged(self) -> list[str]:
-        """The probes whose mean reward over every task is above the threshold, or whose episodes were
-        masked more often than the real policy's (``Cell.masked_more``), in table order."""
+        """The runs whose mean reward over every task is above the threshold (a guess's: on more than one
+        task, ``by_chance``), or whose episodes were masked more often than the real policy's
+        (``Cell.masked_more``), in table order."""
         return [p for p in self.rollouts if self.cell(p).above or self.cell(p).masked_more]
 
     @property
