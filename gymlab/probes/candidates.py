@@ -39,9 +39,19 @@ def row_prompt(row: dict[str, Any]) -> str:
     return (users[-1] if users else messages[0].text if messages else "") or ""
 
 
-def index_rows(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+class RowIndex(dict):
+    """Rows by their prompt (a dict), with room for what the probes compute once over all of them."""
+
+    cached: dict[str, Any]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cached = {}
+
+
+def index_rows(rows: Iterable[dict[str, Any]]) -> RowIndex:
     """Rows by their prompt (``row_prompt``): the rows a request may be of."""
-    index: dict[str, list[dict[str, Any]]] = {}
+    index = RowIndex()
     for row in rows:
         index.setdefault(row_prompt(row), []).append(row)
     return index
@@ -146,6 +156,7 @@ __all__ = [
     "NOT_DATA",
     "NUMBER",
     "QUOTED",
+    "RowIndex",
     "SPRAY_CHARS",
     "edits",
     "field_values",

@@ -78,12 +78,49 @@ def answer_values(row: dict[str, Any]) -> list[str]:
 
 def most_common_answer(rows: Iterable[dict[str, Any]]) -> str:
     """The answer most of ``rows`` share ("" without one; a tie: the first seen), up to ``MAX_ANSWER_CHARS``."""
-    counts = Counter(v for row in rows for v in answer_values(row) if len(v) <= MAX_ANSWER_CHARS)
+    counts = Counter(v for row in rows for v in _answers(row))
     return counts.most_common(1)[0][0] if counts else ""
+
+
+class AnswerCounts:
+    """How many rows hold each answer, in order of count then first place: built once over every row,
+    so the most common answer of all rows but a task's own costs that task's rows, not every row."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]]):
+        self.places: dict[str, list[int]] = {}  # answer -> the places of the rows that hold it
+        self.rows_at: dict[int, list[int]] = {}  # id(row) -> its places (a row passed twice: both)
+        self.values: list[list[str]] = []  # place -> the row's answers
+        for place, row in enumerate(rows):
+            self.rows_at.setdefault(id(row), []).append(place)
+            self.values.append(_answers(row))
+            for value in self.values[-1]:
+                self.places.setdefault(value, []).append(place)
+        self.ranked = sorted(self.places, key=lambda v: (-len(self.places[v]), self.places[v][0]))
+
+    def most_common_but(self, own_rows: Iterable[dict[str, Any]]) -> str:
+        """``most_common_answer`` of every row but ``own_rows``, ties to the first seen among the others."""
+        own = {place for row in own_rows for place in self.rows_at.get(id(row), ())}
+        taken = Counter(v for place in own for v in self.values[place])
+        best: tuple[int, int, str] | None = None  # (-count, first place, answer)
+        for value in self.ranked:  # the most common answer no own row holds: its count and place stand
+            if value not in taken:
+                best = (-len(self.places[value]), self.places[value][0], value)
+                break
+        for value, n in taken.items():  # an answer own rows hold: fewer of it, first seen later
+            left = len(self.places[value]) - n
+            if left > 0:
+                candidate = (-left, next(p for p in self.places[value] if p not in own), value)
+                best = candidate if best is None else min(best, candidate)
+        return best[2] if best else ""
+
+
+def _answers(row: dict[str, Any]) -> list[str]:
+    return [v for v in answer_values(row) if len(v) <= MAX_ANSWER_CHARS]
 
 
 __all__ = [
     "ANSWER_KEYS",
+    "AnswerCounts",
     "MAX_ANSWER_CHARS",
     "PROMPT_NUMBERS",
     "SHORT_CONSTANTS",

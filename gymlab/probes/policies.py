@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from gymlab.probes.arguments import default_arguments, random_arguments
-from gymlab.probes.candidates import QUOTED, index_rows, leaves, rows_of, short_values, spray, task_candidates
+from gymlab.probes.candidates import QUOTED, RowIndex, index_rows, leaves, rows_of, short_values, spray, task_candidates
 from gymlab.probes.constants import (
     PROMPT_NUMBERS,
     SHORT_CONSTANTS,
+    AnswerCounts,
     in_answer_format,
-    most_common_answer,
     prompt_number,
     spelled,
 )
@@ -155,9 +155,14 @@ def majority_answer(request: ResponseCreateParams, rows: Any = ()) -> str:
     else their short values), in the answer format the prompt asks for: a constant a policy learns
     from the answers it was paid for, never this task's own. A dataset whose answers are mostly one
     value pays this."""
-    mine, every = _task_rows(request, rows)
-    own = {id(row) for row in mine}
-    return in_answer_format(prompt_text(request), most_common_answer(r for r in every if id(r) not in own))
+    index = rows if isinstance(rows, dict) else index_rows(rows)
+    counts = index.cached.get("answers") if isinstance(index, RowIndex) else None
+    if counts is None:  # once per probe's rows (a policy thread may build it twice: the same either way)
+        counts = AnswerCounts(itertools.chain.from_iterable(index.values()))
+        if isinstance(index, RowIndex):
+            index.cached["answers"] = counts
+    mine = _task_rows(request, index)[0]
+    return in_answer_format(prompt_text(request), counts.most_common_but(mine))
 
 
 def _call_every_tool(request: ResponseCreateParams, arguments=default_arguments, *, once: bool = True) -> list[Any]:

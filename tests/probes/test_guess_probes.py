@@ -4,6 +4,7 @@ the other rows' most common answer, a tool that leaks the answer in prose after 
 
 from __future__ import annotations
 
+import random
 import re
 import time
 
@@ -12,8 +13,17 @@ import pytest
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, GymnasiumServer, SimpleResourcesServer
 from gymlab.errors import ConfigError
 from gymlab.probes import probe
-from gymlab.probes.constants import in_answer_format, most_common_answer, prompt_number, spelled
-from gymlab.probes.policies import LEAKED, LONG_ANSWER_CHARS, VARIANT_KEY, leaked, short_constant, tool_leak
+from gymlab.probes.candidates import index_rows
+from gymlab.probes.constants import AnswerCounts, in_answer_format, most_common_answer, prompt_number, spelled
+from gymlab.probes.policies import (
+    LEAKED,
+    LONG_ANSWER_CHARS,
+    VARIANT_KEY,
+    leaked,
+    majority_answer,
+    short_constant,
+    tool_leak,
+)
 from gymlab.protocol import ResponseCreateParams
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>|\\boxed\{(.*?)\}", re.S)
@@ -158,6 +168,25 @@ def test_a_malformed_row_is_named_as_without_variants(lab):
     for probes in (["short_constant"], ["refusal"]):
         with pytest.raises(ConfigError, match="metadata"):
             probe(lab, env, bad, probes=probes)
+
+
+def test_the_most_common_answer_but_a_tasks_own_matches_counting_the_others_and_scales():
+    """Built once per probe's rows, it answers as counting every other row would, ties included (the
+    first seen among the others), and 20,000 rows cost each request its own rows, not all of them."""
+    rng = random.Random(5)
+    for _ in range(200):
+        rows = [{"p": f"q{rng.randrange(6)}", "answer": rng.choice("aabbc")} for _ in range(rng.randrange(1, 12))]
+        rows += rows[:1]  # a row passed twice
+        counts = AnswerCounts(rows)
+        for own in ([r for r in rows if r["p"] == p] for p in {r["p"] for r in rows}):
+            others = [r for r in rows if all(r is not o for o in own)]
+            assert counts.most_common_but(own) == most_common_answer(others), (rows, own)
+    many = [{"responses_create_params": {"input": f"task {i}"}, "answer": str(i % 997)} for i in range(20_000)]
+    index = index_rows(many)
+    start = time.perf_counter()
+    answers = [majority_answer(ResponseCreateParams(input=f"task {i}"), index) for i in range(0, 20_000, 100)]
+    assert time.perf_counter() - start < 10  # under load; about 0.3 s idle (counting per request: minutes)
+    assert answers[0] == "1" and answers[1] == "0"  # task 0 holds "0": the others' first most common is "1"
 
 
 def test_hostile_inputs_stay_bounded_and_fast():
