@@ -7,7 +7,7 @@ same server stack doing the same hops, and the ratio. They run in a subprocess o
 ``--against DIR`` runs the very same measurement with another checkout's ``gymlab`` in the same run
 and prints both with the ratio; ``--without-direct`` measures this checkout again with FastAPI
 answering every route (``GYMLAB_DIRECT_ROUTES=0``). Other sections: import time, start-up, the async
-HTTP clients, frames, collection, workers and hf_model (a local transformers model: one request
+HTTP clients, frames, collection, workers, the reward probes and hf_model (a local transformers model: one request
 alone, then 8 and 16 at once).
 """
 
@@ -186,6 +186,7 @@ SECTIONS = {
     "collection": ("benchmarks.collection", "collection_throughput", {"n_rows": 10_000}, {"n_rows": 1_000}),
     "workers": ("benchmarks.workers", "workers_benchmark", {}, {"quick": True}),
     "hf_model": ("benchmarks.hf_model", "hf_model_benchmark", {}, {"quick": True}),
+    "probes": ("benchmarks.probes", "probes_benchmark", {"sizes": (5, 100)}, {"sizes": (5,)}),
 }
 
 

@@ -10,7 +10,6 @@ import contextlib
 import json
 import sys
 import time
-from collections import Counter
 from typing import Any
 
 ADAPTERS = ("reasoning_gym", "textarena", "gymnasium", "openenv", "verifiers")
@@ -18,8 +17,11 @@ ADAPTERS = ("reasoning_gym", "textarena", "gymnasium", "openenv", "verifiers")
 #: What an installed adapter that lists nothing still serves.
 EMPTY = {"openenv": "no OpenEnv environment package found (any Environment class or server URL serves)"}
 
-#: The built-in probes that apply to a task without tools, and the non-answers in answer tags.
-PASS_PROBES = ("empty_answer", "echo_prompt", "answer_spray", "long_answer", "refusal")
+#: The built-in probes that apply to a task without tools (the guesses answer in the prompt's answer tags).
+PASS_PROBES = ("empty_answer", "echo_prompt", "answer_spray", "long_answer", "refusal", "short_constant")
+#: A dataset is flagged when a non-answer earns more than this mean reward on it (below: a format
+#: reward of 0.01, the partial credit a spray earns for holding the answer).
+PASS_THRESHOLD = 0.05
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a config field (VALUE read as JSON)"
     )
     parser.add_argument("--probe", action="store_true", help="reasoning_gym: the probe pass (every dataset or NAME)")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=PASS_THRESHOLD,
+        help=f"--probe: a non-answer earning more flags its dataset (default {PASS_THRESHOLD})",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -117,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("--probe runs over reasoning_gym's datasets: gymlab envs reasoning_gym --probe")
         names = args.name.split(",") if args.name else None
         with contextlib.redirect_stdout(sys.stderr):  # some datasets print while they generate or score
-            table = probe_reasoning_gym(names, size=args.size, seed=args.seed)
+            table = probe_reasoning_gym(names, size=args.size, seed=args.seed, threshold=args.threshold)
         print(json.dumps(table, indent=1) if args.json else markdown(table))
         return 0
     if args.rows:
@@ -185,20 +193,28 @@ def _answers(text: str) -> str:
 
 
 def probe_reasoning_gym(
-    names: list[str] | None = None, *, size: int = 4, seed: int = 0, concurrency: int = 32
+    names: list[str] | None = None,
+    *,
+    size: int = 4,
+    seed: int = 0,
+    concurrency: int = 32,
+    threshold: float = PASS_THRESHOLD,
 ) -> dict[str, Any]:
     """Every dataset's rows (``size`` entries from ``seed``) through gymlab's probes, answer tags added.
 
     Per dataset: the oracle's mean reward (its own answer in tags; below 1 means the dataset does not
-    accept its own answer), each probe's mean reward (a non-answer that earns anything is flagged),
-    how many distinct answers its entries have, and whether the most common answer in tags earns
-    reward everywhere (a constant task at these settings). Datasets that cannot be built without
-    settings (``composite``) are listed as skipped.
+    accept its own answer), each non-answer's mean reward where it earns anything (``paid``), the runs
+    that flag the dataset (``flagged``: a mean reward above ``threshold``, or masked more than the
+    oracle, by ``ProbeReport``'s rule, so a guess that pays one entry alone is that entry's answer and no
+    flag), how many distinct answers its entries have, and whether the other entries' most common
+    answer earns reward everywhere (a constant task at these settings). Datasets that cannot be built
+    without settings (``composite``) are listed as skipped.
     """
     import gymlab.envs as envs
     from gymlab.lab import Lab
-    from gymlab.probes import BUILTIN_PROBES, probe
-    from gymlab.probes.policies import answer_spray
+    from gymlab.probes import BUILTIN_PROBES, ProbeReport, probe
+    from gymlab.probes.candidates import index_rows
+    from gymlab.probes.policies import answer_spray, majority_answer, prompt_number_alone
 
     started = time.perf_counter()
     names = names or offered("reasoning_gym")
@@ -209,13 +225,10 @@ def probe_reasoning_gym(
         except (LookupError, ValueError) as exc:
             skipped[name] = str(exc).split(";")[0]
     truth = {row["question"]: row for row in rows}
-    common = {}
-    for name in names:
-        answers = [json.dumps(r["answer"]) for r in rows if r["reasoning_gym"]["dataset"] == name]
-        if answers and set(answers) == {"null"}:  # no single answer (graph_color: any proper colouring)
-            common[name] = (0, "null")
-        elif answers:
-            common[name] = (len(set(answers)), Counter(answers).most_common(1)[0][0])
+    tasks: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        tasks.setdefault(row["reasoning_gym"]["dataset"], []).append(i)
+    by_dataset = {name: index_rows(rows[i] for i in found) for name, found in tasks.items()}
 
     def question(request) -> str:
         return [i.text for i in request.input_items() if i.type == "message" and i.role == "user"][-1]
@@ -223,13 +236,17 @@ def probe_reasoning_gym(
     def text(value: Any) -> str:
         return value if isinstance(value, str) else "" if value is None else json.dumps(value)
 
+    def majority(request):
+        """The other entries of this task's dataset: their most common answer, in answer tags."""
+        return majority_answer(request, by_dataset[truth[question(request)]["reasoning_gym"]["dataset"]])
+
+    majority.guess = True  # a guess, as the built-in majority_answer is
     policies = {name: BUILTIN_PROBES[name] for name in PASS_PROBES}
+    policies["prompt_number"] = prompt_number_alone
+    policies["majority_answer"] = majority
     policies["tagged_empty"] = lambda request: _answers("")
     policies["tagged_echo"] = lambda request: _answers(question(request))
     policies["tagged_spray"] = lambda request: _answers(answer_spray(request))
-    policies["majority_answer"] = lambda request: _answers(
-        text(json.loads(common[truth[question(request)]["reasoning_gym"]["dataset"]][1]))
-    )
 
     def oracle(request):
         return _answers(text(truth[question(request)]["answer"]))
@@ -237,54 +254,85 @@ def probe_reasoning_gym(
     with Lab() as lab:
         env = lab.serve(envs.ReasoningGymServer, name="reasoning_gym", max_datasets=max(len(names), 1))
         report = probe(lab, env, rows, probes=policies, real_policy=oracle, concurrency=concurrency)
-    frame = report.frame
-    frame["dataset"] = [rows[t]["reasoning_gym"]["dataset"] for t in frame["task"]]
-    means = frame.groupby(["dataset", "probe"])["mean_reward"].mean().unstack()
-    oracle_means = frame.groupby("dataset")["real_reward"].mean()
-    masked = frame.groupby("dataset")["masked"].sum()
     datasets = {}
-    for name in sorted(common):
-        paid = {p: round(float(means.loc[name, p]), 4) for p in policies if float(means.loc[name, p]) > 0}
-        distinct, _ = common[name]
+    for name in sorted(tasks):
+        mine = set(tasks[name])
+        part = ProbeReport(
+            {run: [r for r in rs if r.task_index in mine] for run, rs in report.rollouts.items()},
+            real=[r for r in report.real if r.task_index in mine],
+            threshold=threshold,
+            policies=report.policies,
+        )
+        answers = [json.dumps(rows[i]["answer"]) for i in tasks[name]]
+        distinct = 0 if set(answers) == {"null"} else len(set(answers))  # null: any proper answer (graph_color)
+        means = {run: part.cell(run).mean_reward for run in part.rollouts}
         datasets[name] = {
-            "oracle": round(float(oracle_means[name]), 4) if distinct else None,
-            "paid": {p: v for p, v in paid.items() if p != "majority_answer"},
+            "oracle": round(part.real_reward(None), 4) if distinct else None,
+            "paid": {run: round(m, 4) for run, m in means.items() if m > 0},
+            "flagged": part.flagged,
             "distinct_answers": distinct,
-            "constant": paid.get("majority_answer", 0.0) >= 1.0,
-            "masked": int(masked[name]),
+            "constant": means["majority_answer"] >= 1.0,
+            "masked": sum(c.masked for c in (part.cell(run) for run in part.rollouts)),
         }
     return {
         "size": size,
         "seed": seed,
-        "episodes": int(frame["episodes"].sum()) + len(rows),
+        "threshold": threshold,
+        "episodes": sum(len(rs) for rs in report.rollouts.values()) + len(report.real),
         "seconds": round(time.perf_counter() - started, 1),
         "datasets": datasets,
         "skipped": skipped,
     }
 
 
+def _runs(values: dict[str, str]) -> str:
+    """Runs and their values, a probe's variants together: ``refusal 0.01, short_constant (0 1, 7 0.5)``;
+    more than three variants of one value as ``short_constant (all 19: 0.01)``."""
+    grouped: dict[str, list[tuple[str, str]]] = {}
+    for run, value in values.items():
+        name, _, variant = run.partition(":")
+        grouped.setdefault(name, []).append((variant, value))
+    parts = []
+    for name, runs in grouped.items():
+        if not runs[0][0]:
+            parts.append(f"{name} {runs[0][1]}")
+        elif len(runs) > 3 and len({v for _, v in runs}) == 1:
+            parts.append(f"{name} (all {len(runs)}: {runs[0][1]})")
+        else:
+            parts.append(f"{name} ({', '.join(f'{variant} {v}' for variant, v in runs)})")
+    return ", ".join(parts)
+
+
 def markdown(table: dict[str, Any]) -> str:
-    """The probe pass as a Markdown table: the datasets with a finding, then a summary line."""
+    """The probe pass as a Markdown table: the datasets with a finding (a flag, an oracle below 1, a
+    masked episode, a constant answer), then a summary line."""
     lines = [
-        "| dataset | oracle | non-answers that pay (mean reward) | distinct answers | constant |",
-        "|---|---|---|---|---|",
+        "| dataset | oracle | flagged by (mean reward, or masked) | paid below the threshold | distinct answers "
+        "| constant |",
+        "|---|---|---|---|---|---|",
     ]
-    found = 0
+    found = below = 0
     for name, d in table["datasets"].items():
-        if not (d["paid"] or d["constant"] or (d["oracle"] is not None and d["oracle"] < 1) or d["masked"]):
+        paid = d["paid"]
+        # a run flagged without paying above the threshold was masked more often than the oracle
+        flagged = {r: f"{paid[r]:g}" if paid.get(r, 0) > table["threshold"] else "masked" for r in d["flagged"]}
+        rest = {run: f"{m:g}" for run, m in paid.items() if run not in flagged}
+        below += bool(rest) and not flagged
+        if not (flagged or d["constant"] or (d["oracle"] is not None and d["oracle"] < 1) or d["masked"]):
             continue
         found += 1
-        paid = ", ".join(f"{p} {v:g}" for p, v in d["paid"].items()) or "none"
         masked = f" ({d['masked']} masked)" if d["masked"] else ""
+        oracle = "no single answer" if d["oracle"] is None else format(d["oracle"], "g")
         lines.append(
-            f"| {name} | {'no single answer' if d['oracle'] is None else format(d['oracle'], 'g')}{masked} | {paid} "
+            f"| {name} | {oracle}{masked} | {_runs(flagged) or 'none'} | {_runs(rest) or 'none'} "
             f"| {d['distinct_answers'] or '-'} | {'yes' if d['constant'] else ''} |"
         )
     skipped = ", ".join(table["skipped"]) or "none"
+    clean = len(table["datasets"]) - found - below
     lines.append("")
     lines.append(
         f"{len(table['datasets'])} datasets at size {table['size']}, seed {table['seed']}: {found} with a finding "
-        f"above, the rest clean (the oracle scores 1, no non-answer earns anything); skipped: {skipped}; "
-        f"{table['episodes']} episodes in {table['seconds']} s."
+        f"above, {below} paying a non-answer no more than {table['threshold']:g} (a format reward, partial "
+        f"credit), {clean} paying none; skipped: {skipped}; {table['episodes']} episodes in {table['seconds']} s."
     )
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-#: (sentence, words): the example rows; the model is asked for the word count of the quoted text.
-SENTENCES = ["the quick brown fox", "to be or not to be", "hello world", "a small step for an environment"]
+#: The example rows' texts; the model is asked for the word count of the quoted text. Their counts
+#: differ (4, 6, 2, 7): rows that share an answer pay a constant ("6" paid half of them once).
+SENTENCES = ["the quick brown fox", "to be or not to be", "hello world", "one small step for every new environment"]
 
 TOOL = {
     "type": "function",

@@ -31,8 +31,17 @@ def _verdict(report: Any) -> list[str]:
         f"No probe earned a mean reward above {report.threshold:g} over every task, or was masked more often "
         "than the real policy."
     ]
-    tried = "; ".join(f"{kind} ({', '.join(names)})" for kind, names in report.shortcuts().items())
+    tried = "; ".join(f"{kind} ({_runs(names)})" for kind, names in report.shortcuts().items())
     return [*lines, f"Shortcuts tried: {tried}."]
+
+
+def _runs(names: list[str]) -> str:
+    """Run names with a probe's variants together: ``tool_leak:all, tool_leak:first`` as ``tool_leak: all, first``."""
+    grouped: dict[str, list[str]] = {}
+    for name in names:
+        probe, sep, variant = name.partition(":")
+        grouped.setdefault(probe + sep, []).append(variant)
+    return ", ".join(f"{probe} {'/'.join(v)}" if probe.endswith(":") else probe for probe, v in grouped.items())
 
 
 def report_text(report: Any) -> str:

@@ -20,11 +20,12 @@ MAX_PERMUTED_LETTERS = 7
 #: number of an answer reads a decoy: only a reward that finds the answer anywhere pays a spray.
 DECOYS = ("none", "-7777777")
 #: Row keys that are not the task's data.
-_NOT_DATA = ("responses_create_params", "agent_ref")
-
+NOT_DATA = ("responses_create_params", "agent_ref")
+#: A quoted substring of up to 40 characters (a prompt's or a tool's: "starts with 'apple'").
+QUOTED = re.compile(r"""['"`]([^'"`\n]{1,40})['"`]""")
+#: A number as a prompt writes it.
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _TOKEN = re.compile(r"[^\W_]+(?:['-][^\W_]+)*")
-_QUOTED = re.compile(r"""['"`]([^'"`\n]{1,40})['"`]""")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def row_prompt(row: dict[str, Any]) -> str:
@@ -38,9 +39,19 @@ def row_prompt(row: dict[str, Any]) -> str:
     return (users[-1] if users else messages[0].text if messages else "") or ""
 
 
-def index_rows(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+class RowIndex(dict):
+    """Rows by their prompt (a dict), with room for what the probes compute once over all of them."""
+
+    cached: dict[str, Any]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cached = {}
+
+
+def index_rows(rows: Iterable[dict[str, Any]]) -> RowIndex:
     """Rows by their prompt (``row_prompt``): the rows a request may be of."""
-    index: dict[str, list[dict[str, Any]]] = {}
+    index = RowIndex()
     for row in rows:
         index.setdefault(row_prompt(row), []).append(row)
     return index
@@ -65,7 +76,7 @@ def leaves(value: Any, depth: int = 3) -> Iterator[str]:
 
 def field_values(row: dict[str, Any]) -> list[str]:
     """Every string and number in a row's own fields (not its prompt, agent or ``_ng_`` keys)."""
-    return list(leaves({k: v for k, v in row.items() if k not in _NOT_DATA and not k.startswith("_ng_")}))
+    return list(leaves({k: v for k, v in row.items() if k not in NOT_DATA and not k.startswith("_ng_")}))
 
 
 def short_values(rows: Iterable[dict[str, Any]], words: int = 3) -> Iterator[str]:
@@ -113,10 +124,10 @@ def task_candidates(prompt: str, rows: list[dict[str, Any]], common: Iterable[st
     (quoted tokens first, then tokens that are not ``common`` words, shortest and latest first), edits."""
     values = [v for row in rows for v in field_values(row)]
     yield from values
-    quoted = _QUOTED.findall(prompt)
+    quoted = QUOTED.findall(prompt)
     tokens = list(dict.fromkeys([*quoted, *(t for v in values for t in _TOKEN.findall(v)), *_TOKEN.findall(prompt)]))
     yield from tokens
-    yield from number_guesses([n for text in [*values, prompt] for n in _NUMBER.findall(text)])
+    yield from number_guesses([n for text in [*values, prompt] for n in NUMBER.findall(text)])
     skip = {w.lower() for w in common}
     plain = [t for t in tokens if t not in quoted and t.lower() not in skip and t.isalpha()]
     yield from permutations([*quoted, *sorted(plain[::-1], key=len)])
@@ -142,6 +153,10 @@ def spray(candidates: Iterable[str], limit: int = SPRAY_CHARS) -> str:
 __all__ = [
     "DECOYS",
     "MAX_PERMUTED_LETTERS",
+    "NOT_DATA",
+    "NUMBER",
+    "QUOTED",
+    "RowIndex",
     "SPRAY_CHARS",
     "edits",
     "field_values",

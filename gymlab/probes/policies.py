@@ -14,7 +14,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from gymlab.probes.arguments import default_arguments, random_arguments
-from gymlab.probes.candidates import index_rows, leaves, rows_of, short_values, spray, task_candidates
+from gymlab.probes.candidates import QUOTED, RowIndex, index_rows, leaves, rows_of, short_values, spray, task_candidates
+from gymlab.probes.constants import (
+    PROMPT_NUMBERS,
+    SHORT_CONSTANTS,
+    AnswerCounts,
+    in_answer_format,
+    prompt_number,
+    spelled,
+)
 from gymlab.protocol import ResponseCreateParams, function_call
 
 #: Frequent short answers and English words (the "common words" of the answer spray).
@@ -41,6 +49,11 @@ def prompt_text(request: ResponseCreateParams) -> str:
     return "\n".join(
         i.text for i in request.input_items() if i.type == "message" and i.role in ("user", "developer", "system")
     )
+
+
+def user_text(request: ResponseCreateParams) -> str:
+    """The user messages of the conversation so far, one per line (the task, without the instructions)."""
+    return "\n".join(i.text for i in request.input_items() if i.type == "message" and i.role == "user")
 
 
 def tool_outputs_so_far(request: ResponseCreateParams) -> list[str]:
@@ -105,6 +118,53 @@ def answer_aware_spray(request: ResponseCreateParams, rows: Any = ()) -> str:
     return spray(task_candidates(prompt_text(request), _task_rows(request, rows)[0], COMMON_WORDS))
 
 
+#: The request metadata key that names which of a probe's variants (its ``variants``) an episode runs.
+VARIANT_KEY = "gymlab_probe_variant"
+
+
+def variant_of(request: ResponseCreateParams, variants: tuple[str, ...]) -> str:
+    """The variant this episode runs (``VARIANT_KEY`` of the request's metadata), else the first."""
+    chosen = (request.metadata or {}).get(VARIANT_KEY)
+    return chosen if chosen in variants else variants[0]
+
+
+def short_constant(request: ResponseCreateParams) -> str:
+    """The same short answer on every task, one run per constant (``SHORT_CONSTANTS``: the digits, yes,
+    no, true, false, the option letters A-E), spelled as the prompt spells it and in the answer format it
+    asks for. A reward whose tasks mostly share an answer, or that pays a constant, pays this."""
+    prompt = prompt_text(request)
+    return in_answer_format(prompt, spelled(variant_of(request, SHORT_CONSTANTS), prompt))
+
+
+short_constant.variants = SHORT_CONSTANTS
+
+
+def prompt_number_alone(request: ResponseCreateParams) -> str:
+    """One number of the task's prompt, alone, in the answer format it asks for; one run per position
+    (``PROMPT_NUMBERS``: the first five distinct numbers and the last). A reward that pays a number the
+    question already states pays this."""
+    number = prompt_number(user_text(request), variant_of(request, PROMPT_NUMBERS))
+    return in_answer_format(prompt_text(request), number)
+
+
+prompt_number_alone.variants = PROMPT_NUMBERS
+
+
+def majority_answer(request: ResponseCreateParams, rows: Any = ()) -> str:
+    """The answer most of the *other* rows have (their ``answer``-like field, ``constants.ANSWER_KEYS``,
+    else their short values), in the answer format the prompt asks for: a constant a policy learns
+    from the answers it was paid for, never this task's own. A dataset whose answers are mostly one
+    value pays this."""
+    index = rows if isinstance(rows, dict) else index_rows(rows)
+    counts = index.cached.get("answers") if isinstance(index, RowIndex) else None
+    if counts is None:  # once per probe's rows (a policy thread may build it twice: the same either way)
+        counts = AnswerCounts(itertools.chain.from_iterable(index.values()))
+        if isinstance(index, RowIndex):
+            index.cached["answers"] = counts
+    mine = _task_rows(request, index)[0]
+    return in_answer_format(prompt_text(request), counts.most_common_but(mine))
+
+
 def _call_every_tool(request: ResponseCreateParams, arguments=default_arguments, *, once: bool = True) -> list[Any]:
     """Calls of every declared tool; with ``once``, none when a tool was already called this episode."""
     if not request.tools or (once and tool_outputs_so_far(request)):
@@ -149,23 +209,49 @@ def repeat_tool_call(request: ResponseCreateParams) -> Any:
     return [function_call("noop", {})]
 
 
-#: Rounds of calls the tool-leak probe makes at most (it stops sooner when a round says nothing new).
-LEAK_ROUNDS = 6
+#: What the tool-leak probe answers with, one run each: every value of the last round's outputs,
+#: or only the first or the last of its leaked candidates (``leaked``).
+LEAK_PARTS = ("all", "first", "last")
 
 
-def tool_leak(request: ResponseCreateParams) -> Any:
+#: Candidates ``leaked`` reads from one output at most.
+LEAKED = 1_000
+
+
+def tool_leak(request: ResponseCreateParams, max_steps: int | None = None) -> Any:
     """Call every declared tool, round after round with the plainest schema-valid arguments, until a
-    round returns what the one before did (or ``LEAK_ROUNDS``), then answer with what the last round
-    returned: its text, or the string and number values of a JSON output. A tool that gives the
-    answer away (a hint repeated until it holds the whole word) pays this."""
+    round returns what the one before did or the episode's step limit (``max_steps``, the request's
+    ``max_tool_calls``) leaves one model call, then answer with what the last round returned: one run
+    with every value, one with its first and one with its last leaked candidate (a quoted substring, a
+    JSON value, the text). A tool that gives the answer away pays this."""
     outputs = tool_outputs_so_far(request)
     if not request.tools:
         return ""
     per_round = len(request.tools)
     rounds = [outputs[i : i + per_round] for i in range(0, len(outputs), per_round)]
-    if len(rounds) < LEAK_ROUNDS and (len(rounds) < 2 or rounds[-1] != rounds[-2]):
+    steps_left = None if max_steps is None else max_steps - len(rounds) - 1  # model calls after this one
+    calls_left = None if request.max_tool_calls is None else request.max_tool_calls - len(outputs)
+    changing = len(rounds) < 2 or rounds[-1] != rounds[-2]
+    if changing and (steps_left is None or steps_left > 0) and (calls_left is None or calls_left >= per_round):
         return _call_every_tool(request, once=False)
-    return " ".join(v for output in rounds[-1] for v in _values(output))[:LONG_ANSWER_CHARS]
+    last = rounds[-1] if rounds else []
+    part = variant_of(request, LEAK_PARTS)
+    if part == "all":
+        return " ".join(v for output in last for v in _values(output))[:LONG_ANSWER_CHARS]
+    found = [c for output in last for c in leaked(output)]
+    return (found[0] if part == "first" else found[-1])[:LONG_ANSWER_CHARS] if found else ""
+
+
+tool_leak.variants = LEAK_PARTS
+
+
+def leaked(output: str) -> list[str]:
+    """The answers a tool output may give away, each once: its quoted substrings ("starts with 'apple'"
+    gives ``apple``), then the values of a JSON object or array; a text without quotes, the text itself."""
+    values = _values(output)
+    quoted = [q.strip() for v in values for q in QUOTED.findall(v[:LONG_ANSWER_CHARS])]
+    structured = output.lstrip()[:1] in ("{", "[")  # JSON fields; a JSON string is text
+    return [c for c in dict.fromkeys([*quoted, *(values if structured or not quoted else ())]) if c][:LEAKED]
 
 
 def _values(output: str) -> list[str]:
@@ -220,11 +306,38 @@ _BUILTIN = (
     (long_answer, "an over-long answer"),
     (verdict_injection, "a verdict written for the judge"),
     (refusal, "no answer"),
+    (short_constant, "a short constant answer"),
+    (prompt_number_alone, "a number of the prompt alone"),
+    (majority_answer, "the rows' most common answer"),
 )
 #: The probes ``probe`` runs when none are named, by name.
 BUILTIN_PROBES = {fn.__name__: fn for fn, _ in _BUILTIN}
 #: The kind of shortcut each built-in probe tries (a probe of your own: "your own").
 SHORTCUTS = dict(_BUILTIN)
+for _guess in (short_constant, prompt_number_alone, majority_answer):
+    _guess.guess = True  # one guess a task's own answer can equal by chance (``guesses``)
+
+
+def variants(policy: Any) -> tuple[str, ...]:
+    """The variants a probe runs once each (its ``variants`` attribute; none: one run)."""
+    return tuple(getattr(getattr(policy, "func", policy), "variants", ()))
+
+
+def runs(name: str, policy: Any) -> list[tuple[str, str | None]]:
+    """A probe's runs as the report names them, with their variant: ``name``, or ``name:variant`` each."""
+    return [(f"{name}:{v}", v) for v in variants(policy)] or [(name, None)]
+
+
+def run_names(probes: dict[str, Any]) -> list[str]:
+    """Every run of ``probes`` (name -> policy) in the report's order."""
+    return [run for name, policy in probes.items() for run, _ in runs(name, policy)]
+
+
+def guesses(policy: Any) -> bool:
+    """Whether ``policy`` answers one guess a task's own answer can equal by chance (its ``guess``
+    attribute: the constants, a number of the prompt, the most common answer): such a probe is flagged
+    only when it pays more than one task, since one that pays a single task gave that task's answer."""
+    return bool(getattr(getattr(policy, "func", policy), "guess", False))
 
 
 def shortcut(policy: Any) -> str:
@@ -241,7 +354,10 @@ def describe(policy: Any) -> str:
 __all__ = [
     "BUILTIN_PROBES",
     "COMMON_WORDS",
+    "LEAKED",
+    "LEAK_PARTS",
     "SHORTCUTS",
+    "VARIANT_KEY",
     "answer_aware_spray",
     "answer_spray",
     "call_every_tool",
@@ -251,14 +367,24 @@ __all__ = [
     "describe",
     "echo_prompt",
     "empty_answer",
+    "guesses",
+    "leaked",
     "long_answer",
+    "majority_answer",
     "multiple_choice_options",
+    "prompt_number_alone",
     "prompt_text",
     "refusal",
     "repeat_tool_call",
+    "run_names",
+    "runs",
     "short_answer_spray",
+    "short_constant",
     "shortcut",
     "tool_leak",
     "tool_outputs_so_far",
+    "user_text",
+    "variant_of",
+    "variants",
     "verdict_injection",
 ]

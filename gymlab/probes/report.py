@@ -19,7 +19,8 @@ __all__ = ["REAL", "Cell", "ProbeReport"]
 class Cell:
     """One probe on one task (``task`` None: over every task). ``above``: its mean reward is above the
     threshold; ``masked_more``: more of its episodes are masked than the real policy's (or any, without
-    a real run), so its zeros may be escaping the mean."""
+    a real run), so its zeros may be escaping the mean; ``by_chance``: a guess (``policies.guesses``)
+    that pays one task alone, that task's own answer, never ``above``."""
 
     probe: str
     task: Any
@@ -32,6 +33,7 @@ class Cell:
     real_mask_rate: float
     above: bool
     masked_more: bool
+    by_chance: bool = False
 
 
 def _mask_rate(records: list[Any]) -> float:
@@ -113,9 +115,20 @@ class ProbeReport:
             return 0.0
         return _mask_rate(self.real if task is None else self._by_task.get((REAL, task), []))
 
+    def by_chance(self, probe: str) -> bool:
+        """Whether ``probe`` is a guess (a constant, a number of the prompt, the most common answer) that
+        pays at most one task above the threshold: that task's answer, not a shortcut."""
+        from gymlab.probes.policies import guesses
+
+        if probe == REAL or not guesses(self.policies.get(probe)):
+            return False
+        paid = (mean_reward(self._by_task.get((probe, t), [])) for t in self.tasks)
+        return sum(m > self.threshold for m in paid) <= 1
+
     def _cell(self, probe: str, task: Any) -> Cell:
         records = list(self.episodes(probe, task))
         mean, masks, real_masks = mean_reward(records), _mask_rate(records), self.real_mask_rate(task)
+        chance = self.by_chance(probe)
         return Cell(
             probe=probe,
             task=task,
@@ -126,8 +139,9 @@ class ProbeReport:
             beat_rate=_beat_rate(records, self.threshold),
             real_reward=self.real_reward(task),
             real_mask_rate=real_masks,
-            above=probe != REAL and not math.isnan(mean) and mean > self.threshold,
+            above=probe != REAL and not math.isnan(mean) and mean > self.threshold and not chance,
             masked_more=probe != REAL and masks > (0.0 if math.isnan(real_masks) else real_masks),
+            by_chance=chance,
         )
 
     def prompts(self) -> dict[Any, str]:
@@ -191,14 +205,15 @@ class ProbeReport:
 
     @property
     def flagged(self) -> list[str]:
-        """The probes whose mean reward over every task is above the threshold, or whose episodes were
-        masked more often than the real policy's (``Cell.masked_more``), in table order."""
+        """The runs whose mean reward over every task is above the threshold (a guess's: on more than one
+        task, ``by_chance``), or whose episodes were masked more often than the real policy's
+        (``Cell.masked_more``), in table order."""
         return [p for p in self.rollouts if self.cell(p).above or self.cell(p).masked_more]
 
     @property
     def frame(self):
         """One row per probe and task: the ``Cell`` fields (episodes, masked, mask_rate, mean_reward,
-        beat_rate, real_reward, real_mask_rate, above, masked_more), flagged (the probe is), shortcut
+        beat_rate, real_reward, real_mask_rate, above, masked_more, by_chance), flagged (the probe is), shortcut
         (the kind it tries), prompt."""
         import pandas as pd
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from gymlab._sync import run_sync
 from gymlab.probes.candidates import index_rows
-from gymlab.probes.policies import BUILTIN_PROBES
+from gymlab.probes.policies import BUILTIN_PROBES, VARIANT_KEY, runs
 from gymlab.probes.report import REAL, ProbeReport
 
 
@@ -39,40 +39,90 @@ def probe(
     ``real_policy``: a policy or model server whose reward is shown beside each probe's (an agent
     handle's own model by default). A probe is flagged when its mean reward is above ``threshold`` or
     its episodes are masked more often than the real policy's. ``agent_config`` goes to every agent.
+    A probe with ``variants`` (``short_constant``: one per constant) runs once per variant on one model
+    and agent, each run reported as ``name:variant``; one with a ``max_steps`` parameter gets the
+    agent's step limit.
     """
     chosen = _chosen(probes)
     rows = list(rows)
     if not rows:
         raise ValueError("probe needs at least one row")
     kind, base = _agent_kind(env, agent, agent_config)
-    runs = dict(chosen)
+    policies = dict(chosen)
     if real_policy is not None:
-        runs[REAL] = real_policy
+        policies[REAL] = real_policy
     served: dict[str, tuple[Any, Any]] = {}
-    index = index_rows(rows)
+    jobs: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run name -> (agent, its rows)
+    owners: dict[str, str] = {}  # run name -> probe name
+    index, limit = index_rows(rows), _step_limit(env, kind, base)
     try:
-        for name, policy in runs.items():
+        for name, policy in policies.items():
             label = "probe-real" if name == REAL else f"probe-{name}"
-            if name != REAL and _reads_rows(policy):
-                policy = functools.partial(policy, rows=index)  # an answer-aware probe reads the rows
+            if name != REAL:
+                policy = _bound(policy, index, limit)
             model = lab.serve_model(policy, name=f"{label}-model") if callable(policy) else None
             served[name] = (lab.serve_agent(kind, model=model or policy, name=f"{label}-agent", **base), model)
+            for run, variant in runs(name, policy) if name != REAL else [(REAL, None)]:
+                jobs[run] = (served[name][0], rows if variant is None else _with_variant(rows, variant))
+                owners[run] = name
         if real_policy is None and _is_agent(env):
-            served[REAL] = (env, None)
-        done = run_sync(_run_all(lab, served, rows, repeats, concurrency, progress))
+            jobs[REAL] = (env, rows)
+        done = run_sync(_run_all(lab, jobs, repeats, concurrency, progress))
     finally:
         _stop([h for name, pair in served.items() for h in pair if h is not None and h is not env])
     real = done.pop(REAL, None)
-    return ProbeReport(done, real=real, rows=rows, threshold=threshold, policies=chosen)
+    run_policies = {run: chosen[owners[run]] for run in done}  # the real run was popped
+    return ProbeReport(done, real=real, rows=rows, threshold=threshold, policies=run_policies)
 
 
-async def _run_all(lab, served, rows, repeats, concurrency, progress) -> dict[str, Any]:
-    """Every probe's rows at once (``concurrency`` episodes at a time for each probe)."""
-    names = list(served)
+async def _run_all(lab, jobs, repeats, concurrency, progress) -> dict[str, Any]:
+    """Every run's rows at once (``concurrency`` episodes at a time for each run)."""
+    names = list(jobs)
     results = await asyncio.gather(
-        *(lab.arun_many(served[n][0], rows, repeats=repeats, concurrency=concurrency, progress=progress) for n in names)
+        *(
+            lab.arun_many(jobs[n][0], jobs[n][1], repeats=repeats, concurrency=concurrency, progress=progress)
+            for n in names
+        )
     )
     return dict(zip(names, results))
+
+
+def _bound(policy: Callable, index: dict[str, list[dict[str, Any]]], limit: int | None) -> Callable:
+    """``policy`` with the rows (a ``rows`` parameter) and the step limit (``max_steps``) it asks for."""
+    params = _parameters(policy)
+    extra = {"rows": index} if "rows" in params else {}
+    if "max_steps" in params:
+        extra["max_steps"] = limit
+    return functools.partial(policy, **extra) if extra else policy
+
+
+def _with_variant(rows: list[dict[str, Any]], variant: str) -> list[dict[str, Any]]:
+    """The rows with ``variant`` in their request's metadata, where a probe with variants reads it."""
+    out = []
+    for row in rows:
+        params = row.get("responses_create_params")
+        if isinstance(params, dict) and isinstance(params.get("metadata") or {}, dict):
+            params = {**params, "metadata": {**(params.get("metadata") or {}), VARIANT_KEY: variant}}
+            row = {**row, "responses_create_params": params}
+        out.append(row)  # a malformed row as it came: the run's check names what is wrong with it
+    return out
+
+
+def _step_limit(env: Any, kind: Any, base: dict[str, Any]) -> int | None:
+    """The model calls an episode of the probes' agent may make (None: no limit)."""
+    if "max_steps" in base:
+        return base["max_steps"]
+    if _is_agent(env):
+        return getattr(env.server, "max_steps", None)
+    from gymlab.errors import ConfigError
+    from gymlab.registry import agent_class
+
+    try:
+        cls = agent_class(kind) if isinstance(kind, str) else kind
+    except ConfigError:  # serve_agent names the unknown agent
+        return None
+    field = getattr(cls, "model_fields", {}).get("max_steps")
+    return field.default if field is not None else None
 
 
 def _stop(handles: list[Any]) -> None:
@@ -106,11 +156,11 @@ def _chosen(probes: Any) -> dict[str, Callable]:
     return chosen
 
 
-def _reads_rows(policy: Callable) -> bool:
+def _parameters(policy: Callable) -> set[str]:
     try:
-        return "rows" in inspect.signature(policy).parameters
+        return set(inspect.signature(policy).parameters)
     except (TypeError, ValueError):  # a builtin or C callable: no signature to read
-        return False
+        return set()
 
 
 def _is_agent(target: Any) -> bool:

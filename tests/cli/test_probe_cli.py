@@ -71,7 +71,8 @@ def test_a_hackable_config_exits_1_and_saves_each_probes_rollouts(tmp_path, caps
 
 @pytest.mark.parametrize("flags", [[], ["--gymnasium"]], ids=["seed-verify", "gymnasium"])
 def test_a_new_environment_from_gymlab_init_is_not_flagged(tmp_path, capsys, flags):
-    """The template's verify once paid any answer holding the count: calling the tool, then the spray."""
+    """The template's verify once paid any answer holding the count: calling the tool, then the spray;
+    and two of its four rows counted 6 words, so the answer "6" alone paid half of them."""
     assert main(["init", str(tmp_path / "myenv"), *flags]) == 0
     assert main(["probe", str(tmp_path / "myenv" / "configs" / "myenv.yaml")]) == 0
     out = capsys.readouterr().out

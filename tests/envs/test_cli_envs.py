@@ -95,6 +95,7 @@ def test_cli_mistakes_are_one_line_and_exit_2(tmp_path):
         (("envs", "reasoning_gym", "chain_sum", "--rows", str(tmp_path / "x.jsonl"), "--set", "colour=1"), "fields"),
         (("envs", "--rows", str(tmp_path / "x.jsonl")), "needs an adapter and a name"),
         (("envs", "textarena", "--probe"), "--probe runs over reasoning_gym"),
+        (("envs", "reasoning_gym", "chain_sum", "--probe", "--threshold", "high"), "invalid float value"),
     ]
     for args, cause in cases:
         done = gymlab(*args)
@@ -115,9 +116,13 @@ def test_the_probe_pass_on_a_few_datasets():
     # reasoning-gym's default score_answer pays len(answer)/len(text) when the answer is inside the text
     assert 0 < chain["paid"]["tagged_spray"] < 0.01
     assert table["datasets"]["graph_color"]["oracle"] is None  # no single answer to give
-    assert table["episodes"] == 3 * 3 * 10 and table["seconds"] < 120  # 9 probes and the oracle
+    assert chain["flagged"] == []  # below the pass's threshold, 0.05: partial credit, no shortcut
+    # 5 probes, 19 short constants, 6 numbers of the prompt, the most common answer, 3 in tags, the oracle
+    assert table["episodes"] == 3 * 3 * 35 and table["seconds"] < 120
     text = gymlab("envs", "reasoning_gym", "chain_sum", "--probe", "--size", "2").stdout
-    assert text.startswith("| dataset | oracle |") and "| chain_sum | 1 | tagged_spray" in text
+    assert (
+        text.startswith("| dataset | oracle | flagged by") and "0 with a finding above, 1 paying a non-answer" in text
+    )
 
 
 GAME_CONFIG = """\

@@ -1,6 +1,7 @@
 """Notebook 08 (reward probes) executed in a real kernel; the checks live here (a probe cell)."""
 
 from gymlab.probes import BUILTIN_PROBES
+from gymlab.probes.policies import run_names
 from tests.notebooks.kernel import run_notebook
 
 PROBE = """{
@@ -37,5 +38,5 @@ def test_08_reward_probes():
         "paid by the component brief (mean value 1.00); a component's value is before its weight, not the reward."
     )
     # a user's own probe runs beside the built-in ones
-    assert out["mine_probes"] == [*BUILTIN_PROBES, "powers_of_ten"]
+    assert out["mine_probes"] == [*run_names(BUILTIN_PROBES), "powers_of_ten"]
     assert out["mine_flagged"] == []

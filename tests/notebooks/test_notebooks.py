@@ -83,6 +83,8 @@ def test_02b_your_first_environment():
             "light": [[r.reward, r.mask_sample] for r in light_rollouts],
             "light_check": lab.check(light, rows).ok,
             "light_left": len(light.server.session_state),
+            "probed": __import__("gymlab.probes").probes.probe(lab, env, rows).flagged,
+            "gym_probed": __import__("gymlab.probes").probes.probe(lab, table, rows).flagged,
         }""",
     )
     assert out["hint"] == {"hint": "higher", "guesses": 1}  # the bug, seen by hand (50 against 42)
@@ -94,6 +96,7 @@ def test_02b_your_first_environment():
         assert terminated is True and step_rewards[-1] == 1.0 and set(step_rewards[:-1]) == {-0.1}
         assert reward == pytest.approx(sum(step_rewards))
     assert out["gym_sessions_left"] == 0
+    assert out["probed"] == [] and out["gym_probed"] == []  # both graders pay the secret alone, nothing else
     assert "Traceback" not in text_of(outputs)
     # the agent made before the fix reaches the fixed server (re-serving a name keeps its URL)
     assert out["after"] == [[1.0, False, None]] * 3, out["after"]

@@ -14,6 +14,7 @@ import pytest
 from gymlab import Component
 from gymlab.examples import example_rows, load_environment
 from gymlab.probes import BUILTIN_PROBES, probe
+from gymlab.probes.policies import run_names
 
 SERVED = {
     "calculator": "CalculatorServer",
@@ -29,7 +30,7 @@ def test_example_is_not_flagged(lab, name):
     example = load_environment(name)
     env = lab.serve(getattr(example, SERVED[name]))
     report = probe(lab, env, example_rows(name), real_policy=example.policy)
-    assert list(report.rollouts) == list(BUILTIN_PROBES)
+    assert list(report.rollouts) == run_names(BUILTIN_PROBES)
     assert report.flagged == [] and report.hits == [], report
     assert report.cell("refusal").real_reward == 1.0  # the real policy earns every reward
     assert all(not r.mask_sample for rs in report.rollouts.values() for r in rs)  # every probe was graded
@@ -46,7 +47,7 @@ def test_blackjack_is_not_flagged_though_a_blind_hand_can_win(lab):
     assert all(report.cell(p).mean_reward < real for p in report.rollouts)
     tool_probes = {
         *("call_every_tool", "call_every_tool_silent", "call_every_tool_random", "call_every_tool_then_spray"),
-        "tool_leak",
+        *("tool_leak:all", "tool_leak:first", "tool_leak:last"),
     }
     assert {p for p, _ in report.hits} <= tool_probes
 
@@ -73,7 +74,7 @@ def serve_open_qa(lab, judge_policy, rubric=None):
 def test_open_qa_is_not_flagged(lab):
     open_qa = load_environment("open_qa")
     report = probe(lab, serve_open_qa(lab, open_qa.judge_policy), example_rows("open_qa"), real_policy=open_qa.policy)
-    assert list(report.rollouts) == list(BUILTIN_PROBES)
+    assert list(report.rollouts) == run_names(BUILTIN_PROBES)
     assert report.flagged == [] and report.hits == [], report
     assert all(not r.mask_sample for rs in report.rollouts.values() for r in rs)  # every probe was graded
     # the real policy: brief and right, long and right (brevity unpaid), right every other time, wrong

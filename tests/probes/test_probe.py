@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, EpisodeViewer, ProbeReport, Rollouts, SimpleResourcesServer
 from gymlab.probes import BUILTIN_PROBES, probe
+from gymlab.probes.policies import run_names
 from gymlab.protocol import function_call
 
 QUESTIONS = [
@@ -43,7 +44,7 @@ def answers_42(request):
 def test_answer_spray_flags_a_verify_that_checks_42_in_text(lab):
     env = lab.serve(FortyTwoInText)
     report = probe(lab, env, QUESTIONS, real_policy=answers_42)
-    assert isinstance(report, ProbeReport) and list(report.rollouts) == list(BUILTIN_PROBES)
+    assert isinstance(report, ProbeReport) and list(report.rollouts) == run_names(BUILTIN_PROBES)
     assert "answer_spray" in report.flagged
     # nothing else writes "42" (the answer-aware spray does: 6 x 7 and 40 + 2 are its guesses)
     assert set(report.flagged) == {"answer_spray", "answer_aware_spray"}
@@ -186,7 +187,7 @@ def test_verdict_table_html_text_frame_and_viewer(lab):
     frame = report.frame
     assert list(frame.columns) == [
         *("probe", "task", "episodes", "masked", "mask_rate", "mean_reward", "beat_rate", "real_reward"),
-        *("real_mask_rate", "above", "masked_more", "flagged", "shortcut", "prompt"),
+        *("real_mask_rate", "above", "masked_more", "by_chance", "flagged", "shortcut", "prompt"),
     ]
     assert frame.set_index(["probe", "task"]).loc[("answer_spray", 1), "flagged"]
     assert not frame.set_index(["probe", "task"]).loc[("refusal", 0), "above"]

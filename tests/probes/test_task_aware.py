@@ -125,12 +125,13 @@ HINT_ROWS = [
 
 def test_the_tool_leak_flags_a_hint_that_gives_the_word_away(lab):
     report = probe(lab, lab.serve(HintUnscramble), HINT_ROWS, real_policy=unscrambles)
-    assert report.flagged == ["tool_leak"], report  # exact match: no spray pays, the leak does
-    (episode,) = report.episodes("tool_leak", 3)
+    leaks = ["tool_leak:all", "tool_leak:first", "tool_leak:last"]
+    assert report.flagged == leaks, report  # exact match: no spray pays, the leak does
+    (episode,) = report.episodes("tool_leak:first", 3)
     hints = [json.loads(o.output)["hint"] for s in episode.steps for o in s.tool_outputs]
     assert hints == ["p", "pl", "pla", "plan", "plane", "plane"]  # called until a call said nothing new
     assert episode.response.output_text == "plane"
-    assert report.frame.set_index(["probe", "task"]).loc[("tool_leak", 0), "shortcut"] == (
+    assert report.frame.set_index(["probe", "task"]).loc[("tool_leak:last", 0), "shortcut"] == (
         "a tool's output given as the answer"
     )
     fixed = probe(lab, lab.serve(OneLetterHint), HINT_ROWS, real_policy=unscrambles)
