@@ -14,7 +14,7 @@ WORKSPACE ?= workspace
 # every notebook runs in CI in a venv made exactly as `make demo` makes .venv: the package and its lab extra
 DEMO_VENV := .venv-demo
 
-.PHONY: demo lab workspace demo-venv test test-nemo bench browser-deps clean
+.PHONY: demo lab workspace demo-venv side-venvs test test-nemo bench browser-deps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -64,15 +64,27 @@ lab: $(LAB_STAMP) workspace
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# OpenEnv and verifiers each need an mcp the `mcp` extra rules out (openenv: fastmcp 3, mcp<2; verifiers:
+# mcp==2.0.0), and each other's: each gets a venv of its own with the package, its extra and pytest.
+# tests/envs/test_side_venvs.py runs tests/envs/test_openenv.py and test_verifiers.py there.
+SIDE_VENVS := .venv-openenv .venv-verifiers
+
+.venv-%/.installed: pyproject.toml
+	$(PY) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install -q -e '.[$*,gymnasium]' 'pytest>=8' 'pytest-asyncio>=0.23'
+	touch $@
+
+side-venvs: $(addsuffix /.installed,$(SIDE_VENVS))
+
 # The demo's venv, made by the recipe `make demo` uses (LAB_STAMP), in DEMO_VENV.
 demo-venv:
 	@$(MAKE) --no-print-directory VENV=$(DEMO_VENV) $(DEMO_VENV)/.installed-lab
 
 # The notebooks' kernels (tests/notebooks, tests/browser) are the demo venv's: JUPYTER_PATH puts its
 # kernel spec first, and GYMLAB_DEMO_VENV lets a test check that the kernel runs there.
-# The two venvs install side by side (-j2): 65 s on a fresh 2-core machine, 106 s one after the other.
+# The four venvs (test, demo, openenv, verifiers) install side by side (-j4).
 test: browser-deps
-	@$(MAKE) --no-print-directory -j2 $(TEST_STAMP) demo-venv
+	@$(MAKE) --no-print-directory -j4 $(TEST_STAMP) demo-venv side-venvs
 	$(BIN)/ruff check gymlab tests environments
 	$(BIN)/ruff format --check gymlab tests environments
 	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
@@ -102,4 +114,4 @@ bench: $(LAB_STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(NEMO_VENV) $(DEMO_VENV) gymlab-demo build *.egg-info
+	rm -rf $(VENV) $(NEMO_VENV) $(DEMO_VENV) $(SIDE_VENVS) gymlab-demo build *.egg-info
