@@ -128,8 +128,8 @@ def fit_chats(
     chats: list[list[dict[str, Any]]],
     *,
     tools: list[Any] | None = None,
-    steps: int = 30,
-    learning_rate: float = 2e-2,
+    steps: int = 60,
+    learning_rate: float = 1e-2,
     seed: int = 0,
 ) -> list[float]:
     """A few supervised steps on chats (rendered by the chat template with ``tools``), the loss on each
@@ -156,6 +156,7 @@ def fit_chats(
         for _ in range(steps):
             loss = model(**batch, labels=labels).loss
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # a high rate, kept from diverging
             optimizer.step()
             optimizer.zero_grad()
             losses.append(loss.item())

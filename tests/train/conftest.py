@@ -25,3 +25,15 @@ def grpo_config(tmp_path, **overrides):
         temperature=1.0,
     )
     return GRPOConfig(**{**options, **overrides})
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """One torch thread: on a busy machine two threads spin-wait on each other (a step of the tiny model
+    went from 0.1 s to 3.8 s with two threads under load); the tiny model gains nothing from a second."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

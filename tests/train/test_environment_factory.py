@@ -130,3 +130,53 @@ def test_concurrent_rollouts_hold_one_session_each(served):
     assert rewards == expected and _open(env) == 0
     answers = reverify(env, list(envs.run.rollouts))
     assert list(answers["new_reward"]) == [r.reward for r in envs.run.rollouts]
+
+
+def test_grpo_trainer_drives_the_routes_through_the_factory(served, tmp_path):
+    """TRL's own GRPOTrainer with the factory: the tool calls its generations make reach the route,
+    each reward is the server's verify of the transcript (a re-verify agrees), no session is left."""
+    from datasets import Dataset
+
+    from gymlab.train import GRPOTrainer, tiny_chat_model
+    from gymlab.train.tiny import fit_chats
+
+    from .conftest import grpo_config
+
+    env, envs, rows = served
+    model, tokenizer = tiny_chat_model(seed=0)
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "increment", "arguments": {"by": 1}}}],
+    }
+    losses = fit_chats(model, tokenizer, [row["prompt"] + [call] for row in rows], tools=[envs.cls.increment], steps=80)
+    assert losses[-1] < 0.2  # a random model writes no tool call: it learns the shape of one first
+    args = grpo_config(
+        tmp_path,
+        learning_rate=1e-3,
+        max_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=64,
+        max_tool_calling_iterations=2,
+        temperature=0.3,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        environment_factory=envs,
+        reward_funcs=envs.reward,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+    )
+    trainer.train()
+    records = list(envs.run.rollouts)
+    assert len(records) == 4 and not any(r.mask_sample for r in records)
+    calls = [i for r in records for i in r.response.output if i.type == "function_call"]
+    assert calls and len(env.server._hits) == len(calls)  # every call the model made, and only those
+    logged = trainer.state.log_history[0]
+    assert logged["tools/call_frequency"] > 0
+    answers = reverify(env, records)
+    assert list(answers["new_reward"]) == [r.reward for r in records]
+    assert logged["reward"] == pytest.approx(sum(r.reward for r in records) / 4)
+    assert envs.open_sessions == 0 and _open(env) == 0
