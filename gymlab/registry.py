@@ -18,6 +18,7 @@ BUILTINS: dict[str, dict[str, str]] = {
     "responses_api_models": {
         "policy_model": "gymlab.models.policy:PolicyModel",
         "openai_model": "gymlab.models.openai",
+        "hf_model": "gymlab.models.hf:HFModel",
     },
     "environment_servers": {
         "single_agent_turn": "gymlab.envservers.single_agent_turn",

@@ -118,6 +118,10 @@ class BaseServer(BaseModel):
             self._app = self.setup_webserver()
         return self._app
 
+    def stop_work(self) -> None:
+        """Called (from any thread) as a Lab closes the server, before its in-flight requests are waited
+        for: end long-running work (a generation) so they answer now. The default has none to end."""
+
     def multiple_workers_unsupported_reason(self) -> str | None:
         """Why this server needs one worker (state that session routing cannot reach), or None."""
         return None

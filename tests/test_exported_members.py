@@ -6,7 +6,21 @@ import sys
 
 import gymlab
 
-HEAVY = ["pandas", "matplotlib", "ipywidgets", "gymnasium", "openai", "fastapi", "uvicorn", "aiohttp", "mcp", "ray"]
+HEAVY = [
+    "pandas",
+    "matplotlib",
+    "ipywidgets",
+    "gymnasium",
+    "openai",
+    "fastapi",
+    "uvicorn",
+    "aiohttp",
+    "mcp",
+    "ray",
+    "torch",
+    "transformers",
+    "trl",
+]
 
 
 #: The public API, sorted. Adding or removing a name is a decision: change it here on purpose.
@@ -130,7 +144,7 @@ def test_import_is_light():
 
 
 def test_lab_import_leaves_data_and_plot_libraries_unloaded():
-    code = "import sys, gymlab; gymlab.Lab; print(','.join(m for m in ('pandas','matplotlib','ipywidgets') if m in sys.modules))"
+    code = "import sys, gymlab; gymlab.Lab; print(','.join(m for m in ('pandas','matplotlib','ipywidgets','torch','transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
 

@@ -11,6 +11,7 @@ from gymlab.export.filters import as_records, select
 from gymlab.jsonl import write_jsonl_atomic
 from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
 from gymlab.protocol import Rollout
+from gymlab.protocol.responses import TOKEN_FIELDS
 
 #: The keys of a NeMo Gym rollout row, in the order it writes them.
 ROLLOUT_KEYS = (
@@ -60,11 +61,23 @@ def sft_row(record: Rollout, where: str = "") -> dict[str, Any]:
     return {"messages": messages, "tools": chat_tools(params.tools)}
 
 
+def token_turns(record: Rollout) -> list[dict[str, Any]]:
+    """Each model turn's token ids and sampled log-probabilities, in order: the ``TOKEN_FIELDS`` of every
+    output item that carries them (a local model server's or vLLM's answers); ``[]`` when none does."""
+    turns = []
+    for item in record.response.output:
+        extra = item.__pydantic_extra__ or {}
+        if extra.get("generation_token_ids") is not None:
+            turns.append({key: extra.get(key) for key in TOKEN_FIELDS})
+    return turns
+
+
 def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
-    """One episode as an RL row: the prompt (chat messages), the completion, the reward and the ids."""
+    """One episode as an RL row: the prompt (chat messages), the completion, the reward and the ids;
+    ``token_turns`` too when the model server kept the tokens."""
     params = record.responses_create_params
     extra = record.__pydantic_extra__ or {}
-    return {
+    row = {
         "prompt": chat_messages(prompt_items(params), where),
         "completion": chat_messages(record.response.output, where),
         "tools": chat_tools(params.tools),
@@ -72,6 +85,9 @@ def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
         "_ng_task_index": extra.get("_ng_task_index"),
         "_ng_rollout_index": extra.get("_ng_rollout_index"),
     }
+    if turns := token_turns(record):
+        row["token_turns"] = turns
+    return row
 
 
 def export_sft(rollouts: Iterable[Rollout | dict], path: str | os.PathLike, **filters: Any) -> Path:

@@ -32,6 +32,7 @@ class ServerHandle:
         return self._runner.running
 
     def stop(self) -> None:
+        self.server.stop_work()
         self._runner.stop()
         if self._lab is not None and self._lab._handles.get(self.name) is self:
             del self._lab._handles[self.name]

@@ -117,13 +117,20 @@ class Lab:
         *,
         name: str | None = None,
         openai: dict[str, Any] | None = None,
+        hf: Any = None,
+        tokenizer: Any = None,
         **config: Any,
     ) -> ServerHandle:
-        """Start a model server: a ``PolicyModel`` over ``policy(request)``, or with
-        ``openai=dict(base_url=..., model=..., api_key_env=..., mode=...)`` an ``OpenAIModel`` proxy."""
+        """Start a model server: a ``PolicyModel`` over ``policy(request)``; with
+        ``openai=dict(base_url=..., model=..., api_key_env=..., mode=...)`` an ``OpenAIModel`` proxy; with
+        ``hf=model_or_path`` (and ``tokenizer``, else loaded from the same path) an ``HFModel`` generating here."""
+        if sum(x is not None for x in (policy, openai, hf)) > 1:
+            raise TypeError("serve_model takes one of a policy, openai=... or hf=...")
+        if hf is not None:
+            from gymlab.models.hf import HFModel
+
+            return self.serve(HFModel, name=name or "hf_model", hf=hf, tokenizer=tokenizer, **config)
         if openai is not None:
-            if policy is not None:
-                raise TypeError("serve_model takes a policy or openai=..., not both")
             from gymlab.models.openai import OpenAIModel
 
             return self.serve(OpenAIModel, name=name or "openai_model", **{**openai, **config})
@@ -370,6 +377,8 @@ class Lab:
         for pool in self._pools:
             pool.close()
         self._pools.clear()
+        for handle in self._handles.values():
+            handle.server.stop_work()  # long work ends first, so no in-flight request holds the stop
         for handle in list(self._handles.values()):
             handle._runner.stop()
         self._handles.clear()

@@ -69,6 +69,11 @@ class Reasoning(_Open):
     encrypted_content: str | None = None
 
 
+#: The fields a model turn's first output item carries when its server keeps the tokens (NeMo Gym's names):
+#: the prompt's token ids, the generated ones, and each generated token's log-probability.
+TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
 class OtherItem(_Open):
     """An item of a type this subset does not model; kept as it came."""
 

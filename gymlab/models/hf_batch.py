@@ -1,0 +1,293 @@
+"""HFModel's batches: requests arriving within ``batch_window_ms`` gathered on the event loop, left-padded
+and generated together in one worker thread; each row stops on its own (end of turn, its token budget, its
+deadline, its caller gone), and the sampled tokens' log-probabilities are read from the raw logits."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import queue
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Why a row stopped: its end-of-turn token, its token budget, its deadline, its caller hung up or the server closed.
+Finish = str  # "stop" | "length" | "timeout" | "cancelled"
+
+
+@dataclass(eq=False)
+class Row:
+    """One request in a batch: its prompt token ids and sampling, and what generation gave it."""
+
+    prompt: list[int]
+    temperature: float
+    top_p: float
+    max_new: int
+    deadline: float  # time.monotonic() past which the row stops with "timeout"
+    future: asyncio.Future | None = None
+    cancelled: bool = False
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: Finish = ""
+
+    @property
+    def sampling(self) -> tuple[bool, float, float]:
+        """Rows with equal keys share one ``generate`` call (greedy when the temperature is 0)."""
+        greedy = self.temperature == 0
+        return (not greedy, 1.0 if greedy else self.temperature, 1.0 if greedy else self.top_p)
+
+
+class QueueFull(Exception):
+    """The server already holds ``max_queue`` waiting requests."""
+
+
+class Closed(Exception):
+    """The server closed before the row was generated."""
+
+
+class Batcher:
+    """Gathers rows on the serving loop and runs ``generate(rows, stop, answer)`` for each batch in one
+    thread; ``answer(row)`` hands back a row as soon as it has stopped."""
+
+    def __init__(
+        self,
+        generate: Callable[[list[Row], threading.Event, Callable[[Row], None]], None],
+        *,
+        window_s: float,
+        max_batch: int,
+        max_queue: int,
+        threads: int | None = None,
+    ):
+        self.generate, self.window_s, self.max_batch, self.max_queue = generate, window_s, max_batch, max_queue
+        self.threads = threads
+        self.stop = threading.Event()
+        self.batches = 0  # generate calls made (a batch of several sampling settings is one)
+        self.batch_sizes: list[int] = []  # the last 1000 batches' sizes
+        self.finished: Counter[str] = Counter()  # rows by how they ended
+        self.in_flight = 0  # rows taken and not yet answered
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # batches for the worker thread; None ends it
+        self._thread: threading.Thread | None = None
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+
+    async def run(self, row: Row) -> Row:
+        """``row`` generated (its tokens, logprobs and finish set); cancelled: the row stops at the next token."""
+        if self.stop.is_set():
+            raise Closed("the model server is closing")
+        if self._task is None:
+            self._queue = asyncio.Queue()
+            # a daemon thread: a generation in flight never holds the process open (close stops it at its next token)
+            self._thread = threading.Thread(target=self._work, name="gymlab-hf-generate", daemon=True)
+            self._thread.start()
+            _open.add(self)
+            self._task = asyncio.get_running_loop().create_task(self._dispatch())
+        if self._queue.qsize() >= self.max_queue:
+            raise QueueFull
+        row.future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(row)
+        self.in_flight += 1
+        try:
+            await row.future
+        except BaseException:
+            row.cancelled = True  # a hang-up or a timeout: the worker drops the row at its next token
+            raise
+        finally:
+            self.in_flight -= 1
+        return row
+
+    async def _gather(self) -> list[Row]:
+        queue, loop = self._queue, asyncio.get_running_loop()
+        batch = [await queue.get()]
+        until = loop.time() + self.window_s
+        while len(batch) < self.max_batch:
+            if not queue.empty():
+                batch.append(queue.get_nowait())
+                continue
+            left = until - loop.time()
+            if left <= 0:
+                break
+            try:
+                batch.append(await asyncio.wait_for(queue.get(), left))
+            except TimeoutError:
+                break
+        return batch
+
+    async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._gather()
+            now = time.monotonic()
+            live = []
+            for row in batch:
+                if row.cancelled or row.future.done():  # its caller left while it waited
+                    self.finished["cancelled"] += 1
+                    continue
+                if now >= row.deadline:  # waited out its budget in the queue
+                    row.finish = "timeout"
+                    self.finished["timeout"] += 1
+                    row.future.set_result(row)
+                    continue
+                live.append(row)
+            if not live:
+                continue
+            self.batches += 1
+            self.batch_sizes = [*self.batch_sizes[-999:], len(live)]
+            ended: concurrent.futures.Future = concurrent.futures.Future()
+            self._jobs.put((live, ended, lambda row: loop.call_soon_threadsafe(self._answer, row)))
+            try:
+                await asyncio.wrap_future(ended, loop=loop)
+            except Exception as exc:  # noqa: BLE001 - every caller of the batch still waiting gets the failure
+                for row in live:
+                    if not row.future.done():
+                        row.future.set_exception(exc)
+
+    def _answer(self, row: Row) -> None:
+        """A row that stopped, answered on the loop while its batch goes on."""
+        self.finished[row.finish] += 1
+        if not row.future.done():
+            row.future.set_result(row)
+
+    async def close(self) -> None:
+        """Stop the batch running at its next token, fail the waiting rows, free the worker thread."""
+        self.stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing anyway
+                pass
+        while self._queue is not None and not self._queue.empty():
+            row = self._queue.get_nowait()
+            if not row.future.done():
+                row.future.set_exception(Closed("the model server closed"))
+        self._jobs.put(None)
+
+    def _work(self) -> None:
+        """The worker thread: one batch at a time, until ``None`` comes."""
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)  # OpenMP's setting is per thread: this thread's alone
+        while (job := self._jobs.get()) is not None:
+            rows, ended, answer = job
+            try:
+                self.generate(rows, self.stop, answer)
+            except BaseException as exc:  # noqa: BLE001 - handed to the batch's callers
+                ended.set_exception(exc)
+            else:
+                ended.set_result(None)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the worker thread to end (after ``close``); whether it has."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._thread is None or not self._thread.is_alive()
+
+
+_open: weakref.WeakSet[Batcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """At exit, a batch still generating (its server never shut down) stops at its next token."""
+    for batcher in list(_open):
+        batcher.stop.set()
+        batcher._jobs.put(None)
+    for batcher in list(_open):
+        batcher.join(5.0)
+
+
+def generate_rows(
+    model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event, done: Callable[[Row], None]
+) -> None:
+    """Generate ``rows`` (in the worker thread): one ``generate`` call per sampling setting among them;
+    ``done(row)`` as soon as a row has stopped, while the others go on."""
+    groups: dict[tuple, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.sampling, []).append(row)
+    for (sample, temperature, top_p), group in groups.items():
+        _generate(model, eos, pad, group, stop, done, sample, temperature, top_p)
+
+
+def _generate(model, eos, pad, rows, stop, done, sample, temperature, top_p) -> None:
+    import torch
+    from transformers import (
+        GenerationConfig,
+        LogitsProcessor,
+        LogitsProcessorList,
+        StoppingCriteria,
+        StoppingCriteriaList,
+        TemperatureLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    width = max(len(r.prompt) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows])
+    mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows])
+    steps: list[Any] = []  # per token: the sampled tokens' raw log-probabilities, one per row
+    ended = [False] * len(rows)
+    raw: list[Any] = [None]
+
+    class Raw(LogitsProcessor):
+        """First in the list: the model's own distribution, before temperature and top_p."""
+
+        def __call__(self, input_ids, scores):
+            raw[0] = torch.log_softmax(scores.float(), dim=-1)
+            return scores
+
+    def end(i: int, input_ids: Any, why: str) -> None:
+        row, n = rows[i], input_ids.shape[1] - width
+        row.tokens = input_ids[i, width:].tolist()
+        row.logprobs = [float(step[i]) for step in steps[:n]]
+        row.finish, ended[i] = why, True
+        done(row)
+
+    class Each(StoppingCriteria):
+        """After each token: its log-probability, and which rows are done (answered now; the others go on)."""
+
+        def __call__(self, input_ids, scores, **kwargs):
+            token = input_ids[:, -1]
+            steps.append(raw[0].gather(1, token[:, None]).squeeze(1))
+            n, now, stopped = input_ids.shape[1] - width, time.monotonic(), stop.is_set()
+            for i, row in enumerate(rows):
+                if ended[i]:
+                    continue
+                if int(token[i]) in eos:
+                    end(i, input_ids, "stop")
+                elif row.cancelled or stopped:
+                    end(i, input_ids, "cancelled")
+                elif now >= row.deadline:
+                    end(i, input_ids, "timeout")
+                elif n >= row.max_new:
+                    end(i, input_ids, "length")
+            return torch.tensor(ended, device=input_ids.device)
+
+    processors = [Raw()]
+    if sample and temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(temperature))
+    if sample and top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p))
+    config = GenerationConfig(
+        max_new_tokens=max(r.max_new for r in rows),
+        do_sample=sample,
+        top_k=0 if sample else None,  # no top-k unless asked (a model's generation_config may default to 50)
+        pad_token_id=pad,
+        eos_token_id=sorted(eos),
+    )
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList(processors),
+            stopping_criteria=StoppingCriteriaList([Each()]),
+        )
+    for i in range(len(rows)):
+        if not ended[i]:  # generate stopped before its last criterion call (never expected)
+            end(i, out, "length")

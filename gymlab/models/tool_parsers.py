@@ -1,0 +1,136 @@
+"""Tool calls read back from what a local model wrote: the tokenizer's own response template when it has
+one, else the Hermes/Qwen ``<tool_call>{json}</tool_call>`` form or Llama 3's bare JSON; ``TOOL_PARSERS``
+holds them by name (add your own). Each pass is linear in the text, and a block that does not parse stays
+in the text: a degenerate answer is returned as what it is, never an error (docs/models.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+#: A parser: the model's text -> (the text left, [(name, arguments)]); arguments a dict or a JSON string.
+ToolParser = Callable[[str], tuple[str, list[tuple[str, Any]]]]
+
+#: Most tool calls read from one answer; later blocks stay in the text.
+MAX_CALLS = 64
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_PYTHON_TAG = "<|python_tag|>"
+
+
+def _call(obj: Any, args_key: str) -> tuple[str, Any] | None:
+    """``(name, arguments)`` of a decoded call object, or None when it is not one."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return None
+    args = obj.get(args_key, obj.get("arguments", {}))
+    if args is None:
+        args = {}
+    if not isinstance(args, (dict, str)):
+        return None
+    return obj["name"], args
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # invalid, or nested deeper than the decoder recurses
+        return None
+
+
+def hermes(text: str) -> tuple[str, list[tuple[str, Any]]]:
+    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (Hermes, Qwen 2.5/3)."""
+    calls: list[tuple[str, Any]] = []
+    kept: list[str] = []
+    pos = 0
+    while len(calls) < MAX_CALLS:
+        start = text.find(_OPEN, pos)
+        if start < 0:
+            break
+        end = text.find(_CLOSE, start + len(_OPEN))
+        if end < 0:  # no block closes after here: one scan, then the rest is text
+            break
+        call = _call(_loads(text[start + len(_OPEN) : end]), "arguments")
+        if call is None:  # not a call: the block stays text, and the scan goes on after its opening
+            kept.append(text[pos : start + len(_OPEN)])
+            pos = start + len(_OPEN)
+            continue
+        calls.append(call)
+        kept.append(text[pos:start])
+        pos = end + len(_CLOSE)
+    kept.append(text[pos:])
+    return "".join(kept).strip(), calls
+
+
+def llama3(text: str) -> tuple[str, list[tuple[str, Any]]]:
+    """Llama 3's JSON calls: the whole answer ``{"name": ..., "parameters": {...}}``, several joined by ``;``,
+    optionally after ``<|python_tag|>``. Anything else is text."""
+    body = text.strip().removeprefix(_PYTHON_TAG).strip()
+    if not body.startswith("{"):
+        return text.strip(), []
+    decoder, calls, pos = json.JSONDecoder(), [], 0
+    while pos < len(body) and len(calls) < MAX_CALLS:
+        try:
+            obj, pos = decoder.raw_decode(body, pos)
+        except (ValueError, RecursionError):
+            return text.strip(), []
+        if (call := _call(obj, "parameters")) is None:
+            return text.strip(), []
+        calls.append(call)
+        while pos < len(body) and body[pos] in " \t\r\n;":
+            pos += 1
+    if pos < len(body):
+        return text.strip(), []
+    return "", calls
+
+
+def no_tools(text: str) -> tuple[str, list[tuple[str, Any]]]:
+    """No parsing: the whole answer is text."""
+    return text.strip(), []
+
+
+TOOL_PARSERS: dict[str, ToolParser] = {"hermes": hermes, "llama3": llama3, "none": no_tools}
+
+
+def schema_parser(tokenizer: Any) -> ToolParser:
+    """transformers' ``tokenizer.parse_response`` with the tokenizer's response template; an answer it
+    refuses (a block that is not JSON) is text with no call."""
+
+    def parse(text: str) -> tuple[str, list[tuple[str, Any]]]:
+        try:
+            message = tokenizer.parse_response(text, prefix="")
+        except (ValueError, RecursionError, TypeError, KeyError):
+            return text.strip(), []
+        calls = []
+        for raw in (message.get("tool_calls") or [])[:MAX_CALLS]:
+            if (call := _call(raw.get("function", raw) if isinstance(raw, dict) else None, "arguments")) is None:
+                return text.strip(), []
+            calls.append(call)
+        content = message.get("content")
+        return (content if isinstance(content, str) else "").strip(), calls
+
+    return parse
+
+
+def has_schema(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` carries a response template (or the older response schema) to parse with."""
+    return bool(getattr(tokenizer, "response_template", None) or getattr(tokenizer, "response_schema", None))
+
+
+def tool_parser(choice: str | ToolParser, tokenizer: Any) -> ToolParser:
+    """The parser ``choice`` names (``"auto"``: the tokenizer's template if it has one, else Llama 3's JSON
+    when its chat template speaks it, else Hermes); a callable is taken as it is."""
+    if callable(choice):
+        return choice
+    if choice == "schema" or (choice == "auto" and has_schema(tokenizer)):
+        if not has_schema(tokenizer):
+            raise ValueError("tool_parser='schema' needs a tokenizer with a response_template")
+        return schema_parser(tokenizer)
+    if choice == "auto":
+        template = str(getattr(tokenizer, "chat_template", None) or "")
+        return llama3 if _PYTHON_TAG in template and _OPEN not in template else hermes
+    if choice not in TOOL_PARSERS:
+        raise ValueError(
+            f"tool_parser {choice!r} is not known; use one of auto, schema, {', '.join(TOOL_PARSERS)}, "
+            "or a callable text -> (text, [(name, arguments)])"
+        )
+    return TOOL_PARSERS[choice]
