@@ -125,22 +125,25 @@ def tiny_chat_model(
 def fit_chats(
     model: Any,
     tokenizer: Any,
-    chats: list[list[dict[str, Any]]],
+    chats: list[Any],
     *,
     tools: list[Any] | None = None,
     steps: int = 60,
     learning_rate: float = 1e-2,
     seed: int = 0,
 ) -> list[float]:
-    """A few supervised steps on chats (rendered by the chat template with ``tools``), the loss on each
-    chat's last message only, so a random model learns a shape: e.g. that its answer is a tool call.
-    Returns the loss of each step."""
+    """A few supervised steps on chats, the loss on each chat's last message only, so a random model learns a
+    shape: e.g. that its answer is a tool call. A chat is a list of messages (rendered with ``tools``) or, as
+    TRL's conversational rows, ``{"messages": [...], "tools": [...]}``. Returns the loss of each step."""
     import torch
 
     rows = []
     for chat in chats:
-        prompt = tokenizer.apply_chat_template(chat[:-1], tools=tools, add_generation_prompt=True, tokenize=False)
-        whole = tokenizer.apply_chat_template(chat, tools=tools, tokenize=False)
+        messages, chat_tools = (chat["messages"], chat.get("tools")) if isinstance(chat, dict) else (chat, tools)
+        prompt = tokenizer.apply_chat_template(
+            messages[:-1], tools=chat_tools, add_generation_prompt=True, tokenize=False
+        )
+        whole = tokenizer.apply_chat_template(messages, tools=chat_tools, tokenize=False)
         rows.append((len(tokenizer(prompt)["input_ids"]), whole))
     batch = tokenizer([whole for _, whole in rows], return_tensors="pt", padding=True)
     labels = torch.full_like(batch["input_ids"], -100)
