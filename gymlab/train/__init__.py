@@ -14,6 +14,7 @@ _NAMES = {
     "GRPOTrainer": "gymlab.train.trainer",
     "TrainingRun": "gymlab.train.records",
     "environment_factory": "gymlab.train.environments",
+    "gymnasium_rollout_func": "gymlab.train.gymnasium",
     "trl_rows": "gymlab.train.environments",
     "verify_reward": "gymlab.train.rewards",
     "tiny_chat_model": "gymlab.train.tiny",

@@ -34,13 +34,16 @@ _SCHEMA_TYPES = (str, int, float, bool, list, dict)
 
 def trl_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """TRL dataset rows from gymlab rows: ``prompt`` (the row's input as chat messages, the one converter)
-    and the row itself as JSON under ``gymlab_row`` (an Arrow column cannot hold rows of other shapes)."""
+    and the row itself as JSON under ``gymlab_row`` (an Arrow column cannot hold rows of other shapes),
+    also on the prompt's first message, where a ``rollout_func`` (given only the prompts) finds it."""
     out = []
     for index, row in enumerate(rows):
         request = AgentRunRequest.model_validate(row)
         row = {"_ng_task_index": index, **dump_row(request)}
         prompt = chat_messages(request.responses_create_params, f"rows[{index}]")
-        out.append({"prompt": prompt, ROW_COLUMN: json.dumps(row)})
+        text = json.dumps(row)
+        prompt[0][ROW_COLUMN] = text  # a rollout_func sees only the prompts (chat templates ignore the key)
+        out.append({"prompt": prompt, ROW_COLUMN: text})
     return out
 
 
