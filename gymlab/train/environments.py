@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import threading
+import types
 import typing
 import weakref
 from typing import Any
@@ -55,12 +56,19 @@ def row_of(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _hint(annotation: Any) -> Any:
-    """A type TRL can put in a tool schema: the field's own when it can, else its origin or ``str``."""
-    if annotation in _SCHEMA_TYPES:
+    """A type TRL can put in a tool schema: the field's own when it can (basic types, Literal, unions and
+    lists of those), else the nearest it can (a nested model: ``dict``; anything else: ``str``)."""
+    if annotation in _SCHEMA_TYPES or annotation is type(None):
         return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (list, dict, typing.Literal, typing.Union) or str(origin) == "<class 'types.UnionType'>":
-        return annotation if all(a in _SCHEMA_TYPES or a is type(None) for a in typing.get_args(annotation)) else origin
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return annotation if all(isinstance(a, (str, int, float, bool)) for a in args) else str
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        return typing.Union[tuple(_hint(a) for a in args)]  # noqa: UP007 (built from a tuple)
+    if origin in (list, tuple, set, frozenset):
+        return list[_hint(args[0])] if args else list
+    if origin is dict:
+        return dict
     return dict if isinstance(annotation, type) and issubclass(annotation, BaseModel) else str
 
 

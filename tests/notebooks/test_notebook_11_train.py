@@ -22,7 +22,8 @@ PROBE = """{
     "rl_lines": len(rl.read_text().splitlines()),
     "open_sessions": envs.open_sessions,
     "server_sessions": len(env.server.session_state),
-    "viewer_episodes": len(EpisodeViewer(training).records) if hasattr(EpisodeViewer(training), "records") else None,
+    "panel": [run.panel.done, run.panel.kept, run.panel.renders > 0],
+    "curve_drawn": len(run._curve.outputs),
 }"""
 
 
@@ -37,3 +38,4 @@ def test_11_train_on_your_environment():
     assert out["steps_on_records"] == [0, 1, 2]
     assert out["rl_lines"] == out["training"]
     assert out["open_sessions"] == 0 and out["server_sessions"] == 0
+    assert out["panel"] == [12, 12, True] and out["curve_drawn"] == 1  # the live panel and the redrawn curve
