@@ -180,3 +180,28 @@ def test_grpo_trainer_drives_the_routes_through_the_factory(served, tmp_path):
     assert list(answers["new_reward"]) == [r.reward for r in records]
     assert logged["reward"] == pytest.approx(sum(r.reward for r in records) / 4)
     assert envs.open_sessions == 0 and _open(env) == 0
+
+
+class SeedFails(CountingCounter):
+    """The counter whose seed fails (a 500) for a row starting at 5."""
+
+    async def seed_session(self, request: Request, body: counter.CounterSeedRequest):
+        if body.initial_count == 5:
+            raise RuntimeError("the environment's backend is down")
+        return await super().seed_session(request, body)
+
+
+def test_a_failed_seed_is_a_masked_rollout(lab):
+    env = lab.serve(SeedFails, name="seed_fails")
+    envs = environment_factory(lab, env)
+    rows = trl_rows(example_rows("counter")[:2])
+    ok, broken = envs(), envs()
+    ok.reset(**rows[0])
+    assert broken.reset(**rows[1]) is None  # the rollout goes on: TRL generates, the tools refuse
+    with pytest.raises(EpisodeError, match="no seeded episode"):
+        broken.increment(by=1)
+    rewards = envs.reward(completions=["3", "6"], environments=[ok, broken])
+    assert rewards == [0.0, None]
+    masked = list(envs.run.rollouts)[1]
+    assert masked.mask_sample and masked.failure_stage == "seed" and masked.failure_kind == "agent_request_failed"
+    assert envs.run.masked == 1 and _open(env) == 0 and not env.server._hits
