@@ -137,8 +137,7 @@ def test_grpo_trainer_drives_the_routes_through_the_factory(served, tmp_path):
     each reward is the server's verify of the transcript (a re-verify agrees), no session is left."""
     from datasets import Dataset
 
-    from gymlab.train import GRPOTrainer, tiny_chat_model
-    from gymlab.train.tiny import fit_chats
+    from gymlab.train import GRPOTrainer, fit_chats, tiny_chat_model
 
     from .conftest import grpo_config
 
