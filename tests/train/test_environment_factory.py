@@ -204,3 +204,32 @@ def test_a_failed_seed_is_a_masked_rollout(lab):
     masked = list(envs.run.rollouts)[1]
     assert masked.mask_sample and masked.failure_stage == "seed" and masked.failure_kind == "agent_request_failed"
     assert envs.run.masked == 1 and _open(env) == 0 and not env.server._hits
+
+
+def test_a_trainer_error_mid_step_leaves_sessions_that_close_releases(served, tmp_path):
+    from datasets import Dataset
+
+    from gymlab.train import GRPOTrainer, tiny_chat_model
+
+    from .conftest import grpo_config
+
+    env, envs, rows = served
+
+    def broken(completions, **kwargs):
+        raise RuntimeError("a reward function of the user's failed")
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    args = grpo_config(tmp_path, max_steps=1, per_device_train_batch_size=4, num_generations=4, max_completion_length=4)
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        environment_factory=envs,
+        reward_funcs=[broken, envs.reward],
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+    )
+    with pytest.raises(RuntimeError, match="reward function of the user's failed"):
+        trainer.train()
+    assert envs.open_sessions == _open(env) == 4  # seeded, never verified
+    envs.close()
+    assert envs.open_sessions == _open(env) == 0
