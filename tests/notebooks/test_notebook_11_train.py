@@ -1,5 +1,7 @@
 """Notebook 11 (train on your environment) executed in a kernel of the test venv (the ``train`` extra)."""
 
+import sys
+
 import pytest
 
 from tests.notebooks.kernel import run_notebook
@@ -29,7 +31,7 @@ PROBE = """{
 
 def test_11_train_on_your_environment():
     out, outputs = run_notebook("11_train_on_your_environment.ipynb", PROBE, test_venv=True)
-    assert "/.venv/" in out["python"] or ".venv-demo" not in out["python"], out["python"]
+    assert out["python"] == sys.executable  # the test venv's kernel, which has the train extra
     assert out["flagged"] == []  # the probes earn nothing on the fixed game
     assert out["before"] == out["after"] == 6 and out["before_masked"] == 0
     assert out["before_tokens"] and out["after_tokens"]  # token ids on every record the local server made
