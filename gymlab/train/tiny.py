@@ -120,3 +120,48 @@ def tiny_chat_model(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.eval()
     return model, tokenizer
+
+
+def fit_chats(
+    model: Any,
+    tokenizer: Any,
+    chats: list[Any],
+    *,
+    tools: list[Any] | None = None,
+    steps: int = 60,
+    learning_rate: float = 1e-2,
+    seed: int = 0,
+) -> list[float]:
+    """A few supervised steps on chats, the loss on each chat's last message only, so a random model learns a
+    shape: e.g. that its answer is a tool call. A chat is a list of messages (rendered with ``tools``) or, as
+    TRL's conversational rows, ``{"messages": [...], "tools": [...]}``. Returns the loss of each step."""
+    import torch
+
+    rows = []
+    for chat in chats:
+        messages, chat_tools = (chat["messages"], chat.get("tools")) if isinstance(chat, dict) else (chat, tools)
+        prompt = tokenizer.apply_chat_template(
+            messages[:-1], tools=chat_tools, add_generation_prompt=True, tokenize=False
+        )
+        whole = tokenizer.apply_chat_template(messages, tools=chat_tools, tokenize=False)
+        rows.append((len(tokenizer(prompt)["input_ids"]), whole))
+    batch = tokenizer([whole for _, whole in rows], return_tensors="pt", padding=True)
+    labels = torch.full_like(batch["input_ids"], -100)
+    for i, (prompt_len, _) in enumerate(rows):  # left padding: the chat ends at the right edge
+        length = int(batch["attention_mask"][i].sum())
+        start = batch["input_ids"].size(1) - length + prompt_len
+        labels[i, start:] = batch["input_ids"][i, start:]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    losses = []
+    model.train()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        for _ in range(steps):
+            loss = model(**batch, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # a high rate, kept from diverging
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+    model.eval()
+    return losses

@@ -7,10 +7,13 @@ cell, so its servers still answer) and comes back to the test as that dict.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpec
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -26,9 +29,19 @@ def read(name: str) -> nbformat.NotebookNode:
     return book
 
 
-def run_notebook(name: str, probe: str) -> tuple[dict[str, Any], list[dict]]:
-    """Execute ``notebooks/<name>`` with ``probe`` evaluated in its kernel; return the probe's value and
-    the outputs of the notebook's own cells."""
+class TestVenvKernel(AsyncKernelManager):
+    """A kernel of the Python running the tests (the test venv, which has the ``train`` extra), whatever
+    kernel spec JUPYTER_PATH puts first (the demo venv's, made with the ``lab`` extra only)."""
+
+    @property
+    def kernel_spec(self) -> KernelSpec:
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        return KernelSpec(argv=argv, display_name="gymlab test venv", language="python")
+
+
+def run_notebook(name: str, probe: str, *, test_venv: bool = False) -> tuple[dict[str, Any], list[dict]]:
+    """Execute ``notebooks/<name>`` with ``probe`` evaluated in its kernel (the demo venv's; ``test_venv``:
+    the test venv's); return the probe's value and the outputs of the notebook's own cells."""
     book = read(name)
     cell = nbformat.v4.new_code_cell(
         f"from IPython.display import display as _probe_display\n_probe_display({{'application/json': {probe}}}, raw=True)"
@@ -36,8 +49,14 @@ def run_notebook(name: str, probe: str) -> tuple[dict[str, Any], list[dict]]:
     closing = [i for i, c in enumerate(book.cells) if c.cell_type == "code" and c.source.strip() == "lab.close()"]
     book.cells.insert(closing[-1] if closing else len(book.cells), cell)
     # deadlines for a loaded CI machine: per cell, and for the kernel to start
+    kernel = {"kernel_manager_class": TestVenvKernel} if test_venv else {}
     NotebookClient(
-        book, timeout=600, startup_timeout=180, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+        book,
+        timeout=600,
+        startup_timeout=180,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+        **kernel,
     ).execute()
     found = [o["data"]["application/json"] for o in cell.outputs if "application/json" in o.get("data", {})]
     assert len(found) == 1, f"the probe of {name} answered {cell.outputs}"

@@ -1,0 +1,218 @@
+"""TRL's ``environment_factory`` over a served seed/verify environment: one gymlab episode per rollout.
+
+``GRPOTrainer`` builds environment instances once and resets them for every rollout; it exposes each
+public method but ``reset`` and ``get_reward`` to the model as a tool, reading the tool's schema from the
+method's signature and Google-style docstring. Here each instance holds one ``SeedVerifyEpisode``:
+``reset(**row)`` releases the last one if it is still open and seeds a new one; one method per tool
+route calls it through the episode (recorded as the model's call); ``Environments.reward`` says the
+final answer and verifies the transcript. docs/train.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+import types
+import typing
+import weakref
+from typing import Any
+
+from pydantic import BaseModel
+
+from gymlab.errors import EpisodeError
+from gymlab.models.chat_convert import chat_messages
+from gymlab.protocol.resources import AgentRunRequest, dump_row
+from gymlab.resources.tools import _body_model, tools_from
+from gymlab.train.records import TrainingRun
+
+#: The dataset column that carries a gymlab row (as JSON) through TRL to ``reset(**row)``.
+ROW_COLUMN = "gymlab_row"
+
+#: Python types TRL (transformers' ``get_json_schema``) turns into a tool's JSON schema.
+_SCHEMA_TYPES = (str, int, float, bool, list, dict)
+
+
+def trl_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """TRL dataset rows from gymlab rows: ``prompt`` (the row's input as chat messages, the one converter)
+    and the row itself as JSON under ``gymlab_row`` (an Arrow column cannot hold rows of other shapes),
+    also on the prompt's first message, where a ``rollout_func`` (given only the prompts) finds it."""
+    out = []
+    for index, row in enumerate(rows):
+        request = AgentRunRequest.model_validate(row)
+        row = {"_ng_task_index": index, **dump_row(request)}
+        prompt = chat_messages(request.responses_create_params, f"rows[{index}]")
+        text = json.dumps(row)
+        prompt[0][ROW_COLUMN] = text  # a rollout_func sees only the prompts (chat templates ignore the key)
+        out.append({"prompt": prompt, ROW_COLUMN: text})
+    return out
+
+
+def row_of(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The gymlab row TRL passed back (``reset(**row)``, a reward function's columns)."""
+    if ROW_COLUMN not in kwargs:
+        raise KeyError(f"no {ROW_COLUMN!r} column: build the dataset with gymlab.train.trl_rows(rows)")
+    return json.loads(kwargs[ROW_COLUMN])
+
+
+def _hint(annotation: Any) -> Any:
+    """A type TRL can put in a tool schema: the field's own when it can (basic types, Literal, unions and
+    lists of those), else the nearest it can (a nested model: ``dict``; anything else: ``str``)."""
+    if annotation in _SCHEMA_TYPES or annotation is type(None):
+        return annotation
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return annotation if all(isinstance(a, (str, int, float, bool)) for a in args) else str
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        return typing.Union[tuple(_hint(a) for a in args)]  # noqa: UP007 (built from a tuple)
+    if origin in (list, tuple, set, frozenset):
+        return list[_hint(args[0])] if args else list
+    if origin is dict:
+        return dict
+    return dict if isinstance(annotation, type) and issubclass(annotation, BaseModel) else str
+
+
+def tool_method(name: str, description: str, model: type[BaseModel] | None):
+    """A method named ``name`` calling tool route ``/{name}``: its parameters are the request model's
+    fields (type hints, defaults) and its docstring lists each with its description, as TRL reads them."""
+    fields = model.model_fields if model is not None else {}
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {}
+    lines = [description or f"Call the {name} tool.", "", "Args:"] if fields else [description or name]
+    for field_name, info in fields.items():
+        hint = _hint(info.annotation)
+        default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+        params.append(inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint))
+        annotations[field_name] = hint
+        lines.append(f"    {field_name}: {(info.description or field_name).replace(chr(10), ' ')}")
+    annotations["return"] = str
+
+    def method(self, **arguments: Any) -> str:
+        return self._call(name, arguments)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = "\n".join(lines)
+    method.__signature__ = inspect.Signature(params, return_annotation=str)
+    method.__annotations__ = annotations
+    return method
+
+
+class Environments:
+    """``environment_factory`` for ``GRPOTrainer`` over ``env`` (a ``lab.serve`` handle of a seed/verify
+    server): calling it makes one environment instance; ``reward`` is the reward function (the server's
+    verify of each rollout's transcript; None for a masked one); ``close()`` releases every session still
+    open. ``run`` (a ``TrainingRun``) receives each rollout's record as it is graded."""
+
+    def __init__(self, lab: Any, env: Any, *, run: TrainingRun | None = None):
+        self.lab, self.env = lab, env
+        self.run = run if run is not None else TrainingRun()
+        self._instances: weakref.WeakSet = weakref.WeakSet()
+        self._lock = threading.Lock()
+        methods = {}
+        for tool in tools_from(env.server):
+            route = next(r for r in env.server.app.routes if getattr(r, "path", "") == f"/{tool['name']}")
+            methods[tool["name"]] = tool_method(tool["name"], tool["description"], _body_model(route.endpoint))
+        if clash := {"reset", "get_reward"} & set(methods):
+            raise ValueError(f"{env.name}: tool route(s) {sorted(clash)} collide with TRL's environment methods")
+        self.tool_names = sorted(methods)
+        self.cls = type(f"{type(env.server).__name__}Environment", (EpisodeEnvironment,), methods)
+
+    def __call__(self) -> EpisodeEnvironment:
+        instance = self.cls(self)
+        with self._lock:
+            self._instances.add(instance)
+        return instance
+
+    @property
+    def open_sessions(self) -> int:
+        """Episodes seeded and not yet verified or released."""
+        return sum(1 for e in list(self._instances) if e.episode is not None and not e.episode.done)
+
+    def reward(self, completions: list[Any], environments: list[EpisodeEnvironment], **kwargs: Any) -> list:
+        """TRL reward function: each rollout's final answer said, then its transcript verified; a masked
+        episode (the verify failed: a 5xx, a timeout) is None, which TRL leaves out of the loss."""
+        step = getattr(kwargs.get("trainer_state"), "global_step", None)
+        rewards = [env._grade(_final_text(c), step) for c, env in zip(completions, environments, strict=True)]
+        self.run.log(kwargs.get("log_metric"))
+        return rewards
+
+    def close(self) -> None:
+        """Release every episode still open (an interrupted rollout's); idempotent."""
+        for instance in list(self._instances):
+            instance._release()
+
+
+def _final_text(completion: Any) -> str:
+    """The last assistant message's text of a TRL completion (messages, or plain text)."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion or []):
+        if message.get("role") == "assistant" and isinstance(message.get("content"), str):
+            return message["content"]
+    return ""
+
+
+class EpisodeEnvironment:
+    """One TRL environment instance: the gymlab episode of its current rollout (``episode``)."""
+
+    def __init__(self, environments: Environments):
+        self._environments = environments
+        self.episode: Any = None
+        self._seed_failure: BaseException | None = None
+
+    def reset(self, **row: Any) -> str | None:
+        """Seed a new episode of the row (the last one released first if still open); the seed's answer,
+        when it says anything, is the observation TRL appends to the prompt. A seed that fails leaves
+        the rollout masked (its tools refuse, its reward is None)."""
+        self._release()
+        envs = self._environments
+        self._seed_failure = None
+        self.episode = envs.lab.episode(envs.env, row_of(row))
+        try:
+            answer = self.episode.seed()
+        except Exception as exc:  # the rollout goes on; ``_grade`` records it masked
+            self._seed_failure = exc
+            return None
+        return json.dumps(answer) if answer else None
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        if self.episode is None or self._seed_failure is not None:
+            raise EpisodeError(f"{self._environments.env.name}: {name} called with no seeded episode")
+        output = self.episode.call(name, **arguments)
+        return output if isinstance(output, str) else json.dumps(output)
+
+    def _grade(self, answer: str, step: int | None) -> float | None:
+        """Say ``answer`` and verify; the record goes to the run; None when the episode is masked."""
+        run, episode = self._environments.run, self.episode
+        if episode is None:
+            raise EpisodeError(f"{self._environments.env.name}: a reward asked before reset()")
+        if self._seed_failure is not None:
+            return run.fail(episode, self._seed_failure, "seed", step)
+        return run.grade(episode, answer, step)
+
+    def _release(self) -> None:
+        if self.episode is not None and not self.episode.done:
+            self.episode.close()  # a seed/verify episode is released by a verify of its transcript
+
+
+def environment_factory(lab: Any, env: Any, *, run: TrainingRun | None = None) -> Environments:
+    """``Environments`` for ``env`` (a seed/verify server served by ``lab``): pass it as
+    ``GRPOTrainer(environment_factory=envs, reward_funcs=envs.reward, train_dataset=trl_rows(rows))``."""
+    protocol = "seed/verify" if hasattr(env.server, "verify") else "gymnasium"
+    if protocol != "seed/verify":
+        raise TypeError(
+            f"{env.name} is a Gymnasium server: train on it with gymlab.train.gymnasium_rollout_func, "
+            "not an environment factory"
+        )
+    return Environments(lab, env, run=run)
+
+
+__all__ = [
+    "ROW_COLUMN",
+    "EpisodeEnvironment",
+    "Environments",
+    "environment_factory",
+    "row_of",
+    "tool_method",
+    "trl_rows",
+]

@@ -1,0 +1,146 @@
+"""The records of a training run as they are graded: one gymlab rollout record per training rollout (the
+record module's builders), the training step on each, appended to a JSONL file and held as ``Rollouts``;
+masked episodes counted in TRL's log; the live panel and reward curve in a notebook. docs/train.md."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from gymlab.failures import failure_of
+from gymlab.jsonl import LineWriter, loads
+from gymlab.protocol import Rollout
+from gymlab.protocol import record as records
+
+
+class TrainingRun:
+    """Every rollout of a training run as a record: ``rollouts`` (a ``Rollouts``, open at any step),
+    ``path`` (one JSON line per record, appended as it is graded; None keeps them in memory only).
+    ``masked`` counts the episodes left out of the loss (an infrastructure failure)."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else None
+        self._writer = LineWriter(self.path) if self.path is not None else None
+        self._records: list[Rollout] = []
+        self._lock = threading.Lock()
+        self._batch: list[bool] = []  # masked or not, for the rollouts graded since the last ``log``
+        self.masked = 0
+        self.panel: Any = None  # a LivePanel once ``show()`` made one
+
+    def add(self, record: Rollout, step: int | None = None) -> Rollout:
+        """Keep ``record`` (with ``train_step``), append it to the file, count it on the panel."""
+        if step is not None:
+            record = record.model_copy(update={"train_step": step})
+        with self._lock:
+            self._records.append(record)
+            self._batch.append(record.mask_sample)
+            self.masked += record.mask_sample
+            if self._writer is not None:
+                self._writer.write(loads(records.record_json(record)))
+        if self.panel is not None:
+            self.panel.add(record)
+        return record
+
+    def grade(self, episode: Any, answer: str, step: int | None = None) -> float | None:
+        """Say ``answer`` in a seed/verify ``episode`` and verify it; the record is kept. A verify that
+        fails (an error status, a timeout) is a masked record (``fail``). The reward, or None for a
+        masked record, which TRL leaves out."""
+        try:
+            if answer:
+                episode.say(answer)
+            record = episode.verify()
+        except Exception as exc:  # any failure of the grading hop is the episode's masked outcome
+            return self.fail(episode, exc, "verification", step)
+        record = self.add(record, step)
+        return None if record.mask_sample else record.reward
+
+    def fail(self, episode: Any, exc: BaseException, stage: str, step: int | None = None) -> None:
+        """Keep the masked record of ``episode``, failed with ``exc`` at ``stage`` (its kind typed by
+        ``failures.failure_of``, never read from the text); returns None, the reward TRL leaves out."""
+        failure = failure_of(exc, role="resources", stage=stage)
+        failed = records.failed(episode.row, failure, steps=episode.steps)
+        self.add(records.with_identity(failed, env=episode.env_name), step)
+        return None
+
+    def log(self, log_metric: Any) -> None:
+        """Put the masked count of the rollouts graded since the last call in TRL's log (``log_metric``:
+        the reward functions' keyword), as ``gymlab/masked`` and ``gymlab/masked_fraction``."""
+        with self._lock:
+            batch, self._batch = self._batch, []
+        if log_metric is not None and batch:
+            log_metric("gymlab/masked", float(sum(batch)))
+            log_metric("gymlab/masked_fraction", sum(batch) / len(batch))
+
+    @property
+    def rollouts(self):
+        """The records so far as ``Rollouts`` (frames, viewer, profile, probes, export), in grading order."""
+        from gymlab.lab.runs import Rollouts
+
+        with self._lock:
+            held = list(self._records)
+        return Rollouts(held, completed=list(range(len(held))))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def close(self) -> None:
+        """Close the file (the records stay readable: ``gymlab.load(path)``)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def show(self, total: int = 0):
+        """The live view for a notebook: ``LivePanel`` (episodes, mean reward, masked by kind) over the
+        reward curve by training rollout, redrawn by ``callback()`` at each training step."""
+        import ipywidgets as w
+
+        from gymlab.lab.widgets import LivePanel
+
+        self.panel = LivePanel(total, description="rollouts")
+        self._curve = w.Output()
+        return w.VBox([self.panel, self._curve])
+
+    def draw(self, window: int | None = None) -> None:
+        """Redraw the reward curve (``plots.reward_curve`` over the rollouts in grading order)."""
+        curve = getattr(self, "_curve", None)
+        if curve is None or not len(self):
+            return
+        import matplotlib.pyplot as plt
+
+        from gymlab.lab.plots import reward_curve
+
+        fig = reward_curve(self.rollouts.episodes, order="completed", window=window)
+        curve.clear_output(wait=True)
+        with curve:
+            from IPython.display import display
+
+            display(fig)
+        plt.close(fig)
+
+    def callback(self, window: int | None = None):
+        """A ``transformers.TrainerCallback``: sizes the panel at the start, redraws the curve after
+        each step, closes the file at the end."""
+        from transformers import TrainerCallback
+
+        run = self
+
+        class TrainingRunCallback(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                if run.panel is not None:
+                    run.panel.total = (
+                        state.max_steps * args.per_device_train_batch_size * args.gradient_accumulation_steps
+                    )
+
+            def on_step_end(self, args, state, control, **kwargs):
+                run.draw(window)
+
+            def on_train_end(self, args, state, control, **kwargs):
+                run.draw(window)
+                if run.panel is not None:
+                    run.panel.finish()
+
+        return TrainingRunCallback()
+
+
+__all__ = ["TrainingRun"]

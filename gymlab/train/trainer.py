@@ -1,0 +1,39 @@
+"""TRL's ``GRPOTrainer`` with masked episodes out of the loss altogether.
+
+TRL 1.16 already keeps a completion whose every reward is None out of its group's baseline and zeroes its
+advantage, but its tokens still count: in the loss's normaliser (``num_items_in_batch``, the default
+``dapo`` loss), in the KL term when ``beta > 0`` and in an entropy bonus. Here such a completion's
+``completion_mask`` is zeroed and the normaliser counted again, so a masked episode weighs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from trl import GRPOTrainer as _TRLGRPOTrainer
+
+
+class GRPOTrainer(_TRLGRPOTrainer):
+    """``trl.GRPOTrainer``; a completion every reward function scored None (a masked gymlab episode)
+    has its completion mask zeroed: it adds nothing to the loss, the KL term or the token count."""
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._unscorable = torch.isnan(rewards_per_func).all(dim=1)  # gathered over processes, like the rewards
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        n = output["completion_mask"].size(0)
+        start = self.accelerator.process_index * n
+        keep = (~self._unscorable[start : start + n]).to(output["completion_mask"].device)
+        output["completion_mask"] = output["completion_mask"] * keep.unsqueeze(1).to(output["completion_mask"].dtype)
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        return output
+
+
+__all__ = ["GRPOTrainer"]
