@@ -24,11 +24,16 @@ from pydantic import Field, PrivateAttr
 from gymlab.client import ask_model_server
 from gymlab.envs.extras import need
 from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
+from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
 from gymlab.resources.tools import rows_from
 
 #: The tool a row declares when the model plays by function call.
 MOVE_TOOL = row_tool("move", "Make your move: the text the game asks for (e.g. '[4]').", {"action": {"type": "string"}})
+
+#: What a game's own parsing of a move raises on a move it cannot read (``int`` of a 1 MB number, a deep
+#: structure): an invalid move of the seat that made it. Anything else a game raises stays the server's.
+PARSE_ERRORS = (ValueError, OverflowError, IndexError, KeyError, RecursionError)
 
 _NLTK_DOWNLOAD = re.compile(r"nltk\.download\(\s*(\[[^\]]*\]|['\"][^'\"]+['\"])")
 
@@ -43,6 +48,13 @@ class TextArenaServer(GymnasiumServer):
     opponent_timeout_s: float = Field(300.0, gt=0, description="Bound on one answer of opponent_model.")
     max_opponent_moves: int = Field(64, ge=1, description="Other seats' moves per model move before truncation.")
     make_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keywords of textarena.make.")
+    max_games: int = Field(256, ge=1, description="Games held at once; a reset past it is refused 503 (Retry-After).")
+    max_move_chars: int = Field(
+        4096, ge=1, description="Longest move passed to the game; a longer one is an invalid move, never stored."
+    )
+    max_game_chars: int = Field(
+        256 * 1024, ge=1, description="Characters of moves one game holds; a move past it is an invalid move."
+    )
     _opponent: Callable[[str], str] | None = PrivateAttr(default=None)
 
     def make_game(self) -> Any:
@@ -56,7 +68,14 @@ class TextArenaServer(GymnasiumServer):
         if self.num_players > 1 and self._opponent is None and self.opponent_model is None:
             raise HTTPException(422, f"{self.name}: {self.env_id} has other seats; give opponent or opponent_model")
         seed = row_seed(self, metadata)
-        state = {"random": random.Random(seed).getstate(), "chats": {}}
+        if len(self.session_state) >= self.max_games and session_id not in self.session_state:
+            raise HTTPException(
+                503,
+                f"{self.name}: {len(self.session_state)} games are held, the most this server holds (max_games); "
+                "retry after Retry-After seconds, when one has ended, or raise max_games",
+                headers={"retry-after": "1"},
+            )
+        state = {"random": random.Random(seed).getstate(), "chats": {}, "chars": 0}
         with _own_random(state):
             state["game"] = self.make_game()
             state["game"].reset(num_players=self.num_players, seed=seed)
@@ -74,10 +93,9 @@ class TextArenaServer(GymnasiumServer):
         text = _call_action(calls[0]) if calls else action.output_text
         info: dict[str, Any] = {}
         if calls:
-            info["tool_outputs"] = [self.tool_output(c, {"played": text}) for c in calls]
-        with _own_random(state):
-            done, _ = state["game"].step(text)
-        info["moves"] = [*state.pop("before", []), {"player": self.player, "action": text}]
+            info["tool_outputs"] = [self.tool_output(c, {"played": text[: self.max_move_chars]}) for c in calls]
+        done = self._play(state, text)
+        info["moves"] = [*state.pop("before", []), {"player": self.player, "action": text[: self.max_move_chars]}]
         truncated = False
         if not done:
             info["moves"] += await self._others(state)
@@ -91,6 +109,26 @@ class TextArenaServer(GymnasiumServer):
         info.update(rewards={str(k): v for k, v in rewards.items()}, game_info=plain(game_info))
         return _seen(state["game"], self.player) or None, rewards.get(self.player, 0.0), done, truncated, info
 
+    def _play(self, state: dict, move: str) -> bool:
+        """``move`` played by the seat to move; whether the game ended. A move over ``max_move_chars`` or past
+        ``max_game_chars``, or one the game's own parser fails on (a 1 MB number), is an invalid move, judged
+        by the game's rules for invalid moves (its error allowance), and never stored."""
+        game, why = state["game"], None
+        if len(move) > self.max_move_chars:
+            why = f"the move is {len(move)} characters, over the {self.max_move_chars} this game reads"
+        elif state["chars"] + len(move) > self.max_game_chars:
+            why = f"the game's moves would pass the {self.max_game_chars} characters a game holds"
+        with _own_random(state):
+            if why is None:
+                state["chars"] += len(move)
+                try:
+                    return game.step(move)[0]
+                except PARSE_ERRORS as exc:  # the game's parser failed on the move: the mover's invalid move
+                    why = f"the game could not read the move ({type(exc).__name__}: {str(exc)[:200]})"
+            inner = _inner(game)
+            inner.state.set_invalid_move(reason=f"Invalid move: {why}.")
+            return inner.state.step()[0]
+
     async def _others(self, state: dict) -> list[dict[str, Any]]:
         """The other seats' moves until it is the model's turn (or the game ends, or the move limit)."""
         game, moves = state["game"], []
@@ -101,14 +139,14 @@ class TextArenaServer(GymnasiumServer):
             seat = inner.state.current_player_id
             seen = _seen(game, seat)
             move = await self._opponent_move(state, seat, seen)
-            with _own_random(state):
-                game.step(move)
-            moves.append({"player": seat, "observation": seen, "action": move})
+            self._play(state, move)
+            moves.append({"player": seat, "observation": seen, "action": move[: self.max_move_chars]})
         return moves
 
     async def _opponent_move(self, state: dict, seat: int, seen: str) -> str:
         if self._opponent is not None:
-            return str(self._opponent(seen))
+            with _own_random(state):  # a rule opponent drawing from `random` replays with the episode's seed
+                return str(self._opponent(seen))
         chat = state["chats"].setdefault(seat, [])
         chat.append({"role": "user", "content": seen})
         reply = await ask_model_server(
@@ -144,8 +182,8 @@ def _seen(game: Any, seat: int) -> str:
 
 def _call_action(call: Any) -> str:
     try:
-        arguments = json.loads(call.arguments or "{}")
-    except ValueError:
+        arguments = read_arguments(call.arguments)
+    except ValueError:  # not JSON, huge or nested past reading: the text as written, which the game judges
         return call.arguments or ""
     action = arguments.get("action") if isinstance(arguments, dict) else None
     return action if isinstance(action, str) else json.dumps(arguments)
