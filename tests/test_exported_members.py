@@ -18,6 +18,7 @@ EXPORTED = [
     "AgentSeedSessionResponse",
     "AggregateMetrics",
     "AggregateMetricsRequest",
+    "AnswerError",
     "BaseRunRequest",
     "BaseSeedSessionRequest",
     "BaseSeedSessionResponse",
