@@ -247,9 +247,9 @@ def _short(value: Any, n: int = 120) -> str:
 class WorkBudgetExceeded(GymlabError, TimeoutError):
     """Raised when work sent off the event loop (``offload``) ran past its time budget; its worker was stopped."""
 
-    def __init__(self, message: str, budget_s: float):
+    def __init__(self, message: str, budget_s: float, stage: str = "work"):
         super().__init__(message)
-        self.budget_s = budget_s
+        self.budget_s, self.stage = budget_s, stage  # stage: "work", or "prepare" (a WorkerPool's prepare step)
 
 
 class WorkerDied(GymlabError):

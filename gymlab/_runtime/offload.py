@@ -38,13 +38,22 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _stop, self._tasks, self._slots)
 
-    async def run(self, fn: Callable[..., Any], *args: Any, budget_s: float) -> Any:
+    async def run(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        budget_s: float,
+        prepare: tuple | None = None,
+        prepare_s: float = 120.0,
+    ) -> Any:
         """``fn(*args)`` in a worker: its result, or its exception raised here; ``WorkBudgetExceeded`` past
         ``budget_s`` seconds of work (waiting for a free worker is not counted); ``WorkerDied`` when the
-        worker died mid-call. A caller that leaves drops a call not yet started."""
+        worker died mid-call. ``prepare``: ``(function, *arguments)`` run first in the same worker, within
+        ``prepare_s`` (``WorkBudgetExceeded`` with ``stage="prepare"`` past it), not counted in ``budget_s``
+        (a dataset built once per worker, then graded). A caller that leaves drops a call not yet started."""
         self._start_threads()
         loop = asyncio.get_running_loop()
-        task = _Task(fn, args, float(budget_s), loop, loop.create_future())
+        task = _Task((prepare, fn, args), float(budget_s), float(prepare_s), loop, loop.create_future())
         self._tasks.put(task)
         try:
             return await task.future
@@ -72,17 +81,11 @@ class WorkerPool:
 
 
 class _Task:
-    __slots__ = ("fn", "args", "budget_s", "loop", "future", "dropped")
+    __slots__ = ("call", "budget_s", "prepare_s", "loop", "future", "dropped")
 
-    def __init__(self, fn, args, budget_s, loop, future):
-        self.fn, self.args, self.budget_s, self.loop, self.future, self.dropped = (
-            fn,
-            args,
-            budget_s,
-            loop,
-            future,
-            False,
-        )
+    def __init__(self, call, budget_s, prepare_s, loop, future):
+        self.call, self.budget_s, self.prepare_s, self.loop, self.future = call, budget_s, prepare_s, loop, future
+        self.dropped = False
 
 
 def _serve_tasks(tasks: queue.SimpleQueue, slot: _Slot) -> None:
@@ -91,7 +94,7 @@ def _serve_tasks(tasks: queue.SimpleQueue, slot: _Slot) -> None:
         if task.dropped:
             continue
         try:
-            outcome = (True, slot.call(task.fn, task.args, task.budget_s))
+            outcome = (True, slot.call(task.call, task.budget_s, task.prepare_s))
         except BaseException as exc:  # handed to the caller as is
             outcome = (False, exc)
         try:
@@ -124,9 +127,10 @@ class _Slot:
         self.busy = False
         self.lock = threading.Lock()
 
-    def call(self, fn: Callable[..., Any], args: tuple, budget_s: float) -> Any:
+    def call(self, call: tuple, budget_s: float, prepare_s: float) -> Any:
+        prepare, fn, _ = call
         try:
-            payload = pickle.dumps((fn, args))
+            payload = pickle.dumps(call)
         except Exception as exc:
             raise TypeError(
                 f"{self.name}: {getattr(fn, '__qualname__', fn)!r} or its arguments cannot go to a worker process "
@@ -138,8 +142,9 @@ class _Slot:
         started = time.monotonic()
         try:
             self.conn.send_bytes(payload)
-            # the budget starts once the worker has the call (a fresh worker imports the function's module first)
-            answered = self.conn.poll(_LOAD_TIMEOUT_S) and self.conn.recv() == _LOADED and self.conn.poll(budget_s)
+            # the budget starts once the worker has the call and has prepared (a fresh worker imports modules first)
+            loaded = self.conn.poll(prepare_s + _LOAD_TIMEOUT_S * (prepare is None)) and self.conn.recv() == _LOADED
+            answered = loaded and self.conn.poll(budget_s)
             if answered:
                 ok, value, recycle = self.conn.recv()
         except (EOFError, OSError) as exc:
@@ -154,11 +159,9 @@ class _Slot:
             self.busy = False
         if not answered:
             self.stop()
-            raise WorkBudgetExceeded(
-                f"{self.name}: {getattr(fn, '__qualname__', fn)} ran past its budget of {budget_s:g} s "
-                "(its worker was stopped)",
-                budget_s,
-            )
+            what, budget = (getattr(fn, "__qualname__", fn), budget_s) if loaded else (_name(prepare), prepare_s)
+            message = f"{self.name}: {what} ran past its budget of {budget:g} s (its worker was stopped)"
+            raise WorkBudgetExceeded(message, budget, "work" if loaded else "prepare")
         if recycle:
             self.stop()
         if not ok:
@@ -192,17 +195,19 @@ def _worker(conn: Any, recycle_rss_bytes: int | None) -> None:
         except (EOFError, OSError):
             return
         try:
-            fn, args = pickle.loads(payload)
-        except BaseException as exc:  # the function's module does not import here
+            prepare, fn, args = pickle.loads(payload)
+            if prepare is not None:
+                prepare[0](*prepare[1:])
+        except BaseException as exc:  # the function's module does not import here, or preparing raised
             conn.send(_LOADED)
-            conn.send((False, RuntimeError(f"the worker could not load the call: {type(exc).__name__}: {exc}"), False))
+            conn.send((False, exc, False))
             continue
         conn.send(_LOADED)
         try:
             ok, value = True, fn(*args)
         except BaseException as exc:
             ok, value = False, exc
-        recycle = recycle_rss_bytes is not None and _rss_bytes() > recycle_rss_bytes
+        recycle = recycle_rss_bytes is not None and rss_bytes() > recycle_rss_bytes
         try:
             conn.send((ok, value, recycle))
         except Exception as exc:  # an unpicklable result or exception: its text instead
@@ -211,7 +216,11 @@ def _worker(conn: Any, recycle_rss_bytes: int | None) -> None:
             return
 
 
-def _rss_bytes() -> int:
+def _name(prepare: tuple | None) -> str:
+    return str(getattr(prepare[0], "__qualname__", prepare[0])) if prepare else "loading the call"
+
+
+def rss_bytes() -> int:
     """This process's resident memory (0 where /proc is not there)."""
     try:
         with open("/proc/self/statm", "rb") as f:

@@ -157,14 +157,18 @@ class EpisodeServer(BaseServer):
     _episodes: EpisodeSessions | None = PrivateAttr(default=None)
     _work: WorkerPool | None = PrivateAttr(default=None)
 
-    async def offload(self, fn: Callable[..., Any], *args: Any, budget_s: float | None = None) -> Any:
+    async def offload(
+        self, fn: Callable[..., Any], *args: Any, budget_s: float | None = None, prepare: tuple | None = None
+    ) -> Any:
         """``fn(*args)`` in one of this server's worker processes (``work_processes``), so the server keeps
         answering while it computes: its result, or its exception. Past ``budget_s`` (``work_budget_seconds``)
-        the worker is stopped and ``WorkBudgetExceeded`` raised. ``fn`` and its arguments go by pickle: a
-        function at the top level of an importable module (docs/servers.md)."""
+        the worker is stopped and ``WorkBudgetExceeded`` raised. ``prepare``: ``(function, *arguments)`` run
+        first in the same worker, within ``work_budget_seconds`` of its own (``WorkerPool.run``). ``fn`` and
+        its arguments go by pickle: a function at the top level of an importable module (docs/servers.md)."""
         if self._work is None:
             self._work = WorkerPool(self.work_processes, name=self.name)
-        return await self._work.run(fn, *args, budget_s=self.work_budget_seconds if budget_s is None else budget_s)
+        budget_s = self.work_budget_seconds if budget_s is None else budget_s
+        return await self._work.run(fn, *args, budget_s=budget_s, prepare=prepare, prepare_s=self.work_budget_seconds)
 
     async def call_hook(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``hook(...)``: awaited when it is async; a sync hook runs in a thread, so it never holds the event
