@@ -8,20 +8,16 @@ state, so interleaved episodes replay as if played alone (docs/envs.md).
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import json
-import os
 import random
-import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from fastapi import HTTPException
 from pydantic import Field, PrivateAttr
 
 from gymlab.client import ask_model_server
+from gymlab.envs.arena_checks import check_offline, no_downloads
 from gymlab.envs.extras import need
 from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
 from gymlab.protocol.responses import read_arguments
@@ -34,8 +30,6 @@ MOVE_TOOL = row_tool("move", "Make your move: the text the game asks for (e.g. '
 #: What a game's own parsing of a move raises on a move it cannot read (``int`` of a 1 MB number, a deep
 #: structure): an invalid move of the seat that made it. Anything else a game raises stays the server's.
 PARSE_ERRORS = (ValueError, OverflowError, IndexError, KeyError, RecursionError)
-
-_NLTK_DOWNLOAD = re.compile(r"nltk\.download\(\s*(\[[^\]]*\]|['\"][^'\"]+['\"])")
 
 
 class TextArenaServer(GymnasiumServer):
@@ -76,7 +70,7 @@ class TextArenaServer(GymnasiumServer):
                 headers={"retry-after": "1"},
             )
         state = {"random": random.Random(seed).getstate(), "chats": {}, "chars": 0}
-        with _own_random(state):
+        with _own_random(state), no_downloads():
             state["game"] = self.make_game()
             state["game"].reset(num_players=self.num_players, seed=seed)
         self.session_state[session_id] = state
@@ -201,57 +195,6 @@ def _own_random(state: dict):
         random.setstate(outer)
 
 
-@functools.cache  # once per game and process (a game that fails raises again: exceptions are not cached)
-def check_offline(env_id: str) -> None:
-    """Refuse a game that needs what it cannot get here: NLTK data not installed, or a hosted model's API
-    key (the game's own module asks OpenRouter). Nothing is downloaded: a game module whose import
-    calls ``nltk.download`` is imported with that call answered from the local data."""
-    ta = need("textarena")
-    from textarena.envs.registration import ENV_REGISTRY
-
-    if env_id not in ENV_REGISTRY:
-        close = [k for k in ENV_REGISTRY if k.lower().startswith(env_id.split("-")[0].lower())][:8]
-        raise LookupError(f"no TextArena game {env_id!r}; e.g. {', '.join(close or sorted(ENV_REGISTRY)[:8])}")
-    entry = ENV_REGISTRY[env_id].entry_point
-    module = entry.split(":")[0] if isinstance(entry, str) else entry.__module__
-    # the game's folder, found without importing it (a game module may not even compile)
-    folder = Path(ta.__file__).parent.joinpath(*module.split(".")[1:]).parent
-    source = "\n".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*.py")))
-    if "OpenRouter" in source or "openrouter.ai" in source:
-        raise RuntimeError(
-            f"TextArena game {env_id} asks a hosted model on OpenRouter (an API key in OPENROUTER_API_KEY and "
-            "the network); gymlab serves only games that run offline"
-        )
-    wanted = [n for found in _NLTK_DOWNLOAD.findall(source) for n in re.findall(r"['\"]([^'\"]+)['\"]", found)]
-    if not wanted:
-        return
-    import nltk
-
-    missing = [n for n in dict.fromkeys(wanted) if not _nltk_has(nltk, n)]
-    if missing:
-        raise RuntimeError(
-            f"TextArena game {env_id} needs NLTK data {', '.join(missing)}, not found in "
-            f"{os.pathsep.join(nltk.data.path)}; "
-            f"install it once with `python -m nltk.downloader {' '.join(missing)}` (gymlab downloads nothing)"
-        )
-    download, nltk.download = nltk.download, lambda *a, **k: True  # the data is here: no index fetch
-    try:
-        importlib.import_module(module)
-    finally:
-        nltk.download = download
-
-
-def _nltk_has(nltk: Any, name: str) -> bool:
-    for kind in ("corpora", "taggers", "tokenizers", "chunkers", "misc"):
-        for path in (f"{kind}/{name}", f"{kind}/{name}.zip"):
-            try:
-                nltk.data.find(path)
-                return True
-            except LookupError:
-                continue
-    return False
-
-
 def textarena(
     env_id: str,
     *,
@@ -270,9 +213,10 @@ def textarena(
     library = need("textarena")  # not installed: the ImportError naming the extra, as is
     check_offline(env_id)
     try:
-        library.make(env_id, **make_kwargs)  # a game that cannot load fails here, not at each reset
+        with no_downloads(), _own_random({"random": random.getstate()}):  # fails here, not at each reset
+            library.make(env_id, **make_kwargs).reset(num_players=num_players, seed=0)
     except Exception as exc:
-        raise RuntimeError(f"TextArena game {env_id} does not load here: {type(exc).__name__}: {exc}") from exc
+        raise RuntimeError(f"TextArena game {env_id} does not load or reset here: {type(exc).__name__}: {exc}") from exc
     server = TextArenaServer(
         name=name or f"textarena-{env_id.lower()}",
         env_id=env_id,

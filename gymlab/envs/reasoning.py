@@ -52,6 +52,7 @@ class ReasoningGymServer(SimpleResourcesServer):
         ge=1,
         description="A spec's numeric field may be this many times its default's size (a default under 10 counts 10).",
     )
+    max_datasets: int = Field(32, ge=1, description="Datasets one worker keeps built (and within max_cache_bytes).")
     max_cache_bytes: int = Field(
         256 * 1024 * 1024, ge=0, description="Memory one worker keeps for built datasets (least recently used out)."
     )
@@ -75,7 +76,7 @@ class ReasoningGymServer(SimpleResourcesServer):
             self._work = WorkerPool(
                 self.work_processes, name=self.name, recycle_rss_bytes=2 * self.max_cache_bytes + (1 << 30)
             )
-        spec = (ref.dataset, ref.config, ref.index, self.max_cache_bytes)
+        spec = (ref.dataset, ref.config, ref.index, (self.max_cache_bytes, self.max_datasets))
         try:
             graded = await self._grade(spec, body.response.output_text)
         except SpecError as exc:
@@ -98,8 +99,8 @@ class ReasoningGymServer(SimpleResourcesServer):
 
     async def _grade(self, spec: tuple, text: str) -> dict[str, Any]:
         """``grade`` in a worker, the dataset built there first (within ``build_budget_seconds``)."""
-        name, config, _, cache_bytes = spec
-        prepare = (_dataset, name, config, cache_bytes)
+        name, config, _, cache = spec
+        prepare = (_dataset, name, config, cache)
         return await self._work.run(
             grade,
             *spec,
@@ -153,12 +154,12 @@ class ScoreError(RuntimeError):
     """``score_answer`` raised: whose fault it was is settled by grading an empty answer (``_blame``)."""
 
 
-def grade(name: str, config: dict, index: int, cache_bytes: int, text: str, max_answer_chars: int) -> dict[str, Any]:
+def grade(name: str, config: dict, index: int, cache: tuple, text: str, max_answer_chars: int) -> dict[str, Any]:
     """Grade ``text`` against entry ``index`` of the dataset ``(name, config)`` (built here once, kept within
-    ``cache_bytes``): ``reward``, the entry's ``answer`` as JSON, and ``response_too_large`` for a final
+    ``cache``, ``(bytes, datasets)``): ``reward``, the entry's ``answer`` as JSON, and ``response_too_large`` for a final
     answer over ``max_answer_chars``. A dataset that does not build is a ``SpecError``, a raising
     ``score_answer`` a ``ScoreError``."""
-    dataset = _dataset(name, config, cache_bytes)
+    dataset = _dataset(name, config, cache)
     if index >= len(dataset):
         raise SpecError(f"index: {index} is past {name}'s size {len(dataset)}")
     entry = dataset[index]
@@ -175,7 +176,8 @@ def grade(name: str, config: dict, index: int, cache_bytes: int, text: str, max_
         raise ScoreError(f"{name}'s score_answer raised {type(exc).__name__}: {str(exc)[:300]}") from None
 
 
-def _dataset(name: str, config: dict, cache_bytes: int) -> Any:
+def _dataset(name: str, config: dict, cache: tuple) -> Any:
+    cache_bytes, most = cache
     key = spec_key(name, config)
     if key in _BUILT:
         _BUILT.move_to_end(key)
@@ -188,7 +190,7 @@ def _dataset(name: str, config: dict, cache_bytes: int) -> Any:
     except Exception as exc:  # the spec made the build fail: the spec's fault, a 4xx
         raise SpecError(f"config: building {name} from {config!r:.200} raised {type(exc).__name__}: {exc}") from None
     _BUILT[key] = (dataset, max(0, rss_bytes() - before))
-    while len(_BUILT) > 1 and sum(size for _, size in _BUILT.values()) > cache_bytes:
+    while len(_BUILT) > most or (len(_BUILT) > 1 and sum(size for _, size in _BUILT.values()) > cache_bytes):
         _BUILT.popitem(last=False)
     if sum(size for _, size in _BUILT.values()) > cache_bytes:  # one dataset past the cap: not kept
         _BUILT.clear()

