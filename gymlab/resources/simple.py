@@ -170,6 +170,17 @@ class EpisodeServer(BaseServer):
         budget_s = self.work_budget_seconds if budget_s is None else budget_s
         return await self._work.run(fn, *args, budget_s=budget_s, prepare=prepare, prepare_s=self.work_budget_seconds)
 
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.router.on_shutdown.append(self.close_work)  # the server stops: its worker processes too
+        return app
+
+    def close_work(self) -> None:
+        """Stop this server's worker processes (a later ``offload`` starts new ones)."""
+        work, self._work = self._work, None
+        if work is not None:
+            work.close()
+
     async def call_hook(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``hook(...)``: awaited when it is async; a sync hook runs in a thread, so it never holds the event
         loop, within ``work_budget_seconds`` (``WorkBudgetExceeded`` past it; the thread cannot be stopped)."""

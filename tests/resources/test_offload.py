@@ -147,3 +147,18 @@ def test_a_caller_that_leaves_drops_its_waiting_call():
         [outcome] = asyncio.run(main(pathlib.Path(tmp)))
         assert isinstance(outcome, asyncio.CancelledError)
         assert len(os.listdir(tmp)) == 1  # the dropped call never ran
+
+
+def test_a_stopped_server_stops_its_workers(tmp_path):
+    from gymlab import Lab
+    from gymlab.testing.workers import process_gone
+
+    (tmp_path / "started").mkdir()
+    server = Burner(name="brief", release=str(tmp_path / "r"), started=str(tmp_path / "started"), limit_s=0.01)
+    with Lab() as lab:
+        url = lab.serve(server).url
+        assert httpx.post(f"{url}/verify", json=BODY, timeout=60).json()["reward"] == 1.0
+        pids = [slot.process.pid for slot in server._work._slots if slot.process is not None]
+        assert pids
+    assert server._work is None
+    wait_until(lambda: all(process_gone(p) for p in pids), timeout=30, what="the workers stopped")
