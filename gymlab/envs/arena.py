@@ -7,9 +7,11 @@ state, so interleaved episodes replay as if played alone (docs/envs.md).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -70,9 +72,7 @@ class TextArenaServer(GymnasiumServer):
                 headers={"retry-after": "1"},
             )
         state = {"random": random.Random(seed).getstate(), "chats": {}, "chars": 0}
-        with _own_random(state), no_downloads():
-            state["game"] = self.make_game()
-            state["game"].reset(num_players=self.num_players, seed=seed)
+        state["game"] = await _in_game(state, self._start, seed)
         self.session_state[session_id] = state
         state["before"] = await self._others(state)  # the seats before the model's: in the first step's moves
         if _inner(state["game"]).state.done:
@@ -88,7 +88,7 @@ class TextArenaServer(GymnasiumServer):
         info: dict[str, Any] = {}
         if calls:
             info["tool_outputs"] = [self.tool_output(c, {"played": text[: self.max_move_chars]}) for c in calls]
-        done = self._play(state, text)
+        done = await _in_game(state, self._move, state, text)
         info["moves"] = [*state.pop("before", []), {"player": self.player, "action": text[: self.max_move_chars]}]
         truncated = False
         if not done:
@@ -97,13 +97,17 @@ class TextArenaServer(GymnasiumServer):
             truncated = not done and _inner(state["game"]).state.current_player_id != self.player
         if not (done or truncated):
             return _seen(state["game"], self.player), 0.0, False, False, info
-        with _own_random(state):
-            rewards, game_info = state["game"].close()
+        rewards, game_info = await _in_game(state, state["game"].close)
         rewards = {int(k): float(v) for k, v in (rewards or {}).items()}
         info.update(rewards={str(k): v for k, v in rewards.items()}, game_info=plain(game_info))
         return _seen(state["game"], self.player) or None, rewards.get(self.player, 0.0), done, truncated, info
 
-    def _play(self, state: dict, move: str) -> bool:
+    def _start(self, seed: int | None) -> Any:
+        game = self.make_game()
+        game.reset(num_players=self.num_players, seed=seed)
+        return game
+
+    def _move(self, state: dict, move: str) -> bool:
         """``move`` played by the seat to move; whether the game ended. A move over ``max_move_chars`` or past
         ``max_game_chars``, or one the game's own parser fails on (a 1 MB number), is an invalid move, judged
         by the game's rules for invalid moves (its error allowance), and never stored."""
@@ -112,16 +116,15 @@ class TextArenaServer(GymnasiumServer):
             why = f"the move is {len(move)} characters, over the {self.max_move_chars} this game reads"
         elif state["chars"] + len(move) > self.max_game_chars:
             why = f"the game's moves would pass the {self.max_game_chars} characters a game holds"
-        with _own_random(state):
-            if why is None:
-                state["chars"] += len(move)
-                try:
-                    return game.step(move)[0]
-                except PARSE_ERRORS as exc:  # the game's parser failed on the move: the mover's invalid move
-                    why = f"the game could not read the move ({type(exc).__name__}: {str(exc)[:200]})"
-            inner = _inner(game)
-            inner.state.set_invalid_move(reason=f"Invalid move: {why}.")
-            return inner.state.step()[0]
+        if why is None:
+            state["chars"] += len(move)
+            try:
+                return game.step(move)[0]
+            except PARSE_ERRORS as exc:  # the game's parser failed on the move: the mover's invalid move
+                why = f"the game could not read the move ({type(exc).__name__}: {str(exc)[:200]})"
+        inner = _inner(game)
+        inner.state.set_invalid_move(reason=f"Invalid move: {why}.")
+        return inner.state.step()[0]
 
     async def _others(self, state: dict) -> list[dict[str, Any]]:
         """The other seats' moves until it is the model's turn (or the game ends, or the move limit)."""
@@ -133,14 +136,13 @@ class TextArenaServer(GymnasiumServer):
             seat = inner.state.current_player_id
             seen = _seen(game, seat)
             move = await self._opponent_move(state, seat, seen)
-            self._play(state, move)
+            await _in_game(state, self._move, state, move)
             moves.append({"player": seat, "observation": seen, "action": move[: self.max_move_chars]})
         return moves
 
     async def _opponent_move(self, state: dict, seat: int, seen: str) -> str:
-        if self._opponent is not None:
-            with _own_random(state):  # a rule opponent drawing from `random` replays with the episode's seed
-                return str(self._opponent(seen))
+        if self._opponent is not None:  # on the episode's random state: its draws replay with the seed
+            return str(await _in_game(state, self._opponent, seen))
         chat = state["chats"].setdefault(seat, [])
         chat.append({"role": "user", "content": seen})
         reply = await ask_model_server(
@@ -148,6 +150,21 @@ class TextArenaServer(GymnasiumServer):
         )
         chat.append({"role": "assistant", "content": reply.output_text})
         return reply.output_text
+
+
+#: One game call at a time in this process: each swaps Python's global random state for its episode's.
+_GAME_LOCK = threading.Lock()
+
+
+async def _in_game(state: dict, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a thread (a game's work never holds the event loop), on the episode's own random
+    state, with ``nltk.download`` answered locally or refused."""
+
+    def run() -> Any:
+        with _GAME_LOCK, _own_random(state), no_downloads():
+            return fn(*args)
+
+    return await asyncio.to_thread(run)
 
 
 def _inner(game: Any) -> Any:

@@ -13,6 +13,7 @@ import io
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,9 @@ def check_offline(env_id: str) -> None:
     sources = game_sources(Path(ta.__file__).parent, module)
     for name, source in sources.items():
         try:
-            compile(source, name, "exec")
+            with warnings.catch_warnings():  # the game's own warnings (invalid escapes) are not ours to show
+                warnings.simplefilter("ignore")
+                compile(source, name, "exec")
         except SyntaxError as exc:
             raise GameUnavailable(
                 f"TextArena game {env_id} does not compile on Python {sys.version_info.major}."
@@ -58,7 +61,7 @@ def check_offline(env_id: str) -> None:
         import nltk
 
         raise GameUnavailable(
-            f"TextArena game {env_id} would download NLTK data {', '.join(missing)}, not found in "
+            f"TextArena game {env_id} needs NLTK data {', '.join(missing)} (it would download it), not found in "
             f"{os.pathsep.join(nltk.data.path)}; install it once with "
             f"`python -m nltk.downloader {' '.join(missing)}` (gymlab downloads nothing)"
         )
@@ -85,7 +88,9 @@ def game_sources(root: Path, module: str) -> dict[str, str]:
         source = path.read_text(errors="replace")
         found[str(path.relative_to(root.parent))] = source
         try:
-            tree = ast.parse(source)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(source)
         except SyntaxError:
             continue  # compile() names it
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]

@@ -32,8 +32,8 @@ def test_crosswords_runs_offline_and_is_offered(no_network_downloads):
 @pytest.mark.skipif(nltk_has("words"), reason="NLTK's words corpus is installed here: nothing would download")
 def test_a_game_that_would_download_is_refused_without_downloading(no_network_downloads):
     line = listed_game("SpellingBee-v0")
-    assert line.startswith("SpellingBee-v0  (would download NLTK data words"), line
-    with pytest.raises(RuntimeError, match="would download NLTK data words.*downloads nothing"):
+    assert line.startswith("SpellingBee-v0  (needs NLTK data words (it would download it)"), line
+    with pytest.raises(RuntimeError, match="needs NLTK data words.*downloads nothing"):
         envs.textarena("SpellingBee-v0", num_players=2, opponent=lambda seen: "[abc]")
 
 
