@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from fastapi import HTTPException
 from pydantic import BaseModel, Field, PrivateAttr
 
-from gymlab._runtime.offload import WorkerPool, rss_bytes
+from gymlab._runtime.offload import rss_bytes
 from gymlab.envs.extras import need
 from gymlab.envs.reasoning_specs import SpecError, check_spec, spec_key
 from gymlab.errors import WorkBudgetExceeded, WorkerDied
@@ -72,10 +72,6 @@ class ReasoningGymServer(SimpleResourcesServer):
             check_spec(ref, self, issued=spec_key(ref.dataset, ref.config) in self._issued)
         except SpecError as exc:
             raise HTTPException(422, f"{self.name}: reasoning_gym.{exc}") from None
-        if self._work is None:  # a worker keeps its datasets within max_cache_bytes; one far past it restarts
-            self._work = WorkerPool(
-                self.work_processes, name=self.name, recycle_rss_bytes=2 * self.max_cache_bytes + (1 << 30)
-            )
         spec = (ref.dataset, ref.config, ref.index, (self.max_cache_bytes, self.max_datasets))
         try:
             graded = await self._grade(spec, body.response.output_text)
@@ -97,11 +93,15 @@ class ReasoningGymServer(SimpleResourcesServer):
         extra = {k: graded[k] for k in ("answer_error", "response_too_large") if k in graded}
         return BaseVerifyResponse(**body.model_dump(), reward=graded["reward"], **extra)
 
+    def worker_rss_limit(self) -> int:
+        """A worker keeps its datasets within ``max_cache_bytes``; one far past it (a build's leftovers) restarts."""
+        return 2 * self.max_cache_bytes + (1 << 30)
+
     async def _grade(self, spec: tuple, text: str) -> dict[str, Any]:
         """``grade`` in a worker, the dataset built there first (within ``build_budget_seconds``)."""
         name, config, _, cache = spec
         prepare = (_dataset, name, config, cache)
-        return await self._work.run(
+        return await self.worker_pool().run(
             grade,
             *spec,
             text,

@@ -165,10 +165,20 @@ class EpisodeServer(BaseServer):
         the worker is stopped and ``WorkBudgetExceeded`` raised. ``prepare``: ``(function, *arguments)`` run
         first in the same worker, within ``work_budget_seconds`` of its own (``WorkerPool.run``). ``fn`` and
         its arguments go by pickle: a function at the top level of an importable module (docs/servers.md)."""
-        if self._work is None:
-            self._work = WorkerPool(self.work_processes, name=self.name)
         budget_s = self.work_budget_seconds if budget_s is None else budget_s
-        return await self._work.run(fn, *args, budget_s=budget_s, prepare=prepare, prepare_s=self.work_budget_seconds)
+        return await self.worker_pool().run(
+            fn, *args, budget_s=budget_s, prepare=prepare, prepare_s=self.work_budget_seconds
+        )
+
+    def worker_pool(self) -> WorkerPool:
+        """This server's worker processes (``offload``), started at first use."""
+        if self._work is None:
+            self._work = WorkerPool(self.work_processes, name=self.name, recycle_rss_bytes=self.worker_rss_limit())
+        return self._work
+
+    def worker_rss_limit(self) -> int | None:
+        """Resident bytes past which a worker exits after answering, freeing what it held (None: never)."""
+        return None
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
