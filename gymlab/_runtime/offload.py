@@ -148,7 +148,10 @@ class _Slot:
             if answered:
                 ok, value, recycle = self.conn.recv()
         except (EOFError, OSError) as exc:
-            code = self.process.exitcode if self.process is not None else None
+            process = self.process
+            if process is not None:
+                process.join(1)  # reaped, so its exit code tells how it ended
+            code = process.exitcode if process is not None else None
             self.stop()
             raise WorkerDied(
                 f"{self.name}: the worker process died after {time.monotonic() - started:.1f} s of "

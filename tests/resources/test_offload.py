@@ -162,3 +162,21 @@ def test_a_stopped_server_stops_its_workers(tmp_path):
         assert pids
     assert server._work is None
     wait_until(lambda: all(process_gone(p) for p in pids), timeout=30, what="the workers stopped")
+
+
+def test_a_worker_killed_midway_is_a_masked_failure_and_replaced(lab, tmp_path):
+    import signal
+
+    started = tmp_path / "started"
+    started.mkdir()
+    server = Burner(name="killed", release=str(tmp_path / "r"), started=str(started), limit_s=30, work_processes=1)
+    url = lab.serve(server).url
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(httpx.post, f"{url}/verify", json=BODY, timeout=60)
+        wait_until(lambda: os.listdir(started), timeout=60, what="the grader started")
+        os.kill(int(os.listdir(started)[0]), signal.SIGKILL)
+        answer = pending.result().json()
+    assert answer["mask_sample"] is True and answer["failure_kind"] == "verifier_error"
+    assert "died" in answer["failure_reason"] and "exit code -9" in answer["failure_reason"], answer["failure_reason"]
+    server.limit_s = 0.01
+    assert httpx.post(f"{url}/verify", json=BODY, timeout=60).json()["reward"] == 1.0
