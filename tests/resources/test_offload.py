@@ -180,3 +180,32 @@ def test_a_worker_killed_midway_is_a_masked_failure_and_replaced(lab, tmp_path):
     assert "died" in answer["failure_reason"] and "exit code -9" in answer["failure_reason"], answer["failure_reason"]
     server.limit_s = 0.01
     assert httpx.post(f"{url}/verify", json=BODY, timeout=60).json()["reward"] == 1.0
+
+
+def test_a_step_the_action_breaks_is_its_zero_and_a_slow_step_is_masked(lab, tmp_path):
+    from gymlab.resources.gymnasium import GymnasiumServer
+
+    (tmp_path / "started").mkdir()
+
+    class Game(GymnasiumServer):
+        def step(self, action, metadata, session_id=None):  # sync: run in a thread
+            if "boom" in action.output_text:
+                raise AnswerError("this move cannot be parsed")
+            if "slow" in action.output_text:
+                burn_until(str(tmp_path / "never"), str(tmp_path / "started"), 2.0)
+            return "ok", 1.0, False, False, {}
+
+    server = Game(name="game", work_budget_seconds=0.3)
+    client = httpx.Client(base_url=lab.serve(server).url, timeout=60)
+
+    def step(text: str) -> dict:
+        client.post("/reset", json={"responses_create_params": {"input": "x"}})
+        return client.post("/step", json={"responses_create_params": {"input": "x"}, **said(text)}).json()
+
+    assert step("fine")["reward"] == 1.0
+    broken = step("boom")
+    assert broken["reward"] == 0.0 and broken["terminated"] and not broken["mask_sample"]
+    assert broken["info"]["answer_error"] == "this move cannot be parsed"
+    slow = step("slow")
+    assert slow["mask_sample"] and slow["failure_kind"] == "verifier_error" and slow["truncated"], slow
+    assert server.session_state == {}
