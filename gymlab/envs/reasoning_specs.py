@@ -17,6 +17,7 @@ MAX_ITEMS = 1000
 MAX_CHARS = 1000
 #: The most datasets one composite spec mixes.
 MAX_COMPOSITE = 64
+_NO_DEFAULT = object()
 
 
 class SpecError(ValueError):
@@ -61,6 +62,8 @@ def check_config(name: Any, config: Any, where: str, server: Any, *, issued: boo
                 raise SpecError(f"{path}: a whole number (under 2**63) or null, got {value!r:.80}")
         elif key == "datasets" and name == "composite":
             _check_composite(value, path, server, issued=issued)
+        elif value == _default(fields[key]):
+            continue  # the dataset's own default, as JSON (a few defaults do not match their annotations)
         else:
             limit = None if issued else _limit(fields[key], server.max_config_scale)
             _check_value(value, hints.get(key, Any), path, limit)
@@ -90,6 +93,17 @@ def _limit(field: dataclasses.Field, scale: float) -> float | None:
         [default] if _number(default) else [v for v in default if _number(v)] if isinstance(default, tuple) else []
     )
     return scale * max([10.0, *(abs(v) for v in numbers)]) if numbers or default is None else None
+
+
+def _default(field: dataclasses.Field) -> Any:
+    """A field's default as JSON reads it back (``_NO_DEFAULT`` when it has none)."""
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return _NO_DEFAULT
+    return json.loads(json.dumps(value, default=str))
 
 
 def _whole(value: Any) -> bool:
@@ -138,10 +152,11 @@ def _check_value(value: Any, hint: Any, path: str, limit: float | None) -> None:
     if container in (list, tuple, set, frozenset) or container is typing.Sequence:
         if not isinstance(value, list) or len(value) > MAX_ITEMS:
             raise SpecError(f"{path}: a list of at most {MAX_ITEMS} items, got {value!r:.80}")
-        if container is tuple and args and args[-1] is not Ellipsis and len(value) != len(args):
+        if container is tuple and len(args) > 1 and args[-1] is not Ellipsis and len(value) != len(args):
             raise SpecError(f"{path}: a list of {len(args)} items, got {value!r:.80}")
         for i, item in enumerate(value):
-            item_hint = (args[0] if args[-1] is Ellipsis or container is not tuple else args[i]) if args else Any
+            fixed = container is tuple and len(args) > 1 and args[-1] is not Ellipsis
+            item_hint = (args[i] if fixed else args[0]) if args else Any
             _check_value(item, item_hint, f"{path}[{i}]", limit)
         return
     if container is dict:
