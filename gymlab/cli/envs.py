@@ -220,7 +220,9 @@ def probe_reasoning_gym(
         return _answers(text(truth[question(request)]["answer"]))
 
     with Lab() as lab:
-        env = lab.serve(envs.ReasoningGymServer, name="reasoning_gym", max_datasets=max(len(names), 1))
+        env = lab.serve(
+            envs.ReasoningGymServer, name="reasoning_gym", max_datasets=max(len(names), 1), work_processes=1
+        )
         report = probe(lab, env, rows, probes=policies, real_policy=oracle, concurrency=concurrency)
     frame = report.frame
     frame["dataset"] = [rows[t]["reasoning_gym"]["dataset"] for t in frame["task"]]
