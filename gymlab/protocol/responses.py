@@ -230,13 +230,14 @@ def function_call(name: str, arguments: str | dict, call_id: str | None = None) 
 MAX_ARGUMENT_CHARS = 1 << 20
 
 
-def read_arguments(arguments: str | None) -> Any:
+def read_arguments(arguments: str | None, max_chars: int | None = MAX_ARGUMENT_CHARS) -> Any:
     """A function call's ``arguments`` as JSON (empty: ``{}``); a ``ValueError`` saying why when they cannot
-    be read: not JSON, over ``MAX_ARGUMENT_CHARS``, or nested deeper than the JSON reader goes. What a model
-    writes there is its action, never the server's failure."""
+    be read: not JSON, over ``max_chars`` (None: no bound here, the receiving server's body limit applies),
+    or nested deeper than the JSON reader goes. What a model writes there is its action, never the
+    server's failure."""
     text = arguments or "{}"
-    if len(text) > MAX_ARGUMENT_CHARS:
-        raise ValueError(f"the arguments are {len(text)} characters, over the {MAX_ARGUMENT_CHARS} a server reads")
+    if max_chars is not None and len(text) > max_chars:
+        raise ValueError(f"the arguments are {len(text)} characters, over the {max_chars} a server reads")
     try:
         return json.loads(text)
     except RecursionError:
