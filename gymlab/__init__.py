@@ -28,7 +28,7 @@ _NAMES: dict[str, str] = {
         "gymlab._runtime.locks": "ResourcesSessionLocks",
         # errors
         "gymlab.errors": (
-            "GymlabError ServerError ServerStartError ConfigError EpisodeFailed "
+            "AnswerError GymlabError ServerError ServerStartError ConfigError EpisodeFailed "
             "DatasetError ResourcesSessionError ResourcesSeedRejectedError "
             "ResourcesSessionConflictError SessionContractError ForkDivergedError"
         ),
@@ -118,6 +118,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gymlab.collection.runner import acollect
     from gymlab.envservers.single_agent_turn import SingleAgentTurn
     from gymlab.errors import (
+        AnswerError,
         ConfigError,
         DatasetError,
         EpisodeFailed,

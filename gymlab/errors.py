@@ -23,7 +23,10 @@ GymlabError
 │   ├── ResourcesSeedRejectedError     422: invalid seed input that no retry can fix
 │   ├── ResourcesSessionConflictError  409: the ID is bound to another episode, or closed
 │   └── ResourcesReleaseFailedError    500: a release hook raised; the session stays open for a retry
-└── SessionContractError   a server broke a rule of the episode-session contract (an AssertionError)
+├── SessionContractError   a server broke a rule of the episode-session contract (an AssertionError)
+├── WorkBudgetExceeded     work sent off the event loop ran past its time budget (a TimeoutError; its worker stopped)
+├── WorkerDied             a worker process died mid-call (killed from outside, out of memory)
+└── AnswerError            grading failed because of the model's own answer: graded 0, never masked
 """
 
 from __future__ import annotations
@@ -255,3 +258,22 @@ class ForkDivergedError(GymlabError):
 def _short(value: Any, n: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= n else text[: n - 3] + "..."
+
+
+class WorkBudgetExceeded(GymlabError, TimeoutError):
+    """Raised when work sent off the event loop (``offload``) ran past its time budget; its worker was stopped."""
+
+    def __init__(self, message: str, budget_s: float, stage: str = "work"):
+        super().__init__(message)
+        self.budget_s, self.stage = budget_s, stage  # stage: "work", or "prepare" (a WorkerPool's prepare step)
+
+
+class WorkerDied(GymlabError):
+    """Raised when a worker process died in the middle of a call (killed from outside, out of memory)."""
+
+
+class AnswerError(GymlabError):
+    """Raised by grading code when the model's own answer makes grading fail (the grader raises on it, or runs
+    past its budget on it while the task's own answer grades in time): the verify or step is graded 0 with the
+    reason in ``answer_error``, never masked. Anything else grading raises stays a masked infrastructure
+    failure (docs/servers.md)."""

@@ -28,6 +28,7 @@ from gymlab.protocol import (
     Usage,
     dump_item,
 )
+from gymlab.protocol.responses import read_arguments
 
 ModelCall = Callable[[dict], Awaitable[NeMoGymResponse]]
 ToolCall = Callable[[str, Any], Awaitable[str]]
@@ -146,7 +147,7 @@ async def model_turn(
         refused += why is not None
         if why is None:  # arguments that are not JSON are the model's error too: nothing reaches the server
             try:
-                args = json.loads(call.arguments or "{}")
+                args = read_arguments(call.arguments, max_chars=None)  # the tool server's body limit bounds them
             except ValueError as exc:
                 why = f"Invalid tool call arguments: {exc}"
         output = json.dumps({"error": why}) if why is not None else await call_tool(call.name, args)

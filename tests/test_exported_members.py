@@ -32,6 +32,7 @@ EXPORTED = [
     "AgentSeedSessionResponse",
     "AggregateMetrics",
     "AggregateMetricsRequest",
+    "AnswerError",
     "BaseRunRequest",
     "BaseSeedSessionRequest",
     "BaseSeedSessionResponse",

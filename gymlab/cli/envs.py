@@ -6,6 +6,7 @@ and a probe pass over every reasoning-gym dataset (``--probe``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import sys
@@ -172,17 +173,40 @@ def _available(adapter: str) -> list[str]:
     names = offered(adapter)
     if adapter != "textarena":
         return names
-    from gymlab.envs.arena import check_offline
+    return asyncio.run(_listed_games(names))
 
-    out = []
-    for name in names:
+
+async def _listed_games(names: list[str], budget_s: float = 3.0) -> list[str]:
+    """``listed_game`` of each name in two worker processes (games reset in parallel, a slow one stopped
+    after ``budget_s`` and listed as it is: slow to reset is no fault)."""
+    from gymlab._runtime.offload import WorkerPool
+    from gymlab.errors import WorkBudgetExceeded, WorkerDied
+
+    pool = WorkerPool(2, name="gymlab-envs")
+
+    async def one(name: str) -> str:
         try:
-            check_offline(name)
-        except RuntimeError as exc:
-            why = str(exc).removeprefix(f"TextArena game {name} ").split(", not found")[0].split(" (an API")[0]
-            name = f"{name}  ({why})"
-        out.append(name)
-    return out
+            return await pool.run(listed_game, name, budget_s=budget_s)
+        except (WorkBudgetExceeded, WorkerDied):
+            return name
+
+    try:
+        return list(await asyncio.gather(*(one(n) for n in names)))
+    finally:
+        pool.close()
+
+
+def listed_game(name: str) -> str:
+    """A TextArena game's line: its id, and why it cannot run here when it cannot (does not compile, asks a
+    hosted model, would download, does not reset), found without downloading anything."""
+    from gymlab.envs.arena_checks import GameUnavailable, check_offline, reset_problem
+
+    try:
+        check_offline(name)
+        why = reset_problem(name)
+    except GameUnavailable as exc:
+        why = str(exc).removeprefix(f"TextArena game {name} ").split(", not found")[0].split(" (an API")[0]
+    return f"{name}  ({why})" if why else name
 
 
 # -- the probe pass over reasoning-gym -----------------------------------------------------------------
@@ -252,7 +276,9 @@ def probe_reasoning_gym(
         return _answers(text(truth[question(request)]["answer"]))
 
     with Lab() as lab:
-        env = lab.serve(envs.ReasoningGymServer, name="reasoning_gym", max_datasets=max(len(names), 1))
+        env = lab.serve(
+            envs.ReasoningGymServer, name="reasoning_gym", max_datasets=max(len(names), 1), work_processes=1
+        )
         report = probe(lab, env, rows, probes=policies, real_policy=oracle, concurrency=concurrency)
     datasets = {}
     for name in sorted(tasks):

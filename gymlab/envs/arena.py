@@ -7,30 +7,31 @@ state, so interleaved episodes replay as if played alone (docs/envs.md).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import functools
-import importlib
 import json
-import os
 import random
-import re
+import threading
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from fastapi import HTTPException
 from pydantic import Field, PrivateAttr
 
 from gymlab.client import ask_model_server
+from gymlab.envs.arena_checks import check_offline, no_downloads
 from gymlab.envs.extras import need
 from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
+from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
 from gymlab.resources.tools import rows_from
 
 #: The tool a row declares when the model plays by function call.
 MOVE_TOOL = row_tool("move", "Make your move: the text the game asks for (e.g. '[4]').", {"action": {"type": "string"}})
 
-_NLTK_DOWNLOAD = re.compile(r"nltk\.download\(\s*(\[[^\]]*\]|['\"][^'\"]+['\"])")
+#: What a game's own parsing of a move raises on a move it cannot read (``int`` of a 1 MB number, a deep
+#: structure): an invalid move of the seat that made it. Anything else a game raises stays the server's.
+PARSE_ERRORS = (ValueError, OverflowError, IndexError, KeyError, RecursionError)
 
 
 class TextArenaServer(GymnasiumServer):
@@ -43,6 +44,13 @@ class TextArenaServer(GymnasiumServer):
     opponent_timeout_s: float = Field(300.0, gt=0, description="Bound on one answer of opponent_model.")
     max_opponent_moves: int = Field(64, ge=1, description="Other seats' moves per model move before truncation.")
     make_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keywords of textarena.make.")
+    max_games: int = Field(256, ge=1, description="Games held at once; a reset past it is refused 503 (Retry-After).")
+    max_move_chars: int = Field(
+        4096, ge=1, description="Longest move passed to the game; a longer one is an invalid move, never stored."
+    )
+    max_game_chars: int = Field(
+        256 * 1024, ge=1, description="Characters of moves one game holds; a move past it is an invalid move."
+    )
     _opponent: Callable[[str], str] | None = PrivateAttr(default=None)
 
     def make_game(self) -> Any:
@@ -56,10 +64,15 @@ class TextArenaServer(GymnasiumServer):
         if self.num_players > 1 and self._opponent is None and self.opponent_model is None:
             raise HTTPException(422, f"{self.name}: {self.env_id} has other seats; give opponent or opponent_model")
         seed = row_seed(self, metadata)
-        state = {"random": random.Random(seed).getstate(), "chats": {}}
-        with _own_random(state):
-            state["game"] = self.make_game()
-            state["game"].reset(num_players=self.num_players, seed=seed)
+        if len(self.session_state) >= self.max_games and session_id not in self.session_state:
+            raise HTTPException(
+                503,
+                f"{self.name}: {len(self.session_state)} games are held, the most this server holds (max_games); "
+                "retry after Retry-After seconds, when one has ended, or raise max_games",
+                headers={"retry-after": "1"},
+            )
+        state = {"random": random.Random(seed).getstate(), "chats": {}, "chars": 0}
+        state["game"] = await _in_game(state, self._start, seed)
         self.session_state[session_id] = state
         state["before"] = await self._others(state)  # the seats before the model's: in the first step's moves
         if _inner(state["game"]).state.done:
@@ -74,10 +87,9 @@ class TextArenaServer(GymnasiumServer):
         text = _call_action(calls[0]) if calls else action.output_text
         info: dict[str, Any] = {}
         if calls:
-            info["tool_outputs"] = [self.tool_output(c, {"played": text}) for c in calls]
-        with _own_random(state):
-            done, _ = state["game"].step(text)
-        info["moves"] = [*state.pop("before", []), {"player": self.player, "action": text}]
+            info["tool_outputs"] = [self.tool_output(c, {"played": text[: self.max_move_chars]}) for c in calls]
+        done = await _in_game(state, self._move, state, text)
+        info["moves"] = [*state.pop("before", []), {"player": self.player, "action": text[: self.max_move_chars]}]
         truncated = False
         if not done:
             info["moves"] += await self._others(state)
@@ -85,11 +97,34 @@ class TextArenaServer(GymnasiumServer):
             truncated = not done and _inner(state["game"]).state.current_player_id != self.player
         if not (done or truncated):
             return _seen(state["game"], self.player), 0.0, False, False, info
-        with _own_random(state):
-            rewards, game_info = state["game"].close()
+        rewards, game_info = await _in_game(state, state["game"].close)
         rewards = {int(k): float(v) for k, v in (rewards or {}).items()}
         info.update(rewards={str(k): v for k, v in rewards.items()}, game_info=plain(game_info))
         return _seen(state["game"], self.player) or None, rewards.get(self.player, 0.0), done, truncated, info
+
+    def _start(self, seed: int | None) -> Any:
+        game = self.make_game()
+        game.reset(num_players=self.num_players, seed=seed)
+        return game
+
+    def _move(self, state: dict, move: str) -> bool:
+        """``move`` played by the seat to move; whether the game ended. A move over ``max_move_chars`` or past
+        ``max_game_chars``, or one the game's own parser fails on (a 1 MB number), is an invalid move, judged
+        by the game's rules for invalid moves (its error allowance), and never stored."""
+        game, why = state["game"], None
+        if len(move) > self.max_move_chars:
+            why = f"the move is {len(move)} characters, over the {self.max_move_chars} this game reads"
+        elif state["chars"] + len(move) > self.max_game_chars:
+            why = f"the game's moves would pass the {self.max_game_chars} characters a game holds"
+        if why is None:
+            state["chars"] += len(move)
+            try:
+                return game.step(move)[0]
+            except PARSE_ERRORS as exc:  # the game's parser failed on the move: the mover's invalid move
+                why = f"the game could not read the move ({type(exc).__name__}: {str(exc)[:200]})"
+        inner = _inner(game)
+        inner.state.set_invalid_move(reason=f"Invalid move: {why}.")
+        return inner.state.step()[0]
 
     async def _others(self, state: dict) -> list[dict[str, Any]]:
         """The other seats' moves until it is the model's turn (or the game ends, or the move limit)."""
@@ -101,14 +136,13 @@ class TextArenaServer(GymnasiumServer):
             seat = inner.state.current_player_id
             seen = _seen(game, seat)
             move = await self._opponent_move(state, seat, seen)
-            with _own_random(state):
-                game.step(move)
-            moves.append({"player": seat, "observation": seen, "action": move})
+            await _in_game(state, self._move, state, move)
+            moves.append({"player": seat, "observation": seen, "action": move[: self.max_move_chars]})
         return moves
 
     async def _opponent_move(self, state: dict, seat: int, seen: str) -> str:
-        if self._opponent is not None:
-            return str(self._opponent(seen))
+        if self._opponent is not None:  # on the episode's random state: its draws replay with the seed
+            return str(await _in_game(state, self._opponent, seen))
         chat = state["chats"].setdefault(seat, [])
         chat.append({"role": "user", "content": seen})
         reply = await ask_model_server(
@@ -116,6 +150,21 @@ class TextArenaServer(GymnasiumServer):
         )
         chat.append({"role": "assistant", "content": reply.output_text})
         return reply.output_text
+
+
+#: One game call at a time in this process: each swaps Python's global random state for its episode's.
+_GAME_LOCK = threading.Lock()
+
+
+async def _in_game(state: dict, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a thread (a game's work never holds the event loop), on the episode's own random
+    state, with ``nltk.download`` answered locally or refused."""
+
+    def run() -> Any:
+        with _GAME_LOCK, _own_random(state), no_downloads():
+            return fn(*args)
+
+    return await asyncio.to_thread(run)
 
 
 def _inner(game: Any) -> Any:
@@ -144,8 +193,8 @@ def _seen(game: Any, seat: int) -> str:
 
 def _call_action(call: Any) -> str:
     try:
-        arguments = json.loads(call.arguments or "{}")
-    except ValueError:
+        arguments = read_arguments(call.arguments)
+    except ValueError:  # not JSON, huge or nested past reading: the text as written, which the game judges
         return call.arguments or ""
     action = arguments.get("action") if isinstance(arguments, dict) else None
     return action if isinstance(action, str) else json.dumps(arguments)
@@ -161,57 +210,6 @@ def _own_random(state: dict):
     finally:
         state["random"] = random.getstate()
         random.setstate(outer)
-
-
-@functools.cache  # once per game and process (a game that fails raises again: exceptions are not cached)
-def check_offline(env_id: str) -> None:
-    """Refuse a game that needs what it cannot get here: NLTK data not installed, or a hosted model's API
-    key (the game's own module asks OpenRouter). Nothing is downloaded: a game module whose import
-    calls ``nltk.download`` is imported with that call answered from the local data."""
-    ta = need("textarena")
-    from textarena.envs.registration import ENV_REGISTRY
-
-    if env_id not in ENV_REGISTRY:
-        close = [k for k in ENV_REGISTRY if k.lower().startswith(env_id.split("-")[0].lower())][:8]
-        raise LookupError(f"no TextArena game {env_id!r}; e.g. {', '.join(close or sorted(ENV_REGISTRY)[:8])}")
-    entry = ENV_REGISTRY[env_id].entry_point
-    module = entry.split(":")[0] if isinstance(entry, str) else entry.__module__
-    # the game's folder, found without importing it (a game module may not even compile)
-    folder = Path(ta.__file__).parent.joinpath(*module.split(".")[1:]).parent
-    source = "\n".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*.py")))
-    if "OpenRouter" in source or "openrouter.ai" in source:
-        raise RuntimeError(
-            f"TextArena game {env_id} asks a hosted model on OpenRouter (an API key in OPENROUTER_API_KEY and "
-            "the network); gymlab serves only games that run offline"
-        )
-    wanted = [n for found in _NLTK_DOWNLOAD.findall(source) for n in re.findall(r"['\"]([^'\"]+)['\"]", found)]
-    if not wanted:
-        return
-    import nltk
-
-    missing = [n for n in dict.fromkeys(wanted) if not _nltk_has(nltk, n)]
-    if missing:
-        raise RuntimeError(
-            f"TextArena game {env_id} needs NLTK data {', '.join(missing)}, not found in "
-            f"{os.pathsep.join(nltk.data.path)}; "
-            f"install it once with `python -m nltk.downloader {' '.join(missing)}` (gymlab downloads nothing)"
-        )
-    download, nltk.download = nltk.download, lambda *a, **k: True  # the data is here: no index fetch
-    try:
-        importlib.import_module(module)
-    finally:
-        nltk.download = download
-
-
-def _nltk_has(nltk: Any, name: str) -> bool:
-    for kind in ("corpora", "taggers", "tokenizers", "chunkers", "misc"):
-        for path in (f"{kind}/{name}", f"{kind}/{name}.zip"):
-            try:
-                nltk.data.find(path)
-                return True
-            except LookupError:
-                continue
-    return False
 
 
 def textarena(
@@ -232,9 +230,10 @@ def textarena(
     library = need("textarena")  # not installed: the ImportError naming the extra, as is
     check_offline(env_id)
     try:
-        library.make(env_id, **make_kwargs)  # a game that cannot load fails here, not at each reset
+        with no_downloads(), _own_random({"random": random.getstate()}):  # fails here, not at each reset
+            library.make(env_id, **make_kwargs).reset(num_players=num_players, seed=0)
     except Exception as exc:
-        raise RuntimeError(f"TextArena game {env_id} does not load here: {type(exc).__name__}: {exc}") from exc
+        raise RuntimeError(f"TextArena game {env_id} does not load or reset here: {type(exc).__name__}: {exc}") from exc
     server = TextArenaServer(
         name=name or f"textarena-{env_id.lower()}",
         env_id=env_id,

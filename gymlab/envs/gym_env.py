@@ -17,6 +17,7 @@ from fastapi import HTTPException
 from pydantic import Field, PrivateAttr
 
 from gymlab.envs.extras import need
+from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
 from gymlab.resources.tools import rows_from
 
@@ -108,8 +109,8 @@ class GymEnvServer(GymnasiumServer):
         if calls:
             call = calls[0]
             try:
-                arguments = json.loads(call.arguments or "{}")
-            except ValueError:
+                arguments = read_arguments(call.arguments)
+            except ValueError:  # not JSON, huge or nested past reading: an unreadable action
                 arguments = {}
             value = (
                 call.name if call.name in names else arguments.get("action") if isinstance(arguments, dict) else None

@@ -7,6 +7,7 @@ the extracted answer against it, not against the row's JSON copy (docs/envs.md).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 from collections import OrderedDict
 from typing import Any, ClassVar
@@ -14,9 +15,12 @@ from typing import Any, ClassVar
 from fastapi import HTTPException
 from pydantic import BaseModel, Field, PrivateAttr
 
+from gymlab._runtime.offload import rss_bytes
 from gymlab.envs.extras import need
+from gymlab.envs.reasoning_specs import SpecError, check_spec, spec_key
+from gymlab.errors import WorkBudgetExceeded, WorkerDied
 from gymlab.protocol import BaseVerifyRequest, BaseVerifyResponse
-from gymlab.resources.simple import SimpleResourcesServer
+from gymlab.resources.simple import SimpleResourcesServer, masked_verification
 from gymlab.resources.tools import rows_from
 
 
@@ -34,44 +38,87 @@ class ReasoningGymVerify(BaseVerifyRequest):
 
 
 class ReasoningGymServer(SimpleResourcesServer):
-    """Seed/verify over any reasoning-gym dataset: the reward is the dataset's ``score_answer``."""
+    """Seed/verify over any reasoning-gym dataset: the reward is the dataset's ``score_answer``, computed in
+    the server's worker processes. A spec from a request is checked against bounds before anything is built
+    (``reasoning_specs.py``); the specs of the rows it made are its own (docs/envs.md)."""
 
-    max_datasets: int = Field(32, ge=1, description="Datasets kept built (keyed by name and config).")
-    _built: OrderedDict = PrivateAttr(default_factory=OrderedDict)
-    not_episode_state: ClassVar[tuple[str, ...]] = ("_built",)  # a cache of datasets, bounded by max_datasets
+    work_budget_seconds: float = Field(
+        10.0, gt=0, description="Time budget of grading one answer (the dataset is built before, in its own budget)."
+    )
+    build_budget_seconds: float = Field(60.0, gt=0, description="Time budget of building one dataset in a worker.")
+    max_size: int = Field(100_000, ge=1, description="Largest ``size`` of a spec from a request.")
+    max_config_scale: float = Field(
+        10.0,
+        ge=1,
+        description="A spec's numeric field may be this many times its default's size (a default under 10 counts 10).",
+    )
+    max_datasets: int = Field(32, ge=1, description="Datasets one worker keeps built (and within max_cache_bytes).")
+    max_cache_bytes: int = Field(
+        256 * 1024 * 1024, ge=0, description="Memory one worker keeps for built datasets (least recently used out)."
+    )
+    max_answer_chars: int = Field(
+        16 * 1024, ge=1, description="Longest final answer scored; a longer one is graded 0 (response_too_large)."
+    )
+    _issued: set = PrivateAttr(default_factory=set)
+    not_episode_state: ClassVar[tuple[str, ...]] = ("_issued",)  # the specs of the rows this server made
 
-    def dataset(self, ref: DatasetRef) -> Any:
-        """The dataset ``ref`` names, built once per name and config."""
-        key = json.dumps([ref.dataset, ref.config], sort_keys=True)
-        if key in self._built:
-            self._built.move_to_end(key)
-            return self._built[key]
-        try:
-            built = build(ref.dataset, ref.config)
-        except (LookupError, ValueError) as exc:
-            raise HTTPException(422, f"{self.name}: {exc}") from None
-        self._built[key] = built
-        while len(self._built) > self.max_datasets:
-            self._built.popitem(last=False)
-        return built
+    def issue(self, name: str, config: dict[str, Any]) -> None:
+        """Vouch for the spec ``(name, config)``: rows this server made carry it, so its fields go unbounded."""
+        self._issued.add(spec_key(name, config))
 
     async def verify(self, body: ReasoningGymVerify) -> BaseVerifyResponse:
         ref = body.reasoning_gym
-        dataset = self.dataset(ref)
-        if ref.index >= len(dataset):
-            raise HTTPException(422, f"{self.name}: index {ref.index} is past {ref.dataset}'s size {len(dataset)}")
-        entry = dataset[ref.index]
-        if body.answer is not None and jsonable(entry["answer"]) != body.answer:
+        try:
+            check_spec(ref, self, issued=spec_key(ref.dataset, ref.config) in self._issued)
+        except SpecError as exc:
+            raise HTTPException(422, f"{self.name}: reasoning_gym.{exc}") from None
+        spec = (ref.dataset, ref.config, ref.index, (self.max_cache_bytes, self.max_datasets))
+        try:
+            graded = await self._grade(spec, body.response.output_text)
+        except SpecError as exc:
+            raise HTTPException(422, f"{self.name}: reasoning_gym.{exc}") from None
+        except (WorkBudgetExceeded, ScoreError) as exc:
+            if getattr(exc, "stage", None) == "prepare":
+                return masked_verification(body, "verifier_error", f"{exc}: building {ref.dataset} from {ref.config}")
+            graded = await self._blame(spec, exc)
+            if graded is None:
+                return masked_verification(body, "verifier_error", f"{self.name}: grading failed on any answer: {exc}")
+        if body.answer is not None and graded["answer"] != body.answer:
             raise HTTPException(
                 422,
                 f"{self.name}: the row's answer {body.answer!r:.80} is not {ref.dataset}[{ref.index}]'s "
-                f"{jsonable(entry['answer'])!r:.80} (rows made by another reasoning-gym version or an edited row); "
+                f"{graded['answer']!r:.80} (rows made by another reasoning-gym version or an edited row); "
                 "make the rows again with gymlab.envs.reasoning_gym",
             )
-        from reasoning_gym.utils import extract_answer
+        extra = {k: graded[k] for k in ("answer_error", "response_too_large") if k in graded}
+        return BaseVerifyResponse(**body.model_dump(), reward=graded["reward"], **extra)
 
-        answer = extract_answer(body.response.output_text)
-        return BaseVerifyResponse(**body.model_dump(), reward=float(dataset.score_answer(answer, entry)))
+    def worker_rss_limit(self) -> int:
+        """A worker keeps its datasets within ``max_cache_bytes``; one far past it (a build's leftovers) restarts."""
+        return 2 * self.max_cache_bytes + (1 << 30)
+
+    async def _grade(self, spec: tuple, text: str) -> dict[str, Any]:
+        """``grade`` in a worker, the dataset built there first (within ``build_budget_seconds``)."""
+        name, config, _, cache = spec
+        prepare = (_dataset, name, config, cache)
+        return await self.worker_pool().run(
+            grade,
+            *spec,
+            text,
+            self.max_answer_chars,
+            budget_s=self.work_budget_seconds,
+            prepare=prepare,
+            prepare_s=self.build_budget_seconds,
+        )
+
+    async def _blame(self, spec: tuple, failure: Exception) -> dict[str, Any] | None:
+        """Whose failure grading was: the same entry graded with an empty answer, in the same budget. If that
+        grades, the model's answer caused it (its 0, ``answer_error``); else None: the grader's (masked)."""
+        try:
+            graded = await self._grade(spec, "")
+        except (WorkBudgetExceeded, ScoreError, WorkerDied):
+            return None
+        return {**graded, "reward": 0.0, "answer_error": f"grading this answer failed: {failure}"}
 
 
 def build(name: str, config: dict[str, Any]) -> Any:
@@ -96,6 +143,76 @@ def build(name: str, config: dict[str, Any]) -> Any:
     except (TypeError, ValueError, AssertionError, KeyError) as exc:
         fields = ", ".join(f.name for f in dataclasses.fields(DATASETS[name][1]))
         raise ValueError(f"reasoning-gym dataset {name!r} refused the config {config}: {exc!r}; its fields: {fields}")
+
+
+# -- in a worker process: the datasets built there, and the grading -------------------------------------
+
+_BUILT: OrderedDict = OrderedDict()  # spec key -> (dataset, the resident bytes its build added)
+
+
+class ScoreError(RuntimeError):
+    """``score_answer`` raised: whose fault it was is settled by grading an empty answer (``_blame``)."""
+
+
+def grade(name: str, config: dict, index: int, cache: tuple, text: str, max_answer_chars: int) -> dict[str, Any]:
+    """Grade ``text`` against entry ``index`` of the dataset ``(name, config)`` (built here once, kept within
+    ``cache``, ``(bytes, datasets)``): ``reward``, the entry's ``answer`` as JSON, and ``response_too_large`` for a final
+    answer over ``max_answer_chars``. A dataset that does not build is a ``SpecError``, a raising
+    ``score_answer`` a ``ScoreError``."""
+    dataset = _dataset(name, config, cache)
+    if index >= len(dataset):
+        raise SpecError(f"index: {index} is past {name}'s size {len(dataset)}")
+    entry = dataset[index]
+    graded: dict[str, Any] = {"answer": jsonable(entry["answer"])}
+    answer = final_answer(text)
+    if answer is not None and len(answer) > max_answer_chars:
+        too_long = (
+            f"the final answer is {len(answer)} characters, over this server's max_answer_chars {max_answer_chars}"
+        )
+        return {**graded, "reward": 0.0, "response_too_large": too_long}
+    try:
+        return {**graded, "reward": float(dataset.score_answer(answer, entry))}
+    except Exception as exc:
+        raise ScoreError(f"{name}'s score_answer raised {type(exc).__name__}: {str(exc)[:300]}") from None
+
+
+def _dataset(name: str, config: dict, cache: tuple) -> Any:
+    cache_bytes, most = cache
+    key = spec_key(name, config)
+    if key in _BUILT:
+        _BUILT.move_to_end(key)
+        return _BUILT[key][0]
+    before = rss_bytes()
+    try:
+        dataset = build(name, config)
+    except (LookupError, ValueError) as exc:
+        raise SpecError(f"config: {exc}") from None
+    except Exception as exc:  # the spec made the build fail: the spec's fault, a 4xx
+        raise SpecError(f"config: building {name} from {config!r:.200} raised {type(exc).__name__}: {exc}") from None
+    _BUILT[key] = (dataset, max(0, rss_bytes() - before))
+    while len(_BUILT) > most or (len(_BUILT) > 1 and sum(size for _, size in _BUILT.values()) > cache_bytes):
+        _BUILT.popitem(last=False)
+    if sum(size for _, size in _BUILT.values()) > cache_bytes:  # one dataset past the cap: not kept
+        _BUILT.clear()
+    gc.collect()
+    return dataset
+
+
+def cache_report() -> dict[str, int]:
+    """This worker's kept datasets and the resident bytes their builds added."""
+    return {"datasets": len(_BUILT), "bytes": sum(size for _, size in _BUILT.values())}
+
+
+def final_answer(text: str) -> str | None:
+    """What reasoning-gym's ``extract_answer`` gives (the last ``<answer>...</answer>``, stripped), found in one
+    pass: its regex takes time quadratic in a run of unclosed ``<answer>`` tags."""
+    found, at = None, 0
+    while (start := text.find("<answer>", at)) >= 0:
+        end = text.find("</answer>", start + 8)
+        if end < 0:
+            break
+        found, at = (start + 8, end), end + 9
+    return None if found is None else text[found[0] : found[1]].strip()
 
 
 def jsonable(value: Any) -> Any:
@@ -123,7 +240,9 @@ def reasoning_gym(
         metadata=[jsonable(e["metadata"]) for e in entries],
         reasoning_gym=[{"dataset": name, "config": jsonable(spec), "index": i} for i in range(len(entries))],
     )
-    return ReasoningGymServer(name="reasoning_gym"), rows
+    server = ReasoningGymServer(name="reasoning_gym")
+    server.issue(name, jsonable(spec))
+    return server, rows
 
 
 def datasets() -> list[str]:

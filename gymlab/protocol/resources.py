@@ -46,7 +46,7 @@ class BaseVerifyRequest(BaseRunRequest):
 
 #: Fields gymlab adds to a verify answer: written only when set (the reference's own keys, such as
 #: ``failure_kind`` and ``failure_reason``, are always written, null when unset).
-OPTIONAL_VERIFY_KEYS = ("reward_components", "judgements")
+OPTIONAL_VERIFY_KEYS = ("reward_components", "judgements", "answer_error", "response_too_large")
 
 
 class BaseVerifyResponse(BaseVerifyRequest):
@@ -58,6 +58,12 @@ class BaseVerifyResponse(BaseVerifyRequest):
         None, description="Optional: the reward by rubric component (gymlab.rewards); None for a failed judge."
     )
     judgements: list[dict[str, Any]] | None = Field(None, description="Optional: what each judge asked and answered.")
+    answer_error: str | None = Field(
+        None, description="Optional: why the model's own answer broke grading (graded 0, not masked: AnswerError)."
+    )
+    response_too_large: str | None = Field(
+        None, description="Optional: why the answer was too large to grade (graded 0, not masked)."
+    )
 
     @model_serializer(mode="wrap")
     def _omit_unset_options(self, handler: SerializerFunctionWrapHandler):

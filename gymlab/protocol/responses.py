@@ -235,6 +235,24 @@ def function_call(name: str, arguments: str | dict, call_id: str | None = None) 
     )
 
 
+#: The most of a function call's arguments a server reads (characters): past it they are unreadable.
+MAX_ARGUMENT_CHARS = 1 << 20
+
+
+def read_arguments(arguments: str | None, max_chars: int | None = MAX_ARGUMENT_CHARS) -> Any:
+    """A function call's ``arguments`` as JSON (empty: ``{}``); a ``ValueError`` saying why when they cannot
+    be read: not JSON, over ``max_chars`` (None: no bound here, the receiving server's body limit applies),
+    or nested deeper than the JSON reader goes. What a model writes there is its action, never the
+    server's failure."""
+    text = arguments or "{}"
+    if max_chars is not None and len(text) > max_chars:
+        raise ValueError(f"the arguments are {len(text)} characters, over the {max_chars} a server reads")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("the arguments are nested deeper than a server reads") from None
+
+
 def dump_params(params: ResponseCreateParams) -> dict[str, Any]:
     """The request as seed/verify/reset/step bodies carry it: all 30 fields (null when unset), as the
     reference's agents send them; items and tools keep only the fields they carry."""

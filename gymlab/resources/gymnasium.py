@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from gymlab._runtime.episodes import mount_episode_routes
+from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol import SESSION_ID_KEY, NeMoGymResponse
 from gymlab.protocol.failure_kinds import validate_failure_kind
 from gymlab.protocol.gymnasium import (
@@ -71,7 +72,7 @@ class GymnasiumServer(EpisodeServer):
         if session_id in self.session_state:
             await self._release(session_id)
         try:
-            result = await self.reset(metadata, session_id)
+            result = await self.call_hook(self.reset, metadata, session_id)
             observation, info = _unpacked(self, "reset", result, "(observation, info)")
             return GymnasiumResetResponse(observation=_observation(self, observation), info=dict(info or {}))
         except BaseException as exc:
@@ -81,7 +82,13 @@ class GymnasiumServer(EpisodeServer):
     async def step_session(self, action: NeMoGymResponse, metadata: dict, session_id: str) -> GymnasiumStepResponse:
         """``step()`` for ``session_id``: reserved info keys lifted, state released when the episode ends."""
         try:
-            result = await self.step(action, metadata, session_id)
+            try:
+                result = await self.call_hook(self.step, action, metadata, session_id)
+            except AnswerError as exc:  # the model's own action broke the step: its 0, the episode over
+                result = (None, 0.0, True, False, {"answer_error": str(exc)})
+            except (WorkBudgetExceeded, WorkerDied) as exc:  # the environment's own work failed: masked
+                failed = {"mask_sample": True, "failure_kind": "verifier_error", "failure_reason": str(exc)}
+                result = (None, 0.0, False, True, failed)
             shape = "(observation, reward, terminated, truncated, info)"
             observation, reward, terminated, truncated, info = _unpacked(self, "step", result, shape)
             info = dict(info or {})

@@ -11,7 +11,7 @@ import typing
 import warnings
 from abc import abstractmethod
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import orjson
@@ -22,7 +22,9 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymlab._runtime.bodies import BODY_KEY
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
+from gymlab._runtime.offload import WorkerPool
 from gymlab._runtime.ownership import _close_follows
+from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol import (
     SESSION_ID_KEY,
     AggregateMetrics,
@@ -143,9 +145,65 @@ def _unreadable(i: int, key: str, value: Any, expected: str) -> dict[str, Any]:
 
 
 class EpisodeServer(BaseServer):
-    """A server whose per-episode state is ``session_state``, held by its episode sessions."""
+    """A server whose per-episode state is ``session_state``, held by its episode sessions; CPU-heavy work
+    goes to ``offload`` (worker processes), sync hooks to a thread, each within ``work_budget_seconds``."""
 
+    work_processes: int = Field(
+        default=2, ge=1, description="Worker processes for offload(): CPU-heavy grading, off the event loop."
+    )
+    work_budget_seconds: float = Field(
+        default=60.0, gt=0, description="Time budget of one offload() call or one sync hook (verify, step, ...)."
+    )
     _episodes: EpisodeSessions | None = PrivateAttr(default=None)
+    _work: WorkerPool | None = PrivateAttr(default=None)
+
+    async def offload(
+        self, fn: Callable[..., Any], *args: Any, budget_s: float | None = None, prepare: tuple | None = None
+    ) -> Any:
+        """``fn(*args)`` in one of this server's worker processes (``work_processes``), so the server keeps
+        answering while it computes: its result, or its exception. Past ``budget_s`` (``work_budget_seconds``)
+        the worker is stopped and ``WorkBudgetExceeded`` raised. ``prepare``: ``(function, *arguments)`` run
+        first in the same worker, within ``work_budget_seconds`` of its own (``WorkerPool.run``). ``fn`` and
+        its arguments go by pickle: a function at the top level of an importable module (docs/servers.md)."""
+        budget_s = self.work_budget_seconds if budget_s is None else budget_s
+        return await self.worker_pool().run(
+            fn, *args, budget_s=budget_s, prepare=prepare, prepare_s=self.work_budget_seconds
+        )
+
+    def worker_pool(self) -> WorkerPool:
+        """This server's worker processes (``offload``), started at first use."""
+        if self._work is None:
+            self._work = WorkerPool(self.work_processes, name=self.name, recycle_rss_bytes=self.worker_rss_limit())
+        return self._work
+
+    def worker_rss_limit(self) -> int | None:
+        """Resident bytes past which a worker exits after answering, freeing what it held (None: never)."""
+        return None
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.router.on_shutdown.append(self.close_work)  # the server stops: its worker processes too
+        return app
+
+    def close_work(self) -> None:
+        """Stop this server's worker processes (a later ``offload`` starts new ones)."""
+        work, self._work = self._work, None
+        if work is not None:
+            work.close()
+
+    async def call_hook(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``hook(...)``: awaited when it is async; a sync hook runs in a thread, so it never holds the event
+        loop, within ``work_budget_seconds`` (``WorkBudgetExceeded`` past it; the thread cannot be stopped)."""
+        if inspect.iscoroutinefunction(hook):
+            return await hook(*args, **kwargs)
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(hook, *args, **kwargs), self.work_budget_seconds)
+        except TimeoutError:
+            raise WorkBudgetExceeded(
+                f"{self.name}: {getattr(hook, '__qualname__', hook)} ran past its budget of "
+                f"{self.work_budget_seconds:g} s (work_budget_seconds)",
+                self.work_budget_seconds,
+            ) from None
 
     @property
     def episode_sessions(self) -> EpisodeSessions:
@@ -178,9 +236,9 @@ class SimpleResourcesServer(EpisodeServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/seed_session")(_episode_aware(self.seed_session, self.episode_sessions))
+        app.post("/seed_session")(_episode_aware(self.seed_session, self.episode_sessions, self.call_hook))
         app.post("/close_session")(self._close_session_route)
-        app.post("/verify")(with_request(self.verify, self._verify_then_release))
+        app.post("/verify")(with_request(self.verify, self._verify_then_release, self.call_hook))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         if self.serve_mcp:  # off by default: nothing of MCP is imported, mounted or run
             from gymlab.resources.mcp_tools import mount_mcp
@@ -225,6 +283,10 @@ class SimpleResourcesServer(EpisodeServer):
         sid = request.session.get(SESSION_ID_KEY)
         try:
             return await call()
+        except AnswerError as exc:  # the model's own answer broke grading: its 0 (docs/servers.md)
+            return JSONResponse(answer_error_verification(_body_of(call), str(exc)).model_dump(mode="json"))
+        except (WorkBudgetExceeded, WorkerDied) as exc:  # the grader, not the answer: masked
+            return JSONResponse(masked_verification(_body_of(call), "verifier_error", str(exc)).model_dump(mode="json"))
         finally:
             if sid in self.session_state and not _close_follows(request.scope.get(BODY_KEY)):
                 await self._release(sid)
@@ -301,14 +363,28 @@ def _body_adapter(hook):
 def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> BaseVerifyResponse:
     """The masked answer to a ``/verify`` for a session the server no longer holds (``session_lost``,
     kept out of metrics and training data, not a real zero); every field of ``body`` is echoed."""
+    reason = reason or "the server no longer holds this session (closed, expired or restarted)"
+    return masked_verification(body, SESSION_LOST, reason)
+
+
+def masked_verification(body: BaseVerifyRequest, kind: str, reason: str) -> BaseVerifyResponse:
+    """A masked ``/verify`` answer of failure ``kind`` (infrastructure: not a real zero); ``body`` echoed."""
     fields = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
-    fields.update(
-        reward=0.0,
-        mask_sample=True,
-        failure_kind=SESSION_LOST,
-        failure_reason=reason or "the server no longer holds this session (closed, expired or restarted)",
-    )
+    fields.update(reward=0.0, mask_sample=True, failure_kind=kind, failure_reason=reason)
     return _EchoedVerifyResponse.model_validate(fields)
+
+
+def answer_error_verification(body: BaseVerifyRequest, reason: str) -> BaseVerifyResponse:
+    """The ``/verify`` answer when the model's own answer broke grading (``AnswerError``): reward 0, not
+    masked, the reason in ``answer_error``; ``body`` echoed."""
+    fields = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
+    fields.update(reward=0.0, answer_error=reason)
+    return _EchoedVerifyResponse.model_validate(fields)
+
+
+def _body_of(call) -> Any:
+    """The request body among a route call's arguments."""
+    return next(v for v in call.keywords.values() if isinstance(v, BaseVerifyRequest))
 
 
 class _EchoedVerifyResponse(BaseVerifyResponse):
@@ -317,10 +393,11 @@ class _EchoedVerifyResponse(BaseVerifyResponse):
     model_config = ConfigDict(extra="allow")
 
 
-def with_request(hook, run):
+def with_request(hook, run, invoke=None):
     """An endpoint for ``hook`` that FastAPI reads with the hook's own signature (its body type,
     ``request: Request``) plus a request parameter for the wrapper: ``run(request, call)`` answers,
-    where ``call()`` calls the hook with FastAPI's arguments."""
+    where ``call()`` calls the hook with FastAPI's arguments (``call.keywords``), through
+    ``invoke(hook, **arguments)`` when given (a server's ``call_hook``)."""
     signature = inspect.signature(hook)
     try:
         hints = typing.get_type_hints(hook)
@@ -335,7 +412,9 @@ def with_request(hook, run):
     @functools.wraps(hook)
     async def endpoint(**kwargs):
         request: Request = kwargs[own] if own is not None else kwargs.pop("_gymlab_request")
-        return await run(request, lambda: hook(**kwargs))
+        return await run(
+            request, functools.partial(invoke, hook, **kwargs) if invoke else functools.partial(hook, **kwargs)
+        )
 
     returns = hints.get("return", signature.return_annotation)
     endpoint.__signature__ = signature.replace(parameters=params, return_annotation=returns)
@@ -380,7 +459,7 @@ def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
     return [p.replace(annotation=typed.get(p.name, p.annotation)) for p in params]
 
 
-def _episode_aware(seed_session, episodes: EpisodeSessions):
+def _episode_aware(seed_session, episodes: EpisodeSessions, invoke=None):
     """``seed_session`` as ``/seed_session`` under the episode-session rules (the raw body tells the form)."""
 
     async def seed(request: Request, call):
@@ -400,4 +479,4 @@ def _episode_aware(seed_session, episodes: EpisodeSessions):
             ) from None
         return JSONResponse(await episodes.seed(body, call))
 
-    return with_request(seed_session, seed)
+    return with_request(seed_session, seed, invoke)

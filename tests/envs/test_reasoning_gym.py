@@ -128,7 +128,10 @@ def test_bad_verify_bodies_are_4xx_naming_the_cause(lab):
     assert verify().status_code == 200
     cases = {
         "no reasoning-gym dataset 'nope'": {"reasoning_gym": {"dataset": "nope", "index": 0}},
-        "refused the config": {"reasoning_gym": {"dataset": "chain_sum", "config": {"colour": 1}, "index": 0}},
+        "chain_sum has no field 'colour'": {
+            "reasoning_gym": {"dataset": "chain_sum", "config": {"colour": 1}, "index": 0}
+        },
+        "refused the config": {"reasoning_gym": {"dataset": "chain_sum", "config": {"min_terms": -3}, "index": 0}},
         "past chain_sum's size": {"reasoning_gym": {**row["reasoning_gym"], "index": 2}},
         "make the rows again": {"answer": "not the answer"},
         "reasoning_gym": {"reasoning_gym": None},
