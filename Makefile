@@ -66,12 +66,12 @@ browser-deps:
 
 # OpenEnv and verifiers each need an mcp the `mcp` extra rules out (openenv: fastmcp 3, mcp<2; verifiers:
 # mcp==2.0.0), and each other's: each gets a venv of its own with the package, its extra and pytest.
-# tests/envs/test_side_venvs.py runs tests/envs/test_openenv.py and test_verifiers.py there.
+# tests/envs/test_side_venvs.py runs tests/envs/test_openenv.py (test_verifiers.py) and their fuzzing there.
 SIDE_VENVS := .venv-openenv .venv-verifiers
 
 .venv-%/.installed: pyproject.toml
 	$(PY) -m venv .venv-$*
-	.venv-$*/bin/python -m pip install -q -e '.[$*,gymnasium]' 'pytest>=8' 'pytest-asyncio>=0.23'
+	.venv-$*/bin/python -m pip install -q -e '.[$*,gymnasium]' 'pytest>=8' 'pytest-asyncio>=0.23' 'schemathesis>=4.0'
 	touch $@
 
 side-venvs: $(addsuffix /.installed,$(SIDE_VENVS))
@@ -88,10 +88,11 @@ test: browser-deps
 	$(BIN)/ruff check gymlab tests environments
 	$(BIN)/ruff format --check gymlab tests environments
 	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
-	# two workers, each taking whole test files (--dist loadfile): the suite waits on servers, retries and
-	# kernels as much as it computes, and every test holds with both cores busy
+	# three workers on two cores, each taking whole test files (--dist loadfile): the suite waits on servers,
+	# kernels and subprocesses more than it computes (7 min 50 s against 9 min 38 s with two, 2026-12-05),
+	# and every test holds with both cores busy
 	JUPYTER_PATH=$(abspath $(DEMO_VENV))/share/jupyter GYMLAB_DEMO_VENV=$(abspath $(DEMO_VENV)) \
-		$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+		$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile
 
 # NeMo Gym 0.7.0 itself (its CLI, profiler and servers) in its own venv: it declares Python >= 3.13.14, and
 # runs on any 3.13 (found through pyenv or PATH; NEMO_PY=... to choose), installed with --ignore-requires-python.
