@@ -4,6 +4,7 @@ masked episodes counted in TRL's log; the live panel and reward curve in a noteb
 
 from __future__ import annotations
 
+import io
 import threading
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,9 @@ class TrainingRun:
         from gymlab.lab.widgets import LivePanel
 
         self.panel = LivePanel(total, description="rollouts")
-        self._curve = w.Output()
+        # an Image widget whose value is replaced: a plain state update, never an Output widget's capture of
+        # the running cell's messages (which a trainer's callbacks would open and close inside that cell)
+        self._curve = w.Image(format="png")
         return w.VBox([self.panel, self._curve])
 
     def draw(self, window: int | None = None) -> None:
@@ -111,12 +114,10 @@ class TrainingRun:
         from gymlab.lab.plots import reward_curve
 
         fig = reward_curve(self.rollouts.episodes, order="completed", window=window)
-        curve.clear_output(wait=True)
-        with curve:
-            from IPython.display import display
-
-            display(fig)
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
         plt.close(fig)
+        curve.value = png.getvalue()
 
     def callback(self, window: int | None = None):
         """A ``transformers.TrainerCallback``: sizes the panel at the start, redraws the curve after

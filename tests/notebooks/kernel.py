@@ -54,6 +54,7 @@ def run_notebook(name: str, probe: str, *, test_venv: bool = False) -> tuple[dic
         book,
         timeout=600,
         startup_timeout=180,
+        iopub_timeout=60,  # a cell's last outputs after its reply, on a loaded machine (4 s by default)
         kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOKS)}},
         **kernel,
