@@ -88,7 +88,11 @@ def test_agent_session_state_stays_on_one_worker_of_two():
             for round_ in range(40):  # at least 4 rounds; more (bounded) until a request was forwarded
                 if round_ >= 4 and forwarded:
                     break
-                for i, client in enumerate(sessions):
+                # each round starts one session later: connections the kernel hands to the workers in turn
+                # would otherwise meet the sessions (seeded in that same turn) each at its own worker
+                shift = round_ % len(sessions)
+                for i in [*range(shift, len(sessions)), *range(shift)]:
+                    client = sessions[i]
                     reply = client.post(f"{served.url}/note", json={"text": f"{round_}"})
                     note = status(reply, 200)
                     assert note["notes"] == [str(r) for r in range(round_ + 1)], (i, note)
