@@ -89,8 +89,10 @@ class RemoteEpisode:
     async def step(self, action: dict[str, Any]) -> dict[str, Any] | None:
         try:
             return _result(await self.client.step(action))
-        except RuntimeError as exc:  # the server's error message: an action its class refuses is the model's
-            if "VALIDATION_ERROR" in str(exc):
+        except RuntimeError as exc:
+            # an action the environment's class refuses is the model's; OpenEnv's client turns the server's
+            # typed error frame into this message, ending with its code: the one place that code is kept
+            if str(exc).endswith("(code: VALIDATION_ERROR)"):
                 return None
             raise
 
