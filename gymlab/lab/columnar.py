@@ -78,16 +78,9 @@ def describe_action(items: list[dict[str, Any]]) -> tuple[str, str | None, str |
 
 
 def _categorical(values: pa.ChunkedArray) -> pd.Categorical:
-    """A Categorical with sorted categories from dictionary chunks; a null stays missing."""
-    unified = values.unify_dictionaries()
-    names = unified.chunk(0).dictionary.to_pylist()
-    if not names:  # no name set: string categories, none of them
-        return pd.Categorical.from_codes([-1] * len(values), dtype=pd.CategoricalDtype(pd.Index([], dtype="str")))
-    order = sorted(range(len(names)), key=names.__getitem__)
-    rank = np.empty(len(names) + 1, dtype="int64")
-    rank[order], rank[-1] = np.arange(len(names)), -1  # a null (index -1) stays missing
-    indices = pa.concat_arrays([c.indices.cast(pa.int64()) for c in unified.chunks]).fill_null(-1)
-    return pd.Categorical.from_codes(rank[indices.to_numpy()], [names[i] for i in order])
+    """A Categorical with sorted string categories from dictionary chunks; a null stays missing."""
+    names = values.unify_dictionaries().to_pandas().array
+    return names.set_categories(pd.Index(sorted(names.categories), dtype="str"))
 
 
 _TEXT_PART = pa.struct([("text", pa.string())])

@@ -1,7 +1,5 @@
-"""Rollout records as tidy pandas frames: one row per episode, per step, per tool call, built from the
-records' JSON (a ``RecordStore``), joined by the ``episode`` column. Concise by default (optional
-columns only when some row has a value); ``full=True`` gives every column. docs/frames.md.
-"""
+"""Rollout records as tidy pandas frames, one row per episode, per step, per tool call, joined by the
+``episode`` column; concise by default, every column with ``full=True`` (docs/frames.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ import pyarrow as pa
 from gymlab.jsonl import dumps
 from gymlab.lab.columnar import item_text, messages_text, steps_frame_arrow
 from gymlab.lab.store import RecordStore
-from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
+from gymlab.protocol.record import own_fields
 from gymlab.rewards.columns import PREFIX as COMPONENT_PREFIX
 from gymlab.rewards.columns import add_component_columns
 
@@ -68,8 +66,6 @@ CALL_DTYPES = {
 }
 EPISODE_COLUMNS = list(EPISODE_DTYPES)
 CALL_COLUMNS = list(CALL_DTYPES)
-#: Record keys that are not the row's own fields.
-NOT_ROW_FIELDS = frozenset(RESULT_KEYS) | {"responses_create_params", *IDENTITY_KEYS}
 
 
 def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
@@ -188,10 +184,9 @@ def episodes_frame(records: Any, *, full: bool = False):
         cols["model"].append((r.get("response") or {}).get("model") or None)
         cols["environment"].append(r.get("env_name"))
         cols["agent"].append(agent if agent is not None else r.get("agent_name"))
-        for key, value in r.items():
-            if key not in NOT_ROW_FIELDS:
-                value = dumps(value).decode() if isinstance(value, (dict, list)) else value
-                row_fields.setdefault(key, [None] * position).append(value)
+        for key, value in own_fields(r).items():
+            value = dumps(value).decode() if isinstance(value, (dict, list)) else value
+            row_fields.setdefault(key, [None] * position).append(value)
         for values in row_fields.values():
             if len(values) <= position:
                 values.append(None)
