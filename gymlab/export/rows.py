@@ -149,15 +149,16 @@ def sft_row(record: Rollout, where: str = "") -> dict[str, Any]:
     return {"messages": messages, "tools": chat_tools(params.tools)}
 
 
-def token_turns(record: Rollout) -> list[dict[str, Any]]:
-    """Each model turn's token ids and sampled log-probabilities, in order: the ``TOKEN_FIELDS`` of every
-    output item that carries them (a local model server's or vLLM's answers); ``[]`` when none does."""
+def with_tokens(row: dict[str, Any], record: Rollout) -> dict[str, Any]:
+    """``row`` with ``token_turns``, each model turn's ``TOKEN_FIELDS``, when the model server kept them."""
     turns = []
     for item in record.response.output:
         extra = item.__pydantic_extra__ or {}
         if extra.get("generation_token_ids") is not None:
             turns.append({key: extra.get(key) for key in TOKEN_FIELDS})
-    return turns
+    if turns:
+        row["token_turns"] = turns
+    return row
 
 
 def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
@@ -173,9 +174,7 @@ def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
         "_ng_task_index": extra.get("_ng_task_index"),
         "_ng_rollout_index": extra.get("_ng_rollout_index"),
     }
-    if turns := token_turns(record):
-        row["token_turns"] = turns
-    return row
+    return with_tokens(row, record)
 
 
 def export_sft(rollouts: Iterable[Rollout | dict], path: str | os.PathLike, **filters: Any) -> Path:

@@ -10,7 +10,7 @@ from typing import Any
 
 from gymlab.collection.readers import check_chat_messages
 from gymlab.export.ground_truth import GroundTruth, Rows, episode_where, ground_truth_of
-from gymlab.export.rows import by_task, preference_pairs, select, token_turns
+from gymlab.export.rows import by_task, preference_pairs, select, with_tokens
 from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
 from gymlab.protocol import Rollout
 
@@ -67,16 +67,9 @@ def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def _with_tokens(row: dict[str, Any], record: Rollout) -> dict[str, Any]:
-    """``row`` with the episode's ``token_turns`` when its model server kept the tokens (docs/export.md)."""
-    if turns := token_turns(record):
-        row["token_turns"] = turns
-    return row
-
-
 def trl_sft(records: list[Rollout], o: Options) -> Built:
     kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
-    rows = [_with_tokens({"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)}, r) for r in kept]
+    rows = [with_tokens({"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)}, r) for r in kept]
     return Built(rows, [r.reward for r in kept], {"episodes_kept": len(kept)})
 
 
@@ -107,7 +100,7 @@ def trl_dpo(records: list[Rollout], o: Options) -> Built:
 def trl_kto(records: list[Rollout], o: Options) -> Built:
     kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
     rows = [
-        _with_tokens(
+        with_tokens(
             {
                 "prompt": _prompt(r),
                 "completion": _completion(r),
@@ -136,8 +129,7 @@ def _tasks(records: list[Rollout], o: Options) -> list[tuple[int, Rollout, list[
     return out
 
 
-def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Built:
-    inputs = inputs or Inputs()
+def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
     tasks = _tasks(records, o)
     rows = [
         {
@@ -152,8 +144,7 @@ def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs | None = None) -
     return Built(rows, [x for _, _, rewards, _ in tasks for x in rewards], {"tasks": len(rows)})
 
 
-def verl(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Built:
-    inputs = inputs or Inputs()
+def verl(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
     tasks = _tasks(records, o)
     rows = []
     for index, first, rewards, n in tasks:
