@@ -1,4 +1,4 @@
-"""Notebook widgets: an interactive stepper, a live collection panel, and the episode viewer (``gymlab.lab.viewer``).
+"""Notebook widgets: an interactive stepper and a live collection panel (the viewer: ``gymlab.lab.viewer``).
 Plain ipywidgets whose state lives in traits: their logic is tested without a browser."""
 
 from __future__ import annotations
