@@ -107,6 +107,7 @@ def sparkline_svg(values: list[float], current: int | None = None, width: int = 
 
 
 ANY = "*"  #: a filter's "no condition" value (None would read as "nothing selected" in a Dropdown)
+_COMPARE = {"=": operator.eq, ">=": operator.ge, "<": operator.lt}  # a reward filter's conditions
 _MAX_REWARD_VALUES = 12  # more distinct rewards than this are offered as above/below the mean
 
 
@@ -179,7 +180,7 @@ class RunFilter:
         return [
             i
             for i, r in enumerate(self.records)
-            if (reward == ANY or _reward_matches(r.reward, reward))
+            if (reward == ANY or _COMPARE[reward[0]](r.reward, reward[1]))
             and (task == ANY or r.task_index == task)
             and (failure == ANY or failure_of(r) == failure)
         ]
@@ -192,15 +193,6 @@ class RunFilter:
         repeat = f"repeat {r.repeat}" if r.repeat is not None else ""
         parts = [f"#{i}", task, repeat, f"reward {r.reward:g}", f"{n} step{'s' * (n != 1)}", failure_of(r)]
         return " · ".join(p for p in parts if p)
-
-
-def _reward_matches(reward: float, condition: tuple[str, float]) -> bool:
-    return {"=": operator.eq, ">=": operator.ge, "<": operator.lt}[condition[0]](reward, condition[1])
-
-
-def _is_run(source: Any) -> bool:
-    """A run is a sequence of records (a list, or ``Rollouts``); one episode is a record, a dict or a live episode."""
-    return isinstance(source, Sequence) and not isinstance(source, str | bytes)
 
 
 class EpisodeViewer(w.VBox):
@@ -261,7 +253,7 @@ class EpisodeViewer(w.VBox):
 
     def load(self, source: Any, step: int | None = None) -> EpisodeViewer:
         """Show ``source`` (an episode or a run) at ``step`` (from 0; default: the episode's last step)."""
-        if _is_run(source):
+        if isinstance(source, Sequence) and not isinstance(source, str | bytes):  # a run: records or Rollouts
             self.rollouts = [_as_rollout(r) for r in source]
             self._run = RunFilter(self.rollouts)
             self._quiet = True
