@@ -1,8 +1,5 @@
-"""The steps frame through pyarrow: each record read by pyarrow's JSON reader from its steps key on
-(``_cut``), in pieces on a thread a core, its columns derived by Arrow compute (steps of several items,
-rare, in Python); records that do not fit the schema are rewritten to fit (``_fitted``). Also what a
-step's columns are (``STEP_DTYPES``) and a message item's text. docs/frames.md.
-"""
+"""The steps frame through pyarrow (each record read from its steps key on, in pieces on a thread a core,
+its columns derived by Arrow compute), its columns' dtypes, and a message item's text; docs/frames.md."""
 
 from __future__ import annotations
 
