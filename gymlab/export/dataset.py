@@ -84,9 +84,9 @@ def tool_config(rows: list[dict[str, Any]], tool_class: str) -> dict[str, Any] |
     tool; one name declared with two different schemas is an ``ExportError``."""
     schemas: dict[str, dict[str, Any]] = {}
     for i, row in enumerate(rows, 1):
-        for schema in json.loads(row["extra_info"]["tools"] or "[]"):
-            name = schema["function"]["name"]
-            if schemas.setdefault(name, schema) != schema:
+        for declared in json.loads(row["extra_info"]["tools"] or "[]"):
+            name = declared["function"]["name"]
+            if schemas.setdefault(name, declared) != declared:
                 raise ExportError(f"row {i}: tool {name!r} is declared with two different schemas; export them apart")
     if not schemas:
         return None
@@ -119,7 +119,8 @@ def card_text(
     """The dataset card's Markdown, YAML front matter first; its one config is named after the data file's
     SHA-256 (``datasets`` caches a build by config name: docs/export.md)."""
     with open(path, "rb") as f:
-        digest, data_file = hashlib.file_digest(f, "sha256").hexdigest(), path.name
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    data_file = path.name
     envs = Counter(r.env or "?" for r in records)
     agents = Counter(r.agent or "?" for r in records)
     library = "verl" if fmt.name == "verl" else "TRL"
@@ -241,7 +242,7 @@ def build(rollouts: Any, format: str, **options: Any) -> tuple[list[Rollout], li
     built = fmt.build(records, opts, inputs) if inputs is not None else fmt.build(records, opts)
     if inputs is not None:
         built.ground_truth = described(opts.ground_truth, inputs.by_task, inputs.where)
-    check = FORMATS[format].check
+    check = fmt.check
     for i, row in enumerate(built.rows, 1):
         try:
             check(row)
