@@ -1,23 +1,179 @@
-"""Trainer-format datasets: written with a dataset card, read back checked, or handed to ``datasets``."""
+"""Trainer-format datasets: written atomically with a dataset card (and verl's tool config), read back
+checked, or handed to ``datasets``; their Arrow schemas (docs/export.md)."""
 
 from __future__ import annotations
 
+import datetime as _dt
+import hashlib
+import json
+import math
 import os
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gymlab._version import __version__
 from gymlab.errors import DatasetError, ExportError
-from gymlab.export.arrow import read_parquet, schema, table, write_parquet_atomic
-from gymlab.export.card import card_text, file_digest, reward_stats
-from gymlab.export.filters import as_records
 from gymlab.export.ground_truth import described, inputs_by_task, sibling_inputs
-from gymlab.export.trainers import FORMATS, Built, Format, Inputs, Options
-from gymlab.export.validate import CHECKS, format_of
-from gymlab.export.verl_tools import tool_config, write_tool_config
-from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
+from gymlab.export.rows import as_records
+from gymlab.export.trainers import FORMATS, Built, Format, Inputs, Options, format_of
+from gymlab.jsonl import atomic_file, iter_jsonl, write_jsonl_atomic, write_text_atomic
 from gymlab.protocol import Rollout
+
+
+def schema(format_name: str, tokens: bool = False):
+    """The ``pyarrow.Schema`` of a trainer format's rows; ``tokens``: with the ``token_turns`` column."""
+    import pyarrow as pa
+
+    s, f64, i64 = pa.string(), pa.float64(), pa.int64()
+    call = pa.struct([("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))])
+    message = pa.struct(
+        [("role", s), ("content", s), ("reasoning_content", s), ("tool_calls", pa.list_(call)), ("tool_call_id", s)]
+    )
+    messages = pa.list_(message)
+    prompt, tools = ("prompt", messages), ("tools", s)
+    scores = [("score_chosen", f64), ("score_rejected", f64)]
+    extra = [("index", i64), ("split", s), ("task_index", i64), tools, ("reward_mean", f64), ("episodes", i64)]
+    reward_model = pa.struct([("style", s), ("ground_truth", s)])
+    fields = {
+        "trl-sft": [("messages", messages), tools],
+        "trl-dpo": [prompt, ("chosen", messages), ("rejected", messages), tools, *scores],
+        "trl-kto": [prompt, ("completion", messages), ("label", pa.bool_()), tools, ("reward", f64)],
+        "trl-grpo": [prompt, ("ground_truth", s), tools, ("reward_mean", f64), ("episodes", i64)],
+        "verl": [
+            ("data_source", s),
+            prompt,
+            ("ability", s),
+            ("reward_model", reward_model),
+            ("extra_info", pa.struct(extra)),
+        ],
+    }[format_name]
+    if tokens:
+        turn = [("prompt_token_ids", pa.list_(i64)), ("generation_token_ids", pa.list_(i64))]
+        fields = [*fields, ("token_turns", pa.list_(pa.struct([*turn, ("generation_log_probs", pa.list_(f64))])))]
+    return pa.schema(fields)
+
+
+def table(format_name: str, rows: list[dict[str, Any]]):
+    """The rows as a ``pyarrow.Table`` of the format's schema."""
+    import pyarrow as pa
+
+    tokens = any(row.get("token_turns") for row in rows)
+    return pa.Table.from_pylist(rows, schema=schema(format_name, tokens))
+
+
+def read_parquet(path: str | os.PathLike):
+    """A Parquet file as a table; an unreadable, torn or foreign file is a ``DatasetError``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path)
+    except OSError as exc:
+        raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+    except pa.ArrowException as exc:
+        raise DatasetError(
+            str(path), None, f"not a readable Parquet file ({exc}); was the write interrupted? export it again"
+        ) from None
+
+
+def tool_config(rows: list[dict[str, Any]], tool_class: str) -> dict[str, Any] | None:
+    """verl's tool config YAML of verl rows (their ``extra_info.tools``), or None when no row declares a
+    tool; one name declared with two different schemas is an ``ExportError``."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for i, row in enumerate(rows, 1):
+        for declared in json.loads(row["extra_info"]["tools"] or "[]"):
+            name = declared["function"]["name"]
+            if schemas.setdefault(name, declared) != declared:
+                raise ExportError(f"row {i}: tool {name!r} is declared with two different schemas; export them apart")
+    if not schemas:
+        return None
+    return {
+        "tools": [
+            {"class_name": tool_class, "config": {"type": "native"}, "tool_schema": schemas[name]}
+            for name in sorted(schemas)
+        ]
+    }
+
+
+def reward_stats(rewards: list[float]) -> dict[str, Any]:
+    """Count, mean, standard deviation, min and max (None when there are no rewards)."""
+    if not rewards:
+        return {"count": 0, "mean": None, "std": None, "min": None, "max": None}
+    mean = math.fsum(rewards) / len(rewards)
+    std = math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / len(rewards))
+    return {"count": len(rewards), "mean": mean, "std": std, "min": min(rewards), "max": max(rewards)}
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "—" if value is None else str(value)
+
+
+def card_text(
+    fmt: Format, path: Path, sources: list[str], records: list[Rollout], options: dict, built: Built, rewards: dict
+) -> str:
+    """The dataset card's Markdown, YAML front matter first; its one config is named after the data file's
+    SHA-256 (``datasets`` caches a build by config name: docs/export.md)."""
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    data_file = path.name
+    envs = Counter(r.env or "?" for r in records)
+    agents = Counter(r.agent or "?" for r in records)
+    library = "verl" if fmt.name == "verl" else "TRL"
+    lines = [
+        "---",
+        "configs:",
+        f"- config_name: {fmt.name}-{digest[:16]}",
+        "  default: true",
+        "  data_files:",
+        "  - split: train",
+        f"    path: {data_file}",
+        f"tags: [gymlab, {library.lower()}, {fmt.name}]",
+        "---",
+        "",
+        f"# {data_file}: {fmt.title}",
+        "",
+        f"Written by gymlab {__version__} on {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}. "
+        f"Column names as documented by {library}: {fmt.docs}",
+        "",
+        "## Source runs",
+        "",
+        *[f"- {s}" for s in sources],
+        f"- environments: {', '.join(f'{k} ({v})' for k, v in envs.items()) or '—'}",
+        f"- agents: {', '.join(f'{k} ({v})' for k, v in agents.items()) or '—'}",
+        "",
+        "## Filters",
+        "",
+        *[f"- `{k}`: {json.dumps(v)}" for k, v in options.items()],
+        "",
+        "## Counts",
+        "",
+        "| what | count |",
+        "|---|---|",
+        f"| episodes read | {len(records)} |",
+        f"| masked episodes among them | {sum(bool(r.mask_sample) for r in records)} |",
+        *[f"| {k.replace('_', ' ')} | {v} |" for k, v in built.counts.items()],
+        f"| rows written | {len(built.rows)} |",
+        "",
+        "## Rewards (of the episodes the rows came from)",
+        "",
+        "| statistic | value |",
+        "|---|---|",
+        *[f"| {k.replace('_', ' ')} | {_fmt(v)} |" for k, v in rewards.items()],
+        "",
+        "## Columns",
+        "",
+        "| column | what |",
+        "|---|---|",
+        *[f"| `{k}` | {v} |" for k, v in fmt.columns.items()],
+        "",
+    ]
+    return "\n".join(lines)
+
 
 _DEFAULTS = asdict(Options())
 
@@ -72,25 +228,21 @@ def _inputs(opts: Options, found: list[Path]) -> Inputs:
     return Inputs()
 
 
-def _options(fmt: Format, given: dict[str, Any]) -> Options:
-    for key, value in given.items():
+def build(rollouts: Any, format: str, **options: Any) -> tuple[list[Rollout], list[str], Built, Options]:
+    """Read the records and build the format's rows (checked: a bad row is an ``ExportError``)."""
+    fmt = _format(format)
+    for key, value in options.items():
         if key not in _DEFAULTS:
             raise TypeError(f"unknown export option {key!r}; options: {', '.join(_DEFAULTS)}")
         if key not in fmt.options and value != _DEFAULTS[key]:
             raise ValueError(f"{key} does not apply to {fmt.name}; it takes {', '.join(sorted(fmt.options))}")
-    return Options(**given)
-
-
-def build(rollouts: Any, format: str, **options: Any) -> tuple[list[Rollout], list[str], Built, Options]:
-    """Read the records and build the format's rows (checked: a bad row is an ``ExportError``)."""
-    fmt = _format(format)
-    opts = _options(fmt, options)
+    opts = Options(**options)
     records, sources, found = _records(rollouts)
     inputs = _inputs(opts, found) if "rows" in fmt.options else None
     built = fmt.build(records, opts, inputs) if inputs is not None else fmt.build(records, opts)
     if inputs is not None:
         built.ground_truth = described(opts.ground_truth, inputs.by_task, inputs.where)
-    check = CHECKS[format]
+    check = fmt.check
     for i, row in enumerate(built.rows, 1):
         try:
             check(row)
@@ -118,11 +270,20 @@ def export_dataset(
         raise ValueError(f"{path}: the file name must end in .parquet or .jsonl, to say which to write")
     records, sources, built, opts = build(rollouts, format, **options)
     if suffix == ".parquet":
-        write_parquet_atomic(path, table(format, built.rows))
+        import pyarrow.parquet as pq
+
+        with atomic_file(path) as f:
+            pq.write_table(table(format, built.rows), f)
     else:
         write_jsonl_atomic(path, built.rows)
     tools = tool_config(built.rows, opts.tool_class) if format == "verl" else None
-    tools_path = write_tool_config(path, tools) if tools else None
+    tools_path = None
+    if tools:
+        import yaml
+
+        tools_path = write_text_atomic(
+            path.with_name(path.stem + "_tool_config.yaml"), yaml.safe_dump(tools, sort_keys=False)
+        )
     rewards = reward_stats(built.rewards)
     if format == "trl-dpo" and built.rows:
         n = len(built.rows)
@@ -138,19 +299,8 @@ def export_dataset(
             used["tool_config"] = f"{tools_path.name}: verl's multi_turn tool_config_path, class_name {opts.tool_class}"
         elif "tool_class" in used:
             del used["tool_class"]  # no row declares a tool
-        card_path = write_text_atomic(
-            path.parent / "README.md",
-            card_text(
-                fmt=FORMATS[format],
-                data_file=path.name,
-                sources=sources,
-                records=records,
-                options=used,
-                built=built,
-                rewards=rewards,
-                digest=file_digest(path),
-            ),
-        )
+        text = card_text(FORMATS[format], path, sources, records, used, built, rewards)
+        card_path = write_text_atomic(path.parent / "README.md", text)
     return ExportResult(path, card_path, format, len(built.rows), built.counts, rewards, tools_path)
 
 
@@ -191,7 +341,7 @@ def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dic
             missing = [c for c in FORMATS[format].columns if c not in row]
             if missing:
                 raise ValueError(f"no {missing[0]!r}")
-            CHECKS[format](row)
+            FORMATS[format].check(row)
         except ValueError as exc:
             cause = f"not a {format} row: {exc}"
             raise DatasetError(str(path), line, f"{row_label}: {cause}" if row_label else cause) from None

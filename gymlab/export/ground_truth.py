@@ -73,9 +73,8 @@ def _as_text(value: Any) -> str:
 
 
 def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None) -> str | None:
-    """The task's ground truth as a string (None: a row without fields of its own). ``spec``: a field name,
-    several names, a function of the record, or None: the rows' answer field when every row has one
-    (``TaskInputs.answer_field``), else the row's own input fields (``inputs``) as a JSON object."""
+    """The task's ground truth as a string (None: a row without fields of its own), as ``spec`` says: a
+    field name, several, a function of the record, or None: the default of docs/export.md."""
     if callable(spec):
         return _as_text(spec(record))
     if spec is None:
@@ -122,16 +121,3 @@ def described(spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None, where
         f"the task row's own input fields ({', '.join(names) or 'none: null'}) as a JSON object, "
         f"from {', '.join(where)}; never the verifier's echoes"
     )
-
-
-__all__ = [
-    "ANSWER_FIELDS",
-    "GroundTruth",
-    "TaskInputs",
-    "Rows",
-    "described",
-    "ground_truth_of",
-    "inputs_by_task",
-    "own_fields",
-    "sibling_inputs",
-]

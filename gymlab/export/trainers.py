@@ -8,10 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymlab.export.filters import by_task, preference_pairs, select
+from gymlab.collection.readers import check_chat_messages
 from gymlab.export.ground_truth import GroundTruth, Rows, episode_where, ground_truth_of
-from gymlab.export.rows import token_turns
-from gymlab.export.verl_tools import DEFAULT_TOOL_CLASS
+from gymlab.export.rows import by_task, preference_pairs, select, with_tokens
 from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
 from gymlab.protocol import Rollout
 
@@ -30,7 +29,7 @@ class Options:
     data_source: str | None = None
     ability: str | None = None
     split: str = "train"
-    tool_class: str = DEFAULT_TOOL_CLASS  # verl: the class_name of each tool in the tool config
+    tool_class: str = "verl.tools.base_tool.BaseTool"  # verl: each tool's class_name in the tool config
 
 
 @dataclass
@@ -68,16 +67,9 @@ def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def _with_tokens(row: dict[str, Any], record: Rollout) -> dict[str, Any]:
-    """``row`` with the episode's ``token_turns`` when its model server kept the tokens (docs/export.md)."""
-    if turns := token_turns(record):
-        row["token_turns"] = turns
-    return row
-
-
 def trl_sft(records: list[Rollout], o: Options) -> Built:
     kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
-    rows = [_with_tokens({"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)}, r) for r in kept]
+    rows = [with_tokens({"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)}, r) for r in kept]
     return Built(rows, [r.reward for r in kept], {"episodes_kept": len(kept)})
 
 
@@ -108,7 +100,7 @@ def trl_dpo(records: list[Rollout], o: Options) -> Built:
 def trl_kto(records: list[Rollout], o: Options) -> Built:
     kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
     rows = [
-        _with_tokens(
+        with_tokens(
             {
                 "prompt": _prompt(r),
                 "completion": _completion(r),
@@ -137,8 +129,7 @@ def _tasks(records: list[Rollout], o: Options) -> list[tuple[int, Rollout, list[
     return out
 
 
-def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Built:
-    inputs = inputs or Inputs()
+def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
     tasks = _tasks(records, o)
     rows = [
         {
@@ -153,8 +144,7 @@ def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs | None = None) -
     return Built(rows, [x for _, _, rewards, _ in tasks for x in rewards], {"tasks": len(rows)})
 
 
-def verl(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Built:
-    inputs = inputs or Inputs()
+def verl(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
     tasks = _tasks(records, o)
     rows = []
     for index, first, rewards, n in tasks:
@@ -180,6 +170,109 @@ def verl(records: list[Rollout], o: Options, inputs: Inputs | None = None) -> Bu
     return Built(rows, [x for _, _, rewards, _ in tasks for x in rewards], {"tasks": len(rows)})
 
 
+# -- the checks of a row as a reader gets it back; each raises ``ValueError`` saying why
+
+
+def _messages(row: dict, key: str) -> None:
+    value = row.get(key)
+    if isinstance(value, list):  # Parquet and `datasets` give every struct field; a null one was absent
+        value = [
+            {k: v for k, v in m.items() if v is not None or k == "content"} if isinstance(m, dict) else m for m in value
+        ]
+    check_chat_messages(value, key)
+    if not value:
+        raise ValueError(f"{key} is empty: it needs at least one message")
+
+
+def _tools(value: Any, key: str = "tools") -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a JSON string of tool schemas, got {type(value).__name__}")
+    try:
+        tools = json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"{key} is not valid JSON: {exc}") from None
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and t.get("type") == "function" and isinstance((t.get("function") or {}).get("name"), str)
+        for t in tools
+    ):
+        raise ValueError(f'{key} must be a JSON list of {{"type": "function", "function": {{"name", ...}}}}')
+
+
+def _number(row: dict, key: str, *, optional: bool = False) -> float | None:
+    value = row.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ValueError(f"{key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _string(row: dict, key: str, *, optional: bool = False) -> None:
+    if not isinstance(row.get(key), str) and not (optional and row.get(key) is None):
+        raise ValueError(f"{key} must be a string{' or null' * optional}, got {row.get(key)!r:.80}")
+
+
+def _token_turns(row: dict) -> None:
+    """An episode's ``token_turns``, when it has them: per model turn, token ids and one logprob per token."""
+    turns = row.get("token_turns")
+    if turns is None:
+        return
+    if not isinstance(turns, list):
+        raise ValueError(f"token_turns must be a list, got {type(turns).__name__}")
+    for n, turn in enumerate(turns):
+        ids, logprobs = (turn or {}).get("generation_token_ids"), (turn or {}).get("generation_log_probs")
+        if not isinstance(ids, list) or not isinstance(logprobs, list) or len(ids) != len(logprobs):
+            raise ValueError(f"token_turns[{n}] needs generation_token_ids and as many generation_log_probs")
+
+
+def check_sft(row: dict) -> None:
+    _token_turns(row)
+    _messages(row, "messages")
+    if not any(m.get("role") == "assistant" for m in row["messages"]):
+        raise ValueError("messages has no assistant message: nothing to train on")
+    _tools(row.get("tools"))
+
+
+def check_dpo(row: dict) -> None:
+    for key in ("prompt", "chosen", "rejected"):
+        _messages(row, key)
+    _tools(row.get("tools"))
+    chosen, rejected = _number(row, "score_chosen"), _number(row, "score_rejected")
+    if not chosen > rejected:
+        raise ValueError(f"score_chosen {chosen} is not above score_rejected {rejected}")
+
+
+def check_kto(row: dict) -> None:
+    _token_turns(row)
+    _messages(row, "prompt")
+    _messages(row, "completion")
+    if not isinstance(row.get("label"), bool):
+        raise ValueError(f"label must be true or false, got {row.get('label')!r}")
+    _tools(row.get("tools"))
+    _number(row, "reward")
+
+
+def check_grpo(row: dict) -> None:
+    _messages(row, "prompt")
+    _string(row, "ground_truth", optional=True)  # null: a task row without fields of its own
+    _tools(row.get("tools"))
+    _number(row, "reward_mean", optional=True)
+
+
+def check_verl(row: dict) -> None:
+    _string(row, "data_source")
+    _messages(row, "prompt")
+    _string(row, "ability")
+    reward_model = row.get("reward_model")
+    if not isinstance(reward_model, dict) or not isinstance(reward_model.get("style"), str):
+        raise ValueError(f"reward_model must be {{style, ground_truth}}, got {reward_model!r:.80}")
+    _string(reward_model, "ground_truth", optional=True)
+    extra = row.get("extra_info")
+    if not isinstance(extra, dict) or not isinstance(extra.get("index"), int):
+        raise ValueError(f"extra_info must be an object with an integer index, got {extra!r:.80}")
+    _tools(extra.get("tools"), "extra_info.tools")
+
+
 @dataclass(frozen=True)
 class Format:
     """One export format: its builder, the options it reads, its columns and where they are documented."""
@@ -188,6 +281,7 @@ class Format:
     title: str
     docs: str
     build: Callable[..., Built]  # (records, options) -> Built; with "rows" among its options, also Inputs
+    check: Callable[[dict], None]
     options: frozenset[str]
     columns: dict[str, str]
 
@@ -204,6 +298,7 @@ FORMATS: dict[str, Format] = {
             "TRL SFT: conversational language modeling with tool calling",
             _TRL + "#tool-calling",
             trl_sft,
+            check_sft,
             _FILTERS,
             {"messages": "the whole episode, prompt included", "tools": "JSON string: the tool schemas"},
         ),
@@ -212,6 +307,7 @@ FORMATS: dict[str, Format] = {
             "TRL DPO: preference, conversational, explicit prompt",
             _TRL + "#preference",
             trl_dpo,
+            check_dpo,
             frozenset({"min_reward", "min_margin"}),
             {
                 "prompt": "the request's messages",
@@ -227,6 +323,7 @@ FORMATS: dict[str, Format] = {
             "TRL KTO: unpaired preference, conversational",
             _TRL + "#unpaired-preference",
             trl_kto,
+            check_kto,
             _FILTERS | {"label_threshold"},
             {
                 "prompt": "the request's messages",
@@ -241,6 +338,7 @@ FORMATS: dict[str, Format] = {
             "TRL GRPO: prompt-only, one row per task, with its ground truth",
             _TRL + "#prompt-only",
             trl_grpo,
+            check_grpo,
             frozenset({"drop_masked", "ground_truth", "rows"}),
             {
                 "prompt": "the request's messages",
@@ -255,6 +353,7 @@ FORMATS: dict[str, Format] = {
             "verl: RL prompt rows (Parquet), one per task",
             _VERL,
             verl,
+            check_verl,
             frozenset({"drop_masked", "ground_truth", "rows", "data_source", "ability", "split", "tool_class"}),
             {
                 "data_source": "dataset name; picks verl's reward function (default: the environment)",
@@ -266,3 +365,18 @@ FORMATS: dict[str, Format] = {
         ),
     )
 }
+
+
+#: The columns that tell each format, asked in this order (a verl row also has a ground truth).
+_TELLING = (
+    ("trl-sft", {"messages"}),
+    ("trl-dpo", {"chosen", "rejected"}),
+    ("trl-kto", {"label"}),
+    ("verl", {"data_source", "reward_model"}),
+    ("trl-grpo", {"ground_truth"}),
+)
+
+
+def format_of(columns: set[str]) -> str | None:
+    """Which trainer format a set of columns is (None: none of them)."""
+    return next((name for name, telling in _TELLING if telling <= columns), None)

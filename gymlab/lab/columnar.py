@@ -1,8 +1,5 @@
-"""The steps frame through pyarrow: each record given to pyarrow's JSON reader from its steps key on
-(``_cut``), read in pieces on a thread a core, its columns derived by Arrow compute (steps of several
-items, rare, in Python); records that do not fit the schema are rewritten to fit (``_fitted``); a bad
-line is a ``DatasetError`` naming it. How and why: docs/frames.md.
-"""
+"""The steps frame through pyarrow (each record read from its steps key on, in pieces on a thread a core,
+its columns derived by Arrow compute), its columns' dtypes, and a message item's text; docs/frames.md."""
 
 from __future__ import annotations
 
@@ -13,14 +10,75 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NoReturn
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from gymlab.jsonl import dumps
-from gymlab.lab.step_columns import STEP_DTYPES, describe_action, finish_steps
 from gymlab.protocol.derived_steps import STEPS_KEY
 from gymlab.rewards.columns import add_component_columns
+
+STEP_DTYPES = {
+    "episode": "int64",
+    "step": "int64",
+    "action_type": "category",
+    "tool": "category",
+    "n_calls": "int64",
+    "arguments": "str",
+    "output": "str",
+    "text": "str",
+    "observation": "str",
+    "reward": "float64",
+    "cumulative_reward": "float64",
+    "terminated": "bool",
+    "truncated": "bool",
+    "tool_errors": "int64",
+    "duration_s": "float64",
+}
+STEP_COLUMNS = list(STEP_DTYPES)
+
+
+def item_text(item: dict[str, Any]) -> str | None:
+    """A message item's text (its content string, or its parts' texts joined); None for other items."""
+    if item.get("type", "message") != "message":
+        return None
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text") or "" for p in content or () if isinstance(p, dict))
+
+
+def messages_text(items: list[dict[str, Any]], role: str | None = "assistant") -> str | None:
+    """The text of ``items``' messages (of ``role``), one message a line; None when there is none."""
+    texts = [
+        t
+        for i in items
+        if isinstance(i, dict) and (role is None or i.get("role", "assistant") == role)
+        for t in (item_text(i),)
+        if t is not None
+    ]
+    return "\n".join(texts) if texts else None
+
+
+def describe_action(items: list[dict[str, Any]]) -> tuple[str, str | None, str | None, int, str | None]:
+    """(action type, first tool name, its arguments, number of calls, message text) of a step of several
+    items (the steps frame reads a step of one item in Arrow). The type: the one kind of item besides
+    reasoning, ``mixed`` (calls and messages) or ``other``."""
+    found = {i.get("type", "message") for i in items}
+    if len(found) > 1:
+        found.discard("reasoning")
+    kind = found.pop() if len(found) == 1 else "mixed" if {"function_call", "message"} <= found else "other"
+    calls = [i for i in items if i.get("type") == "function_call"]
+    first = calls[0] if calls else {}
+    return kind, first.get("name"), first.get("arguments"), len(calls), messages_text(items, None)
+
+
+def _categorical(values: pa.ChunkedArray) -> pd.Categorical:
+    """A Categorical with sorted string categories from dictionary chunks; a null stays missing."""
+    names = values.unify_dictionaries().to_pandas().array
+    return names.set_categories(pd.Index(sorted(names.categories), dtype="str"))
+
 
 _TEXT_PART = pa.struct([("text", pa.string())])
 _ITEM = pa.struct(
@@ -250,15 +308,20 @@ def steps_frame_arrow(store: Any):
     if any(p["step"].null_count for p in parts):  # a step without its index
         _misfit(store)
     bases = np.cumsum([0] + [p["records"] for p in parts[:-1]])
-    episode = np.concatenate([p["episode"].to_numpy() + b for p, b in zip(parts, bases)])
-    columns = {  # names and texts as Arrow; numbers in one copy, into memory pandas may write to
-        name: pa.chunked_array([p[name] for p in parts])
-        if dtype in ("category", "str")
-        else np.concatenate([p[name].to_numpy(zero_copy_only=False) for p in parts])
-        for name, dtype in STEP_DTYPES.items()
-        if name not in ("episode", "cumulative_reward")
-    }
-    frame = finish_steps({"episode": episode, **columns})
+    frame: dict[str, Any] = {"episode": np.concatenate([p["episode"].to_numpy() + b for p, b in zip(parts, bases)])}
+    for name, dtype in STEP_DTYPES.items():
+        if name in ("episode", "cumulative_reward"):
+            continue
+        if dtype in ("category", "str"):  # names and texts from Arrow
+            values = pa.chunked_array([p[name] for p in parts])
+            frame[name] = _categorical(values) if dtype == "category" else pd.array(values, dtype="str")
+        else:  # numbers in one copy, into memory pandas may write to
+            frame[name] = np.asarray(np.concatenate([p[name].to_numpy(zero_copy_only=False) for p in parts]), dtype)
+    rewards = frame["reward"]
+    frame["cumulative_reward"] = (
+        pd.Series(rewards).groupby(frame["episode"]).cumsum().to_numpy() if len(rewards) else rewards
+    )
+    frame = pd.DataFrame(frame, columns=STEP_COLUMNS, copy=False)  # the columns are new: no second copy
     if any(p["rubric"] for p in parts):
         components = [s.get("reward_components") for r in store.dicts() for s in r.get("steps") or ()]
         frame = add_component_columns(frame, components)

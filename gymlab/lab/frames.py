@@ -1,7 +1,5 @@
-"""Rollout records as tidy pandas frames: one row per episode, per step, per tool call, built from the
-records' JSON (a ``RecordStore``), joined by the ``episode`` column. Concise by default (optional
-columns only when some row has a value); ``full=True`` gives every column. docs/frames.md.
-"""
+"""Rollout records as tidy pandas frames, one row per episode, per step, per tool call, joined by the
+``episode`` column; concise by default, every column with ``full=True`` (docs/frames.md)."""
 
 from __future__ import annotations
 
@@ -9,16 +7,18 @@ import ctypes
 import functools
 import gc
 import os
-import sys
 from collections.abc import Iterable
 from contextlib import contextmanager
 from itertools import chain
 from typing import Any
 
+import pandas as pd
+import pyarrow as pa
+
 from gymlab.jsonl import dumps
-from gymlab.lab.step_columns import STEP_COLUMNS, STEP_DTYPES, item_text, messages_text
+from gymlab.lab.columnar import item_text, messages_text, steps_frame_arrow
 from gymlab.lab.store import RecordStore
-from gymlab.protocol.record import IDENTITY_KEYS, RESULT_KEYS
+from gymlab.protocol.record import own_fields
 from gymlab.rewards.columns import PREFIX as COMPONENT_PREFIX
 from gymlab.rewards.columns import add_component_columns
 
@@ -66,14 +66,10 @@ CALL_DTYPES = {
 }
 EPISODE_COLUMNS = list(EPISODE_DTYPES)
 CALL_COLUMNS = list(CALL_DTYPES)
-#: Record keys that are not the row's own fields.
-NOT_ROW_FIELDS = frozenset(RESULT_KEYS) | {"responses_create_params", *IDENTITY_KEYS}
 
 
 def typed_frame(cols: dict[str, list], dtypes: dict[str, str]):
     """A DataFrame from column lists, each with its dtype ("category" makes a Categorical)."""
-    import pandas as pd
-
     return pd.DataFrame(
         {
             name: pd.Categorical(cols[name]) if dtype == "category" else pd.array(cols[name], dtype=dtype)
@@ -101,8 +97,7 @@ def concise(frame, columns: list[str], optional: set[str], extra: Iterable[str] 
 
 @contextmanager
 def _building():
-    """While a frame is built (a decorator): the cyclic collector paused (its lists hold no cycles); after it,
-    the pages the build freed handed back to the system (pyarrow's ``release_unused``, glibc's ``malloc_trim``)."""
+    """While a frame is built, the cyclic collector paused; after it, the freed pages handed back (docs/frames.md)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -110,31 +105,24 @@ def _building():
     finally:
         if enabled:
             gc.enable()
-        pa = sys.modules.get("pyarrow")
-        if pa is not None:
-            pa.default_memory_pool().release_unused()
+        pa.default_memory_pool().release_unused()
         if (trim := _malloc_trim()) is not None:
             trim(0)
 
 
 @functools.cache
 def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim`` (None elsewhere): ``malloc_trim(0)`` frees the pages of every arena."""
+    """glibc's ``malloc_trim`` (None elsewhere)."""
     try:
         return getattr(ctypes.CDLL(None), "malloc_trim", None)
     except OSError:
         return None
 
 
-# -- the frames ----------------------------------------------------------------------------------
-
-
 @_building()
 def steps_frame(records: Any, *, full: bool = False):
     """One row per step: the action, its first tool call, outputs, the assistant's ``text``, per-step
     and cumulative reward (and a ``reward_<name>`` column per rubric component)."""
-    from gymlab.lab.columnar import steps_frame_arrow
-
     frame = steps_frame_arrow(store_of(records))
     extra = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
     return frame if full else concise(frame, STEP_CONCISE, STEP_OPTIONAL, extra=extra)
@@ -164,8 +152,6 @@ def answer_of(record: dict[str, Any]) -> str | None:
 def episodes_frame(records: Any, *, full: bool = False):
     """One row per episode: ids, reward, prompt and answer, steps, failure fields, the row's own fields;
     with ``full=True`` also timing, token usage and the model's name."""
-    import pandas as pd
-
     store = store_of(records)
     cols: dict[str, list] = {c: [] for c in EPISODE_COLUMNS}
     row_fields: dict[str, list] = {}
@@ -198,10 +184,9 @@ def episodes_frame(records: Any, *, full: bool = False):
         cols["model"].append((r.get("response") or {}).get("model") or None)
         cols["environment"].append(r.get("env_name"))
         cols["agent"].append(agent if agent is not None else r.get("agent_name"))
-        for key, value in r.items():
-            if key not in NOT_ROW_FIELDS:
-                value = dumps(value).decode() if isinstance(value, (dict, list)) else value
-                row_fields.setdefault(key, [None] * position).append(value)
+        for key, value in own_fields(r).items():
+            value = dumps(value).decode() if isinstance(value, (dict, list)) else value
+            row_fields.setdefault(key, [None] * position).append(value)
         for values in row_fields.values():
             if len(values) <= position:
                 values.append(None)
@@ -216,9 +201,8 @@ def episodes_frame(records: Any, *, full: bool = False):
 
 
 def distinguishing_first(frame, fields: Iterable[str]):
-    """``frame`` with the row fields that tell its tasks apart (one value per task, more than one over the
-    tasks) moved next to ``task`` and ``repeat``: a wide frame otherwise leaves them off-screen, past the
-    result and failure columns. A field that varies within a task (a timing, an echo of one episode) stays."""
+    """``frame`` with the row fields that tell its tasks apart (one value per task, several over the run)
+    moved next to ``task`` and ``repeat``, where a wide frame shows them."""
     if "task" not in frame or frame["task"].isna().all():
         return frame
     tasks = frame["task"].astype("string")
@@ -251,15 +235,3 @@ def calls_frame(records: Any):
                     cols["output"].append(outputs.get(item.get("call_id")))
                     n += 1
     return typed_frame(cols, CALL_DTYPES)
-
-
-__all__ = [
-    "CALL_COLUMNS",
-    "EPISODE_COLUMNS",
-    "STEP_COLUMNS",
-    "STEP_DTYPES",
-    "calls_frame",
-    "episodes_frame",
-    "steps_frame",
-    "typed_frame",
-]

@@ -1,9 +1,5 @@
-"""Reward plots from frames (filter a frame first to plot a subset): each draws on ``ax`` (or a new
-Figure, shown as a PNG by any notebook kernel: no ``%matplotlib`` magic), returns the Figure and never
-calls ``show()``; its title says what is drawn over how many episodes. Masked (grey) and failed (red)
-episodes are crosses, left out of means, intervals and distributions; every band and error bar is a 95%
-interval of a mean (``interval``) on the reward range (``reward_range=``). docs/plots.md.
-"""
+"""Reward plots from frames: each draws on ``ax`` (or a new Figure) and returns the Figure; masked and
+failed episodes are crosses, left out of the statistics; bands are 95% intervals of a mean. docs/plots.md."""
 
 from __future__ import annotations
 
@@ -16,16 +12,12 @@ import numpy as np
 
 MASKED_STYLE = {"marker": "x", "color": "0.55", "linestyle": "none", "label": "masked"}
 FAILED_STYLE = {"marker": "x", "color": "tab:red", "linestyle": "none", "label": "failed"}
-
-
-#: The normal quantile of a two-sided 95% interval.
-Z = 1.959964
+Z = 1.959964  # the normal quantile of a two-sided 95% interval
 
 
 def interval(mean, std, n, *, binary: bool, low: float, high: float):
-    """``(lower, upper)`` 95% interval of means over ``n`` values each (arrays): Wilson's for 0/1 rewards,
-    else the normal one; both clipped to ``[low, high]``, the reward range (docs/plots.md). A bound the
-    range leaves open (one value, no declared range) is NaN: not drawn."""
+    """``(lower, upper)`` 95% interval of means over ``n`` values each: Wilson's for 0/1 rewards, else the
+    normal one, clipped to the reward range; an open bound is NaN (not drawn)."""
     mean, n = np.asarray(mean, dtype="float64"), np.asarray(n, dtype="float64")
     if binary:
         z2n = Z * Z / n
@@ -33,10 +25,9 @@ def interval(mean, std, n, *, binary: bool, low: float, high: float):
         half = Z * np.sqrt(mean * (1 - mean) / n + z2n / (4 * n)) / (1 + z2n)
     else:
         centre, half = mean, np.nan_to_num(Z * np.asarray(std, dtype="float64") / np.sqrt(n), nan=np.inf)
-    # the mean always lies inside (Wilson's does in exact arithmetic; rounding can put a bound a hair past it)
+    # the mean always lies inside (rounding can put Wilson's bound a hair past it)
     lower = np.clip(np.fmin(centre - half, mean), low, high)
     upper = np.clip(np.fmax(centre + half, mean), low, high)
-    # an unbounded side (one value of a reward with no declared range) is not drawn, never drawn as certain
     return np.where(np.isinf(lower), np.nan, lower), np.where(np.isinf(upper), np.nan, upper)
 
 
@@ -53,10 +44,8 @@ def declared_range(reward_range: Any) -> tuple[float, float] | None:
 
 
 def _scale(rewards, reward_range: Any = None) -> dict:
-    """``interval``'s keywords for these rewards: 0/1 or not, and the reward range: the declared one
-    (given, else the frame's ``attrs["reward_range"]``, set by a run of ``lab.run_many`` from its
-    environment), else [0, 1] for 0/1 rewards, else unbounded. Never the observed range: three successes
-    of three are not a certainty."""
+    """``interval``'s keywords: 0/1 rewards or not, and the declared range (given, else the frame's
+    ``attrs``), else [0, 1] for 0/1 rewards, else unbounded; never the observed range."""
     if reward_range is None:
         reward_range = getattr(rewards, "attrs", {}).get("reward_range")
     values = np.asarray(rewards, dtype="float64")
@@ -72,9 +61,7 @@ def _band_name(scale: dict) -> str:
 
 @functools.cache
 def figure_class() -> type:
-    """A matplotlib ``Figure`` that shows itself as a PNG in a notebook (``_repr_png_``): a Figure made
-    without pyplot is shown as text until ``%matplotlib inline`` registers the inline formatter. With it
-    registered, IPython's formatter for ``Figure`` answers first, so the image is never shown twice."""
+    """A matplotlib ``Figure`` that shows itself as a PNG in a notebook without ``%matplotlib inline``."""
     from matplotlib.figure import Figure
 
     class NotebookFigure(Figure):
@@ -105,8 +92,7 @@ def _drawn(artist) -> bool:
 
 
 def _labelled(fig, ax, title: str, xlabel: str, ylabel: str, legend: bool = True):
-    """``fig`` with ``ax``'s title, axis labels and (by default) a legend of what is drawn: an empty line
-    or band (no kept episode) has no entry."""
+    """``fig`` with ``ax``'s title, axis labels and a legend of what is drawn (no entry for an empty line)."""
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -120,26 +106,20 @@ def _labelled(fig, ax, title: str, xlabel: str, ylabel: str, legend: bool = True
 
 def _failed_masked(episodes):
     """(failed, masked): a ``failure_kind``; else ``mask_sample``. Both stay out of reward statistics."""
-    import pandas as pd
-
-    none = pd.Series(False, index=episodes.index)
-    failed = episodes["failure_kind"].notna() if "failure_kind" in episodes else none
-    masked = episodes["mask_sample"].astype(bool) if "mask_sample" in episodes else none
+    none = np.zeros(len(episodes), dtype=bool)
+    failed = episodes["failure_kind"].notna().to_numpy() if "failure_kind" in episodes else none
+    masked = episodes["mask_sample"].to_numpy(dtype=bool) if "mask_sample" in episodes else none
     return failed, masked & ~failed
-
-
-def _excluded(episodes):
-    failed, masked = _failed_masked(episodes)
-    return failed | masked
 
 
 def _kept(episodes):
     """Episodes that count toward reward statistics (neither masked nor failed)."""
-    return episodes[~_excluded(episodes)]
+    failed, masked = _failed_masked(episodes)
+    return episodes[~(failed | masked)]
 
 
 def _mark_excluded(ax, episodes, x, y) -> None:
-    failed, masked = (mask.to_numpy() for mask in _failed_masked(episodes))
+    failed, masked = _failed_masked(episodes)
     for mask, style in ((masked, MASKED_STYLE), (failed, FAILED_STYLE)):
         if mask.any():
             ax.plot(x[mask], y[mask], **style)
@@ -147,7 +127,7 @@ def _mark_excluded(ax, episodes, x, y) -> None:
 
 def _over(episodes) -> str:
     """``48 episodes`` or ``48 episodes, 3 left out (masked or failed)``."""
-    n, left_out = len(episodes), int(_excluded(episodes).sum())
+    n, left_out = len(episodes), len(episodes) - len(_kept(episodes))
     text = f"{n} episode{'s' * (n != 1)}"
     return f"{text}, {left_out} left out (masked or failed)" if left_out else text
 
@@ -176,10 +156,8 @@ def reward_curve(
     label: str = "reward",
     reward_range: Any = None,
 ):
-    """Reward per episode with a rolling mean over ``window`` kept episodes (default: one repeat, the number
-    of tasks, else 20) and its 95% interval. ``order="repeat"``: every task once per repeat, dotted lines
-    between repeats; ``"completed"``: the order episodes finished (``lab.run_many`` runs). ``reward_range``:
-    ``(low, high)`` or the environment's class (its ``reward_range``); docs/plots.md."""
+    """Reward per episode with a rolling mean over ``window`` kept episodes (default: one repeat) and its
+    95% interval, in ``order`` "repeat" (every task once per repeat) or "completed" (as they finished)."""
     fig, ax = _axes(ax)
     ordered, xlabel, name = _order(episodes, order)
     ordered = ordered.reset_index(drop=True)
@@ -206,9 +184,8 @@ def reward_curve(
 
 
 def _drawn_steps(steps, episodes, max_episodes: int | None):
-    """(the steps to draw, how many episodes, what they are): the kept episodes' steps, all of them or
-    a sample of ``max_episodes`` taken repeat by repeat (every task once per repeat) when ``episodes``
-    says the tasks, else spread evenly over the run; never the first block of one task."""
+    """(the steps to draw, how many episodes, what they are): the kept episodes' steps, or a sample of
+    ``max_episodes`` taken repeat by repeat when ``episodes`` says the tasks, else spread over the run."""
     if episodes is not None:
         kept = _kept(episodes)
         steps = steps[steps["episode"].isin(set(kept["episode"]))]
@@ -230,11 +207,8 @@ def _drawn_steps(steps, episodes, max_episodes: int | None):
 def step_rewards(
     steps, *, episodes: Any = None, ax: Any = None, max_episodes: int | None = None, reward_range: Any = None
 ):
-    """Mean reward at each step, with its 95% interval, in two series: the steps on the way (before an
-    episode's last) and the episodes' last steps, which carry the outcome in most environments; one line
-    over both would read as "later steps pay more" when only the episodes that got there are left. Also
-    the mean cumulative reward. ``episodes`` (the episodes frame) leaves masked and failed episodes out and
-    lets a sample cover every task; ``max_episodes`` draws such a sample (the title says so)."""
+    """Mean reward at each step with its 95% interval, the steps on the way and the episodes' last steps
+    apart, and the mean cumulative reward; ``episodes`` leaves masked and failed episodes out."""
     fig, ax = _axes(ax)
     kept, n, what = _drawn_steps(steps, episodes, max_episodes)
     last = kept["step"].to_numpy() == kept.groupby("episode")["step"].transform("max").to_numpy()
@@ -267,14 +241,12 @@ def step_rewards(
     return _labelled(fig, ax, title, "step (model turn or transition, from 0)", "reward at the step")
 
 
-#: The heatmap's colour for a zero reward before an episode's last step (a tool call, a move).
-NEUTRAL = "0.85"
+NEUTRAL = "0.85"  # the heatmap's colour for a zero reward before an episode's last step
 
 
 def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes: int = 100, reward_range: Any = None):
-    """Reward of every step of each episode (rows: episodes, columns: steps; blank: no such step). A
-    zero reward before an episode's last step is drawn in a neutral grey, not as a failure: a
-    successful seven-step episode reads as six steps on the way and one reward."""
+    """Reward of every step of each episode (rows: episodes, columns: steps); a zero reward before an
+    episode's last step in a neutral grey, not as a failure."""
     from matplotlib.colors import ListedColormap
 
     fig, ax = _axes(ax)
@@ -303,8 +275,8 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
 
 
 def reward_distribution(episodes, *, by: str = "task", ax: Any = None, reward_range: Any = None):
-    """Every kept episode's reward per ``by`` group (``task``, ``environment``, ``model``...), with the
-    group's mean and its 95% interval; a box only where a group's rewards vary (five or more, three values)."""
+    """Every kept episode's reward per ``by`` group, with the group's mean and its 95% interval; a box only
+    where a group's rewards vary (five or more, three values)."""
     fig, ax = _axes(ax)
     if by not in episodes:
         raise KeyError(f"no column {by!r} to group by; the frame has {', '.join(map(str, episodes.columns))}")
@@ -318,11 +290,8 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None, reward_ra
     rng = np.random.default_rng(0)
     for pos, values in zip(positions, data):
         ax.plot(pos + rng.uniform(-0.15, 0.15, len(values)), values, "o", markersize=3, alpha=0.5, color="tab:blue")
-    means = np.array([v.mean() if len(v) else np.nan for v in data])
     scale = _scale(kept["reward"], reward_range)
-    stds = [v.std(ddof=1) if len(v) > 1 else np.nan for v in data]
-    low, high = interval(means, stds, [max(len(v), 1) for v in data], **scale)
-    yerr = np.nan_to_num([means - low, high - means])  # an open bound: no bar on that side
+    means, yerr = _means(data, scale)
     ax.errorbar(
         positions + 0.3, means, yerr=yerr, fmt="D", color="tab:orange", capsize=3, label=f"mean, {_band_name(scale)}"
     )
@@ -332,9 +301,17 @@ def reward_distribution(episodes, *, by: str = "task", ax: Any = None, reward_ra
     return _labelled(fig, ax, f"Reward by {by} ({_over(episodes)})", by, "reward")
 
 
+def _means(groups: list[np.ndarray], scale: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's mean and its error bars (an open bound: no bar on that side)."""
+    means = np.array([v.mean() if len(v) else np.nan for v in groups])
+    stds = [v.std(ddof=1) if len(v) > 1 else np.nan for v in groups]
+    low, high = interval(means, stds, [max(len(v), 1) for v in groups], **scale)
+    return means, np.nan_to_num([means - low, high - means])
+
+
 def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = None, reward_range: Any = None):
-    """Two or more runs side by side (``{"greedy": a.episodes, "random": b.episodes}``): mean kept reward per
-    run (per ``by`` group when given), with its 95% interval."""
+    """Runs side by side (``{"greedy": a.episodes, "random": b.episodes}``): mean kept reward per run (per
+    ``by`` group when given), with its 95% interval."""
     if not runs:
         raise ValueError("compare_runs needs at least one run")
     fig, ax = _axes(ax)
@@ -350,9 +327,7 @@ def compare_runs(runs: Mapping[str, Any], *, by: str | None = None, ax: Any = No
     for n, label in enumerate(labels):
         kept = _kept(runs[label])
         values = [kept["reward"] if g is None else kept.loc[kept[by] == g, "reward"] for g in groups]
-        means = np.array([v.mean() if len(v) else np.nan for v in values])
-        low, high = interval(means, [v.std() for v in values], [max(len(v), 1) for v in values], **scale)
-        yerr = np.nan_to_num([means - low, high - means])
+        means, yerr = _means([v.to_numpy() for v in values], scale)
         offset = (n - (len(labels) - 1) / 2) * width
         ax.bar(x + offset, means, width=width, yerr=yerr, capsize=3, label=label)
         if excluded := len(runs[label]) - len(kept):

@@ -1,6 +1,5 @@
-"""Rollout records held as their JSON lines in one buffer and validated when used (``RecordStore``;
-``StoreBuilder`` fills one as a run's records finish): a million steps in about the memory of their
-JSONL. A bad line is a ``DatasetError`` naming the file (or ``records``) and line when first used."""
+"""Rollout records held as their JSON lines in one buffer, validated when used (``RecordStore``), and
+filled as a run's records finish (``StoreBuilder``); docs/frames.md."""
 
 from __future__ import annotations
 
@@ -102,8 +101,7 @@ class RecordStore:
             raise self.error(i, f"not a rollout record: {describe_validation(exc, 'record')}") from None
 
     def dicts(self) -> Iterator[dict[str, Any]]:
-        """Every record parsed (not validated) by orjson, each where it lies in the buffer (no copy of the
-        lines); a line that is not a JSON object with a response raises."""
+        """Every record parsed (not validated) by orjson where it lies in the buffer; a bad line raises."""
         loads, view, starts = orjson.loads, memoryview(self.buffer), self.starts
         for i in range(len(starts) - 1):
             try:
@@ -140,8 +138,8 @@ class RecordStore:
 
 
 class StoreBuilder:
-    """A run's records, added by position as they finish (in any order), made a ``RecordStore`` by
-    ``finish``; those finished from the start on go straight into one growing buffer (held once)."""
+    """A run's records, added by position as they finish, made a ``RecordStore`` by ``finish``; those
+    finished from the start on go straight into one growing buffer."""
 
     def __init__(self, total: int):
         self.total = total

@@ -4,7 +4,6 @@ every episode of a run, filtered by reward, task and failure kind (``RunFilter``
 from __future__ import annotations
 
 import html
-import json
 import operator
 from collections import Counter
 from collections.abc import Sequence
@@ -12,11 +11,11 @@ from typing import Any
 
 import ipywidgets as w
 
-from gymlab.lab.display import clip
+from gymlab.lab.display import clip, item_row
 from gymlab.models.chat_convert import prompt_items
-from gymlab.protocol import FunctionCall, FunctionCallOutput, Message, Reasoning, Rollout, StepRecord
+from gymlab.protocol import Message, Rollout, StepRecord
 from gymlab.protocol.derived_steps import derived_steps
-from gymlab.protocol.record import RESULT_KEYS, failure_counts
+from gymlab.protocol.record import failure_counts, own_fields
 
 _CSS = """<style>
 .gl-chat{font-family:system-ui,sans-serif;font-size:13px;max-width:720px}
@@ -41,9 +40,6 @@ def add_classes(owner: w.DOMWidget, own: str, names: str) -> None:
         getattr(owner, name).add_class("gl-" + name.replace("_", "-"))
 
 
-# -- what a viewer shows ----------------------------------------------------------------------
-
-
 def _as_rollout(source: Any) -> Rollout:
     if isinstance(source, Rollout):
         return source
@@ -56,30 +52,22 @@ def _as_rollout(source: Any) -> Rollout:
 
 
 def episode_steps(record: Rollout) -> list[StepRecord]:
-    """The record's steps; a record with none (a failed episode's) has them from its output, as a
-    record written without steps has (``derived_steps``)."""
+    """The record's steps; a record with none (a failed episode's) has them from its output (``derived_steps``)."""
     if record.steps:
         return list(record.steps)
     fields = record.model_dump(mode="json", include={"response", "reward", "terminated", "truncated"})
     return [StepRecord.model_validate(s) for s in derived_steps(fields)]
 
 
+#: (class, label) of a bubble by ``item_row``'s who; another message is a system one.
+_BUBBLE = {"call": ("gl-call", "tool call"), "output": ("gl-output", "tool output")}
+_BUBBLE |= {name: (f"gl-{name}", name) for name in ("user", "assistant", "reasoning")}
+
+
 def _bubble(item: Any, now: bool) -> str:
-    cls, who, text = "gl-assistant", "assistant", ""
-    if isinstance(item, Message):
-        who = item.role
-        cls = {"user": "gl-user", "assistant": "gl-assistant"}.get(item.role, "gl-system")
-        text = item.text
-    elif isinstance(item, FunctionCall):
-        cls, who, text = "gl-call", "tool call", f"{item.name}({item.arguments})"
-    elif isinstance(item, FunctionCallOutput):
-        cls, who, text = "gl-output", "tool output", item.output
-    elif isinstance(item, Reasoning):
-        cls, who, text = "gl-reasoning", "reasoning", " ".join(s.text for s in item.summary)
-    else:
-        who, text = getattr(item, "type", "item"), json.dumps(item.model_dump(mode="json"))[:500]
-    mark = " gl-now" if now else ""
-    return f"<div class='gl-b {cls}{mark}'><span class='gl-who'>{html.escape(who)}</span>{html.escape(text)}</div>"
+    who, text = item_row(item)
+    cls, who = _BUBBLE.get(who, ("gl-system" if isinstance(item, Message) else "gl-assistant", who))
+    return f"<div class='gl-b {cls}{' gl-now' * now}'><span class='gl-who'>{html.escape(who)}</span>{html.escape(text)}</div>"
 
 
 def conversation_html(record: Rollout, upto: int) -> str:
@@ -118,10 +106,9 @@ def sparkline_svg(values: list[float], current: int | None = None, width: int = 
     )
 
 
-# -- which episodes of a run a filter keeps --------------------------------------------------------
-
 ANY = "*"  #: a filter's "no condition" value (None would read as "nothing selected" in a Dropdown)
-_MAX_REWARD_VALUES = 12  # up to this many distinct rewards are offered one by one; more: above/below the mean
+_COMPARE = {"=": operator.eq, ">=": operator.ge, "<": operator.lt}  # a reward filter's conditions
+_MAX_REWARD_VALUES = 12  # more distinct rewards than this are offered as above/below the mean
 
 
 def failure_of(record: Rollout) -> str:
@@ -140,19 +127,13 @@ def _task_names(first: dict[Any, Rollout]) -> dict[Any, str]:
     snippets = {t: _prompt_snippet(r) for t, r in first.items()}
     if len(set(snippets.values())) == len(snippets):
         return snippets
-    own = {
-        t: {k: v for k, v in (r.model_extra or {}).items() if k not in _NOT_ROW and not k.startswith("_ng_")}
-        for t, r in first.items()
-    }
+    own = {t: own_fields(r.model_extra or {}) for t, r in first.items()}
     keys = list(dict.fromkeys(k for fields in own.values() for k in fields))
     spread = {k: len({repr(fields.get(k)) for fields in own.values()}) for k in keys}
     key = max(keys, key=lambda k: spread[k], default=None)  # the first of the most varied, in row order
     if key is None or spread[key] < 2:
         return snippets
     return {t: clip(f"{key}={own[t].get(key)!r} · {snippets[t]}", 60) for t in first}
-
-
-_NOT_ROW = RESULT_KEYS | {"agent_ref"}
 
 
 def _task_order(task: Any) -> tuple:
@@ -199,7 +180,7 @@ class RunFilter:
         return [
             i
             for i, r in enumerate(self.records)
-            if (reward == ANY or _reward_matches(r.reward, reward))
+            if (reward == ANY or _COMPARE[reward[0]](r.reward, reward[1]))
             and (task == ANY or r.task_index == task)
             and (failure == ANY or failure_of(r) == failure)
         ]
@@ -212,18 +193,6 @@ class RunFilter:
         repeat = f"repeat {r.repeat}" if r.repeat is not None else ""
         parts = [f"#{i}", task, repeat, f"reward {r.reward:g}", f"{n} step{'s' * (n != 1)}", failure_of(r)]
         return " · ".join(p for p in parts if p)
-
-
-def _reward_matches(reward: float, condition: tuple[str, float]) -> bool:
-    return {"=": operator.eq, ">=": operator.ge, "<": operator.lt}[condition[0]](reward, condition[1])
-
-
-def _is_run(source: Any) -> bool:
-    """A run is a sequence of records (a list, or ``Rollouts``); one episode is a record, a dict or a live episode."""
-    return isinstance(source, Sequence) and not isinstance(source, str | bytes)
-
-
-# -- the viewer -----------------------------------------------------------------------------------
 
 
 class EpisodeViewer(w.VBox):
@@ -282,11 +251,9 @@ class EpisodeViewer(w.VBox):
         if source is not None:
             self.load(source, step)
 
-    # -- what is shown ------------------------------------------------------------------------------
-
     def load(self, source: Any, step: int | None = None) -> EpisodeViewer:
         """Show ``source`` (an episode or a run) at ``step`` (from 0; default: the episode's last step)."""
-        if _is_run(source):
+        if isinstance(source, Sequence) and not isinstance(source, str | bytes):  # a run: records or Rollouts
             self.rollouts = [_as_rollout(r) for r in source]
             self._run = RunFilter(self.rollouts)
             self._quiet = True
@@ -349,8 +316,6 @@ class EpisodeViewer(w.VBox):
         self.slider.disabled = n <= 1
         self._render()
 
-    # -- the run bar --------------------------------------------------------------------------------
-
     def _refilter(self, step: int | None = None, keep: bool = True) -> None:
         if self._quiet or not self.rollouts:
             return
@@ -390,8 +355,6 @@ class EpisodeViewer(w.VBox):
         self.matches.value = (
             f"<span class='gl-match-count'>{where}{len(self.shown)} of {len(self.rollouts)} episodes match</span>"
         )
-
-    # -- the step controls --------------------------------------------------------------------------
 
     def _move(self, delta: int) -> None:
         self.slider.value = max(self.slider.min, min(self.slider.max, self.slider.value + delta))

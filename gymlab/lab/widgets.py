@@ -1,5 +1,5 @@
-"""Notebook widgets: the episode viewer (``gymlab.lab.viewer``), an interactive stepper, a live collection
-panel. Plain ipywidgets whose state lives in traits: their logic is tested without a browser (``.click()``)."""
+"""Notebook widgets: an interactive stepper and a live collection panel (the viewer: ``gymlab.lab.viewer``).
+Plain ipywidgets whose state lives in traits: their logic is tested without a browser."""
 
 from __future__ import annotations
 
@@ -15,27 +15,9 @@ from typing import Any
 import ipywidgets as w
 
 from gymlab.errors import GymlabError
-from gymlab.lab.viewer import (  # the viewer lives in its own module; these names stay importable from here
-    EpisodeViewer,
-    add_classes,
-    conversation_html,
-    episode_steps,
-    sparkline_svg,
-)
+from gymlab.lab.viewer import EpisodeViewer, add_classes
 from gymlab.protocol import NeMoGymResponse, Rollout, function_call
 from gymlab.protocol.record import failure_counts
-
-__all__ = [
-    "EpisodeViewer",
-    "LivePanel",
-    "Stepper",
-    "conversation_html",
-    "episode_steps",
-    "example_arguments",
-    "sparkline_svg",
-]
-
-# -- the stepper --------------------------------------------------------------------------------
 
 
 def example_arguments(tool: Any) -> dict[str, Any]:
@@ -78,7 +60,6 @@ class Stepper(w.VBox):
         self._prefill()
         self._act(self._start)
 
-    # actions; each returns a short note for the message line
     def _start(self) -> str:
         if self.episode.done or self.episode._session.open:
             return ""
@@ -156,17 +137,12 @@ class Stepper(w.VBox):
             self.arguments.value = json.dumps(example_arguments(tool))
 
 
-# -- the live collection panel ------------------------------------------------------------------
-
-
 _TABLE_CSS = "<style>.gl-failures-table th,.gl-failures-table td{text-align:left;padding:1px 16px 1px 0}</style>"
 
 
 class LivePanel(w.VBox):
-    """Progress, running mean reward and failures by kind while a run collects, redrawn at most
-    every ``interval`` seconds (an ipywidgets update costs ~115 us; a run may finish thousands of
-    episodes a second). ``panel.run(agent, rows, repeats=...)`` collects through ``gymlab.lab.runs``.
-    """
+    """Progress, running mean reward and failures by kind while a run collects, redrawn at most every
+    ``interval`` seconds; ``panel.run(agent, rows, repeats=...)`` collects through ``gymlab.lab.runs``."""
 
     def __init__(
         self,
@@ -196,8 +172,7 @@ class LivePanel(w.VBox):
         return self.reward_sum / self.kept if self.kept else float("nan")
 
     def add(self, record: Rollout) -> None:
-        """Count one finished episode: a masked one counts under its failure kind (the rule of
-        ``record.failure_counts``) and stays out of the mean (the rule of ``record.mean_reward``)."""
+        """Count one finished episode; a masked one under its failure kind, out of the mean."""
         kinds = failure_counts((record,))
         if kinds:
             return self.add_failure(next(iter(kinds)), record.failure_stage)
@@ -248,8 +223,7 @@ class LivePanel(w.VBox):
             )
 
     def finish(self) -> None:
-        """Redraw, and colour the bar by the share that failed: green none, amber some, red every one
-        (a run with a third of its episodes masked still collected the rest)."""
+        """Redraw, and colour the bar: green no failure, amber some, red every one."""
         self.render()
         self.progress.bar_style = "success" if not self.failed else "danger" if not self.kept else "warning"
 
@@ -262,8 +236,8 @@ class LivePanel(w.VBox):
         concurrency: int = 16,
         env_name: str | None = None,
     ):
-        """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes; the servers'
-        errors are kept for ``lab.logs()``, and the end prints one line naming the most common cause."""
+        """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes; the end prints
+        one line naming the most common cause of failure."""
         from gymlab._traces import logbook
         from gymlab.lab.runs import arun_many, failure_line
 

@@ -11,7 +11,7 @@ import pytest
 
 from gymlab import DatasetError, export_dataset, export_rollouts, read_dataset
 from gymlab.errors import ExportError
-from gymlab.export.arrow import schema
+from gymlab.export.dataset import schema
 
 
 def test_a_torn_rollouts_file_is_reported_with_its_line(tmp_path, collected):

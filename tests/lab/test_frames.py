@@ -6,7 +6,8 @@ import pytest
 
 from gymlab import DatasetError, Lab
 from gymlab.examples import example_rows, load_environment
-from gymlab.lab.frames import CALL_COLUMNS, EPISODE_COLUMNS, STEP_COLUMNS
+from gymlab.lab.columnar import STEP_COLUMNS
+from gymlab.lab.frames import CALL_COLUMNS, EPISODE_COLUMNS
 from gymlab.lab.runs import Rollouts
 from gymlab.protocol.record import synthetic as synthetic_rollouts
 

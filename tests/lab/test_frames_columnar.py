@@ -10,7 +10,8 @@ import pytest
 from gymlab import DatasetError, Lab
 from gymlab.examples import example_rows, load_environment
 from gymlab.lab import columnar
-from gymlab.lab.frames import STEP_COLUMNS, episodes_frame, steps_frame
+from gymlab.lab.columnar import STEP_COLUMNS
+from gymlab.lab.frames import episodes_frame, steps_frame
 from gymlab.lab.runs import Rollouts
 from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol import Rollout

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from gymlab.lab.widgets import EpisodeViewer, LivePanel, Stepper, sparkline_svg
+from gymlab.lab.viewer import sparkline_svg
+from gymlab.lab.widgets import EpisodeViewer, LivePanel, Stepper
 
 
 @pytest.fixture
