@@ -1,6 +1,5 @@
-"""A resources server's tool routes as MCP tools at ``/mcp`` (streamable HTTP, the official ``mcp`` SDK):
-a call runs as ``POST /{tool}`` through the server's own app with the MCP request's cookie, so it acts
-in that episode and meets the route's validation, session rules and error bodies (docs/servers.md)."""
+"""A resources server's tool routes as MCP tools at ``/mcp`` (the ``mcp`` SDK): a call runs as ``POST /{tool}``
+through the server's own app with the MCP request's cookie, in that episode (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ from gymlab.loop import refusal
 from gymlab.resources.tools import tools_from
 from gymlab.server import BaseServer
 
-#: Where the tools are served.
 MCP_PATH = "/mcp"
 
 
@@ -36,9 +34,8 @@ def require_mcp() -> None:
 
 
 class McpTools:
-    """The ``/mcp`` ASGI endpoint of one server; its SDK session manager runs in the app's lifespan
-    (``running``). Past ``mcp_max_sessions`` the least recently used idle sessions end (the SDK has no
-    public way to end one, hence its ``_discard_session``); docs/servers.md."""
+    """The ``/mcp`` ASGI endpoint of one server, its SDK session manager run in the app's lifespan; past
+    ``mcp_max_sessions`` the least recently used idle sessions end (docs/servers.md)."""
 
     def __init__(self, server: BaseServer):
         require_mcp()
@@ -56,7 +53,7 @@ class McpTools:
 
     @property
     def tools(self) -> dict[str, dict[str, Any]]:
-        """The rows' function tools by name (read once, when the app is complete)."""
+        """The rows' function tools by name (read once the app is complete)."""
         if self._tools is None:
             self._tools = {tool["name"]: tool for tool in tools_from(self.server)}
         return self._tools
@@ -130,7 +127,7 @@ class McpTools:
         return JSONResponse(body, status_code=status, headers=headers)
 
     def _use(self, sid: str, in_flight: int) -> None:
-        """A request of session ``sid`` starts (1) or ends (-1): it is now the most recently used."""
+        """A request of session ``sid`` starts (1) or ends (-1); the session becomes the most recently used."""
         busy = self._busy.pop(sid, 0) + in_flight
         if busy > 0:
             self._busy[sid] = busy
@@ -238,9 +235,8 @@ def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
 
 @contextlib.asynccontextmanager
 async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: str = "auto") -> AsyncIterator[Any]:
-    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies`` (an episode's seed
-    cookies: its tool calls act in that episode); ``mode="legacy"`` opens a handshake-era MCP session
-    (``Mcp-Session-Id``) held until exit."""
+    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies`` (an episode's: its tool
+    calls act in that episode); ``mode="legacy"`` holds a handshake-era MCP session until exit."""
     require_mcp()
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
