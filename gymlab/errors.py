@@ -167,14 +167,8 @@ def error_body(
     """Every JSON error body a gymlab server answers: ``detail`` names server, route and cause in one line,
     ``message`` is the cause alone, ``failure`` the typed ``Failure`` of a failed episode."""
     body: dict[str, Any] = dict(detail=f"{server}: {route}: {message}", server=server, route=route, message=message)
-    if error:
-        body["error"] = error
-    if hint:
-        body["hint"] = hint
-    if failure is not None:
-        body["failure"] = failure.model_dump(mode="json")
-    body.update(extra)
-    return body
+    optional = {"error": error, "hint": hint, "failure": None if failure is None else failure.model_dump(mode="json")}
+    return {**body, **{k: v for k, v in optional.items() if v}, **extra}
 
 
 class ResourcesReleaseFailedError(ResourcesSessionError):

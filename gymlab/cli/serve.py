@@ -81,20 +81,28 @@ def _on_sigterm(signum, frame):
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab._runtime.serve import answers_health
     from gymlab.collection.config import load_config
-    from gymlab.collection.serve_one import spawn
 
     config = load_config(*args.configs)
-    if args.ray and not args.dry_run:
-        return serve_ray(config, args)
-    planned = plan(config)
     if args.dry_run:
+        planned = plan(config)
         for p in planned:
             url = p.url + ("" if p.spec.port else " (a free port)")
             print(f"{p.spec.instance:<28} {p.spec.server_type:<22} {url:<37} {p.target}")
         print(f"gymlab serve: {len(planned)} servers; config OK (dry run, nothing started)")
         return 0
+    try:
+        return serve_ray(config, args) if args.ray else serve_processes(plan(config), args)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
+        print("gymlab serve: stopping", file=sys.stderr, flush=True)
+        return 0
+
+
+def serve_processes(planned: list[Planned], args: argparse.Namespace) -> int:
+    """Each planned server as its own process, until one exits or Ctrl-C."""
+    from gymlab._runtime.serve import answers_health
+    from gymlab.collection.serve_one import spawn
+
     signal.signal(signal.SIGTERM, _on_sigterm)
     procs: list[tuple[Planned, subprocess.Popen]] = []
     try:
@@ -123,9 +131,6 @@ def main(args: argparse.Namespace) -> int:
                         f"server {p.spec.instance} ({p.url}) exited with code {proc.returncode}; stopping the others"
                     )
             time.sleep(0.2)
-    except KeyboardInterrupt:
-        print("gymlab serve: stopping", file=sys.stderr, flush=True)
-        return 0
     finally:
         _stop(procs)
 
@@ -148,9 +153,6 @@ def serve_ray(config, args: argparse.Namespace) -> int:
             while pool.live:
                 time.sleep(0.5)
             raise GymlabError(f"{pool.name}: every cell is gone; stopping")
-        except KeyboardInterrupt:
-            print("gymlab serve: stopping", file=sys.stderr, flush=True)
-            return 0
         finally:
             for runner in fronts.values():
                 runner.stop()
