@@ -1,6 +1,5 @@
 """Errors in a notebook: one line each (``LogBook``), the full trace kept for ``lab.logs()``, and
-tracebacks cut to the frames the researcher wrote (``user_traceback``), a cell named as IPython names it.
-"""
+tracebacks cut to the frames the researcher wrote (``user_traceback``), a cell named as IPython names it."""
 
 from __future__ import annotations
 

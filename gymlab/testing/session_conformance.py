@@ -226,7 +226,7 @@ STATEFUL_CHECKS: tuple[tuple[str, Check], ...] = (
 )
 
 
-async def acheck_resources_session_contract(
+def check_resources_session_contract(
     app: Any,
     seed: dict[str, Any] | None = None,
     *,
@@ -235,7 +235,13 @@ async def acheck_resources_session_contract(
     verify_body: dict[str, Any] | None = None,
     invalid_seed: dict[str, Any] | None = None,
 ) -> list[str]:
-    """The async form of ``check_resources_session_contract``."""
+    """Check a resources server (or its ASGI app) against the episode-session rules; the rules checked.
+
+    ``seed``: an episode seed body without ``resources_session_id``. ``keeps_state`` (default true) with
+    ``holds_state(resources_session_id)``; ``verify_body`` (the row plus a ``response``; without it no
+    verify rule is checked); ``invalid_seed`` (default: ``task_data`` not an object). docs/servers.md."""
+    from gymlab._sync import run_sync
+
     if hasattr(app, "setup_webserver"):  # a server instance
         app = app.app
     if keeps_state and holds_state is None:
@@ -246,17 +252,10 @@ async def acheck_resources_session_contract(
     checks = list(BASIC_CHECKS)
     if keeps_state:
         checks += [(n, f) for n, f in STATEFUL_CHECKS if verify_body is not None or n != "verify after close masked"]
-    for rule, check in checks:
-        await check(contract, rule, contract.new_id(rule))
+
+    async def run() -> None:
+        for rule, check in checks:
+            await check(contract, rule, contract.new_id(rule))
+
+    run_sync(run())
     return [name for name, _ in checks]
-
-
-def check_resources_session_contract(app: Any, seed: dict[str, Any] | None = None, **options: Any) -> list[str]:
-    """Check a resources server (or its ASGI app) against the episode-session rules; the rules checked.
-
-    ``seed``: an episode seed body without ``resources_session_id``. ``keeps_state`` (default true) with
-    ``holds_state(resources_session_id)``; ``verify_body`` (the row plus a ``response``; without it no
-    verify rule is checked); ``invalid_seed`` (default: ``task_data`` not an object). docs/servers.md."""
-    from gymlab._sync import run_sync
-
-    return run_sync(acheck_resources_session_contract(app, seed, **options))
