@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -44,7 +43,7 @@ class McpTools:
         self.server = server
         self._tools: dict[str, dict[str, Any]] | None = None
         self._manager: Any = None
-        self._used: dict[str, float] = {}  # session id -> last use, least recent first
+        self._used: dict[str, None] = {}  # session ids, the least recently used first
         self._busy: dict[str, int] = {}  # session id -> requests in flight
         self._opening = 0  # requests that may open a session, admitted and not yet answered
         self.mcp = Server(
@@ -132,13 +131,13 @@ class McpTools:
         if busy > 0:
             self._busy[sid] = busy
         self._used.pop(sid, None)
-        self._used[sid] = time.monotonic()
+        self._used[sid] = None
 
     async def _room(self, manager: Any) -> bool:
         """Whether a new session fits under ``mcp_max_sessions``, after ending least recently used idle ones."""
         sessions, cap = manager._server_instances, self.server.mcp_max_sessions
         if len(self._used) > 2 * cap:  # forget sessions the SDK ended (deleted, expired)
-            self._used = {sid: t for sid, t in self._used.items() if sid in sessions}
+            self._used = {sid: None for sid in self._used if sid in sessions}
         # sessions answered so far, plus requests opening one (admitted by the SDK or not yet)
         count = self._opening + sum(1 for sid in sessions if sid in self._used)
         for sid in list(self._used):
