@@ -1,91 +1,31 @@
 """gymlab: a Jupyter-first research toolkit for LLM environments. The public API, loaded lazily: ``import gymlab``
-loads no pandas, matplotlib, ipywidgets, FastAPI or uvicorn until a name that needs them is used."""
+loads no pandas, matplotlib, ipywidgets, FastAPI or uvicorn until a name that needs them is used. The
+``TYPE_CHECKING`` block below is the one list of public names: type checkers read it, and ``_NAMES`` is read
+from it."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gymlab._version import __version__
 
-# Each public name and the module it loads from on first use.
-_NAMES: dict[str, str] = {
-    name: module
-    for module, names in {
-        # wire types and episode sessions
-        "gymlab.protocol": (
-            "SESSION_ID_KEY AggregateMetrics AggregateMetricsRequest "
-            "BaseRunRequest BaseSeedSessionRequest BaseSeedSessionResponse "
-            "BaseVerifyRequest BaseVerifyResponse FunctionCall FunctionCallOutput "
-            "Message NeMoGymResponse Reasoning ResponseCreateParams Rollout "
-            "StepRecord Usage assistant_message function_call EpisodeId TaskId "
-            "ResourcesSeedSessionRequest ResourcesSeedSessionResponse "
-            "ResourcesCloseSessionRequest ResourcesCloseSessionResponse"
-        ),
-        # session helpers and the resources server
-        "gymlab.resources.simple": "lost_session_verification SimpleResourcesServer",
-        "gymlab._runtime.fences": "ResourcesSessionFences",
-        "gymlab._runtime.locks": "ResourcesSessionLocks",
-        # errors
-        "gymlab.errors": (
-            "AnswerError GymlabError ServerError ServerStartError ConfigError EpisodeFailed "
-            "DatasetError ResourcesSessionError ResourcesSeedRejectedError "
-            "ResourcesSessionConflictError SessionContractError ForkDivergedError"
-        ),
-        # servers
-        "gymlab.server": "BaseServer",
-        "gymlab.envservers.single_agent_turn": "SingleAgentTurn",
-        "gymlab.agents.simple_agent": "SimpleAgent",
-        "gymlab.resources.gymnasium": "GymnasiumServer",
-        "gymlab.agents.gymnasium_agent": "GymnasiumAgent",
-        "gymlab.agents.embedded": "EmbeddedEnvironmentAgent",
-        "gymlab.models.policy": "PolicyModel",
-        "gymlab.models.openai": "OpenAIModel",
-        # notebook layer
-        "gymlab.lab": "Lab ServerHandle AgentHandle",
-        "gymlab.lab.episode": "Episode",
-        "gymlab.lab.runs": "Rollouts load",
-        "gymlab.cluster.pool": "CellPool",  # lab.serve_pool: replicas on Ray (the ray extra)
-        # failures
-        "gymlab.failure_kinds": "Failure failure_kinds",
-        # export and reverification
-        "gymlab.collection.readers": "Dataset read_jsonl",
-        "gymlab.export": "export_dataset export_rl export_rollouts export_sft read_dataset",
-        "gymlab.lab.reverify": "reverify",
-        # reward design
-        "gymlab.rewards.rubric": "Component Rubric",
-        "gymlab.rewards.judge": "Judge",
-        "gymlab.rewards.profile": "profile",
-        # reward probes
-        "gymlab.probes.report": "ProbeReport",
-        "gymlab.probes.run": "probe",
-        # notebook widgets
-        "gymlab.lab.widgets": "EpisodeViewer LivePanel Stepper",
-        # examples, and environments from other libraries (reasoning-gym, TextArena, Gymnasium)
-        "gymlab.examples": "load_environment",
-        "gymlab.envs": "envs",
-        # configs and collection
-        "gymlab.collection.config": "load_config",
-        "gymlab.lab.collect": "collect",
-        "gymlab.collection.runner": "acollect",
-        "gymlab.collection.merge": "merge",
-        # entrypoints
-        "gymlab.utils": "is_gymlab_fastapi_entrypoint is_nemo_gym_fastapi_entrypoint",
-        # tools and rows from a server's routes
-        "gymlab.resources.tools": "tools_from rows_from",
-        # an environment from plain functions (tools, verify, state by the episode)
-        "gymlab.resources.light": "environment",
-        # tools over MCP, both ways
-        "gymlab.resources.mcp_backed": "McpResourcesServer mcp_tools_from",
-        "gymlab.resources.mcp_tools": "connect_mcp",
-        # agent sessions
-        "gymlab.protocol.agent_sessions": (
-            "AgentSeedSessionRequest AgentSeedSessionResponse AgentCloseSessionRequest AgentCloseSessionResponse"
-        ),
-    }.items()
-    for name in names.split()
-}
 
+def _public_names() -> dict[str, str]:
+    """Each public name and the module it loads from on first use, as this file's ``TYPE_CHECKING`` block imports it."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING")
+    return {
+        alias.name: f"{node.module}.{alias.name}" if node.module == __name__ else node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+
+_NAMES = _public_names()
 __all__ = sorted(["__version__", *_NAMES])
 
 
@@ -103,7 +43,6 @@ def __dir__() -> list[str]:
     return __all__
 
 
-# Every name of _NAMES again, for type checkers (tests/test_exported_members.py compares the two).
 if TYPE_CHECKING:  # pragma: no cover
     from gymlab import envs, failure_kinds
     from gymlab._runtime.fences import ResourcesSessionFences

@@ -1,6 +1,5 @@
 """Errors in a notebook: one line each (``LogBook``), the full trace kept for ``lab.logs()``, and
-tracebacks cut to the frames the researcher wrote (``user_traceback``), a cell named as IPython names it.
-"""
+tracebacks cut to the frames the researcher wrote (``user_traceback``), a cell named as IPython names it."""
 
 from __future__ import annotations
 
@@ -55,9 +54,7 @@ def user_traceback(tb: TracebackType | None) -> TracebackType | None:
 
 
 def user_frames(exc: BaseException) -> list[str]:
-    """IPython's rendering of ``exc`` with only the user's frames: its ``_render_traceback_`` hook when
-    bound with ``functools.partial`` (picklable, as errors are). IPython always shows the last frame,
-    for an error from gymlab's loop thread gymlab's own."""
+    """IPython's rendering of ``exc`` with only the user's frames (its ``_render_traceback_`` hook)."""
     from IPython import get_ipython
 
     tb = user_traceback(exc.__traceback__) or exc.__traceback__
@@ -77,8 +74,7 @@ def where(exc: BaseException) -> str | None:
 
 
 def _file_label(filename: str) -> str:
-    """``Cell In[36]`` for a notebook cell's code (IPython's own name for it, not its temp file), else
-    ``File "path"``."""
+    """``Cell In[36]`` for a notebook cell's code (IPython's name for it), else ``File "path"``."""
     shell = ipython_shell()
     try:
         label = shell.compile.format_code_name(filename) if shell is not None else None
@@ -87,8 +83,7 @@ def _file_label(filename: str) -> str:
     return f"{label[0]} {label[1]}" if label else f'File "{filename}"'
 
 
-#: The folders whose names an error body leaves out: this package's, the libraries', the working folder, home,
-#: the temporary folder (longest first, so a folder inside another goes whole).
+#: The folders an error body leaves out (longest first, so a folder inside another goes whole).
 _ROOTS = sorted(
     {
         _PACKAGE,
@@ -102,8 +97,7 @@ _FILE = re.compile(r'File "([^"]*)"')
 
 
 def without_paths(text: str) -> str:
-    """``text`` for an error body: each traceback ``File "..."`` named by its base name, and the machine's
-    known folders (``_ROOTS``) left out of the rest; the log keeps the whole text."""
+    """``text`` for an error body: traceback files by their base names, the machine's folders left out."""
     text = _FILE.sub(lambda m: f'File "{os.path.basename(m[1])}"', text)
     for root in _ROOTS:
         text = text.replace(root, "")
@@ -216,23 +210,8 @@ def logbook() -> LogBook:
     with _book_lock:
         if _book is None:
             _book = LogBook()
-        # A handler of its own keeps logging's last resort from printing whole tracebacks into the cell;
-        # records still propagate to any handler the user configured on the root logger.
         for name in LOGGERS:
             logger = logging.getLogger(name)
             if _book not in logger.handlers:
                 logger.addHandler(_book)
         return _book
-
-
-__all__ = [
-    "Entry",
-    "LogBook",
-    "cause_line",
-    "is_user_file",
-    "logbook",
-    "user_frames",
-    "user_traceback",
-    "where",
-    "without_paths",
-]

@@ -1,33 +1,5 @@
-"""The error tree, in one place.
-
-GymlabError
-├── ServerError            a server answered with an error (names server, route, status, cause;
-│                          ``failure`` holds the typed failure an error body carried)
-│   ├── EpisodeFailed      an agent could not finish an episode: answered 502 with its ``Failure``
-│   ├── TransportError     no answer came (status 0); ``failure.kind`` is the transport kind
-│   │   ├── TransportUnreachable   the server could not be reached: nothing was sent
-│   │   ├── TransportPeerDrop      the connection broke after the request went out (never resent)
-│   │   ├── TransportTimeout       no whole answer within the time budget
-│   │   └── TransportAnswerTooLarge  an answer over the hop's size cap, cut there (``response_too_large``)
-│   └── UpstreamError      an OpenAI-compatible endpoint failed after the model proxy's retries
-├── ServerStartError       a server could not start (the real cause attached)
-├── ConfigError            a YAML config is wrong (names the file and key)
-├── DatasetError           a JSONL file is wrong (names the file and line)
-├── ExportError            a record has no form in the requested export format
-├── ConversionError        a request or answer has no faithful form in the other model API (a ValueError)
-├── EpisodeError           a notebook episode used out of order (acting before seeding, after closing)
-├── ForkDivergedError      a forked episode's replay gave another result at some step
-├── PersistenceError       a file could not be written (disk full, read-only): path, cause, what to do
-├── ReplicaGone            a collection replica can take no more rollouts (refused, reset, actor died)
-├── ResourcesSessionError  an episode seed or close refused (its HTTP status in ``status_code``)
-│   ├── ResourcesSeedRejectedError     422: invalid seed input that no retry can fix
-│   ├── ResourcesSessionConflictError  409: the ID is bound to another episode, or closed
-│   └── ResourcesReleaseFailedError    500: a release hook raised; the session stays open for a retry
-├── SessionContractError   a server broke a rule of the episode-session contract (an AssertionError)
-├── WorkBudgetExceeded     work sent off the event loop ran past its time budget (a TimeoutError; its worker stopped)
-├── WorkerDied             a worker process died mid-call (killed from outside, out of memory)
-└── AnswerError            grading failed because of the model's own answer: graded 0, never masked
-"""
+"""Every error gymlab raises on purpose, under ``GymlabError``, and ``error_body``, every JSON error body a
+server answers (the tree: docs/errors.md)."""
 
 from __future__ import annotations
 
@@ -46,8 +18,7 @@ class GymlabError(Exception):
 
 
 def _rebuilt(cls: type[GymlabError], args: tuple) -> GymlabError:
-    """An unpickled error: made without ``__init__`` (which may take other arguments than ``args``);
-    pickle then restores its fields."""
+    """An unpickled error, made without its ``__init__``; pickle then restores its fields."""
     error = cls.__new__(cls, *args)
     error.args = args
     return error
@@ -108,8 +79,7 @@ class TransportTimeout(TransportError):
 
 
 class TransportAnswerTooLarge(TransportError):
-    """Raised when an answer passed the hop's size cap (``gymlab.http1.MAX_ANSWER``): it was cut there, never
-    held whole, and is not sent again (an endless answer would be endless again)."""
+    """Raised when an answer passed the hop's size cap: cut there, never held whole, never sent again."""
 
     kind = "response_too_large"
 
@@ -197,14 +167,8 @@ def error_body(
     """Every JSON error body a gymlab server answers: ``detail`` names server, route and cause in one line,
     ``message`` is the cause alone, ``failure`` the typed ``Failure`` of a failed episode."""
     body: dict[str, Any] = dict(detail=f"{server}: {route}: {message}", server=server, route=route, message=message)
-    if error:
-        body["error"] = error
-    if hint:
-        body["hint"] = hint
-    if failure is not None:
-        body["failure"] = failure.model_dump(mode="json")
-    body.update(extra)
-    return body
+    optional = {"error": error, "hint": hint, "failure": None if failure is None else failure.model_dump(mode="json")}
+    return {**body, **{k: v for k, v in optional.items() if v}, **extra}
 
 
 class ResourcesReleaseFailedError(ResourcesSessionError):

@@ -1,7 +1,5 @@
-"""JSONL files, one JSON object a line: the one reader (``iter_jsonl``, and ``read_lines`` unparsed), the
-one reader of a file a run appends to (``iter_appendable``: a torn last line is cut off so the run redoes
-it), the one atomic writer (``atomic_file``, ``write_jsonl_atomic``) and the one appender (``LineWriter``).
-"""
+"""JSONL files: the one reader (``iter_jsonl``; ``read_lines`` unparsed), the reader of a file a run appends to
+(``iter_appendable``), the one atomic writer (``atomic_file``) and the one appender (``LineWriter``)."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -19,9 +17,8 @@ from gymlab.errors import DatasetError, PersistenceError
 
 
 def iter_jsonl(path: str | os.PathLike, *, what: str = "row") -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for every non-blank line of a JSONL file; blank lines are the only
-    ones skipped. An unreadable file, a torn last line, a line that is not JSON or not an object
-    (``a {what} is a JSON object``) raises ``DatasetError`` with the file and line."""
+    """``(line number, object)`` for every non-blank line of a JSONL file; an unreadable file, a torn last line,
+    a line that is not JSON or not an object raises ``DatasetError`` with the file and line."""
     path = Path(path)
     try:
         f = open(path, "rb")
@@ -99,9 +96,8 @@ _LONG_RUN = b"0" * 19
 
 
 def loads(data: bytes | str) -> Any:
-    """``data`` parsed as the standard library parses it, by orjson where it can: a run of 19 digits (an
-    int orjson would turn into a float) goes to the standard library, as does whatever orjson refuses
-    (a lone surrogate, NaN), so what is accepted or refused, and how, does not change."""
+    """``data`` parsed as the standard library parses it, by orjson where it can: a run of 19 digits (an int
+    orjson would turn into a float) and whatever orjson refuses (a lone surrogate, NaN) go to the standard library."""
     raw = data.encode() if isinstance(data, str) else data
     try:
         if _LONG_RUN not in raw.translate(_DIGITS_AS_ZERO):
@@ -171,10 +167,8 @@ def read_lines(path: str | os.PathLike) -> tuple[bytes, list[int], list[int]]:
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A binary file that becomes ``path`` only when the block ends without error: written to a temp
-    file in the same folder (the umask's mode, as ``open`` gives), fsynced, then renamed over
-    ``path``. Readers see the old file or the new one, never half of one; an ``OSError`` (disk
-    full, read-only) is a ``PersistenceError`` naming the file, and the temp file is removed."""
+    """A binary file that becomes ``path`` only when the block ends without error (a temp file beside it, fsynced,
+    renamed over it); an ``OSError`` is a ``PersistenceError`` naming the file, and the temp file is removed."""
     path = Path(path)
     tmp = None
     try:
@@ -195,26 +189,23 @@ def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
         raise
 
 
-def write_jsonl_atomic(
-    path: str | os.PathLike, records: Iterable[Any], to_line: Callable[[Any], str] | None = json_line
-) -> Path:
-    """Write one record a line to ``path`` atomically: readers see the old file or the new one."""
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Any]) -> Path:
+    """Write one record a line (``json_line``) to ``path`` atomically: readers see the old file or the new one."""
     with atomic_file(path) as f:
-        if to_line is None:  # already the file's bytes
-            f.writelines(records)
-        else:
-            f.writelines((to_line(record) + "\n").encode() for record in records)
+        f.writelines((json_line(record) + "\n").encode() for record in records)
     return Path(path)
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` (whole JSONL content) to ``path`` atomically."""
-    return write_jsonl_atomic(path, [data], to_line=None)
+    with atomic_file(path) as f:
+        f.write(data)
+    return Path(path)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (a JSON summary beside the JSONL files)."""
-    return write_jsonl_atomic(path, [text], to_line=lambda t: t.rstrip("\n"))
+    """Write ``text`` to ``path`` atomically, ending in one newline (a JSON summary beside the JSONL files)."""
+    return write_bytes_atomic(path, (text.rstrip("\n") + "\n").encode())
 
 
 class LineWriter:

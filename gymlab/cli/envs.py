@@ -13,10 +13,14 @@ import sys
 import time
 from typing import Any
 
-ADAPTERS = ("reasoning_gym", "textarena", "gymnasium", "openenv", "verifiers")
-
-#: What an installed adapter that lists nothing still serves.
-EMPTY = {"openenv": "no OpenEnv environment package found (any Environment class or server URL serves)"}
+#: adapter -> (module, the function listing what it offers here)
+ADAPTERS = {
+    "reasoning_gym": ("gymlab.envs.reasoning", "datasets"),
+    "textarena": ("gymlab.envs.arena", "games"),
+    "gymnasium": ("gymlab.envs.gym_env", "env_ids"),
+    "openenv": ("gymlab.envs.open_env", "installed_environments"),
+    "verifiers": ("gymlab.envs.verifiers_env", "shipped_tasksets"),
+}
 
 #: The built-in probes that apply to a task without tools (the guesses answer in the prompt's answer tags).
 PASS_PROBES = ("empty_answer", "echo_prompt", "answer_spray", "long_answer", "refusal", "short_constant")
@@ -26,7 +30,7 @@ PASS_THRESHOLD = 0.05
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("adapter", nargs="?", choices=ADAPTERS, help="list what this adapter offers")
+    parser.add_argument("adapter", nargs="?", choices=list(ADAPTERS), help="list what this adapter offers")
     parser.add_argument(
         "name",
         nargs="?",
@@ -52,25 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def offered(adapter: str) -> list[str]:
     """The environments ``adapter`` offers here (``ImportError`` naming the extra when not installed)."""
-    if adapter == "reasoning_gym":
-        from gymlab.envs.reasoning import datasets
+    import importlib
 
-        return datasets()
-    if adapter == "textarena":
-        from gymlab.envs.arena import games
-
-        return games()
-    if adapter == "openenv":
-        from gymlab.envs.open_env import installed_environments
-
-        return installed_environments()
-    if adapter == "verifiers":
-        from gymlab.envs.verifiers_env import shipped_tasksets
-
-        return shipped_tasksets()
-    from gymlab.envs.gym_env import env_ids
-
-    return env_ids()
+    module, lister = ADAPTERS[adapter]
+    return getattr(importlib.import_module(module), lister)()
 
 
 def _imported(spec: str) -> Any:
@@ -144,7 +133,9 @@ def main(args: argparse.Namespace) -> int:
         )
         return 0
     if args.adapter:
-        names = _available(args.adapter)
+        names = offered(args.adapter)
+        if args.adapter == "textarena":  # a game that cannot run here says why
+            names = asyncio.run(_listed_games(names))
         print(json.dumps(names) if args.json else "\n".join(names))
         return 0
     summary = {}
@@ -158,22 +149,15 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
         return 0
+    none = {"openenv": "no OpenEnv environment package found (any Environment class or server URL serves)"}
     for adapter, info in summary.items():
-        if info["installed"] and not info["names"]:
-            print(f"{adapter}: installed; {EMPTY.get(adapter, 'nothing found')}")
-        elif info["installed"]:
+        if not info["installed"]:
+            print(f"{adapter}: {info['error']}")
+        elif info["names"]:
             print(f"{adapter}: {info['count']}: {', '.join(info['names'][:8])}, ... (gymlab envs {adapter})")
         else:
-            print(f"{adapter}: {info['error']}")
+            print(f"{adapter}: installed; {none.get(adapter, 'nothing found')}")
     return 0
-
-
-def _available(adapter: str) -> list[str]:
-    """Every name; a TextArena game that cannot run here says why."""
-    names = offered(adapter)
-    if adapter != "textarena":
-        return names
-    return asyncio.run(_listed_games(names))
 
 
 async def _listed_games(names: list[str], budget_s: float = 3.0) -> list[str]:
@@ -224,16 +208,9 @@ def probe_reasoning_gym(
     concurrency: int = 32,
     threshold: float = PASS_THRESHOLD,
 ) -> dict[str, Any]:
-    """Every dataset's rows (``size`` entries from ``seed``) through gymlab's probes, answer tags added.
-
-    Per dataset: the oracle's mean reward (its own answer in tags; below 1 means the dataset does not
-    accept its own answer), each non-answer's mean reward where it earns anything (``paid``), the runs
-    that flag the dataset (``flagged``: a mean reward above ``threshold``, or masked more than the
-    oracle, by ``ProbeReport``'s rule, so a guess that pays one entry alone is that entry's answer and no
-    flag), how many distinct answers its entries have, and whether the other entries' most common
-    answer earns reward everywhere (a constant task at these settings). Datasets that cannot be built
-    without settings (``composite``) are listed as skipped.
-    """
+    """Every dataset's rows (``size`` entries from ``seed``) through gymlab's probes, answer tags added: per
+    dataset the oracle's mean reward, what each non-answer earns, the runs that flag it (``ProbeReport``'s
+    rule), its distinct answers and whether one answer pays everywhere (docs/probes.md)."""
     import gymlab.envs as envs
     from gymlab.lab import Lab
     from gymlab.probes import BUILTIN_PROBES, ProbeReport, probe
@@ -257,9 +234,6 @@ def probe_reasoning_gym(
     def question(request) -> str:
         return [i.text for i in request.input_items() if i.type == "message" and i.role == "user"][-1]
 
-    def text(value: Any) -> str:
-        return value if isinstance(value, str) else "" if value is None else json.dumps(value)
-
     def majority(request):
         """The other entries of this task's dataset: their most common answer, in answer tags."""
         return majority_answer(request, by_dataset[truth[question(request)]["reasoning_gym"]["dataset"]])
@@ -273,7 +247,8 @@ def probe_reasoning_gym(
     policies["tagged_spray"] = lambda request: _answers(answer_spray(request))
 
     def oracle(request):
-        return _answers(text(truth[question(request)]["answer"]))
+        answer = truth[question(request)]["answer"]
+        return _answers(answer if isinstance(answer, str) else "" if answer is None else json.dumps(answer))
 
     with Lab() as lab:
         env = lab.serve(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 DESCRIPTION = """\
 Write rollouts JSONL files (from `gymlab collect`, `Rollouts.save` or NeMo Gym) in a trainer's
@@ -57,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from gymlab.errors import ConfigError
     from gymlab.export import FORMATS, export_dataset
     from gymlab.export.trainers import Options
 
@@ -79,13 +79,11 @@ def main(args: argparse.Namespace) -> int:
     ignored = [k for k, v in given.items() if k not in applies and v != defaults[k]]
     if ignored:
         flags = ", ".join("--keep-masked" if k == "drop_masked" else "--" + k.replace("_", "-") for k in ignored)
-        print(f"gymlab export: error: {flags} does not apply to {args.format}", file=sys.stderr)
-        return 2
+        raise ConfigError(f"{flags} does not apply to {args.format}")
     try:
         result = export_dataset(args.files, args.output, args.format, card=not args.no_card, **options)
     except ValueError as exc:
-        print(f"gymlab export: error: {exc}", file=sys.stderr)
-        return 2
+        raise ConfigError(str(exc)) from None
     counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in result.counts.items())
     mean = result.rewards.get("mean")
     print(

@@ -31,32 +31,27 @@ def files(name: str, gymnasium: bool) -> dict[str, str]:
     values = {"name": name, "cls": cls, "agent": agent, "server": server}
     values["contract"] = Template(t.GYMNASIUM_CONTRACT if gymnasium else t.SIMPLE_CONTRACT).substitute(values)
     fill = lambda text: Template(text).substitute(values)  # noqa: E731
-    return {
-        "app.py": fill(t.GYMNASIUM_APP if gymnasium else t.SIMPLE_APP),
-        f"configs/{name}.yaml": fill(t.CONFIG),
-        "data/example.jsonl": "".join(json.dumps(row) + "\n" for row in rows(name, agent)),
-        "test_app.py": fill(t.TEST),
-        "README.md": fill(t.README),
-    }
-
-
-def rows(name: str, agent: str) -> list[dict]:
-    from gymlab.cli.init_templates import SENTENCES, TOOL
-
-    return [
+    rows = [
         {
             "responses_create_params": {
                 "input": [
                     {"role": "developer", "content": "Count words with the count_words tool."},
                     {"role": "user", "content": f'How many words are in "{sentence}"?'},
                 ],
-                "tools": [TOOL],
+                "tools": [t.TOOL],
             },
             "expected_count": len(sentence.split()),
             "agent_ref": {"type": "responses_api_agents", "name": f"{name}_{agent}"},
         }
-        for sentence in SENTENCES
+        for sentence in t.SENTENCES
     ]
+    return {
+        "app.py": fill(t.GYMNASIUM_APP if gymnasium else t.SIMPLE_APP),
+        f"configs/{name}.yaml": fill(t.CONFIG),
+        "data/example.jsonl": "".join(json.dumps(row) + "\n" for row in rows),
+        "test_app.py": fill(t.TEST),
+        "README.md": fill(t.README),
+    }
 
 
 def refusal(name: str) -> str | None:
@@ -77,9 +72,8 @@ def refusal(name: str) -> str | None:
 
 
 def test_command(folder: Path) -> str:
-    """The command that runs the new folder's test where it is printed: ``python -m pytest`` when this
-    Python has pytest, else ``python test_app.py`` (a venv made by `make demo` has no test tools); the
-    interpreter by its path when ``python`` on PATH is another one."""
+    """The command that runs the new folder's test: ``python -m pytest`` when this Python has pytest, else
+    ``python test_app.py`` (a `make demo` venv); the interpreter by its path when ``python`` is another one."""
     import importlib.util
     import shlex
     import shutil

@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from gymlab.errors import ConfigError, GymlabError
 
@@ -34,49 +35,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Planned:
-    name: str
-    server_type: str
+    spec: Any
     target: str
-    where: str
-    host: str
     port: int
-    config: dict
-    free: bool = False  # the port was chosen here (the config gives none)
-
-    @property
-    def url(self) -> str:
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)  # reachable, not a wildcard
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}"
+    url: str = ""
+    config: dict = field(default_factory=dict)
 
 
 def plan(config) -> list[Planned]:
-    """Each server in launch order with its port fixed and its references as URLs."""
+    """Each server in launch order with its port fixed and its references as URLs; a ``num_workers`` a server
+    cannot have is refused before anything starts."""
     from gymlab._runtime.serve import free_port
+    from gymlab._runtime.workers import check_workers
 
     planned: list[Planned] = []
     urls: dict[str, str] = {}
     for spec in config.launch_order():
         spec.check_fields()
-        _check_workers(spec)
-        port = spec.port or free_port(spec.host)
-        p = Planned(spec.instance, spec.server_type, spec.target(), spec.where, spec.host, port, {}, not spec.port)
-        urls[spec.instance] = p.url
-        p.config = spec.launch_config(urls, host=spec.host, port=port)
+        workers = int(spec.fields.get("num_workers", 1) or 1)
+        if workers > 1 and (reason := check_workers(spec.server_cls(), workers)):
+            raise ConfigError(f"{spec.where}.num_workers: {reason}")
+        p = Planned(spec, spec.target(), spec.port or free_port(spec.host))
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(spec.host, spec.host)  # reachable, not a wildcard
+        p.url = urls[spec.instance] = f"http://{f'[{host}]' if ':' in host else host}:{p.port}"
+        p.config = spec.launch_config(urls, host=spec.host, port=p.port)
         planned.append(p)
     return planned
-
-
-def _check_workers(spec) -> None:
-    """Refuse ``num_workers > 1`` for a server that cannot have several, before anything starts."""
-    n = int(spec.fields.get("num_workers", 1) or 1)
-    if n <= 1:
-        return
-    from gymlab._runtime.workers import check_workers
-
-    reason = check_workers(spec.server_cls(), n)
-    if reason:
-        raise ConfigError(f"{spec.where}.num_workers: {reason}")
 
 
 def _stop(procs: list[tuple[Planned, subprocess.Popen]], timeout: float = 10.0) -> None:
@@ -97,50 +81,56 @@ def _on_sigterm(signum, frame):
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab._runtime.serve import answers_health
     from gymlab.collection.config import load_config
-    from gymlab.collection.serve_one import spawn
 
     config = load_config(*args.configs)
-    if args.ray and not args.dry_run:
-        return serve_ray(config, args)
-    planned = plan(config)
     if args.dry_run:
-        for p in planned:  # plan() has refused any num_workers a server cannot have
-            url = p.url + (" (a free port)" if p.free else "")
-            print(f"{p.name:<28} {p.server_type:<22} {url:<37} {p.target}")
+        planned = plan(config)
+        for p in planned:
+            url = p.url + ("" if p.spec.port else " (a free port)")
+            print(f"{p.spec.instance:<28} {p.spec.server_type:<22} {url:<37} {p.target}")
         print(f"gymlab serve: {len(planned)} servers; config OK (dry run, nothing started)")
         return 0
+    try:
+        return serve_ray(config, args) if args.ray else serve_processes(plan(config), args)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
+        print("gymlab serve: stopping", file=sys.stderr, flush=True)
+        return 0
+
+
+def serve_processes(planned: list[Planned], args: argparse.Namespace) -> int:
+    """Each planned server as its own process, until one exits or Ctrl-C."""
+    from gymlab._runtime.serve import answers_health
+    from gymlab.collection.serve_one import spawn
+
     signal.signal(signal.SIGTERM, _on_sigterm)
     procs: list[tuple[Planned, subprocess.Popen]] = []
     try:
         for p in planned:
-            procs.append((p, spawn(p.config, p.target, p.where)))
+            procs.append((p, spawn(p.config, p.target, p.spec.where)))
         for p, proc in procs:
             deadline = time.monotonic() + args.startup_timeout
             while not answers_health(p.url):
                 if proc.poll() is not None:
                     raise GymlabError(
-                        f"{p.where}: server {p.name} exited with code {proc.returncode} before "
+                        f"{p.spec.where}: server {p.spec.instance} exited with code {proc.returncode} before "
                         "answering /health (its output is above)"
                     )
                 if time.monotonic() > deadline:
                     raise GymlabError(
-                        f"{p.where}: server {p.name} did not answer {p.url}/health within {args.startup_timeout:.0f}s"
+                        f"{p.spec.where}: server {p.spec.instance} did not answer {p.url}/health within "
+                        f"{args.startup_timeout:.0f}s"
                     )
                 time.sleep(0.05)
-            print(f"{p.name} -> {p.url}", flush=True)
+            print(f"{p.spec.instance} -> {p.url}", flush=True)
         print(f"gymlab serve: all {len(procs)} servers are up; Ctrl-C stops them", flush=True)
         while True:
             for p, proc in procs:
                 if proc.poll() is not None:
                     raise GymlabError(
-                        f"server {p.name} ({p.url}) exited with code {proc.returncode}; stopping the others"
+                        f"server {p.spec.instance} ({p.url}) exited with code {proc.returncode}; stopping the others"
                     )
             time.sleep(0.2)
-    except KeyboardInterrupt:
-        print("gymlab serve: stopping", file=sys.stderr, flush=True)
-        return 0
     finally:
         _stop(procs)
 
@@ -163,9 +153,6 @@ def serve_ray(config, args: argparse.Namespace) -> int:
             while pool.live:
                 time.sleep(0.5)
             raise GymlabError(f"{pool.name}: every cell is gone; stopping")
-        except KeyboardInterrupt:
-            print("gymlab serve: stopping", file=sys.stderr, flush=True)
-            return 0
         finally:
             for runner in fronts.values():
                 runner.stop()

@@ -1,12 +1,8 @@
-"""``environment``: a seed/verify server from plain functions. Each tool is a typed function (its parameters
-become the tool's arguments, its docstring the description: ``tools_from`` the other way round), the verify
-is a function of the row and the answer, and the episode's state is a dict that starts as the row's own
-fields. It builds an ordinary ``SimpleResourcesServer`` subclass, so serving, checks, probes and profiles
-treat it as any other (docs/servers.md)."""
+"""``environment``: a ``SimpleResourcesServer`` subclass from plain functions: typed tool functions, a verify
+of the row and the answer, the episode's state a dict that starts as the row's own fields (docs/servers.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
 import typing
@@ -34,40 +30,29 @@ VERIFY_PARAMETERS = ("row", "answer", "state", "response")
 
 
 class RowSeed(BaseSeedSessionRequest):
-    """A seed body that keeps the row's fields (the episode's state starts from them)."""
+    """A seed body that keeps the row's fields."""
 
     model_config = ConfigDict(extra="allow")
 
 
 class RowVerify(BaseVerifyRequest):
-    """A verify body that keeps the row's fields (the verify function's ``row``)."""
+    """A verify body that keeps the row's fields."""
 
     model_config = ConfigDict(extra="allow")
 
 
 def row_of(body: BaseModel) -> dict[str, Any]:
-    """The row's own fields in a seed or verify body (``record.own_fields``: no request, response, identity
-    or result)."""
+    """The row's own fields in a seed or verify body (no request, response, identity or result)."""
     return own_fields(body.model_dump(mode="json"))
-
-
-async def _call(fn: Callable[..., Any], **kwargs: Any) -> Any:
-    """``fn(**kwargs)``: awaited when async, else in a thread (a slow check never stalls the server)."""
-    if inspect.iscoroutinefunction(fn):
-        return await fn(**kwargs)
-    return await asyncio.to_thread(fn, **kwargs)
-
-
-def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(fn)
-    except NameError as exc:
-        raise TypeError(f"{fn.__qualname__}: an annotation does not resolve ({exc}); define its types first") from None
 
 
 def arguments_model(fn: Callable[..., Any], env: str) -> tuple[type[BaseModel], bool]:
     """(the tool's arguments as a pydantic model, whether it takes ``state``) from ``fn``'s typed parameters."""
-    hints, fields, wants_state = _hints(fn), {}, False
+    try:
+        hints = typing.get_type_hints(fn)
+    except NameError as exc:
+        raise TypeError(f"{fn.__qualname__}: an annotation does not resolve ({exc}); define its types first") from None
+    fields, wants_state = {}, False
     for p in inspect.signature(fn).parameters.values():
         if p.name == "state":
             wants_state = True
@@ -94,7 +79,7 @@ def _tool_route(fn: Callable[..., Any], model: type[BaseModel], wants_state: boo
             if state is None:
                 raise HTTPException(409, f"{env} /{fn.__name__}: no episode for this session; call /seed_session first")
             kwargs["state"] = state
-        return await _call(fn, **kwargs)
+        return await self.call_hook(fn, **kwargs)  # a sync tool in a thread, within work_budget_seconds
 
     route.__name__ = route.__qualname__ = fn.__name__
     route.__doc__ = inspect.getdoc(fn) or f"The {fn.__name__} tool."
@@ -103,9 +88,7 @@ def _tool_route(fn: Callable[..., Any], model: type[BaseModel], wants_state: boo
 
 
 def _reward(value: Any, env: str) -> float:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(value):
+    if isinstance(value, (bool, int, float)) and math.isfinite(value):
         return float(value)
     raise TypeError(f"{env} verify returned {value!r:.80}; return the reward, a finite number (or a bool)")
 
@@ -118,10 +101,9 @@ def environment(
     fields: dict[str, Any] | None = None,
     reward_range: tuple[float, float] | None = None,
 ) -> type[SimpleResourcesServer]:
-    """A ``SimpleResourcesServer`` subclass named ``name``: a route per tool (``def guess(state, number: int)``:
-    typed arguments, ``state`` the episode's dict), and ``verify(row, answer)`` returning the reward (it may
-    also take ``state`` and ``response``). ``fields``: row fields the seed and verify require, by type, so
-    ``lab.check`` names a row without them; ``reward_range``: the rewards an episode can earn (the plots)."""
+    """A ``SimpleResourcesServer`` subclass named ``name``: a route per tool (``def guess(state, number: int)``),
+    ``verify(row, answer)`` returning the reward (it may also take ``state`` and ``response``). ``fields``: row
+    fields the seed and verify require, by type; ``reward_range``: the rewards an episode can earn (the plots)."""
     tools = list(tools)
     params = set(inspect.signature(verify).parameters)
     if unknown := params - set(VERIFY_PARAMETERS):
@@ -163,7 +145,7 @@ def environment(
         if state is None:
             return lost_session_verification(body, reason=f"{name} holds no episode for this session")
         given = {"row": row_of(body), "answer": body.response.output_text, "state": state, "response": body.response}
-        result = await _call(verify, **{k: v for k, v in given.items() if k in params})
+        result = await self.call_hook(verify, **{k: v for k, v in given.items() if k in params})
         if isinstance(result, BaseVerifyResponse):
             return result
         return BaseVerifyResponse(**body.model_dump(), reward=_reward(result, name))

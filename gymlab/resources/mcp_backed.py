@@ -1,6 +1,5 @@
-"""McpResourcesServer: an MCP server's tools (``mcp_command`` over stdio, or ``mcp_url``) served as routes
-for simple_agent, one MCP session per episode; ``mcp_tools_from`` gives rows their tools. The life
-cycle, caps and errors: the README's "Tools over MCP" and docs/servers.md."""
+"""McpResourcesServer: an MCP server's tools (``mcp_command`` over stdio, or ``mcp_url``) served as routes,
+one MCP session per episode; ``mcp_tools_from`` gives rows their tools (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ McpTarget = list[str] | str
 
 @contextlib.asynccontextmanager
 async def open_mcp(target: McpTarget, *, env: dict[str, str] | None = None) -> AsyncIterator[Any]:
-    """An ``mcp.Client`` of ``target`` in the handshake era (the one with sessions): a URL over
-    streamable HTTP, a command line launched over stdio (its process ends when the client exits)."""
+    """A handshake-era ``mcp.Client`` of ``target``: a URL, or a command line run over stdio until exit."""
     require_mcp()
     if isinstance(target, str):
         async with connect_mcp(target, mode="legacy") as client:
@@ -60,9 +58,9 @@ def _errlog() -> Any:
     """An MCP process's stderr: this process's, or the real one when it has no file descriptor (a kernel's)."""
     try:
         sys.stderr.fileno()
-        return sys.stderr
     except (AttributeError, OSError, ValueError):
         return sys.__stderr__
+    return sys.stderr
 
 
 def _describe(target: McpTarget) -> str:
@@ -74,13 +72,11 @@ class McpSessionLost(ConnectionError):
 
 
 class McpEpisode:
-    """One episode's MCP session, held open by a task of its own (the SDK's cancel scopes must be left
-    by the task that entered them); an opening is stopped with an anyio cancel scope, never
-    ``Task.cancel`` (docs/servers.md)."""
+    """One episode's MCP session, held open by a task of its own; an opening is stopped with an anyio cancel
+    scope, never ``Task.cancel`` (docs/servers.md)."""
 
     def __init__(self, target: McpTarget, env: dict[str, str] | None = None):
-        self.target, self.env = target, env
-        self.client: Any = None
+        self.target, self.env, self.client = target, env, None
         self._closing = asyncio.Event()
         self._ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
@@ -140,7 +136,7 @@ class McpEpisode:
 
 
 def _function_tools(tools: list[Any], strict: bool) -> list[dict[str, Any]]:
-    """The function tools of the listed MCP tools whose names a model may call (``loop.refusal``'s rule)."""
+    """The function tools of the listed MCP tools whose names a model may call."""
     return [
         function_tool(t.name, t.description or "", dict(t.input_schema or {}), strict=strict)
         for t in tools
@@ -160,7 +156,7 @@ async def _list_tools(target: McpTarget, env: dict[str, str] | None) -> list[Any
 
 
 def mcp_tools_from(target: McpTarget, *, strict: bool = True, env: dict[str, str] | None = None) -> list[dict]:
-    """The function tools rows declare for an MCP server's tools (``function_tool`` of each listed one)."""
+    """The function tools rows declare for an MCP server's tools."""
     return _function_tools(run_sync(_list_tools(target, env)), strict)
 
 
@@ -184,7 +180,6 @@ class McpResourcesServer(SimpleResourcesServer):
 
     @property
     def mcp_target(self) -> McpTarget:
-        """The MCP server this server's tools come from."""
         if bool(self.mcp_command) == bool(self.mcp_url):
             raise ValueError(
                 f"{self.name}: set exactly one of mcp_command (an MCP server launched over stdio) and mcp_url "
@@ -194,7 +189,6 @@ class McpResourcesServer(SimpleResourcesServer):
 
     @property
     def open_mcp_sessions(self) -> int:
-        """Episodes whose MCP session is open now."""
         return len(self._mcp_sessions)
 
     def setup_webserver(self) -> FastAPI:
@@ -221,7 +215,7 @@ class McpResourcesServer(SimpleResourcesServer):
         try:
             with anyio.fail_after(self.mcp_open_timeout_seconds):  # not wait_for: see McpEpisode
                 return await _list_tools(self.mcp_target, self.mcp_env)
-        except (Exception, TimeoutError) as exc:
+        except Exception as exc:
             cause = "no answer in time" if isinstance(exc, TimeoutError) else _cause(exc)
             raise ServerStartError(
                 f"{self.name}: could not list the tools of the MCP server {_describe(self.mcp_target)}: {cause}; "
@@ -229,7 +223,7 @@ class McpResourcesServer(SimpleResourcesServer):
             ) from exc
 
     def listed_tools(self, *, strict: bool = True) -> list[dict[str, Any]]:
-        """The rows' function tools for the MCP server's tools (listed when the server started, or now)."""
+        """The rows' function tools (the MCP server's tools, listed when this server started, or now)."""
         if self._listed is None:
             self._listed = run_sync(self._list_tools())
         return _function_tools(self._listed, strict)
@@ -237,8 +231,7 @@ class McpResourcesServer(SimpleResourcesServer):
     async def seed_session(
         self, request: Request, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest
     ) -> BaseSeedSessionResponse:
-        """Open the episode's MCP session (a subclass that overrides this calls ``super()`` first); the
-        cookie's session is an episode seed's ``resources_session_id`` too (the session middleware's rule)."""
+        """Open the episode's MCP session (a subclass that overrides this calls ``super()`` first)."""
         await self.open_mcp_session(request.session[SESSION_ID_KEY])
         return BaseSeedSessionResponse()
 
@@ -256,7 +249,7 @@ class McpResourcesServer(SimpleResourcesServer):
         self._mcp_opening += 1
         try:
             await episode.open(self.mcp_open_timeout_seconds)
-        except (Exception, TimeoutError) as exc:
+        except Exception as exc:
             cause = "no answer in time" if isinstance(exc, TimeoutError) else _cause(exc)
             raise HTTPException(
                 502,
@@ -269,7 +262,6 @@ class McpResourcesServer(SimpleResourcesServer):
         return episode
 
     async def close_mcp_session(self, session_id: str) -> None:
-        """Close ``session_id``'s MCP session, if it holds one."""
         episode = self._mcp_sessions.pop(session_id, None)
         if episode is not None:
             await episode.close()
@@ -278,7 +270,6 @@ class McpResourcesServer(SimpleResourcesServer):
         await self.close_mcp_session(resources_session_id)
 
     async def _verify_then_release(self, request: Request, call):
-        """``/verify`` (the state released as the base does), then the episode's MCP session closed."""
         try:
             return await super()._verify_then_release(request, call)
         finally:

@@ -1,13 +1,11 @@
-"""A resources server's tool routes as MCP tools at ``/mcp`` (streamable HTTP, the official ``mcp`` SDK):
-a call runs as ``POST /{tool}`` through the server's own app with the MCP request's cookie, so it acts
-in that episode and meets the route's validation, session rules and error bodies (docs/servers.md)."""
+"""A resources server's tool routes as MCP tools at ``/mcp`` (the ``mcp`` SDK): a call runs as ``POST /{tool}``
+through the server's own app with the MCP request's cookie, in that episode (docs/servers.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,7 +21,6 @@ from gymlab.loop import refusal
 from gymlab.resources.tools import tools_from
 from gymlab.server import BaseServer
 
-#: Where the tools are served.
 MCP_PATH = "/mcp"
 
 
@@ -36,9 +33,8 @@ def require_mcp() -> None:
 
 
 class McpTools:
-    """The ``/mcp`` ASGI endpoint of one server; its SDK session manager runs in the app's lifespan
-    (``running``). Past ``mcp_max_sessions`` the least recently used idle sessions end (the SDK has no
-    public way to end one, hence its ``_discard_session``); docs/servers.md."""
+    """The ``/mcp`` ASGI endpoint of one server, its SDK session manager run in the app's lifespan; past
+    ``mcp_max_sessions`` the least recently used idle sessions end (docs/servers.md)."""
 
     def __init__(self, server: BaseServer):
         require_mcp()
@@ -47,7 +43,7 @@ class McpTools:
         self.server = server
         self._tools: dict[str, dict[str, Any]] | None = None
         self._manager: Any = None
-        self._used: dict[str, float] = {}  # session id -> last use, least recent first
+        self._used: dict[str, None] = {}  # session ids, the least recently used first
         self._busy: dict[str, int] = {}  # session id -> requests in flight
         self._opening = 0  # requests that may open a session, admitted and not yet answered
         self.mcp = Server(
@@ -56,7 +52,7 @@ class McpTools:
 
     @property
     def tools(self) -> dict[str, dict[str, Any]]:
-        """The rows' function tools by name (read once, when the app is complete)."""
+        """The rows' function tools by name (read once the app is complete)."""
         if self._tools is None:
             self._tools = {tool["name"]: tool for tool in tools_from(self.server)}
         return self._tools
@@ -130,18 +126,18 @@ class McpTools:
         return JSONResponse(body, status_code=status, headers=headers)
 
     def _use(self, sid: str, in_flight: int) -> None:
-        """A request of session ``sid`` starts (1) or ends (-1): it is now the most recently used."""
+        """A request of session ``sid`` starts (1) or ends (-1); the session becomes the most recently used."""
         busy = self._busy.pop(sid, 0) + in_flight
         if busy > 0:
             self._busy[sid] = busy
         self._used.pop(sid, None)
-        self._used[sid] = time.monotonic()
+        self._used[sid] = None
 
     async def _room(self, manager: Any) -> bool:
         """Whether a new session fits under ``mcp_max_sessions``, after ending least recently used idle ones."""
         sessions, cap = manager._server_instances, self.server.mcp_max_sessions
         if len(self._used) > 2 * cap:  # forget sessions the SDK ended (deleted, expired)
-            self._used = {sid: t for sid, t in self._used.items() if sid in sessions}
+            self._used = {sid: None for sid in self._used if sid in sessions}
         # sessions answered so far, plus requests opening one (admitted by the SDK or not yet)
         count = self._opening + sum(1 for sid in sessions if sid in self._used)
         for sid in list(self._used):
@@ -238,9 +234,8 @@ def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
 
 @contextlib.asynccontextmanager
 async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: str = "auto") -> AsyncIterator[Any]:
-    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies`` (an episode's seed
-    cookies: its tool calls act in that episode); ``mode="legacy"`` opens a handshake-era MCP session
-    (``Mcp-Session-Id``) held until exit."""
+    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies`` (an episode's: its tool
+    calls act in that episode); ``mode="legacy"`` holds a handshake-era MCP session until exit."""
     require_mcp()
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client

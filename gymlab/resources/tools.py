@@ -1,6 +1,5 @@
-"""Tools and rows from a server's own routes: ``tools_from`` turns each tool route's request model into
-the function tool a row declares (no schemas written by hand), ``rows_from`` builds rows from prompts,
-``check_rows`` names each mismatch of a dataset's tools ("row tool `guess_number`; served: `guess`")."""
+"""Tools and rows from a server's own routes: ``tools_from`` (each tool route's request model as the function
+tool a row declares), ``rows_from`` (rows from prompts), ``check_rows`` (each mismatch of a dataset's tools)."""
 
 from __future__ import annotations
 
@@ -13,17 +12,6 @@ from pydantic import BaseModel
 
 from gymlab.loop import RESERVED_ROUTES
 from gymlab.server import BaseServer
-
-
-def _instance(server: BaseServer | type[BaseServer]) -> BaseServer:
-    if isinstance(server, BaseServer):
-        return server
-    try:
-        return server()
-    except Exception as exc:
-        raise TypeError(
-            f"tools_from({server.__name__}) needs an instance: the class cannot be built without config ({exc})"
-        ) from exc
 
 
 def _body_model(endpoint: Any) -> type[BaseModel] | None:
@@ -45,12 +33,19 @@ def _clean(schema: Any) -> Any:
 
 
 def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) -> list[dict[str, Any]]:
-    """The function tools a server serves: one per POST route that is not a lifecycle route, with
-    the route's request model as ``parameters`` and its docstring's first line as ``description``
-    (a server with a ``listed_tools(strict=...)`` method, whose tools come from elsewhere, lists them)."""
-    instance = _instance(server)
+    """The function tools a server serves: one per POST route that is not a lifecycle route, with the route's
+    request model as ``parameters`` and its docstring as ``description`` (or the server's ``listed_tools``)."""
+    if isinstance(server, BaseServer):
+        instance = server
+    else:
+        try:
+            instance = server()
+        except Exception as exc:
+            raise TypeError(
+                f"tools_from({server.__name__}) needs an instance: the class cannot be built without config ({exc})"
+            ) from exc
     listed = getattr(instance, "listed_tools", None)
-    if callable(listed):  # a server whose tools are not routes of its own (McpResourcesServer)
+    if callable(listed):  # tools that are not routes of its own (McpResourcesServer)
         return listed(strict=strict)
     tools = []
     for route in instance.app.routes:
@@ -65,8 +60,8 @@ def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) ->
 
 
 def function_tool(name: str, doc: str, schema: dict[str, Any] | None, *, strict: bool = True) -> dict[str, Any]:
-    """A row's function tool: ``doc``'s first paragraph as ``description``, ``schema`` (a JSON schema
-    of the arguments; None: no arguments) as ``parameters``, made strict unless ``strict`` is false."""
+    """A row's function tool: ``doc``'s first paragraph as ``description``, ``schema`` (the arguments' JSON
+    schema; None: none) as ``parameters``, made strict unless ``strict`` is false."""
     if schema is None:
         parameters: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
     else:
@@ -90,9 +85,8 @@ def rows_from(
     instructions: str | None = None,
     **fields: Any,
 ) -> list[dict[str, Any]]:
-    """Dataset rows from prompts: ``instructions`` as the developer message, ``tools`` (a list, or a
-    server to derive them from) declared on every row, and each keyword a row field (a list gives
-    one value per prompt, anything else the same value for all)."""
+    """Dataset rows from prompts: ``instructions`` as the developer message, ``tools`` (a list, or a server to
+    derive them from) on every row, each keyword a row field (a list: one value per prompt)."""
     if isinstance(tools, (BaseServer, type)):
         tools = tools_from(tools)
     tools = list(tools or [])

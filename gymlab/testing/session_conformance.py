@@ -67,19 +67,21 @@ async def _refused_seed(client: httpx.AsyncClient, rule: str, body: Any, status:
         raise _fail(rule, f"{what} must be refused with {status}, got {_said(reply)}")
 
 
-def _expect(rule: str, reply: httpx.Response, status: int, what: str) -> Any:
+def _expect(rule: str, reply: httpx.Response, status: int, what: str, sid: str | None = None) -> Any:
+    """The JSON answer of ``reply`` with ``status``; with ``sid``, an object naming that session."""
     if reply.status_code != status:
         raise _fail(rule, f"{what}: expected HTTP {status}, got {_said(reply)}")
     try:
-        return reply.json()
+        answer = reply.json()
     except ValueError:
         raise _fail(rule, f"{what}: the answer is not JSON: {reply.text[:200]!r}") from None
+    if sid is not None and (not isinstance(answer, dict) or answer.get("resources_session_id") != sid):
+        raise _fail(rule, f"{what}: expected an answer naming resources_session_id {sid!r}, got {answer!r:.300}")
+    return answer
 
 
 async def _seed(c: _Contract, client: httpx.AsyncClient, rule: str, sid: str, what: str = "the seed") -> dict:
-    answer = _expect(rule, await _post(client, rule, "/seed_session", c.seed_body(sid)), 200, what)
-    if not isinstance(answer, dict) or answer.get("resources_session_id") != sid:
-        raise _fail(rule, f"{what}: expected an answer naming resources_session_id {sid!r}, got {answer!r:.300}")
+    answer = _expect(rule, await _post(client, rule, "/seed_session", c.seed_body(sid)), 200, what, sid)
     if "observation" in answer and not (answer["observation"] is None or isinstance(answer["observation"], str)):
         raise _fail(rule, f"{what}: observation must be a string or null, got {answer['observation']!r:.100}")
     return answer
@@ -87,19 +89,13 @@ async def _seed(c: _Contract, client: httpx.AsyncClient, rule: str, sid: str, wh
 
 async def _close(c: _Contract, client: httpx.AsyncClient, rule: str, sid: str, what: str = "the close") -> None:
     body = {"resources_session_id": sid, "episode_id": c.seed_body(sid)["episode_id"]}
-    answer = _expect(rule, await _post(client, rule, "/close_session", body), 200, what)
-    if not isinstance(answer, dict) or answer.get("resources_session_id") != sid:
-        raise _fail(rule, f"{what}: expected an answer naming resources_session_id {sid!r}, got {answer!r:.300}")
+    _expect(rule, await _post(client, rule, "/close_session", body), 200, what, sid)
 
 
-def _must_hold(c: _Contract, rule: str, sid: str, when: str) -> None:
-    if c.keeps_state and not c.holds(sid):
-        raise _fail(rule, f"holds_state({sid!r}) is false {when}; the server lost the session's state")
-
-
-def _must_not_hold(c: _Contract, rule: str, sid: str, when: str) -> None:
-    if c.keeps_state and c.holds(sid):
-        raise _fail(rule, f"holds_state({sid!r}) is still true {when}; the server leaks the session's state")
+def _must_hold(c: _Contract, rule: str, sid: str, when: str, held: bool = True) -> None:
+    if c.keeps_state and c.holds(sid) != held:
+        state, fault = ("false", "lost") if held else ("still true", "leaks")
+        raise _fail(rule, f"holds_state({sid!r}) is {state} {when}; the server {fault} the session's state")
 
 
 # -- the checks: each gets the contract, its rule's name and a fresh session ID -------------------
@@ -130,7 +126,7 @@ async def check_invalid_seed(c: _Contract, rule: str, sid: str) -> None:
     )
     async with c.client() as client:
         await _refused_seed(client, rule, body, 422, f"an invalid seed {json.dumps(body)[:200]}")
-        _must_not_hold(c, rule, sid, "after a refused seed")
+        _must_hold(c, rule, sid, "after a refused seed", held=False)
 
 
 async def check_cookie_body_mismatch(c: _Contract, rule: str, sid: str) -> None:
@@ -139,7 +135,7 @@ async def check_cookie_body_mismatch(c: _Contract, rule: str, sid: str) -> None:
         await _seed(c, client, rule, sid)
         what = f"a seed for {other!r} sent with the cookie of {sid!r}"
         await _refused_seed(client, rule, c.seed_body(other), 409, what)
-        _must_not_hold(c, rule, other, "after a refused seed")
+        _must_hold(c, rule, other, "after a refused seed", held=False)
         await _close(c, client, rule, sid)
 
 
@@ -156,7 +152,7 @@ async def check_close(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as client, c.client() as no_cookie:
         await _seed(c, client, rule, sid)
         await _close(c, no_cookie, rule, sid, "the close (sent without the seed's cookie)")
-        _must_not_hold(c, rule, sid, "after its close")
+        _must_hold(c, rule, sid, "after its close", held=False)
 
 
 async def check_repeated_close(c: _Contract, rule: str, sid: str) -> None:
@@ -164,7 +160,7 @@ async def check_repeated_close(c: _Contract, rule: str, sid: str) -> None:
         await _seed(c, client, rule, sid)
         await _close(c, client, rule, sid)
         await _close(c, client, rule, sid, "the repeated close")
-        _must_not_hold(c, rule, sid, "after a repeated close")
+        _must_hold(c, rule, sid, "after a repeated close", held=False)
 
 
 async def check_seed_after_close(c: _Contract, rule: str, sid: str) -> None:
@@ -172,7 +168,7 @@ async def check_seed_after_close(c: _Contract, rule: str, sid: str) -> None:
         await _seed(c, client, rule, sid)
         await _close(c, client, rule, sid)
         await _refused_seed(late, rule, c.seed_body(sid), 409, f"a seed of {sid!r} after its close")
-        _must_not_hold(c, rule, sid, "after a refused late seed")
+        _must_hold(c, rule, sid, "after a refused late seed", held=False)
 
 
 async def check_verify_after_close(c: _Contract, rule: str, sid: str) -> None:
@@ -208,7 +204,7 @@ async def check_state_released_once(c: _Contract, rule: str, sid: str) -> None:
                 )
         await _close(c, client, rule, sid)
         await _close(c, client, rule, sid, "the repeated close")
-        _must_not_hold(c, rule, sid, "after the episode's close")
+        _must_hold(c, rule, sid, "after the episode's close", held=False)
     leaked = [s for s in c.used if c.holds(s)]
     if leaked:
         raise _fail(rule, f"after every check the server still holds state for {leaked}")
@@ -230,7 +226,7 @@ STATEFUL_CHECKS: tuple[tuple[str, Check], ...] = (
 )
 
 
-async def acheck_resources_session_contract(
+def check_resources_session_contract(
     app: Any,
     seed: dict[str, Any] | None = None,
     *,
@@ -239,7 +235,13 @@ async def acheck_resources_session_contract(
     verify_body: dict[str, Any] | None = None,
     invalid_seed: dict[str, Any] | None = None,
 ) -> list[str]:
-    """The async form of ``check_resources_session_contract``."""
+    """Check a resources server (or its ASGI app) against the episode-session rules; the rules checked.
+
+    ``seed``: an episode seed body without ``resources_session_id``. ``keeps_state`` (default true) with
+    ``holds_state(resources_session_id)``; ``verify_body`` (the row plus a ``response``; without it no
+    verify rule is checked); ``invalid_seed`` (default: ``task_data`` not an object). docs/servers.md."""
+    from gymlab._sync import run_sync
+
     if hasattr(app, "setup_webserver"):  # a server instance
         app = app.app
     if keeps_state and holds_state is None:
@@ -250,17 +252,10 @@ async def acheck_resources_session_contract(
     checks = list(BASIC_CHECKS)
     if keeps_state:
         checks += [(n, f) for n, f in STATEFUL_CHECKS if verify_body is not None or n != "verify after close masked"]
-    for rule, check in checks:
-        await check(contract, rule, contract.new_id(rule))
+
+    async def run() -> None:
+        for rule, check in checks:
+            await check(contract, rule, contract.new_id(rule))
+
+    run_sync(run())
     return [name for name, _ in checks]
-
-
-def check_resources_session_contract(app: Any, seed: dict[str, Any] | None = None, **options: Any) -> list[str]:
-    """Check a resources server (or its ASGI app) against the episode-session rules; the rules checked.
-
-    ``seed``: an episode seed body without ``resources_session_id``. ``keeps_state`` (default true) with
-    ``holds_state(resources_session_id)``; ``verify_body`` (the row plus a ``response``; without it no
-    verify rule is checked); ``invalid_seed`` (default: ``task_data`` not an object). docs/servers.md."""
-    from gymlab._sync import run_sync
-
-    return run_sync(acheck_resources_session_contract(app, seed, **options))

@@ -259,3 +259,36 @@ def test_the_summary_points_to_lab_logs_only_when_it_holds_something(served, cap
     loud = capsys.readouterr().err
     assert len(lab.logs(None)) > logged_before and "lab.logs() has the server-side traces" in loud
     assert failure_line(run) is not None and "lab.logs()" not in failure_line(run)
+
+
+def test_a_sync_tool_or_verify_past_the_budget_fails_masked_and_frees_the_loop(served):
+    """Sync tools and verifies run as every sync hook does (``call_hook``): in a thread, within
+    ``work_budget_seconds``; past it the verify is masked, never a 0, and the server keeps answering."""
+    import threading
+
+    gate = threading.Event()
+
+    def stall(state, number: int) -> dict:
+        """Waits for the gate."""
+        gate.wait(30)
+        return {"number": number}
+
+    def verify(answer):
+        gate.wait(30)
+        return 1.0
+
+    lab = served[0]
+    env = lab.serve(environment("Stalling", tools=[stall], verify=verify), work_budget_seconds=0.2)
+    model = lab.serve_model(lambda request: "done", name="stalling_model")
+    agent = lab.serve_agent("simple_agent", name="stalling_agent", resources=env, model=model)
+    try:
+        (record,) = lab.run_many(agent, example_rows("calculator")[:1], check=False)
+        assert record.mask_sample and record.failure_kind == "verifier_error" and record.reward == 0.0
+        assert "0.2 s" in record.failure_reason and "work_budget_seconds" in record.failure_reason
+        with httpx.Client(base_url=env.url, timeout=30) as client:
+            client.post("/seed_session", json={})
+            answer = client.post("/stall", json={"number": 3})
+            assert answer.status_code >= 500 and "0.2 s" in answer.text, answer.text
+            assert client.get("/health").status_code == 200
+    finally:
+        gate.set()
