@@ -40,18 +40,15 @@ def row_prompt(row: dict[str, Any]) -> str:
 
 
 class RowIndex(dict):
-    """Rows by their prompt (a dict), with room for what the probes compute once over all of them."""
+    """Rows by their prompt, and ``cached``: what the probes compute once over all of them."""
 
     cached: dict[str, Any]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cached = {}
 
 
 def index_rows(rows: Iterable[dict[str, Any]]) -> RowIndex:
     """Rows by their prompt (``row_prompt``): the rows a request may be of."""
     index = RowIndex()
+    index.cached = {}
     for row in rows:
         index.setdefault(row_prompt(row), []).append(row)
     return index
@@ -74,9 +71,9 @@ def leaves(value: Any, depth: int = 3) -> Iterator[str]:
             yield from leaves(v, depth - 1)
 
 
-def field_values(row: dict[str, Any]) -> list[str]:
-    """Every string and number in a row's own fields (not its prompt, agent or ``_ng_`` keys)."""
-    return list(leaves({k: v for k, v in row.items() if k not in NOT_DATA and not k.startswith("_ng_")}))
+def field_values(row: dict[str, Any], depth: int = 3) -> list[str]:
+    """Every string and number in a row's own fields (not its prompt, agent or ``_ng_`` keys), ``depth`` down."""
+    return list(leaves({k: v for k, v in row.items() if k not in NOT_DATA and not k.startswith("_ng_")}, depth))
 
 
 def short_values(rows: Iterable[dict[str, Any]], words: int = 3) -> Iterator[str]:
@@ -148,25 +145,3 @@ def spray(candidates: Iterable[str], limit: int = SPRAY_CHARS) -> str:
             break
         kept[candidate] = None
     return " ".join([*DECOYS, *kept, *reversed(DECOYS)])
-
-
-__all__ = [
-    "DECOYS",
-    "MAX_PERMUTED_LETTERS",
-    "NOT_DATA",
-    "NUMBER",
-    "QUOTED",
-    "RowIndex",
-    "SPRAY_CHARS",
-    "edits",
-    "field_values",
-    "index_rows",
-    "leaves",
-    "number_guesses",
-    "permutations",
-    "row_prompt",
-    "rows_of",
-    "short_values",
-    "spray",
-    "task_candidates",
-]

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from gymlab.probes.candidates import NOT_DATA, NUMBER, leaves
+from gymlab.probes.candidates import NUMBER, field_values
 
 #: The constants the short-constant probe answers, one run each: digits, yes/no, true/false, option letters.
 SHORT_CONSTANTS = (*"0123456789", "yes", "no", "true", "false", *"ABCDE")
@@ -61,24 +61,20 @@ def prompt_number(text: str, which: str) -> str:
     return numbers[-1] if which == "last" else numbers[min(int(which), len(numbers)) - 1]
 
 
-def answer_text(value: Any) -> str:
-    """An answer value as a model would write it: a string as is, anything else as JSON."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def answer_values(row: dict[str, Any]) -> list[str]:
-    """A row's answers: its first ``ANSWER_KEYS`` field with a value, else its short top-level values
-    (strings of at most three words, numbers); each once."""
-    for key in ANSWER_KEYS:
-        if row.get(key) is not None:
-            return [answer_text(row[key])]
-    fields = (v for k, v in row.items() if k not in NOT_DATA and not k.startswith("_ng_"))
-    return list(dict.fromkeys(v for value in fields for v in leaves(value, depth=0) if len(v.split()) <= 3))
+    """A row's answers of up to ``MAX_ANSWER_CHARS``: its first ``ANSWER_KEYS`` field with a value (a
+    non-string as JSON), else its short top-level values (strings of at most three words, numbers); each once."""
+    found = next((row[key] for key in ANSWER_KEYS if row.get(key) is not None), None)
+    if found is not None:
+        values = [found if isinstance(found, str) else json.dumps(found)]
+    else:
+        values = list(dict.fromkeys(v for v in field_values(row, depth=1) if len(v.split()) <= 3))
+    return [v for v in values if len(v) <= MAX_ANSWER_CHARS]
 
 
 def most_common_answer(rows: Iterable[dict[str, Any]]) -> str:
     """The answer most of ``rows`` share ("" without one; a tie: the first seen), up to ``MAX_ANSWER_CHARS``."""
-    counts = Counter(v for row in rows for v in _answers(row))
+    counts = Counter(v for row in rows for v in answer_values(row))
     return counts.most_common(1)[0][0] if counts else ""
 
 
@@ -92,7 +88,7 @@ class AnswerCounts:
         self.values: list[list[str]] = []  # place -> the row's answers
         for place, row in enumerate(rows):
             self.rows_at.setdefault(id(row), []).append(place)
-            self.values.append(_answers(row))
+            self.values.append(answer_values(row))
             for value in self.values[-1]:
                 self.places.setdefault(value, []).append(place)
         self.ranked = sorted(self.places, key=lambda v: (-len(self.places[v]), self.places[v][0]))
@@ -112,22 +108,3 @@ class AnswerCounts:
                 candidate = (-left, next(p for p in self.places[value] if p not in own), value)
                 best = candidate if best is None else min(best, candidate)
         return best[2] if best else ""
-
-
-def _answers(row: dict[str, Any]) -> list[str]:
-    return [v for v in answer_values(row) if len(v) <= MAX_ANSWER_CHARS]
-
-
-__all__ = [
-    "ANSWER_KEYS",
-    "AnswerCounts",
-    "MAX_ANSWER_CHARS",
-    "PROMPT_NUMBERS",
-    "SHORT_CONSTANTS",
-    "answer_text",
-    "answer_values",
-    "in_answer_format",
-    "most_common_answer",
-    "prompt_number",
-    "spelled",
-]

@@ -10,6 +10,7 @@ from typing import Any
 
 from gymlab.lab.probe_view import REAL, report_html, report_text
 from gymlab.probes.candidates import row_prompt
+from gymlab.probes.policies import describe, guesses, shortcut
 from gymlab.protocol.record import failure_counts, mean_reward
 
 __all__ = ["REAL", "Cell", "ProbeReport"]
@@ -70,8 +71,6 @@ class ProbeReport:
                 self._by_task.setdefault((name, r.task_index), []).append(r)
         self._cells: dict[tuple[str, Any], Cell] = {}
 
-    # -- the episodes ----------------------------------------------------------------------------------
-
     def episodes(self, probe: str, task: Any = None):
         """The probe's episodes (``Rollouts``), of one task or of all; ``probe="real policy"`` for the real run."""
         from gymlab.lab.runs import Rollouts
@@ -95,13 +94,9 @@ class ProbeReport:
             raise KeyError(f"probe {probe!r} has no episodes of task {task!r}")
         return EpisodeViewer(max(found, key=lambda r: (not r.mask_sample, r.reward)))
 
-    # -- the verdict -----------------------------------------------------------------------------------
-
     def real_reward(self, task: Any) -> float:
         """The real policy's mean reward on ``task`` (None: over every task); NaN without a real run."""
-        if self.real is None:
-            return math.nan
-        return mean_reward(self.real if task is None else self._by_task.get((REAL, task), []))
+        return mean_reward(self._real(task)) if self.real is not None else math.nan
 
     def cell(self, probe: str, task: Any = None) -> Cell:
         """The verdict of ``probe`` on ``task`` (None: over every task)."""
@@ -111,15 +106,14 @@ class ProbeReport:
 
     def real_mask_rate(self, task: Any) -> float:
         """The share of the real policy's episodes (of ``task``, or all) that were masked; 0 without a real run."""
-        if self.real is None:
-            return 0.0
-        return _mask_rate(self.real if task is None else self._by_task.get((REAL, task), []))
+        return _mask_rate(self._real(task)) if self.real is not None else 0.0
+
+    def _real(self, task: Any) -> Any:
+        return self.real if task is None else self._by_task.get((REAL, task), [])
 
     def by_chance(self, probe: str) -> bool:
         """Whether ``probe`` is a guess (a constant, a number of the prompt, the most common answer) that
         pays at most one task above the threshold: that task's answer, not a shortcut."""
-        from gymlab.probes.policies import guesses
-
         if probe == REAL or not guesses(self.policies.get(probe)):
             return False
         paid = (mean_reward(self._by_task.get((probe, t), [])) for t in self.tasks)
@@ -162,8 +156,6 @@ class ProbeReport:
 
     def shortcuts(self) -> dict[str, list[str]]:
         """The kinds of shortcut tried, each with the probes that tried it."""
-        from gymlab.probes.policies import shortcut
-
         kinds: dict[str, list[str]] = {}
         for name in self.rollouts:
             kinds.setdefault(shortcut(self.policies.get(name)), []).append(name)
@@ -218,15 +210,13 @@ class ProbeReport:
         import pandas as pd
 
         prompts, flagged = self.prompts(), set(self.flagged)
-        kinds = {name: kind for kind, names in self.shortcuts().items() for name in names}
         data = [
-            {**c.__dict__, "flagged": c.probe in flagged, "shortcut": kinds[c.probe], "prompt": prompts.get(c.task, "")}
+            {**c.__dict__, "flagged": c.probe in flagged, "shortcut": shortcut(self.policies.get(c.probe))}
+            | {"prompt": prompts.get(c.task, "")}
             for c in self.cells()
         ]
         columns = [*Cell.__dataclass_fields__, "flagged", "shortcut", "prompt"]
         return pd.DataFrame(data, columns=columns)
-
-    # -- display (the views: gymlab.lab.probe_view) ----------------------------------------------------
 
     def __repr__(self) -> str:
         return f"<ProbeReport mean reward per probe and task\n{self.text()}>"
@@ -236,6 +226,4 @@ class ProbeReport:
         return report_text(self)
 
     def _repr_html_(self) -> str:
-        from gymlab.probes.policies import describe
-
         return report_html(self, {name: describe(policy) for name, policy in self.policies.items()})
