@@ -88,9 +88,7 @@ def _bound(policy: Callable, index: dict[str, list[dict[str, Any]]], limit: int 
         params = set(inspect.signature(policy).parameters)
     except (TypeError, ValueError):  # a builtin or C callable: no signature to read
         params = set()
-    extra = {"rows": index} if "rows" in params else {}
-    if "max_steps" in params:
-        extra["max_steps"] = limit
+    extra = {key: value for key, value in (("rows", index), ("max_steps", limit)) if key in params}
     return functools.partial(policy, **extra) if extra else policy
 
 
@@ -119,8 +117,7 @@ def _step_limit(env: Any, kind: Any, base: dict[str, Any]) -> int | None:
         cls = agent_class(kind) if isinstance(kind, str) else kind
     except ConfigError:  # serve_agent names the unknown agent
         return None
-    field = getattr(cls, "model_fields", {}).get("max_steps")
-    return field.default if field is not None else None
+    return getattr(getattr(cls, "model_fields", {}).get("max_steps"), "default", None)
 
 
 def _stop(handles: list[Any]) -> None:

@@ -375,18 +375,3 @@ class Judge:
         return ComponentFailed(
             Failure(kind=kind, stage="verification", server=f"judge {self.name}", message=message), judgement
         )
-
-
-__all__ = [
-    "Judge",
-    "Unparseable",
-    "default_fields",
-    "json_quotes",
-    "marker_quotes",
-    "opening_score",
-    "parse_json",
-    "parse_label",
-    "parse_score",
-    "set_aside",
-    "verdict_lines",
-]

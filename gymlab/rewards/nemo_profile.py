@@ -277,6 +277,3 @@ def write_nemo_profile(
     write_text_atomic(agents_path, json.dumps(agents, **compact))
     write_text_atomic(repeats_path, json.dumps(repeats, **compact))
     return tasks_path, agents_path, repeats_path
-
-
-__all__ = ["nemo_profile", "profile_paths", "write_nemo_profile"]

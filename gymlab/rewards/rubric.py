@@ -176,6 +176,3 @@ def _number(name: str, value: Any) -> float:
     if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     raise TypeError(f"component {name!r} must return a finite number or a bool, got {value!r:.100}")
-
-
-__all__ = ["COMPONENTS_KEY", "JUDGEMENTS_KEY", "Component", "ComponentFailed", "Rubric", "Score"]
