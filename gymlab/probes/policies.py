@@ -14,14 +14,21 @@ from collections.abc import Iterator
 from typing import Any
 
 from gymlab.probes.arguments import arguments
-from gymlab.probes.candidates import QUOTED, RowIndex, index_rows, leaves, rows_of, short_values, spray, task_candidates
-from gymlab.probes.constants import (
+from gymlab.probes.candidates import (
     PROMPT_NUMBERS,
+    QUOTED,
     SHORT_CONSTANTS,
     AnswerCounts,
+    RowIndex,
     in_answer_format,
+    index_rows,
+    leaves,
     prompt_number,
+    rows_of,
+    short_values,
     spelled,
+    spray,
+    task_candidates,
 )
 from gymlab.protocol import ResponseCreateParams, function_call
 
@@ -129,7 +136,7 @@ def prompt_number_alone(request: ResponseCreateParams) -> str:
 
 
 def majority_answer(request: ResponseCreateParams, rows: Any = ()) -> str:
-    """The answer most of the *other* rows have (``constants.answer_values``), in the answer format the
+    """The answer most of the *other* rows have (``candidates.answer_values``), in the answer format the
     prompt asks for: a constant a policy learns from the answers it was paid for, never this task's own."""
     mine, index = _task_rows(request, rows)
     if "answers" not in index.cached:  # once per probe's rows (two policy threads may both build it: equal)

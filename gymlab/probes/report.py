@@ -112,8 +112,7 @@ class ProbeReport:
         return self.real if task is None else self._by_task.get((REAL, task), [])
 
     def by_chance(self, probe: str) -> bool:
-        """Whether ``probe`` is a guess (a constant, a number of the prompt, the most common answer) that
-        pays at most one task above the threshold: that task's answer, not a shortcut."""
+        """Whether ``probe`` is a guess (``policies.guesses``) paying one task at most: that task's answer."""
         if probe == REAL or not guesses(self.policies.get(probe)):
             return False
         paid = (mean_reward(self._by_task.get((probe, t), [])) for t in self.tasks)
@@ -143,8 +142,7 @@ class ProbeReport:
         return {row.get("_ng_task_index", i): row_prompt(row) for i, row in enumerate(self.rows)}
 
     def components(self, probe: str) -> dict[str, float]:
-        """A rubric's components by their mean value over the probe's graded episodes, highest first
-        (empty when the reward has no components)."""
+        """A rubric's components by their mean value over the probe's graded episodes, highest first."""
         values: dict[str, list[float]] = {}
         for r in self.episodes(probe):
             if not r.mask_sample:
@@ -162,8 +160,8 @@ class ProbeReport:
         return kinds
 
     def reasons(self) -> dict[str, str]:
-        """Why each flagged probe is flagged, one sentence each: its mean reward and the rubric
-        components that paid it (those with a mean value above 0), or its mask rate and failure kinds."""
+        """Why each flagged probe is flagged, a sentence each: its mean reward and the components that paid
+        it, or its mask rate and failure kinds."""
         out = {}
         for name in self.flagged:
             c, why = self.cell(name), []
@@ -197,16 +195,12 @@ class ProbeReport:
 
     @property
     def flagged(self) -> list[str]:
-        """The runs whose mean reward over every task is above the threshold (a guess's: on more than one
-        task, ``by_chance``), or whose episodes were masked more often than the real policy's
-        (``Cell.masked_more``), in table order."""
+        """The runs whose cell over every task is ``above`` or ``masked_more``, in table order."""
         return [p for p in self.rollouts if self.cell(p).above or self.cell(p).masked_more]
 
     @property
     def frame(self):
-        """One row per probe and task: the ``Cell`` fields (episodes, masked, mask_rate, mean_reward,
-        beat_rate, real_reward, real_mask_rate, above, masked_more, by_chance), flagged (the probe is), shortcut
-        (the kind it tries), prompt."""
+        """One row per probe and task: the ``Cell`` fields, flagged, shortcut (the kind it tries), prompt."""
         import pandas as pd
 
         prompts, flagged = self.prompts(), set(self.flagged)
