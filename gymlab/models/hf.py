@@ -62,10 +62,9 @@ def load(hf: Any, tokenizer: Any) -> tuple[Any, Any]:
         ) from exc
     model = transformers.AutoModelForCausalLM.from_pretrained(hf).eval() if isinstance(hf, str) else hf
     if tokenizer is None:
-        source = hf if isinstance(hf, str) else getattr(model, "name_or_path", "")
-        if not source:
+        tokenizer = hf if isinstance(hf, str) else getattr(model, "name_or_path", "")
+        if not tokenizer:
             raise ValueError("HFModel: a model object needs tokenizer=...; only a path names its tokenizer")
-        tokenizer = source
     if isinstance(tokenizer, str):
         tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer)
     if not getattr(tokenizer, "chat_template", None):
@@ -146,13 +145,10 @@ class HFModel(BaseServer):
         row = Row(prompt, *self._sampling(body, len(prompt)), deadline=start + self.timeout_s)
         try:
             batcher.submit(row)
+            await asyncio.wait_for(row.future, self.timeout_s + 30)  # a step that never ends
         except QueueFull:
             hint, kind = "send fewer at once", "provider_quota_exhausted"
             raise Refused(429, f"{self.max_queue} requests are already waiting (max_queue)", hint, kind) from None
-        except Closed as exc:
-            raise Refused(503, str(exc), "serve the model again", "shutdown") from None
-        try:
-            await asyncio.wait_for(row.future, self.timeout_s + 30)  # a step that never ends
         except TimeoutError:
             row.finish = "timeout"
         except Closed as exc:
@@ -161,7 +157,8 @@ class HFModel(BaseServer):
             log.exception("%s: generation failed", self.name)
             raise Refused(503, f"generation failed: {type(exc).__name__}: {exc}", "", "provider_unavailable") from None
         finally:
-            batcher.release(row)
+            if row.future is not None:  # submitted: counted in flight
+                batcher.release(row)
         if row.finish == "cancelled":  # the server is closing (a hung-up caller is gone: no one reads this)
             raise Refused(503, "the model server closed during the generation", "serve the model again", "shutdown")
         if row.finish == "timeout":

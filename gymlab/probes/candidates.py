@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gymlab.protocol import ResponseCreateParams
+from gymlab.protocol.record import own_fields
 
 #: Characters of candidates an answer-aware spray writes at most.
 SPRAY_CHARS = 64_000
@@ -21,8 +22,6 @@ MAX_PERMUTED_LETTERS = 7
 #: The decoys a spray starts and ends with, so a reward that reads only the first or last word or
 #: number of an answer reads a decoy: only a reward that finds the answer anywhere pays a spray.
 DECOYS = ("none", "-7777777")
-#: Row keys that are not the task's data.
-NOT_DATA = ("responses_create_params", "agent_ref")
 #: A quoted substring of up to 40 characters (a prompt's or a tool's: "starts with 'apple'").
 QUOTED = re.compile(r"""['"`]([^'"`\n]{1,40})['"`]""")
 #: A number as a prompt writes it.
@@ -74,8 +73,8 @@ def leaves(value: Any, depth: int = 3) -> Iterator[str]:
 
 
 def field_values(row: dict[str, Any], depth: int = 3) -> list[str]:
-    """Every string and number in a row's own fields (not its prompt, agent or ``_ng_`` keys), ``depth`` down."""
-    return list(leaves({k: v for k, v in row.items() if k not in NOT_DATA and not k.startswith("_ng_")}, depth))
+    """Every string and number in a row's own fields (``own_fields``), ``depth`` down."""
+    return list(leaves(own_fields(row), depth))
 
 
 def short_values(rows: Iterable[dict[str, Any]], words: int = 3) -> Iterator[str]:

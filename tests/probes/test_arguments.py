@@ -5,8 +5,7 @@ import random
 import jsonschema
 import pytest
 
-from gymlab.probes.arguments import arguments
-from gymlab.probes.policies import answer_spray, call_every_tool, multiple_choice_options, repeat_tool_call
+from gymlab.probes.policies import answer_spray, arguments, call_every_tool, multiple_choice_options, repeat_tool_call
 from gymlab.protocol import ResponseCreateParams
 
 SCHEMAS = [
