@@ -76,7 +76,7 @@ class Batcher:
         self.arriving = 0  # requests received and not yet queued (``CountArrivals``): a batch waits for them a little
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # batches for the worker thread; None ends it
         self._thread: threading.Thread | None = None
-        self._queue: asyncio.Queue | None = None
+        self._queue: asyncio.Queue = asyncio.Queue()  # bound to the serving loop at its first wait
         self._task: asyncio.Task | None = None
 
     def submit(self, row: Row) -> None:
@@ -84,7 +84,6 @@ class Batcher:
         if self.stop.is_set():
             raise Closed("the model server is closing")
         if self._task is None:
-            self._queue = asyncio.Queue()
             # a daemon thread: a generation in flight never holds the process open (close stops it at its next token)
             self._thread = threading.Thread(target=self._work, name="gymlab-hf-generate", daemon=True)
             self._thread.start()
@@ -171,7 +170,7 @@ class Batcher:
                 await self._task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing anyway
                 pass
-        while self._queue is not None and not self._queue.empty():
+        while not self._queue.empty():
             row = self._queue.get_nowait()
             if not row.future.done():
                 row.future.set_exception(Closed("the model server closed"))
@@ -308,7 +307,7 @@ def _generate(model, eos, pad, rows, stop, done) -> None:
                     end(i, input_ids, "length")
             return torch.tensor(ended, device=input_ids.device)
 
-    processors = [Raw()]
+    processors: list[Any] = [Raw()]
     if sample and temperature != 1.0:
         processors.append(TemperatureLogitsWarper(temperature))
     if sample and top_p < 1.0:

@@ -148,10 +148,6 @@ def spray(candidates: Iterable[str], limit: int = SPRAY_CHARS) -> str:
     return " ".join([*DECOYS, *kept, *reversed(DECOYS)])
 
 
-#: The constants the short-constant probe answers, one run each: digits, yes/no, true/false, option letters.
-SHORT_CONSTANTS = (*"0123456789", "yes", "no", "true", "false", *"ABCDE")
-#: Which number of the prompt the prompt-number probe answers, one run each (the 1st to 5th distinct, the last).
-PROMPT_NUMBERS = ("1", "2", "3", "4", "5", "last")
 #: Row keys that hold a task's answer, first found first; a row with none offers its short top-level values.
 ANSWER_KEYS = (
     "answer",

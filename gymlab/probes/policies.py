@@ -10,13 +10,11 @@ import itertools
 import json
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gymlab.probes.candidates import (
-    PROMPT_NUMBERS,
     QUOTED,
-    SHORT_CONSTANTS,
     AnswerCounts,
     RowIndex,
     in_answer_format,
@@ -37,6 +35,10 @@ COMMON_WORDS = (
     "the a an and or not is it of to in on for with one two three four five six seven eight nine ten "
     "zero first last left right up down north south east west red green blue black white high low"
 ).split()
+#: The constants the short-constant probe answers, one run each: digits, yes/no, true/false, option letters.
+SHORT_CONSTANTS = (*"0123456789", "yes", "no", "true", "false", *"ABCDE")
+#: Which number of the prompt the prompt-number probe answers, one run each (the 1st to 5th distinct, the last).
+PROMPT_NUMBERS = ("1", "2", "3", "4", "5", "last")
 #: Candidates the short answer-aware spray writes at most (more only when the task's own are more).
 SHORT_SPRAY = 8
 #: The request metadata key that names which of a probe's variants (its ``variants``) an episode runs.
@@ -77,6 +79,16 @@ def variant_of(request: ResponseCreateParams, variants: tuple[str, ...]) -> str:
     """The variant this episode runs (``VARIANT_KEY`` of the request's metadata), else the first."""
     chosen = (request.metadata or {}).get(VARIANT_KEY)
     return chosen if chosen in variants else variants[0]
+
+
+def _marked(**attributes: Any) -> Callable[[Callable], Callable]:
+    """A probe with ``variants`` (run once each) or a ``guess`` (a task's own answer by chance: ``guesses``)."""
+
+    def mark(policy: Callable) -> Callable:
+        policy.__dict__.update(attributes)
+        return policy
+
+    return mark
 
 
 def _task_rows(request: ResponseCreateParams, rows: Any) -> tuple[list[dict[str, Any]], RowIndex]:
@@ -162,6 +174,7 @@ def answer_aware_spray(request: ResponseCreateParams, rows: Any = ()) -> str:
     return spray(task_candidates(prompt_text(request), _task_rows(request, rows)[0], COMMON_WORDS))
 
 
+@_marked(variants=SHORT_CONSTANTS, guess=True)
 def short_constant(request: ResponseCreateParams) -> str:
     """The same short answer on every task, one run per constant (``SHORT_CONSTANTS``), spelled as the
     prompt spells it and in the answer format it asks for."""
@@ -169,6 +182,7 @@ def short_constant(request: ResponseCreateParams) -> str:
     return in_answer_format(prompt, spelled(variant_of(request, SHORT_CONSTANTS), prompt))
 
 
+@_marked(variants=PROMPT_NUMBERS, guess=True)
 def prompt_number_alone(request: ResponseCreateParams) -> str:
     """One number of the task's prompt, alone, in the answer format it asks for; one run per position
     (``PROMPT_NUMBERS``)."""
@@ -176,6 +190,7 @@ def prompt_number_alone(request: ResponseCreateParams) -> str:
     return in_answer_format(prompt_text(request), prompt_number(users, variant_of(request, PROMPT_NUMBERS)))
 
 
+@_marked(guess=True)
 def majority_answer(request: ResponseCreateParams, rows: Any = ()) -> str:
     """The answer most of the *other* rows have (``candidates.answer_values``), in the answer format the
     prompt asks for: a constant a policy learns from the answers it was paid for, never this task's own."""
@@ -226,6 +241,7 @@ def repeat_tool_call(request: ResponseCreateParams) -> Any:
     return [function_call("noop", {})]
 
 
+@_marked(variants=LEAK_PARTS)
 def tool_leak(request: ResponseCreateParams, max_steps: int | None = None) -> Any:
     """Call every declared tool, round after round with the plainest schema-valid arguments, until a
     round returns what the one before did or the episode's step limit (``max_steps``, the request's
@@ -282,12 +298,6 @@ def refusal(request: ResponseCreateParams) -> str:
     """Decline the task."""
     return "I'm sorry, but I can't help with that."
 
-
-short_constant.variants = SHORT_CONSTANTS
-prompt_number_alone.variants = PROMPT_NUMBERS
-tool_leak.variants = LEAK_PARTS
-for _guess in (short_constant, prompt_number_alone, majority_answer):
-    _guess.guess = True  # one guess a task's own answer can equal by chance (``guesses``)
 
 #: The kind of shortcut each built-in probe tries, in the verdict table's order (a probe of your own: "your own").
 SHORTCUTS = {
