@@ -26,7 +26,7 @@ from gymlab.protocol.responses import InputTokensDetails, OutputTokensDetails, S
 
 #: The roles a chat message may have.
 CHAT_ROLES = {"system", "user", "assistant", "tool"}
-_TEXT_PARTS = {"input_text", "output_text", "text", "summary_text"}
+_TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "refusal"}
 _REFUSED = ("previous_response_id", "prompt", "background")
 #: The finish reasons that make an incomplete response, and the reason it gives.
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -40,17 +40,13 @@ def _content(message: Message, where: str) -> str | list[dict]:
     parts: list[dict] = []
     for part in message.content:
         if part.type in _TEXT_PARTS:
-            parts.append({"type": "text", "text": part.text or ""})
-        elif part.type == "refusal":
-            parts.append({"type": "text", "text": getattr(part, "refusal", None) or part.text or ""})
+            refusal = getattr(part, "refusal", None) if part.type == "refusal" else None
+            parts.append({"type": "text", "text": refusal or part.text or ""})
         elif part.type == "input_image":
-            url = getattr(part, "image_url", None)
-            if not url:
+            if not getattr(part, "image_url", None):
                 raise ConversionError(f"{where}: an input_image part without image_url has no Chat form")
-            image = {"url": url}
-            if getattr(part, "detail", None):
-                image["detail"] = part.detail
-            parts.append({"type": "image_url", "image_url": image})
+            detail = {"detail": part.detail} if getattr(part, "detail", None) else {}
+            parts.append({"type": "image_url", "image_url": {"url": part.image_url, **detail}})
         else:
             raise ConversionError(f"{where}: content part type {part.type!r} has no Chat Completions form")
     if all(p["type"] == "text" for p in parts):
@@ -233,10 +229,7 @@ def _function_call(raw: dict, n: int) -> FunctionCall:
     if not fn.get("name"):
         raise ConversionError(f"choices[0].message.tool_calls[{n}] has no function name: {json.dumps(raw)[:200]}")
     args = fn.get("arguments")
-    if args is None:
-        args = "{}"
-    elif not isinstance(args, str):  # some servers send the arguments as an object
-        args = json.dumps(args)
+    args = "{}" if args is None else args if isinstance(args, str) else json.dumps(args)  # some send an object
     return FunctionCall(
         name=fn["name"], arguments=args, call_id=raw.get("id") or new_id("call"), id=new_id("fc"), status="completed"
     )

@@ -18,8 +18,7 @@ from pydantic import Field, PrivateAttr
 from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.errors import ConversionError, GymlabError, error_body
 from gymlab.models.chat_convert import chat_messages, chat_tools
-from gymlab.models.hf_batch import Batcher, Closed, CountArrivals, QueueFull, Row
-from gymlab.models.hf_generate import generate_rows
+from gymlab.models.hf_batch import Batcher, Closed, CountArrivals, QueueFull, Row, generate_rows
 from gymlab.models.streaming import serve_responses
 from gymlab.models.tool_parsers import ToolParser, tool_parser
 from gymlab.protocol import (
@@ -63,10 +62,9 @@ def load(hf: Any, tokenizer: Any) -> tuple[Any, Any]:
         ) from exc
     model = transformers.AutoModelForCausalLM.from_pretrained(hf).eval() if isinstance(hf, str) else hf
     if tokenizer is None:
-        source = hf if isinstance(hf, str) else getattr(model, "name_or_path", "")
-        if not source:
+        tokenizer = hf if isinstance(hf, str) else getattr(model, "name_or_path", "")
+        if not tokenizer:
             raise ValueError("HFModel: a model object needs tokenizer=...; only a path names its tokenizer")
-        tokenizer = source
     if isinstance(tokenizer, str):
         tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer)
     if not getattr(tokenizer, "chat_template", None):
@@ -114,8 +112,8 @@ class HFModel(BaseServer):
         self._context = self.context_length or _context_of(self._model, self._tok)
         if not self.model_name:
             self.model_name = self.hf if isinstance(self.hf, str) else getattr(self._model, "name_or_path", "") or "hf"
-        eos = {self._tok.eos_token_id, *_ids(getattr(self._model.generation_config, "eos_token_id", None))}
-        eos.discard(None)
+        ids = getattr(self._model.generation_config, "eos_token_id", None)
+        eos = {self._tok.eos_token_id, *(ids if isinstance(ids, (list, tuple, set)) else [ids])} - {None}
         if not eos:
             raise ValueError("HFModel: neither the tokenizer nor the model names an end-of-turn token (eos_token_id)")
         pad = self._tok.pad_token_id if self._tok.pad_token_id is not None else min(eos)
@@ -147,13 +145,10 @@ class HFModel(BaseServer):
         row = Row(prompt, *self._sampling(body, len(prompt)), deadline=start + self.timeout_s)
         try:
             batcher.submit(row)
+            await asyncio.wait_for(row.future, self.timeout_s + 30)  # a step that never ends
         except QueueFull:
             hint, kind = "send fewer at once", "provider_quota_exhausted"
             raise Refused(429, f"{self.max_queue} requests are already waiting (max_queue)", hint, kind) from None
-        except Closed as exc:
-            raise Refused(503, str(exc), "serve the model again", "shutdown") from None
-        try:
-            await asyncio.wait_for(row.future, self.timeout_s + 30)  # a step that never ends
         except TimeoutError:
             row.finish = "timeout"
         except Closed as exc:
@@ -162,7 +157,8 @@ class HFModel(BaseServer):
             log.exception("%s: generation failed", self.name)
             raise Refused(503, f"generation failed: {type(exc).__name__}: {exc}", "", "provider_unavailable") from None
         finally:
-            batcher.release(row)
+            if row.future is not None:  # submitted: counted in flight
+                batcher.release(row)
         if row.finish == "cancelled":  # the server is closing (a hung-up caller is gone: no one reads this)
             raise Refused(503, "the model server closed during the generation", "serve the model again", "shutdown")
         if row.finish == "timeout":
@@ -244,12 +240,6 @@ def prompt_ids(tokenizer: Any, body: ResponseCreateParams) -> tuple[list[int], l
     return tokenizer(text, add_special_tokens=False)["input_ids"], tools
 
 
-def _ids(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple, set)) else [value]
-
-
 def _context_of(model: Any, tokenizer: Any) -> int:
     """The model's context length: its config's positions, or the tokenizer's limit when that is smaller."""
     positions = getattr(model.config, "max_position_embeddings", None) or 2048
@@ -258,23 +248,23 @@ def _context_of(model: Any, tokenizer: Any) -> int:
 
 
 def _template_messages(messages: list[dict]) -> list[dict]:
-    """Chat messages as chat templates take them: tool-call arguments as objects (the converter keeps the
-    JSON string the API carries; templates write ``arguments | tojson``), no None content."""
+    """Chat messages as chat templates take them: no None content, tool-call arguments as objects (the
+    converter keeps the JSON string the API carries; templates write ``arguments | tojson``)."""
     out = []
     for message in messages:
-        message = dict(message)
-        if message.get("content") is None:
-            message["content"] = ""
+        message = {**message, "content": "" if message.get("content") is None else message["content"]}
         if calls := message.get("tool_calls"):
-            fixed = []
-            for call in calls:
-                fn = dict(call["function"])
-                try:
-                    args = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]
-                except ValueError:
-                    args = fn["arguments"]
-                fn["arguments"] = args if isinstance(args, dict) else fn["arguments"]
-                fixed.append({**call, "function": fn})
-            message["tool_calls"] = fixed
+            message["tool_calls"] = [
+                {**c, "function": {**c["function"], "arguments": _object(c["function"]["arguments"])}} for c in calls
+            ]
         out.append(message)
     return out
+
+
+def _object(arguments: str) -> Any:
+    """JSON-object arguments as a dict; anything else as it came."""
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return arguments
+    return value if isinstance(value, dict) else arguments

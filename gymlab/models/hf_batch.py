@@ -1,5 +1,7 @@
-"""HFModel's batches: requests arriving within ``batch_window_ms`` gathered on the event loop and handed to
-one worker thread (``hf_generate.generate_rows`` generates them); each row is answered as soon as it stops."""
+"""HFModel's batches: requests arriving within ``batch_window_ms`` gathered on the event loop and generated
+in one worker thread, left-padded, one ``generate`` call per sampling setting; each row stops on its own
+(end of turn, its token budget, its deadline, its caller gone) and is answered at once, with the sampled
+tokens' log-probabilities read from the raw logits."""
 
 from __future__ import annotations
 
@@ -14,9 +16,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-#: Why a row stopped: its end-of-turn token, its token budget, its deadline, its caller hung up or the server closed.
-Finish = str  # "stop" | "length" | "timeout" | "cancelled"
+from typing import Any
 
 
 @dataclass(eq=False)
@@ -32,7 +32,7 @@ class Row:
     cancelled: bool = False
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    finish: Finish = ""
+    finish: str = ""  # why it stopped: "stop" (end of turn), "length", "timeout" or "cancelled"
 
     @property
     def sampling(self) -> tuple[bool, float, float]:
@@ -67,7 +67,7 @@ class Batcher:
         threads: int | None = None,
     ):
         self.generate, self.window_s, self.max_batch, self.max_queue = generate, window_s, max_batch, max_queue
-        self.threads = threads
+        self.threads = threads  # torch threads of the worker thread
         self.stop = threading.Event()
         self.batches = 0  # generate calls made (a batch of several sampling settings is one)
         self.batch_sizes: list[int] = []  # the last 1000 batches' sizes
@@ -76,7 +76,7 @@ class Batcher:
         self.arriving = 0  # requests received and not yet queued (``CountArrivals``): a batch waits for them a little
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # batches for the worker thread; None ends it
         self._thread: threading.Thread | None = None
-        self._queue: asyncio.Queue | None = None
+        self._queue: asyncio.Queue = asyncio.Queue()  # bound to the serving loop at its first wait
         self._task: asyncio.Task | None = None
 
     def submit(self, row: Row) -> None:
@@ -84,7 +84,6 @@ class Batcher:
         if self.stop.is_set():
             raise Closed("the model server is closing")
         if self._task is None:
-            self._queue = asyncio.Queue()
             # a daemon thread: a generation in flight never holds the process open (close stops it at its next token)
             self._thread = threading.Thread(target=self._work, name="gymlab-hf-generate", daemon=True)
             self._thread.start()
@@ -171,7 +170,7 @@ class Batcher:
                 await self._task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing anyway
                 pass
-        while self._queue is not None and not self._queue.empty():
+        while not self._queue.empty():
             row = self._queue.get_nowait()
             if not row.future.done():
                 row.future.set_exception(Closed("the model server closed"))
@@ -240,3 +239,95 @@ def _stop_all() -> None:
         batcher._jobs.put(None)
     for batcher in list(_open):
         batcher.join(5.0)
+
+
+def generate_rows(
+    model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event, done: Callable[[Row], None]
+) -> None:
+    """Generate ``rows`` (in the worker thread): one ``generate`` call per sampling setting among them;
+    ``done(row)`` as soon as a row has stopped, while the others go on."""
+    groups: dict[tuple, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.sampling, []).append(row)
+    for group in groups.values():
+        _generate(model, eos, pad, group, stop, done)
+
+
+def _generate(model, eos, pad, rows, stop, done) -> None:
+    import torch
+    from transformers import (
+        GenerationConfig,
+        LogitsProcessor,
+        LogitsProcessorList,
+        StoppingCriteria,
+        StoppingCriteriaList,
+        TemperatureLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    sample, temperature, top_p = rows[0].sampling
+    width = max(len(r.prompt) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows])
+    mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows])
+    steps: list[Any] = []  # per token: the sampled tokens' raw log-probabilities, one per row
+    ended = [False] * len(rows)
+    raw: list[Any] = [None]
+
+    class Raw(LogitsProcessor):
+        """First in the list: the model's own distribution, before temperature and top_p."""
+
+        def __call__(self, input_ids, scores):
+            raw[0] = torch.log_softmax(scores.float(), dim=-1)
+            return scores
+
+    def end(i: int, input_ids: Any, why: str) -> None:
+        row, n = rows[i], input_ids.shape[1] - width
+        row.tokens = input_ids[i, width:].tolist()
+        row.logprobs = [float(step[i]) for step in steps[:n]]
+        row.finish, ended[i] = why, True
+        done(row)
+
+    class Each(StoppingCriteria):
+        """After each token: its log-probability, and which rows are done (answered now; the others go on)."""
+
+        def __call__(self, input_ids, scores, **kwargs):
+            token = input_ids[:, -1]
+            steps.append(raw[0].gather(1, token[:, None]).squeeze(1))
+            n, now, stopped = input_ids.shape[1] - width, time.monotonic(), stop.is_set()
+            for i, row in enumerate(rows):
+                if ended[i]:
+                    continue
+                if int(token[i]) in eos:
+                    end(i, input_ids, "stop")
+                elif row.cancelled or stopped:
+                    end(i, input_ids, "cancelled")
+                elif now >= row.deadline:
+                    end(i, input_ids, "timeout")
+                elif n >= row.max_new:
+                    end(i, input_ids, "length")
+            return torch.tensor(ended, device=input_ids.device)
+
+    processors: list[Any] = [Raw()]
+    if sample and temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(temperature))
+    if sample and top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p))
+    config = GenerationConfig(
+        max_new_tokens=max(r.max_new for r in rows),
+        do_sample=sample,
+        top_k=0 if sample else None,  # no top-k unless asked (a model's generation_config may default to 50)
+        pad_token_id=pad,
+        eos_token_id=sorted(eos),
+    )
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList(processors),
+            stopping_criteria=StoppingCriteriaList([Each()]),
+        )
+    for i in range(len(rows)):
+        if not ended[i]:  # generate stopped before its last criterion call (never expected)
+            end(i, out, "length")

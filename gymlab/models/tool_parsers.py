@@ -22,12 +22,9 @@ def _call(obj: Any, args_key: str) -> tuple[str, Any] | None:
     """``(name, arguments)`` of a decoded call object, or None when it is not one."""
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
-    args = obj.get(args_key, obj.get("arguments", {}))
-    if args is None:
-        args = {}
-    if not isinstance(args, (dict, str)):
-        return None
-    return obj["name"], args
+    args = obj.get(args_key, obj.get("arguments"))
+    args = {} if args is None else args
+    return (obj["name"], args) if isinstance(args, (dict, str)) else None
 
 
 def _loads(text: str) -> Any:
@@ -67,7 +64,8 @@ def llama3(text: str) -> tuple[str, list[tuple[str, Any]]]:
     body = text.strip().removeprefix(_PYTHON_TAG).strip()
     if not body.startswith("{"):
         return text.strip(), []
-    decoder, calls, pos = json.JSONDecoder(), [], 0
+    decoder, pos = json.JSONDecoder(), 0
+    calls: list[tuple[str, Any]] = []
     while pos < len(body) and len(calls) < MAX_CALLS:
         try:
             obj, pos = decoder.raw_decode(body, pos)
@@ -83,12 +81,7 @@ def llama3(text: str) -> tuple[str, list[tuple[str, Any]]]:
     return "", calls
 
 
-def no_tools(text: str) -> tuple[str, list[tuple[str, Any]]]:
-    """No parsing: the whole answer is text."""
-    return text.strip(), []
-
-
-TOOL_PARSERS: dict[str, ToolParser] = {"hermes": hermes, "llama3": llama3, "none": no_tools}
+TOOL_PARSERS: dict[str, ToolParser] = {"hermes": hermes, "llama3": llama3, "none": lambda text: (text.strip(), [])}
 
 
 def schema_parser(tokenizer: Any) -> ToolParser:
@@ -111,23 +104,20 @@ def schema_parser(tokenizer: Any) -> ToolParser:
     return parse
 
 
-def has_schema(tokenizer: Any) -> bool:
-    """Whether ``tokenizer`` carries a response template (or the older response schema) to parse with."""
-    return bool(getattr(tokenizer, "response_template", None) or getattr(tokenizer, "response_schema", None))
-
-
 def tool_parser(choice: str | ToolParser, tokenizer: Any) -> ToolParser:
-    """The parser ``choice`` names (``"auto"``: the tokenizer's template if it has one, else Llama 3's JSON
-    when its chat template speaks it, else Hermes); a callable is taken as it is."""
+    """The parser ``choice`` names (``"auto"``: the tokenizer's response template (or older response schema)
+    if it has one, else Llama 3's JSON when its chat template speaks it, else Hermes); a callable as it is."""
     if callable(choice):
         return choice
-    if choice == "schema" or (choice == "auto" and has_schema(tokenizer)):
-        if not has_schema(tokenizer):
-            raise ValueError("tool_parser='schema' needs a tokenizer with a response_template")
-        return schema_parser(tokenizer)
+    schema = getattr(tokenizer, "response_template", None) or getattr(tokenizer, "response_schema", None)
     if choice == "auto":
         template = str(getattr(tokenizer, "chat_template", None) or "")
-        return llama3 if _PYTHON_TAG in template and _OPEN not in template else hermes
+        llama = _PYTHON_TAG in template and _OPEN not in template
+        choice = "schema" if schema else "llama3" if llama else "hermes"
+    if choice == "schema":
+        if not schema:
+            raise ValueError("tool_parser='schema' needs a tokenizer with a response_template")
+        return schema_parser(tokenizer)
     if choice not in TOOL_PARSERS:
         raise ValueError(
             f"tool_parser {choice!r} is not known; use one of auto, schema, {', '.join(TOOL_PARSERS)}, "

@@ -10,6 +10,7 @@ from typing import Any
 
 from gymlab.lab.probe_view import REAL, report_html, report_text
 from gymlab.probes.candidates import row_prompt
+from gymlab.probes.policies import describe, guesses, shortcut
 from gymlab.protocol.record import failure_counts, mean_reward
 
 __all__ = ["REAL", "Cell", "ProbeReport"]
@@ -70,8 +71,6 @@ class ProbeReport:
                 self._by_task.setdefault((name, r.task_index), []).append(r)
         self._cells: dict[tuple[str, Any], Cell] = {}
 
-    # -- the episodes ----------------------------------------------------------------------------------
-
     def episodes(self, probe: str, task: Any = None):
         """The probe's episodes (``Rollouts``), of one task or of all; ``probe="real policy"`` for the real run."""
         from gymlab.lab.runs import Rollouts
@@ -95,13 +94,9 @@ class ProbeReport:
             raise KeyError(f"probe {probe!r} has no episodes of task {task!r}")
         return EpisodeViewer(max(found, key=lambda r: (not r.mask_sample, r.reward)))
 
-    # -- the verdict -----------------------------------------------------------------------------------
-
     def real_reward(self, task: Any) -> float:
         """The real policy's mean reward on ``task`` (None: over every task); NaN without a real run."""
-        if self.real is None:
-            return math.nan
-        return mean_reward(self.real if task is None else self._by_task.get((REAL, task), []))
+        return mean_reward(self._real(task)) if self.real is not None else math.nan
 
     def cell(self, probe: str, task: Any = None) -> Cell:
         """The verdict of ``probe`` on ``task`` (None: over every task)."""
@@ -111,15 +106,13 @@ class ProbeReport:
 
     def real_mask_rate(self, task: Any) -> float:
         """The share of the real policy's episodes (of ``task``, or all) that were masked; 0 without a real run."""
-        if self.real is None:
-            return 0.0
-        return _mask_rate(self.real if task is None else self._by_task.get((REAL, task), []))
+        return _mask_rate(self._real(task)) if self.real is not None else 0.0
+
+    def _real(self, task: Any) -> Any:
+        return self.real if task is None else self._by_task.get((REAL, task), [])
 
     def by_chance(self, probe: str) -> bool:
-        """Whether ``probe`` is a guess (a constant, a number of the prompt, the most common answer) that
-        pays at most one task above the threshold: that task's answer, not a shortcut."""
-        from gymlab.probes.policies import guesses
-
+        """Whether ``probe`` is a guess (``policies.guesses``) paying one task at most: that task's answer."""
         if probe == REAL or not guesses(self.policies.get(probe)):
             return False
         paid = (mean_reward(self._by_task.get((probe, t), [])) for t in self.tasks)
@@ -149,8 +142,7 @@ class ProbeReport:
         return {row.get("_ng_task_index", i): row_prompt(row) for i, row in enumerate(self.rows)}
 
     def components(self, probe: str) -> dict[str, float]:
-        """A rubric's components by their mean value over the probe's graded episodes, highest first
-        (empty when the reward has no components)."""
+        """A rubric's components by their mean value over the probe's graded episodes, highest first."""
         values: dict[str, list[float]] = {}
         for r in self.episodes(probe):
             if not r.mask_sample:
@@ -162,16 +154,14 @@ class ProbeReport:
 
     def shortcuts(self) -> dict[str, list[str]]:
         """The kinds of shortcut tried, each with the probes that tried it."""
-        from gymlab.probes.policies import shortcut
-
         kinds: dict[str, list[str]] = {}
         for name in self.rollouts:
             kinds.setdefault(shortcut(self.policies.get(name)), []).append(name)
         return kinds
 
     def reasons(self) -> dict[str, str]:
-        """Why each flagged probe is flagged, one sentence each: its mean reward and the rubric
-        components that paid it (those with a mean value above 0), or its mask rate and failure kinds."""
+        """Why each flagged probe is flagged, a sentence each: its mean reward and the components that paid
+        it, or its mask rate and failure kinds."""
         out = {}
         for name in self.flagged:
             c, why = self.cell(name), []
@@ -205,28 +195,22 @@ class ProbeReport:
 
     @property
     def flagged(self) -> list[str]:
-        """The runs whose mean reward over every task is above the threshold (a guess's: on more than one
-        task, ``by_chance``), or whose episodes were masked more often than the real policy's
-        (``Cell.masked_more``), in table order."""
+        """The runs whose cell over every task is ``above`` or ``masked_more``, in table order."""
         return [p for p in self.rollouts if self.cell(p).above or self.cell(p).masked_more]
 
     @property
     def frame(self):
-        """One row per probe and task: the ``Cell`` fields (episodes, masked, mask_rate, mean_reward,
-        beat_rate, real_reward, real_mask_rate, above, masked_more, by_chance), flagged (the probe is), shortcut
-        (the kind it tries), prompt."""
+        """One row per probe and task: the ``Cell`` fields, flagged, shortcut (the kind it tries), prompt."""
         import pandas as pd
 
         prompts, flagged = self.prompts(), set(self.flagged)
-        kinds = {name: kind for kind, names in self.shortcuts().items() for name in names}
         data = [
-            {**c.__dict__, "flagged": c.probe in flagged, "shortcut": kinds[c.probe], "prompt": prompts.get(c.task, "")}
+            {**c.__dict__, "flagged": c.probe in flagged, "shortcut": shortcut(self.policies.get(c.probe))}
+            | {"prompt": prompts.get(c.task, "")}
             for c in self.cells()
         ]
         columns = [*Cell.__dataclass_fields__, "flagged", "shortcut", "prompt"]
         return pd.DataFrame(data, columns=columns)
-
-    # -- display (the views: gymlab.lab.probe_view) ----------------------------------------------------
 
     def __repr__(self) -> str:
         return f"<ProbeReport mean reward per probe and task\n{self.text()}>"
@@ -236,6 +220,4 @@ class ProbeReport:
         return report_text(self)
 
     def _repr_html_(self) -> str:
-        from gymlab.probes.policies import describe
-
         return report_html(self, {name: describe(policy) for name, policy in self.policies.items()})

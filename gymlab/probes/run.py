@@ -67,7 +67,10 @@ def probe(
                 owners[run] = name
         if real_policy is None and _is_agent(env):
             jobs[REAL] = (env, rows)
-        done = run_sync(_run_all(lab, jobs, repeats, concurrency, progress))
+        runs_at_once = (
+            lab.arun_many(*job, repeats=repeats, concurrency=concurrency, progress=progress) for job in jobs.values()
+        )
+        done = dict(zip(jobs, run_sync(_gather(runs_at_once))))
     finally:
         _stop([h for name, pair in served.items() for h in pair if h is not None and h is not env])
     real = done.pop(REAL, None)
@@ -75,24 +78,17 @@ def probe(
     return ProbeReport(done, real=real, rows=rows, threshold=threshold, policies=run_policies)
 
 
-async def _run_all(lab, jobs, repeats, concurrency, progress) -> dict[str, Any]:
-    """Every run's rows at once (``concurrency`` episodes at a time for each run)."""
-    names = list(jobs)
-    results = await asyncio.gather(
-        *(
-            lab.arun_many(jobs[n][0], jobs[n][1], repeats=repeats, concurrency=concurrency, progress=progress)
-            for n in names
-        )
-    )
-    return dict(zip(names, results))
+async def _gather(coroutines: Iterable[Any]) -> list[Any]:
+    return await asyncio.gather(*coroutines)
 
 
 def _bound(policy: Callable, index: dict[str, list[dict[str, Any]]], limit: int | None) -> Callable:
     """``policy`` with the rows (a ``rows`` parameter) and the step limit (``max_steps``) it asks for."""
-    params = _parameters(policy)
-    extra = {"rows": index} if "rows" in params else {}
-    if "max_steps" in params:
-        extra["max_steps"] = limit
+    try:
+        params = set(inspect.signature(policy).parameters)
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        params = set()
+    extra = {key: value for key, value in (("rows", index), ("max_steps", limit)) if key in params}
     return functools.partial(policy, **extra) if extra else policy
 
 
@@ -121,8 +117,7 @@ def _step_limit(env: Any, kind: Any, base: dict[str, Any]) -> int | None:
         cls = agent_class(kind) if isinstance(kind, str) else kind
     except ConfigError:  # serve_agent names the unknown agent
         return None
-    field = getattr(cls, "model_fields", {}).get("max_steps")
-    return field.default if field is not None else None
+    return getattr(getattr(cls, "model_fields", {}).get("max_steps"), "default", None)
 
 
 def _stop(handles: list[Any]) -> None:
@@ -154,13 +149,6 @@ def _chosen(probes: Any) -> dict[str, Callable]:
     if not chosen:
         raise ValueError("no probes to run")
     return chosen
-
-
-def _parameters(policy: Callable) -> set[str]:
-    try:
-        return set(inspect.signature(policy).parameters)
-    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
-        return set()
 
 
 def _is_agent(target: Any) -> bool:

@@ -24,6 +24,3 @@ def add_component_columns(frame: Any, components: Sequence[dict | None]) -> Any:
         values = [(row or {}).get(name) for row in components]
         frame[PREFIX + name] = np.array([np.nan if v is None else v for v in values], dtype="float64")
     return frame
-
-
-__all__ = ["PREFIX", "add_component_columns"]

@@ -108,18 +108,10 @@ def parse_label(text: str, labels: Mapping[str, float]) -> float:
 def parse_json(text: str, key: str = "score", scale: tuple[float, float] = (0.0, 1.0)) -> float:
     """``key`` of the verdict's last JSON object that has it: a bool (1/0), or a finite number on
     ``scale`` mapped to 0..1; anything else (out of range, NaN, ``1e999``, a string) is ``Unparseable``."""
-    decoder, starts, obj = json.JSONDecoder(), [m.start() for m in re.finditer(r"\{", text)], None
-    for start in [*reversed(starts[-64:]), *starts[:1]]:  # bounded: a flood of braces costs at most 65 tries
-        try:
-            candidate = decoder.raw_decode(text, start)[0]
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(candidate, dict) and key in candidate:
-            obj = candidate
-            break
-    if obj is None:
+    found = _json_objects(text, key)
+    if not found:
         raise Unparseable(f"expected a JSON object with {key!r} in the verdict, got {text[:200]!r}")
-    value = obj[key]
+    value = found[-1][0][key]
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
@@ -154,15 +146,16 @@ def marker_quotes(verdict: str, answer: str) -> list[str]:
 
 
 def _json_objects(text: str, key: str) -> list[tuple[dict, str]]:
-    """The JSON objects with ``key`` that start at the last 64 ``{`` of ``text``, with their text."""
-    decoder, found = json.JSONDecoder(), []
-    for match in list(re.finditer(r"\{", text))[-64:]:
+    """The JSON objects with ``key`` that start at the first or the last 64 ``{`` of ``text``, with their text
+    (bounded: a flood of braces costs at most 65 tries)."""
+    decoder, found, starts = json.JSONDecoder(), [], [m.start() for m in re.finditer(r"\{", text)]
+    for start in dict.fromkeys([*starts[:1], *starts[-64:]]):
         try:
-            obj, end = decoder.raw_decode(text, match.start())
+            obj, end = decoder.raw_decode(text, start)
         except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict) and key in obj:
-            found.append((obj, text[match.start() : end]))
+            found.append((obj, text[start:end]))
     return found
 
 
@@ -170,8 +163,7 @@ def verdict_lines(text: str, markers: str = "VERDICT") -> list[str]:
     """The text after each of the last 16 ``markers`` (a regex of names: ``VERDICT``, ``SCORE|VERDICT``)
     followed by a colon, last first: the rest of its line, or the next non-empty line when it ends one."""
     found = list(re.finditer(rf"\b(?:{markers})[\s*]*:", text, re.I))[-16:]
-    rests = (text[m.end() :].strip(" \t\r\n*_`").split("\n", 1)[0].strip(" \t\r*_`") for m in reversed(found))
-    return list(rests)
+    return [text[m.end() :].strip(" \t\r\n*_`").split("\n", 1)[0].strip(" \t\r*_`") for m in reversed(found)]
 
 
 def _segments(text: str) -> Iterable[str]:
@@ -261,10 +253,6 @@ class Judge:
             "score": (f"SCORE: n/{high}", number),
         }.get(self.parse if isinstance(self.parse, str) else "", ("VERDICT: X", "X is your grade"))
         return f'End your reply with one final line "{line}", where {what}, and nothing after it.'
-
-    def request(self, body: Any) -> dict[str, Any]:
-        """The ``/v1/responses`` body this judge sends for ``body``."""
-        return self._request(self.fields(body))
 
     def _request(self, fields: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -387,18 +375,3 @@ class Judge:
         return ComponentFailed(
             Failure(kind=kind, stage="verification", server=f"judge {self.name}", message=message), judgement
         )
-
-
-__all__ = [
-    "Judge",
-    "Unparseable",
-    "default_fields",
-    "json_quotes",
-    "marker_quotes",
-    "opening_score",
-    "parse_json",
-    "parse_label",
-    "parse_score",
-    "set_aside",
-    "verdict_lines",
-]

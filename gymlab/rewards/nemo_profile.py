@@ -271,12 +271,9 @@ def write_nemo_profile(
     from gymlab.jsonl import write_text_atomic
 
     groups, agents, repeats = nemo_profile(records, inputs, masked_as_missing=masked_as_missing)
-    compact = {"separators": (",", ":")}
+    compact = (",", ":")
     tasks_path, agents_path, repeats_path = profile_paths(path)
-    write_text_atomic(tasks_path, "".join(json.dumps(g, **compact) + "\n" for g in groups))
-    write_text_atomic(agents_path, json.dumps(agents, **compact))
-    write_text_atomic(repeats_path, json.dumps(repeats, **compact))
+    write_text_atomic(tasks_path, "".join(json.dumps(g, separators=compact) + "\n" for g in groups))
+    write_text_atomic(agents_path, json.dumps(agents, separators=compact))
+    write_text_atomic(repeats_path, json.dumps(repeats, separators=compact))
     return tasks_path, agents_path, repeats_path
-
-
-__all__ = ["nemo_profile", "profile_paths", "write_nemo_profile"]

@@ -18,19 +18,16 @@ from typing import Any
 
 from gymlab.protocol.record import mean_reward_text
 from gymlab.rewards.nemo_profile import nemo_profile, order_key, write_nemo_profile
-from gymlab.rewards.stats import majority_at_k, pass_at_k, sample_std
+from gymlab.rewards.stats import majority_at_k, pass_at_k
 
 
 def _describe(values: list[float]) -> dict[str, float]:
+    """mean, sample std (ddof 1; 0.0 for one value, as NeMo Gym's profiler), min, median, max."""
     if not values:
         return dict.fromkeys(("mean", "std", "min", "median", "max"), math.nan)
-    return {
-        "mean": math.fsum(values) / len(values),
-        "std": sample_std(values),
-        "min": min(values),
-        "median": statistics.median(values),
-        "max": max(values),
-    }
+    n, mean = len(values), math.fsum(values) / len(values)
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return {"mean": mean, "std": std, "min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def _why(row: dict[str, Any]) -> str:
@@ -204,6 +201,3 @@ class Profile:
 def profile(records: Iterable[Any], *, threshold: float = 1.0) -> Profile:
     """The reward profile of rollout records (``Rollout`` objects), grouped by task."""
     return Profile(records, threshold=threshold)
-
-
-__all__ = ["Profile", "profile"]

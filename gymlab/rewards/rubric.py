@@ -143,13 +143,14 @@ class Rubric:
                 judgements.append(judgement)
         raw = dict(components)
         for c in self.components:  # a gate without a value (its judge failed) leaves the masked value as it is
-            if _gate(c) is not None and raw[c.name] is not None and raw[_gate(c)] is not None:
-                components[c.name] = raw[c.name] * raw[_gate(c)]
+            gate = _gate(c)
+            if gate is not None and (value := raw[c.name]) is not None and (paid := raw[gate]) is not None:
+                components[c.name] = value * paid
         weights = self.weights
         reward = 0.0 if failure else math.fsum(weights[n] * v for n, v in components.items())
         return Score(reward, components, weights, judgements, failure)
 
-    async def verify(self, body: Any, response_model: type | None = None, **extra: Any) -> Any:
+    async def verify(self, body: Any, response_model: type[Any] | None = None, **extra: Any) -> Any:
         """The verify response for ``body``: every field of the body echoed, plus the score's fields."""
         from gymlab.protocol.resources import BaseVerifyResponse
 
@@ -176,6 +177,3 @@ def _number(name: str, value: Any) -> float:
     if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     raise TypeError(f"component {name!r} must return a finite number or a bool, got {value!r:.100}")
-
-
-__all__ = ["COMPONENTS_KEY", "JUDGEMENTS_KEY", "Component", "ComponentFailed", "Rubric", "Score"]

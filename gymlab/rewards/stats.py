@@ -1,10 +1,9 @@
-"""Small exact statistics for reward profiles: unbiased pass@k and majority@k, sample std, and the
-Student t quantile for 95 % intervals (no SciPy needed)."""
+"""Small exact statistics for reward profiles: unbiased pass@k and majority@k, and the Student t quantile
+for 95 % intervals (no SciPy needed)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -24,15 +23,6 @@ def majority_at_k(n: int, c: int, k: int) -> float:
         weight = 1.0 if 2 * j > k else 0.5 if 2 * j == k else 0.0
         total += weight * math.comb(c, j) * math.comb(n - c, k - j)
     return total / math.comb(n, k)
-
-
-def sample_std(values: Sequence[float]) -> float:
-    """Sample standard deviation (ddof 1); 0.0 for a single value, as NeMo Gym's profiler reports it."""
-    n = len(values)
-    if n < 2:
-        return 0.0 if n else math.nan
-    mean = math.fsum(values) / n
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -91,6 +81,3 @@ def t_interval_95(mean: float, se: float, n: int) -> tuple[float, float]:
         return mean, mean
     half = t_quantile(0.975, n - 1) * se
     return mean - half, mean + half
-
-
-__all__ = ["majority_at_k", "pass_at_k", "sample_std", "t_cdf", "t_interval_95", "t_quantile"]

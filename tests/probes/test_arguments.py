@@ -5,8 +5,7 @@ import random
 import jsonschema
 import pytest
 
-from gymlab.probes.arguments import default_arguments, random_arguments
-from gymlab.probes.policies import answer_spray, call_every_tool, multiple_choice_options, repeat_tool_call
+from gymlab.probes.policies import answer_spray, arguments, call_every_tool, multiple_choice_options, repeat_tool_call
 from gymlab.protocol import ResponseCreateParams
 
 SCHEMAS = [
@@ -34,23 +33,23 @@ SCHEMAS = [
 
 @pytest.mark.parametrize("schema", SCHEMAS)
 def test_default_and_random_arguments_satisfy_the_schema(schema):
-    jsonschema.validate(default_arguments(schema), schema)
+    jsonschema.validate(arguments(schema), schema)
     rng = random.Random(0)
     for _ in range(50):
-        jsonschema.validate(random_arguments(schema, rng), schema)
+        jsonschema.validate(arguments(schema, rng), schema)
 
 
 def test_defaults_are_the_plainest_values():
-    assert default_arguments(SCHEMAS[1]) == {"value": 0}
-    assert default_arguments(SCHEMAS[3]) == {"n": 7}
-    plain = default_arguments(SCHEMAS[2])
+    assert arguments(SCHEMAS[1]) == {"value": 0}
+    assert arguments(SCHEMAS[3]) == {"n": 7}
+    plain = arguments(SCHEMAS[2])
     assert plain["query"] == "xx" and plain["limit"] == 1 and plain["mode"] == "fast" and plain["tags"] == [""]
 
 
 def test_random_arguments_repeat_with_the_seed():
-    a = [random_arguments(SCHEMAS[2], random.Random(5)) for _ in range(2)]
+    a = [arguments(SCHEMAS[2], random.Random(5)) for _ in range(2)]
     assert a[0] == a[1]
-    assert random_arguments(SCHEMAS[2], random.Random(6)) != a[0]
+    assert arguments(SCHEMAS[2], random.Random(6)) != a[0]
 
 
 def _request(text, tools=()):

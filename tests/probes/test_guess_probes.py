@@ -13,8 +13,14 @@ import pytest
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, GymnasiumServer, SimpleResourcesServer
 from gymlab.errors import ConfigError
 from gymlab.probes import probe
-from gymlab.probes.candidates import index_rows
-from gymlab.probes.constants import AnswerCounts, in_answer_format, most_common_answer, prompt_number, spelled
+from gymlab.probes.candidates import (
+    AnswerCounts,
+    in_answer_format,
+    index_rows,
+    most_common_answer,
+    prompt_number,
+    spelled,
+)
 from gymlab.probes.policies import (
     LEAKED,
     LONG_ANSWER_CHARS,
