@@ -10,10 +10,13 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from gymlab.cluster.bridge import bridged_urls, unbridge
 from gymlab.cluster.cell import Cell, CellGone
 from gymlab.cluster.connect import connect, require_ray
 from gymlab.cluster.recipe import Recipe, pack
+from gymlab.cluster.replica import CellReplica
 from gymlab.errors import ConfigError, ServerError, ServerStartError
+from gymlab.run.pool import ReplicaPool
 
 _pool_ids = itertools.count()
 
@@ -151,13 +154,15 @@ class CellPool:
 
     def replicas(self, agent: str | None = None):
         """The cells as one ``ReplicaPool`` of ``agent`` (default: the pool's agent), kept per agent."""
-        from gymlab.cluster.replica import CellReplica
-        from gymlab.collection.dispatch import ReplicaPool
-
         agent = agent or self.agent
         if agent not in self._replicas:
             self._replicas[agent] = ReplicaPool([CellReplica(c, agent) for c in self.cells], reprobe_s=None)
         return self._replicas[agent]
+
+    def urls(self) -> dict[str, str]:
+        """Driver-side URLs of one live cell's servers: they name a collection's targets, and its
+        resources server answers ``/aggregate_metrics``."""
+        return bridged_urls(self, self.pick())
 
     async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
         """``POST /run`` of ``job`` in the least busy live cell, moved while cells die: the parsed answer, or a
@@ -261,8 +266,6 @@ class CellPool:
             return
         self._closed = True
         import ray
-
-        from gymlab.cluster.bridge import unbridge
 
         unbridge(self)
 

@@ -14,7 +14,9 @@ from gymlab.collection.metrics import aggregate
 from gymlab.collection.runner import CollectResult
 from gymlab.errors import DatasetError
 from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
+from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import mean_reward
+from gymlab.run.sinks import failure_row
 
 
 def _united(files: list[Path], what: str, *, required: bool) -> dict[Key, tuple[dict[str, Any], Path, int]]:
@@ -98,8 +100,10 @@ def _unfinished(inputs: dict[Key, tuple[dict[str, Any], Path, int]], done: set[K
             "to merge with those written as failures",
         )
     reason = "the shard's collect stopped before this rollout finished (merged with --allow-partial); rerun it"
-    failed = {"failure_kind": "cancelled", "failure_stage": "admission", "mask_sample": True, "attempts": 0}
-    return {k: {**row, **failed, "failure_reason": f"{path}: {reason}"} for k, (row, path, _) in missing.items()}
+    return {
+        k: failure_row(row, Failure(kind="cancelled", stage="admission", message=f"{path}: {reason}"), attempts=0)
+        for k, (row, path, _) in missing.items()
+    }
 
 
 async def amerge(

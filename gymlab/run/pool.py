@@ -1,5 +1,6 @@
-"""Interchangeable replicas of one collection target (``Replica``, ``HttpReplica``) and the pool that gives
-each rollout to the least busy live one, taking a gone one out and probing it back (docs/collection.md)."""
+"""Interchangeable replicas of one run target (``Replica``, ``HttpReplica``, ``AgentReplica``) and the pool
+that gives each rollout to the least busy live one, taking a gone one out and probing it back
+(docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,21 @@ class HttpReplica:
 
     def __repr__(self) -> str:
         return f"<HttpReplica {self.url}>"
+
+
+class AgentReplica:
+    """An agent handle (or anything with ``arun(row)``) as the engine's one replica: its ``POST /run``
+    answer (``apost``, validated by the engine), else the ``Rollout`` its ``arun`` returns."""
+
+    def __init__(self, agent: Any):
+        self.agent, self.name = agent, str(agent.name)
+
+    async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
+        apost = getattr(self.agent, "apost", None)
+        return await apost("/run", job) if apost is not None else await self.agent.arun(job)
+
+    async def alive(self) -> bool:
+        return True
 
 
 @dataclass
@@ -183,4 +199,4 @@ def agent_pool(agent_url: str | Sequence[str] | ReplicaPool, server: str | None 
     return ReplicaPool([HttpReplica(url, server=server) for url in urls])
 
 
-__all__ = ["DEFAULT_REPROBE_S", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]
+__all__ = ["DEFAULT_REPROBE_S", "AgentReplica", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]
