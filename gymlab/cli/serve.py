@@ -97,9 +97,8 @@ def _on_sigterm(signum, frame):
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab._runtime.serve import answers_health
     from gymlab.collection.config import load_config
-    from gymlab.collection.serve_one import spawn
+    from gymlab.collection.serve_one import spawn, wait_healthy
 
     config = load_config(*args.configs)
     if args.ray and not args.dry_run:
@@ -117,18 +116,8 @@ def main(args: argparse.Namespace) -> int:
         for p in planned:
             procs.append((p, spawn(p.config, p.target, p.where)))
         for p, proc in procs:
-            deadline = time.monotonic() + args.startup_timeout
-            while not answers_health(p.url):
-                if proc.poll() is not None:
-                    raise GymlabError(
-                        f"{p.where}: server {p.name} exited with code {proc.returncode} before "
-                        "answering /health (its output is above)"
-                    )
-                if time.monotonic() > deadline:
-                    raise GymlabError(
-                        f"{p.where}: server {p.name} did not answer {p.url}/health within {args.startup_timeout:.0f}s"
-                    )
-                time.sleep(0.05)
+            if why := wait_healthy(proc, p.url, args.startup_timeout):
+                raise GymlabError(f"{p.where}: server {p.name} {why} (its output is above)")
             print(f"{p.name} -> {p.url}", flush=True)
         print(f"gymlab serve: all {len(procs)} servers are up; Ctrl-C stops them", flush=True)
         while True:

@@ -11,7 +11,7 @@ from typing import Any
 
 from gymlab.collection.files import Key, key_of, output_paths, sort_key
 from gymlab.collection.metrics import aggregate
-from gymlab.collection.runner import CollectResult
+from gymlab.collection.runner import CollectResult, sync_form
 from gymlab.errors import DatasetError
 from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
 from gymlab.protocol.failure_kinds import Failure
@@ -156,11 +156,7 @@ async def amerge(
     )
 
 
-def merge(output: str | os.PathLike, *shards: str | os.PathLike, **options: Any) -> CollectResult:
-    """``amerge`` from sync code; ``options``: ``resources_url``, ``overwrite``, ``allow_partial``."""
-    from gymlab._sync import run_sync
-
-    return run_sync(amerge(output, *shards, **options))
+merge = sync_form(amerge)
 
 
 __all__ = ["amerge", "merge"]

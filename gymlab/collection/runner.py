@@ -3,13 +3,14 @@ JSONL files, each record written as it finishes (docs/collection.md)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import orjson
 
@@ -31,6 +32,9 @@ from gymlab.run.sinks import JsonlSink, Key, Tally, key_of
 if TYPE_CHECKING:
     from gymlab.client import Client  # (imported when a collection runs: reading a file needs no HTTP stack)
 
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 #: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
 #: (``timeouts.episode``, 1800 s), so the agent's typed failure arrives first.
@@ -149,36 +153,20 @@ async def acollect(
         return await _collect(rows, output, config_route(config, urls, agent, metrics_here=here), **options)
 
 
-def collect(
-    source: Any,
-    output: str | os.PathLike,
-    *,
-    input: str | os.PathLike | Iterable[dict[str, Any]] | None = None,
-    dataset: str | None = None,
-    split: str | None = None,
-    agent: str | None = None,
-    agent_url: str | Sequence[str] | ReplicaPool | None = None,
-    route: Callable[[dict[str, Any]], Target] | None = None,
-    resources_url: str | None = None,
-    pool: Any = None,
-    client: Client | None = None,
-    repeats: int = 1,
-    concurrency: int = 16,
-    max_retries: int = 2,
-    backoff_s: float = 0.5,
-    retry_span_s: float = RETRY_SPAN_S,
-    timeout_s: float | None = DEFAULT_ROLLOUT_TIMEOUT_S,
-    responses_create_params: dict | None = None,
-    num_repeats_add_seed: bool = False,
-    limit: int | None = None,
-    shard: tuple[int, int] | str | None = None,
-    stop_after: int | None = STOP_AFTER,
-    progress: bool = True,
-) -> CollectResult:
-    """``acollect`` from sync code (a script, a kernel cell, ``gymlab collect``); Ctrl-C stops it with
-    every finished rollout kept (``gymlab._sync.run_sync``), and the same call resumes it."""
-    options = {k: v for k, v in locals().items() if k not in ("source", "output")}
-    return run_sync(acollect(source, output, **options))
+def sync_form(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """``fn`` with the same parameters, from sync code (a script, a kernel cell, the CLI); Ctrl-C stops it
+    with every finished rollout kept (``gymlab._sync.run_sync``), and the same call resumes it."""
+
+    @functools.wraps(fn)
+    def sync(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(fn(*args, **kwargs))
+
+    sync.__name__ = sync.__qualname__ = fn.__name__[1:]
+    sync.__doc__ = f"``{fn.__name__}`` from sync code; Ctrl-C keeps every finished rollout.\n\n{fn.__doc__}"
+    return sync
+
+
+collect = sync_form(acollect)
 
 
 async def _collect(

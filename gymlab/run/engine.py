@@ -110,7 +110,7 @@ class Breaker:
         return self.tripped is not None
 
     def error(self) -> RunStopped:
-        f = self.tripped
+        f = self.tripped or Failure(kind="cancelled")  # (asked only once tripped)
         return RunStopped(
             f"stopped after the first {self.count} tries all failed with {f.kind} (such as "
             f"{f.server + ': ' if f.server else ''}{f.message}); the rows not started were not attempted: "

@@ -100,7 +100,7 @@ class ReplicaPool:
         if not self._slots:
             raise ConfigError("a replica pool needs at least one replica (an agent URL)")
         self.reprobe_s = reprobe_s
-        self._probes: set[asyncio.Task] = set()
+        self._probes: set[asyncio.Task[None]] = set()
 
     @property
     def name(self) -> str:

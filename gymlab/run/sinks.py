@@ -135,12 +135,12 @@ class JsonlSink:
                 **answer,
                 **records.identity(task_index=row["_ng_task_index"], repeat=row["_ng_rollout_index"], agent=agent_ref),
             }
-            for k in ("task_id", "rollout_id", "attempt"):
-                if k in row and k not in record:
-                    record[k] = row[k]
+            for field in ("task_id", "rollout_id", "attempt"):
+                if field in row and field not in record:
+                    record[field] = row[field]
             self.writer.write(record)
-            if (k := key_of(record)) in self.failed_before:
-                self.recovered.add(k)
+            if (key := key_of(record)) in self.failed_before:
+                self.recovered.add(key)
             self.n_new += 1
             self.tally.add(record)
         else:
