@@ -142,7 +142,7 @@ def test_a_cell_killed_mid_collection_loses_and_duplicates_nothing(lab, tmp_path
                 rows,
                 out,
                 agent_url=pool.replicas(),
-                agent_name="simple_agent",
+                agent="simple_agent",
                 repeats=3,
                 concurrency=6,
                 progress=False,
