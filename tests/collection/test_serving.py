@@ -97,3 +97,18 @@ def test_rows_without_a_target_are_refused_with_what_to_give(tmp_path):
     with pytest.raises(ConfigError, match=r"give rows and agent_url= .* or route= .*, or a config"):
         gymlab.collect([{"responses_create_params": {"input": "hi"}}], tmp_path / "run.jsonl", progress=False)
     assert not (tmp_path / "run.jsonl").exists()
+
+
+def test_gymlab_collect_never_reaches_the_notebook_layer():
+    """``gymlab collect`` serves a config without a ``Lab``: no import from ``gymlab/cli/collect.py`` on
+    (lazy ones too) reaches ``gymlab.lab``, nor does the config serving."""
+    from tests.test_layers import import_graph
+
+    graph = import_graph()
+    seen, todo = set(), ["gymlab.cli.collect", "gymlab.collection.serving"]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    assert "gymlab.run.engine" in seen and not {m for m in seen if m.startswith("gymlab.lab")}
