@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gymlab.collection.expand import iter_expand
+from gymlab.collection.readers import kind_of, read_jsonl
+from gymlab.jsonl import iter_jsonl, write_bytes_atomic
 from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward, mean_reward_text
 from gymlab.run.engine import Job, Policy, RunState, run_jobs
@@ -51,8 +53,6 @@ class Rollouts(Sequence):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write one record per line, atomically (a temp file in the same folder, then a rename)."""
-        from gymlab.jsonl import write_bytes_atomic
-
         return write_bytes_atomic(path, self.store.buffer)
 
     def to_hf(self, format: str = "trl-sft", **options: Any):
@@ -198,9 +198,6 @@ def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:
 def load(path: str | os.PathLike, kind: str | None = None):
     """Read a JSONL file written by gymlab or NeMo Gym: ``Rollouts`` (with frames) for a rollout file,
     other kinds (sft, rl, task) as ``gymlab.read_jsonl`` gives them."""
-    from gymlab.collection.readers import kind_of, read_jsonl
-    from gymlab.jsonl import iter_jsonl
-
     if kind is None:
         first = next(iter_jsonl(path), None)
         kind = kind_of(first[1]) if first is not None else None
