@@ -3,6 +3,7 @@ JSONL files, each record written as it finishes (docs/collection.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -113,12 +114,14 @@ async def acollect(
     ``dataset``/``split``) go to the agent their ``agent_ref`` names (or ``agent``), a taskset row to
     its environment server: served in this process, in the cells of ``pool`` (a ``CellPool``,
     ``gymlab.cluster.configs.config_pool``) or at ``agent_url``. Every request goes through ``client``
-    (None: one made for the collection). A failure whose kind may pass is retried ``max_retries``
+    (None: the context's). A failure whose kind may pass is retried ``max_retries``
     times, and on while its failures span under ``retry_span_s`` (backoff ``backoff_s``, doubling), then
     written to the failures file; when the first ``stop_after`` tries all fail alike the run stops with
     ``RunStopped`` (None: never). ``shard=(i, n)`` or ``"i/n"``: only shard i of n, for ``merge``.
     """
-    config = config_of(source)
+    from gymlab.client import current_client, http_scope, using_client
+
+    t0, config = time.perf_counter(), config_of(source)
     if config is not None and input is None:
         rows: Any = config_rows(config, dataset=dataset, split=split)
     else:
@@ -129,13 +132,6 @@ async def acollect(
         raise ConfigError("give one of agent_url= (one agent server) or route= (row -> Target)")
     rows = read_rows(rows, flat="auto") if isinstance(rows, (str, os.PathLike)) else check_rows(rows)
     rows = rows[:limit] if limit is not None else rows
-    options = dict(
-        repeats=repeats,
-        concurrency=concurrency,
-        policy=Policy(max_retries, backoff_s, timeout_s, stop_after, retry_span_s),
-    )
-    options.update(responses_create_params=responses_create_params, num_repeats_add_seed=num_repeats_add_seed)
-    options.update(shard=shard, progress=progress, client=client)
     if agent_url is not None:
         replicas = agent_pool(agent_url, server=agent)
         default_ref = {"type": "responses_api_agents", "name": agent or replicas.name}
@@ -144,13 +140,96 @@ async def acollect(
             ref = {"type": "responses_api_agents", "name": agent} if agent else row.get("agent_ref")
             return Target(replicas.name, ref or default_ref, resources_url, replicas)
 
-    if route is not None:
-        return await _collect(rows, output, route, **options)
-    assert config is not None  # (a source without agent_url or route is a config, checked above)
-    if pool is not None:
-        return await _collect(rows, output, config_route(config, pool.urls(), agent, pool.replicas), **options)
-    async with served(config) as (urls, here):
-        return await _collect(rows, output, config_route(config, urls, agent, metrics_here=here), **options)
+    client = client or current_client()  # to become a client of the collection's own, closed at its end
+    async with contextlib.AsyncExitStack() as stack:
+        stack.enter_context(using_client(client))
+        await stack.enter_async_context(http_scope())  # no connection pool outlives a caller's short-lived loop
+        if route is None and pool is not None:
+            route = config_route(config, pool.urls(), agent, pool.replicas)
+        elif route is None:  # (a source without agent_url or route is a config, checked above)
+            urls, here = await stack.enter_async_context(served(config))
+            route = config_route(config, urls, agent, metrics_here=here)
+
+        def jobs() -> Iterator[tuple[dict[str, Any], Target]]:
+            """The jobs, made as they are read (twice: once to check and record them, once to run them)."""
+            expanded = iter_expand(
+                rows,
+                repeats,
+                responses_create_params=responses_create_params,
+                num_repeats_add_seed=num_repeats_add_seed,
+            )
+            for job in in_shard(expanded, shard) if shard is not None else expanded:
+                target = route(job)
+                job.setdefault("agent_ref", target.agent_ref)
+                yield job, target
+
+        paths = output_paths(output)
+        if shard is not None:
+            options = [repeats, responses_create_params, num_repeats_add_seed]
+            record_shard(paths["shard"], shard, rows, options=options)
+        done = _checked_done(paths["rollouts"])
+        pools: dict[str, ReplicaPool] = {}
+        metrics_urls: dict[str, str | None] = {}
+        total = n_skipped = 0
+        for job, t in _recorded_inputs(paths["materialized_inputs"], jobs(), done):
+            total += 1
+            n_skipped += key_of(job) in done
+            if t.url not in pools:
+                pools[t.url] = t.replicas or ReplicaPool(
+                    [HttpReplica(t.url, server=str(t.agent_ref.get("name") or t.url))]
+                )
+            metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
+        pending = (
+            Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
+            for i, (job, t) in enumerate(jobs())
+            if key_of(job) not in done
+        )
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, initial=n_skipped, desc=paths["rollouts"].name, unit="rollout", dynamic_ncols=True)
+        failed_before = (key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures"))
+        sink = JsonlSink(paths, failed_before, bar)
+        try:
+            concurrency = max(1, min(concurrency, total - n_skipped))
+            await run_jobs(
+                pending,
+                sink,
+                concurrency=concurrency,
+                policy=Policy(max_retries, backoff_s, timeout_s, stop_after, retry_span_s),
+                client=client,
+            )
+        finally:
+            for p in pools.values():
+                await p.aclose()
+            sink.close()
+            if bar is not None:
+                bar.close()
+
+        n_rollouts = rewrite_sorted(paths["rollouts"])
+        n_failures = rewrite_sorted(
+            paths["failures"], keep=lambda k: k not in done and k not in sink.recovered, what="failures"
+        )
+        tally = Tally()
+
+        def records() -> Iterator[dict[str, Any]]:
+            for _, _, _, record in iter_appendable(paths["rollouts"], repair=False):
+                tally.add(record)
+                yield record
+
+        metrics = await aggregate(records(), metrics_urls)
+    write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
+    return CollectResult(
+        paths["rollouts"],
+        aggregate_metrics=metrics,
+        n_new=sink.n_new,
+        n_skipped=n_skipped,
+        n_rollouts=n_rollouts,
+        n_failures=n_failures,
+        mean_reward=tally.mean,
+        duration_s=time.perf_counter() - t0,
+    )
 
 
 def sync_form(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
@@ -167,100 +246,6 @@ def sync_form(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
 
 
 collect = sync_form(acollect)
-
-
-async def _collect(
-    rows: list[dict[str, Any]],
-    output: str | os.PathLike,
-    route: Callable[[dict[str, Any]], Target],
-    *,
-    repeats: int,
-    concurrency: int,
-    policy: Policy,
-    responses_create_params: dict | None,
-    num_repeats_add_seed: bool,
-    shard: tuple[int, int] | str | None,
-    progress: bool,
-    client: Client | None,
-) -> CollectResult:
-    """The rows' jobs not done yet through the run engine into the JSONL sink, then the files sorted
-    and the metrics written."""
-    t0 = time.perf_counter()
-
-    def jobs() -> Iterator[tuple[dict[str, Any], Target]]:
-        """The jobs, made as they are read (twice: once to check and record them, once to run them)."""
-        expanded = iter_expand(
-            rows, repeats, responses_create_params=responses_create_params, num_repeats_add_seed=num_repeats_add_seed
-        )
-        for job in in_shard(expanded, shard) if shard is not None else expanded:
-            target = route(job)
-            job.setdefault("agent_ref", target.agent_ref)
-            yield job, target
-
-    paths = output_paths(output)
-    if shard is not None:
-        options = [repeats, responses_create_params, num_repeats_add_seed]
-        record_shard(paths["shard"], shard, rows, options=options)
-    done = _checked_done(paths["rollouts"])
-    pools: dict[str, ReplicaPool] = {}
-    metrics_urls: dict[str, str | None] = {}
-    total = n_skipped = 0
-    for job, t in _recorded_inputs(paths["materialized_inputs"], jobs(), done):
-        total += 1
-        n_skipped += key_of(job) in done
-        if t.url not in pools:
-            pools[t.url] = t.replicas or ReplicaPool([HttpReplica(t.url, server=str(t.agent_ref.get("name") or t.url))])
-        metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
-    pending = (
-        Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
-        for i, (job, t) in enumerate(jobs())
-        if key_of(job) not in done
-    )
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, initial=n_skipped, desc=paths["rollouts"].name, unit="rollout", dynamic_ncols=True)
-    failed_before = (key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures"))
-    sink = JsonlSink(paths, failed_before, bar)
-    from gymlab.client import current_client, http_scope, using_client
-
-    client = client or current_client()  # to become a client of the collection's own, closed at its end
-    with using_client(client):
-        async with http_scope():  # no connection pool outlives a caller's short-lived loop
-            try:
-                concurrency = max(1, min(concurrency, total - n_skipped))
-                await run_jobs(pending, sink, concurrency=concurrency, policy=policy, client=client)
-            finally:
-                for p in pools.values():
-                    await p.aclose()
-                sink.close()
-                if bar is not None:
-                    bar.close()
-
-            n_rollouts = rewrite_sorted(paths["rollouts"])
-            n_failures = rewrite_sorted(
-                paths["failures"], keep=lambda k: k not in done and k not in sink.recovered, what="failures"
-            )
-            tally = Tally()
-
-            def records() -> Iterator[dict[str, Any]]:
-                for _, _, _, record in iter_appendable(paths["rollouts"], repair=False):
-                    tally.add(record)
-                    yield record
-
-            metrics = await aggregate(records(), metrics_urls)
-    write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
-    return CollectResult(
-        paths["rollouts"],
-        aggregate_metrics=metrics,
-        n_new=sink.n_new,
-        n_skipped=n_skipped,
-        n_rollouts=n_rollouts,
-        n_failures=n_failures,
-        mean_reward=tally.mean,
-        duration_s=time.perf_counter() - t0,
-    )
 
 
 def _checked_done(path: Path) -> set[Key]:
