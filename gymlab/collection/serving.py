@@ -63,16 +63,10 @@ async def served(config: Config) -> AsyncIterator[tuple[dict[str, str], set[str]
             server.stop_work()
         for _, runner in reversed(runners):
             await asyncio.to_thread(runner.stop)
-        if line := _errors_line([entry.line for entry in list(book.entries) if entry.time >= start]):
-            print(line, file=sys.stderr, flush=True)
-
-
-def _errors_line(lines: list[str]) -> str | None:
-    """One line for the errors the servers logged during a collection: how many, and the most common."""
-    if not lines:
-        return None
-    (common, n), *_ = Counter(lines).most_common(1)
-    return f"gymlab collect: the servers logged {len(lines)} errors; the most common ({n}): {common[:300]}"
+        if lines := [entry.line for entry in list(book.entries) if entry.time >= start]:
+            (common, n), *_ = Counter(lines).most_common(1)
+            line = f"the servers logged {len(lines)} errors; the most common ({n}): {common[:300]}"
+            print(f"gymlab collect: {line}", file=sys.stderr, flush=True)
 
 
 def config_of(source: Any) -> Config | None:

@@ -68,15 +68,13 @@ class HttpReplica:
 
 
 class AgentReplica:
-    """An agent handle (or anything with ``arun(row)``) as the engine's one replica: its ``POST /run``
-    answer (``apost``, validated by the engine), else the ``Rollout`` its ``arun`` returns."""
+    """An agent handle as the engine's one replica: its ``POST /run`` answer (validated by the engine)."""
 
     def __init__(self, agent: Any):
         self.agent, self.name = agent, str(agent.name)
 
     async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
-        apost = getattr(self.agent, "apost", None)
-        return await apost("/run", job) if apost is not None else await self.agent.arun(job)
+        return await self.agent.apost("/run", job)
 
     async def alive(self) -> bool:
         return True

@@ -44,23 +44,10 @@ class Builder(Protocol):
     def line(self, index: int) -> bytes: ...
 
 
-class Finished(Sequence[bytes]):
-    """A running run's finished records in the order they finished, as their JSON lines (read from
-    the run's builder: no second copy)."""
-
-    def __init__(self, held: Builder, order: list[int]):
-        self.held, self.order = held, order
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self.held.line(self.order[i])
-
-
-class MemorySink:
+class MemorySink(Sequence[bytes]):
     """The engine's memory sink: each record (a failure as a masked record) with its row's identity,
-    held by position in ``held``; ``order``: the positions in the order their episodes finished."""
+    held by position in ``held``. As a sequence: the finished records' JSON lines in the order they
+    finished (``state.finished``: what an interrupted run keeps, read from ``held``, no second copy)."""
 
     def __init__(
         self,
@@ -75,8 +62,8 @@ class MemorySink:
     ):
         self.held, self.agent, self.env, self.raise_errors = held, agent, env or agent, raise_errors
         self.bar, self.observe = bar, observe
-        self.order: list[int] = []
-        state.finished = Finished(held, self.order)
+        self.order: list[int] = []  # positions in the order their episodes finished
+        state.finished = self
 
     def __call__(self, job: Job, outcome: Outcome) -> None:
         row, record = job.row, outcome.record
@@ -94,6 +81,12 @@ class MemorySink:
             self.observe(record)
         if self.bar is not None:
             self.bar.update(1)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.held.line(self.order[i])
 
     def completed(self) -> list[int]:
         """Each position's rank in the order the episodes finished (``reward_curve``'s x)."""
@@ -160,4 +153,4 @@ class JsonlSink:
         self.fail_writer.close()
 
 
-__all__ = ["Finished", "JsonlSink", "Key", "MemorySink", "Tally", "failure_row", "key_of"]
+__all__ = ["JsonlSink", "Key", "MemorySink", "Tally", "failure_row", "key_of"]
