@@ -144,11 +144,13 @@ async def acollect(
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(using_client(client))
         await stack.enter_async_context(http_scope())  # no connection pool outlives a caller's short-lived loop
-        if route is None and pool is not None:
-            route = config_route(config, pool.urls(), agent, pool.replicas)
-        elif route is None:  # (a source without agent_url or route is a config, checked above)
-            urls, here = await stack.enter_async_context(served(config))
-            route = config_route(config, urls, agent, metrics_here=here)
+        if route is None:
+            assert config is not None  # a source without agent_url or route is a config (checked above)
+            if pool is None:
+                urls, here = await stack.enter_async_context(served(config))
+                route = config_route(config, urls, agent, metrics_here=here)
+            else:
+                route = config_route(config, pool.urls(), agent, pool.replicas)
 
         def jobs() -> Iterator[tuple[dict[str, Any], Target]]:
             """The jobs, made as they are read (twice: once to check and record them, once to run them)."""
