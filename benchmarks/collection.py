@@ -39,12 +39,12 @@ def collection_throughput(n_rows: int = 10_000, concurrency: int = 32) -> dict[s
             Path(tmp) / "bench.jsonl",
             agent_url=agent.url,
             resources_url=env.url,
-            agent_name="simple_agent",
+            agent="simple_agent",
             concurrency=concurrency,
             progress=False,
         )
-    if result.failures or len(result.rollouts) != n_rows:
-        raise RuntimeError(f"collection benchmark lost rollouts: {result.failures[:1]}")
+    if result.n_failures or result.n_rollouts != n_rows:  # (counts: the files went with the temporary folder)
+        raise RuntimeError(f"collection benchmark lost rollouts: {result!r}")
     return {
         "rows": n_rows,
         "concurrency": concurrency,

@@ -85,7 +85,7 @@ def _calculator_config() -> Path:
 
 def measure_collect(n: int, concurrency: int = 32) -> dict[str, Any]:
     """``collect`` of ``n`` calculator episodes (its 5 rows, ``n / 5`` repeats each)."""
-    from gymlab.lab.collect import collect
+    from gymlab.collection import collect
 
     repeats = max(1, n // 5)
     with tempfile.TemporaryDirectory() as tmp:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from gymlab.collection.config import load_config
     from gymlab.collection.merge import merge
     from gymlab.collection.readers import Dataset, read_jsonl
-    from gymlab.collection.runner import acollect
+    from gymlab.collection.runner import acollect, collect
     from gymlab.envservers.single_agent_turn import SingleAgentTurn
     from gymlab.errors import (
         AnswerError,
@@ -74,7 +74,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from gymlab.export import export_dataset, export_rl, export_rollouts, export_sft, read_dataset
     from gymlab.failure_kinds import Failure
     from gymlab.lab import AgentHandle, Lab, ServerHandle
-    from gymlab.lab.collect import collect
     from gymlab.lab.episode import Episode
     from gymlab.lab.reverify import reverify
     from gymlab.lab.runs import Rollouts, load

@@ -1,20 +1,21 @@
 """``gymlab collect``: rollouts of a dataset, resumable (rerun the same command to continue).
 
-Only argument parsing; ``gymlab.lab.collect.collect`` does the rest. Exit status 1 when some rollouts
+Only argument parsing; ``gymlab.collection.collect`` does the rest. Exit status 1 when some rollouts
 failed (a rerun retries them), 2 when the run stopped because its first tries all failed alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any
 
-from gymlab.collection.engine import STOP_AFTER
 from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S
 from gymlab.errors import ConfigError
 from gymlab.retry import RETRY_SPAN_S
+from gymlab.run.engine import STOP_AFTER
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,37 +110,40 @@ def _json_object(flag: str, text: str | None) -> dict | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab.lab.collect import collect
+    from gymlab.cluster.configs import config_pool
+    from gymlab.collection.config import load_config
+    from gymlab.collection.runner import collect
 
-    if args.configs:
-        from gymlab.collection.config import load_config
-
-        source: Any = load_config(*args.configs)
-    else:
-        source = args.input
-    result = collect(
-        source,
-        args.output,
-        input=args.input if args.configs else None,
-        dataset=args.dataset,
-        split=args.split,
-        agent=args.agent,
-        agent_url=args.agent_url,
-        resources_url=args.resources_url,
-        ray=args.ray,
-        ray_options=ray_options(args) if args.ray else None,
-        repeats=args.repeats,
-        concurrency=args.concurrency,
-        max_retries=args.max_retries,
-        retry_span_s=args.retry_span,
-        stop_after=args.stop_after,
-        timeout_s=args.timeout,
-        responses_create_params=_json_object("--responses-create-params", args.responses_create_params),
-        num_repeats_add_seed=args.num_repeats_add_seed,
-        limit=args.limit,
-        shard=args.shard,
-        progress=not args.no_progress,
-    )
+    if args.ray and (args.agent_url or not args.configs):
+        raise ConfigError("--ray runs a CONFIG's servers in Ray cells: give the CONFIG, and no --agent-url")
+    if not args.configs and not (args.input and args.agent_url):
+        raise ConfigError("give --agent-url and --input, or a CONFIG whose servers to run")
+    source: Any = load_config(*args.configs) if args.configs else args.input
+    with config_pool(source, **ray_options(args)) if args.ray else contextlib.nullcontext() as pool:
+        if pool is not None:
+            print(f"gymlab collect: {pool!r}", file=sys.stderr, flush=True)
+        result = collect(
+            source,
+            args.output,
+            input=args.input if args.configs else None,
+            dataset=args.dataset,
+            split=args.split,
+            agent=args.agent,
+            agent_url=args.agent_url,
+            resources_url=args.resources_url,
+            pool=pool,
+            repeats=args.repeats,
+            concurrency=args.concurrency,
+            max_retries=args.max_retries,
+            retry_span_s=args.retry_span,
+            stop_after=args.stop_after,
+            timeout_s=args.timeout,
+            responses_create_params=_json_object("--responses-create-params", args.responses_create_params),
+            num_repeats_add_seed=args.num_repeats_add_seed,
+            limit=args.limit,
+            shard=args.shard,
+            progress=not args.no_progress,
+        )
     print(
         f"gymlab collect: {result.n_rollouts} rollouts in {result.output} ({result.n_new} new, "
         f"{result.n_skipped} already done), mean reward {result.mean_reward:.3f}"

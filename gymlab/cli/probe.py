@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _group(rows: list[dict[str, Any]], agents: dict, agent: str | None) -> dict[str, list[dict[str, Any]]]:
     """Rows by the agent that runs them."""
-    from gymlab.lab.collect import agent_of
+    from gymlab.collection.serving import agent_of
 
     if agent is not None and agent not in agents:
         raise ConfigError(f"--agent {agent!r}: no such agent in the config; agents: {', '.join(agents) or 'none'}")

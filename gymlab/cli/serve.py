@@ -100,8 +100,7 @@ def main(args: argparse.Namespace) -> int:
 
 def serve_processes(planned: list[Planned], args: argparse.Namespace) -> int:
     """Each planned server as its own process, until one exits or Ctrl-C."""
-    from gymlab._runtime.serve import answers_health
-    from gymlab.collection.serve_one import spawn
+    from gymlab.collection.serve_one import spawn, wait_healthy
 
     signal.signal(signal.SIGTERM, _on_sigterm)
     procs: list[tuple[Planned, subprocess.Popen]] = []
@@ -109,19 +108,8 @@ def serve_processes(planned: list[Planned], args: argparse.Namespace) -> int:
         for p in planned:
             procs.append((p, spawn(p.config, p.target, p.spec.where)))
         for p, proc in procs:
-            deadline = time.monotonic() + args.startup_timeout
-            while not answers_health(p.url):
-                if proc.poll() is not None:
-                    raise GymlabError(
-                        f"{p.spec.where}: server {p.spec.instance} exited with code {proc.returncode} before "
-                        "answering /health (its output is above)"
-                    )
-                if time.monotonic() > deadline:
-                    raise GymlabError(
-                        f"{p.spec.where}: server {p.spec.instance} did not answer {p.url}/health within "
-                        f"{args.startup_timeout:.0f}s"
-                    )
-                time.sleep(0.05)
+            if why := wait_healthy(proc, p.url, args.startup_timeout):
+                raise GymlabError(f"{p.spec.where}: server {p.spec.instance} {why} (its output is above)")
             print(f"{p.spec.instance} -> {p.url}", flush=True)
         print(f"gymlab serve: all {len(procs)} servers are up; Ctrl-C stops them", flush=True)
         while True:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from typing import Any
 
-from gymlab._runtime.serve import answers_health, free_port
+from gymlab._runtime.serve import free_port
 from gymlab.cluster.recipe import ordered, unpack
 from gymlab.errors import ConfigError
 
@@ -48,7 +47,7 @@ class Cell:
 
     def _spawn(self, recipe) -> str:
         """``recipe``'s server as ``gymlab serve`` runs it (a process and its workers): its URL."""
-        from gymlab.collection.serve_one import spawn
+        from gymlab.collection.serve_one import spawn, wait_healthy
 
         if recipe.target is None or recipe.raw is None:
             raise ConfigError(
@@ -62,14 +61,11 @@ class Cell:
         process = spawn(config, recipe.target, recipe.where)  # it dies with this process (serve_one)
         self.processes[recipe.name] = process
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while not answers_health(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise ConfigError(
-                    f"{recipe.where or recipe.name}: its {recipe.workers} workers did not start in the cell"
-                )
-            time.sleep(0.05)
+        if why := wait_healthy(process, url, 60):
+            self.close()
+            raise ConfigError(
+                f"{recipe.where or recipe.name}: its {recipe.workers} workers did not start in the cell: {why}"
+            )
         return url
 
     def info(self) -> dict[str, Any]:

@@ -10,10 +10,14 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from gymlab.cluster.bridge import bridged_urls, unbridge
 from gymlab.cluster.cell import Cell, CellGone
 from gymlab.cluster.connect import connect, require_ray
 from gymlab.cluster.recipe import Recipe, pack
+from gymlab.cluster.replica import CellReplica
 from gymlab.errors import ConfigError, ServerError, ServerStartError
+from gymlab.run.engine import Job, Policy, attempt
+from gymlab.run.pool import ReplicaPool
 
 _pool_ids = itertools.count()
 
@@ -151,45 +155,31 @@ class CellPool:
 
     def replicas(self, agent: str | None = None):
         """The cells as one ``ReplicaPool`` of ``agent`` (default: the pool's agent), kept per agent."""
-        from gymlab.cluster.replica import CellReplica
-        from gymlab.collection.dispatch import ReplicaPool
-
         agent = agent or self.agent
         if agent not in self._replicas:
             self._replicas[agent] = ReplicaPool([CellReplica(c, agent) for c in self.cells], reprobe_s=None)
         return self._replicas[agent]
 
+    def urls(self) -> dict[str, str]:
+        """Driver-side URLs of one live cell's servers: they name a collection's targets, and its
+        resources server answers ``/aggregate_metrics``."""
+        return bridged_urls(self, self.pick())
+
     async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
-        """``POST /run`` of ``job`` in the least busy live cell, moved while cells die: the parsed answer, or a
-        ``ServerError`` (status 0 and ``transport_peer_drop`` when no cell is left). The driver keeps ``timeout``."""
-        from gymlab.errors import ReplicaGone
-        from gymlab.retry import retrying
-
+        """``POST /run`` of ``job`` on the run engine: in the least busy live cell, moved while cells die; the
+        answer, or a ``ServerError`` (status 0 and ``transport_peer_drop`` when no cell is left). The driver
+        keeps ``timeout``; a failed rollout is not tried again."""
         timeout = self.rollout_budget(agent) if timeout is None else timeout
-        replicas = self.replicas(agent)
-
-        moved = False
-
-        async def once() -> Any:
-            nonlocal moved
-            replica = replicas.pick()
-            try:
-                return await replica.run(job, timeout)
-            except ReplicaGone:
-                moved = replicas.lose(replica)
-                raise
-            finally:
-                replicas.done(replica)
-
-        def again(exc: Exception, _: int) -> float | None:  # a moved rollout runs in another cell, recorded once
-            return 0.0 if isinstance(exc, ReplicaGone) and moved else None
-
-        try:
-            return await retrying(once, again)
-        except ReplicaGone as gone:
-            raise ServerError(
-                self.name, "POST /run", 0, gone.cause, "every cell of the pool is gone; serve it again", gone.failure
-            ) from None
+        policy = Policy(max_retries=0, timeout_s=timeout, stop_after=None, retry_span_s=0.0)
+        outcome = await attempt(Job(0, job, self.replicas(agent), agent or self.agent), policy)
+        if outcome.record is not None:
+            return outcome.answer if outcome.answer is not None else outcome.record
+        if isinstance(outcome.error, ServerError):
+            raise outcome.error
+        cause = getattr(outcome.error, "cause", str(outcome.error))
+        raise ServerError(
+            self.name, "POST /run", 0, cause, "every cell of the pool is gone; serve it again", outcome.failure
+        )
 
     async def arun(self, row: dict[str, Any]):
         """One episode of ``row`` through the pool's agent: a ``Rollout`` (what ``run_many`` calls)."""
@@ -261,8 +251,6 @@ class CellPool:
             return
         self._closed = True
         import ray
-
-        from gymlab.cluster.bridge import unbridge
 
         unbridge(self)
 

@@ -142,3 +142,41 @@ def from_config(config) -> list[Recipe]:
         role = ROLE_OF_TYPE[spec.server_type]
         recipes.append(Recipe(spec.instance, role, spec.server_cls(), fields, refs, spec.target(), raw, spec.where))
     return recipes
+
+
+def env_recipes(
+    env: type,
+    agent: str | type,
+    model: Any,
+    name: str | None,
+    agent_config: dict[str, Any] | None,
+    config: dict[str, Any],
+) -> tuple[list[Recipe], str]:
+    """The recipes of ``lab.serve_pool``'s cell, and the agent's name: ``env`` built with ``config``, the
+    agent bound to it, and ``model`` (a policy function, ``dict(openai=...)`` options, or a model URL)."""
+    from gymlab.registry import agent_class
+
+    if not isinstance(env, type):
+        raise TypeError(f"serve_pool takes a server class (each cell builds its own), not {type(env).__name__}")
+    env_name = config.pop("name", None) or env.model_fields["name"].default or env.__name__.lower()
+    recipes = [Recipe(env_name, "resources", env, config)]
+    agent_cls = agent_class(agent) if isinstance(agent, str) else agent
+    agent_name = name or (agent if isinstance(agent, str) else agent_cls.__name__.lower())
+    agent_recipe = Recipe(agent_name, "agent", agent_cls, dict(agent_config or {}), {"resources_server": env_name})
+    if isinstance(model, str):
+        agent_recipe.config["model_server"] = model
+    elif isinstance(model, dict):
+        from gymlab.models.openai import OpenAIModel
+
+        recipes.append(Recipe("openai_model", "model", OpenAIModel, dict(model.get("openai", model))))
+        agent_recipe.refs["model_server"] = "openai_model"
+    elif callable(model):
+        from gymlab.models.policy import PolicyModel
+
+        recipes.append(Recipe("policy_model", "model", PolicyModel, {"policy": model}))
+        agent_recipe.refs["model_server"] = "policy_model"
+    elif model is not None:
+        raise TypeError(
+            f"serve_pool model=: a policy function, openai options or a model server URL, not {type(model).__name__}"
+        )
+    return [*recipes, agent_recipe], agent_name

@@ -1,4 +1,4 @@
-"""A cell as a collection replica (``gymlab.collection.dispatch.Replica``): one agent of one cell.
+"""A cell as a run replica (``gymlab.run.pool.Replica``): one agent of one cell.
 The driver keeps each rollout's budget; the cell gets a little less for its own ``/run`` (docs/cluster.md).
 """
 

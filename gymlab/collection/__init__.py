@@ -4,9 +4,10 @@ replica pools); how the modules fit together is in docs/collection.md."""
 from __future__ import annotations
 
 from gymlab.collection.config import Config, load_config
-from gymlab.collection.dispatch import HttpReplica, Replica, ReplicaPool
 from gymlab.collection.merge import amerge, merge
-from gymlab.collection.runner import CollectResult, Target, acollect, collect
+from gymlab.collection.runner import CollectResult, acollect, collect
+from gymlab.collection.serving import Target
+from gymlab.run.pool import HttpReplica, Replica, ReplicaPool
 
 __all__ = [
     "CollectResult",

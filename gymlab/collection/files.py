@@ -11,8 +11,7 @@ from typing import Any
 
 from gymlab.errors import DatasetError
 from gymlab.jsonl import atomic_file, iter_appendable
-
-Key = tuple[Any, Any]
+from gymlab.run.sinks import Key, key_of
 
 
 def output_paths(output: str | os.PathLike) -> dict[str, Path]:
@@ -26,10 +25,6 @@ def output_paths(output: str | os.PathLike) -> dict[str, Path]:
         "aggregate_metrics": stem.with_name(stem.name + "_aggregate_metrics.json"),
         "shard": stem.with_name(stem.name + "_shard.json"),
     }
-
-
-def key_of(record: dict[str, Any]) -> Key:
-    return (record.get("_ng_task_index"), record.get("_ng_rollout_index"))
 
 
 def sort_key(record: dict[str, Any]) -> tuple:

@@ -11,10 +11,12 @@ from typing import Any
 
 from gymlab.collection.files import Key, key_of, output_paths, sort_key
 from gymlab.collection.metrics import aggregate
-from gymlab.collection.runner import CollectResult
+from gymlab.collection.runner import CollectResult, sync_form
 from gymlab.errors import DatasetError
 from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
+from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import mean_reward
+from gymlab.run.sinks import failure_row
 
 
 def _united(files: list[Path], what: str, *, required: bool) -> dict[Key, tuple[dict[str, Any], Path, int]]:
@@ -98,8 +100,10 @@ def _unfinished(inputs: dict[Key, tuple[dict[str, Any], Path, int]], done: set[K
             "to merge with those written as failures",
         )
     reason = "the shard's collect stopped before this rollout finished (merged with --allow-partial); rerun it"
-    failed = {"failure_kind": "cancelled", "failure_stage": "admission", "mask_sample": True, "attempts": 0}
-    return {k: {**row, **failed, "failure_reason": f"{path}: {reason}"} for k, (row, path, _) in missing.items()}
+    return {
+        k: failure_row(row, Failure(kind="cancelled", stage="admission", message=f"{path}: {reason}"), attempts=0)
+        for k, (row, path, _) in missing.items()
+    }
 
 
 async def amerge(
@@ -152,11 +156,7 @@ async def amerge(
     )
 
 
-def merge(output: str | os.PathLike, *shards: str | os.PathLike, **options: Any) -> CollectResult:
-    """``amerge`` from sync code; ``options``: ``resources_url``, ``overwrite``, ``allow_partial``."""
-    from gymlab._sync import run_sync
-
-    return run_sync(amerge(output, *shards, **options))
+merge = sync_form(amerge)
 
 
 __all__ = ["amerge", "merge"]

@@ -3,41 +3,43 @@ JSONL files, each record written as it finishes (docs/collection.md)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import orjson
 
-from gymlab.collection.dispatch import HttpReplica, ReplicaPool, agent_pool
-from gymlab.collection.engine import STOP_AFTER, Job, Outcome, Policy, run_jobs
+from gymlab._sync import run_sync
+from gymlab.collection.config_rows import config_rows, read_rows
 from gymlab.collection.expand import check_rows, iter_expand
-from gymlab.collection.files import Key, key_of, output_paths, rewrite_sorted
+from gymlab.collection.files import output_paths, rewrite_sorted
 from gymlab.collection.metrics import aggregate
+from gymlab.collection.serving import Target, config_of, config_route, served
 from gymlab.collection.shards import in_shard, record_shard
 from gymlab.errors import ConfigError, DatasetError
-from gymlab.jsonl import LineWriter, atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
-from gymlab.protocol.record import identity, mean_reward_text
+from gymlab.jsonl import atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
+from gymlab.protocol.record import mean_reward_text
 from gymlab.retry import RETRY_SPAN_S
+from gymlab.run.engine import STOP_AFTER, Job, Policy, run_jobs
+from gymlab.run.pool import HttpReplica, ReplicaPool, agent_pool
+from gymlab.run.sinks import JsonlSink, Key, Tally, key_of
+
+if TYPE_CHECKING:
+    from gymlab.client import Client  # (imported when a collection runs: reading a file needs no HTTP stack)
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 #: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
 #: (``timeouts.episode``, 1800 s), so the agent's typed failure arrives first.
 DEFAULT_ROLLOUT_TIMEOUT_S = 2000.0
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where one row goes: ``POST {url}/run``, recorded as ``agent_ref``; metrics from ``metrics_url``.
-    ``replicas``: a ``ReplicaPool`` that runs it instead (``url`` then only names the target)."""
-
-    url: str
-    agent_ref: dict[str, Any]
-    metrics_url: str | None = None
-    replicas: ReplicaPool | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -75,86 +77,22 @@ class CollectResult:
         )
 
 
-class _Tally:
-    """Rewards of the unmasked records, summed as they pass (the progress bar's and the result's mean)."""
-
-    def __init__(self) -> None:
-        self.total, self.n = 0.0, 0
-
-    def add(self, record: dict[str, Any]) -> None:
-        if not record.get("mask_sample"):
-            self.total += float(record.get("reward") or 0.0)
-            self.n += 1
-
-    @property
-    def mean(self) -> float:
-        return self.total / self.n if self.n else float("nan")
-
-
-class JsonlSink:
-    """The engine's JSONL sink: a record to the rollouts file, a failure to the failures file, each
-    appended whole as it finishes and then dropped."""
-
-    def __init__(self, paths: dict[str, Path], failed_before: set[Key], bar: Any = None):
-        self.failed_before, self.bar = failed_before, bar
-        self.recovered: set[Key] = set()  # keys of earlier failures that have a record now
-        self.writer, self.fail_writer = LineWriter(paths["rollouts"]), LineWriter(paths["failures"])
-        self.n_new = self.n_failed = 0
-        self.tally = _Tally()
-
-    def __call__(self, job: Job, outcome: Outcome) -> None:
-        row, target = job.row, job.target
-        if outcome.record is not None:
-            answer = outcome.answer or outcome.record.model_dump(mode="json", exclude_none=True)
-            record = {
-                **answer,
-                **identity(task_index=row["_ng_task_index"], repeat=row["_ng_rollout_index"], agent=target.agent_ref),
-            }
-            for k in ("task_id", "rollout_id", "attempt"):
-                if k in row and k not in record:
-                    record[k] = row[k]
-            self.writer.write(record)
-            if (k := key_of(record)) in self.failed_before:
-                self.recovered.add(k)
-            self.n_new += 1
-            self.tally.add(record)
-        else:
-            failure = outcome.failure
-            self.fail_writer.write(
-                {
-                    **row,
-                    "agent_ref": target.agent_ref,
-                    "failure_kind": failure.kind,
-                    "failure_reason": failure.message or str(outcome.error),
-                    "failure_stage": failure.stage,
-                    "failure_server": failure.server,
-                    "attempts": outcome.attempts,
-                    "status": getattr(outcome.error, "status", None),
-                }
-            )
-            self.n_failed += 1
-        if self.bar is not None:
-            self.bar.set_postfix(
-                mean_reward=f"{self.tally.mean:.3f}" if self.tally.n else "-", failed=self.n_failed, refresh=False
-            )
-            self.bar.update(1)
-
-    def close(self) -> None:
-        self.writer.close()
-        self.fail_writer.close()
-
-
 # -- collection --------------------------------------------------------------------------------
 
 
 async def acollect(
-    rows: Iterable[dict[str, Any]] | str | os.PathLike,
+    source: Any,
     output: str | os.PathLike,
     *,
+    input: str | os.PathLike | Iterable[dict[str, Any]] | None = None,
+    dataset: str | None = None,
+    split: str | None = None,
+    agent: str | None = None,
     agent_url: str | Sequence[str] | ReplicaPool | None = None,
     route: Callable[[dict[str, Any]], Target] | None = None,
-    agent_name: str | None = None,
     resources_url: str | None = None,
+    pool: Any = None,
+    client: Client | None = None,
     repeats: int = 1,
     concurrency: int = 16,
     max_retries: int = 2,
@@ -168,81 +106,102 @@ async def acollect(
     stop_after: int | None = STOP_AFTER,
     progress: bool = True,
 ) -> CollectResult:
-    """Collect rollouts of ``rows`` (dicts, or a JSONL path) into ``output`` (docs/collection.md).
+    """Collect the rollouts of ``source`` into ``output`` (docs/collection.md).
 
-    Give ``agent_url`` (one URL, several of the same agent, or a ``ReplicaPool``; ``resources_url`` for
-    its metrics) or ``route`` (row -> ``Target``). A failure whose kind may pass is retried ``max_retries``
-    times, and on while its failures span under ``retry_span_s`` (``gymlab.retry.RETRY_SPAN_S``; backoff
-    ``backoff_s``, doubling), then written to
-    the failures file; when the first ``stop_after`` tries all fail alike the run stops with
+    ``source``: rows (dicts, or a JSONL path) for an agent at ``agent_url`` (one URL, several of the
+    same agent, or a ``ReplicaPool``; ``resources_url`` for its metrics) or for ``route`` (row ->
+    ``Target``); or a config (``load_config(...)``, YAML paths), whose rows (``input``, else its
+    ``dataset``/``split``) go to the agent their ``agent_ref`` names (or ``agent``), a taskset row to
+    its environment server: served in this process, in the cells of ``pool`` (a ``CellPool``,
+    ``gymlab.cluster.configs.config_pool``) or at ``agent_url``. Every request goes through ``client``
+    (None: the context's). A failure whose kind may pass is retried ``max_retries``
+    times, and on while its failures span under ``retry_span_s`` (backoff ``backoff_s``, doubling), then
+    written to the failures file; when the first ``stop_after`` tries all fail alike the run stops with
     ``RunStopped`` (None: never). ``shard=(i, n)`` or ``"i/n"``: only shard i of n, for ``merge``.
     """
-    t0 = time.perf_counter()
-    is_path = isinstance(rows, (str, os.PathLike))
-    if hasattr(rows, "launch_order") or (is_path and str(rows).endswith((".yaml", ".yml"))):
-        raise ConfigError(
-            f"{rows}: a config is collected by gymlab.collect(config, output, ...), which serves its servers "
-            "for the run; acollect takes rows and an agent_url or route"
-        )
-    if is_path:
-        from gymlab.collection.config_rows import read_rows
+    from gymlab.client import current_client, http_scope, using_client
 
-        rows = read_rows(rows, flat="auto")  # errors name the file's own line numbers
+    t0, config = time.perf_counter(), config_of(source)
+    if config is not None and input is None:
+        rows: Any = config_rows(config, dataset=dataset, split=split)
     else:
-        rows = check_rows(rows)
+        rows = input if config is not None else source
+    if rows is None or (config is None and agent_url is None and route is None):
+        raise ConfigError("give rows and agent_url= (an agent server) or route= (row -> Target), or a config")
+    if agent_url is not None and route is not None:
+        raise ConfigError("give one of agent_url= (one agent server) or route= (row -> Target)")
+    rows = read_rows(rows, flat="auto") if isinstance(rows, (str, os.PathLike)) else check_rows(rows)
     rows = rows[:limit] if limit is not None else rows
-    if (agent_url is None) == (route is None):
-        raise ConfigError("give exactly one of agent_url= (one agent server) or route= (row -> Target)")
-    if route is None:
-        pool = agent_pool(agent_url, server=agent_name)
-        default_ref = {"type": "responses_api_agents", "name": agent_name or pool.name}
+    if agent_url is not None:
+        replicas = agent_pool(agent_url, server=agent)
+        default_ref = {"type": "responses_api_agents", "name": agent or replicas.name}
 
         def route(row: dict[str, Any]) -> Target:
-            ref = {"type": "responses_api_agents", "name": agent_name} if agent_name else row.get("agent_ref")
-            return Target(pool.name, ref or default_ref, resources_url, pool)
+            ref = {"type": "responses_api_agents", "name": agent} if agent else row.get("agent_ref")
+            return Target(replicas.name, ref or default_ref, resources_url, replicas)
 
-    def jobs() -> Iterator[tuple[dict[str, Any], Target]]:
-        """The jobs, made as they are read (twice: once to check and record them, once to run them)."""
-        expanded = iter_expand(
-            rows, repeats, responses_create_params=responses_create_params, num_repeats_add_seed=num_repeats_add_seed
+    client = client or current_client()  # to become a client of the collection's own, closed at its end
+    async with contextlib.AsyncExitStack() as stack:
+        stack.enter_context(using_client(client))
+        await stack.enter_async_context(http_scope())  # no connection pool outlives a caller's short-lived loop
+        if route is None:
+            assert config is not None  # a source without agent_url or route is a config (checked above)
+            if pool is None:
+                urls, here = await stack.enter_async_context(served(config))
+                route = config_route(config, urls, agent, metrics_here=here)
+            else:
+                route = config_route(config, pool.urls(), agent, pool.replicas)
+
+        def jobs() -> Iterator[tuple[dict[str, Any], Target]]:
+            """The jobs, made as they are read (twice: once to check and record them, once to run them)."""
+            expanded = iter_expand(
+                rows,
+                repeats,
+                responses_create_params=responses_create_params,
+                num_repeats_add_seed=num_repeats_add_seed,
+            )
+            for job in in_shard(expanded, shard) if shard is not None else expanded:
+                target = route(job)
+                job.setdefault("agent_ref", target.agent_ref)
+                yield job, target
+
+        paths = output_paths(output)
+        if shard is not None:
+            options = [repeats, responses_create_params, num_repeats_add_seed]
+            record_shard(paths["shard"], shard, rows, options=options)
+        done = _checked_done(paths["rollouts"])
+        pools: dict[str, ReplicaPool] = {}
+        metrics_urls: dict[str, str | None] = {}
+        total = n_skipped = 0
+        for job, t in _recorded_inputs(paths["materialized_inputs"], jobs(), done):
+            total += 1
+            n_skipped += key_of(job) in done
+            if t.url not in pools:
+                pools[t.url] = t.replicas or ReplicaPool(
+                    [HttpReplica(t.url, server=str(t.agent_ref.get("name") or t.url))]
+                )
+            metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
+        pending = (
+            Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
+            for i, (job, t) in enumerate(jobs())
+            if key_of(job) not in done
         )
-        for job in in_shard(expanded, shard) if shard is not None else expanded:
-            target = route(job)
-            job.setdefault("agent_ref", target.agent_ref)
-            yield job, target
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
 
-    paths = output_paths(output)
-    if shard is not None:
-        options = [repeats, responses_create_params, num_repeats_add_seed]
-        record_shard(paths["shard"], shard, rows, options=options)
-    done = _checked_done(paths["rollouts"])
-    pools: dict[str, ReplicaPool] = {}
-    metrics_urls: dict[str, str | None] = {}
-    total = n_skipped = 0
-    for job, t in _recorded_inputs(paths["materialized_inputs"], jobs(), done):
-        total += 1
-        n_skipped += key_of(job) in done
-        if t.url not in pools:
-            pools[t.url] = t.replicas or ReplicaPool([HttpReplica(t.url, server=str(t.agent_ref.get("name") or t.url))])
-        metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
-    pending = (
-        Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
-        for i, (job, t) in enumerate(jobs())
-        if key_of(job) not in done
-    )
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, initial=n_skipped, desc=paths["rollouts"].name, unit="rollout", dynamic_ncols=True)
-    failed_before = {key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures")}
-    sink = JsonlSink(paths, failed_before, bar)
-    policy = Policy(max_retries, backoff_s, timeout_s, stop_after, retry_span_s)
-    from gymlab.client import http_scope
-
-    async with http_scope():  # no connection pool outlives a caller's short-lived loop
+            bar = tqdm(total=total, initial=n_skipped, desc=paths["rollouts"].name, unit="rollout", dynamic_ncols=True)
+        failed_before = (key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures"))
+        sink = JsonlSink(paths, failed_before, bar)
         try:
-            await run_jobs(pending, sink, concurrency=max(1, min(concurrency, total - n_skipped)), policy=policy)
+            concurrency = max(1, min(concurrency, total - n_skipped))
+            await run_jobs(
+                pending,
+                sink,
+                concurrency=concurrency,
+                policy=Policy(max_retries, backoff_s, timeout_s, stop_after, retry_span_s),
+                client=client,
+            )
         finally:
             for p in pools.values():
                 await p.aclose()
@@ -254,7 +213,7 @@ async def acollect(
         n_failures = rewrite_sorted(
             paths["failures"], keep=lambda k: k not in done and k not in sink.recovered, what="failures"
         )
-        tally = _Tally()
+        tally = Tally()
 
         def records() -> Iterator[dict[str, Any]]:
             for _, _, _, record in iter_appendable(paths["rollouts"], repair=False):
@@ -275,14 +234,20 @@ async def acollect(
     )
 
 
-def collect(
-    rows: Iterable[dict[str, Any]] | str | os.PathLike, output: str | os.PathLike, **options: Any
-) -> CollectResult:
-    """``acollect`` from sync code (a script, a kernel cell); Ctrl-C stops it with every finished
-    rollout kept (``gymlab._sync.run_sync``), and the same call resumes it."""
-    from gymlab._sync import run_sync
+def sync_form(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """``fn`` with the same parameters, from sync code (a script, a kernel cell, the CLI); Ctrl-C stops it
+    with every finished rollout kept (``gymlab._sync.run_sync``), and the same call resumes it."""
 
-    return run_sync(acollect(rows, output, **options))
+    @functools.wraps(fn)
+    def sync(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(fn(*args, **kwargs))
+
+    sync.__name__ = sync.__qualname__ = fn.__name__[1:]
+    sync.__doc__ = f"``{fn.__name__}`` from sync code; Ctrl-C keeps every finished rollout.\n\n{fn.__doc__}"
+    return sync
+
+
+collect = sync_form(acollect)
 
 
 def _checked_done(path: Path) -> set[Key]:

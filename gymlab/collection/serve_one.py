@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from typing import Any
 
 #: The import target of the server class (``/abs/app.py``, ``/abs/app.py:Class``, ``module:Class``).
 TARGET_ENV = "GYMLAB_SERVER_TARGET"
@@ -25,6 +27,21 @@ def spawn(config: dict, target: str, where: str, **popen):
     except BaseException:
         os.unlink(path)
         raise
+
+
+def wait_healthy(process: Any, url: str, timeout: float) -> str | None:
+    """Wait until the ``spawn``ed server answers ``url/health``: None, else why it never will (it exited,
+    or ``timeout`` seconds passed). The one wait for a server process (``gymlab serve``, a Ray cell)."""
+    from gymlab._runtime.serve import answers_health
+
+    deadline = time.monotonic() + timeout
+    while not answers_health(url):
+        if process.poll() is not None:
+            return f"exited with code {process.returncode} before answering /health"
+        if time.monotonic() > deadline:
+            return f"did not answer {url}/health within {timeout:.0f}s"
+        time.sleep(0.05)  # a process that is starting has nothing to wait on but its port
+    return None
 
 
 def main() -> int:

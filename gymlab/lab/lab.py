@@ -14,8 +14,11 @@ from typing import Any
 from gymlab._runtime.serve import LoopServer
 from gymlab._sync import run_sync
 from gymlab._traces import Interrupted, is_user_file, logbook
+from gymlab.client import current_client
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
+from gymlab.lab.runs import Rollouts, arun_many, failure_line
+from gymlab.run.engine import RunState
 from gymlab.server import BaseServer
 
 _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
@@ -179,33 +182,9 @@ class Lab:
         every node reaches. ``address``: None starts a local cluster, ``"auto"`` or ``HOST:PORT`` joins one.
         """
         from gymlab.cluster.pool import CellPool
-        from gymlab.cluster.recipe import Recipe
-        from gymlab.registry import agent_class
+        from gymlab.cluster.recipe import env_recipes
 
-        if not isinstance(env, type):
-            raise TypeError(f"serve_pool takes a server class (each cell builds its own), not {type(env).__name__}")
-        env_name = config.pop("name", None) or env.model_fields["name"].default or env.__name__.lower()
-        recipes = [Recipe(env_name, "resources", env, config)]
-        agent_cls = agent_class(agent) if isinstance(agent, str) else agent
-        agent_name = name or (agent if isinstance(agent, str) else agent_cls.__name__.lower())
-        agent_recipe = Recipe(agent_name, "agent", agent_cls, dict(agent_config or {}), {"resources_server": env_name})
-        if isinstance(model, str):
-            agent_recipe.config["model_server"] = model
-        elif isinstance(model, dict):
-            from gymlab.models.openai import OpenAIModel
-
-            recipes.append(Recipe("openai_model", "model", OpenAIModel, dict(model.get("openai", model))))
-            agent_recipe.refs["model_server"] = "openai_model"
-        elif callable(model):
-            from gymlab.models.policy import PolicyModel
-
-            recipes.append(Recipe("policy_model", "model", PolicyModel, {"policy": model}))
-            agent_recipe.refs["model_server"] = "policy_model"
-        elif model is not None:
-            raise TypeError(
-                f"serve_pool model=: a policy function, openai options or a model server URL, not {type(model).__name__}"
-            )
-        recipes.append(agent_recipe)
+        recipes, agent_name = env_recipes(env, agent, model, name, agent_config, config)
         pool = CellPool(
             recipes,
             replicas=replicas,
@@ -289,8 +268,6 @@ class Lab:
         (``on_error="raise"``, ``RunStopped``) keeps the finished episodes in ``lab.last_run``.
         """
         __tracebackhide__ = True
-        from gymlab.lab.runs import RunState
-
         state, since = RunState(), time.time()
         options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
         options.update(max_retries=max_retries)  # retries of a transport or provider failure (runs.arun_many)
@@ -306,8 +283,6 @@ class Lab:
 
     async def arun_many(self, agent: AgentHandle, rows: list[dict[str, Any]], **options: Any):
         """``run_many`` for async code, with its keywords (``await lab.arun_many(...)`` in a cell, or a task)."""
-        from gymlab.lab.runs import RunState
-
         state, since = RunState(), time.time()
         try:
             result = await self._run_many(agent, rows, state, **options)
@@ -318,8 +293,6 @@ class Lab:
         return result
 
     async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
-        from gymlab.lab.runs import Rollouts, arun_many
-
         if check and not (report := self.check(agent, rows)).ok:
             raise ConfigError(f"{report} (fix the rows or the server; run_many(..., check=False) skips this check)")
         task = asyncio.current_task()
@@ -327,7 +300,8 @@ class Lab:
         try:
             with self._book.quiet():
                 env_name = agent.env_name() if is_pool(agent) else getattr(self._env_handle(agent), "name", None)
-                result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
+                client = current_client()  # the Lab's own client (lab.client) once it holds one
+                result = await arun_many(agent, rows, client=client, env_name=env_name, state=state, **options)
         except BaseException:  # an Interrupt, on_error="raise", RunStopped: the finished episodes are kept
             self.last_run = Rollouts(state.finished)
             raise
@@ -420,7 +394,5 @@ def _close_all() -> None:
 def _report_failures(result, book, since: float) -> None:
     """One line for a run's failures, by kind and the most common cause (nothing is printed per episode);
     it points to ``lab.logs()`` only when ``book`` holds an error logged ``since`` the run began."""
-    from gymlab.lab.runs import failure_line
-
     if line := failure_line(result, logged=any(e.time >= since for e in list(book.entries))):
         print(line, file=sys.stderr, flush=True)

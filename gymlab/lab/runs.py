@@ -8,12 +8,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gymlab.collection.expand import iter_expand
+from gymlab.collection.readers import kind_of, read_jsonl
+from gymlab.jsonl import iter_jsonl, write_bytes_atomic
 from gymlab.lab.store import RecordStore, StoreBuilder
-from gymlab.protocol import record as records
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward, mean_reward_text
+from gymlab.run.engine import Job, Policy, RunState, run_jobs
+from gymlab.run.pool import AgentReplica, ReplicaPool
+from gymlab.run.sinks import MemorySink
 
 if TYPE_CHECKING:
-    from gymlab.collection.engine import Job, Outcome
+    from gymlab.client import Client
 
 
 class Rollouts(Sequence):
@@ -48,8 +53,6 @@ class Rollouts(Sequence):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write one record per line, atomically (a temp file in the same folder, then a rename)."""
-        from gymlab.jsonl import write_bytes_atomic
-
         return write_bytes_atomic(path, self.store.buffer)
 
     def to_hf(self, format: str = "trl-sft", **options: Any):
@@ -195,9 +198,6 @@ def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:
 def load(path: str | os.PathLike, kind: str | None = None):
     """Read a JSONL file written by gymlab or NeMo Gym: ``Rollouts`` (with frames) for a rollout file,
     other kinds (sft, rl, task) as ``gymlab.read_jsonl`` gives them."""
-    from gymlab.collection.readers import kind_of, read_jsonl
-    from gymlab.jsonl import iter_jsonl
-
     if kind is None:
         first = next(iter_jsonl(path), None)
         kind = kind_of(first[1]) if first is not None else None
@@ -206,93 +206,11 @@ def load(path: str | os.PathLike, kind: str | None = None):
     return read_jsonl(path, kind)
 
 
-class RunState:
-    """What a running ``run_many`` has done so far: finished records (their JSON lines, read from
-    the run's store) in completion order, and how many episodes are running. An interrupted run
-    reports from it and keeps what finished."""
-
-    def __init__(self, total: int = 0):
-        self.total = total
-        self.running = 0
-        self.stopped = 0  # running when the run was cancelled
-        self.finished: Sequence[bytes] = []
-
-    def cancelled_line(self) -> str:
-        """One line saying what an interrupt stopped and what it kept."""
-        not_started = self.total - self.running - self.stopped - len(self.finished)
-        return (
-            f"gymlab: run cancelled: {self.stopped} running episode(s) stopped and their sessions closed, "
-            f"{not_started} not started; the {len(self.finished)} finished are in lab.last_run"
-        )
-
-
-class Finished(Sequence):
-    """A running run's finished records in the order they finished, as their JSON lines (read from
-    the run's ``StoreBuilder``: no second copy)."""
-
-    def __init__(self, held: StoreBuilder, order: list[int]):
-        self.held, self.order = held, order
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __getitem__(self, i):
-        return self.held.line(self.order[i])
-
-
-class AgentReplica:
-    """An agent handle (or anything with ``arun(row)``) as the engine's one replica: its ``POST /run``
-    answer (``apost``, validated by the engine), else the ``Rollout`` its ``arun`` returns."""
-
-    def __init__(self, agent: Any):
-        self.agent, self.name = agent, str(agent.name)
-
-    async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
-        apost = getattr(self.agent, "apost", None)
-        return await apost("/run", job) if apost is not None else await self.agent.arun(job)
-
-    async def alive(self) -> bool:
-        return True
-
-
-class MemorySink:
-    """The engine's memory sink: each record (a failure as a masked record) with its row's identity,
-    held as its JSON line by position (``StoreBuilder``)."""
-
-    def __init__(
-        self, total: int, agent: str, env: str | None, on_error: str, state: RunState, bar: Any, observe: Any = None
-    ):
-        self.held = StoreBuilder(total)
-        self.agent, self.env, self.on_error, self.bar, self.observe = agent, env or agent, on_error, bar, observe
-        self.order: list[int] = []  # job positions in the order their episodes finished (reward_curve's x)
-        state.finished = Finished(self.held, self.order)
-
-    def __call__(self, job: Job, outcome: Outcome) -> None:
-        row = job.row
-        record = outcome.record
-        if record is None:
-            if self.on_error == "raise":
-                raise outcome.error
-            record = records.failed(row, outcome.failure, duration_s=outcome.duration_s)
-        record = records.with_identity(
-            record, task_index=row["_ng_task_index"], repeat=row["_ng_rollout_index"], agent=self.agent, env=self.env
-        )
-        self.held.add(job.position, record)
-        self.order.append(job.position)
-        if self.observe is not None:
-            self.observe(record)
-        if self.bar is not None:
-            self.bar.update(1)
-
-    def rollouts(self) -> Rollouts:
-        completed = [rank for _, rank in sorted(zip(self.order, range(len(self.order))))]
-        return Rollouts(store=self.held.finish(), completed=completed)
-
-
 async def arun_many(
     agent: Any,
     rows: list[dict[str, Any]],
     *,
+    client: Client | None = None,
     repeats: int = 1,
     concurrency: int = 16,
     env_name: str | None = None,
@@ -304,16 +222,12 @@ async def arun_many(
     observe: Callable[[Rollout], None] | None = None,
 ) -> Rollouts:
     """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``, or a ``CellPool``'s cells),
-    ``concurrency`` at a time, on the one run engine; records in "aabbcc" order, named by agent and
-    environment. A failure is retried ``max_retries`` times (none by default: a notebook run shows
-    every failure) when its kind may pass, then masked (``on_error="raise"``: raised). ``state``
+    ``concurrency`` at a time, on the one run engine with ``client``; records in "aabbcc" order, named by
+    agent and environment. A failure is retried ``max_retries`` times (none by default: a notebook run
+    shows every failure) when its kind may pass, then masked (``on_error="raise"``: raised). ``state``
     follows the run; ``observe(record)`` sees each record as it finishes (a live panel)."""
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
-    from gymlab.collection.dispatch import ReplicaPool
-    from gymlab.collection.engine import Job, Policy, run_jobs
-    from gymlab.collection.expand import iter_expand  # the one repeat expansion, shared with collection
-
     rows = list(rows)
     total = sum(1 for _ in iter_expand(rows, repeats))  # every job checked before the first runs
     name = str(agent.name)
@@ -327,11 +241,13 @@ async def arun_many(
         from tqdm.auto import tqdm
 
     bar = tqdm(total=total, desc=name, unit="episode") if progress else None
-    sink = MemorySink(total, name, env_name, on_error, state, bar, observe)
+    held = StoreBuilder(total)
+    sink = MemorySink(held, name, env_name, raise_errors=on_error == "raise", state=state, bar=bar, observe=observe)
     jobs = (Job(i, row, pool, name) for i, row in enumerate(iter_expand(rows, repeats)))
+    policy = Policy(max_retries, backoff_s, budget)
     try:
-        await run_jobs(jobs, sink, concurrency=concurrency, policy=Policy(max_retries, backoff_s, budget), counts=state)
-        return sink.rollouts()
+        await run_jobs(jobs, sink, concurrency=concurrency, policy=policy, client=client, state=state)
+        return Rollouts(store=held.finish(), completed=sink.completed())
     finally:
         if bar is not None:
             bar.close()

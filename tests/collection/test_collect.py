@@ -238,7 +238,7 @@ async def test_an_unreachable_agent_is_recorded_not_raised(tmp_path):
         rows,
         tmp_path / "run.jsonl",
         agent_url="http://127.0.0.1:9",
-        agent_name="gone",
+        agent="gone",
         max_retries=1,
         backoff_s=0.01,
         retry_span_s=2.0,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gymlab.collection import HttpReplica, Replica, ReplicaPool, acollect, collect
-from gymlab.collection.dispatch import agent_pool
 from gymlab.errors import ConfigError, ReplicaGone
 from gymlab.examples import example_rows
+from gymlab.run.pool import agent_pool
 
 
 class Dies:
@@ -91,7 +91,7 @@ def test_a_replica_that_comes_back_re_enters_rotation(agent, tmp_path):
 async def test_an_unreachable_url_names_the_agent_as_before(tmp_path):
     rows = example_rows("calculator")[:1]
     run = await acollect(
-        rows, tmp_path / "a.jsonl", agent_url="http://127.0.0.1:9", agent_name="gone", max_retries=0, progress=False
+        rows, tmp_path / "a.jsonl", agent_url="http://127.0.0.1:9", agent="gone", max_retries=0, progress=False
     )
     [failure] = run.failures
     assert (failure["failure_server"], failure["failure_kind"], failure["failure_stage"]) == (

@@ -77,13 +77,20 @@ def test_run_many_retries_a_provider_failure_when_asked(lab, calculator):
     assert (again.mask_sample, again.reward) == (False, 1.0) and calls["n"] == 3  # 1 failed, then 2 turns
 
 
-async def test_acollect_of_a_config_says_which_call_serves_it(tmp_path):
-    import pytest
+async def test_collect_and_acollect_are_one_pair(tmp_path):
+    """The same parameters; ``acollect`` serves a config's servers from a caller's own loop as ``collect``
+    does from sync code."""
+    import inspect
 
-    from gymlab.errors import ConfigError
+    import gymlab
+    from gymlab.examples import environment_dir
 
-    with pytest.raises(ConfigError, match=r"gymlab\.collect\(config, output, \.\.\.\)"):
-        await acollect(tmp_path / "config.yaml", tmp_path / "run.jsonl", agent_url="http://127.0.0.1:9")
+    assert inspect.signature(gymlab.collect).parameters == inspect.signature(gymlab.acollect).parameters
+    config = environment_dir("calculator") / "configs" / "calculator.yaml"
+    result = await gymlab.acollect(config, tmp_path / "run.jsonl", limit=2, progress=False)
+    assert (result.n_rollouts, result.n_failures, result.mean_reward) == (2, 0, 1.0)
+    again = await gymlab.acollect(config, tmp_path / "run.jsonl", limit=2, progress=False)
+    assert (again.n_new, again.n_skipped) == (0, 2)  # served again, on new ports, and resumed
 
 
 @pytest.mark.parametrize("when", ["at the start", "midway"])

@@ -141,26 +141,35 @@ def test_lab_refuses_several_workers_naming_the_way_to_get_them(lab, calculator)
 
 
 def test_a_running_runs_finished_records_are_read_from_its_one_buffer():
-    """Records added out of order: those finished from the start on sit in the store's one buffer,
-    the rest wait as lines; ``Finished`` reads both in the order they finished (what a cancel keeps)."""
-    from gymlab.lab.runs import Finished, Rollouts
+    """Records finished out of order: those finished from the start on sit in the store's one buffer,
+    the rest wait as lines; the memory sink reads both in the order they finished (what a cancel keeps)."""
+    from gymlab.lab.runs import Rollouts
     from gymlab.lab.store import StoreBuilder
     from gymlab.protocol.record import synthetic
+    from gymlab.run.engine import Job, Outcome, RunState
+    from gymlab.run.sinks import MemorySink
 
     records = synthetic(6, 2)
-    builder, order = StoreBuilder(len(records)), []
-    finished = Finished(builder, order)
+    builder, state = StoreBuilder(len(records)), RunState()
+    sink = MemorySink(builder, "agent", "env", raise_errors=False, state=state)
+    rows = [{"_ng_task_index": p, "_ng_rollout_index": 0} for p in range(6)]
+    expected = [
+        r.model_copy(
+            update={**rows[p], "agent_ref": {"type": "responses_api_agents", "name": "agent"}, "env_name": "env"}
+        )
+        for p, r in enumerate(records)
+    ]
     for position in (2, 0, 5, 1):
-        builder.add(position, records[position])
-        order.append(position)
-    assert builder.ready == 3 and sorted(builder.ahead_of) == [5]
-    kept = Rollouts(finished)  # what lab.last_run holds after a cancel
-    assert [r.model_dump() for r in kept] == [records[p].model_dump() for p in (2, 0, 5, 1)]
+        sink(Job(position, rows[position], None, "agent"), Outcome(records[position]))
+    assert state.finished is sink and builder.ready == 3 and sorted(builder.ahead_of) == [5]
+    kept = Rollouts(state.finished)  # what lab.last_run holds after a cancel
+    assert [r.model_dump() for r in kept] == [expected[p].model_dump() for p in (2, 0, 5, 1)]
     for position in (3, 4):
-        builder.add(position, records[position])
+        sink(Job(position, rows[position], None, "agent"), Outcome(records[position]))
     store = builder.finish()
-    assert [store.record(i).model_dump() for i in range(6)] == [r.model_dump() for r in records]
+    assert [store.record(i).model_dump() for i in range(6)] == [r.model_dump() for r in expected]
     assert len(store.buffer) == sum(len(store.line(i)) for i in range(6)) and not builder.data
+    assert sink.completed() == [1, 3, 0, 4, 5, 2]  # each position's rank in the order of finishing
 
 
 def test_a_lab_keeps_its_server_logs_after_uvicorns_own_logging_config_ran():

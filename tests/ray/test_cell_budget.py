@@ -74,7 +74,7 @@ def test_a_cell_whose_model_times_out_writes_failure_rows_and_the_run_completes(
             counter_rows(4),
             tmp_path / "run.jsonl",
             agent_url=pool.replicas(),
-            agent_name="simple_agent",
+            agent="simple_agent",
             concurrency=4,
             max_retries=0,
             timeout_s=10,
@@ -159,7 +159,7 @@ def test_a_frozen_cell_costs_its_rollouts_a_timeout_within_their_budget(lab, fro
         counter_rows(n),
         out,
         agent_url=pool.replicas(),
-        agent_name="simple_agent",
+        agent="simple_agent",
         concurrency=4,
         max_retries=0,
         timeout_s=budget,
@@ -192,7 +192,7 @@ def test_a_frozen_cell_costs_its_rollouts_a_timeout_within_their_budget(lab, fro
     wait_until(lambda: ray.get(victim.actor.info.remote(), timeout=30) is not None, 60, "the woken cell answers")
     before = set(out.read_text().splitlines())
     again = collect(
-        counter_rows(n), out, agent_url=pool.replicas(), agent_name="simple_agent", progress=False, max_retries=0
+        counter_rows(n), out, agent_url=pool.replicas(), agent="simple_agent", progress=False, max_retries=0
     )
     assert again.n_skipped == graded  # the graded ones are done; the failed ones run again
     assert before <= set(out.read_text().splitlines())  # the first run's records kept as written

@@ -142,7 +142,7 @@ def test_a_cell_killed_mid_collection_loses_and_duplicates_nothing(lab, tmp_path
                 rows,
                 out,
                 agent_url=pool.replicas(),
-                agent_name="simple_agent",
+                agent="simple_agent",
                 repeats=3,
                 concurrency=6,
                 progress=False,
@@ -369,3 +369,21 @@ def test_a_file_not_at_its_driver_path_is_found_in_the_working_dir_copy(tmp_path
     (recipe,) = unpack(files, blob)
     assert Path(sys.modules["gymlab_test_moved_env"].__file__) == copy / "envs" / "moved_env.py"
     assert recipe.server.__name__ == "CounterServer"
+
+
+def test_a_pool_whose_every_cell_is_gone_answers_a_typed_status_0(lab):
+    """``apost_run`` (the door's /run, ``pool.run``) on the run engine: with its one cell killed, the
+    rollout fails at once as ``transport_peer_drop`` with status 0, never a hang and never a record."""
+    from gymlab.errors import ServerError
+
+    pool = lab.serve_pool(counter.CounterServer, model=counter.policy, replicas=1, cpus_per_replica=0.25)
+    try:
+        ray.kill(pool.cells[0].actor)
+        wait_until(lambda: _gone(pool.cells[0].actor), 60, "the cell's actor killed")
+        with pytest.raises(ServerError) as raised:
+            pool.run(counter_rows(1)[0])
+        error = raised.value
+        assert (error.status, error.failure.kind) == (0, "transport_peer_drop") and "serve it again" in str(error)
+        assert not pool.cells[0].alive and pool.cells[0].in_flight == 0
+    finally:
+        pool.close()

@@ -1,22 +1,25 @@
 """The run engine: materialized rows through replicas, ``concurrency`` at a time, each outcome to a sink
-(``run_many``'s, ``collect``'s); retries by failure kind, and a ``Breaker`` (docs/collection.md)."""
+(``run/sinks.py``); retries by failure kind, and a ``Breaker`` (docs/collection.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from gymlab.collection.dispatch import ReplicaPool
 from gymlab.errors import GymlabError, ReplicaGone, ServerError
 from gymlab.failures import run_failure
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import Rollout
 from gymlab.retry import RETRY_SPAN_S, episode_retry, retried, retrying
+from gymlab.run.pool import ReplicaPool
+
+if TYPE_CHECKING:
+    from gymlab.client import Client
 
 #: Tries that stop a run when they all fail alike (``Breaker``); ``Policy.stop_after``.
 STOP_AFTER = 10
@@ -107,7 +110,7 @@ class Breaker:
         return self.tripped is not None
 
     def error(self) -> RunStopped:
-        f = self.tripped
+        f = self.tripped or Failure(kind="cancelled")  # (asked only once tripped)
         return RunStopped(
             f"stopped after the first {self.count} tries all failed with {f.kind} (such as "
             f"{f.server + ': ' if f.server else ''}{f.message}); the rows not started were not attempted: "
@@ -178,11 +181,21 @@ async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> O
     return outcome
 
 
-class Counts:
-    """Episodes running now, and running when the run was cancelled (what an interrupt reports)."""
+class RunState:
+    """What a running run has done: episodes running now, running when it was cancelled, and (a memory
+    sink's) finished records in completion order; an interrupted run reports from it."""
 
-    running: int = 0
-    stopped: int = 0
+    def __init__(self, total: int = 0):
+        self.total, self.running, self.stopped = total, 0, 0
+        self.finished: Sequence[bytes] = []
+
+    def cancelled_line(self) -> str:
+        """One line saying what an interrupt stopped and what it kept."""
+        not_started = self.total - self.running - self.stopped - len(self.finished)
+        return (
+            f"gymlab: run cancelled: {self.stopped} running episode(s) stopped and their sessions closed, "
+            f"{not_started} not started; the {len(self.finished)} finished are in lab.last_run"
+        )
 
 
 async def run_jobs(
@@ -191,14 +204,18 @@ async def run_jobs(
     *,
     concurrency: int,
     policy: Policy,
-    counts: Any = None,
+    client: Client | None = None,
+    state: RunState | None = None,
 ) -> None:
     """Every job of ``jobs`` (read as workers free up) through ``attempt``, ``concurrency`` at a
     time, each outcome to ``sink(job, outcome)`` as it finishes (a sink that raises stops the run).
 
-    On an error or a cancel every running episode's cleanup finishes before this returns; ``counts``
-    follows the run. A tripped ``Breaker`` (at most ``concurrency`` tries) ends it with ``RunStopped``."""
-    counts = counts if counts is not None else Counts()
+    Every request goes through ``client`` (None: the context's). On an error or a cancel every running
+    episode's cleanup finishes before this returns; ``state`` follows the run. A tripped ``Breaker`` (at
+    most ``concurrency`` tries) ends it with ``RunStopped``."""
+    from gymlab.client import current_client, using_client
+
+    counts = state if state is not None else RunState()
     source = iter(jobs)
     breaker = Breaker(min(policy.stop_after or 0, max(1, concurrency)), policy.retry_span_s)
 
@@ -216,7 +233,8 @@ async def run_jobs(
             if breaker.tripped:
                 raise breaker.error()
 
-    workers = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency))]
+    with using_client(client or current_client()):  # the workers' tasks copy the context: every hop uses it
+        workers = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency))]
     try:
         await asyncio.gather(*workers)
     finally:
@@ -231,10 +249,10 @@ async def run_jobs(
 __all__ = [
     "STOP_AFTER",
     "Breaker",
-    "Counts",
     "Job",
     "Outcome",
     "Policy",
+    "RunState",
     "RunStopped",
     "attempt",
     "checked",

@@ -1,5 +1,6 @@
-"""Interchangeable replicas of one collection target (``Replica``, ``HttpReplica``) and the pool that gives
-each rollout to the least busy live one, taking a gone one out and probing it back (docs/collection.md)."""
+"""Interchangeable replicas of one run target (``Replica``, ``HttpReplica``, ``AgentReplica``) and the pool
+that gives each rollout to the least busy live one, taking a gone one out and probing it back
+(docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,19 @@ class HttpReplica:
         return f"<HttpReplica {self.url}>"
 
 
+class AgentReplica:
+    """An agent handle as the engine's one replica: its ``POST /run`` answer (validated by the engine)."""
+
+    def __init__(self, agent: Any):
+        self.agent, self.name = agent, str(agent.name)
+
+    async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
+        return await self.agent.apost("/run", job)
+
+    async def alive(self) -> bool:
+        return True
+
+
 @dataclass
 class _Slot:
     replica: Replica
@@ -84,7 +98,7 @@ class ReplicaPool:
         if not self._slots:
             raise ConfigError("a replica pool needs at least one replica (an agent URL)")
         self.reprobe_s = reprobe_s
-        self._probes: set[asyncio.Task] = set()
+        self._probes: set[asyncio.Task[None]] = set()
 
     @property
     def name(self) -> str:
@@ -183,4 +197,4 @@ def agent_pool(agent_url: str | Sequence[str] | ReplicaPool, server: str | None 
     return ReplicaPool([HttpReplica(url, server=server) for url in urls])
 
 
-__all__ = ["DEFAULT_REPROBE_S", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]
+__all__ = ["DEFAULT_REPROBE_S", "AgentReplica", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]
