@@ -20,12 +20,12 @@ _NAMES: dict[str, str] = {
             "Message NeMoGymResponse Reasoning ResponseCreateParams Rollout "
             "StepRecord Usage assistant_message function_call EpisodeId TaskId "
             "ResourcesSeedSessionRequest ResourcesSeedSessionResponse "
-            "ResourcesCloseSessionRequest ResourcesCloseSessionResponse"
+            "ResourcesCloseSessionRequest ResourcesCloseSessionResponse Failure failure_kinds"
         ),
         # session helpers and the resources server
         "gymlab.resources.simple": "lost_session_verification SimpleResourcesServer",
-        "gymlab._runtime.fences": "ResourcesSessionFences",
-        "gymlab._runtime.locks": "ResourcesSessionLocks",
+        "gymlab.fences": "ResourcesSessionFences",
+        "gymlab.locks": "ResourcesSessionLocks",
         # errors
         "gymlab.errors": (
             "AnswerError GymlabError ServerError ServerStartError ConfigError EpisodeFailed "
@@ -46,8 +46,6 @@ _NAMES: dict[str, str] = {
         "gymlab.lab.episode": "Episode",
         "gymlab.lab.runs": "Rollouts load",
         "gymlab.cluster.pool": "CellPool",  # lab.serve_pool: replicas on Ray (the ray extra)
-        # failures
-        "gymlab.failure_kinds": "Failure failure_kinds",
         # export and reverification
         "gymlab.collection.readers": "Dataset read_jsonl",
         "gymlab.export": "export_dataset export_rl export_rollouts export_sft read_dataset",
@@ -105,9 +103,7 @@ def __dir__() -> list[str]:
 
 # Every name of _NAMES again, for type checkers (tests/test_exported_members.py compares the two).
 if TYPE_CHECKING:  # pragma: no cover
-    from gymlab import envs, failure_kinds
-    from gymlab._runtime.fences import ResourcesSessionFences
-    from gymlab._runtime.locks import ResourcesSessionLocks
+    from gymlab import envs
     from gymlab.agents.embedded import EmbeddedEnvironmentAgent
     from gymlab.agents.gymnasium_agent import GymnasiumAgent
     from gymlab.agents.simple_agent import SimpleAgent
@@ -133,13 +129,14 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from gymlab.examples import load_environment
     from gymlab.export import export_dataset, export_rl, export_rollouts, export_sft, read_dataset
-    from gymlab.failure_kinds import Failure
+    from gymlab.fences import ResourcesSessionFences
     from gymlab.lab import AgentHandle, Lab, ServerHandle
     from gymlab.lab.collect import collect
     from gymlab.lab.episode import Episode
     from gymlab.lab.reverify import reverify
     from gymlab.lab.runs import Rollouts, load
     from gymlab.lab.widgets import EpisodeViewer, LivePanel, Stepper
+    from gymlab.locks import ResourcesSessionLocks
     from gymlab.models.openai import OpenAIModel
     from gymlab.models.policy import PolicyModel
     from gymlab.probes.report import ProbeReport
@@ -154,6 +151,7 @@ if TYPE_CHECKING:  # pragma: no cover
         BaseVerifyRequest,
         BaseVerifyResponse,
         EpisodeId,
+        Failure,
         FunctionCall,
         FunctionCallOutput,
         Message,
@@ -169,6 +167,7 @@ if TYPE_CHECKING:  # pragma: no cover
         TaskId,
         Usage,
         assistant_message,
+        failure_kinds,
         function_call,
     )
     from gymlab.protocol.agent_sessions import (

@@ -1,5 +1,7 @@
 """Wire models only: pydantic, no I/O, no FastAPI."""
 
+from gymlab.protocol import failure_kinds
+from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.gymnasium import (
     RESERVED_INFO_KEYS,
     GymnasiumCloseResponse,
@@ -60,6 +62,7 @@ __all__ = [
     "BaseVerifyResponse",
     "ContentPart",
     "EpisodeId",
+    "Failure",
     "FunctionCall",
     "FunctionCallOutput",
     "FunctionTool",
@@ -85,6 +88,7 @@ __all__ = [
     "assistant_message",
     "dump_item",
     "dump_params",
+    "failure_kinds",
     "function_call",
     "new_id",
 ]
