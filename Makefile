@@ -87,6 +87,8 @@ test: browser-deps
 	@$(MAKE) --no-print-directory -j4 $(TEST_STAMP) demo-venv side-venvs
 	$(BIN)/ruff check gymlab tests environments
 	$(BIN)/ruff format --check gymlab tests environments
+	# the type check: mypy's error count may not rise (tools/mypy_ratchet.py, docs/architecture.md)
+	$(BIN)/python tools/mypy_ratchet.py
 	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
 	# three workers on two cores, each taking whole test files (--dist loadfile): the suite waits on servers,
 	# kernels and subprocesses more than it computes (7 min 50 s against 9 min 38 s with two, 2026-12-05),

@@ -48,7 +48,7 @@ def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
                 )
                 closed = True
         else:
-            if closed:
+            if closed or step is None:
                 step = {"index": len(steps), "action": [], "tool_outputs": [], "reward": 0.0}
                 steps.append(step)
                 closed = False

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -88,13 +88,14 @@ class Rollout(BaseModel):
     def agent(self) -> str | None:
         """The agent's name (``agent_ref["name"]``; older records: ``agent_name``)."""
         ref = self._extra("agent_ref")
-        name = ref.get("name") if isinstance(ref, dict) else None
+        name: str | None = ref.get("name") if isinstance(ref, dict) else None
         return name if name is not None else self._extra("agent_name")
 
     @property
     def env(self) -> str | None:
         """The environment server's name (``env_name``), or None."""
-        return self._extra("env_name")
+        env: str | None = self._extra("env_name")
+        return env
 
     @property
     def failure(self) -> Failure | None:
@@ -197,7 +198,7 @@ def _echoes(echo: Any, sent: Any) -> bool:
     return False
 
 
-def _with_steps(fields: dict[str, Any], steps: list[StepRecord]) -> Rollout:
+def _with_steps(fields: dict[str, Any], steps: Sequence[StepRecord | dict[str, Any]]) -> Rollout:
     """The record of ``fields``, validated, holding ``steps`` as they are (built from validated items)."""
     fields["steps"] = []
     record = Rollout.model_validate(fields)
@@ -255,7 +256,9 @@ def _summed_components(per_step: Iterable[dict[str, float | None] | None]) -> di
     return total or None
 
 
-def failed(row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: list[StepRecord] = ()) -> Rollout:
+def failed(
+    row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: Sequence[StepRecord] = ()
+) -> Rollout:
     """A masked record for an episode that could not finish: reward 0, never a graded zero; it keeps
     the steps taken before the failure (``steps``, or those its ``failure`` carries)."""
     params = row.get("responses_create_params") or {"input": ""}
@@ -272,7 +275,7 @@ def failed(row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, st
             "failure_trace": failure.trace,
             "duration_s": duration_s,
         },
-        list(steps or failure.steps or ()),
+        [*(steps or failure.steps or ())],
     )
 
 
@@ -355,7 +358,7 @@ def synthetic(n_episodes: int, steps_per_episode: int) -> list[Rollout]:
             if last:
                 text = [{"type": "output_text", "text": f"The counter reads {i}.", "annotations": []}]
                 action = [{"type": "message", "role": "assistant", "content": text, "id": f"msg_{e}_{i}"}]
-                outputs = []
+                outputs: list[dict[str, Any]] = []
             else:
                 call_id = f"call_{e:08x}{i:08x}"
                 action = [{"type": "function_call", "name": "increment", "arguments": '{"by": 1}', "call_id": call_id}]

@@ -66,8 +66,9 @@ class BaseVerifyResponse(BaseVerifyRequest):
     )
 
     @model_serializer(mode="wrap")
-    def _omit_unset_options(self, handler: SerializerFunctionWrapHandler):
-        data = handler(self)
+    # unannotated on purpose: pydantic would make a return type this model's serialization schema
+    def _omit_unset_options(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        data: dict[str, Any] = handler(self)
         for key in OPTIONAL_VERIFY_KEYS:
             if key in data and data[key] is None:
                 del data[key]

@@ -228,7 +228,7 @@ def assistant_message(text: str) -> Message:
     )
 
 
-def function_call(name: str, arguments: str | dict, call_id: str | None = None) -> FunctionCall:
+def function_call(name: str, arguments: str | dict[str, Any], call_id: str | None = None) -> FunctionCall:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return FunctionCall(
         name=name, arguments=args, call_id=call_id or new_id("call"), id=new_id("fc"), status="completed"
@@ -262,7 +262,7 @@ def dump_params(params: ResponseCreateParams) -> dict[str, Any]:
     return data
 
 
-def dump_item(item: Any) -> dict:
+def dump_item(item: Any) -> dict[str, Any]:
     """An item as wire JSON (None fields left out)."""
     if isinstance(item, BaseModel):
         return item.model_dump(mode="json", exclude_none=True)

@@ -60,7 +60,7 @@ class ResourcesSeedSessionResponse(BaseSeedSessionResponse):
 
     @model_serializer(mode="wrap")
     def _omit_unset_observation(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if "observation" not in self.model_fields_set:
             data.pop("observation", None)
         return data
