@@ -24,7 +24,7 @@ RETRY_SPAN_S = 20.0
 
 def retried(kind: str | None) -> bool:
     """True when an episode that failed with ``kind`` may succeed if run again."""
-    return bool(kind) and kind.startswith(RETRIED_PREFIXES)
+    return kind is not None and kind.startswith(RETRIED_PREFIXES)
 
 
 def backoff_delay(base_s: float, attempt: int, cap_s: float = 60.0) -> float:

@@ -16,6 +16,7 @@ def import_file(path: str | Path, modname: str, *, sibling_imports: bool = False
         return sys.modules[modname]
     path = Path(path)
     spec = importlib.util.spec_from_file_location(modname, path)
+    assert spec is not None and spec.loader is not None, path  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
     if sibling_imports:

@@ -67,8 +67,8 @@ def _inputs(opts: Options, found: list[Path]) -> Inputs:
         where = f"`{opts.rows}`" if isinstance(opts.rows, (str, os.PathLike)) else "the rows given"
         return Inputs(inputs_by_task([(where, opts.rows)]), [where])
     if found:
-        where = [f"`{p}`" for p in found]
-        return Inputs(inputs_by_task(list(zip(where, found))), where)
+        names = [f"`{p}`" for p in found]
+        return Inputs(inputs_by_task(list(zip(names, found))), names)
     return Inputs()
 
 

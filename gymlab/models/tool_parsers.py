@@ -67,7 +67,8 @@ def llama3(text: str) -> tuple[str, list[tuple[str, Any]]]:
     body = text.strip().removeprefix(_PYTHON_TAG).strip()
     if not body.startswith("{"):
         return text.strip(), []
-    decoder, calls, pos = json.JSONDecoder(), [], 0
+    decoder, pos = json.JSONDecoder(), 0
+    calls: list[tuple[str, Any]] = []
     while pos < len(body) and len(calls) < MAX_CALLS:
         try:
             obj, pos = decoder.raw_decode(body, pos)

@@ -101,7 +101,8 @@ class McpTools:
             cause = f"all {self.server.mcp_max_sessions} MCP sessions (mcp_max_sessions) have a request in flight"
             hint = "retry after Retry-After seconds, or raise mcp_max_sessions"
             return await self._refusal(scope, 503, cause, hint, {"retry-after": "1"})(scope, receive, send)
-        held = [sid] if sid in manager._server_instances else []  # an unknown id is the SDK's 404, not tracked
+        # an unknown id is the SDK's 404, not tracked
+        held = [sid] if sid is not None and sid in manager._server_instances else []
         for s in held:
             self._use(s, 1)
         self._opening += opens

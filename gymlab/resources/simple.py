@@ -340,7 +340,7 @@ def row_problems(server: SimpleResourcesServer, rows: list[dict[str, Any]]) -> l
     return [f"{problem} in rows {', '.join(map(str, idx[:5]))}{'…' * (len(idx) > 5)}" for problem, idx in found.items()]
 
 
-_RESPONSE = {"response": {"output": []}}  # what the agent adds to a row for /verify
+_RESPONSE: dict[str, Any] = {"response": {"output": []}}  # what the agent adds to a row for /verify
 
 
 def _body_adapter(hook):

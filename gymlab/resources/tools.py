@@ -142,7 +142,7 @@ def check_rows(server: BaseServer, rows: Iterable[dict[str, Any]]) -> CheckRepor
     """Each tool the rows declare, against the server's routes and their request models."""
     served = {t["name"]: t for t in tools_from(server)}
     report = CheckReport(server.name, sorted(served))
-    seen: set[str] = set()
+    seen: set[str | None] = set()
     for index, row in enumerate(rows):
         params = row.get("responses_create_params") if isinstance(row, dict) else None
         for tool in (params or {}).get("tools") or []:
