@@ -6,7 +6,6 @@ retry loop, each caller passing its rule for which failure is tried again and af
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -47,7 +46,9 @@ def episode_retry(
 async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception, int], float | None]) -> T:
     """``await call()`` until it returns. After try ``n`` (1-based) raised ``exc``, ``again(exc, n)``
     gives the seconds to wait before the next try, or None: ``exc`` is raised. A cancel is never retried."""
-    for tries in itertools.count(1):
+    tries = 0
+    while True:
+        tries += 1
         try:
             return await call()
         except Exception as exc:

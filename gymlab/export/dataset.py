@@ -178,7 +178,9 @@ def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dic
         if format is None:
             raise DatasetError(str(path), None, f"columns {data.schema.names} are none of {', '.join(FORMATS)}")
         _check_schema(path, data, format)
-        numbered = ((f"row {n}", None, row) for n, row in enumerate(data.to_pylist(), 1))
+        numbered: Iterable[tuple[str | None, int | None, Any]] = (
+            (f"row {n}", None, row) for n, row in enumerate(data.to_pylist(), 1)
+        )
     else:
         numbered = ((None, n, row) for n, row in iter_jsonl(path))
     rows = []

@@ -247,7 +247,7 @@ async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: 
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    headers = {"cookie": cookie_header(cookies)} if cookies else None
+    headers = {"cookie": cookie_header(cookies) or ""} if cookies else None
     async with create_mcp_http_client(headers=headers) as http:
         async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             yield client
@@ -256,8 +256,9 @@ async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: 
 def mcp_tools_of(server: BaseServer) -> McpTools | None:
     """The ``McpTools`` serving ``server`` at ``/mcp``, or None when it does not serve MCP."""
     for route in server.app.router.routes:
-        if getattr(route, "path", None) == MCP_PATH and isinstance(getattr(route, "endpoint", None), McpTools):
-            return route.endpoint
+        endpoint = getattr(route, "endpoint", None)
+        if getattr(route, "path", None) == MCP_PATH and isinstance(endpoint, McpTools):
+            return endpoint
     return None
 
 

@@ -91,7 +91,7 @@ class MetricsTally:
             errors.append(_unreadable(i, "_ng_task_index", index, "an integer (or null)"))
         if reward is None:
             errors.append(_unreadable(i, "reward", r.get("reward"), "a finite number (a masked sample may omit it)"))
-        if mask is not True and len(errors) == found:
+        if reward is not None and mask is not True and len(errors) == found:
             self.groups[index].append(reward)
 
     def result(self) -> AggregateMetrics:

@@ -58,9 +58,10 @@ def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) ->
         name = path.strip("/")
         if "POST" not in methods or not name or "/" in name or "{" in name or name in RESERVED_ROUTES:
             continue
-        model = _body_model(route.endpoint)
+        endpoint = getattr(route, "endpoint", None)  # a route with methods has one
+        model = _body_model(endpoint)
         schema = None if model is None else model.model_json_schema()
-        tools.append(function_tool(name, inspect.getdoc(route.endpoint) or "", schema, strict=strict))
+        tools.append(function_tool(name, inspect.getdoc(endpoint) or "", schema, strict=strict))
     return tools
 
 
