@@ -35,10 +35,8 @@ def _tools(value: Any, key: str = "tools") -> None:
         raise ValueError(f'{key} must be a JSON list of {{"type": "function", "function": {{"name", ...}}}}')
 
 
-def _number(row: dict, key: str, *, optional: bool = False) -> float | None:
+def _number(row: dict, key: str) -> float:
     value = row.get(key)
-    if value is None and optional:
-        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise ValueError(f"{key} must be a number, got {value!r}")
     return float(value)
@@ -93,7 +91,8 @@ def grpo(row: dict) -> None:
     _messages(row, "prompt")
     _string(row, "ground_truth", optional=True)  # null: a task row without fields of its own
     _tools(row.get("tools"))
-    _number(row, "reward_mean", optional=True)
+    if row.get("reward_mean") is not None:  # null: unset
+        _number(row, "reward_mean")
 
 
 def verl(row: dict) -> None:

@@ -48,8 +48,8 @@ def _content(message: Message, where: str) -> str | list[dict]:
             if not url:
                 raise ConversionError(f"{where}: an input_image part without image_url has no Chat form")
             image = {"url": url}
-            if getattr(part, "detail", None):
-                image["detail"] = part.detail
+            if detail := getattr(part, "detail", None):
+                image["detail"] = detail
             parts.append({"type": "image_url", "image_url": image})
         else:
             raise ConversionError(f"{where}: content part type {part.type!r} has no Chat Completions form")

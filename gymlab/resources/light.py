@@ -67,7 +67,8 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
 
 def arguments_model(fn: Callable[..., Any], env: str) -> tuple[type[BaseModel], bool]:
     """(the tool's arguments as a pydantic model, whether it takes ``state``) from ``fn``'s typed parameters."""
-    hints, fields, wants_state = _hints(fn), {}, False
+    hints, wants_state = _hints(fn), False
+    fields: dict[str, Any] = {}
     for p in inspect.signature(fn).parameters.values():
         if p.name == "state":
             wants_state = True
@@ -129,7 +130,7 @@ def environment(
             f"{name} verify takes {', '.join(sorted(unknown))}; it may take {', '.join(VERIFY_PARAMETERS)} "
             "(the row's fields, the final answer's text, the episode's state, the whole response)"
         )
-    declared = {k: (t, ...) for k, t in (fields or {}).items()}
+    declared: dict[str, Any] = {k: (t, ...) for k, t in (fields or {}).items()}
     seed_model = create_model(f"{name}Seed", __base__=RowSeed, **declared)
     verify_model = create_model(f"{name}Verify", __base__=RowVerify, **declared)
     namespace: dict[str, Any] = {"__doc__": f"{name}: an environment of plain functions (gymlab.environment)."}
