@@ -24,8 +24,10 @@ STRICT = ["gymlab/protocol/", "gymlab/_http/"]
 
 
 def mypy_output(*errors: str, files: int = 1) -> str:
-    summary = f"Found {len(errors)} errors in {files} file" if errors else "Success: no issues found in 9 source files"
-    return "\n".join([*errors, summary]) + "\n"
+    """What mypy prints: the error lines, then its summary (singular or plural, as mypy words it)."""
+    n, s = len(errors), "s" if len(errors) != 1 else ""
+    found = f"Found {n} error{s} in {files} file{'s' if files != 1 else ''} (checked 9 source files)"
+    return "\n".join([*errors, found if errors else "Success: no issues found in 9 source files"]) + "\n"
 
 
 E1 = 'gymlab/loop.py:153: error: "None" not callable  [misc]'
