@@ -54,7 +54,8 @@ def _records(rollouts: Any) -> tuple[list[Rollout], list[str], list[Path]]:
             records += some
             sources.append(f"`{path}` ({len(some)} episodes)")
             inputs.append(sibling_inputs(path))
-        return records, sources, inputs if all(inputs) else []
+        found = [p for p in inputs if p is not None]
+        return records, sources, found if len(found) == len(inputs) else []  # every file's inputs, or none
     records = as_records(rollouts)
     return records, [f"in-memory rollouts ({len(records)} episodes)"], []
 

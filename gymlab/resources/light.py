@@ -159,7 +159,7 @@ def environment(
             self.session_state[request.session[SESSION_ID_KEY]] = row_of(body)
         return BaseSeedSessionResponse()
 
-    async def verify_route(self, request: Request, body: BaseModel) -> BaseVerifyResponse:
+    async def verify_route(self, request: Request, body: RowVerify) -> BaseVerifyResponse:
         state = self.session_state.get(request.session.get(SESSION_ID_KEY))
         if state is None:
             return lost_session_verification(body, reason=f"{name} holds no episode for this session")
