@@ -14,7 +14,7 @@ WORKSPACE ?= workspace
 # every notebook runs in CI in a venv made exactly as `make demo` makes .venv: the package and its lab extra
 DEMO_VENV := .venv-demo
 
-.PHONY: demo lab workspace demo-venv side-venvs test test-nemo bench browser-deps clean
+.PHONY: demo lab workspace demo-venv side-venvs test test-fast test-nemo bench browser-deps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -87,12 +87,18 @@ test: browser-deps
 	@$(MAKE) --no-print-directory -j4 $(TEST_STAMP) demo-venv side-venvs
 	$(BIN)/ruff check gymlab tests environments
 	$(BIN)/ruff format --check gymlab tests environments
+	# the type check: mypy's error count may not rise (tools/mypy_ratchet.py, docs/architecture.md)
+	$(BIN)/python tools/mypy_ratchet.py
 	# includes tests/cli/test_wheel.py: the wheel installed alone into a fresh venv (demo, init, notebook 01)
 	# three workers on two cores, each taking whole test files (--dist loadfile): the suite waits on servers,
 	# kernels and subprocesses more than it computes (7 min 50 s against 9 min 38 s with two, 2026-12-05),
 	# and every test holds with both cores busy
 	JUPYTER_PATH=$(abspath $(DEMO_VENV))/share/jupyter GYMLAB_DEMO_VENV=$(abspath $(DEMO_VENV)) \
 		$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile
+
+# A quick loop: the suite without the tests marked slow (a Ray cluster, the notebooks, the browser, the wheel).
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile -m "not slow"
 
 # NeMo Gym 0.7.0 itself (its CLI, profiler and servers) in its own venv: it declares Python >= 3.13.14, and
 # runs on any 3.13 (found through pyenv or PATH; NEMO_PY=... to choose), installed with --ignore-requires-python.

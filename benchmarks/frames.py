@@ -10,7 +10,7 @@ each as min / median of several builds, each from a new ``Rollouts``):
 - the memory of calculator episodes held as ``Rollouts`` (traced allocations), and per episode;
 - the collection writer's records/s.
 
-Input comes from ``gymlab.protocol.record.synthetic`` (counter-shaped records as simple_agent writes
+Input comes from ``benchmarks.records.synthetic`` (counter-shaped records as simple_agent writes
 them, about 700 bytes of JSON a step); its lines are repeated to reach the size.
 """
 
@@ -27,7 +27,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from gymlab.protocol.record import synthetic
+from benchmarks.records import synthetic
 
 _BUILT = 200  # episodes built by ``synthetic``; their lines are repeated up to the size asked
 UNIT = "(s wall min / median ; s CPU min / median)"

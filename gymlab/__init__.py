@@ -44,9 +44,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gymlab import envs, failure_kinds
-    from gymlab._runtime.fences import ResourcesSessionFences
-    from gymlab._runtime.locks import ResourcesSessionLocks
+    from gymlab import envs
     from gymlab.agents.embedded import EmbeddedEnvironmentAgent
     from gymlab.agents.gymnasium_agent import GymnasiumAgent
     from gymlab.agents.simple_agent import SimpleAgent
@@ -72,12 +70,13 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from gymlab.examples import load_environment
     from gymlab.export import export_dataset, export_rl, export_rollouts, export_sft, read_dataset
-    from gymlab.failure_kinds import Failure
+    from gymlab.fences import ResourcesSessionFences
     from gymlab.lab import AgentHandle, Lab, ServerHandle
     from gymlab.lab.episode import Episode
     from gymlab.lab.reverify import reverify
     from gymlab.lab.runs import Rollouts, load
     from gymlab.lab.widgets import EpisodeViewer, LivePanel, Stepper
+    from gymlab.locks import ResourcesSessionLocks
     from gymlab.models.openai import OpenAIModel
     from gymlab.models.policy import PolicyModel
     from gymlab.probes.report import ProbeReport
@@ -92,6 +91,7 @@ if TYPE_CHECKING:  # pragma: no cover
         BaseVerifyRequest,
         BaseVerifyResponse,
         EpisodeId,
+        Failure,
         FunctionCall,
         FunctionCallOutput,
         Message,
@@ -107,6 +107,7 @@ if TYPE_CHECKING:  # pragma: no cover
         TaskId,
         Usage,
         assistant_message,
+        failure_kinds,
         function_call,
     )
     from gymlab.protocol.agent_sessions import (

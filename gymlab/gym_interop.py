@@ -66,7 +66,9 @@ class SessionEnv(gymnasium.Env, abc.ABC):
         self.row = dict(row)
         self.action_mode = action_mode
         self.seed_field = seed_field
-        self.observation_space = spaces.Text(max_length=max_observation_length, min_length=0, charset=charset)
+        self.observation_space: spaces.Text = spaces.Text(
+            max_length=max_observation_length, min_length=0, charset=charset
+        )
         self.action_space = spaces.Text(max_length=max_action_length, min_length=1, charset=charset)
         self._episode_row = dict(row)
         self._steps = 0

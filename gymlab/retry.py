@@ -6,7 +6,6 @@ retry loop, each caller passing its rule for which failure is tried again and af
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -24,7 +23,7 @@ RETRY_SPAN_S = 20.0
 
 def retried(kind: str | None) -> bool:
     """True when an episode that failed with ``kind`` may succeed if run again."""
-    return bool(kind) and kind.startswith(RETRIED_PREFIXES)
+    return kind is not None and kind.startswith(RETRIED_PREFIXES)
 
 
 def backoff_delay(base_s: float, attempt: int, cap_s: float = 60.0) -> float:
@@ -47,7 +46,9 @@ def episode_retry(
 async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception, int], float | None]) -> T:
     """``await call()`` until it returns. After try ``n`` (1-based) raised ``exc``, ``again(exc, n)``
     gives the seconds to wait before the next try, or None: ``exc`` is raised. A cancel is never retried."""
-    for tries in itertools.count(1):
+    tries = 0
+    while True:
+        tries += 1
         try:
             return await call()
         except Exception as exc:

@@ -25,7 +25,7 @@ def untyped_body(app: FastAPI, server: str) -> None:
             if p.annotation is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 name = getattr(endpoint, "__name__", "the endpoint")
                 raise TypeError(
-                    f"{server}: POST {route.path} ({name}) has a parameter {p.name!r} with no type annotation, "
+                    f"{server}: POST {getattr(route, 'path', '?')} ({name}) has a parameter {p.name!r} with no type annotation, "
                     f"so every call would fail with a 422; annotate it: `{p.name}: YourArguments` (a pydantic "
                     "model of the body) or `request: Request`"
                 )
@@ -163,7 +163,9 @@ class BaseServer(BaseModel):
         if workers.worker_context() is not None:
             return self.app
         if self.num_workers > 1:
-            return workers.serve_workers(self)
+            workers.serve_workers(self)
+            return None
         from gymlab._runtime.serve import run_foreground
 
         run_foreground(self.app, self.host, self.port, on_exit=self.stop_work)
+        return None

@@ -16,6 +16,8 @@ def import_file(path: str | Path, modname: str, *, sibling_imports: bool = False
         return sys.modules[modname]
     path = Path(path)
     spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python file: cannot import it as {modname}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
     if sibling_imports:

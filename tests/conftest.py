@@ -13,8 +13,21 @@ try:
 except ImportError:  # the side venvs (.venv-openenv, .venv-verifiers) run their own files without it
     pass
 
+from pathlib import Path
+
 from gymlab import Lab
 from gymlab.examples import example_rows, load_environment
+
+#: Tests marked ``slow`` by where they live (a Ray cluster, a kernel, a browser, a fresh venv each):
+#: `make test` runs them; `make test-fast` (``-m "not slow"``) leaves them out.
+SLOW = ("ray/", "notebooks/", "browser/", "cli/test_wheel.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.relative_to(here).as_posix().startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from typing import Any
 
 from fastapi import Request
 
-from gymlab._runtime.fences import DEFAULT_WINDOW_SECONDS, ResourcesSessionFences
-from gymlab._runtime.locks import ResourcesSessionLocks
 from gymlab.errors import ResourcesReleaseFailedError, ResourcesSessionConflictError
+from gymlab.fences import DEFAULT_WINDOW_SECONDS, ResourcesSessionFences
+from gymlab.locks import ResourcesSessionLocks
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import (
     ResourcesCloseSessionRequest,

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -256,7 +256,7 @@ class BaseAgent(BaseServer):
                 raise HTTPException(
                     exc.status, f"{self.name}: {route}: the resources server refused it: {exc}"
                 ) from exc
-            cause = exc
+            cause: Exception | str = exc
         except ValueError as exc:
             cause = f"its answer is not an aggregate-metrics object: {str(exc).splitlines()[0]}"
         raise HTTPException(
@@ -336,7 +336,7 @@ class BaseAgent(BaseServer):
                 self.release_retries.add(session, self.timeouts.cleanup)
         return None
 
-    def episode_failed(self, exc: BaseException, stage: Stage, steps: list[StepRecord] = ()) -> EpisodeFailed:
+    def episode_failed(self, exc: BaseException, stage: Stage, steps: Sequence[StepRecord] = ()) -> EpisodeFailed:
         """The 502 reporting ``exc`` at ``stage``: its typed failure, with the ``steps`` taken before it."""
         failure = failure_of(exc, role="agent", stage=stage)
         message = failure.message
@@ -363,10 +363,9 @@ class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, exc, trace) -> bool:
+    def __exit__(self, kind, exc, trace) -> None:
         if isinstance(exc, ServerError):
             exc.failure = failure_of(exc, role=self.role, stage=self.stage)
-        return False
 
 
 async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:

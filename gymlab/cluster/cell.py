@@ -21,7 +21,7 @@ class CellGone(ConnectionError):
 class Cell:
     """The body of the cell actor (``gymlab.cluster.pool`` wraps it with ``ray.remote``)."""
 
-    def __init__(self, files: list[tuple[str, str]], blob: bytes, index: int, log_level: str = "warning"):
+    def __init__(self, files: list[tuple[str, str, str | None]], blob: bytes, index: int, log_level: str = "warning"):
         """``files`` and ``blob``: the recipes as ``gymlab.cluster.recipe.pack`` made them."""
         from gymlab._runtime.serve import LoopServer
 

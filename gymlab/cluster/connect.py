@@ -42,7 +42,7 @@ def connect(address: str | None = None, runtime_env: dict[str, Any] | None = Non
     ray = require_ray(local=address is None)
     if ray.is_initialized():
         return ray
-    options = {"include_dashboard": False} if address is None else {}
+    options: dict[str, Any] = {"include_dashboard": False} if address is None else {}
     if runtime_env:
         options["runtime_env"] = runtime_env
     options.update(init_options)

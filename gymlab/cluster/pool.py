@@ -215,7 +215,7 @@ class CellPool:
             bounds = given if isinstance(given, Timeouts) else Timeouts.model_validate(given)
         except ValueError:  # an environment server's own timeouts field: the agent defaults
             bounds = default
-        return (bounds.episode or default.episode) + (bounds.cleanup or default.cleanup) + 1.0
+        return (bounds.episode or default.episode or 0.0) + (bounds.cleanup or default.cleanup or 0.0) + 1.0
 
     def model_name(self, agent: str | None = None) -> str | None:
         return self.recipe(agent).refs.get("model_server")
@@ -238,7 +238,7 @@ class CellPool:
                 cell.alive = False
             except ray.exceptions.GetTimeoutError:
                 continue  # a frozen cell: ask the next one
-        return CheckReport(env, [])  # no live cell: the run's rollouts fail with a typed failure instead
+        return CheckReport(env or self.name, [])  # no live cell: the run's rollouts fail with a typed failure instead
 
     @property
     def nodes(self) -> list[str]:

@@ -73,7 +73,7 @@ def _installed(path: str | None) -> bool:
         return True  # a built-in module
     here = Path(path).resolve()
     roots = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    roots.append(Path(__file__).resolve().parents[1])  # gymlab itself
+    roots.append(str(Path(__file__).resolve().parents[1]))  # gymlab itself
     return any(here.is_relative_to(Path(root).resolve()) for root in roots) or "site-packages" in here.parts
 
 
@@ -82,9 +82,9 @@ def _files_of(obj: Any) -> set[tuple[str, str]]:
     and its base classes' (nothing for installed modules and ``__main__``)."""
     found = set()
     for item in obj.__mro__ if isinstance(obj, type) else (obj,):
-        name = getattr(item, "__module__", None)
-        module = sys.modules.get(name or "")
-        path = getattr(module, "__file__", None)
+        name: str = getattr(item, "__module__", None) or ""
+        module = sys.modules.get(name)
+        path: str = getattr(module, "__file__", None) or ""
         if module is None or name == "__main__" or _installed(path) or not Path(path).is_file():
             continue
         found.add((str(Path(path).resolve()), name))

@@ -174,7 +174,8 @@ class SingleAgentTurn(BaseAgent):
             stop = "max_steps" if response.status == "incomplete" else "final_message"
             return records.verified(result, [step], stop, run.elapsed())
 
-        identity = {k: body[k] for k in ("_ng_task_index", "_ng_rollout_index", "agent_ref") if k in body}
+        keys = ("_ng_task_index", "_ng_rollout_index", "agent_ref")
+        identity: dict[str, Any] = {k: body[k] for k in keys if k in body}
         row = {**identity, **task.task_data, "responses_create_params": task.responses_create_params}
         return await self.run_episode(row, play)
 

@@ -210,7 +210,8 @@ def _records(rollouts: Any) -> tuple[list[Rollout], list[str], list[Path]]:
             records += some
             sources.append(f"`{path}` ({len(some)} episodes)")
             inputs.append(sibling_inputs(path))
-        return records, sources, inputs if all(inputs) else []
+        found = [p for p in inputs if p is not None]
+        return records, sources, found if len(found) == len(inputs) else []  # every file's inputs, or none
     records = as_records(rollouts)
     return records, [f"in-memory rollouts ({len(records)} episodes)"], []
 
@@ -223,8 +224,8 @@ def _inputs(opts: Options, found: list[Path]) -> Inputs:
         where = f"`{opts.rows}`" if isinstance(opts.rows, (str, os.PathLike)) else "the rows given"
         return Inputs(inputs_by_task([(where, opts.rows)]), [where])
     if found:
-        where = [f"`{p}`" for p in found]
-        return Inputs(inputs_by_task(list(zip(where, found))), where)
+        names = [f"`{p}`" for p in found]
+        return Inputs(inputs_by_task(list(zip(names, found))), names)
     return Inputs()
 
 
@@ -328,7 +329,9 @@ def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dic
         if format is None:
             raise DatasetError(str(path), None, f"columns {data.schema.names} are none of {', '.join(FORMATS)}")
         _check_schema(path, data, format)
-        numbered = ((f"row {n}", None, row) for n, row in enumerate(data.to_pylist(), 1))
+        numbered: Iterable[tuple[str | None, int | None, Any]] = (
+            (f"row {n}", None, row) for n, row in enumerate(data.to_pylist(), 1)
+        )
     else:
         numbered = ((None, n, row) for n, row in iter_jsonl(path))
     rows = []

@@ -1,8 +1,9 @@
-"""Wire models only: pydantic, no I/O, no FastAPI."""
+"""Wire models only: pydantic, no I/O, no FastAPI. The names imported here are the package's API."""
 
+from gymlab.protocol import failure_kinds
+from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.gymnasium import (
     RESERVED_INFO_KEYS,
-    GymnasiumCloseResponse,
     GymnasiumResetRequest,
     GymnasiumResetResponse,
     GymnasiumStepRequest,
@@ -24,7 +25,6 @@ from gymlab.protocol.responses import (
     FunctionCall,
     FunctionCallOutput,
     FunctionTool,
-    Item,
     Message,
     NeMoGymResponse,
     Reasoning,
@@ -32,7 +32,6 @@ from gymlab.protocol.responses import (
     Usage,
     assistant_message,
     dump_item,
-    dump_params,
     function_call,
     new_id,
 )
@@ -46,45 +45,3 @@ from gymlab.protocol.sessions import (
     ResourcesSeedSessionResponse,
     TaskId,
 )
-
-__all__ = [
-    "RESOURCES_COOKIE_HEADER",
-    "RESOURCES_SERVER_HEADER",
-    "SESSION_ID_KEY",
-    "AggregateMetrics",
-    "AggregateMetricsRequest",
-    "BaseRunRequest",
-    "BaseSeedSessionRequest",
-    "BaseSeedSessionResponse",
-    "BaseVerifyRequest",
-    "BaseVerifyResponse",
-    "ContentPart",
-    "EpisodeId",
-    "FunctionCall",
-    "FunctionCallOutput",
-    "FunctionTool",
-    "GymnasiumCloseResponse",
-    "GymnasiumResetRequest",
-    "GymnasiumResetResponse",
-    "GymnasiumStepRequest",
-    "GymnasiumStepResponse",
-    "Item",
-    "Message",
-    "NeMoGymResponse",
-    "RESERVED_INFO_KEYS",
-    "Reasoning",
-    "ResourcesCloseSessionRequest",
-    "ResourcesCloseSessionResponse",
-    "ResourcesSeedSessionRequest",
-    "ResourcesSeedSessionResponse",
-    "ResponseCreateParams",
-    "Rollout",
-    "StepRecord",
-    "TaskId",
-    "Usage",
-    "assistant_message",
-    "dump_item",
-    "dump_params",
-    "function_call",
-    "new_id",
-]

@@ -22,8 +22,7 @@ class _AgentSessionBody(BaseModel):
 
 
 class AgentSeedSessionRequest(_AgentSessionBody):
-    """Body of an agent-session seed. A repeat of the same body is the same session; anything else
-    under the same ID is a conflict (409). Unknown keys are refused, as the reference does."""
+    """Body of an agent-session seed: a repeat of it is the same session, anything else under its ID a 409."""
 
     task_id: TaskId
     tool_accesses: list[dict[str, Any]] = Field(default_factory=list)

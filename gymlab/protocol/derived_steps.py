@@ -31,8 +31,7 @@ def _text(item: dict[str, Any]) -> str:
 
 
 def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """A record's steps from its ``response.output``: one a model turn, up to the tool outputs or the
-    user message that answer it; the last carries the record's reward (docs/protocol.md)."""
+    """A record's steps from its ``response.output``: a model turn and what answers it; the last has the reward."""
     steps: list[dict[str, Any]] = []
     step: dict[str, Any] | None = None
     closed = True  # the current step got its outputs or observation: the next model item starts another
@@ -48,7 +47,7 @@ def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
                 )
                 closed = True
         else:
-            if closed:
+            if closed or step is None:
                 step = {"index": len(steps), "action": [], "tool_outputs": [], "reward": 0.0}
                 steps.append(step)
                 closed = False
@@ -64,17 +63,15 @@ def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
     return steps
 
 
-#: A list under a ``steps`` key in a record's JSON line (a string's quotes are escaped, so only a key
-#: matches). A line without one has no steps; a line with one is taken to have them (a nested list of
-#: that name, rare, hides a record's missing steps from the frames, not from its validation).
+#: A list under a ``steps`` key in a JSON line (quotes inside strings are escaped: only a key matches; a
+#: nested list of that name, rare, hides a record's missing steps from the frames, not from its validation).
 _STEPS_KEY = re.compile(rb'"steps"\s*:\s*\[')
 #: The steps key as gymlab's writer and ``json.dumps`` spell it: where a store's lines are searched for it.
 STEPS_KEY = b'"steps":'
 
 
 def has_steps(buffer: bytes, start: int = 0, end: int | None = None) -> bool:
-    """Whether the JSON line ``buffer[start:end]`` holds a list under a ``steps`` key (the writers' spellings
-    by a bytes search, a few times faster than the pattern that finds any other spacing)."""
+    """Whether the JSON line ``buffer[start:end]`` holds a list under a ``steps`` key (the writers' spellings first)."""
     end = len(buffer) if end is None else end
     if buffer.find(b'"steps":[', start, end) >= 0 or buffer.find(b'"steps": [', start, end) >= 0:
         return True

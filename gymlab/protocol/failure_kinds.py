@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 import warnings
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
-#: Every registered plain name, in the reference's groups (docs/protocol.md), with what it means: the
-#: reference's vocabulary and one of gymlab's own, ``response_too_large`` (not retried, as no transport_ kind is).
+#: Every registered plain name, with what it means: the reference's, and gymlab's ``response_too_large``.
 FAILURE_KINDS = MappingProxyType(
     {
         "transport_unreachable": "A server could not be reached (connection refused, unknown host).",
@@ -41,7 +40,6 @@ FAILURE_KINDS = MappingProxyType(
 
 #: Where in an episode a failure can happen.
 Stage = Literal["admission", "seed", "agent", "verification", "cleanup"]
-STAGES: tuple[str, ...] = get_args(Stage)
 
 _SERVER_KIND = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 _warned: set[str] = set()
@@ -60,9 +58,10 @@ def validate_failure_kind(name: str | None) -> str | None:
         raise TypeError(f"failure_kind must be a string, got {type(name).__name__}")
     if name not in _warned:
         _warned.add(name)
+        snake = re.sub(r"[^a-z0-9_]", "_", name.lower()).strip("_") or "kind"
         warnings.warn(
             f"unregistered failure_kind {name!r}: use one of {', '.join(FAILURE_KINDS)}, or a "
-            f"server-specific '<server>:<kind>' such as 'my_env:{_snake(name)}'",
+            f"server-specific '<server>:<kind>' such as 'my_env:{snake}'",
             UserWarning,
             stacklevel=2,
         )
@@ -78,10 +77,6 @@ def describe(name: str) -> str:
     return "unregistered"
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"[^a-z0-9_]", "_", name.lower()).strip("_") or "kind"
-
-
 class Failure(BaseModel):
     """Why an episode failed, as data: what an error body's ``failure`` field carries."""
 
@@ -93,6 +88,3 @@ class Failure(BaseModel):
     trace: str | None = None  # the failing server's traceback, when it shares it (Lab servers do)
     #: The steps the episode took before it failed (an agent's 502 carries them), so its masked record keeps them.
     steps: list[dict[str, Any]] | None = None
-
-
-__all__ = ["FAILURE_KINDS", "STAGES", "Failure", "Stage", "describe", "is_server_kind", "validate_failure_kind"]

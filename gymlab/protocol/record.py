@@ -1,10 +1,9 @@
-"""The episode record (``Rollout``, ``StepRecord``) and the only functions that build one: ``verified``,
-``from_transitions``, ``failed``, ``with_identity``; ``mean_reward``, the one rule summaries use (docs/protocol.md)."""
+"""The episode record (``Rollout``, ``StepRecord``), the only functions that build one, and ``mean_reward``."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -15,8 +14,7 @@ from gymlab.protocol.responses import Item, NeMoGymResponse, ResponseCreateParam
 
 #: Keys of a record that identify the row rather than describe the episode.
 IDENTITY_KEYS = ("_ng_task_index", "_ng_rollout_index", "agent_ref", "env_name")
-#: Reserved keys written as null when unset, as NeMo Gym writes them (the wire reference's rollout
-#: row); every other unset field is left out.
+#: Reserved keys written as null when unset, as NeMo Gym writes them; every other unset field is left out.
 NULL_WRITTEN_KEYS = ("failure_kind", "failure_reason")
 
 
@@ -88,13 +86,14 @@ class Rollout(BaseModel):
     def agent(self) -> str | None:
         """The agent's name (``agent_ref["name"]``; older records: ``agent_name``)."""
         ref = self._extra("agent_ref")
-        name = ref.get("name") if isinstance(ref, dict) else None
+        name: str | None = ref.get("name") if isinstance(ref, dict) else None
         return name if name is not None else self._extra("agent_name")
 
     @property
     def env(self) -> str | None:
         """The environment server's name (``env_name``), or None."""
-        return self._extra("env_name")
+        env: str | None = self._extra("env_name")
+        return env
 
     @property
     def failure(self) -> Failure | None:
@@ -116,8 +115,7 @@ RESULT_KEYS = (_RECORD_KEYS - {"responses_create_params"}) | {"env_name", "agent
 
 
 def own_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a row (or a body or record carrying one) that are the task's own: not the request,
-    nor an identity or result key, nor NeMo Gym's ``_ng_*`` keys."""
+    """The task's own fields of a row, body or record: not the request, an identity or result key, nor ``_ng_*``."""
     return {
         k: v
         for k, v in fields.items()
@@ -153,9 +151,8 @@ def verified(
     response: NeMoGymResponse | None = None,
     sent: dict[str, tuple[Any, BaseModel]] | None = None,
 ) -> Rollout:
-    """A seed/verify episode: the verify's ``answer`` (every field it echoed) with the steps, the last
-    step graded by it; ``answer=None``: not yet verified (reward summed over the steps). ``sent``: a
-    field the verify carried -> (its dump, its model); a field echoed unchanged keeps the model."""
+    """A seed/verify episode: the verify's ``answer`` with the steps, the last graded by it (``None``: not yet
+    verified, reward summed over the steps). ``sent``: field -> (its dump, its model), kept when echoed unchanged."""
     if answer is None:
         answer = {
             "responses_create_params": (row or {}).get("responses_create_params"),
@@ -180,8 +177,7 @@ def verified(
 
 
 def _echoes(echo: Any, sent: Any) -> bool:
-    """Whether ``echo`` is ``sent`` given back: equal, except that the echo may spell out as null a key
-    that ``sent`` (a dump without nulls) left out, which validates to the same model."""
+    """Whether ``echo`` is ``sent`` given back: equal, or spelling out as null a key the dump left out."""
     if echo == sent:
         return True
     if isinstance(echo, dict) and isinstance(sent, dict):
@@ -197,7 +193,7 @@ def _echoes(echo: Any, sent: Any) -> bool:
     return False
 
 
-def _with_steps(fields: dict[str, Any], steps: list[StepRecord]) -> Rollout:
+def _with_steps(fields: dict[str, Any], steps: Sequence[StepRecord | dict[str, Any]]) -> Rollout:
     """The record of ``fields``, validated, holding ``steps`` as they are (built from validated items)."""
     fields["steps"] = []
     record = Rollout.model_validate(fields)
@@ -215,8 +211,7 @@ def from_transitions(
     row: dict[str, Any] | None = None,
     last: Any = None,
 ) -> Rollout:
-    """A Gymnasium episode from its transitions; ``last`` is the final ``/step`` answer (or None). Reward
-    and rubric components are summed over the steps; mask and failure fields come from ``last``."""
+    """A Gymnasium episode: reward and rubric components summed over the steps, mask and failure from ``last``."""
     judgements: list[dict[str, Any]] = []
     if cut_by_limit and steps:
         steps[-1].truncated = True
@@ -255,9 +250,11 @@ def _summed_components(per_step: Iterable[dict[str, float | None] | None]) -> di
     return total or None
 
 
-def failed(row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: list[StepRecord] = ()) -> Rollout:
-    """A masked record for an episode that could not finish: reward 0, never a graded zero; it keeps
-    the steps taken before the failure (``steps``, or those its ``failure`` carries)."""
+def failed(
+    row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: Sequence[StepRecord] = ()
+) -> Rollout:
+    """A masked record of an episode that could not finish (reward 0, never a graded zero), with the steps
+    taken before the failure (``steps``, or those its ``failure`` carries)."""
     params = row.get("responses_create_params") or {"input": ""}
     return _with_steps(
         {
@@ -272,15 +269,14 @@ def failed(row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, st
             "failure_trace": failure.trace,
             "duration_s": duration_s,
         },
-        list(steps or failure.steps or ()),
+        [*(steps or failure.steps or ())],
     )
 
 
 def identity(
     *, task_index: Any = None, repeat: Any = None, agent: str | dict[str, Any] | None = None, env: str | None = None
 ) -> dict[str, Any]:
-    """A row's identity fields under the one set of names (a None value is left out); ``agent`` is a
-    name or a whole ``agent_ref``."""
+    """A row's identity fields under the one set of names (None left out); ``agent``: a name or an ``agent_ref``."""
     fields: dict[str, Any] = {}
     if task_index is not None:
         fields["_ng_task_index"] = task_index
@@ -329,70 +325,5 @@ def failure_counts(records: Iterable[Any]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-#: The tool of ``synthetic``'s episodes, as a counter environment declares it.
-_INCREMENT = {
-    "type": "function",
-    "name": "increment",
-    "description": "Add `by` to the counter and return the new count.",
-    "parameters": {
-        "type": "object",
-        "properties": {"by": {"type": "integer"}},
-        "required": ["by"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
-
-
-def synthetic(n_episodes: int, steps_per_episode: int) -> list[Rollout]:
-    """Records shaped as simple_agent writes a counter episode, items and usage included (about 700 bytes of
-    JSON a step): benchmark and test input, no server runs."""
-    out = []
-    for e in range(n_episodes):
-        steps, items = [], []
-        for i in range(steps_per_episode):
-            last = i == steps_per_episode - 1
-            if last:
-                text = [{"type": "output_text", "text": f"The counter reads {i}.", "annotations": []}]
-                action = [{"type": "message", "role": "assistant", "content": text, "id": f"msg_{e}_{i}"}]
-                outputs = []
-            else:
-                call_id = f"call_{e:08x}{i:08x}"
-                action = [{"type": "function_call", "name": "increment", "arguments": '{"by": 1}', "call_id": call_id}]
-                action[0].update(id=f"fc_{e:08x}{i:08x}", status="completed")
-                outputs = [{"type": "function_call_output", "call_id": call_id, "output": f'{{"count":{i + 1}}}'}]
-            items += action + outputs
-            step = {"index": i, "action": action, "reward": float(last), "terminated": last, "truncated": False}
-            steps.append({**step, "info": {}, "tool_outputs": outputs, "tool_errors": 0, "duration_s": 0.015})
-        prompt = f"The counter starts at 0. Use the increment tool, one step at a time, until it reads {i}."
-        params = {"input": [{"role": "user", "content": prompt}], "tools": [_INCREMENT], "tool_choice": "auto"}
-        usage = {"input_tokens": 56 * len(items), "output_tokens": 3 * len(steps), "total_tokens": 59 * len(items)}
-        response = {"id": f"resp_{e:016x}", "created_at": 1.8e9, "model": "policy", "object": "response"}
-        response.update(output=items, tools=[_INCREMENT], usage=usage, status="completed")
-        record = {"responses_create_params": params, "response": response, "reward": 1.0, "mask_sample": False}
-        record.update(terminated=True, truncated=False, steps=steps, duration_s=0.3, target=steps_per_episode - 1)
-        record.update(_ng_task_index=e, _ng_rollout_index=0, env_name="counter")
-        record["agent_ref"] = {"type": "responses_api_agents", "name": "simple_agent"}
-        out.append(Rollout.model_validate(record))
-    return out
-
-
 def _get(record: Any, key: str) -> Any:
     return record.get(key) if isinstance(record, dict) else getattr(record, key, None)
-
-
-__all__ = [
-    "IDENTITY_KEYS",
-    "Rollout",
-    "StepRecord",
-    "failed",
-    "failure_counts",
-    "from_transitions",
-    "identity",
-    "mean_reward",
-    "mean_reward_text",
-    "own_fields",
-    "synthetic",
-    "verified",
-    "with_identity",
-]

@@ -44,8 +44,7 @@ class BaseVerifyRequest(BaseRunRequest):
     response: NeMoGymResponse
 
 
-#: Fields gymlab adds to a verify answer: written only when set (the reference's own keys, such as
-#: ``failure_kind`` and ``failure_reason``, are always written, null when unset).
+#: Fields gymlab adds to a verify answer, written only when set (the reference's own are always written).
 OPTIONAL_VERIFY_KEYS = ("reward_components", "judgements", "answer_error", "response_too_large")
 
 
@@ -66,12 +65,9 @@ class BaseVerifyResponse(BaseVerifyRequest):
     )
 
     @model_serializer(mode="wrap")
-    def _omit_unset_options(self, handler: SerializerFunctionWrapHandler):
-        data = handler(self)
-        for key in OPTIONAL_VERIFY_KEYS:
-            if key in data and data[key] is None:
-                del data[key]
-        return data
+    # unannotated on purpose: pydantic would make a return type this model's serialization schema
+    def _omit_unset_options(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        return {k: v for k, v in handler(self).items() if v is not None or k not in OPTIONAL_VERIFY_KEYS}
 
 
 class AggregateMetricsRequest(BaseModel):

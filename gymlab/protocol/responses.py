@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 def new_id(prefix: str) -> str:
     """A short random id in the reference's style (``msg_…``, ``fc_…``, ``call_…``)."""
-    return f"{prefix}_{os.urandom(8).hex()}"  # 16 hex digits, as uuid4().hex[:16] gave, without the object
+    return f"{prefix}_{os.urandom(8).hex()}"
 
 
 #: An int a request field takes: within 64 bits, as every JSON library and model server reads one (2**70 is a 422).
@@ -73,8 +73,7 @@ class Reasoning(_Open):
     encrypted_content: str | None = None
 
 
-#: The fields a model turn's first output item carries when its server keeps the tokens (NeMo Gym's names):
-#: the prompt's token ids, the generated ones, and each generated token's log-probability.
+#: A model turn's token ids and log-probabilities, on its first output item when its server keeps them (NeMo Gym's names).
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
 
@@ -228,7 +227,7 @@ def assistant_message(text: str) -> Message:
     )
 
 
-def function_call(name: str, arguments: str | dict, call_id: str | None = None) -> FunctionCall:
+def function_call(name: str, arguments: str | dict[str, Any], call_id: str | None = None) -> FunctionCall:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return FunctionCall(
         name=name, arguments=args, call_id=call_id or new_id("call"), id=new_id("fc"), status="completed"
@@ -240,10 +239,8 @@ MAX_ARGUMENT_CHARS = 1 << 20
 
 
 def read_arguments(arguments: str | None, max_chars: int | None = MAX_ARGUMENT_CHARS) -> Any:
-    """A function call's ``arguments`` as JSON (empty: ``{}``); a ``ValueError`` saying why when they cannot
-    be read: not JSON, over ``max_chars`` (None: no bound here, the receiving server's body limit applies),
-    or nested deeper than the JSON reader goes. What a model writes there is its action, never the
-    server's failure."""
+    """A function call's ``arguments`` as JSON (empty: ``{}``); a ``ValueError`` when they are not JSON, over
+    ``max_chars`` (None: the receiving server's body limit bounds them) or nested too deep: the model's action."""
     text = arguments or "{}"
     if max_chars is not None and len(text) > max_chars:
         raise ValueError(f"the arguments are {len(text)} characters, over the {max_chars} a server reads")
@@ -254,15 +251,14 @@ def read_arguments(arguments: str | None, max_chars: int | None = MAX_ARGUMENT_C
 
 
 def dump_params(params: ResponseCreateParams) -> dict[str, Any]:
-    """The request as seed/verify/reset/step bodies carry it: all 30 fields (null when unset), as the
-    reference's agents send them; items and tools keep only the fields they carry."""
+    """The request as seed/verify/reset/step bodies carry it: all 30 fields (null when unset), items and tools sparse."""
     data = params.model_dump(mode="json", exclude={"input", "tools"})
     data["input"] = params.input if isinstance(params.input, str) else [dump_item(i) for i in params.input]
     data["tools"] = [dump_item(t) for t in params.tools]
     return data
 
 
-def dump_item(item: Any) -> dict:
+def dump_item(item: Any) -> dict[str, Any]:
     """An item as wire JSON (None fields left out)."""
     if isinstance(item, BaseModel):
         return item.model_dump(mode="json", exclude_none=True)

@@ -8,9 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from gymlab.protocol.resources import BaseSeedSessionRequest, BaseSeedSessionResponse
 
-#: Headers an environment server sends with an agent call: the episode's resources server (the agent
-#: refuses a call naming another than its configured one; it never sends to a URL a request names)
-#: and the session's cookie (a Cookie header), so the agent's tool calls reach the episode's session.
+#: Headers an environment server sends with an agent call: the episode's resources server (the agent refuses
+#: one other than its own) and the session's Cookie header, so the agent's tool calls reach the episode's session.
 RESOURCES_SERVER_HEADER = "x-gymlab-resources-server"
 RESOURCES_COOKIE_HEADER = "x-gymlab-resources-cookie"
 
@@ -26,14 +25,10 @@ class EpisodeId(BaseModel):
 
 
 class TaskId(BaseModel):
-    """A task's qualified ID, ``<taskset>/<task_id>``."""
+    """A task's ID within its taskset."""
 
     taskset: str = ""
     task_id: str
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.taskset}/{self.task_id}" if self.taskset else self.task_id
 
 
 class ResourcesSeedSessionRequest(BaseSeedSessionRequest):
@@ -50,8 +45,7 @@ class ResourcesSeedSessionRequest(BaseSeedSessionRequest):
 
 
 class ResourcesSeedSessionResponse(BaseSeedSessionResponse):
-    """Answer to an episode seed; ``observation`` is on the wire only when the server set it (an explicit
-    ``None`` or ``""`` stays). Server-specific extra fields are kept."""
+    """Answer to an episode seed; ``observation`` is on the wire only when set (even as None); extra fields kept."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -60,15 +54,14 @@ class ResourcesSeedSessionResponse(BaseSeedSessionResponse):
 
     @model_serializer(mode="wrap")
     def _omit_unset_observation(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if "observation" not in self.model_fields_set:
             data.pop("observation", None)
         return data
 
 
 class ResourcesCloseSessionRequest(BaseModel):
-    """Body of ``/close_session``. Without ``resources_session_id`` it closes the cookie's session
-    (how simple_agent releases a seeded rollout whose model failed before ``/verify``)."""
+    """Body of ``/close_session``; without ``resources_session_id`` it closes the cookie's session."""
 
     resources_session_id: str | None = Field(None, min_length=1, max_length=MAX_SESSION_ID_LENGTH)
     episode_id: EpisodeId | None = None

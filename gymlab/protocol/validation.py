@@ -9,8 +9,7 @@ SHOWN = 3
 
 
 def describe_validation(errors: Any, default: str = "value") -> str:
-    """``loc: message`` for each error of ``errors`` (a ``ValidationError`` or its list), joined by ``; ``; an
-    extra key reads ``parent: unknown key 'name'``; ``default`` names a value without a location."""
+    """``loc: message`` for each error (``parent: unknown key 'name'`` for an extra key), joined by ``; ``."""
     errors = errors.errors() if hasattr(errors, "errors") else list(errors)
     parts = []
     for e in errors[:SHOWN]:

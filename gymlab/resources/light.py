@@ -52,7 +52,8 @@ def arguments_model(fn: Callable[..., Any], env: str) -> tuple[type[BaseModel], 
         hints = typing.get_type_hints(fn)
     except NameError as exc:
         raise TypeError(f"{fn.__qualname__}: an annotation does not resolve ({exc}); define its types first") from None
-    fields, wants_state = {}, False
+    fields: dict[str, Any] = {}
+    wants_state = False
     for p in inspect.signature(fn).parameters.values():
         if p.name == "state":
             wants_state = True
@@ -111,7 +112,7 @@ def environment(
             f"{name} verify takes {', '.join(sorted(unknown))}; it may take {', '.join(VERIFY_PARAMETERS)} "
             "(the row's fields, the final answer's text, the episode's state, the whole response)"
         )
-    declared = {k: (t, ...) for k, t in (fields or {}).items()}
+    declared: dict[str, Any] = {k: (t, ...) for k, t in (fields or {}).items()}
     seed_model = create_model(f"{name}Seed", __base__=RowSeed, **declared)
     verify_model = create_model(f"{name}Verify", __base__=RowVerify, **declared)
     namespace: dict[str, Any] = {"__doc__": f"{name}: an environment of plain functions (gymlab.environment)."}
@@ -140,7 +141,7 @@ def environment(
             self.session_state[request.session[SESSION_ID_KEY]] = row_of(body)
         return BaseSeedSessionResponse()
 
-    async def verify_route(self, request: Request, body: BaseModel) -> BaseVerifyResponse:
+    async def verify_route(self, request: Request, body: RowVerify) -> BaseVerifyResponse:
         state = self.session_state.get(request.session.get(SESSION_ID_KEY))
         if state is None:
             return lost_session_verification(body, reason=f"{name} holds no episode for this session")

@@ -97,7 +97,8 @@ class McpTools:
             cause = f"all {self.server.mcp_max_sessions} MCP sessions (mcp_max_sessions) have a request in flight"
             hint = "retry after Retry-After seconds, or raise mcp_max_sessions"
             return await self._refusal(scope, 503, cause, hint, {"retry-after": "1"})(scope, receive, send)
-        held = [sid] if sid in manager._server_instances else []  # an unknown id is the SDK's 404, not tracked
+        # an unknown id is the SDK's 404, not tracked
+        held = [sid] if sid is not None and sid in manager._server_instances else []
         for s in held:
             self._use(s, 1)
         self._opening += opens
@@ -241,7 +242,7 @@ async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: 
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    headers = {"cookie": cookie_header(cookies)} if cookies else None
+    headers = {"cookie": cookie_header(cookies) or ""} if cookies else None
     async with create_mcp_http_client(headers=headers) as http:
         async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             yield client
@@ -250,8 +251,9 @@ async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: 
 def mcp_tools_of(server: BaseServer) -> McpTools | None:
     """The ``McpTools`` serving ``server`` at ``/mcp``, or None when it does not serve MCP."""
     for route in server.app.router.routes:
-        if getattr(route, "path", None) == MCP_PATH and isinstance(getattr(route, "endpoint", None), McpTools):
-            return route.endpoint
+        endpoint = getattr(route, "endpoint", None)
+        if getattr(route, "path", None) == MCP_PATH and isinstance(endpoint, McpTools):
+            return endpoint
     return None
 
 

@@ -91,7 +91,7 @@ class MetricsTally:
             errors.append(_unreadable(i, "_ng_task_index", index, "an integer (or null)"))
         if reward is None:
             errors.append(_unreadable(i, "reward", r.get("reward"), "a finite number (a masked sample may omit it)"))
-        if mask is not True and len(errors) == found:
+        if reward is not None and mask is not True and len(errors) == found:
             self.groups[index].append(reward)
 
     def result(self) -> AggregateMetrics:
@@ -340,7 +340,7 @@ def row_problems(server: SimpleResourcesServer, rows: list[dict[str, Any]]) -> l
     return [f"{problem} in rows {', '.join(map(str, idx[:5]))}{'…' * (len(idx) > 5)}" for problem, idx in found.items()]
 
 
-_RESPONSE = {"response": {"output": []}}  # what the agent adds to a row for /verify
+_RESPONSE: dict[str, Any] = {"response": {"output": []}}  # what the agent adds to a row for /verify
 
 
 def _body_adapter(hook):

@@ -53,9 +53,10 @@ def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) ->
         name = path.strip("/")
         if "POST" not in methods or not name or "/" in name or "{" in name or name in RESERVED_ROUTES:
             continue
-        model = _body_model(route.endpoint)
+        endpoint = getattr(route, "endpoint", None)  # a route with methods has one
+        model = _body_model(endpoint)
         schema = None if model is None else model.model_json_schema()
-        tools.append(function_tool(name, inspect.getdoc(route.endpoint) or "", schema, strict=strict))
+        tools.append(function_tool(name, inspect.getdoc(endpoint) or "", schema, strict=strict))
     return tools
 
 
@@ -136,7 +137,7 @@ def check_rows(server: BaseServer, rows: Iterable[dict[str, Any]]) -> CheckRepor
     """Each tool the rows declare, against the server's routes and their request models."""
     served = {t["name"]: t for t in tools_from(server)}
     report = CheckReport(server.name, sorted(served))
-    seen: set[str] = set()
+    seen: set[str | None] = set()
     for index, row in enumerate(rows):
         params = row.get("responses_create_params") if isinstance(row, dict) else None
         for tool in (params or {}).get("tools") or []:

@@ -78,6 +78,7 @@ def serve_entrypoint(entrypoint: str | os.PathLike, workers: int = 4, **config: 
         start_new_session=True,
         text=True,
     )
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_S)
         line = proc.stdout.readline() if ready else ""

@@ -70,6 +70,7 @@ def test_the_package_comes_from_the_venv_not_the_checkout(venv):
         env=env,
     ).stdout.split()
     assert all(Path(p).is_relative_to(bin_.parent) for p in out), out
+    assert (Path(out[0]).parent / "py.typed").is_file()  # PEP 561: type checkers read the package's annotations
     assert sh(bin_ / "gymlab", "--version", cwd=work, env=env).stdout.startswith("gymlab ")
 
 

@@ -64,7 +64,7 @@ def test_read_lines_keeps_records_unparsed_with_their_numbers(tmp_path):
 
 
 def test_the_atomic_writer_writes_models_and_dicts(tmp_path):
-    from gymlab.protocol.record import synthetic
+    from benchmarks.records import synthetic
 
     record = synthetic(1, 1)[0]
     path = write_jsonl_atomic(tmp_path / "a.jsonl", [record, {"x": "ü"}])

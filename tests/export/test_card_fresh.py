@@ -13,8 +13,8 @@ import sys
 import datasets
 import pytest
 
+from benchmarks.records import synthetic
 from gymlab import export_dataset, read_dataset
-from gymlab.protocol.record import synthetic
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 datasets.disable_progress_bars()

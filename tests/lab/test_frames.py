@@ -4,12 +4,12 @@ import json
 
 import pytest
 
+from benchmarks.records import synthetic as synthetic_rollouts
 from gymlab import DatasetError, Lab
 from gymlab.examples import example_rows, load_environment
 from gymlab.lab.columnar import STEP_COLUMNS
 from gymlab.lab.frames import CALL_COLUMNS, EPISODE_COLUMNS
 from gymlab.lab.runs import Rollouts
-from gymlab.protocol.record import synthetic as synthetic_rollouts
 
 #: The concise episode columns of a run in which nothing failed (before its row fields).
 EPISODE_CONCISE_CLEAN = ["episode", "task", "repeat", "reward", "prompt", "answer", "n_steps", "terminated"]
@@ -184,7 +184,7 @@ def test_load_errors_name_file_and_line(tmp_path):
 
 
 def test_the_row_field_that_tells_tasks_apart_comes_right_after_task_and_repeat():
-    from gymlab.protocol.record import synthetic
+    from benchmarks.records import synthetic
 
     records = [
         r.model_copy(update={"target": 3 + r.task_index, "level": "easy", "notes": {"n": i}})

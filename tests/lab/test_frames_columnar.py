@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from benchmarks.records import synthetic
 from gymlab import DatasetError, Lab
 from gymlab.examples import example_rows, load_environment
 from gymlab.lab import columnar
@@ -15,7 +16,6 @@ from gymlab.lab.frames import episodes_frame, steps_frame
 from gymlab.lab.runs import Rollouts
 from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol import Rollout
-from gymlab.protocol.record import synthetic
 
 
 @pytest.fixture(scope="module")
@@ -414,7 +414,7 @@ def test_a_small_run_does_not_load_pyarrow():
 
     root = str(Path(__file__).resolve().parents[2])
     code = (
-        "import sys; from gymlab.lab.store import StoreBuilder; from gymlab.protocol.record import synthetic; "
+        "import sys; from gymlab.lab.store import StoreBuilder; from benchmarks.records import synthetic; "
         "b = StoreBuilder(3); [b.add(i, r) for i, r in enumerate(synthetic(3, 2))]; b.finish(); "
         "print('pyarrow' in sys.modules)"
     )

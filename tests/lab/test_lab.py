@@ -145,7 +145,7 @@ def test_a_running_runs_finished_records_are_read_from_its_one_buffer():
     the rest wait as lines; the memory sink reads both in the order they finished (what a cancel keeps)."""
     from gymlab.lab.runs import Rollouts
     from gymlab.lab.store import StoreBuilder
-    from gymlab.protocol.record import synthetic
+    from benchmarks.records import synthetic
     from gymlab.run.engine import Job, Outcome, RunState
     from gymlab.run.sinks import MemorySink
 

@@ -12,11 +12,11 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from IPython.core.formatters import DisplayFormatter  # noqa: E402
 
+from benchmarks.records import synthetic  # noqa: E402
 from gymlab import Lab, environment, rows_from  # noqa: E402
 from gymlab.lab import plots  # noqa: E402
 from gymlab.lab.runs import Rollouts  # noqa: E402
 from gymlab.lab.widgets import LivePanel  # noqa: E402
-from gymlab.protocol.record import synthetic  # noqa: E402
 
 Z2 = plots.Z**2
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 import gymlab
+from benchmarks.records import synthetic
 from gymlab.jsonl import json_line, write_jsonl_atomic
 from gymlab.lab.runs import Rollouts
-from gymlab.protocol.record import NULL_WRITTEN_KEYS, record_json, synthetic
+from gymlab.protocol.record import NULL_WRITTEN_KEYS, record_json
 
 
 def _nulls(line: str) -> dict:

@@ -17,8 +17,8 @@ from gymlab import (
     SimpleResourcesServer,
     lost_session_verification,
 )
-from gymlab._runtime.fences import ResourcesSessionFences
-from gymlab._runtime.locks import ResourcesSessionLocks
+from gymlab.fences import ResourcesSessionFences
+from gymlab.locks import ResourcesSessionLocks
 
 
 def seed_body(sid, rollout="r1", **task_data):

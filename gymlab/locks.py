@@ -35,6 +35,3 @@ class ResourcesSessionLocks:
     def locked(self, session_id: str) -> bool:
         entry = self._entries.get(session_id)
         return entry is not None and entry[0].locked()
-
-
-ResourcesSessionLocks.__module__ = "gymlab"  # public as gymlab.ResourcesSessionLocks

@@ -63,6 +63,3 @@ class ResourcesSessionFences:
     def _purge(self, now: float) -> None:
         while self._expiry and next(iter(self._expiry.values())) <= now:  # oldest first
             self._expiry.popitem(last=False)
-
-
-ResourcesSessionFences.__module__ = "gymlab"  # public as gymlab.ResourcesSessionFences
