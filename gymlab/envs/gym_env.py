@@ -1,9 +1,6 @@
-"""Any Gymnasium env whose observation can be read as text, as a GymnasiumServer.
-
-One env per episode, reset with the row's ``seed``; the model reads the ``ansi`` render and the
-observation, and acts by an action's name or number (text or a function call); an unreadable action
-changes nothing (docs/envs.md).
-"""
+"""Any Gymnasium env whose observation reads as text, as a GymnasiumServer: one env per episode, reset with
+the row's ``seed``; the model acts by an action's name or number, an unreadable action changes nothing
+(docs/envs.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from pydantic import Field, PrivateAttr
 from gymlab.envs.extras import need
 from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
-from gymlab.resources.tools import rows_from
+from gymlab.resources.tools import function_tool, rows_from
 
 #: The discrete actions' names of Gymnasium's own envs, by the env spec's name.
 ACTION_NAMES = {
@@ -77,8 +74,7 @@ class GymEnvServer(GymnasiumServer):
     _formatter: Callable[[Any, Any], str] | None = PrivateAttr(default=None)
 
     def make_env(self) -> Any:
-        """A fresh env: a copy of the env passed in, else ``gymnasium.make(env_id, **make_kwargs)``
-        (``render_mode="ansi"`` where the env offers it)."""
+        """A fresh env: a copy of the env passed in, else ``gymnasium.make`` (``ansi`` render where offered)."""
         if self._factory is not None:
             return self._factory()
         gym = need("gymnasium")
@@ -103,14 +99,14 @@ class GymEnvServer(GymnasiumServer):
         return list(self.actions if self.actions is not None else known)
 
     def read_action(self, env: Any, calls: list[Any], text: str) -> Any:
-        """The env action a turn stands for, or None: the first call (named after an action, or with an
-        ``action`` argument), else the text (an action's name, else a whole number)."""
+        """The env action a turn stands for, or None: the first call (an action's name, or its ``action``
+        argument), else the text (an action's name, else a number)."""
         names = self.action_names(env)
         if calls:
             call = calls[0]
             try:
                 arguments = read_arguments(call.arguments)
-            except ValueError:  # not JSON, huge or nested past reading: an unreadable action
+            except ValueError:  # past reading: an unreadable action
                 arguments = {}
             value = (
                 call.name if call.name in names else arguments.get("action") if isinstance(arguments, dict) else None
@@ -141,7 +137,7 @@ class GymEnvServer(GymnasiumServer):
         info: dict[str, Any] = {}
         if calls:
             info["tool_outputs"] = [self.tool_output(c, {"action": plain(chosen)}) for c in calls]
-        if chosen is None:  # unreadable: nothing happens (so a random text action is a valid step)
+        if chosen is None:  # nothing happens (so a random text action is a valid step)
             info["unreadable_action"] = (calls[0].name if calls else action.output_text)[:200]
             return state["observation"], 0.0, False, False, info
         observation, reward, terminated, truncated, step_info = env.step(chosen)
@@ -184,10 +180,9 @@ def gymnasium(
     name: str | None = None,
     **make_kwargs: Any,
 ) -> tuple[GymEnvServer, list[dict[str, Any]]]:
-    """``(server, rows)`` for a Gymnasium env: an env id (``"FrozenLake-v1"``, made with ``make_kwargs``)
-    or an env (each episode plays a deep copy of it), one row per seed. ``formatter(env, obs)`` turns an
-    observation into the model's text (default: ``text_observation``); ``actions`` names the discrete actions
-    (Gymnasium's toy-text envs and CartPole are known); ``tools=True`` declares one function per action."""
+    """``(server, rows)`` for an env id (made with ``make_kwargs``) or an env (each episode plays a deep copy),
+    one row per seed. ``formatter(env, obs)``: the model's text (default ``text_observation``); ``actions``:
+    the discrete actions' names (``ACTION_NAMES`` known); ``tools=True`` declares one function per action."""
     gym = need("gymnasium")
     env_id = env if isinstance(env, str) else None
     server = GymEnvServer(
@@ -209,8 +204,9 @@ def gymnasium(
     sample.close()
     how = f"one action of: {', '.join(names)}" if names else f"one action of the space {sample.action_space}"
     text = instructions or f"You are playing {title}. Each turn, answer with {how}."
-    declared = [row_tool(n, f"Take the action {n!r}.", {}) for n in names]
-    declared = declared or [row_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})]
+    declared = [row_tool(n, f"Take the action {n!r}.", {}) for n in names] or [
+        row_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})
+    ]
     seeds = list(seeds)
     return server, rows_from([text] * len(seeds), tools=declared if tools else None, seed=seeds)
 
@@ -224,10 +220,5 @@ def env_ids() -> list[str]:
 
 
 def row_tool(name: str, description: str, properties: dict) -> dict[str, Any]:
-    """A row's function tool whose ``properties`` are all required."""
-    return {
-        "type": "function",
-        "name": name,
-        "description": description,
-        "parameters": {"type": "object", "properties": properties, "required": list(properties)},
-    }
+    """A row's function tool whose ``properties`` are all required (their defaults and extras kept)."""
+    return function_tool(name, description, {"properties": properties, "required": list(properties)}, strict=False)

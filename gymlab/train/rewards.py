@@ -34,6 +34,3 @@ def verify_reward(lab: Any, env: Any, *, run: TrainingRun | None = None):
 
     verify.run = run
     return verify
-
-
-__all__ = ["verify_reward"]

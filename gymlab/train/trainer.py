@@ -34,6 +34,3 @@ class GRPOTrainer(_TRLGRPOTrainer):
             mask = mask * output["tool_mask"]
         output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         return output
-
-
-__all__ = ["GRPOTrainer"]
