@@ -40,18 +40,9 @@ class TextArenaServer(GymnasiumServer):
     max_opponent_moves: int = Field(64, ge=1, description="Other seats' moves per model move before truncation.")
     make_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keywords of textarena.make.")
     max_games: int = Field(256, ge=1, description="Games held at once; a reset past it is refused 503 (Retry-After).")
-    max_move_chars: int = Field(
-        4096, ge=1, description="Longest move passed to the game; a longer one is an invalid move, never stored."
-    )
-    max_game_chars: int = Field(
-        256 * 1024, ge=1, description="Characters of moves one game holds; a move past it is an invalid move."
-    )
+    max_move_chars: int = Field(4096, ge=1, description="Longest move passed to the game; longer: an invalid move.")
+    max_game_chars: int = Field(256 << 10, ge=1, description="Characters of moves a game holds; past it: invalid.")
     _opponent: Callable[[str], str] | None = PrivateAttr(default=None)
-
-    def make_game(self) -> Any:
-        ta = need("textarena")
-        check_offline(self.env_id)
-        return ta.make(self.env_id, **self.make_kwargs)
 
     async def reset(self, metadata, session_id=None):
         if self.player >= self.num_players:
@@ -98,7 +89,8 @@ class TextArenaServer(GymnasiumServer):
         return _seen(state["game"], self.player) or None, rewards.get(self.player, 0.0), done, truncated, info
 
     def _start(self, seed: int | None) -> Any:
-        game = self.make_game()
+        check_offline(self.env_id)
+        game = need("textarena").make(self.env_id, **self.make_kwargs)
         game.reset(num_players=self.num_players, seed=seed)
         return game
 

@@ -67,11 +67,7 @@ def as_openenv(
     url = (server if isinstance(server, str) else server.url).rstrip("/")
     if protocol is None:  # from the server's routes: a Lab handle's app, else its OpenAPI paths
         instance = getattr(server, "server", None)
-        paths = (
-            {getattr(r, "path", "") for r in instance.app.routes}
-            if instance
-            else get_json(url, "/openapi.json").get("paths", {})
-        )
+        paths = [r.path for r in instance.app.routes] if instance else get_json(url, "/openapi.json").get("paths", {})
         protocol = "gymnasium" if "/step" in paths else "seed_verify" if "/verify" in paths else None
         if protocol is None:
             raise ValueError(f"{url} serves neither /step nor /verify; is it a gymlab server?")
@@ -87,6 +83,7 @@ def as_openenv(
             super().__init__()
             self._cookies: Cookies | None = None
             self._row: dict[str, Any] = {}
+            self._declared: list[str] = []
             self._added: list[Any] = []
             self._state = State(episode_id=None, step_count=0)
 
@@ -107,7 +104,7 @@ def as_openenv(
             self._row, self._added, self._cookies = row, [], Cookies()
             self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
             params = ResponseCreateParams.model_validate(row["responses_create_params"])
-            declared = [t.name for t in params.tools or () if getattr(t, "name", None)]
+            self._declared = declared = [t.name for t in params.tools or () if getattr(t, "name", None)]
             if protocol == "gymnasium":
                 text = GymnasiumResetResponse.model_validate(self._post("/reset", row)).observation or ""
             else:
@@ -157,9 +154,7 @@ def as_openenv(
 
         def _call_tool(self, call: Any) -> str:
             """The tool route's answer, as simple_agent gives it to the model (a refused name: an error)."""
-            params = ResponseCreateParams.model_validate(self._row["responses_create_params"])
-            why = refusal(call.name, [t.name for t in params.tools or () if getattr(t, "name", None)])
-            if why is not None:
+            if (why := refusal(call.name, self._declared)) is not None:
                 output = json.dumps({"error": why})
             else:
                 reply = run_sync(post(url, f"/{call.name}", json.loads(call.arguments), self._cookies, name, timeout_s))

@@ -164,7 +164,7 @@ def _in_space(space: Any, value: Any) -> Any:
             element = np.int64(value)
         else:
             element = np.asarray(json.loads(value) if isinstance(value, str) else value, dtype=space.dtype)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError, RecursionError):
         return None
     return element if space.contains(element) else None
 

@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr, ValidationError
 
 from gymlab.envs.extras import need
 from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
+from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
 from gymlab.resources.tools import rows_from
 
@@ -164,24 +165,17 @@ class OpenEnvServer(GymnasiumServer):
     def read_action(self, calls: list[Any], text: str) -> dict[str, Any] | None:
         """The action's JSON a turn stands for, or None: the first call (an MCP tool's, or the action
         function's arguments), else the text (the text field's value, or a JSON object)."""
-        if calls:
-            call = calls[0]
-            try:
-                arguments = json.loads(call.arguments or "{}")
-            except ValueError:
-                return None
-            if not isinstance(arguments, dict):
-                return None
-            if call.name in self.mcp_tools:
-                return {"type": "call_tool", "tool_name": call.name, "arguments": arguments}
-            return arguments if call.name == self.tool_name and not self.mcp_tools else None
-        if self.text_field is not None:
+        if not calls and self.text_field is not None:
             return {self.text_field: text}
-        try:
-            value = json.loads(text)
+        try:  # not JSON, or nested past reading: unreadable
+            value = read_arguments(calls[0].arguments if calls else text or "null", None)
         except ValueError:
             return None
-        return value if isinstance(value, dict) else None
+        if not isinstance(value, dict) or not calls:
+            return value if isinstance(value, dict) else None
+        if calls[0].name in self.mcp_tools:
+            return {"type": "call_tool", "tool_name": calls[0].name, "arguments": value}
+        return value if calls[0].name == self.tool_name and not self.mcp_tools else None
 
     async def reset(self, metadata, session_id=None):
         seed = row_seed(self, metadata)

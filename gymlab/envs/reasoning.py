@@ -38,23 +38,13 @@ class ReasoningGymServer(SimpleResourcesServer):
     """Seed/verify over any reasoning-gym dataset, graded in worker processes; a spec from a request is checked
     against bounds before anything is built, the specs of the rows it made are its own (docs/envs.md)."""
 
-    work_budget_seconds: float = Field(
-        10.0, gt=0, description="Time budget of grading one answer (the dataset is built before, in its own budget)."
-    )
+    work_budget_seconds: float = Field(10.0, gt=0, description="Time budget of grading one answer (not the build).")
     build_budget_seconds: float = Field(60.0, gt=0, description="Time budget of building one dataset in a worker.")
     max_size: int = Field(100_000, ge=1, description="Largest ``size`` of a spec from a request.")
-    max_config_scale: float = Field(
-        10.0,
-        ge=1,
-        description="A spec's numeric field may be this many times its default's size (a default under 10 counts 10).",
-    )
+    max_config_scale: float = Field(10.0, ge=1, description="A numeric field's bound: this times its default (>= 10).")
     max_datasets: int = Field(32, ge=1, description="Datasets one worker keeps built (and within max_cache_bytes).")
-    max_cache_bytes: int = Field(
-        256 * 1024 * 1024, ge=0, description="Memory one worker keeps for built datasets (least recently used out)."
-    )
-    max_answer_chars: int = Field(
-        16 * 1024, ge=1, description="Longest final answer scored; a longer one is graded 0 (response_too_large)."
-    )
+    max_cache_bytes: int = Field(256 << 20, ge=0, description="Memory one worker keeps for built datasets (LRU).")
+    max_answer_chars: int = Field(16 << 10, ge=1, description="Longest final answer scored (longer: a 0).")
     _issued: set = PrivateAttr(default_factory=set)
     not_episode_state: ClassVar[tuple[str, ...]] = ("_issued",)  # the specs of the rows this server made
 
