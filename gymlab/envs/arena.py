@@ -18,10 +18,9 @@ from pydantic import Field, PrivateAttr
 from gymlab.client import ask_model_server
 from gymlab.envs.arena_checks import check_offline, no_downloads
 from gymlab.envs.extras import need
-from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
+from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool, seeded_rows
 from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
-from gymlab.resources.tools import rows_from
 
 MOVE_TOOL = row_tool("move", "Make your move: the text the game asks for (e.g. '[4]').", {"action": {"type": "string"}})
 
@@ -66,8 +65,7 @@ class TextArenaServer(GymnasiumServer):
         return _seen(state["game"], self.player), {}
 
     async def step(self, action, metadata, session_id=None):
-        state = self.session_state.get(session_id)
-        if state is None:
+        if (state := self.session_state.get(session_id)) is None:
             return None, 0.0, False, True, LOST
         calls = [item for item in action.output if item.type == "function_call"]
         text = _call_action(calls[0]) if calls else action.output_text
@@ -232,8 +230,7 @@ def textarena(
     elif opponent is not None:
         server.opponent_model = opponent if isinstance(opponent, str) else opponent.url
     text = instructions or f"You are playing {env_id} as player {player}. Make your move when asked."
-    seeds = list(seeds)
-    return server, rows_from([text] * len(seeds), tools=[MOVE_TOOL] if tools else None, seed=seeds)
+    return server, seeded_rows(text, seeds, [MOVE_TOOL] if tools else None)
 
 
 def games() -> list[str]:

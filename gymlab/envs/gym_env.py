@@ -128,8 +128,7 @@ class GymEnvServer(GymnasiumServer):
         return self.session_state[session_id]["observation"], plain(info)
 
     async def step(self, action, metadata, session_id=None):
-        state = self.session_state.get(session_id)
-        if state is None:
+        if (state := self.session_state.get(session_id)) is None:
             return None, 0.0, False, True, LOST
         env = state["env"]
         calls = [item for item in action.output if item.type == "function_call"]
@@ -145,8 +144,7 @@ class GymEnvServer(GymnasiumServer):
         return state["observation"], float(reward), terminated, truncated, {**plain(step_info), **info}
 
     async def close_session(self, session_id: str) -> None:
-        state = self.session_state.get(session_id)
-        if state is not None:
+        if (state := self.session_state.get(session_id)) is not None:
             state["env"].close()
         await super().close_session(session_id)
 
@@ -207,8 +205,7 @@ def gymnasium(
     declared = [row_tool(n, f"Take the action {n!r}.", {}) for n in names] or [
         row_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})
     ]
-    seeds = list(seeds)
-    return server, rows_from([text] * len(seeds), tools=declared if tools else None, seed=seeds)
+    return server, seeded_rows(text, seeds, declared if tools else None)
 
 
 def env_ids() -> list[str]:
@@ -217,6 +214,12 @@ def env_ids() -> list[str]:
     return sorted(
         k for k, spec in gym.envs.registry.items() if "toy_text" in str(spec.entry_point) or spec.name in ACTION_NAMES
     )
+
+
+def seeded_rows(text: str, seeds: Iterable[int], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """One row per seed, ``text`` its prompt, ``tools`` declared (None: none)."""
+    seeds = list(seeds)
+    return rows_from([text] * len(seeds), tools=tools, seed=seeds)
 
 
 def row_tool(name: str, description: str, properties: dict) -> dict[str, Any]:

@@ -18,10 +18,9 @@ from fastapi import HTTPException
 from pydantic import Field, PrivateAttr, ValidationError
 
 from gymlab.envs.extras import need
-from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
+from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool, seeded_rows
 from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
-from gymlab.resources.tools import rows_from
 
 log = logging.getLogger("gymlab.server")
 
@@ -189,8 +188,7 @@ class OpenEnvServer(GymnasiumServer):
         return observation, {}
 
     async def step(self, action, metadata, session_id=None):
-        state = self.session_state.get(session_id)
-        if state is None:
+        if (state := self.session_state.get(session_id)) is None:
             return None, 0.0, False, True, LOST
         calls = [item for item in action.output if item.type == "function_call"]
         chosen = self.read_action(calls, action.output_text)
@@ -283,7 +281,6 @@ def openenv(
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
 
-    seeds = list(seeds)
     if isinstance(env, str):
         schema = get_json(env, "/schema")["action"]
         server = OpenEnvServer(name=name or "openenv-remote", url=env.rstrip("/"), action_schema=schema)
@@ -328,8 +325,7 @@ def openenv(
     else:
         how = f"a JSON object of the action's fields ({', '.join(fields)})"
     text = instructions or f"You are acting in the OpenEnv environment {title}. Each turn, answer with {how}."
-    wants_tools = tools or bool(server.mcp_tools)
-    return server, rows_from([text] * len(seeds), tools=declared if wants_tools else None, seed=seeds)
+    return server, seeded_rows(text, seeds, declared if tools or server.mcp_tools else None)
 
 
 def installed_environments() -> list[str]:
