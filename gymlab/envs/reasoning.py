@@ -63,8 +63,10 @@ class ReasoningGymServer(SimpleResourcesServer):
         except (WorkBudgetExceeded, ScoreError) as exc:
             if getattr(exc, "stage", None) == "prepare":
                 return masked_verification(body, "verifier_error", f"{exc}: building {ref.dataset} from {ref.config}")
-            graded = await self._blame(spec, exc)
-            if graded is None:
+            try:  # the entry grades with an empty answer: this answer's failure (its 0); else the grader's (masked)
+                graded = await self._grade(spec, "")
+                graded.update(reward=0.0, answer_error=f"grading this answer failed: {exc}")
+            except (WorkBudgetExceeded, ScoreError, WorkerDied):
                 return masked_verification(body, "verifier_error", f"{self.name}: grading failed on any answer: {exc}")
         if body.answer is not None and graded["answer"] != body.answer:
             raise HTTPException(
@@ -92,14 +94,6 @@ class ReasoningGymServer(SimpleResourcesServer):
             prepare=(_dataset, name, config, cache),
             prepare_s=self.build_budget_seconds,
         )
-
-    async def _blame(self, spec: tuple, failure: Exception) -> dict[str, Any] | None:
-        """Whose failure it was: if the entry grades with an empty answer, the model's (a 0); else None (masked)."""
-        try:
-            graded = await self._grade(spec, "")
-        except (WorkBudgetExceeded, ScoreError, WorkerDied):
-            return None
-        return {**graded, "reward": 0.0, "answer_error": f"grading this answer failed: {failure}"}
 
 
 def build(name: str, config: dict[str, Any]) -> Any:
@@ -130,7 +124,7 @@ _BUILT: OrderedDict = OrderedDict()  # spec key -> (dataset, the resident bytes 
 
 
 class ScoreError(RuntimeError):
-    """``score_answer`` raised: whose fault it was is settled by grading an empty answer (``_blame``)."""
+    """``score_answer`` raised: whose fault it was is settled by grading an empty answer (``verify``)."""
 
 
 def grade(name: str, config: dict, index: int, cache: tuple, text: str, max_answer_chars: int) -> dict[str, Any]:
