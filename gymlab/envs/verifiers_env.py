@@ -228,4 +228,5 @@ def shipped_tasksets() -> list[str]:
     import pkgutil
 
     spec = importlib.util.find_spec("verifiers.v1.tasksets")  # found, not imported
-    return sorted(m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or []) if m.ispkg)
+    found = pkgutil.iter_modules(getattr(spec, "submodule_search_locations", None) or [])
+    return sorted(m.name for m in found if m.ispkg)

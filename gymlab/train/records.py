@@ -11,6 +11,7 @@ from gymlab.failures import failure_of
 from gymlab.jsonl import LineWriter, loads
 from gymlab.protocol import Rollout
 from gymlab.protocol import record as records
+from gymlab.protocol.failure_kinds import Stage
 
 
 class TrainingRun:
@@ -52,7 +53,7 @@ class TrainingRun:
         record = self.add(record, step)
         return None if record.mask_sample else record.reward
 
-    def fail(self, episode: Any, exc: BaseException, stage: str, step: int | None = None) -> None:
+    def fail(self, episode: Any, exc: BaseException, stage: Stage, step: int | None = None) -> float | None:
         """Keep the masked record of ``episode`` failed with ``exc`` at ``stage`` (kind by ``failure_of``); None."""
         failure = failure_of(exc, role="resources", stage=stage)
         failed = records.failed(episode.row, failure, steps=episode.steps)
