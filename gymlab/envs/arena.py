@@ -211,13 +211,8 @@ def textarena(
     """``(server, rows)`` for the TextArena game ``env_id``, one row per seed. ``opponent`` plays the other
     seats: a function of the seat's observation text returning its move, or a model server (a Lab handle or
     URL). ``tools=True`` declares a ``move`` tool on the rows (else the model's text is its move)."""
-    library = need("textarena")
+    need("textarena")
     check_offline(env_id)
-    try:  # a game that cannot reset fails here, not at each episode
-        with no_downloads(), _own_random({"random": random.getstate()}):
-            library.make(env_id, **make_kwargs).reset(num_players=num_players, seed=0)
-    except Exception as exc:
-        raise RuntimeError(f"TextArena game {env_id} does not load or reset here: {type(exc).__name__}: {exc}") from exc
     server = TextArenaServer(
         name=name or f"textarena-{env_id.lower()}",
         env_id=env_id,
@@ -225,6 +220,11 @@ def textarena(
         player=player,
         make_kwargs=make_kwargs,
     )
+    try:  # a game that cannot reset fails here, not at each episode
+        with no_downloads(), _own_random({"random": random.getstate()}):
+            server._start(0)
+    except Exception as exc:
+        raise RuntimeError(f"TextArena game {env_id} does not load or reset here: {type(exc).__name__}: {exc}") from exc
     if callable(opponent):
         server._opponent = opponent
     elif opponent is not None:
