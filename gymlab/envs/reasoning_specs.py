@@ -105,7 +105,8 @@ def _whole(value: Any) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number: any whole number (never converted to a float: it may be past one), a finite float."""
+    return _whole(value) or isinstance(value, float) and math.isfinite(value)
 
 
 def _check_value(value: Any, hint: Any, path: str, limit: float | None) -> None:
