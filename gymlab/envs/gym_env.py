@@ -123,7 +123,13 @@ class GymEnvServer(GymnasiumServer):
         if options is not None and not isinstance(options, dict):
             raise HTTPException(422, f"{self.name}: options must be an object of reset options, got {options!r:.80}")
         env = self.make_env()
-        observation, info = env.reset(seed=seed, options=options)
+        try:
+            observation, info = env.reset(seed=seed, options=options)
+        except (TypeError, ValueError, OverflowError, KeyError) as exc:
+            env.close()
+            if options is None:  # the env's own failure
+                raise
+            raise HTTPException(422, f"{self.name}: the env refused the reset options {options!r:.80}: {exc}") from None
         self.session_state[session_id] = {"env": env, "observation": self.observe(env, observation)}
         return self.session_state[session_id]["observation"], plain(info)
 
