@@ -1,39 +1,25 @@
 """Environments you did not write: reasoning-gym, TextArena, Gymnasium, OpenEnv and verifiers as gymlab
-servers and rows (and gymlab's as theirs: ``as_openenv``).
+servers and rows (and gymlab's as OpenEnv's: ``as_openenv``). Each adapter returns ``(server, rows)``; its
+library is an optional extra, imported only when the adapter is called (docs/envs.md)."""
 
-Each adapter returns ``(server, rows)``; its library is an optional extra, imported only when the
-adapter is called (docs/envs.md).
-"""
+from gymlab.envs.arena import TextArenaServer, textarena
+from gymlab.envs.as_openenv import as_openenv, openenv_app
+from gymlab.envs.gym_env import GymEnvServer, gymnasium
+from gymlab.envs.open_env import OpenEnvServer, openenv
+from gymlab.envs.reasoning import ReasoningGymServer, reasoning_gym
+from gymlab.envs.verifiers_env import VerifiersServer, verifiers
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-_NAMES = {
-    "reasoning_gym": "gymlab.envs.reasoning",
-    "ReasoningGymServer": "gymlab.envs.reasoning",
-    "textarena": "gymlab.envs.arena",
-    "TextArenaServer": "gymlab.envs.arena",
-    "gymnasium": "gymlab.envs.gym_env",
-    "GymEnvServer": "gymlab.envs.gym_env",
-    "openenv": "gymlab.envs.open_env",
-    "OpenEnvServer": "gymlab.envs.open_env",
-    "as_openenv": "gymlab.envs.as_openenv",
-    "openenv_app": "gymlab.envs.as_openenv",
-    "verifiers": "gymlab.envs.verifiers_env",
-    "VerifiersServer": "gymlab.envs.verifiers_env",
-}
-
-__all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gymlab.envs' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__ = [
+    "GymEnvServer",
+    "OpenEnvServer",
+    "ReasoningGymServer",
+    "TextArenaServer",
+    "VerifiersServer",
+    "as_openenv",
+    "gymnasium",
+    "openenv",
+    "openenv_app",
+    "reasoning_gym",
+    "textarena",
+    "verifiers",
+]

@@ -1,9 +1,6 @@
-"""TextArena games as GymnasiumServers: the model plays one seat, a rule or a model server the others.
-
-One game per episode, reset with the row's ``seed``; the game judges each move and the step's reward
-is the seat's when the game ends. Each episode keeps its own copy of Python's global ``random``
-state, so interleaved episodes replay as if played alone (docs/envs.md).
-"""
+"""TextArena games as GymnasiumServers: the model plays one seat, a function or a model server the others;
+each episode keeps its own copy of Python's global ``random`` state, so interleaved episodes replay as if
+played alone (docs/envs.md)."""
 
 from __future__ import annotations
 
@@ -21,16 +18,13 @@ from pydantic import Field, PrivateAttr
 from gymlab.client import ask_model_server
 from gymlab.envs.arena_checks import check_offline, no_downloads
 from gymlab.envs.extras import need
-from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
+from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool, seeded_rows
 from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
-from gymlab.resources.tools import rows_from
 
-#: The tool a row declares when the model plays by function call.
 MOVE_TOOL = row_tool("move", "Make your move: the text the game asks for (e.g. '[4]').", {"action": {"type": "string"}})
 
-#: What a game's own parsing of a move raises on a move it cannot read (``int`` of a 1 MB number, a deep
-#: structure): an invalid move of the seat that made it. Anything else a game raises stays the server's.
+#: What a game's parsing raises on a move it cannot read (a 1 MB number): the mover's invalid move.
 PARSE_ERRORS = (ValueError, OverflowError, IndexError, KeyError, RecursionError)
 
 
@@ -45,18 +39,9 @@ class TextArenaServer(GymnasiumServer):
     max_opponent_moves: int = Field(64, ge=1, description="Other seats' moves per model move before truncation.")
     make_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keywords of textarena.make.")
     max_games: int = Field(256, ge=1, description="Games held at once; a reset past it is refused 503 (Retry-After).")
-    max_move_chars: int = Field(
-        4096, ge=1, description="Longest move passed to the game; a longer one is an invalid move, never stored."
-    )
-    max_game_chars: int = Field(
-        256 * 1024, ge=1, description="Characters of moves one game holds; a move past it is an invalid move."
-    )
+    max_move_chars: int = Field(4096, ge=1, description="Longest move passed to the game; longer: an invalid move.")
+    max_game_chars: int = Field(256 << 10, ge=1, description="Characters of moves a game holds; past it: invalid.")
     _opponent: Callable[[str], str] | None = PrivateAttr(default=None)
-
-    def make_game(self) -> Any:
-        ta = need("textarena")
-        check_offline(self.env_id)
-        return ta.make(self.env_id, **self.make_kwargs)
 
     async def reset(self, metadata, session_id=None):
         if self.player >= self.num_players:
@@ -80,8 +65,7 @@ class TextArenaServer(GymnasiumServer):
         return _seen(state["game"], self.player), {}
 
     async def step(self, action, metadata, session_id=None):
-        state = self.session_state.get(session_id)
-        if state is None:
+        if (state := self.session_state.get(session_id)) is None:
             return None, 0.0, False, True, LOST
         calls = [item for item in action.output if item.type == "function_call"]
         text = _call_action(calls[0]) if calls else action.output_text
@@ -103,14 +87,14 @@ class TextArenaServer(GymnasiumServer):
         return _seen(state["game"], self.player) or None, rewards.get(self.player, 0.0), done, truncated, info
 
     def _start(self, seed: int | None) -> Any:
-        game = self.make_game()
+        check_offline(self.env_id)
+        game = need("textarena").make(self.env_id, **self.make_kwargs)
         game.reset(num_players=self.num_players, seed=seed)
         return game
 
     def _move(self, state: dict, move: str) -> bool:
-        """``move`` played by the seat to move; whether the game ended. A move over ``max_move_chars`` or past
-        ``max_game_chars``, or one the game's own parser fails on (a 1 MB number), is an invalid move, judged
-        by the game's rules for invalid moves (its error allowance), and never stored."""
+        """``move`` played by the seat to move; whether the game ended. One too long or unreadable is an invalid
+        move under the game's own rules, never stored."""
         game, why = state["game"], None
         if len(move) > self.max_move_chars:
             why = f"the move is {len(move)} characters, over the {self.max_move_chars} this game reads"
@@ -120,7 +104,7 @@ class TextArenaServer(GymnasiumServer):
             state["chars"] += len(move)
             try:
                 return game.step(move)[0]
-            except PARSE_ERRORS as exc:  # the game's parser failed on the move: the mover's invalid move
+            except PARSE_ERRORS as exc:
                 why = f"the game could not read the move ({type(exc).__name__}: {str(exc)[:200]})"
         inner = _inner(game)
         inner.state.set_invalid_move(reason=f"Invalid move: {why}.")
@@ -157,8 +141,7 @@ _GAME_LOCK = threading.Lock()
 
 
 async def _in_game(state: dict, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` in a thread (a game's work never holds the event loop), on the episode's own random
-    state, with ``nltk.download`` answered locally or refused."""
+    """``fn(*args)`` in a thread, on the episode's own random state, ``nltk.download`` answered locally."""
 
     def run() -> Any:
         with _GAME_LOCK, _own_random(state), no_downloads():
@@ -192,9 +175,10 @@ def _seen(game: Any, seat: int) -> str:
 
 
 def _call_action(call: Any) -> str:
+    """A move call's ``action``; arguments past reading are the move as written (the game judges it)."""
     try:
         arguments = read_arguments(call.arguments)
-    except ValueError:  # not JSON, huge or nested past reading: the text as written, which the game judges
+    except ValueError:
         return call.arguments or ""
     action = arguments.get("action") if isinstance(arguments, dict) else None
     return action if isinstance(action, str) else json.dumps(arguments)
@@ -227,13 +211,8 @@ def textarena(
     """``(server, rows)`` for the TextArena game ``env_id``, one row per seed. ``opponent`` plays the other
     seats: a function of the seat's observation text returning its move, or a model server (a Lab handle or
     URL). ``tools=True`` declares a ``move`` tool on the rows (else the model's text is its move)."""
-    library = need("textarena")  # not installed: the ImportError naming the extra, as is
+    need("textarena")
     check_offline(env_id)
-    try:
-        with no_downloads(), _own_random({"random": random.getstate()}):  # fails here, not at each reset
-            library.make(env_id, **make_kwargs).reset(num_players=num_players, seed=0)
-    except Exception as exc:
-        raise RuntimeError(f"TextArena game {env_id} does not load or reset here: {type(exc).__name__}: {exc}") from exc
     server = TextArenaServer(
         name=name or f"textarena-{env_id.lower()}",
         env_id=env_id,
@@ -241,13 +220,17 @@ def textarena(
         player=player,
         make_kwargs=make_kwargs,
     )
+    try:  # a game that cannot reset fails here, not at each episode
+        with no_downloads(), _own_random({"random": random.getstate()}):
+            server._start(0)
+    except Exception as exc:
+        raise RuntimeError(f"TextArena game {env_id} does not load or reset here: {type(exc).__name__}: {exc}") from exc
     if callable(opponent):
         server._opponent = opponent
     elif opponent is not None:
         server.opponent_model = opponent if isinstance(opponent, str) else opponent.url
     text = instructions or f"You are playing {env_id} as player {player}. Make your move when asked."
-    seeds = list(seeds)
-    return server, rows_from([text] * len(seeds), tools=[MOVE_TOOL] if tools else None, seed=seeds)
+    return server, seeded_rows(text, seeds, [MOVE_TOOL] if tools else None)
 
 
 def games() -> list[str]:

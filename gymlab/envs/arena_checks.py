@@ -1,7 +1,5 @@
-"""Whether a TextArena game runs here, told without downloading anything: the game's own modules (its entry
-module and the ``textarena.envs`` modules it imports, read with ``ast``, never imported first) must compile
-on this Python, ask no hosted model, and find every NLTK corpus they would download already installed;
-``no_downloads`` answers a game's ``nltk.download`` from the local data, or refuses it."""
+"""Whether a TextArena game runs here, told without downloading anything: its modules (read, not imported)
+parse on this Python, ask no hosted model and find the NLTK data they would download installed."""
 
 from __future__ import annotations
 
@@ -28,9 +26,8 @@ class GameUnavailable(RuntimeError):
 
 @functools.cache  # once per game and process (a game that fails raises again: exceptions are not cached)
 def check_offline(env_id: str) -> None:
-    """``LookupError`` for an unknown id; ``GameUnavailable`` for a game whose modules do not compile here,
-    ask a hosted model (OpenRouter: an API key and the network), or would download NLTK data not installed.
-    The game's module is then imported with downloads answered from the local data."""
+    """``LookupError`` for an unknown id; ``GameUnavailable`` for a game whose modules do not parse here, ask a
+    hosted model or would download NLTK data; then the game's module imported, downloads answered locally."""
     ta = need("textarena")
     from textarena.envs.registration import ENV_REGISTRY
 
@@ -39,18 +36,7 @@ def check_offline(env_id: str) -> None:
         raise LookupError(f"no TextArena game {env_id!r}; e.g. {', '.join(close or sorted(ENV_REGISTRY)[:8])}")
     entry = ENV_REGISTRY[env_id].entry_point
     module = entry.split(":")[0] if isinstance(entry, str) else entry.__module__
-    sources = game_sources(Path(ta.__file__).parent, module)
-    for name, source in sources.items():
-        try:
-            with warnings.catch_warnings():  # the game's own warnings (invalid escapes) are not ours to show
-                warnings.simplefilter("ignore")
-                compile(source, name, "exec")
-        except SyntaxError as exc:
-            raise GameUnavailable(
-                f"TextArena game {env_id} does not compile on Python {sys.version_info.major}."
-                f"{sys.version_info.minor} ({name}, line {exc.lineno}: {exc.msg})"
-            ) from None
-    text = "\n".join(sources.values())
+    text = "\n".join(game_sources(Path(ta.__file__).parent, module, env_id).values())
     if "OpenRouter" in text or "openrouter.ai" in text:
         raise GameUnavailable(
             f"TextArena game {env_id} asks a hosted model on OpenRouter (an API key in OPENROUTER_API_KEY and "
@@ -72,8 +58,9 @@ def check_offline(env_id: str) -> None:
         raise GameUnavailable(f"TextArena game {env_id} does not import here: {exc}") from None
 
 
-def game_sources(root: Path, module: str) -> dict[str, str]:
-    """The source of ``module`` and of every ``textarena.envs`` module it imports, transitively, by file."""
+def game_sources(root: Path, module: str, env_id: str) -> dict[str, str]:
+    """The source of ``module`` and of every ``textarena.envs`` module it imports, transitively, by file; a
+    ``GameUnavailable`` for one that does not parse on this Python."""
     found: dict[str, str] = {}
     todo, seen = [module], set()
     while todo:
@@ -88,11 +75,14 @@ def game_sources(root: Path, module: str) -> dict[str, str]:
         source = path.read_text(errors="replace")
         found[str(path.relative_to(root.parent))] = source
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings():  # the game's own warnings (invalid escapes) are not ours to show
                 warnings.simplefilter("ignore")
                 tree = ast.parse(source)
-        except SyntaxError:
-            continue  # compile() names it
+        except SyntaxError as exc:
+            raise GameUnavailable(
+                f"TextArena game {env_id} does not compile on Python {sys.version_info.major}."
+                f"{sys.version_info.minor} ({path.relative_to(root.parent)}, line {exc.lineno}: {exc.msg})"
+            ) from None
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

@@ -1,11 +1,6 @@
-"""A served gymlab environment as an OpenEnv ``Environment``, so OpenEnv's own server (``create_app``) serves
-it and OpenEnv's own clients (``GenericEnvClient``, and so TRL's OpenEnv path) drive it.
-
-Each OpenEnv session plays one episode of the gymlab server over HTTP: a Gymnasium server's ``/reset``
-and ``/step``; a seed/verify server's ``/seed_session``, its tool routes (an action naming a ``tool``)
-and ``/verify`` (an action's ``message`` is the final answer, graded). A masked gymlab answer reaches
-the client as ``masked`` with its failure kind and no reward, never as a 0 (docs/envs.md).
-"""
+"""A served gymlab environment as an OpenEnv ``Environment`` for OpenEnv's own server and clients: each session
+one episode over HTTP (``/reset`` and ``/step``, or ``/seed_session``, tool routes and ``/verify``); a masked
+answer reaches the client as ``masked`` with its failure kind and no reward, never a 0 (docs/envs.md)."""
 
 from __future__ import annotations
 
@@ -55,43 +50,27 @@ def openenv_types() -> tuple[type, type]:
     return GymlabAction, GymlabObservation
 
 
-def _protocol(url: str) -> Protocol:
-    """Which protocol the server at ``url`` speaks, from its OpenAPI paths."""
-    from gymlab.envs.open_env import get_json
-
-    paths = get_json(url, "/openapi.json").get("paths", {})
-    if "/step" in paths:
-        return "gymnasium"
-    if "/verify" in paths:
-        return "seed_verify"
-    raise ValueError(f"{url} serves neither /step nor /verify; is it a gymlab server?")
-
-
 def as_openenv(
     server: Any, rows: list[dict[str, Any]], *, protocol: Protocol | None = None, timeout_s: float = 300.0
 ) -> tuple[type, type, type]:
-    """``(Environment class, Action class, Observation class)`` for a served gymlab environment (a Lab
-    handle or URL) and its rows, ready for OpenEnv's ``create_app(env, action, observation, ...)``.
-    ``reset(task=i, seed=s)`` plays row ``i`` (``seed`` overrides a Gymnasium row's own)."""
+    """``(Environment, Action, Observation)`` classes for OpenEnv's ``create_app`` over a served gymlab
+    environment (a Lab handle or URL) and its rows: ``reset(task=i, seed=s)`` plays row ``i``."""
     need("openenv")
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.types import State
 
-    from gymlab.resources.gymnasium import GymnasiumServer
+    from gymlab.envs.open_env import get_json
 
     rows = [dict(r) for r in rows]
     if not rows:
         raise ValueError("as_openenv needs at least one row")
     url = (server if isinstance(server, str) else server.url).rstrip("/")
-    if protocol is None:
+    if protocol is None:  # from the server's routes: a Lab handle's app, else its OpenAPI paths
         instance = getattr(server, "server", None)
-        protocol = (
-            _protocol(url)
-            if instance is None
-            else "gymnasium"
-            if isinstance(instance, GymnasiumServer)
-            else "seed_verify"
-        )
+        paths = [r.path for r in instance.app.routes] if instance else get_json(url, "/openapi.json").get("paths", {})
+        protocol = "gymnasium" if "/step" in paths else "seed_verify" if "/verify" in paths else None
+        if protocol is None:
+            raise ValueError(f"{url} serves neither /step nor /verify; is it a gymlab server?")
     action_cls, observation_cls = openenv_types()
     name = getattr(server, "name", url)
 
@@ -104,6 +83,7 @@ def as_openenv(
             super().__init__()
             self._cookies: Cookies | None = None
             self._row: dict[str, Any] = {}
+            self._declared: list[str] = []
             self._added: list[Any] = []
             self._state = State(episode_id=None, step_count=0)
 
@@ -124,7 +104,7 @@ def as_openenv(
             self._row, self._added, self._cookies = row, [], Cookies()
             self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
             params = ResponseCreateParams.model_validate(row["responses_create_params"])
-            declared = [t.name for t in params.tools or () if getattr(t, "name", None)]
+            self._declared = declared = [t.name for t in params.tools or () if getattr(t, "name", None)]
             if protocol == "gymnasium":
                 text = GymnasiumResetResponse.model_validate(self._post("/reset", row)).observation or ""
             else:
@@ -174,9 +154,7 @@ def as_openenv(
 
         def _call_tool(self, call: Any) -> str:
             """The tool route's answer, as simple_agent gives it to the model (a refused name: an error)."""
-            params = ResponseCreateParams.model_validate(self._row["responses_create_params"])
-            why = refusal(call.name, [t.name for t in params.tools or () if getattr(t, "name", None)])
-            if why is not None:
+            if (why := refusal(call.name, self._declared)) is not None:
                 output = json.dumps({"error": why})
             else:
                 reply = run_sync(post(url, f"/{call.name}", json.loads(call.arguments), self._cookies, name, timeout_s))

@@ -1,9 +1,6 @@
-"""Any Gymnasium env whose observation can be read as text, as a GymnasiumServer.
-
-One env per episode, reset with the row's ``seed``; the model reads the ``ansi`` render and the
-observation, and acts by an action's name or number (text or a function call); an unreadable action
-changes nothing (docs/envs.md).
-"""
+"""Any Gymnasium env whose observation reads as text, as a GymnasiumServer: one env per episode, reset with
+the row's ``seed``; the model acts by an action's name or number, an unreadable action changes nothing
+(docs/envs.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from pydantic import Field, PrivateAttr
 from gymlab.envs.extras import need
 from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
-from gymlab.resources.tools import rows_from
+from gymlab.resources.tools import function_tool, rows_from
 
 #: The discrete actions' names of Gymnasium's own envs, by the env spec's name.
 ACTION_NAMES = {
@@ -77,8 +74,7 @@ class GymEnvServer(GymnasiumServer):
     _formatter: Callable[[Any, Any], str] | None = PrivateAttr(default=None)
 
     def make_env(self) -> Any:
-        """A fresh env: a copy of the env passed in, else ``gymnasium.make(env_id, **make_kwargs)``
-        (``render_mode="ansi"`` where the env offers it)."""
+        """A fresh env: a copy of the env passed in, else ``gymnasium.make`` (``ansi`` render where offered)."""
         if self._factory is not None:
             return self._factory()
         gym = need("gymnasium")
@@ -103,14 +99,14 @@ class GymEnvServer(GymnasiumServer):
         return list(self.actions if self.actions is not None else known)
 
     def read_action(self, env: Any, calls: list[Any], text: str) -> Any:
-        """The env action a turn stands for, or None: the first call (named after an action, or with an
-        ``action`` argument), else the text (an action's name, else a whole number)."""
+        """The env action a turn stands for, or None: the first call (an action's name, or its ``action``
+        argument), else the text (an action's name, else a number)."""
         names = self.action_names(env)
         if calls:
             call = calls[0]
             try:
                 arguments = read_arguments(call.arguments)
-            except ValueError:  # not JSON, huge or nested past reading: an unreadable action
+            except ValueError:  # past reading: an unreadable action
                 arguments = {}
             value = (
                 call.name if call.name in names else arguments.get("action") if isinstance(arguments, dict) else None
@@ -127,13 +123,18 @@ class GymEnvServer(GymnasiumServer):
         if options is not None and not isinstance(options, dict):
             raise HTTPException(422, f"{self.name}: options must be an object of reset options, got {options!r:.80}")
         env = self.make_env()
-        observation, info = env.reset(seed=seed, options=options)
+        try:
+            observation, info = env.reset(seed=seed, options=options)
+        except (TypeError, ValueError, OverflowError, KeyError) as exc:
+            env.close()
+            if options is None:  # the env's own failure
+                raise
+            raise HTTPException(422, f"{self.name}: the env refused the reset options {options!r:.80}: {exc}") from None
         self.session_state[session_id] = {"env": env, "observation": self.observe(env, observation)}
         return self.session_state[session_id]["observation"], plain(info)
 
     async def step(self, action, metadata, session_id=None):
-        state = self.session_state.get(session_id)
-        if state is None:
+        if (state := self.session_state.get(session_id)) is None:
             return None, 0.0, False, True, LOST
         env = state["env"]
         calls = [item for item in action.output if item.type == "function_call"]
@@ -141,7 +142,7 @@ class GymEnvServer(GymnasiumServer):
         info: dict[str, Any] = {}
         if calls:
             info["tool_outputs"] = [self.tool_output(c, {"action": plain(chosen)}) for c in calls]
-        if chosen is None:  # unreadable: nothing happens (so a random text action is a valid step)
+        if chosen is None:  # nothing happens (so a random text action is a valid step)
             info["unreadable_action"] = (calls[0].name if calls else action.output_text)[:200]
             return state["observation"], 0.0, False, False, info
         observation, reward, terminated, truncated, step_info = env.step(chosen)
@@ -149,8 +150,7 @@ class GymEnvServer(GymnasiumServer):
         return state["observation"], float(reward), terminated, truncated, {**plain(step_info), **info}
 
     async def close_session(self, session_id: str) -> None:
-        state = self.session_state.get(session_id)
-        if state is not None:
+        if (state := self.session_state.get(session_id)) is not None:
             state["env"].close()
         await super().close_session(session_id)
 
@@ -168,7 +168,7 @@ def _in_space(space: Any, value: Any) -> Any:
             element = np.int64(value)
         else:
             element = np.asarray(json.loads(value) if isinstance(value, str) else value, dtype=space.dtype)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError, RecursionError):
         return None
     return element if space.contains(element) else None
 
@@ -184,10 +184,9 @@ def gymnasium(
     name: str | None = None,
     **make_kwargs: Any,
 ) -> tuple[GymEnvServer, list[dict[str, Any]]]:
-    """``(server, rows)`` for a Gymnasium env: an env id (``"FrozenLake-v1"``, made with ``make_kwargs``)
-    or an env (each episode plays a deep copy of it), one row per seed. ``formatter(env, obs)`` turns an
-    observation into the model's text (default: ``text_observation``); ``actions`` names the discrete actions
-    (Gymnasium's toy-text envs and CartPole are known); ``tools=True`` declares one function per action."""
+    """``(server, rows)`` for an env id (made with ``make_kwargs``) or an env (each episode plays a deep copy),
+    one row per seed. ``formatter(env, obs)``: the model's text (default ``text_observation``); ``actions``:
+    the discrete actions' names (``ACTION_NAMES`` known); ``tools=True`` declares one function per action."""
     gym = need("gymnasium")
     env_id = env if isinstance(env, str) else None
     server = GymEnvServer(
@@ -209,10 +208,10 @@ def gymnasium(
     sample.close()
     how = f"one action of: {', '.join(names)}" if names else f"one action of the space {sample.action_space}"
     text = instructions or f"You are playing {title}. Each turn, answer with {how}."
-    declared = [row_tool(n, f"Take the action {n!r}.", {}) for n in names]
-    declared = declared or [row_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})]
-    seeds = list(seeds)
-    return server, rows_from([text] * len(seeds), tools=declared if tools else None, seed=seeds)
+    declared = [row_tool(n, f"Take the action {n!r}.", {}) for n in names] or [
+        row_tool("act", f"Take an action of {sample.action_space}.", {"action": {}})
+    ]
+    return server, seeded_rows(text, seeds, declared if tools else None)
 
 
 def env_ids() -> list[str]:
@@ -223,11 +222,12 @@ def env_ids() -> list[str]:
     )
 
 
+def seeded_rows(text: str, seeds: Iterable[int], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """One row per seed, ``text`` its prompt, ``tools`` declared (None: none)."""
+    seeds = list(seeds)
+    return rows_from([text] * len(seeds), tools=tools, seed=seeds)
+
+
 def row_tool(name: str, description: str, properties: dict) -> dict[str, Any]:
-    """A row's function tool whose ``properties`` are all required."""
-    return {
-        "type": "function",
-        "name": name,
-        "description": description,
-        "parameters": {"type": "object", "properties": properties, "required": list(properties)},
-    }
+    """A row's function tool whose ``properties`` are all required (their defaults and extras kept)."""
+    return function_tool(name, description, {"properties": properties, "required": list(properties)}, strict=False)

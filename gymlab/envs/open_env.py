@@ -1,10 +1,6 @@
-"""OpenEnv environments as GymnasiumServers: an ``Environment`` class or instance run in the server, or a
-running OpenEnv server reached with OpenEnv's own ``GenericEnvClient``.
-
-One environment (or one client session) per episode, reset with the row's ``seed``; the model's text
-fills the action's text field, a declared tool call gives the action's fields (or calls an MCP tool of
-an ``MCPEnvironment``); OpenEnv's reward and done are the step's (docs/envs.md).
-"""
+"""OpenEnv environments as GymnasiumServers: an ``Environment`` run in the server (one per episode), or a
+running OpenEnv server (one ``GenericEnvClient`` session per episode); the model's text fills the action's
+text field, a tool call gives its fields or calls an ``MCPEnvironment``'s tool (docs/envs.md)."""
 
 from __future__ import annotations
 
@@ -22,19 +18,18 @@ from fastapi import HTTPException
 from pydantic import Field, PrivateAttr, ValidationError
 
 from gymlab.envs.extras import need
-from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool
+from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool, seeded_rows
+from gymlab.protocol.responses import read_arguments
 from gymlab.resources.gymnasium import GymnasiumServer
-from gymlab.resources.tools import rows_from
 
 log = logging.getLogger("gymlab.server")
 
-#: OpenEnv's reserved observation keys: the rest of an observation is what the model reads.
 _NOT_SHOWN = ("reward", "done", "metadata")
 
 
 class LocalEpisode:
-    """One ``Environment`` instance, called on a thread of its own (OpenEnv's server does the same: an
-    environment may keep thread-bound state), its ``*_async`` methods on the loop when it has them."""
+    """One ``Environment`` on a thread of its own (it may keep thread-bound state, as OpenEnv's server
+    allows), its own ``*_async`` methods on the loop."""
 
     def __init__(self, env: Any, action_cls: type, executor: ThreadPoolExecutor):
         self.env, self.action_cls, self.executor = env, action_cls, executor
@@ -79,19 +74,13 @@ class RemoteEpisode:
             base_url=url, connect_timeout_s=timeout, message_timeout_s=timeout, max_message_size_mb=max_message_mb
         )
 
-    async def open(self) -> RemoteEpisode:
-        await self.client.connect()
-        return self
-
     async def reset(self, seed: int | None) -> dict[str, Any]:
         return _result(await self.client.reset(**({"seed": seed} if seed is not None else {})))
 
     async def step(self, action: dict[str, Any]) -> dict[str, Any] | None:
         try:
             return _result(await self.client.step(action))
-        except RuntimeError as exc:
-            # an action the environment's class refuses is the model's; OpenEnv's client turns the server's
-            # typed error frame into this message, ending with its code: the one place that code is kept
+        except RuntimeError as exc:  # OpenEnv's client keeps a refused action's error code only in the message
             if str(exc).endswith("(code: VALIDATION_ERROR)"):
                 return None
             raise
@@ -121,15 +110,8 @@ def _result(result: Any) -> dict[str, Any]:
     return plain({"observation": result.observation, "reward": result.reward, "done": result.done})
 
 
-def _is_mcp(action_cls: type | None) -> bool:
-    from openenv.core.env_server.mcp_types import CallToolAction
-
-    return action_cls is not None and issubclass(CallToolAction, action_cls)
-
-
 def failure(server: OpenEnvServer, exc: BaseException) -> dict[str, Any]:
-    """A step's masked info for an environment that failed: no answer in time, a running server that went
-    away (or refused), or the environment's own code raising."""
+    """A step's masked info for an environment that timed out, went away, or raised."""
     if isinstance(exc, TimeoutError):
         kind, why = "transport_timeout", f"no answer within {server.timeout_s:g} s"
     elif server.url is not None and not str(exc).startswith("Server error"):  # its error answers start so
@@ -157,7 +139,9 @@ class OpenEnvServer(GymnasiumServer):
         """A fresh environment (in its own thread) or a new session of the running server."""
         need("openenv")
         if self.url is not None:
-            return await RemoteEpisode(self.url, self.timeout_s, self.max_message_mb).open()
+            remote = RemoteEpisode(self.url, self.timeout_s, self.max_message_mb)
+            await remote.client.connect()
+            return remote
         if self._factory is None:
             raise HTTPException(422, f"{self.name}: no url and no Environment; build it with gymlab.envs.openenv")
         executor = ThreadPoolExecutor(1, thread_name_prefix=f"gymlab-{self.name}")
@@ -169,8 +153,7 @@ class OpenEnvServer(GymnasiumServer):
         return LocalEpisode(env, self._action_cls, executor)
 
     def observe(self, observation: dict[str, Any]) -> str:
-        """The model's text for an observation's fields: your formatter's, else an MCP tool's result text
-        (or its error), else the fields' JSON."""
+        """The model's text: your formatter's, else an MCP tool's result (or error), else the fields' JSON."""
         shown = {k: v for k, v in observation.items() if k not in _NOT_SHOWN}
         if self._formatter is not None:
             return self._formatter(shown)
@@ -179,30 +162,23 @@ class OpenEnvServer(GymnasiumServer):
         return json.dumps(shown, sort_keys=True)
 
     def read_action(self, calls: list[Any], text: str) -> dict[str, Any] | None:
-        """The action's JSON a turn stands for, or None: the first call (an MCP tool's, or the declared
-        action function's arguments), else the text (the text field's value, or a JSON object)."""
-        if calls:
-            call = calls[0]
-            try:
-                arguments = json.loads(call.arguments or "{}")
-            except ValueError:
-                return None
-            if not isinstance(arguments, dict):
-                return None
-            if call.name in self.mcp_tools:
-                return {"type": "call_tool", "tool_name": call.name, "arguments": arguments}
-            return arguments if call.name == self.tool_name and not self.mcp_tools else None
-        if self.text_field is not None:
+        """The action's JSON a turn stands for, or None: the first call (an MCP tool's, or the action
+        function's arguments), else the text (the text field's value, or a JSON object)."""
+        if not calls and self.text_field is not None:
             return {self.text_field: text}
-        try:
-            value = json.loads(text)
+        try:  # not JSON, or nested past reading: unreadable
+            value = read_arguments(calls[0].arguments if calls else text or "null", None)
         except ValueError:
             return None
-        return value if isinstance(value, dict) else None
+        if not isinstance(value, dict) or not calls:
+            return value if isinstance(value, dict) else None
+        if calls[0].name in self.mcp_tools:
+            return {"type": "call_tool", "tool_name": calls[0].name, "arguments": value}
+        return value if calls[0].name == self.tool_name and not self.mcp_tools else None
 
     async def reset(self, metadata, session_id=None):
         seed = row_seed(self, metadata)
-        if self.url is not None and not self.action_schema:  # configured by url alone (a YAML config)
+        if self.url is not None and not self.action_schema:  # a YAML config: the url alone
             self.action_schema = (await asyncio.to_thread(get_json, self.url, "/schema"))["action"]
             self.text_field = self.text_field or text_field(self.action_schema)
         episode = await asyncio.wait_for(self.open_episode(), self.timeout_s)
@@ -212,17 +188,16 @@ class OpenEnvServer(GymnasiumServer):
         return observation, {}
 
     async def step(self, action, metadata, session_id=None):
-        state = self.session_state.get(session_id)
-        if state is None:
+        if (state := self.session_state.get(session_id)) is None:
             return None, 0.0, False, True, LOST
         calls = [item for item in action.output if item.type == "function_call"]
         chosen = self.read_action(calls, action.output_text)
         try:
             answer = None if chosen is None else await asyncio.wait_for(state["episode"].step(chosen), self.timeout_s)
-        except Exception as exc:  # the environment failed, not the model: masked, never a 0
+        except Exception as exc:  # the environment's failure: masked, never a 0
             return None, 0.0, False, True, failure(self, exc)
         info: dict[str, Any] = {}
-        if answer is None:  # unreadable or refused by the action class: nothing happens, as in gym_env
+        if answer is None:  # unreadable or refused by the action class: nothing happens
             info["unreadable_action"] = (calls[0].name if calls else action.output_text)[:200]
             if calls:
                 info["tool_outputs"] = [
@@ -288,14 +263,6 @@ def get_json(url: str, path: str, *, timeout: float = 30.0, limit: int = 5_000_0
         raise RuntimeError(f"{url}{path} answered something that is not JSON") from None
 
 
-def _mcp_tools(env: Any) -> list[dict[str, Any]]:
-    """An MCPEnvironment's tools as row tools (listed with OpenEnv's ``ListToolsAction``)."""
-    from openenv.core.env_server.mcp_types import ListToolsAction
-
-    listed = env.step(ListToolsAction())
-    return [row_tool(t.name, t.description or "", dict(t.input_schema.get("properties") or {})) for t in listed.tools]
-
-
 def openenv(
     env: Any,
     *,
@@ -306,16 +273,14 @@ def openenv(
     action: type | None = None,
     name: str | None = None,
 ) -> tuple[OpenEnvServer, list[dict[str, Any]]]:
-    """``(server, rows)`` for an OpenEnv environment: an ``Environment`` class (one instance per episode),
-    an instance (each episode plays a deep copy), or a running OpenEnv server's URL (one session of
-    OpenEnv's ``GenericEnvClient`` per episode), one row per seed. ``formatter(observation_fields)``
-    gives the model's text (default: their JSON). ``tools=True`` declares one function whose arguments are
-    the action's fields (an ``MCPEnvironment`` declares its MCP tools instead). ``action``: the ``Action``
-    class, where ``step`` does not annotate it."""
+    """``(server, rows)``, one row per seed, for an ``Environment`` class (one instance per episode), an
+    instance (each episode a deep copy) or a running OpenEnv server's URL. ``formatter(fields)``: the model's
+    text (default: their JSON); ``tools=True`` declares one function of the action's fields (an
+    ``MCPEnvironment`` declares its tools); ``action``: the ``Action`` class, if ``step`` does not annotate it."""
     need("openenv")
     from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
 
-    seeds = list(seeds)
     if isinstance(env, str):
         schema = get_json(env, "/schema")["action"]
         server = OpenEnvServer(name=name or "openenv-remote", url=env.rstrip("/"), action_schema=schema)
@@ -337,12 +302,15 @@ def openenv(
         server = OpenEnvServer(name=name or f"openenv-{title.lower()}", action_schema=cls.model_json_schema())
         server._factory, server._action_cls = factory, cls
         declared = []
-        if _is_mcp(cls):
+        if issubclass(CallToolAction, cls):  # an MCPEnvironment: its tools, as ListToolsAction lists them
             sample = factory()
             try:
-                declared = _mcp_tools(sample)
+                listed = sample.step(ListToolsAction()).tools
             finally:
                 sample.close()
+            declared = [
+                row_tool(t.name, t.description or "", dict(t.input_schema.get("properties") or {})) for t in listed
+            ]
             server.mcp_tools = [t["name"] for t in declared]
     server.text_field = None if server.mcp_tools else text_field(server.action_schema)
     if formatter is not None:
@@ -357,8 +325,7 @@ def openenv(
     else:
         how = f"a JSON object of the action's fields ({', '.join(fields)})"
     text = instructions or f"You are acting in the OpenEnv environment {title}. Each turn, answer with {how}."
-    wants_tools = tools or bool(server.mcp_tools)
-    return server, rows_from([text] * len(seeds), tools=declared if wants_tools else None, seed=seeds)
+    return server, seeded_rows(text, seeds, declared if tools or server.mcp_tools else None)
 
 
 def installed_environments() -> list[str]:

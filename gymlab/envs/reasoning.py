@@ -1,8 +1,5 @@
-"""reasoning-gym's procedural datasets as rows, graded by each dataset's own ``score_answer``.
-
-A row carries its entry's spec (dataset, config, index); verify generates the entry again and scores
-the extracted answer against it, not against the row's JSON copy (docs/envs.md).
-"""
+"""reasoning-gym's procedural datasets as rows, graded by each dataset's own ``score_answer`` against the entry
+its spec (dataset, config, index) generates again, not the row's JSON copy (docs/envs.md)."""
 
 from __future__ import annotations
 
@@ -38,27 +35,16 @@ class ReasoningGymVerify(BaseVerifyRequest):
 
 
 class ReasoningGymServer(SimpleResourcesServer):
-    """Seed/verify over any reasoning-gym dataset: the reward is the dataset's ``score_answer``, computed in
-    the server's worker processes. A spec from a request is checked against bounds before anything is built
-    (``reasoning_specs.py``); the specs of the rows it made are its own (docs/envs.md)."""
+    """Seed/verify over any reasoning-gym dataset, graded in worker processes; a spec from a request is checked
+    against bounds before anything is built, the specs of the rows it made are its own (docs/envs.md)."""
 
-    work_budget_seconds: float = Field(
-        10.0, gt=0, description="Time budget of grading one answer (the dataset is built before, in its own budget)."
-    )
+    work_budget_seconds: float = Field(10.0, gt=0, description="Time budget of grading one answer (not the build).")
     build_budget_seconds: float = Field(60.0, gt=0, description="Time budget of building one dataset in a worker.")
     max_size: int = Field(100_000, ge=1, description="Largest ``size`` of a spec from a request.")
-    max_config_scale: float = Field(
-        10.0,
-        ge=1,
-        description="A spec's numeric field may be this many times its default's size (a default under 10 counts 10).",
-    )
+    max_config_scale: float = Field(10.0, ge=1, description="A numeric field's bound: this times its default (>= 10).")
     max_datasets: int = Field(32, ge=1, description="Datasets one worker keeps built (and within max_cache_bytes).")
-    max_cache_bytes: int = Field(
-        256 * 1024 * 1024, ge=0, description="Memory one worker keeps for built datasets (least recently used out)."
-    )
-    max_answer_chars: int = Field(
-        16 * 1024, ge=1, description="Longest final answer scored; a longer one is graded 0 (response_too_large)."
-    )
+    max_cache_bytes: int = Field(256 << 20, ge=0, description="Memory one worker keeps for built datasets (LRU).")
+    max_answer_chars: int = Field(16 << 10, ge=1, description="Longest final answer scored (longer: a 0).")
     _issued: set = PrivateAttr(default_factory=set)
     not_episode_state: ClassVar[tuple[str, ...]] = ("_issued",)  # the specs of the rows this server made
 
@@ -68,20 +54,19 @@ class ReasoningGymServer(SimpleResourcesServer):
 
     async def verify(self, body: ReasoningGymVerify) -> BaseVerifyResponse:
         ref = body.reasoning_gym
-        try:
-            check_spec(ref, self, issued=spec_key(ref.dataset, ref.config) in self._issued)
-        except SpecError as exc:
-            raise HTTPException(422, f"{self.name}: reasoning_gym.{exc}") from None
         spec = (ref.dataset, ref.config, ref.index, (self.max_cache_bytes, self.max_datasets))
         try:
+            check_spec(ref, self, issued=spec_key(ref.dataset, ref.config) in self._issued)
             graded = await self._grade(spec, body.response.output_text)
         except SpecError as exc:
             raise HTTPException(422, f"{self.name}: reasoning_gym.{exc}") from None
         except (WorkBudgetExceeded, ScoreError) as exc:
             if getattr(exc, "stage", None) == "prepare":
                 return masked_verification(body, "verifier_error", f"{exc}: building {ref.dataset} from {ref.config}")
-            graded = await self._blame(spec, exc)
-            if graded is None:
+            try:  # the entry grades with an empty answer: this answer's failure (its 0); else the grader's (masked)
+                graded = await self._grade(spec, "")
+                graded.update(reward=0.0, answer_error=f"grading this answer failed: {exc}")
+            except (WorkBudgetExceeded, ScoreError, WorkerDied):
                 return masked_verification(body, "verifier_error", f"{self.name}: grading failed on any answer: {exc}")
         if body.answer is not None and graded["answer"] != body.answer:
             raise HTTPException(
@@ -100,30 +85,20 @@ class ReasoningGymServer(SimpleResourcesServer):
     async def _grade(self, spec: tuple, text: str) -> dict[str, Any]:
         """``grade`` in a worker, the dataset built there first (within ``build_budget_seconds``)."""
         name, config, _, cache = spec
-        prepare = (_dataset, name, config, cache)
         return await self.worker_pool().run(
             grade,
             *spec,
             text,
             self.max_answer_chars,
             budget_s=self.work_budget_seconds,
-            prepare=prepare,
+            prepare=(_dataset, name, config, cache),
             prepare_s=self.build_budget_seconds,
         )
 
-    async def _blame(self, spec: tuple, failure: Exception) -> dict[str, Any] | None:
-        """Whose failure grading was: the same entry graded with an empty answer, in the same budget. If that
-        grades, the model's answer caused it (its 0, ``answer_error``); else None: the grader's (masked)."""
-        try:
-            graded = await self._grade(spec, "")
-        except (WorkBudgetExceeded, ScoreError, WorkerDied):
-            return None
-        return {**graded, "reward": 0.0, "answer_error": f"grading this answer failed: {failure}"}
-
 
 def build(name: str, config: dict[str, Any]) -> Any:
-    """``reasoning_gym.create_dataset(name, **config)`` (a ``composite``'s ``datasets`` may be plain dicts); an
-    unknown name is a ``LookupError`` naming the known ones, a refused config a ``ValueError`` naming its fields."""
+    """``reasoning_gym.create_dataset(name, **config)`` (a ``composite``'s ``datasets`` may be plain dicts);
+    a ``LookupError`` naming the known datasets, or a ``ValueError`` naming the fields."""
     rg = need("reasoning_gym")
     from reasoning_gym.factory import DATASETS
 
@@ -145,20 +120,16 @@ def build(name: str, config: dict[str, Any]) -> Any:
         raise ValueError(f"reasoning-gym dataset {name!r} refused the config {config}: {exc!r}; its fields: {fields}")
 
 
-# -- in a worker process: the datasets built there, and the grading -------------------------------------
-
 _BUILT: OrderedDict = OrderedDict()  # spec key -> (dataset, the resident bytes its build added)
 
 
 class ScoreError(RuntimeError):
-    """``score_answer`` raised: whose fault it was is settled by grading an empty answer (``_blame``)."""
+    """``score_answer`` raised: whose fault it was is settled by grading an empty answer (``verify``)."""
 
 
 def grade(name: str, config: dict, index: int, cache: tuple, text: str, max_answer_chars: int) -> dict[str, Any]:
-    """Grade ``text`` against entry ``index`` of the dataset ``(name, config)`` (built here once, kept within
-    ``cache``, ``(bytes, datasets)``): ``reward``, the entry's ``answer`` as JSON, and ``response_too_large`` for a final
-    answer over ``max_answer_chars``. A dataset that does not build is a ``SpecError``, a raising
-    ``score_answer`` a ``ScoreError``."""
+    """In a worker: ``reward`` of ``text`` for entry ``index`` of ``(name, config)`` (built once, kept within
+    ``cache``), the entry's ``answer`` as JSON, ``response_too_large`` past ``max_answer_chars``."""
     dataset = _dataset(name, config, cache)
     if index >= len(dataset):
         raise SpecError(f"index: {index} is past {name}'s size {len(dataset)}")
@@ -166,10 +137,8 @@ def grade(name: str, config: dict, index: int, cache: tuple, text: str, max_answ
     graded: dict[str, Any] = {"answer": jsonable(entry["answer"])}
     answer = final_answer(text)
     if answer is not None and len(answer) > max_answer_chars:
-        too_long = (
-            f"the final answer is {len(answer)} characters, over this server's max_answer_chars {max_answer_chars}"
-        )
-        return {**graded, "reward": 0.0, "response_too_large": too_long}
+        why = f"the final answer is {len(answer)} characters, over this server's max_answer_chars {max_answer_chars}"
+        return {**graded, "reward": 0.0, "response_too_large": why}
     try:
         return {**graded, "reward": float(dataset.score_answer(answer, entry))}
     except Exception as exc:
@@ -177,6 +146,7 @@ def grade(name: str, config: dict, index: int, cache: tuple, text: str, max_answ
 
 
 def _dataset(name: str, config: dict, cache: tuple) -> Any:
+    """The built dataset, kept least recently used within ``cache``: ``(bytes, datasets)``."""
     cache_bytes, most = cache
     key = spec_key(name, config)
     if key in _BUILT:
@@ -204,8 +174,8 @@ def cache_report() -> dict[str, int]:
 
 
 def final_answer(text: str) -> str | None:
-    """What reasoning-gym's ``extract_answer`` gives (the last ``<answer>...</answer>``, stripped), found in one
-    pass: its regex takes time quadratic in a run of unclosed ``<answer>`` tags."""
+    """reasoning-gym's ``extract_answer`` (the last ``<answer>...</answer>``, stripped) in one pass, not its
+    regex's time quadratic in unclosed tags."""
     found, at = None, 0
     while (start := text.find("<answer>", at)) >= 0:
         end = text.find("</answer>", start + 8)
@@ -223,10 +193,9 @@ def jsonable(value: Any) -> Any:
 def reasoning_gym(
     name: str, *, size: int = 8, seed: int = 0, system_prompt: str | None = "default", **config: Any
 ) -> tuple[ReasoningGymServer, list[dict[str, Any]]]:
-    """``(server, rows)`` for reasoning-gym's dataset ``name`` (``composite``: ``datasets=[{name, weight,
-    config}]``): ``size`` entries generated from ``seed``, ``config`` the dataset's own fields. ``system_prompt``:
-    a name of ``reasoning_gym.utils.SYSTEM_PROMPTS`` (``"default"`` asks for ``<answer>`` tags), your own text,
-    or None. One served server grades the rows of every dataset."""
+    """``(server, rows)``: ``size`` entries of reasoning-gym's dataset ``name`` from ``seed`` (``config``: its
+    fields; ``composite``: ``datasets=[{name, weight, config}]``). ``system_prompt``: a name of
+    ``reasoning_gym.utils.SYSTEM_PROMPTS`` (``"default"`` asks for ``<answer>`` tags), your own text, or None."""
     spec = {"size": size, "seed": seed, **config}
     dataset = build(name, spec)
     from reasoning_gym.utils import SYSTEM_PROMPTS

@@ -1,7 +1,6 @@
-"""The bounds a reasoning-gym spec from a request must keep before anything is built: the dataset is a
-registered one, every config key one of its fields, every value of the field's type, ``size`` and
-``seed`` whole numbers in range, a numeric field at most ``max_config_scale`` times its default (specs the
-server issued go unbounded), a composite's ``datasets`` a short list of specs checked the same way."""
+"""The bounds a reasoning-gym spec from a request keeps before anything is built: a registered dataset, its
+own fields of their types, ``size`` and ``seed`` in range, numbers at most ``max_config_scale`` times their
+default (unless the server issued the spec), a composite's ``datasets`` a short list of such specs."""
 
 from __future__ import annotations
 
@@ -12,12 +11,9 @@ import types
 import typing
 from typing import Any
 
-#: The most items a list, tuple or dict value of a config may hold, and the longest string.
-MAX_ITEMS = 1000
-MAX_CHARS = 1000
-#: The most datasets one composite spec mixes.
-MAX_COMPOSITE = 64
-_NO_DEFAULT = object()
+MAX_ITEMS = 1000  # items of a list or dict value
+MAX_CHARS = 1000  # characters of a string value
+MAX_COMPOSITE = 64  # datasets one composite spec mixes
 
 
 class SpecError(ValueError):
@@ -96,14 +92,12 @@ def _limit(field: dataclasses.Field, scale: float) -> float | None:
 
 
 def _default(field: dataclasses.Field) -> Any:
-    """A field's default as JSON reads it back (``_NO_DEFAULT`` when it has none)."""
+    """A field's default as JSON reads it back (``MISSING`` when it has none)."""
     if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
-        return _NO_DEFAULT
-    return json.loads(json.dumps(value, default=str))
+        return json.loads(json.dumps(field.default, default=str))
+    if field.default_factory is not dataclasses.MISSING:
+        return json.loads(json.dumps(field.default_factory(), default=str))
+    return dataclasses.MISSING
 
 
 def _whole(value: Any) -> bool:
@@ -111,7 +105,8 @@ def _whole(value: Any) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number: any whole number (never converted to a float: it may be past one), a finite float."""
+    return _whole(value) or isinstance(value, float) and math.isfinite(value)
 
 
 def _check_value(value: Any, hint: Any, path: str, limit: float | None) -> None:
@@ -152,12 +147,11 @@ def _check_value(value: Any, hint: Any, path: str, limit: float | None) -> None:
     if container in (list, tuple, set, frozenset) or container is typing.Sequence:
         if not isinstance(value, list) or len(value) > MAX_ITEMS:
             raise SpecError(f"{path}: a list of at most {MAX_ITEMS} items, got {value!r:.80}")
-        if container is tuple and len(args) > 1 and args[-1] is not Ellipsis and len(value) != len(args):
+        fixed = container is tuple and len(args) > 1 and args[-1] is not Ellipsis
+        if fixed and len(value) != len(args):
             raise SpecError(f"{path}: a list of {len(args)} items, got {value!r:.80}")
         for i, item in enumerate(value):
-            fixed = container is tuple and len(args) > 1 and args[-1] is not Ellipsis
-            item_hint = (args[i] if fixed else args[0]) if args else Any
-            _check_value(item, item_hint, f"{path}[{i}]", limit)
+            _check_value(item, (args[i] if fixed else args[0]) if args else Any, f"{path}[{i}]", limit)
         return
     if container is dict:
         if not isinstance(value, dict) or len(value) > MAX_ITEMS:

@@ -1,7 +1,5 @@
-"""A verifiers taskset (``verifiers.v1``: its tasks, their ``@vf.reward`` rubric and their toolsets) as a
-seed/verify server: each task a row, verify the task's own ``score`` on the episode as a verifiers
-``Trace``, each ``@vf.tool`` of the task's toolsets a route (docs/envs.md).
-"""
+"""A verifiers taskset (``verifiers.v1``) as a seed/verify server: each task a row, verify its own ``score`` of
+the episode as a ``Trace``, each ``@vf.tool`` of its toolsets a route (docs/envs.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +23,7 @@ from gymlab.protocol import (
     Message,
     ResourcesSeedSessionRequest,
 )
-from gymlab.resources.simple import SimpleResourcesServer
+from gymlab.resources.simple import SimpleResourcesServer, masked_verification
 from gymlab.resources.tools import function_tool
 
 
@@ -122,14 +120,9 @@ class VerifiersServer(SimpleResourcesServer):
         trace = episode_trace(task, body.response.output)
         try:
             await task.score(trace)
-        except Exception as exc:  # the rubric's own code failed: no grade, masked (never a 0)
-            return BaseVerifyResponse(
-                **body.model_dump(),
-                reward=0.0,
-                mask_sample=True,
-                failure_kind="verifier_error",
-                failure_reason=f"{self.name}: the task's rubric raised {type(exc).__name__}: {exc}"[:500],
-            )
+        except Exception as exc:  # the rubric's own code failed: masked, never a 0
+            why = f"{self.name}: the task's rubric raised {type(exc).__name__}: {exc}"[:500]
+            return masked_verification(body, "verifier_error", why)
         components = {k: None if r is None else r.value for k, r in trace.rewards.items()}
         return BaseVerifyResponse(**body.model_dump(), reward=float(trace.reward), reward_components=components)
 
@@ -148,8 +141,8 @@ def prompt_messages(data: Any) -> list[Any]:
 
 
 def episode_messages(output: list[Any]) -> list[Any]:
-    """A response's items as verifiers messages: each model turn (text and calls) one assistant message,
-    each function output a tool message."""
+    """A response's items as verifiers messages: a model turn's text and calls one assistant message, each
+    function output a tool message."""
     from verifiers.v1.types import AssistantMessage, ToolCall, ToolMessage
 
     messages: list[Any] = []
@@ -205,9 +198,8 @@ def _row_messages(data: Any) -> list[dict[str, Any]]:
 
 
 def verifiers(taskset: Any, *, name: str = "verifiers") -> tuple[VerifiersServer, list[dict[str, Any]]]:
-    """``(server, rows)`` for a verifiers taskset (a ``vf.Taskset``): one row per task, its prompt as the
-    row's input, its toolsets' ``@vf.tool``s declared as tools (served as routes), graded by the task's
-    own ``score`` (its ``@vf.reward`` methods, weighted as it weighs them)."""
+    """``(server, rows)`` for a ``vf.Taskset``: a row per task (its prompt, its ``@vf.tool``s declared and
+    served as routes), graded by the task's own ``score`` (its ``@vf.reward`` methods, as it weighs them)."""
     need("verifiers")
     from verifiers.v1.taskset import Taskset
 
@@ -236,4 +228,5 @@ def shipped_tasksets() -> list[str]:
     import pkgutil
 
     spec = importlib.util.find_spec("verifiers.v1.tasksets")  # found, not imported
-    return sorted(m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or []) if m.ispkg)
+    found = pkgutil.iter_modules(getattr(spec, "submodule_search_locations", None) or [])
+    return sorted(m.name for m in found if m.ispkg)

@@ -1,34 +1,29 @@
-"""Training on gymlab environments (the ``train`` extra: torch, transformers, trl): see docs/train.md.
+"""Training on gymlab environments with TRL (the ``train`` extra: torch, transformers, trl): docs/train.md."""
 
-``environment_factory`` (a seed/verify server with tools, one episode per rollout), ``verify_reward``
-(single-turn tasks), ``gymnasium_rollout_func`` (a Gymnasium server), ``GRPOTrainer`` (TRL's, masked
-episodes out of the loss), ``TrainingRun`` (the rollouts as records, live), ``trl_rows``; ``tiny_chat_model``
-and ``fit_chats`` (a tiny model built here, taught a shape in a few supervised steps)."""
-
-from __future__ import annotations
-
-import importlib
 from typing import Any
 
-_NAMES = {
-    "Environments": "gymlab.train.environments",
-    "GRPOTrainer": "gymlab.train.trainer",
-    "TrainingRun": "gymlab.train.records",
-    "environment_factory": "gymlab.train.environments",
-    "fit_chats": "gymlab.train.tiny",
-    "gymnasium_rollout_func": "gymlab.train.gymnasium",
-    "trl_rows": "gymlab.train.environments",
-    "verify_reward": "gymlab.train.rewards",
-    "tiny_chat_model": "gymlab.train.tiny",
-}
+from gymlab.train.environments import Environments, environment_factory, trl_rows
+from gymlab.train.gymnasium import gymnasium_rollout_func
+from gymlab.train.records import TrainingRun
+from gymlab.train.rewards import verify_reward
+from gymlab.train.tiny import fit_chats, tiny_chat_model
 
-__all__ = sorted(_NAMES)
+__all__ = [
+    "Environments",
+    "GRPOTrainer",
+    "TrainingRun",
+    "environment_factory",
+    "fit_chats",
+    "gymnasium_rollout_func",
+    "tiny_chat_model",
+    "trl_rows",
+    "verify_reward",
+]
 
 
 def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gymlab.train' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    if name == "GRPOTrainer":  # TRL's subclass: torch and TRL load only when it is asked for
+        from gymlab.train.trainer import GRPOTrainer
+
+        return GRPOTrainer
+    raise AttributeError(f"module 'gymlab.train' has no attribute {name!r}")

@@ -1,12 +1,6 @@
-"""TRL's ``environment_factory`` over a served seed/verify environment: one gymlab episode per rollout.
-
-``GRPOTrainer`` builds environment instances once and resets them for every rollout; it exposes each
-public method but ``reset`` and ``get_reward`` to the model as a tool, reading the tool's schema from the
-method's signature and Google-style docstring. Here each instance holds one ``SeedVerifyEpisode``:
-``reset(**row)`` releases the last one if it is still open and seeds a new one; one method per tool
-route calls it through the episode (recorded as the model's call); ``Environments.reward`` says the
-final answer and verifies the transcript. docs/train.md.
-"""
+"""TRL's ``environment_factory`` over a served seed/verify environment: one gymlab episode per rollout, one
+method per tool route (TRL reads a tool's schema from its signature and docstring), the reward the
+server's verify of the transcript (docs/train.md)."""
 
 from __future__ import annotations
 
@@ -26,24 +20,20 @@ from gymlab.protocol.resources import AgentRunRequest, dump_row
 from gymlab.resources.tools import _body_model, tools_from
 from gymlab.train.records import TrainingRun
 
-#: The dataset column that carries a gymlab row (as JSON) through TRL to ``reset(**row)``.
-ROW_COLUMN = "gymlab_row"
-
-#: Python types TRL (transformers' ``get_json_schema``) turns into a tool's JSON schema.
+ROW_COLUMN = "gymlab_row"  # the dataset column carrying a gymlab row (JSON) through TRL to ``reset(**row)``
 _SCHEMA_TYPES = (str, int, float, bool, list, dict)
 
 
 def trl_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """TRL dataset rows from gymlab rows: ``prompt`` (the row's input as chat messages, the one converter)
-    and the row itself as JSON under ``gymlab_row`` (an Arrow column cannot hold rows of other shapes),
-    also on the prompt's first message, where a ``rollout_func`` (given only the prompts) finds it."""
+    """TRL dataset rows: ``prompt`` (the row's input as chat messages) and the row as JSON under ``gymlab_row``
+    (an Arrow column holds one shape), also on the first message, where a ``rollout_func`` finds it."""
     out = []
     for index, row in enumerate(rows):
         request = AgentRunRequest.model_validate(row)
         row = {"_ng_task_index": index, **dump_row(request)}
         prompt = chat_messages(request.responses_create_params, f"rows[{index}]")
         text = json.dumps(row)
-        prompt[0][ROW_COLUMN] = text  # a rollout_func sees only the prompts (chat templates ignore the key)
+        prompt[0][ROW_COLUMN] = text  # chat templates ignore the key
         out.append({"prompt": prompt, ROW_COLUMN: text})
     return out
 
@@ -56,8 +46,7 @@ def row_of(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _hint(annotation: Any) -> Any:
-    """A type TRL can put in a tool schema: the field's own when it can (basic types, Literal, unions and
-    lists of those), else the nearest it can (a nested model: ``dict``; anything else: ``str``)."""
+    """The nearest type TRL can put in a tool schema (a nested model: ``dict``; anything unknown: ``str``)."""
     if annotation in _SCHEMA_TYPES or annotation is type(None):
         return annotation
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -73,8 +62,8 @@ def _hint(annotation: Any) -> Any:
 
 
 def tool_method(name: str, description: str, model: type[BaseModel] | None):
-    """A method named ``name`` calling tool route ``/{name}``: its parameters are the request model's
-    fields (type hints, defaults) and its docstring lists each with its description, as TRL reads them."""
+    """A method calling tool route ``/{name}``: the request model's fields as its keyword parameters and
+    its docstring's ``Args:``, as TRL reads them."""
     fields = model.model_fields if model is not None else {}
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, Any] = {}
@@ -98,12 +87,16 @@ def tool_method(name: str, description: str, model: type[BaseModel] | None):
 
 
 class Environments:
-    """``environment_factory`` for ``GRPOTrainer`` over ``env`` (a ``lab.serve`` handle of a seed/verify
-    server): calling it makes one environment instance; ``reward`` is the reward function (the server's
-    verify of each rollout's transcript; None for a masked one); ``close()`` releases every session still
-    open. ``run`` (a ``TrainingRun``) receives each rollout's record as it is graded."""
+    """``environment_factory`` for ``GRPOTrainer`` over ``env`` (a seed/verify server served by ``lab``):
+    ``GRPOTrainer(environment_factory=envs, reward_funcs=envs.reward, train_dataset=trl_rows(rows))``.
+    ``close()`` releases every session still open; ``run`` receives each rollout's record as it is graded."""
 
     def __init__(self, lab: Any, env: Any, *, run: TrainingRun | None = None):
+        if not hasattr(env.server, "verify"):
+            raise TypeError(
+                f"{env.name} is a Gymnasium server: train on it with gymlab.train.gymnasium_rollout_func, "
+                "not an environment factory"
+            )
         self.lab, self.env = lab, env
         self.run = run if run is not None else TrainingRun()
         self._instances: weakref.WeakSet = weakref.WeakSet()
@@ -129,8 +122,7 @@ class Environments:
         return sum(1 for e in list(self._instances) if e.episode is not None and not e.episode.done)
 
     def reward(self, completions: list[Any], environments: list[EpisodeEnvironment], **kwargs: Any) -> list:
-        """TRL reward function: each rollout's final answer said, then its transcript verified; a masked
-        episode (the verify failed: a 5xx, a timeout) is None, which TRL leaves out of the loss."""
+        """TRL reward function: each rollout's final answer said, its transcript verified; None when masked."""
         step = getattr(kwargs.get("trainer_state"), "global_step", None)
         rewards = [env._grade(_final_text(c), step) for c, env in zip(completions, environments, strict=True)]
         self.run.log(kwargs.get("log_metric"))
@@ -161,9 +153,8 @@ class EpisodeEnvironment:
         self._seed_failure: BaseException | None = None
 
     def reset(self, **row: Any) -> str | None:
-        """Seed a new episode of the row (the last one released first if still open); the seed's answer,
-        when it says anything, is the observation TRL appends to the prompt. A seed that fails leaves
-        the rollout masked (its tools refuse, its reward is None)."""
+        """Seed a new episode of the row (the last one released); the seed's answer, if any, is the observation
+        TRL appends. A failed seed leaves the rollout masked (its tools refuse, its reward is None)."""
         self._release()
         envs = self._environments
         self._seed_failure = None
@@ -195,24 +186,4 @@ class EpisodeEnvironment:
             self.episode.close()  # a seed/verify episode is released by a verify of its transcript
 
 
-def environment_factory(lab: Any, env: Any, *, run: TrainingRun | None = None) -> Environments:
-    """``Environments`` for ``env`` (a seed/verify server served by ``lab``): pass it as
-    ``GRPOTrainer(environment_factory=envs, reward_funcs=envs.reward, train_dataset=trl_rows(rows))``."""
-    protocol = "seed/verify" if hasattr(env.server, "verify") else "gymnasium"
-    if protocol != "seed/verify":
-        raise TypeError(
-            f"{env.name} is a Gymnasium server: train on it with gymlab.train.gymnasium_rollout_func, "
-            "not an environment factory"
-        )
-    return Environments(lab, env, run=run)
-
-
-__all__ = [
-    "ROW_COLUMN",
-    "EpisodeEnvironment",
-    "Environments",
-    "environment_factory",
-    "row_of",
-    "tool_method",
-    "trl_rows",
-]
+environment_factory = Environments

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gymlab.train.environments import ROW_COLUMN, row_of
+from gymlab.train.environments import row_of
 from gymlab.train.records import TrainingRun
 
 
 def _generate(model: Any, tokenizer: Any, ids: list[int], budget: int, temperature: float) -> tuple[list, list]:
-    """Sampled token ids (up to the end of turn) and each one's log-probability."""
+    """Sampled token ids (up to the end of turn) and each one's log-probability after temperature: TRL's
+    importance-sampling correction wants the processed distribution (HFModel's are the raw one's)."""
     import torch
 
     with torch.no_grad():
@@ -31,6 +32,11 @@ def _generate(model: Any, tokenizer: Any, ids: list[int], budget: int, temperatu
     return new, logps[: len(new)]
 
 
+def _template_ids(tokenizer: Any, messages: list[dict]) -> list[int]:
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(getattr(ids, "input_ids", ids))
+
+
 def _between_turns(tokenizer: Any, messages: list[dict], said: str, generated: str, observation: str) -> list[int]:
     """The tokens the chat template puts after the model's turn up to its next one (the observation as a
     user message): the text the template renders past what the model generated."""
@@ -45,20 +51,19 @@ def _between_turns(tokenizer: Any, messages: list[dict], said: str, generated: s
 def gymnasium_rollout_func(
     lab: Any, env: Any, *, run: TrainingRun | None = None, max_turns: int = 8, max_turn_tokens: int | None = None
 ):
-    """A TRL ``rollout_func`` for ``env`` (a Gymnasium server served by ``lab``) over rows built with
-    ``trl_rows``: each prompt TRL passes (already repeated per generation) is one episode: reset, then the
-    model's turns (each at most ``max_turn_tokens``) sent to ``/step`` until the episode ends, ``max_turns``
-    or the completion budget. The
-    observations are user turns, left out of the loss (``env_mask``); the episode's summed reward goes to
-    ``rollout_func.reward`` (the reward function to pass), None for a masked episode. Records go to ``run``."""
+    """A TRL ``rollout_func`` for ``env`` (a Gymnasium server served by ``lab``) over ``trl_rows``: each prompt
+    one episode, the model's turns (each at most ``max_turn_tokens``) sent to ``/step`` until it ends,
+    ``max_turns`` or the completion budget; observations are user turns out of the loss (``env_mask``).
+    ``rollout_func.reward`` is the reward function to pass (the summed reward; None when masked)."""
     run = run if run is not None else TrainingRun()
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
         tokenizer = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)
         budget, step = trainer.max_completion_length, trainer.state.global_step
-        out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask")}
-        out["gymlab_reward"] = []
+        out: dict[str, list] = {
+            k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "gymlab_reward")
+        }
         for prompt in prompts:
             row = row_of(prompt[0])
             messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
@@ -67,12 +72,12 @@ def gymnasium_rollout_func(
             logps: list[float] = []
             mask: list[int] = []
             reward: float | None = None
+            prompt_ids: list[int] = []
             try:
                 observation, _ = episode.reset()
                 if observation:
                     messages.append({"role": "user", "content": observation})
-                prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-                prompt_ids = list(getattr(prompt_ids, "input_ids", prompt_ids))
+                prompt_ids = _template_ids(tokenizer, messages)
                 for _ in range(max_turns):
                     turn = min(budget - len(ids), max_turn_tokens or budget)
                     new, new_logps = _generate(model, tokenizer, prompt_ids + ids, turn, trainer.temperature)
@@ -96,8 +101,7 @@ def gymnasium_rollout_func(
                 reward = run.fail(episode, exc, "agent", step)
                 if not episode.done:
                     episode.close()
-                prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-                prompt_ids = list(getattr(prompt_ids, "input_ids", prompt_ids))
+                prompt_ids = prompt_ids or _template_ids(tokenizer, messages)
             if not ids:  # TRL needs a token: the end of turn, masked out
                 ids, logps, mask = [tokenizer.eos_token_id], [0.0], [0]
             out["prompt_ids"].append(prompt_ids)
@@ -115,6 +119,3 @@ def gymnasium_rollout_func(
     rollout_func.reward = reward
     rollout_func.run = run
     return rollout_func
-
-
-__all__ = ["ROW_COLUMN", "gymnasium_rollout_func"]

@@ -1,6 +1,4 @@
-"""The records of a training run as they are graded: one gymlab rollout record per training rollout (the
-record module's builders), the training step on each, appended to a JSONL file and held as ``Rollouts``;
-masked episodes counted in TRL's log; the live panel and reward curve in a notebook. docs/train.md."""
+"""A training run's rollout records as they are graded (JSONL, ``Rollouts``, TRL's log, a live notebook view)."""
 
 from __future__ import annotations
 
@@ -13,12 +11,12 @@ from gymlab.failures import failure_of
 from gymlab.jsonl import LineWriter, loads
 from gymlab.protocol import Rollout
 from gymlab.protocol import record as records
+from gymlab.protocol.failure_kinds import Stage
 
 
 class TrainingRun:
-    """Every rollout of a training run as a record: ``rollouts`` (a ``Rollouts``, open at any step),
-    ``path`` (one JSON line per record, appended as it is graded; None keeps them in memory only).
-    ``masked`` counts the episodes left out of the loss (an infrastructure failure)."""
+    """Every rollout of a training run as a record, with its ``train_step``: ``rollouts`` at any step, ``path``
+    (a JSON line each, appended as graded; None: in memory only); ``masked`` counts those left out of the loss."""
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else None
@@ -30,7 +28,7 @@ class TrainingRun:
         self.panel: Any = None  # a LivePanel once ``show()`` made one
 
     def add(self, record: Rollout, step: int | None = None) -> Rollout:
-        """Keep ``record`` (with ``train_step``), append it to the file, count it on the panel."""
+        """Keep ``record``, append it to the file, count it on the panel."""
         if step is not None:
             record = record.model_copy(update={"train_step": step})
         with self._lock:
@@ -44,29 +42,26 @@ class TrainingRun:
         return record
 
     def grade(self, episode: Any, answer: str, step: int | None = None) -> float | None:
-        """Say ``answer`` in a seed/verify ``episode`` and verify it; the record is kept. A verify that
-        fails (an error status, a timeout) is a masked record (``fail``). The reward, or None for a
-        masked record, which TRL leaves out."""
+        """Say ``answer`` in a seed/verify ``episode`` and verify it (a failure: ``fail``); the reward, or None
+        when masked (TRL leaves it out)."""
         try:
             if answer:
                 episode.say(answer)
             record = episode.verify()
-        except Exception as exc:  # any failure of the grading hop is the episode's masked outcome
+        except Exception as exc:
             return self.fail(episode, exc, "verification", step)
         record = self.add(record, step)
         return None if record.mask_sample else record.reward
 
-    def fail(self, episode: Any, exc: BaseException, stage: str, step: int | None = None) -> None:
-        """Keep the masked record of ``episode``, failed with ``exc`` at ``stage`` (its kind typed by
-        ``failures.failure_of``, never read from the text); returns None, the reward TRL leaves out."""
+    def fail(self, episode: Any, exc: BaseException, stage: Stage, step: int | None = None) -> float | None:
+        """Keep the masked record of ``episode`` failed with ``exc`` at ``stage`` (kind by ``failure_of``); None."""
         failure = failure_of(exc, role="resources", stage=stage)
         failed = records.failed(episode.row, failure, steps=episode.steps)
         self.add(records.with_identity(failed, env=episode.env_name), step)
         return None
 
     def log(self, log_metric: Any) -> None:
-        """Put the masked count of the rollouts graded since the last call in TRL's log (``log_metric``:
-        the reward functions' keyword), as ``gymlab/masked`` and ``gymlab/masked_fraction``."""
+        """Log ``gymlab/masked`` and ``gymlab/masked_fraction`` of the rollouts graded since the last call."""
         with self._lock:
             batch, self._batch = self._batch, []
         if log_metric is not None and batch:
@@ -92,15 +87,13 @@ class TrainingRun:
             self._writer = None
 
     def show(self, total: int = 0):
-        """The live view for a notebook: ``LivePanel`` (episodes, mean reward, masked by kind) over the
-        reward curve by training rollout, redrawn by ``callback()`` at each training step."""
+        """A notebook's live view: ``LivePanel`` over the reward curve, redrawn by ``callback()`` each step."""
         import ipywidgets as w
 
         from gymlab.lab.widgets import LivePanel
 
         self.panel = LivePanel(total, description="rollouts")
-        # an Image widget whose value is replaced: a plain state update, never an Output widget's capture of
-        # the running cell's messages (which a trainer's callbacks would open and close inside that cell)
+        # an Image whose value is replaced: an Output widget capturing inside the trainer's cell can hang it
         self._curve = w.Image(format="png")
         return w.VBox([self.panel, self._curve])
 
@@ -120,8 +113,7 @@ class TrainingRun:
         curve.value = png.getvalue()
 
     def callback(self, window: int | None = None):
-        """A ``transformers.TrainerCallback``: sizes the panel at the start, redraws the curve after
-        each step, closes the file at the end."""
+        """A ``transformers.TrainerCallback``: sizes the panel, redraws the curve each step, finishes the panel."""
         from transformers import TrainerCallback
 
         run = self
@@ -142,6 +134,3 @@ class TrainingRun:
                     run.panel.finish()
 
         return TrainingRunCallback()
-
-
-__all__ = ["TrainingRun"]

@@ -20,7 +20,7 @@ def verify_reward(lab: Any, env: Any, *, run: TrainingRun | None = None):
         rows = kwargs.get("gymlab_row")
         if rows is None:
             row_of(kwargs)  # raises, naming the missing column
-        rewards = []
+        rewards: list[float | None] = []
         for completion, row in zip(completions, rows, strict=True):
             with lab.episode(env, row_of({"gymlab_row": row})) as episode:
                 try:
@@ -34,6 +34,3 @@ def verify_reward(lab: Any, env: Any, *, run: TrainingRun | None = None):
 
     verify.run = run
     return verify
-
-
-__all__ = ["verify_reward"]

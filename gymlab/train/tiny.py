@@ -1,6 +1,5 @@
-"""A tiny chat model built here, with nothing downloaded: a byte-level BPE tokenizer trained on the spot, the
-Qwen2.5 chat template (which renders tools and which TRL parses tool calls for), and a randomly initialised
-Qwen2 decoder. Tests, notebooks and benchmarks use it where a real checkpoint would need weights."""
+"""A tiny chat model built here, nothing downloaded: a byte-level BPE tokenizer trained on the spot, the Qwen2.5
+chat template (it renders tools; TRL parses its tool calls) and a random-init Qwen2 decoder."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-#: Tokens the chat template writes; each is one token, never split by the BPE.
 SPECIAL_TOKENS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -20,14 +18,8 @@ SPECIAL_TOKENS = (
 )
 
 
-def _chat_template() -> str:
-    from trl.chat_template_utils import qwen2_5_chat_template
-
-    return qwen2_5_chat_template
-
-
 def _corpus(template: str, extra: Iterable[str]) -> list[str]:
-    """Texts the tokenizer learns its merges from: rendered chats with and without tools, digits and words."""
+    """Texts the tokenizer learns its merges from: rendered chats with and without tools, words, the alphabet."""
     from jinja2 import Template
 
     render = Template(template)
@@ -59,12 +51,12 @@ def _corpus(template: str, extra: Iterable[str]) -> list[str]:
 
 
 def tiny_tokenizer(*, vocab_size: int = 512, corpus: Iterable[str] = ()) -> Any:
-    """A ``PreTrainedTokenizerFast`` trained here: byte-level BPE (any text encodes), the chat template set,
-    ``<|im_end|>`` as end of turn and ``<|endoftext|>`` as padding. ``corpus`` adds texts to learn merges from."""
+    """A ``PreTrainedTokenizerFast`` trained here (byte-level: any text encodes), the chat template set,
+    ``<|im_end|>`` the end of turn, ``<|endoftext|>`` the padding; ``corpus`` adds texts to learn from."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen2_5_chat_template as template
 
-    template = _chat_template()
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -94,8 +86,8 @@ def tiny_chat_model(
     max_positions: int = 2048,
     corpus: Iterable[str] = (),
 ) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: a randomly initialised Qwen2 causal LM (``seed`` fixes its weights) over
-    ``tiny_tokenizer``. Its answers are noise until trained; the wiring around it is what it proves."""
+    """``(model, tokenizer)``: a random-init Qwen2 causal LM (``seed`` fixes its weights) over ``tiny_tokenizer``;
+    noise until trained."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -132,9 +124,8 @@ def fit_chats(
     learning_rate: float = 1e-2,
     seed: int = 0,
 ) -> list[float]:
-    """A few supervised steps on chats, the loss on each chat's last message only, so a random model learns a
-    shape: e.g. that its answer is a tool call. A chat is a list of messages (rendered with ``tools``) or, as
-    TRL's conversational rows, ``{"messages": [...], "tools": [...]}``. Returns the loss of each step."""
+    """A few supervised steps on chats (a list of messages, or TRL's ``{"messages", "tools"}``), the loss on the
+    last message only, so a random model learns a shape (its answer a tool call); each step's loss."""
     import torch
 
     rows = []

@@ -21,6 +21,3 @@ class SayDigitServer(SimpleResourcesServer):
 def toy_rows(n: int = 8) -> list[dict]:
     """``n`` rows of the toy task (the same prompt: the reward is about the answer's form)."""
     return [{"responses_create_params": {"input": PROMPT}} for _ in range(n)]
-
-
-__all__ = ["PROMPT", "SayDigitServer", "toy_rows"]

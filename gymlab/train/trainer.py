@@ -1,10 +1,5 @@
-"""TRL's ``GRPOTrainer`` with masked episodes out of the loss altogether.
-
-TRL 1.16 already keeps a completion whose every reward is None out of its group's baseline and zeroes its
-advantage, but its tokens still count: in the loss's normaliser (``num_items_in_batch``, the default
-``dapo`` loss), in the KL term when ``beta > 0`` and in an entropy bonus. Here such a completion's
-``completion_mask`` is zeroed and the normaliser counted again, so a masked episode weighs nothing.
-"""
+"""TRL's ``GRPOTrainer`` with masked episodes out of the loss altogether: their tokens out of the normaliser,
+the KL term and any entropy bonus too, where TRL only zeroes their advantage (docs/train.md)."""
 
 from __future__ import annotations
 
@@ -34,6 +29,3 @@ class GRPOTrainer(_TRLGRPOTrainer):
             mask = mask * output["tool_mask"]
         output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         return output
-
-
-__all__ = ["GRPOTrainer"]

@@ -176,3 +176,9 @@ def test_bad_seeds_and_options_are_4xx(lab):
             assert answer.status_code == 422 and "seed must be a whole number" in answer.text, answer.text
     answer = httpx.post(f"{lab.serve(server).url}/reset", json={**rows[0], "options": "x"}, timeout=30)
     assert answer.status_code == 422 and "options must be an object" in answer.text
+    cartpole, cartpole_rows = envs.gymnasium("CartPole-v1", seeds=[0])
+    url = lab.serve(cartpole).url
+    for options in ({"low": "x"}, {"low": 10**400}, {"low": [1]}):  # refused by the env's own reset
+        answer = httpx.post(f"{url}/reset", json={**cartpole_rows[0], "options": options}, timeout=30)
+        assert answer.status_code == 422 and "refused the reset options" in answer.text, answer.text[:300]
+    assert cartpole.session_state == {}

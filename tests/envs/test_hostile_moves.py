@@ -54,6 +54,18 @@ def test_deeply_nested_arguments_are_an_unreadable_move(lab, name):
         assert len(answer.content) < 20_000  # the move is not echoed back whole
 
 
+def test_deeply_nested_text_on_a_continuous_env_is_an_unreadable_action(lab):
+    """A Box action is read from the text as JSON: nested past the reader, it is unreadable (a no-op), not a 500."""
+    server, rows = envs.gymnasium("Pendulum-v1", seeds=[0])
+    client = open_episode(lab, server, rows)
+    answer = client.post("/step", json={**rows[0], "response": said(DEEP)})
+    assert answer.status_code == 200, answer.text[:300]
+    step = answer.json()
+    assert "unreadable_action" in step["info"] and not step["mask_sample"] and step["reward"] == 0.0, step
+    act = {"type": "function_call", "name": "act", "arguments": '{"action": [0.5]}', "call_id": "c2"}
+    assert client.post("/step", json={**rows[0], "response": {"output": [act]}}).json()["reward"] < 0  # it goes on
+
+
 def test_deeply_nested_arguments_are_graded_by_reasoning_gym(lab):
     server, rows = envs.reasoning_gym("chain_sum", size=1, seed=0)
     url = lab.serve(server).url

@@ -194,13 +194,14 @@ def test_unreadable_and_hostile_actions_change_nothing(lab):
         ("guess", {"n": "not a number"}),  # the tool refuses: its error is the observation, nothing solved
         ("nope", {}),  # not a tool of this environment
         "plain text is no tool call",
+        "[" * 50_000 + "]" * 50_000,  # JSON nested past the reader: unreadable, not a server error
         ("guess", {"n": 4}),
     ]
     record = played(lab, server, rows[0], moves)
     assert not record.mask_sample, record.failure_reason
-    assert [s.reward for s in record.steps] == [0.0, 0.0, 0.0, 1.0]
+    assert [s.reward for s in record.steps] == [0.0, 0.0, 0.0, 0.0, 1.0]
     assert record.steps[0].observation.startswith("error:")
-    assert "unreadable_action" in record.steps[1].info and "unreadable_action" in record.steps[2].info
+    assert all("unreadable_action" in s.info for s in record.steps[1:4])
     assert record.steps[-1].terminated
     assert server.session_state == {}
 

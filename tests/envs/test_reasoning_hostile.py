@@ -60,6 +60,11 @@ MALFORMED = [
         "datasets[0].weight",
     ),
     (
+        "a composite's weight past any float",
+        {**CHAIN, "dataset": "composite", "config": {"datasets": [{"name": "chain_sum", "weight": 10**400}]}},
+        "datasets[0].weight",
+    ),
+    (
         "a composite's inner field of the wrong type",
         {
             **CHAIN,
