@@ -7,8 +7,7 @@ adapter is called (docs/envs.md).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gymlab._lazy import lazy_names
 
 _NAMES = {
     "reasoning_gym": "gymlab.envs.reasoning",
@@ -26,14 +25,4 @@ _NAMES = {
 }
 
 __all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gymlab.envs' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())

@@ -7,8 +7,7 @@ and ``fit_chats`` (a tiny model built here, taught a shape in a few supervised s
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gymlab._lazy import lazy_names
 
 _NAMES = {
     "Environments": "gymlab.train.environments",
@@ -23,12 +22,4 @@ _NAMES = {
 }
 
 __all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gymlab.train' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())
