@@ -174,8 +174,9 @@ _WORDS = ("a", "test", "value", "x", "hello", "42", "yes")
 def example_arguments(schema: Any, rng: random.Random | None = None) -> Any:
     """Arguments from a tool's JSON schema, so a call reaches the tool: the plainest value ``schema`` accepts
     (its default, first option, minimum, "", False, []), or a random one from ``rng``; within ``MAX_ITEMS``,
-    ``MAX_LENGTH``, ``MAX_DEPTH`` and ``MAX_VALUES`` (past them: None, or fewer items)."""
-    return _example(schema, rng, 0, [MAX_VALUES])
+    ``MAX_LENGTH``, ``MAX_DEPTH`` and ``MAX_VALUES`` (past them: None, or fewer items). A tool without
+    parameters (no schema, or ``{}``) takes ``{}``."""
+    return _example(schema, rng, 0, [MAX_VALUES]) if schema else {}
 
 
 def _example(schema: Any, rng: random.Random | None, depth: int, left: list[int]) -> Any:

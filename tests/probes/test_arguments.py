@@ -72,6 +72,8 @@ def test_tool_probes_call_every_declared_tool_then_answer():
     ]
     calls = call_every_tool(_request("go", tools))
     assert [(c.name, c.arguments) for c in calls] == [("a", '{"value": 0}'), ("b", "{}")]
+    bare = [{"type": "function", "name": "c"}, {"type": "function", "name": "d", "parameters": {}}]
+    assert [c.arguments for c in call_every_tool(_request("go", bare))] == ["{}", "{}"]  # not '' (not JSON)
     after = ResponseCreateParams(
         input=[
             {"role": "user", "content": "go"},
