@@ -6,10 +6,10 @@ from it."""
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gymlab._lazy import lazy_names
 from gymlab._version import __version__
 
 
@@ -27,21 +27,7 @@ def _public_names() -> dict[str, str]:
 
 _NAMES = _public_names()
 __all__ = sorted(["__version__", *_NAMES])
-
-
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gymlab' has no attribute {name!r}")
-    imported = importlib.import_module(module)
-    value = imported if module == f"{__name__}.{name}" else getattr(imported, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
-
+__getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())
 
 if TYPE_CHECKING:  # pragma: no cover
     from gymlab import envs

@@ -9,16 +9,29 @@ from typing import Any
 from fastapi import FastAPI, Request  # at module level: the route's annotations name Request
 from fastapi.responses import JSONResponse
 
+from gymlab._runtime.bodies import BodyGuardMiddleware, parse_json
 from gymlab.errors import ServerError, error_body
+from gymlab.server import BaseServer
+
+#: The servers' default body bound (``max_body_bytes``), kept by the door too.
+MAX_BODY_BYTES: int = BaseServer.model_fields["max_body_bytes"].default
 
 
-def front_app(pool: Any, agent: str, timeout_s: float | None = None):
-    """A FastAPI app: ``POST /run`` of ``agent`` in ``pool``'s cells, ``GET /health``."""
+def front_app(pool: Any, agent: str, timeout_s: float | None = None, max_body_bytes: int = MAX_BODY_BYTES):
+    """A FastAPI app: ``POST /run`` of ``agent`` in ``pool``'s cells, ``GET /health``; a body past
+    ``max_body_bytes`` is answered 413, one that is not a JSON object 422, as the servers answer them."""
     app = FastAPI(title=f"{agent} on Ray cells")
+    app.add_middleware(BodyGuardMiddleware, server_name=agent, max_bytes=max_body_bytes)
 
     @app.post("/run")
     async def run(request: Request) -> Any:
-        job = await request.json()
+        try:
+            job = parse_json(await request.body())
+        except (ValueError, RecursionError) as exc:
+            cause = "the body is not JSON this door can parse (malformed, or nested too deeply)"
+            return _refused(agent, f"{cause}: {type(exc).__name__}")
+        if not isinstance(job, dict):
+            return _refused(agent, f"the body is a JSON {type(job).__name__}, not an object (a /run row)")
         try:
             return await pool.apost_run(job, agent=agent, timeout=timeout_s)
         except ServerError as exc:
@@ -39,6 +52,11 @@ def front_app(pool: Any, agent: str, timeout_s: float | None = None):
         }
 
     return app
+
+
+def _refused(agent: str, cause: str) -> JSONResponse:
+    hint = "send one row of the run as a JSON object, as POST /run of the agent takes it"
+    return JSONResponse(error_body(agent, "POST /run", cause, error="RequestValidationError", hint=hint), 422)
 
 
 def serve_fronts(pool: Any, host: str = "127.0.0.1", port: int = 0) -> dict[str, Any]:

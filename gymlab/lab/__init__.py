@@ -3,8 +3,9 @@ lazily: ``import gymlab.lab.frames`` needs only pandas, the HTTP stack comes wit
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gymlab._lazy import lazy_names
 
 _NAMES = {
     "AgentHandle": "gymlab.lab.handles",
@@ -19,20 +20,7 @@ _NAMES = {
 }
 
 __all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gymlab.lab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*__all__, *globals()})
-
+__getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())
 
 if TYPE_CHECKING:  # pragma: no cover
     from gymlab.errors import ForkDivergedError

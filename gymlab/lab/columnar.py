@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from gymlab.jsonl import dumps
-from gymlab.protocol.derived_steps import STEPS_KEY
+from gymlab.protocol.derived_steps import STEPS_KEY, item_text
 from gymlab.rewards.columns import add_component_columns
 
 STEP_DTYPES = {
@@ -37,16 +37,6 @@ STEP_DTYPES = {
     "duration_s": "float64",
 }
 STEP_COLUMNS = list(STEP_DTYPES)
-
-
-def item_text(item: dict[str, Any]) -> str | None:
-    """A message item's text (its content string, or its parts' texts joined); None for other items."""
-    if item.get("type", "message") != "message":
-        return None
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(p.get("text") or "" for p in content or () if isinstance(p, dict))
 
 
 def messages_text(items: list[dict[str, Any]], role: str | None = "assistant") -> str | None:

@@ -16,8 +16,9 @@ import pandas as pd
 import pyarrow as pa
 
 from gymlab.jsonl import dumps
-from gymlab.lab.columnar import item_text, messages_text, steps_frame_arrow
+from gymlab.lab.columnar import messages_text, steps_frame_arrow
 from gymlab.lab.store import RecordStore
+from gymlab.protocol.derived_steps import item_text
 from gymlab.protocol.record import own_fields
 from gymlab.rewards.columns import PREFIX as COMPONENT_PREFIX
 from gymlab.rewards.columns import add_component_columns

@@ -18,13 +18,7 @@ from gymlab.errors import GymlabError
 from gymlab.lab.viewer import EpisodeViewer, add_classes
 from gymlab.protocol import NeMoGymResponse, Rollout, function_call
 from gymlab.protocol.record import failure_counts
-
-
-def example_arguments(tool: Any) -> dict[str, Any]:
-    """Placeholder arguments from a tool's JSON schema (0, "", false, [] or {} by type)."""
-    defaults = {"integer": 0, "number": 0, "string": "", "boolean": False, "array": [], "object": {}}
-    props = (tool.parameters or {}).get("properties", {}) if tool is not None else {}
-    return {name: defaults.get((spec or {}).get("type"), None) for name, spec in props.items()}
+from gymlab.resources.tools import example_arguments
 
 
 class Stepper(w.VBox):
@@ -134,7 +128,7 @@ class Stepper(w.VBox):
         self.arguments.disabled = tool is None
         self.text.disabled = tool is not None
         if tool is not None:
-            self.arguments.value = json.dumps(example_arguments(tool))
+            self.arguments.value = json.dumps(example_arguments(tool.parameters))
 
 
 _TABLE_CSS = "<style>.gl-failures-table th,.gl-failures-table td{text-align:left;padding:1px 16px 1px 0}</style>"

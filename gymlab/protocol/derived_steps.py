@@ -23,7 +23,10 @@ def _flat(items: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _text(item: dict[str, Any]) -> str:
+def item_text(item: dict[str, Any]) -> str | None:
+    """A message item's text (its content string, or its parts' texts joined); None for other items."""
+    if item.get("type", "message") != "message":
+        return None
     content = item.get("content")
     if isinstance(content, str):
         return content
@@ -43,7 +46,7 @@ def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
         elif kind == "message" and item.get("role") == "user":
             if step is not None:
                 step["observation"] = (
-                    _text(item) if step.get("observation") is None else step["observation"] + _text(item)
+                    item_text(item) if step.get("observation") is None else step["observation"] + item_text(item)
                 )
                 closed = True
         else:

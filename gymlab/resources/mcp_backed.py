@@ -144,20 +144,48 @@ def _function_tools(tools: list[Any], strict: bool) -> list[dict[str, Any]]:
     ]
 
 
-async def _list_tools(target: McpTarget, env: dict[str, str] | None) -> list[Any]:
-    async with open_mcp(target, env=env) as client:
-        tools, cursor = [], None
-        while True:
-            page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                return tools
+#: Most ``tools/list`` pages and tools one listing reads: a server that pages on forever, or lists more tools than
+#: any prompt holds, is refused rather than followed.
+MAX_TOOL_PAGES = 100
+MAX_TOOLS = 1000
 
 
-def mcp_tools_from(target: McpTarget, *, strict: bool = True, env: dict[str, str] | None = None) -> list[dict]:
-    """The function tools rows declare for an MCP server's tools."""
-    return _function_tools(run_sync(_list_tools(target, env)), strict)
+class _TooManyTools(Exception):
+    """Raised when a listing passes ``MAX_TOOL_PAGES`` or ``MAX_TOOLS``."""
+
+
+async def _list_tools(target: McpTarget, env: dict[str, str] | None, timeout_s: float, who: str) -> list[Any]:
+    """Every tool ``target`` lists, within ``timeout_s`` (the handshake too), ``MAX_TOOL_PAGES`` and ``MAX_TOOLS``;
+    else a ``ServerStartError`` naming ``who``, the MCP server, the cause and what to do."""
+    try:
+        with anyio.fail_after(timeout_s):  # not wait_for: see McpEpisode
+            async with open_mcp(target, env=env) as client:
+                tools, cursor = [], None
+                for _ in range(MAX_TOOL_PAGES):
+                    page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+                    tools.extend(page.tools)
+                    if len(tools) > MAX_TOOLS:
+                        raise _TooManyTools(f"it lists more than {MAX_TOOLS} tools")
+                    cursor = page.next_cursor
+                    if not cursor:
+                        return tools
+                raise _TooManyTools(f"tools/list still gave a next cursor after {MAX_TOOL_PAGES} pages")
+    except Exception as exc:
+        if isinstance(_root(exc), _TooManyTools):
+            cause, hint = str(_root(exc)), "list fewer tools (a prompt holds each one), in fewer pages"
+        else:
+            cause = f"no answer within {timeout_s:g}s" if isinstance(exc, TimeoutError) else _cause(exc)
+            hint = "check that it runs (or its command starts) and speaks MCP"
+        raise ServerStartError(
+            f"{who}: could not list the tools of the MCP server {_describe(target)}: {cause}; {hint}"
+        ) from exc
+
+
+def mcp_tools_from(
+    target: McpTarget, *, strict: bool = True, env: dict[str, str] | None = None, timeout_s: float = 60.0
+) -> list[dict]:
+    """The function tools rows declare for an MCP server's tools, listed within ``timeout_s``."""
+    return _function_tools(run_sync(_list_tools(target, env, timeout_s, "mcp_tools_from")), strict)
 
 
 class McpResourcesServer(SimpleResourcesServer):
@@ -212,15 +240,7 @@ class McpResourcesServer(SimpleResourcesServer):
         return app
 
     async def _list_tools(self) -> list[Any]:
-        try:
-            with anyio.fail_after(self.mcp_open_timeout_seconds):  # not wait_for: see McpEpisode
-                return await _list_tools(self.mcp_target, self.mcp_env)
-        except Exception as exc:
-            cause = "no answer in time" if isinstance(exc, TimeoutError) else _cause(exc)
-            raise ServerStartError(
-                f"{self.name}: could not list the tools of the MCP server {_describe(self.mcp_target)}: {cause}; "
-                "check that it runs (or its command starts) and speaks MCP"
-            ) from exc
+        return await _list_tools(self.mcp_target, self.mcp_env, self.mcp_open_timeout_seconds, self.name)
 
     def listed_tools(self, *, strict: bool = True) -> list[dict[str, Any]]:
         """The rows' function tools (the MCP server's tools, listed when this server started, or now)."""
@@ -320,11 +340,15 @@ def _text(result: Any) -> str:
     return "\n".join(parts)
 
 
-def _cause(exc: BaseException) -> str:
-    inner = getattr(exc, "exceptions", None)
-    while inner:  # an exception group from the SDK's task groups: its first cause
+def _root(exc: BaseException) -> BaseException:
+    """The first cause of an exception group from the SDK's task groups (``exc`` itself when not a group)."""
+    while inner := getattr(exc, "exceptions", None):
         exc = inner[0]
-        inner = getattr(exc, "exceptions", None)
+    return exc
+
+
+def _cause(exc: BaseException) -> str:
+    exc = _root(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 

@@ -1,9 +1,11 @@
 """Tools and rows from a server's own routes: ``tools_from`` (each tool route's request model as the function
-tool a row declares), ``rows_from`` (rows from prompts), ``check_rows`` (each mismatch of a dataset's tools)."""
+tool a row declares), ``rows_from`` (rows from prompts), ``check_rows`` (each mismatch of a dataset's tools),
+``example_arguments`` (a call's arguments from a tool's schema)."""
 
 from __future__ import annotations
 
 import inspect
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,4 +163,77 @@ def check_rows(server: BaseServer, rows: Iterable[dict[str, Any]]) -> CheckRepor
     return report
 
 
-__all__ = ["CheckReport", "check_rows", "function_tool", "rows_from", "tools_from"]
+#: Bounds on what ``example_arguments`` builds, whatever a schema's ``minItems``, ``minLength`` or nesting asks
+#: (a schema comes from an environment; arguments from it stay small): items of a list, characters of a string,
+#: levels of nesting, and values in all (lists of lists would otherwise multiply).
+MAX_ITEMS, MAX_LENGTH, MAX_DEPTH, MAX_VALUES = 8, 256, 16, 256
+#: The strings random arguments are drawn from.
+_WORDS = ("a", "test", "value", "x", "hello", "42", "yes")
+
+
+def example_arguments(schema: Any, rng: random.Random | None = None) -> Any:
+    """Arguments from a tool's JSON schema, so a call reaches the tool: the plainest value ``schema`` accepts
+    (its default, first option, minimum, "", False, []), or a random one from ``rng``; within ``MAX_ITEMS``,
+    ``MAX_LENGTH``, ``MAX_DEPTH`` and ``MAX_VALUES`` (past them: None, or fewer items). A tool without
+    parameters (no schema, or ``{}``) takes ``{}``."""
+    return _example(schema, rng, 0, [MAX_VALUES]) if schema else {}
+
+
+def _example(schema: Any, rng: random.Random | None, depth: int, left: list[int]) -> Any:
+    schema = schema if isinstance(schema, dict) else {}
+    left[0] -= 1
+    if depth > MAX_DEPTH or left[0] < 0:
+        return None
+    if rng is None and "default" in schema:
+        return schema["default"]
+    if "const" in schema:
+        return schema["const"]
+    pick = rng.choice if rng else (lambda options: options[0])
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return pick(schema["enum"])
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return _example(pick(schema[key]), rng, depth + 1, left)
+    kind = schema.get("type")
+    if isinstance(kind, list):  # ["string", "null"]: the first non-null type
+        kind = next((k for k in kind if k != "null"), "null")
+    kind = kind or ("object" if "properties" in schema else "string")
+    if kind == "object":
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+        return {name: _example(sub, rng, depth + 1, left) for name, sub in properties.items()}
+    if kind == "array":
+        least = _bounded(schema.get("minItems"), 0, MAX_ITEMS)
+        n = rng.randint(least, max(least, _bounded(schema.get("maxItems"), 3, 3))) if rng else least
+        return [_example(schema.get("items"), rng, depth + 1, left) for _ in range(min(n, max(left[0], 0)))]
+    length = _bounded(schema.get("minLength"), 0, MAX_LENGTH)
+    low, high = _number(schema.get("minimum"), 0 if rng is None else -1000), _number(schema.get("maximum"), 1000)
+    if rng is None:
+        return {"integer": int(low), "number": float(low), "string": "x" * length, "boolean": False}.get(kind)
+    if kind == "integer":
+        return rng.randint(int(low), max(int(low), int(high)))
+    if kind == "number":
+        return rng.uniform(low, max(low, high))
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    word = rng.choice(_WORDS).ljust(length, "x")
+    most = schema.get("maxLength")
+    return word[:most] if isinstance(most, int) and most >= 0 else word
+
+
+def _bounded(value: Any, default: int, most: int) -> int:
+    """A schema's count (``minItems``, ``minLength``) as a whole number in ``[0, most]``; not one: ``default``."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    return min(max(value if whole else default, 0), most)
+
+
+def _number(value: Any, default: float) -> float:
+    """A schema's ``minimum``/``maximum`` as a finite number; not one: ``default``."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 1e300:
+        return value
+    return default
+
+
+__all__ = ["CheckReport", "check_rows", "example_arguments", "function_tool", "rows_from", "tools_from"]

@@ -143,9 +143,9 @@ def test_lab_refuses_several_workers_naming_the_way_to_get_them(lab, calculator)
 def test_a_running_runs_finished_records_are_read_from_its_one_buffer():
     """Records finished out of order: those finished from the start on sit in the store's one buffer,
     the rest wait as lines; the memory sink reads both in the order they finished (what a cancel keeps)."""
+    from benchmarks.records import synthetic
     from gymlab.lab.runs import Rollouts
     from gymlab.lab.store import StoreBuilder
-    from benchmarks.records import synthetic
     from gymlab.run.engine import Job, Outcome, RunState
     from gymlab.run.sinks import MemorySink
 

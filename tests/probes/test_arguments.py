@@ -1,12 +1,14 @@
 """Tool arguments from JSON schemas: the plainest and random values validate against their schema."""
 
+import json
 import random
 
 import jsonschema
 import pytest
 
-from gymlab.probes.policies import answer_spray, arguments, call_every_tool, multiple_choice_options, repeat_tool_call
+from gymlab.probes.policies import answer_spray, call_every_tool, multiple_choice_options, repeat_tool_call
 from gymlab.protocol import ResponseCreateParams
+from gymlab.resources.tools import example_arguments as arguments
 
 SCHEMAS = [
     {"type": "object", "properties": {}, "additionalProperties": False},
@@ -70,6 +72,8 @@ def test_tool_probes_call_every_declared_tool_then_answer():
     ]
     calls = call_every_tool(_request("go", tools))
     assert [(c.name, c.arguments) for c in calls] == [("a", '{"value": 0}'), ("b", "{}")]
+    bare = [{"type": "function", "name": "c"}, {"type": "function", "name": "d", "parameters": {}}]
+    assert [c.arguments for c in call_every_tool(_request("go", bare))] == ["{}", "{}"]  # not '' (not JSON)
     after = ResponseCreateParams(
         input=[
             {"role": "user", "content": "go"},
@@ -81,3 +85,48 @@ def test_tool_probes_call_every_declared_tool_then_answer():
     assert call_every_tool(after) == '{"result": 0}'
     assert [c.name for c in repeat_tool_call(after)] == ["a"]  # the same call, every turn
     assert [c.name for c in repeat_tool_call(_request("go"))] == ["noop"]  # no tool: an undeclared one
+
+
+def nested(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def nested_arrays(depth: int) -> dict:
+    schema: dict = {"type": "string", "minLength": 5}
+    for _ in range(depth):
+        schema = {"type": "array", "minItems": 8, "items": schema}
+    return schema
+
+
+HOSTILE = {
+    "huge minItems": {"type": "array", "items": {"type": "string"}, "minItems": 10**12},
+    "huge minLength": {"type": "string", "minLength": 10**12},
+    "arrays of arrays": {"type": "array", "minItems": 10**6, "items": {"type": "array", "minItems": 10**6}},
+    "10,000 levels deep": nested(10_000),
+    "deep anyOf": {"anyOf": [nested(5_000)]},
+    "counts of the wrong type": {"type": "array", "minItems": "9" * 50, "maxItems": None, "items": True},
+    "minimum above maximum": {"type": "integer", "minimum": 10**6, "maximum": 3},
+    "an infinite minimum": {"type": "number", "minimum": float("inf")},
+    "8 items, 16 levels deep": {"type": "array", "minItems": 8, "items": nested_arrays(15)},
+    "not a schema": ["type", "string"],
+    "enum and properties of the wrong type": {"enum": "abc", "properties": [1, 2]},
+}
+
+
+@pytest.mark.parametrize("schema", HOSTILE.values(), ids=HOSTILE.keys())
+def test_a_hostile_schema_gets_small_arguments(schema):
+    """An environment's schema may ask for a huge list, a huge string or endless nesting: the arguments stay small."""
+    for rng in (None, random.Random(0), random.Random(1)):
+        size = len(json.dumps(arguments(schema, rng)))
+        assert size < 5_000, f"{size} characters of arguments"
+
+
+def test_the_bounds_keep_what_a_fair_schema_asks():
+    from gymlab.resources.tools import MAX_ITEMS, MAX_LENGTH
+
+    fair = {"type": "array", "items": {"type": "string", "minLength": MAX_LENGTH}, "minItems": MAX_ITEMS}
+    jsonschema.validate(arguments(fair), fair)
+    assert arguments({"type": "integer", "minimum": 10**6, "maximum": 3}, random.Random(0)) == 10**6
