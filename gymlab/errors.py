@@ -108,7 +108,7 @@ class TransportTimeout(TransportError):
 
 
 class TransportAnswerTooLarge(TransportError):
-    """Raised when an answer passed the hop's size cap (``gymlab.http1.MAX_ANSWER``): it was cut there, never
+    """Raised when an answer passed the hop's size cap (``gymlab._http.wire.MAX_ANSWER``): it was cut there, never
     held whole, and is not sent again (an endless answer would be endless again)."""
 
     kind = "response_too_large"

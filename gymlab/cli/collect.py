@@ -11,10 +11,10 @@ import json
 import sys
 from typing import Any
 
+from gymlab._http.retry import RETRY_SPAN_S
 from gymlab.collection.engine import STOP_AFTER
 from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S
 from gymlab.errors import ConfigError
-from gymlab.retry import RETRY_SPAN_S
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -99,7 +99,7 @@ class CellPool:
         self.cpus_per_replica = cpus_per_replica
         self._closed = False
         self._replicas: dict[str, Any] = {}  # agent -> its ReplicaPool over the cells (the dispatch seam)
-        self._bridges: dict[int, dict[str, Any]] = {}  # cell -> server -> its driver-side URL (episodes)
+        self._bridges: dict[tuple[Any, int], dict[str, Any]] = {}  # (registry, cell) -> server -> its bridge
         options: dict[str, Any] = {"num_cpus": cpus_per_replica, "scheduling_strategy": "SPREAD"}
         if runtime_env and not job_level:
             options["runtime_env"] = runtime_env  # per cell: env_vars, pip, URIs (not a local folder)
@@ -162,8 +162,8 @@ class CellPool:
     async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
         """``POST /run`` of ``job`` in the least busy live cell, moved while cells die: the parsed answer, or a
         ``ServerError`` (status 0 and ``transport_peer_drop`` when no cell is left). The driver keeps ``timeout``."""
+        from gymlab._http.retry import retrying
         from gymlab.errors import ReplicaGone
-        from gymlab.retry import retrying
 
         timeout = self.rollout_budget(agent) if timeout is None else timeout
         replicas = self.replicas(agent)

@@ -11,12 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gymlab._http.retry import RETRY_SPAN_S, episode_retry, retried, retrying
 from gymlab.collection.dispatch import ReplicaPool
 from gymlab.errors import GymlabError, ReplicaGone, ServerError
 from gymlab.failures import run_failure
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import Rollout
-from gymlab.retry import RETRY_SPAN_S, episode_retry, retried, retrying
 
 #: Tries that stop a run when they all fail alike (``Breaker``); ``Policy.stop_after``.
 STOP_AFTER = 10
@@ -24,7 +24,7 @@ STOP_AFTER = 10
 
 @dataclass(frozen=True)
 class Policy:
-    """How one job is attempted: retries of a retried kind (``gymlab.retry.episode_retry``), the first
+    """How one job is attempted: retries of a retried kind (``gymlab._http.retry.episode_retry``), the first
     backoff (doubling), the seconds one ``/run`` may take (None: the agent's own episode budget bounds
     it), the tries that stop the run when all fail alike (``Breaker``; None: never), and the seconds
     both ride a failure out for."""
@@ -126,8 +126,6 @@ class _Failed(GymlabError):
 async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> Outcome:
     """Run ``job`` until it has a record, a failure no retry can fix, its retries are spent or
     ``breaker`` stops the run; a job whose replica is gone moves to another live one."""
-    import aiohttp
-
     pool, name = job.pool, job.name
     t0 = time.perf_counter()
     tries = retries = moves = 0
@@ -147,7 +145,7 @@ async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> O
             error = gone.__cause__ if isinstance(gone.__cause__, ServerError) else gone
             failure = run_failure(error, name) if error is not gone else gone.failure
             raise _Failed(failure, error, moved=pool.lose(replica)) from None
-        except (TimeoutError, ServerError, aiohttp.ClientError, OSError) as err:
+        except (TimeoutError, ServerError, OSError) as err:
             raise _Failed(run_failure(err, name), err) from None
         finally:
             pool.done(replica)

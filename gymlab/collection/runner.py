@@ -3,16 +3,18 @@ JSONL files, each record written as it finishes (docs/collection.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gymlab._http.retry import RETRY_SPAN_S
 from gymlab.collection.dispatch import HttpReplica, ReplicaPool, agent_pool
 from gymlab.collection.engine import STOP_AFTER, Job, Outcome, Policy, run_jobs
 from gymlab.collection.expand import check_rows, iter_expand
@@ -22,7 +24,9 @@ from gymlab.collection.shards import in_shard, record_shard
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import LineWriter, atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
 from gymlab.protocol.record import identity, mean_reward_text
-from gymlab.retry import RETRY_SPAN_S
+
+if TYPE_CHECKING:
+    from gymlab._http.client import Client
 
 #: Seconds one ``POST /run`` may take by default: longer than an agent's own episode budget
 #: (``timeouts.episode``, 1800 s), so the agent's typed failure arrives first.
@@ -167,15 +171,17 @@ async def acollect(
     shard: tuple[int, int] | str | None = None,
     stop_after: int | None = STOP_AFTER,
     progress: bool = True,
+    client: Client | None = None,
 ) -> CollectResult:
     """Collect rollouts of ``rows`` (dicts, or a JSONL path) into ``output`` (docs/collection.md).
 
     Give ``agent_url`` (one URL, several of the same agent, or a ``ReplicaPool``; ``resources_url`` for
     its metrics) or ``route`` (row -> ``Target``). A failure whose kind may pass is retried ``max_retries``
-    times, and on while its failures span under ``retry_span_s`` (``gymlab.retry.RETRY_SPAN_S``; backoff
+    times, and on while its failures span under ``retry_span_s`` (``gymlab._http.retry.RETRY_SPAN_S``; backoff
     ``backoff_s``, doubling), then written to
     the failures file; when the first ``stop_after`` tries all fail alike the run stops with
     ``RunStopped`` (None: never). ``shard=(i, n)`` or ``"i/n"``: only shard i of n, for ``merge``.
+    ``client``: the caller's (a Lab's, reaching its servers in-process), else one of the run's own.
     """
     t0 = time.perf_counter()
     is_path = isinstance(rows, (str, os.PathLike))
@@ -193,8 +199,12 @@ async def acollect(
     rows = rows[:limit] if limit is not None else rows
     if (agent_url is None) == (route is None):
         raise ConfigError("give exactly one of agent_url= (one agent server) or route= (row -> Target)")
+    from gymlab._http.client import Client
+
+    own = Client() if client is None else None  # its connections made on first use, closed with the run
+    client = client or own
     if route is None:
-        pool = agent_pool(agent_url, server=agent_name)
+        pool = agent_pool(agent_url, server=agent_name, client=client)
         default_ref = {"type": "responses_api_agents", "name": agent_name or pool.name}
 
         def route(row: dict[str, Any]) -> Target:
@@ -223,7 +233,8 @@ async def acollect(
         total += 1
         n_skipped += key_of(job) in done
         if t.url not in pools:
-            pools[t.url] = t.replicas or ReplicaPool([HttpReplica(t.url, server=str(t.agent_ref.get("name") or t.url))])
+            server = str(t.agent_ref.get("name") or t.url)
+            pools[t.url] = t.replicas or ReplicaPool([HttpReplica(t.url, server=server, client=client)])
         metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
     pending = (
         Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
@@ -238,9 +249,7 @@ async def acollect(
     failed_before = {key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures")}
     sink = JsonlSink(paths, failed_before, bar)
     policy = Policy(max_retries, backoff_s, timeout_s, stop_after, retry_span_s)
-    from gymlab.client import http_scope
-
-    async with http_scope():  # no connection pool outlives a caller's short-lived loop
+    async with own or contextlib.nullcontext():  # no connection pool outlives a caller's short-lived loop
         try:
             await run_jobs(pending, sink, concurrency=max(1, min(concurrency, total - n_skipped)), policy=policy)
         finally:
@@ -261,7 +270,7 @@ async def acollect(
                 tally.add(record)
                 yield record
 
-        metrics = await aggregate(records(), metrics_urls)
+        metrics = await aggregate(records(), metrics_urls, client)
     write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
     return CollectResult(
         paths["rollouts"],

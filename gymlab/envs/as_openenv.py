@@ -14,8 +14,8 @@ import json
 import uuid
 from typing import Any, Literal
 
+from gymlab._http.client import Client, Cookies
 from gymlab._sync import run_sync
-from gymlab.client import Cookies, post, post_ok
 from gymlab.envs.extras import need
 from gymlab.loop import refusal
 from gymlab.protocol import (
@@ -94,6 +94,7 @@ def as_openenv(
         )
     action_cls, observation_cls = openenv_types()
     name = getattr(server, "name", url)
+    client: Client = server.server.client if hasattr(server, "server") else Client()  # a handle's: its Lab's
 
     class GymlabEnvironment(Environment):
         """One episode of a gymlab server per OpenEnv session."""
@@ -112,7 +113,7 @@ def as_openenv(
             return self._state
 
         def _post(self, path: str, body: Any) -> Any:
-            return run_sync(post_ok(url, path, body, self._cookies, server=name, timeout=timeout_s))
+            return run_sync(client.post_ok(url, path, body, self._cookies, server=name, timeout=timeout_s))
 
         def reset(self, seed: int | None = None, episode_id: str | None = None, task: int = 0, **kwargs: Any):
             self.close()
@@ -179,7 +180,8 @@ def as_openenv(
             if why is not None:
                 output = json.dumps({"error": why})
             else:
-                reply = run_sync(post(url, f"/{call.name}", json.loads(call.arguments), self._cookies, name, timeout_s))
+                arguments = json.loads(call.arguments)
+                reply = run_sync(client.post(url, f"/{call.name}", arguments, self._cookies, name, timeout_s))
                 output = reply.text
             self._added.append(FunctionCallOutput(type="function_call_output", call_id=call.call_id, output=output))
             return output
@@ -189,7 +191,7 @@ def as_openenv(
             cookies, self._cookies = self._cookies, None
             if cookies is not None:
                 path = "/close" if protocol == "gymnasium" else "/close_session"
-                run_sync(post(url, path, {}, cookies, name, timeout_s))
+                run_sync(client.post(url, path, {}, cookies, name, timeout_s))
 
     GymlabEnvironment.__name__ = GymlabEnvironment.__qualname__ = f"Gymlab{protocol.title().replace('_', '')}Env"
     return GymlabEnvironment, action_cls, observation_cls

@@ -59,13 +59,20 @@ def collect(
     if agent_url:
         return collect_rows(rows, output, agent_url=agent_url, agent_name=agent, resources_url=resources_url, **options)
     if ray:
+        from gymlab._http.client import Client
+        from gymlab._sync import run_sync
         from gymlab.cluster.bridge import bridged_urls
         from gymlab.cluster.configs import config_pool
 
         with config_pool(config, **(ray_options or {})) as pool:
             print(f"gymlab collect: {pool!r}", file=sys.stderr, flush=True)
-            urls = bridged_urls(pool, pool.pick())  # names the targets; one cell answers /aggregate_metrics
-            return collect_rows(rows, output, route=config_route(config, urls, agent, pool.replicas), **options)
+            client = Client()  # reaches the bridged URLs: one cell answers /aggregate_metrics
+            urls = bridged_urls(pool, pool.pick(), client.registry)
+            try:
+                route = config_route(config, urls, agent, pool.replicas)
+                return collect_rows(rows, output, route=route, client=client, **options)
+            finally:
+                run_sync(client.close())
 
     from gymlab.lab import Lab
     from gymlab.resources.simple import default_metrics
@@ -82,7 +89,8 @@ def collect(
         book, start = lab._book, time.time()
         try:
             with book.quiet():  # one summary line below, not one line per failed episode
-                return collect_rows(rows, output, route=config_route(config, urls, agent, metrics_here=here), **options)
+                route = config_route(config, urls, agent, metrics_here=here)
+                return collect_rows(rows, output, route=route, client=lab.client, **options)
         finally:
             if line := _errors_line([entry for entry in list(book.entries) if entry.time >= start]):
                 print(line, file=sys.stderr, flush=True)
