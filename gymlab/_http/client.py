@@ -174,6 +174,8 @@ class Client:
         sent = dict(headers or {})
         if cookies is not None and (cookie := cookies.header(url)):
             sent["Cookie"] = cookie
+        if any("\r" in v or "\n" in v for v in sent.values()):  # on every path, not only aiohttp's
+            raise ValueError(f"{server or url}: {method} {path}: a header value holds a line break")
         local = self.registry.lookup(url)
         answer: Answer
         try:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import weakref
 from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ConnectionKey
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace
 
 #: An answer's status, headers (raw, as received) and body.
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
@@ -62,6 +67,24 @@ class _CountedResponse(aiohttp.ClientResponse):
             del protocol.read
 
 
+def _stale(proto: ResponseHandler) -> bool:
+    """Whether an idle pooled connection is readable: its peer closed it (or wrote unasked), and the
+    loop has not run since to see it; writing a request into it would lose the request."""
+    sock = proto.transport.get_extra_info("socket") if proto.transport is not None else None
+    return sock is not None and bool(select.select([sock.fileno()], [], [], 0)[0])
+
+
+class _CheckedConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, never handing out a pooled connection its peer already closed."""
+
+    async def _get(self, key: ConnectionKey, traces: list[Trace]) -> Connection | None:
+        for proto, _ in self._conns.get(key, ()):
+            if not _stale(proto):
+                break
+            proto.close()  # not connected now: aiohttp drops it and takes the next, or a new connection
+        return await super()._get(key, traces)
+
+
 async def read_capped(resp: aiohttp.ClientResponse) -> bytes:
     """An answer's body, cut with ``AnswerTooLarge`` once past ``MAX_ANSWER`` bytes (sized or not);
     the connection is closed then (aiohttp would otherwise wait for the body's end on release)."""
@@ -93,7 +116,7 @@ class AiohttpTransport:
         session = self._sessions.get(loop)
         if session is None or session.closed:
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+                connector=_CheckedConnector(limit=0, ttl_dns_cache=None),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
                 response_class=_CountedResponse,

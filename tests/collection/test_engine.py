@@ -11,7 +11,7 @@ from gymlab import BaseServer
 from gymlab.collection import acollect
 from gymlab.examples import example_rows
 from gymlab.protocol.failure_kinds import FAILURE_KINDS
-from gymlab.retry import retried
+from gymlab._http.retry import retried
 
 
 class NotARecordAgent(BaseServer):
