@@ -17,9 +17,9 @@ import pytest
 from fastapi import FastAPI
 
 from gymlab import BaseServer, ServerError, collect
+from gymlab._http.retry import RETRY_SPAN_S
 from gymlab.collection.engine import RunStopped
 from gymlab.examples import example_rows, load_environment
-from gymlab._http.retry import RETRY_SPAN_S
 from gymlab.testing.workers import wait_until
 
 counter = load_environment("counter")

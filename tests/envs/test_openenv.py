@@ -308,8 +308,8 @@ def test_an_environment_that_fails_or_hangs_is_masked_and_released(lab):
 def test_a_running_openenv_server_killed_midway_is_masked(lab, echo):
     from openenv.core.env_server.http_server import create_app
 
-    from gymlab._sync import run_sync
     from gymlab._http.client import Cookies
+    from gymlab._sync import run_sync
 
     environment, action = echo
     app = create_app(environment, action, type(environment().reset()), env_name="echo", max_concurrent_envs=2)

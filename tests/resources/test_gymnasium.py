@@ -8,8 +8,8 @@ from pydantic import Field
 
 import gymlab
 from gymlab import FunctionCall, FunctionCallOutput, GymnasiumServer, Message, ServerError
-from gymlab._sync import run_sync
 from gymlab._http.client import Cookies
+from gymlab._sync import run_sync
 from gymlab.examples import example_rows, load_environment
 from gymlab.protocol import failure_kinds
 

@@ -21,7 +21,6 @@ import aiohttp
 import httpx
 import pytest
 
-from gymlab._runtime.serve import ThreadedServer
 from gymlab._http.client import Cookies
 from gymlab._http.cookies import (
     _plain_pair,
@@ -33,6 +32,7 @@ from gymlab._http.cookies import (
     set_cookie_attributes,
     set_cookie_pairs,
 )
+from gymlab._runtime.serve import ThreadedServer
 from gymlab.examples import environment_dir, load_environment
 from gymlab.testing.workers import serve_entrypoint
 
