@@ -358,3 +358,15 @@ def error_message(text: str) -> str:
         if isinstance(body.get(key), str):
             return body[key]
     return json.dumps(body["detail"])[:500] if "detail" in body else text[:500]
+
+
+def fetch(method: str, url: str, path: str, *, timeout: float) -> Reply:
+    """One request from sync code (waiting for a process to serve, reading a schema), on gymlab's loop
+    with a client made for it and closed after."""
+    from gymlab._sync import run_sync
+
+    async def once() -> Reply:
+        async with Client() as client:
+            return await client.request(method, url, path, server=url, timeout=timeout)
+
+    return run_sync(once())

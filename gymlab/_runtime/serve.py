@@ -247,13 +247,12 @@ def run_foreground(
 
 def answers_health(url: str, timeout: float = 2.0) -> bool:
     """Whether ``url/health`` answers 200 now (a server process being waited for)."""
-    import urllib.error
-    import urllib.request
+    from gymlab._http.client import fetch
+    from gymlab.errors import TransportError
 
     try:
-        with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
+        return fetch("GET", url, "/health", timeout=timeout).status == 200
+    except (TransportError, ValueError):
         return False
 
 

@@ -1,5 +1,5 @@
-"""``Client``: the in-process registry is the client's own (a Lab's), and the module's functions use
-the client set for the context, so a caller injects one without changing a call site."""
+"""``Client``: the in-process registry is the client's own (a Lab's), and a hostile error body is still
+a ``ServerError``."""
 
 from __future__ import annotations
 
