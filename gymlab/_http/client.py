@@ -333,7 +333,7 @@ def _dumps(payload: Any) -> bytes:
         return json.dumps(payload).encode()
 
 
-def _body_fields(text: str) -> dict:
+def _body_fields(text: str) -> dict[str, Any]:
     """The fields of a JSON error body ({} for one that is not a JSON object)."""
     try:
         body = json.loads(text)
@@ -355,8 +355,8 @@ def error_message(text: str) -> str:
     """The human part of an error body (gymlab's ``detail``/``message``, or the raw text)."""
     body = _body_fields(text)
     for key in ("detail", "message", "error"):
-        if isinstance(body.get(key), str):
-            return body[key]
+        if isinstance(value := body.get(key), str):
+            return value
     return json.dumps(body["detail"])[:500] if "detail" in body else text[:500]
 
 

@@ -39,7 +39,7 @@ class LocalApp(Bound):
     host: str
     port: int
     name: str = ""
-    state: Callable[[], dict] = field(default=dict)  # the app's lifespan state, as uvicorn passes it
+    state: Callable[[], dict[str, Any]] = field(default=dict)  # the app's lifespan state, as uvicorn passes it
 
 
 class AppDropped(ConnectionError):
@@ -102,13 +102,13 @@ async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: di
     chunks: list[bytes] = []
     size = 0
 
-    async def receive() -> dict:
+    async def receive() -> dict[str, Any]:
         if request:
             return request.pop()
         await finished.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: dict[str, Any]) -> None:
         nonlocal status, size
         if message["type"] == "http.response.start":
             status = message["status"]

@@ -6,7 +6,6 @@ and ``retrying`` is the one retry loop, each caller passing which failure is tri
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -28,13 +27,13 @@ RETRY_SPAN_S = 20.0
 def retried(kind: str | None, *, release: bool = False) -> bool:
     """True when an episode (``release``: a session's release) that failed with ``kind`` may succeed
     if tried again."""
-    return bool(kind) and (kind.startswith(RETRIED_PREFIXES) or (release and kind in RELEASE_RETRIED))
+    return kind is not None and (kind.startswith(RETRIED_PREFIXES) or (release and kind in RELEASE_RETRIED))
 
 
 def backoff_delay(base_s: float, attempt: int, cap_s: float = 60.0) -> float:
     """Seconds to wait before retry ``attempt`` (1-based): ``base_s`` doubling, capped, jittered
     to 50-100 % so many clients that failed together do not retry together."""
-    return min(cap_s, base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+    return min(cap_s, base_s * 2.0 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
 
 def episode_retry(
@@ -51,7 +50,9 @@ def episode_retry(
 async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception, int], float | None]) -> T:
     """``await call()`` until it returns. After try ``n`` (1-based) raised ``exc``, ``again(exc, n)``
     gives the seconds to wait before the next try, or None: ``exc`` is raised. A cancel is never retried."""
-    for tries in itertools.count(1):
+    tries = 0
+    while True:
+        tries += 1
         try:
             return await call()
         except Exception as exc:
