@@ -88,8 +88,11 @@ class _CheckedConnector(aiohttp.TCPConnector):
 async def read_capped(resp: aiohttp.ClientResponse) -> bytes:
     """An answer's body, cut with ``AnswerTooLarge`` once past ``MAX_ANSWER`` bytes (sized or not);
     the connection is closed then (aiohttp would otherwise wait for the body's end on release)."""
-    chunks, size = [], resp.content_length or 0
-    if size <= MAX_ANSWER:
+    size = resp.content_length
+    if size is not None and size <= MAX_ANSWER:  # sized within the cap: read whole, in one call
+        return await resp.read()
+    if size is None:  # unsized (chunked, close-delimited): counted as it arrives
+        chunks: list[bytes] = []
         size = 0
         async for chunk in resp.content.iter_any():
             size += len(chunk)
@@ -109,6 +112,7 @@ class AiohttpTransport:
         self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
             weakref.WeakKeyDictionary()
         )
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}  # one per connect timeout: made once
 
     def session(self) -> aiohttp.ClientSession:
         """The running loop's session (made on first use)."""
@@ -128,7 +132,9 @@ class AiohttpTransport:
         self, method: str, url: str, data: bytes | None, headers: dict[str, str], *, connect_timeout: float
     ) -> Answer:
         """One exchange (aiohttp's errors: ``ClientConnectorError`` sent nothing)."""
-        bound = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
+        bound = self._timeouts.get(connect_timeout)
+        if bound is None:
+            bound = self._timeouts[connect_timeout] = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
         async with self.session().request(method, url, data=data, headers=headers, timeout=bound) as resp:
             if resp.status < 200:  # a 1xx as the final answer (an upgrade no hop asked for): no answer
                 raise BadAnswer(f"the server answered {resp.status}, which is no final answer")
