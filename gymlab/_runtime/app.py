@@ -34,12 +34,17 @@ def build_app(server: ServerSpec) -> FastAPI:
     app = _fastapi(f"gymlab {server.name}")
     name = server.name
 
+    inner = app.router.lifespan_context  # Starlette's, which runs the on_startup/on_shutdown handlers
+
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI):  # the server's HTTP client: made at startup, its own closed at shutdown
+    async def lifespan(app: FastAPI):  # the server's HTTP client: made at startup, its own closed at shutdown
         getattr(server, "client", None)
-        yield
-        if close_client := getattr(server, "close_client", None):
-            await close_client()
+        try:
+            async with inner(app) as state:
+                yield state
+        finally:
+            if close_client := getattr(server, "close_client", None):
+                await close_client()
 
     app.router.lifespan_context = lifespan
 

@@ -94,7 +94,7 @@ def as_openenv(
         )
     action_cls, observation_cls = openenv_types()
     name = getattr(server, "name", url)
-    client: Client = server.server.client if hasattr(server, "server") else Client()  # a handle's: its Lab's
+    handed: Client | None = server.server.client if hasattr(server, "server") else None  # a handle's: its Lab's
 
     class GymlabEnvironment(Environment):
         """One episode of a gymlab server per OpenEnv session."""
@@ -103,6 +103,7 @@ def as_openenv(
 
         def __init__(self) -> None:
             super().__init__()
+            self.client = handed or Client()  # its own (a URL's) closed with each episode
             self._cookies: Cookies | None = None
             self._row: dict[str, Any] = {}
             self._added: list[Any] = []
@@ -113,7 +114,7 @@ def as_openenv(
             return self._state
 
         def _post(self, path: str, body: Any) -> Any:
-            return run_sync(client.post_ok(url, path, body, self._cookies, server=name, timeout=timeout_s))
+            return run_sync(self.client.post_ok(url, path, body, self._cookies, server=name, timeout=timeout_s))
 
         def reset(self, seed: int | None = None, episode_id: str | None = None, task: int = 0, **kwargs: Any):
             self.close()
@@ -181,7 +182,7 @@ def as_openenv(
                 output = json.dumps({"error": why})
             else:
                 arguments = json.loads(call.arguments)
-                reply = run_sync(client.post(url, f"/{call.name}", arguments, self._cookies, name, timeout_s))
+                reply = run_sync(self.client.post(url, f"/{call.name}", arguments, self._cookies, name, timeout_s))
                 output = reply.text
             self._added.append(FunctionCallOutput(type="function_call_output", call_id=call.call_id, output=output))
             return output
@@ -191,7 +192,11 @@ def as_openenv(
             cookies, self._cookies = self._cookies, None
             if cookies is not None:
                 path = "/close" if protocol == "gymnasium" else "/close_session"
-                run_sync(client.post(url, path, {}, cookies, name, timeout_s))
+                try:
+                    run_sync(self.client.post(url, path, {}, cookies, name, timeout_s))
+                finally:
+                    if handed is None:
+                        run_sync(self.client.close())
 
     GymlabEnvironment.__name__ = GymlabEnvironment.__qualname__ = f"Gymlab{protocol.title().replace('_', '')}Env"
     return GymlabEnvironment, action_cls, observation_cls
