@@ -99,12 +99,6 @@ def _shutdown() -> None:
     loop = _loop
     if loop is None or loop.is_closed():
         return
-    from gymlab.client import close_http_session
-
-    try:
-        asyncio.run_coroutine_threadsafe(close_http_session(), loop).result(5)
-    except Exception:
-        pass
     loop.call_soon_threadsafe(loop.stop)
     if _thread is not None:
         _thread.join(5)

@@ -52,6 +52,8 @@ def _kind(role: Role, stage: Stage | None, status: int) -> str:
     if role == "model":
         return "provider_quota_exhausted" if status == 429 else "provider_unavailable"
     if role == "resources":
+        if stage == "cleanup" and (status >= 500 or status in (408, 425, 429)):  # a later release may pass
+            return "session_release_failed"
         return "verifier_error" if stage == "verification" else "agent_request_failed"
     return "agent_run_error"
 

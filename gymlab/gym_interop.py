@@ -23,8 +23,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "Install it with `pip install gymlab[gymnasium]`."
     ) from exc
 
+from gymlab._http.client import Client, Cookies
 from gymlab._sync import run_sync
-from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import ServerError
 from gymlab.protocol import (
     RESERVED_INFO_KEYS,
@@ -131,30 +131,35 @@ class SessionEnv(gymnasium.Env, abc.ABC):
 
 
 class ServedEnv(SessionEnv):
-    """A ``gymnasium.Env`` over one session of a served GymnasiumServer (a URL or a Lab handle)."""
+    """A ``gymnasium.Env`` over one session of a served GymnasiumServer (a URL, with a client of its own,
+    or a Lab handle, through its Lab's client)."""
 
     def __init__(self, server: Any, row: dict[str, Any], **options: Any):
         super().__init__(row, **options)
         self.url = server if isinstance(server, str) else server.url
+        self._own_client = isinstance(server, str)
+        self.client: Client = Client() if self._own_client else server.server.client
         self._cookies: Cookies | None = Cookies()
 
     def _call(self, path: str, body: dict) -> Any:
         if self._cookies is None:
             raise RuntimeError(f"{type(self).__name__} over {self.url} is closed; make a new one")
-        return run_sync(post_ok(self.url, path, body, self._cookies, server=self.url))
+        return run_sync(self.client.post_ok(self.url, path, body, self._cookies, server=self.url))
 
     def close(self) -> None:
         """Release the session's episode on the server (a server without ``/close`` answers 404)."""
         cookies, self._cookies = self._cookies, None
         if cookies is not None and cookies.header(self.url):
             try:
-                reply = run_sync(post(self.url, "/close", {}, cookies, server=self.url))
+                reply = run_sync(self.client.post(self.url, "/close", {}, cookies, server=self.url))
                 ok = reply.ok or reply.status == 404
                 problem = None if ok else f"POST {self.url}/close answered {reply.status}: {reply.text[:200]}"
             except ServerError as exc:
                 problem = f"could not release the episode: {exc}"
             if problem:
                 warnings.warn(f"{type(self).__name__}: {problem}", RuntimeWarning, stacklevel=2)
+        if cookies is not None and self._own_client:
+            run_sync(self.client.close())
         super().close()
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gymlab.client import Cookies, post_ok
+from gymlab._http.client import Client, Cookies
 from gymlab.errors import ServerError
 from gymlab.protocol import (
     FunctionCall,
@@ -246,10 +246,11 @@ class EpisodeSession:
     held from the request that may open it (a seed or reset whose reply is lost may have taken effect)
     until ``ended()`` (a verify, a terminal step) or ``release()``. ``take()`` is true once (thread-safe)."""
 
-    __slots__ = ("url", "server", "cookies", "release_path", "release_body", "open", "_lock")
+    __slots__ = ("client", "url", "server", "cookies", "release_path", "release_body", "open", "_lock")
 
     def __init__(
         self,
+        client: Client,
         url: str,
         release_path: str,
         *,
@@ -257,7 +258,7 @@ class EpisodeSession:
         cookies: Cookies | None = None,
         release_body: dict | Callable[[], dict] | None = None,
     ):
-        self.url, self.server, self.release_path = url, server or url, release_path
+        self.client, self.url, self.server, self.release_path = client, url, server or url, release_path
         self.cookies = cookies if cookies is not None else Cookies()
         self.release_body = release_body
         self.open = False
@@ -291,7 +292,9 @@ class EpisodeSession:
         the state until it reclaims it). Any other error status raises ``ServerError``."""
         body = self.release_body() if callable(self.release_body) else (self.release_body or {})
         try:
-            return await post_ok(self.url, self.release_path, body, self.cookies, server=self.server, timeout=timeout)
+            return await self.client.post_ok(
+                self.url, self.release_path, body, self.cookies, server=self.server, timeout=timeout
+            )
         except ServerError as exc:
             if exc.status == 404:
                 self.missing_route()

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 
+from gymlab._http.client import Client
 from gymlab._runtime.env import read_config
 
 
@@ -94,6 +95,8 @@ class BaseServer(BaseModel):
     )
 
     _app: Any = PrivateAttr(default=None)
+    _client: Client | None = PrivateAttr(default=None)
+    _owns_client: bool = PrivateAttr(default=True)
 
     #: With several workers, route each session's requests to the worker holding it (False: opt out,
     #: for servers that keep no per-session state or share it outside the process).
@@ -142,6 +145,24 @@ class BaseServer(BaseModel):
             untyped_body(app, type(self).__name__)
             self._app = app
         return self._app
+
+    @property
+    def client(self) -> Client:
+        """The server's HTTP client: the one its Lab handed it (``use_client``), else its own, made on
+        first use and closed at shutdown (``close_client``)."""
+        if self._client is None:
+            self._client, self._owns_client = Client(), True
+        return self._client
+
+    def use_client(self, client: Client) -> None:
+        """Make ``client`` (its owner's, which closes it) the one this server's hops use."""
+        self._client, self._owns_client = client, False
+
+    async def close_client(self) -> None:
+        """Close the client this server made itself (a handed one is its owner's to close)."""
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
 
     def stop_work(self) -> None:
         """Called (from any thread) as the server begins to stop (a Lab's close, a handle's stop, the first

@@ -68,7 +68,7 @@ CLASSES = exception_classes()
 def test_the_walk_finds_the_error_tree_and_the_others():
     names = {c.__name__ for c in CLASSES}
     assert {"GymlabError", "ServerError", "EpisodeFailed", "UpstreamError", "ReplicaGone", "CellGone"} <= names
-    assert {"ComponentFailed", "PeerDropped", "AppDropped"} <= names
+    assert {"ComponentFailed", "AnswerTooLarge", "AppDropped"} <= names
     assert all(issubclass(c, GymlabError) for c in CLASSES if c.__module__ == "gymlab.errors")
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gymlab.retry import RETRY_SPAN_S, episode_retry, retrying
+from gymlab._http.retry import RETRY_SPAN_S, episode_retry, retrying
 
 
 async def test_a_failure_the_rule_accepts_is_tried_again_until_the_call_returns():

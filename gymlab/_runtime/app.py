@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import traceback
@@ -32,6 +33,20 @@ def build_app(server: ServerSpec) -> FastAPI:
     that name server and route, health."""
     app = _fastapi(f"gymlab {server.name}")
     name = server.name
+
+    inner = app.router.lifespan_context  # Starlette's, which runs the on_startup/on_shutdown handlers
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):  # the server's HTTP client: made at startup, its own closed at shutdown
+        getattr(server, "client", None)
+        try:
+            async with inner(app) as state:
+                yield state
+        finally:
+            if close_client := getattr(server, "close_client", None):
+                await close_client()
+
+    app.router.lifespan_context = lifespan
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):

@@ -18,10 +18,10 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from gymlab._http.cookies import scope_cookie
 from gymlab._runtime.bodies import replaying, request_body
 from gymlab._runtime.routes import END, NONE, START, STEP, USE, VERIFY, RouteKinds
 from gymlab._runtime.sessions import SessionMiddleware, body_session_id, conflict
-from gymlab.cookies import scope_cookie
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 

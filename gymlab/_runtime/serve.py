@@ -18,7 +18,7 @@ from collections.abc import Callable
 import uvicorn
 from uvicorn.lifespan.on import LifespanOn
 
-import gymlab.inproc as inproc
+from gymlab._http import inproc
 from gymlab._runtime.stack import new_event_loop, settle_heap, uvicorn_options
 from gymlab._sync import background_loop
 from gymlab.errors import ServerStartError
@@ -147,7 +147,8 @@ class ThreadedServer(_Runner):
 
 class LoopServer(_Runner):
     """One uvicorn server as a task on gymlab's background loop, the loop every Lab server shares, so a
-    Lab calls its servers in-process (``inproc``) unless ``wire``; it is reachable over its socket too."""
+    Lab calls its servers in-process (registered in its ``registry``) unless ``wire``; it is reachable
+    over its socket too."""
 
     def __init__(
         self,
@@ -157,11 +158,12 @@ class LoopServer(_Runner):
         name: str = "server",
         log_level: str = "warning",
         wire: bool = False,
+        registry: inproc.Registry | None = None,
     ):
         # log_config=None: uvicorn leaves logging alone (its default config would replace the Lab's
         # one-line error handler on every server it starts).
         super().__init__(app, host, port, name, log_level, log_config=None)
-        self.wire = wire
+        self.wire, self.registry = wire, registry
         self.loop = background_loop()
         self._future = None
         self._local: inproc.LocalApp | None = None
@@ -178,7 +180,7 @@ class LoopServer(_Runner):
     def start(self, timeout: float = 30.0) -> LoopServer:
         self._future = asyncio.run_coroutine_threadsafe(self._serve(), self.loop)
         self._wait_started(timeout, self._ended)
-        if not self.wire:
+        if not self.wire and self.registry is not None:
             lifespan = getattr(self.server, "lifespan", None)
             self._local = inproc.LocalApp(
                 self.server.config.app,
@@ -188,13 +190,13 @@ class LoopServer(_Runner):
                 self.name,
                 state=lambda: getattr(lifespan, "state", {}),
             )
-            inproc.register(self._local)
+            self.registry.register(self._local)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop answering (in-process at once), let in-flight requests finish for up to ``timeout`` s."""
-        if self._local is not None:
-            inproc.unregister(self._local)
+        if self._local is not None and self.registry is not None:
+            self.registry.unregister(self._local)
             self._local = None
         self.server.should_exit = True
         future = self._future
@@ -245,13 +247,12 @@ def run_foreground(
 
 def answers_health(url: str, timeout: float = 2.0) -> bool:
     """Whether ``url/health`` answers 200 now (a server process being waited for)."""
-    import urllib.error
-    import urllib.request
+    from gymlab._http.client import fetch
+    from gymlab.errors import TransportError
 
     try:
-        with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
+        return fetch("GET", url, "/health", timeout=timeout).status == 200
+    except (TransportError, ValueError):
         return False
 
 

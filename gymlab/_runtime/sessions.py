@@ -18,9 +18,9 @@ from starlette.middleware.sessions import Session
 from starlette.middleware.sessions import SessionMiddleware as _StarletteSessions
 from starlette.responses import JSONResponse
 
+from gymlab._http.cookies import expired_cookie, scope_cookie, set_cookie, set_cookie_attributes
 from gymlab._runtime.bodies import PARSED_KEY, parse_json, request_body
 from gymlab._runtime.routes import BODY_ID_KEYS, END, NONE, START, USE, RouteKinds
-from gymlab.cookies import expired_cookie, scope_cookie, set_cookie, set_cookie_attributes
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH

@@ -15,9 +15,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from gymlab._http.client import Cookies
+from gymlab._http.retry import retried, retrying
 from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.agents.sessions import agent_sessions, mount_agent_session_routes
-from gymlab.client import Cookies, ask_model_server, close_http_session, post_ok
 from gymlab.errors import EpisodeFailed, ServerError, TransportError, error_body
 from gymlab.failures import Role, failure_of
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
@@ -28,7 +29,6 @@ from gymlab.protocol.failure_kinds import Stage
 from gymlab.protocol.record import Rollout, StepRecord
 from gymlab.protocol.resources import AgentRunRequest, AggregateMetrics, AggregateMetricsRequest, dump_row  # noqa: F401
 from gymlab.resources.simple import aggregate_metrics as default_metrics
-from gymlab.retry import retrying
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.server")
@@ -115,8 +115,8 @@ class ReleaseRetries:
 
 
 def retryable(exc: ServerError) -> bool:
-    """A release failure a later attempt may fix: no answer, a server error (5xx), or "later" (408, 425, 429)."""
-    return exc.status == 0 or exc.status >= 500 or exc.status in (408, 425, 429)
+    """A release failure a later attempt may fix, by its kind (``gymlab._http.retry.retried``)."""
+    return retried(failure_of(exc, role="resources", stage="cleanup").kind, release=True)
 
 
 class BaseAgent(BaseServer):
@@ -168,11 +168,13 @@ class BaseAgent(BaseServer):
         mount_agent_session_routes(app, lambda: self.episode_sessions, self.seed_agent_session)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
 
+        inner = app.router.lifespan_context
+
         @contextlib.asynccontextmanager
-        async def lifespan(_app):
-            yield
-            await self.release_retries.aclose()
-            await close_http_session()
+        async def lifespan(app: FastAPI):  # the retries stop before the client they use closes
+            async with inner(app):
+                yield
+                await self.release_retries.aclose()
 
         app.router.lifespan_context = lifespan
         app.exception_handler(EpisodeFailed)(episode_failed)
@@ -200,7 +202,7 @@ class BaseAgent(BaseServer):
         if not self.model_server:
             raise self._unbound("POST /v1/responses", "model_server", "model")
         with typed("model"):
-            return await ask_model_server(self.model_server, body, timeout=self.timeouts.model)
+            return await self.client.ask_model(self.model_server, body, timeout=self.timeouts.model)
 
     def _resources(self, path: str) -> str:
         if not self.resources_server:
@@ -215,7 +217,7 @@ class BaseAgent(BaseServer):
         """POST to the bound resources server; an error status raises ``ServerError``."""
         url = self._resources(path)
         with typed("resources", "verification" if path == "/verify" else None):
-            return await post_ok(url, path, body, cookies, server="resources server", timeout=timeout)
+            return await self.client.post_ok(url, path, body, cookies, server="resources server", timeout=timeout)
 
     async def grade(self, run: EpisodeRun, body: dict[str, Any], cookies: Cookies) -> dict[str, Any]:
         """The verify answer for ``body`` (the row and the episode's ``response``), at stage verification;
@@ -306,7 +308,7 @@ class BaseAgent(BaseServer):
         409 (another episode's). ``release_path`` (``release_body``, the cookies) releases it."""
         url = self._resources(path)
         run.session = EpisodeSession(
-            url, release_path, server="resources server", cookies=run.cookies, release_body=release_body
+            self.client, url, release_path, server="resources server", cookies=run.cookies, release_body=release_body
         )
         run.session.opened()
         try:

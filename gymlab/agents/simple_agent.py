@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import Field
 
+from gymlab._http.client import Cookies, error_message
 from gymlab._runtime.routes import sessionless
 from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row, typed
-from gymlab.client import Cookies, error_message, post
 from gymlab.errors import ServerError
 from gymlab.loop import DEFAULT_MAX_TOOL_CALLS_PER_TURN, LoopState, run_loop
 from gymlab.models.streaming import StreamableParams, streamed, unstreamed
@@ -45,7 +45,8 @@ class SimpleAgent(BaseAgent):
         async def call_tool(name: str, args: Any) -> str:
             path = f"/{name}"
             with typed("resources"):
-                reply = await post(self._resources(path), path, args, cookies, "resources server", self.timeouts.tool)
+                url, timeout = self._resources(path), self.timeouts.tool
+                reply = await self.client.post(url, path, args, cookies, "resources server", timeout)
                 if reply.status == 410:  # the server lost this session's state: the episode cannot go on
                     raise ServerError("resources server", f"POST {path}", 410, error_message(reply.text))
             return reply.text

@@ -12,9 +12,9 @@ import json
 import sys
 from typing import Any
 
+from gymlab._http.retry import RETRY_SPAN_S
 from gymlab.collection.runner import DEFAULT_ROLLOUT_TIMEOUT_S
 from gymlab.errors import ConfigError
-from gymlab.retry import RETRY_SPAN_S
 from gymlab.run.engine import STOP_AFTER
 
 

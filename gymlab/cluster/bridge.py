@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-import gymlab.inproc as inproc
+from gymlab._http.inproc import LocalApp, Registry
 from gymlab._runtime.bodies import request_body
 from gymlab.errors import error_body
 from gymlab.protocol.failure_kinds import Failure
@@ -42,30 +42,31 @@ def bridge_app(cell: Any, server: str, timeout: float | None = None):
     return app
 
 
-def bridged_urls(pool: Any, cell: Any) -> dict[str, str]:
-    """Driver-side URLs of ``cell``'s servers (registered once per cell, dropped by ``unbridge``)."""
+def bridged_urls(pool: Any, cell: Any, registry: Registry) -> dict[str, str]:
+    """Driver-side URLs of ``cell``'s servers, in-process through ``registry`` (a Lab's or a run's
+    client's; registered once per cell and registry, dropped by ``unbridge``)."""
     from gymlab._sync import background_loop
 
-    entries = pool._bridges.setdefault(cell.index, {})
+    entries = pool._bridges.setdefault((registry, cell.index), {})
     for server in cell.info.get("urls", {}):
         if server not in entries:
-            entry = inproc.LocalApp(
+            entry = LocalApp(
                 bridge_app(cell, server), background_loop(), f"cell{cell.index}.pool{pool.id}.{server}.ray", 0, server
             )
-            inproc.register(entry)
+            registry.register(entry)
             entries[server] = entry
     return {server: entry.url for server, entry in entries.items()}
 
 
 def unbridge(pool: Any) -> None:
     """Unregister every bridged URL of ``pool``."""
-    for entries in pool._bridges.values():
+    for (registry, _), entries in pool._bridges.items():
         for entry in entries.values():
-            inproc.unregister(entry)
+            registry.unregister(entry)
     pool._bridges.clear()
 
 
-def pinned(pool: Any, agent: str | None = None) -> dict[str, Any]:
+def pinned(pool: Any, registry: Registry, agent: str | None = None) -> dict[str, Any]:
     """What ``lab.episode(pool, row)`` opens: one cell's environment (and model) URLs and names."""
     from gymlab.errors import EpisodeError
 
@@ -74,7 +75,7 @@ def pinned(pool: Any, agent: str | None = None) -> dict[str, Any]:
     if not env:
         raise EpisodeError(f"{pool.name}: the agent {agent!r} has no resources_server; lab.episode needs one")
     cell = pool.pick()
-    urls = bridged_urls(pool, cell)
+    urls = bridged_urls(pool, cell, registry)
     model = pool.model_name(agent)
     recipe = pool.recipe(agent)
     field = recipe.server.model_fields.get("max_steps")

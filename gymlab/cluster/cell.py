@@ -23,10 +23,12 @@ class Cell:
 
     def __init__(self, files: list[tuple[str, str, str | None]], blob: bytes, index: int, log_level: str = "warning"):
         """``files`` and ``blob``: the recipes as ``gymlab.cluster.recipe.pack`` made them."""
+        from gymlab._http.client import Client
         from gymlab._runtime.serve import LoopServer
 
         recipes = unpack(files, blob)
         self.index = index
+        self.client = Client()  # the cell's servers reach each other in-process, through its registry
         self.urls: dict[str, str] = {}
         self.roles: dict[str, str] = {}
         self.servers: dict[str, Any] = {}
@@ -41,7 +43,10 @@ class Cell:
             instance = self.servers[recipe.name] = recipe.build(self.urls)
             if "error_traces" not in instance.model_fields_set:
                 instance.error_traces = True  # a crash's trace travels to the failed record, as in a Lab
-            runner = LoopServer(instance.app, instance.host, 0, instance.name, log_level).start()
+            instance.use_client(self.client)
+            runner = LoopServer(
+                instance.app, instance.host, 0, instance.name, log_level, registry=self.client.registry
+            ).start()
             self._runners.append(runner)
             self.urls[recipe.name] = runner.url
 
@@ -86,33 +91,22 @@ class Cell:
     async def run(self, agent: str, job: dict[str, Any], timeout: float | None = None) -> tuple[int, bytes]:
         """``POST /run`` of ``job`` to the cell's ``agent``: the answer's status and body, as sent."""
         from gymlab._sync import on_background_loop
-        from gymlab.client import post
 
-        reply = await on_background_loop(post(self.urls[agent], "/run", job, server=agent, timeout=timeout))
+        reply = await on_background_loop(self.client.post(self.urls[agent], "/run", job, server=agent, timeout=timeout))
         return reply.status, reply.body
 
     async def request(
         self, server: str, path: str, body: bytes, headers: dict[str, str], timeout: float | None = None
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """One POST to ``server`` of this cell, in-process: ``(status, headers, body)`` as it answered."""
-        import asyncio
-
-        import gymlab.inproc as inproc
+        """One POST to ``server`` of this cell (in-process unless it runs several workers): ``(status,
+        headers, body)`` as it answered."""
         from gymlab._sync import on_background_loop
-        from gymlab.client import http_session
-        from gymlab.http1 import read_capped
 
-        url = self.urls[server]
-
-        async def call():
-            async with asyncio.timeout(timeout):
-                local = inproc.lookup(url)
-                if local is not None:
-                    return await inproc.call(local, "POST", path, body, headers)
-                async with http_session().post(url + path, data=body, headers=headers) as resp:  # num_workers > 1
-                    return resp.status, list(resp.raw_headers), await read_capped(resp)
-
-        return await on_background_loop(call())
+        call = self.client.request(
+            "POST", self.urls[server], path, body, headers=headers, server=server, timeout=timeout
+        )
+        reply = await on_background_loop(call)
+        return reply.status, reply.headers, reply.body
 
     def check(self, server: str, rows: list[dict[str, Any]]):
         """The rows' declared tools against ``server``'s routes (``gymlab.resources.tools.check_rows``)."""
@@ -121,10 +115,13 @@ class Cell:
         return check_rows(self.servers[server], rows)
 
     def close(self) -> None:
-        """Stop the cell's servers (the pool kills the actor after)."""
+        """Stop the cell's servers and close its client (the pool kills the actor after)."""
+        from gymlab._sync import run_sync
+
         for runner in reversed(self._runners):
             runner.stop()
         self._runners.clear()
+        run_sync(self.client.close())
         for process in self.processes.values():
             process.terminate()
         for process in self.processes.values():

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymlab.cluster.bridge import bridged_urls, unbridge
 from gymlab.cluster.cell import Cell, CellGone
@@ -18,6 +18,9 @@ from gymlab.cluster.replica import CellReplica
 from gymlab.errors import ConfigError, ServerError, ServerStartError
 from gymlab.run.engine import Job, Policy, attempt
 from gymlab.run.pool import ReplicaPool
+
+if TYPE_CHECKING:
+    from gymlab._http.inproc import Registry
 
 _pool_ids = itertools.count()
 
@@ -103,7 +106,7 @@ class CellPool:
         self.cpus_per_replica = cpus_per_replica
         self._closed = False
         self._replicas: dict[str, Any] = {}  # agent -> its ReplicaPool over the cells (the dispatch seam)
-        self._bridges: dict[int, dict[str, Any]] = {}  # cell -> server -> its driver-side URL (episodes)
+        self._bridges: dict[tuple[Any, int], dict[str, Any]] = {}  # (registry, cell) -> server -> its bridge
         options: dict[str, Any] = {"num_cpus": cpus_per_replica, "scheduling_strategy": "SPREAD"}
         if runtime_env and not job_level:
             options["runtime_env"] = runtime_env  # per cell: env_vars, pip, URIs (not a local folder)
@@ -160,10 +163,10 @@ class CellPool:
             self._replicas[agent] = ReplicaPool([CellReplica(c, agent) for c in self.cells], reprobe_s=None)
         return self._replicas[agent]
 
-    def urls(self) -> dict[str, str]:
-        """Driver-side URLs of one live cell's servers: they name a collection's targets, and its
-        resources server answers ``/aggregate_metrics``."""
-        return bridged_urls(self, self.pick())
+    def urls(self, registry: Registry) -> dict[str, str]:
+        """Driver-side URLs of one live cell's servers, in-process through ``registry`` (a collection's
+        client's): they name a collection's targets, and its resources server answers ``/aggregate_metrics``."""
+        return bridged_urls(self, self.pick(), registry)
 
     async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
         """``POST /run`` of ``job`` on the run engine: in the least busy live cell, moved while cells die; the

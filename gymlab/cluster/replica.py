@@ -25,7 +25,7 @@ class CellReplica:
     async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
         """The ``/run`` answer within ``timeout_s``; ``ReplicaGone`` when the cell died, ``ServerError``
         when the rollout failed (a ``transport_timeout`` one when the cell did not answer in time)."""
-        from gymlab.client import Reply, _parsed, transport_error
+        from gymlab._http.client import Reply, parsed, transport_error
         from gymlab.cluster.cell import CellGone
 
         cell = self.cell
@@ -47,7 +47,7 @@ class CellReplica:
         finally:
             cell.in_flight -= 1
         cell.done += 1
-        return _parsed(Reply(status, body), "/run", self.agent)
+        return parsed(Reply(status, body), "/run", self.agent)
 
     async def alive(self) -> bool:
         """A dead actor does not come back (cells are not restarted)."""

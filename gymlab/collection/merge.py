@@ -135,10 +135,10 @@ async def amerge(
     records = sorted((r for r, _, _ in rollouts.values()), key=sort_key)
     failed = sorted(failures.values(), key=sort_key)
     agents = {str((r.get("agent_ref") or {}).get("name")) for r in records}
-    from gymlab.client import http_scope
+    from gymlab._http.client import Client
 
-    async with http_scope():  # no connection pool outlives a caller's short-lived loop
-        metrics = await aggregate(records, dict.fromkeys(agents, resources_url))
+    async with Client() as client:  # no connection pool outlives a caller's short-lived loop
+        metrics = await aggregate(records, dict.fromkeys(agents, resources_url), client)
     write_jsonl_atomic(paths["materialized_inputs"], sorted((r for r, _, _ in inputs.values()), key=sort_key))
     write_jsonl_atomic(paths["failures"], failed)
     write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))

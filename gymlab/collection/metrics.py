@@ -5,21 +5,25 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gymlab.errors import ServerError
 from gymlab.jsonl import dumps
 
+if TYPE_CHECKING:
+    from gymlab._http.client import Client
+
 #: Record keys left out of the ``/aggregate_metrics`` request: the bulky ones, and ``agent_ref`` (one agent a request).
 LEFT_OUT = frozenset({"steps", "response", "responses_create_params", "agent_ref"})
 
 
-async def aggregate(records: Iterable[dict[str, Any]], metrics_urls: dict[str, str | None]) -> dict[str, Any]:
+async def aggregate(
+    records: Iterable[dict[str, Any]], metrics_urls: dict[str, str | None], client: Client
+) -> dict[str, Any]:
     """Per agent: its resources server's ``/aggregate_metrics`` (the body built as JSON bytes while
     ``records`` stream past, never held as objects), else computed the same way here."""
-    from gymlab.client import post_ok
     from gymlab.resources.simple import MetricsTally
 
     bodies: dict[str, bytearray] = {}
@@ -38,7 +42,9 @@ async def aggregate(records: Iterable[dict[str, Any]], metrics_urls: dict[str, s
         body += b"]"
         payload = {"verify_responses": orjson.Fragment(bytes(body))}
         try:
-            out[agent] = await post_ok(metrics_urls[agent], "/aggregate_metrics", payload, server="resources server")
+            out[agent] = await client.post_ok(
+                metrics_urls[agent], "/aggregate_metrics", payload, server="resources server"
+            )
             continue
         except ServerError as exc:
             print(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import orjson
 
+from gymlab._http.retry import RETRY_SPAN_S
 from gymlab._sync import run_sync
 from gymlab.collection.config_rows import config_rows, read_rows
 from gymlab.collection.expand import check_rows, iter_expand
@@ -25,13 +26,12 @@ from gymlab.collection.shards import in_shard, record_shard
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
 from gymlab.protocol.record import mean_reward_text
-from gymlab.retry import RETRY_SPAN_S
 from gymlab.run.engine import STOP_AFTER, Job, Policy, run_jobs
 from gymlab.run.pool import HttpReplica, ReplicaPool, agent_pool
 from gymlab.run.sinks import JsonlSink, Key, Tally, key_of
 
 if TYPE_CHECKING:
-    from gymlab.client import Client  # (imported when a collection runs: reading a file needs no HTTP stack)
+    from gymlab._http.client import Client
 
 
 P = ParamSpec("P")
@@ -113,14 +113,12 @@ async def acollect(
     ``Target``); or a config (``load_config(...)``, YAML paths), whose rows (``input``, else its
     ``dataset``/``split``) go to the agent their ``agent_ref`` names (or ``agent``), a taskset row to
     its environment server: served in this process, in the cells of ``pool`` (a ``CellPool``,
-    ``gymlab.cluster.configs.config_pool``) or at ``agent_url``. Every request goes through ``client``
-    (None: the context's). A failure whose kind may pass is retried ``max_retries``
+    ``gymlab.cluster.configs.config_pool``) or at ``agent_url``. A failure whose kind may pass is retried ``max_retries``
     times, and on while its failures span under ``retry_span_s`` (backoff ``backoff_s``, doubling), then
     written to the failures file; when the first ``stop_after`` tries all fail alike the run stops with
     ``RunStopped`` (None: never). ``shard=(i, n)`` or ``"i/n"``: only shard i of n, for ``merge``.
+    ``client``: the caller's (a Lab's, reaching its servers in-process), else one of the run's own.
     """
-    from gymlab.client import current_client, http_scope, using_client
-
     t0, config = time.perf_counter(), config_of(source)
     if config is not None and input is None:
         rows: Any = config_rows(config, dataset=dataset, split=split)
@@ -132,25 +130,29 @@ async def acollect(
         raise ConfigError("give one of agent_url= (one agent server) or route= (row -> Target)")
     rows = read_rows(rows, flat="auto") if isinstance(rows, (str, os.PathLike)) else check_rows(rows)
     rows = rows[:limit] if limit is not None else rows
+    from gymlab._http.client import Client  # the server stack, imported only when a collection runs
+
+    own = Client() if client is None else None  # its connections made on first use, closed with the run
+    client = client or own
+    assert client is not None
     if agent_url is not None:
-        replicas = agent_pool(agent_url, server=agent)
+        replicas = agent_pool(agent_url, server=agent, client=client)
         default_ref = {"type": "responses_api_agents", "name": agent or replicas.name}
 
         def route(row: dict[str, Any]) -> Target:
             ref = {"type": "responses_api_agents", "name": agent} if agent else row.get("agent_ref")
             return Target(replicas.name, ref or default_ref, resources_url, replicas)
 
-    client = client or current_client()  # to become a client of the collection's own, closed at its end
     async with contextlib.AsyncExitStack() as stack:
-        stack.enter_context(using_client(client))
-        await stack.enter_async_context(http_scope())  # no connection pool outlives a caller's short-lived loop
+        if own is not None:  # no connection pool outlives a caller's short-lived loop
+            await stack.enter_async_context(own)
         if route is None:
             assert config is not None  # a source without agent_url or route is a config (checked above)
             if pool is None:
-                urls, here = await stack.enter_async_context(served(config))
+                urls, here = await stack.enter_async_context(served(config, client))
                 route = config_route(config, urls, agent, metrics_here=here)
             else:
-                route = config_route(config, pool.urls(), agent, pool.replicas)
+                route = config_route(config, pool.urls(client.registry), agent, pool.replicas)
 
         def jobs() -> Iterator[tuple[dict[str, Any], Target]]:
             """The jobs, made as they are read (twice: once to check and record them, once to run them)."""
@@ -177,9 +179,8 @@ async def acollect(
             total += 1
             n_skipped += key_of(job) in done
             if t.url not in pools:
-                pools[t.url] = t.replicas or ReplicaPool(
-                    [HttpReplica(t.url, server=str(t.agent_ref.get("name") or t.url))]
-                )
+                server = str(t.agent_ref.get("name") or t.url)
+                pools[t.url] = t.replicas or ReplicaPool([HttpReplica(t.url, server=server, client=client)])
             metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
         pending = (
             Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
@@ -200,7 +201,6 @@ async def acollect(
                 sink,
                 concurrency=concurrency,
                 policy=Policy(max_retries, backoff_s, timeout_s, stop_after, retry_span_s),
-                client=client,
             )
         finally:
             for p in pools.values():
@@ -220,7 +220,7 @@ async def acollect(
                 tally.add(record)
                 yield record
 
-        metrics = await aggregate(records(), metrics_urls)
+        metrics = await aggregate(records(), metrics_urls, client)
     write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
     return CollectResult(
         paths["rollouts"],

@@ -12,12 +12,15 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymlab._traces import logbook
 from gymlab.collection.config import Config, load_config
 from gymlab.errors import ConfigError
 from gymlab.run.pool import ReplicaPool
+
+if TYPE_CHECKING:
+    from gymlab._http.client import Client
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -34,10 +37,11 @@ class Target:
 
 
 @contextlib.asynccontextmanager
-async def served(config: Config) -> AsyncIterator[tuple[dict[str, str], set[str]]]:
+async def served(config: Config, client: Client) -> AsyncIterator[tuple[dict[str, str], set[str]]]:
     """Every server of ``config`` on 127.0.0.1 in this process, one worker each: (name -> URL, the
     resources servers whose metrics are the default, tallied by the collection itself). Errors the
-    servers log are summed up in one line at the end, not printed one by one."""
+    servers log are summed up in one line at the end, not printed one by one. Each server uses ``client``
+    and is registered in its registry: the collection reaches it in-process."""
     from gymlab._runtime.serve import LoopServer  # (here: reading a collection's files needs no server stack)
     from gymlab.resources.simple import default_metrics
 
@@ -50,7 +54,8 @@ async def served(config: Config) -> AsyncIterator[tuple[dict[str, str], set[str]
             server = spec.build(urls, host="127.0.0.1", port=0, num_workers=1)
             if "error_traces" not in server.model_fields_set:
                 server.error_traces = True  # a crash's trace travels to the failed record
-            runner = LoopServer(server.app, "127.0.0.1", 0, server.name)
+            server.use_client(client)
+            runner = LoopServer(server.app, "127.0.0.1", 0, server.name, registry=client.registry)
             await asyncio.to_thread(runner.start)  # its server runs on the loop this may run on
             runners.append((server, runner))
             urls[spec.instance] = runner.url

@@ -15,7 +15,6 @@ from typing import Any
 from fastapi import HTTPException
 from pydantic import Field, PrivateAttr
 
-from gymlab.client import ask_model_server
 from gymlab.envs.arena_checks import check_offline, no_downloads
 from gymlab.envs.extras import need
 from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool, seeded_rows
@@ -129,7 +128,7 @@ class TextArenaServer(GymnasiumServer):
             return str(await _in_game(state, self._opponent, seen))
         chat = state["chats"].setdefault(seat, [])
         chat.append({"role": "user", "content": seen})
-        reply = await ask_model_server(
+        reply = await self.client.ask_model(
             self.opponent_model, {"input": chat}, server=f"{self.name}'s opponent", timeout=self.opponent_timeout_s
         )
         chat.append({"role": "assistant", "content": reply.output_text})

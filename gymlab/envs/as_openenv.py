@@ -9,8 +9,8 @@ import json
 import uuid
 from typing import Any, Literal
 
+from gymlab._http.client import Client, Cookies
 from gymlab._sync import run_sync
-from gymlab.client import Cookies, post, post_ok
 from gymlab.envs.extras import need
 from gymlab.loop import refusal
 from gymlab.protocol import (
@@ -73,6 +73,7 @@ def as_openenv(
             raise ValueError(f"{url} serves neither /step nor /verify; is it a gymlab server?")
     action_cls, observation_cls = openenv_types()
     name = getattr(server, "name", url)
+    handed: Client | None = server.server.client if hasattr(server, "server") else None  # a handle's: its Lab's
 
     class GymlabEnvironment(Environment):
         """One episode of a gymlab server per OpenEnv session."""
@@ -81,6 +82,7 @@ def as_openenv(
 
         def __init__(self) -> None:
             super().__init__()
+            self.client = handed or Client()  # its own (a URL's) closed with each episode
             self._cookies: Cookies | None = None
             self._row: dict[str, Any] = {}
             self._declared: list[str] = []
@@ -92,7 +94,7 @@ def as_openenv(
             return self._state
 
         def _post(self, path: str, body: Any) -> Any:
-            return run_sync(post_ok(url, path, body, self._cookies, server=name, timeout=timeout_s))
+            return run_sync(self.client.post_ok(url, path, body, self._cookies, server=name, timeout=timeout_s))
 
         def reset(self, seed: int | None = None, episode_id: str | None = None, task: int = 0, **kwargs: Any):
             self.close()
@@ -157,7 +159,8 @@ def as_openenv(
             if (why := refusal(call.name, self._declared)) is not None:
                 output = json.dumps({"error": why})
             else:
-                reply = run_sync(post(url, f"/{call.name}", json.loads(call.arguments), self._cookies, name, timeout_s))
+                arguments = json.loads(call.arguments)
+                reply = run_sync(self.client.post(url, f"/{call.name}", arguments, self._cookies, name, timeout_s))
                 output = reply.text
             self._added.append(FunctionCallOutput(type="function_call_output", call_id=call.call_id, output=output))
             return output
@@ -167,7 +170,11 @@ def as_openenv(
             cookies, self._cookies = self._cookies, None
             if cookies is not None:
                 path = "/close" if protocol == "gymnasium" else "/close_session"
-                run_sync(post(url, path, {}, cookies, name, timeout_s))
+                try:
+                    run_sync(self.client.post(url, path, {}, cookies, name, timeout_s))
+                finally:
+                    if handed is None:
+                        run_sync(self.client.close())
 
     GymlabEnvironment.__name__ = GymlabEnvironment.__qualname__ = f"Gymlab{protocol.title().replace('_', '')}Env"
     return GymlabEnvironment, action_cls, observation_cls

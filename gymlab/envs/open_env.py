@@ -246,19 +246,16 @@ def text_field(schema: dict[str, Any]) -> str | None:
 
 
 def get_json(url: str, path: str, *, timeout: float = 30.0, limit: int = 5_000_000) -> Any:
-    """``GET url+path``'s JSON, read up to ``limit`` bytes; any other answer a ``RuntimeError`` naming it."""
-    import httpx
+    """``GET url+path``'s JSON, up to ``limit`` bytes; any other answer a ``RuntimeError`` naming it."""
+    from gymlab._http.client import fetch
 
-    with httpx.Client(timeout=timeout) as client, client.stream("GET", url.rstrip("/") + path) as reply:
-        body = bytearray()
-        for chunk in reply.iter_bytes():
-            body += chunk
-            if len(body) > limit:
-                raise RuntimeError(f"{url}{path} answered more than {limit} bytes; is it the server you meant?")
-    if reply.status_code != 200:
-        raise RuntimeError(f"{url}{path} answered {reply.status_code}: {bytes(body[:200]).decode(errors='replace')}")
+    reply = fetch("GET", url.rstrip("/"), path, timeout=timeout)
+    if len(reply.body) > limit:
+        raise RuntimeError(f"{url}{path} answered more than {limit} bytes; is it the server you meant?")
+    if reply.status != 200:
+        raise RuntimeError(f"{url}{path} answered {reply.status}: {reply.body[:200].decode(errors='replace')}")
     try:
-        return json.loads(body)
+        return json.loads(reply.body)
     except ValueError:
         raise RuntimeError(f"{url}{path} answered something that is not JSON") from None
 

@@ -8,14 +8,12 @@ import json
 import uuid
 from typing import Any, ClassVar
 
-import aiohttp
 from fastapi import Body, FastAPI, HTTPException
 from pydantic import BaseModel, Field, ValidationError
 
+from gymlab._http.client import Cookies
 from gymlab.agents.base import BaseAgent, EpisodeRun, typed
-from gymlab.client import Cookies, error_message, failure_in, http_session, transport_error
 from gymlab.errors import ServerError
-from gymlab.http1 import AnswerTooLarge, read_capped
 from gymlab.loop import EpisodeSession
 from gymlab.protocol import (
     RESOURCES_COOKIE_HEADER,
@@ -205,21 +203,11 @@ class SingleAgentTurn(BaseAgent):
         if not url:
             hint = "set agent_server in the single_agent_turn config"
             raise ServerError(server, f"POST {path}", 0, f"no {server} configured", hint)
-        headers = {"Content-Type": "application/json", RESOURCES_SERVER_HEADER: handles.resources_server}
+        headers = {RESOURCES_SERVER_HEADER: handles.resources_server}
         if handles.cookie:
             headers[RESOURCES_COOKIE_HEADER] = handles.cookie
-        data, limit = json.dumps(agent_request(params, handles.observation)), aiohttp.ClientTimeout(timeout)
-        try:
-            async with http_session().post(url + path, data=data, timeout=limit, headers=headers) as resp:
-                status, text = resp.status, (await read_capped(resp)).decode("utf-8", "replace")
-        except (TimeoutError, aiohttp.ClientConnectionError, AnswerTooLarge) as exc:
-            raise transport_error(server, url, path, exc, timeout) from exc
-        if not 200 <= status < 300:
-            raise ServerError(server, f"POST {path}", status, error_message(text), failure=failure_in(text))
-        try:
-            answer = json.loads(text)
-        except ValueError:
-            raise ServerError(server, f"POST {path}", status, f"answer is not JSON: {text[:200]!r}") from None
+        body = agent_request(params, handles.observation)
+        answer = await self.client.post_ok(url, path, body, server=server, timeout=timeout, headers=headers)
         return NeMoGymResponse.model_validate(answer)
 
     async def verify(
@@ -237,6 +225,7 @@ class SingleAgentTurn(BaseAgent):
     async def close(self, handles: EpisodeHandles) -> None:
         """Close a restored episode's session (``run`` closes its own, in its life cycle)."""
         session = EpisodeSession(
+            self.client,
             handles.resources_server,
             "/close_session",
             server="resources server",

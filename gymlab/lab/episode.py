@@ -17,8 +17,8 @@ import warnings
 import weakref
 from typing import Any, NamedTuple
 
+from gymlab._http.client import Client
 from gymlab._sync import background_loop, on_background_loop, run_sync
-from gymlab.client import ask_model_server, post_ok
 from gymlab.errors import EpisodeError
 from gymlab.lab.display import clip
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession, LoopState
@@ -150,6 +150,7 @@ class Episode:
         env_url: str,
         row: dict[str, Any],
         *,
+        client: Client,
         env_name: str = "",
         model_url: str | None = None,
         model_name: str = "",
@@ -159,7 +160,7 @@ class Episode:
         request = AgentRunRequest.model_validate(row)
         self.row = dump_row(request)
         self.params: ResponseCreateParams = request.responses_create_params
-        self.env_url, self.env_name = env_url, env_name or env_url
+        self.client, self.env_url, self.env_name = client, env_url, env_name or env_url
         self.model_url, self.model_name = model_url, model_name or (model_url or "")
         self.agent_name, self.max_steps = agent_name, max_steps
         self.state = LoopState(self.params)  # the conversation and its steps
@@ -183,16 +184,16 @@ class Episode:
     def _make_session(self) -> _Session:
         """The episode's session, released by ``/close``; it must not hold the episode (the finalizer
         releases it)."""
-        return _Session(self.env_url, "/close", server=self.env_name)
+        return _Session(self.client, self.env_url, "/close", server=self.env_name)
 
     # -- plumbing shared by both protocols ---------------------------------------------------
 
     def _spawn(self) -> Episode:
-        names = ("env_name", "model_url", "model_name", "agent_name", "max_steps")
+        names = ("client", "env_name", "model_url", "model_name", "agent_name", "max_steps")
         return type(self)(self.env_url, self.row, **{n: getattr(self, n) for n in names})
 
     async def _env(self, path: str, body: Any) -> Any:
-        return await post_ok(self.env_url, path, body, self._session.cookies, server=self.env_name)
+        return await self.client.post_ok(self.env_url, path, body, self._session.cookies, server=self.env_name)
 
     async def _start(self, path: str, done: str) -> Any:
         """POST ``path`` (the seed or the reset) with the row; the session is held from then on."""
@@ -215,7 +216,7 @@ class Episode:
                 f"{self.env_name}: this episode has no model; pass model= to lab.episode "
                 "(a model server handle or URL) or act by hand"
             )
-        return await ask_model_server(self.model_url, body, server=self.model_name, timeout=self.model_timeout_s)
+        return await self.client.ask_model(self.model_url, body, server=self.model_name, timeout=self.model_timeout_s)
 
     def _require_open(self, action: str) -> None:
         if not self._session.open:

@@ -8,7 +8,6 @@ from typing import Any
 from gymlab._runtime.serve import LoopServer
 from gymlab._sync import on_background_loop, run_sync
 from gymlab._traces import Interrupted
-from gymlab.client import post_ok
 from gymlab.protocol import Rollout
 from gymlab.server import BaseServer
 
@@ -38,7 +37,7 @@ class ServerHandle:
             del self._lab._handles[self.name]
 
     async def apost(self, path: str, body: Any) -> Any:
-        return await on_background_loop(post_ok(self.url, path, body, server=self.name))
+        return await on_background_loop(self.server.client.post_ok(self.url, path, body, server=self.name))
 
     def post(self, path: str, body: Any) -> Any:
         """POST JSON to this server from sync code; an error status raises ``ServerError``."""

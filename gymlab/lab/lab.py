@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import atexit
 import sys
+import threading
 import time
 import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+from gymlab._http.client import Client
 from gymlab._runtime.serve import LoopServer
-from gymlab._sync import run_sync
+from gymlab._sync import background_loop, run_sync
 from gymlab._traces import Interrupted, is_user_file, logbook
-from gymlab.client import current_client
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
 from gymlab.lab.runs import Rollouts, arun_many, failure_line
@@ -30,10 +31,12 @@ class Lab:
     Serving again under a running name replaces that server on the same URL, and the handle already
     held follows it. Calls between a Lab's servers go straight into the target's ASGI app (HTTP's
     cookies, statuses and error bodies); ``Lab(wire=True)`` sends every call over loopback HTTP.
+    ``lab.client`` is the Lab's own: its servers' registry, handed to each server it runs.
     """
 
     def __init__(self, log_level: str = "warning", *, wire: bool = False):
         self.log_level, self.wire = log_level, wire
+        self.client = Client()
         self._handles: dict[str, ServerHandle] = {}
         self._pools: list = []  # CellPools this lab started (``serve_pool``); closed with the lab
         self._running: set[asyncio.Task] = set()
@@ -101,9 +104,13 @@ class Lab:
         return handle
 
     def _start(self, instance: BaseServer, port: int, *, fallback: bool) -> LoopServer:
+        instance.use_client(self.client)
+        registry = self.client.registry
         try:
             with self._book.held():  # a failed start prints its error alone (lab.logs() keeps the log)
-                return LoopServer(instance.app, instance.host, port, instance.name, self.log_level, self.wire).start()
+                return LoopServer(
+                    instance.app, instance.host, port, instance.name, self.log_level, self.wire, registry
+                ).start()
         except ServerStartError:
             if not fallback:
                 raise
@@ -112,7 +119,7 @@ class Lab:
             "serve the agents bound to it again",
             stacklevel=3,
         )
-        return LoopServer(instance.app, instance.host, 0, instance.name, self.log_level, self.wire).start()
+        return LoopServer(instance.app, instance.host, 0, instance.name, self.log_level, self.wire, registry).start()
 
     def serve_model(
         self,
@@ -207,7 +214,7 @@ class Lab:
         if is_pool(target):
             from gymlab.cluster.bridge import pinned
 
-            at = pinned(target)
+            at = pinned(target, self.client.registry)
             env_url, protocol = at["env_url"], at["protocol"]
             env_name, model_name, agent_name = at["env_name"], at["model_name"], at["agent_name"]
             model_url = model.url if hasattr(model, "url") else model or at["model_url"]
@@ -241,6 +248,7 @@ class Lab:
         return cls(
             env_url,
             row,
+            client=self.client,
             env_name=env_name,
             model_url=model_url,
             model_name=model_name,
@@ -300,8 +308,7 @@ class Lab:
         try:
             with self._book.quiet():
                 env_name = agent.env_name() if is_pool(agent) else getattr(self._env_handle(agent), "name", None)
-                client = current_client()  # the Lab's own client (lab.client) once it holds one
-                result = await arun_many(agent, rows, client=client, env_name=env_name, state=state, **options)
+                result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
         except BaseException:  # an Interrupt, on_error="raise", RunStopped: the finished episodes are kept
             self.last_run = Rollouts(state.finished)
             raise
@@ -359,6 +366,10 @@ class Lab:
         for handle in list(self._handles.values()):
             handle._runner.stop()
         self._handles.clear()
+        if threading.current_thread().name == "gymlab-sync":  # called on gymlab's loop: closed after this call
+            background_loop().create_task(self.client.close())
+        else:
+            run_sync(self.client.close())
 
     def __enter__(self) -> Lab:
         return self

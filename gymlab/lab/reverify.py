@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from gymlab.client import Cookies, post, post_ok
+from gymlab._http.client import Client, Cookies
 from gymlab.errors import ServerError
 from gymlab.protocol import FunctionCall, Rollout
 from gymlab.protocol.record import RESULT_KEYS
@@ -66,14 +66,20 @@ def recorded_calls(record: Rollout) -> list[tuple[FunctionCall, str | None]]:
 
 
 async def averify_one(
-    url: str, record: Rollout, *, replay_tools: bool = True, server: str = "", rows: dict[Any, dict] | None = None
+    client: Client,
+    url: str,
+    record: Rollout,
+    *,
+    replay_tools: bool = True,
+    server: str = "",
+    rows: dict[Any, dict] | None = None,
 ) -> dict[str, Any]:
     """Seed with the record's row, replay its tool calls in order (a stateful environment grades the state
     they built), verify with the recorded response, all under one cookie; returns the new verify
     answer plus ``replay_matches`` (false when a replayed output differs from the recorded one)."""
     cookies = Cookies()
     row = row_of(record, rows)
-    await post_ok(url, "/seed_session", row, cookies, server=server)
+    await client.post_ok(url, "/seed_session", row, cookies, server=server)
     matches = True
     if replay_tools:
         for call, recorded in recorded_calls(record):
@@ -81,10 +87,10 @@ async def averify_one(
                 args = json.loads(call.arguments or "{}")
             except ValueError:
                 continue  # the loop never sent these to the server either (wire reference)
-            reply = await post(url, f"/{call.name}", args, cookies, server=server)
+            reply = await client.post(url, f"/{call.name}", args, cookies, server=server)
             matches = matches and (recorded is None or reply.text == recorded)
     response = record.response.model_dump(mode="json", exclude_none=True)
-    answer = await post_ok(url, "/verify", {**row, "response": response}, cookies, server=server)
+    answer = await client.post_ok(url, "/verify", {**row, "response": response}, cookies, server=server)
     return {**answer, "replay_matches": matches}
 
 
@@ -143,22 +149,25 @@ async def areverify(
     records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
     by_task, sem = rows_by_task(rows), asyncio.Semaphore(max(1, concurrency))
 
-    async def answers(url: str, server: str) -> list[dict[str, Any] | ServerError]:
+    async def answers(client: Client, url: str, server: str) -> list[dict[str, Any] | ServerError]:
         """The new verify answer for every record (a ``ServerError`` in its place when the server refused)."""
 
         async def one(record: Rollout):
             async with sem:
                 try:
-                    return await averify_one(url, record, replay_tools=replay_tools, server=server, rows=by_task)
+                    return await averify_one(
+                        client, url, record, replay_tools=replay_tools, server=server, rows=by_task
+                    )
                 except ServerError as exc:
                     return exc
 
         return list(await asyncio.gather(*(one(r) for r in records)))
 
-    if isinstance(environment, (ServerHandle, str)):
-        url = environment if isinstance(environment, str) else environment.url
-        name = environment if isinstance(environment, str) else environment.name
-        return comparison_frame(records, await answers(url, name))
+    if isinstance(environment, ServerHandle):
+        return comparison_frame(records, await answers(environment.server.client, environment.url, environment.name))
+    if isinstance(environment, str):
+        async with Client() as client:
+            return comparison_frame(records, await answers(client, environment, environment))
     from gymlab.resources.simple import SimpleResourcesServer
 
     cls = environment if isinstance(environment, type) else type(environment)
@@ -171,7 +180,7 @@ async def areverify(
     lab = Lab()
     try:
         handle = await asyncio.to_thread(lab.serve, environment, **config)
-        new = await answers(handle.url, handle.name)
+        new = await answers(lab.client, handle.url, handle.name)
     finally:
         await asyncio.to_thread(lab.close)
     return comparison_frame(records, new)

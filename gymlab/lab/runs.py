@@ -6,7 +6,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gymlab.collection.expand import iter_expand
 from gymlab.collection.readers import kind_of, read_jsonl
@@ -16,9 +16,6 @@ from gymlab.protocol.record import Rollout, failure_counts, mean_reward, mean_re
 from gymlab.run.engine import Job, Policy, RunState, run_jobs
 from gymlab.run.pool import AgentReplica, ReplicaPool
 from gymlab.run.sinks import MemorySink
-
-if TYPE_CHECKING:
-    from gymlab.client import Client
 
 
 class Rollouts(Sequence):
@@ -210,7 +207,6 @@ async def arun_many(
     agent: Any,
     rows: list[dict[str, Any]],
     *,
-    client: Client | None = None,
     repeats: int = 1,
     concurrency: int = 16,
     env_name: str | None = None,
@@ -222,7 +218,7 @@ async def arun_many(
     observe: Callable[[Rollout], None] | None = None,
 ) -> Rollouts:
     """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``, or a ``CellPool``'s cells),
-    ``concurrency`` at a time, on the one run engine with ``client``; records in "aabbcc" order, named by
+    ``concurrency`` at a time, on the one run engine (the agent's own client makes its requests); records in "aabbcc" order, named by
     agent and environment. A failure is retried ``max_retries`` times (none by default: a notebook run
     shows every failure) when its kind may pass, then masked (``on_error="raise"``: raised). ``state``
     follows the run; ``observe(record)`` sees each record as it finishes (a live panel)."""
@@ -246,7 +242,7 @@ async def arun_many(
     jobs = (Job(i, row, pool, name) for i, row in enumerate(iter_expand(rows, repeats)))
     policy = Policy(max_retries, backoff_s, budget)
     try:
-        await run_jobs(jobs, sink, concurrency=concurrency, policy=policy, client=client, state=state)
+        await run_jobs(jobs, sink, concurrency=concurrency, policy=policy, state=state)
         return Rollouts(store=held.finish(), completed=sink.completed())
     finally:
         if bar is not None:

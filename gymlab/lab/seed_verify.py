@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gymlab.client import error_message, post
+from gymlab._http.client import error_message
 from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
 from gymlab.lab.episode import Episode, _Session, answering, parse_output
 from gymlab.loop import model_turn, refusal, run_loop
@@ -31,7 +31,8 @@ class SeedVerifyEpisode(Episode):
         """A ``call_tool`` for the loop: POST /{name} with the episode's cookie; the body is the output."""
 
         async def call_tool(name: str, args: Any) -> str:
-            return (await post(self.env_url, f"/{name}", args, self._session.cookies, server=self.env_name)).text
+            reply = await self.client.post(self.env_url, f"/{name}", args, self._session.cookies, self.env_name)
+            return reply.text
 
         return call_tool
 
@@ -56,7 +57,7 @@ class SeedVerifyEpisode(Episode):
                 f"{self.env_name}: {tool!r} is not a tool route (a lifecycle route, or not a plain "
                 "name); use the episode's own methods (seed, verify, close) for those"
             )
-        reply = await post(self.env_url, f"/{tool}", arguments, self._session.cookies, server=self.env_name)
+        reply = await self.client.post(self.env_url, f"/{tool}", arguments, self._session.cookies, self.env_name)
         if not reply.ok:
             raise ServerError(
                 self.env_name,
@@ -112,7 +113,7 @@ class SeedVerifyEpisode(Episode):
         def verify_body() -> dict[str, Any]:
             return {**row, "response": state.final_response().model_dump(mode="json", exclude_none=True)}
 
-        return _Session(self.env_url, "/verify", server=self.env_name, release_body=verify_body)
+        return _Session(self.client, self.env_url, "/verify", server=self.env_name, release_body=verify_body)
 
     async def averify(self) -> Rollout:
         """POST /verify with the conversation so far; ends the episode and returns its rollout."""

@@ -9,20 +9,27 @@ import os
 import re
 from typing import Any, Literal
 
-import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from gymlab._http.client import Reply, error_message
+from gymlab._http.retry import backoff_delay, retrying
 from gymlab._runtime.hangup import CancelOnHangup
-from gymlab.client import close_http_session, error_message, http_session
-from gymlab.errors import ConfigError, ConversionError, GymlabError, UpstreamError, error_body
-from gymlab.http1 import AnswerTooLarge, read_capped
+from gymlab.errors import (
+    ConfigError,
+    ConversionError,
+    GymlabError,
+    TransportAnswerTooLarge,
+    TransportError,
+    TransportTimeout,
+    UpstreamError,
+    error_body,
+)
 from gymlab.models.chat_convert import chat_request, response_from_chat
 from gymlab.models.streaming import serve_responses
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
 from gymlab.protocol.failure_kinds import Failure
-from gymlab.retry import backoff_delay, retrying
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.models.openai")
@@ -73,7 +80,7 @@ class OpenAIModel(BaseServer):
         app = super().setup_webserver()
         app.add_exception_handler(UpstreamError, self._upstream_error)
         app.add_exception_handler(ConversionError, self._conversion_error)
-        serve_responses(app, self.respond, close_http_session)
+        serve_responses(app, self.respond)
         app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # no upstream call for a gone caller
         return app
 
@@ -124,33 +131,39 @@ class OpenAIModel(BaseServer):
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        data = json.dumps(payload)
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(30.0, self.timeout_s))
+        data = json.dumps(payload).encode()
         attempts, tries = self.max_retries + 1, 0
 
         async def once() -> Any:
             nonlocal tries
             tries += 1
-            status = 0
             try:
-                async with http_session().post(url, data=data, headers=headers, timeout=timeout) as resp:
-                    status, retry_after = resp.status, _retry_after(resp.headers)
-                    text = scrub((await read_capped(resp)).decode("utf-8", "replace"), key)
-            except AnswerTooLarge as exc:  # an endless or runaway answer: cut, never retried
+                reply = await self.client.request(
+                    "POST",
+                    self.base_url,
+                    path,
+                    data,
+                    headers=headers,
+                    server=url,
+                    timeout=self.timeout_s,
+                    connect_timeout=min(30.0, self.timeout_s),
+                )
+            except TransportAnswerTooLarge as exc:  # an endless or runaway answer: cut, never retried
                 hint = "the endpoint's answer is endless or runaway; see its logs"
-                raise UpstreamError(url, status, str(exc), hint, tries, failure_kind="response_too_large") from None
-            except TimeoutError:
+                raise UpstreamError(url, 0, exc.cause, hint, tries, failure_kind="response_too_large") from None
+            except TransportTimeout:
                 hint = f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load"
                 final = UpstreamError(
                     url, 0, f"no answer within timeout_s={self.timeout_s:g} s", hint, attempts, status=504
                 )
                 raise _Again(f"timed out after {self.timeout_s:g} s", final) from None
-            except aiohttp.ClientError as exc:
-                cause = scrub(f"{type(exc).__name__}: {exc}", key)
+            except TransportError as exc:
+                cause = scrub(exc.cause, key)
                 hint = f"after {attempts} attempt(s); is it running, and is base_url right?"
                 raise _Again(
                     cause, UpstreamError(url, 0, f"cannot reach the endpoint: {cause}", hint, attempts)
                 ) from None
+            status, retry_after, text = reply.status, _retry_after(reply), scrub(reply.text, key)
             if 200 <= status < 300:
                 try:
                     return json.loads(text)
@@ -231,13 +244,13 @@ class _Again(GymlabError):
         self.why, self.final, self.retry_after = why, final, retry_after
 
 
-def _retry_after(headers: Any) -> str | None:
-    if (ms := headers.get("retry-after-ms")) is not None:
+def _retry_after(reply: Reply) -> str | None:
+    if (ms := reply.header("retry-after-ms")) is not None:
         try:
             return str(float(ms) / 1000)
         except ValueError:
             pass
-    return headers.get("retry-after")
+    return reply.header("retry-after")
 
 
 def _upstream_message(text: str) -> str:

@@ -22,7 +22,9 @@ class StreamableParams(ResponseCreateParams):
 
 
 def serve_responses(
-    app: FastAPI, respond: Callable[[ResponseCreateParams], Awaitable[NeMoGymResponse]], close: Callable[[], Awaitable]
+    app: FastAPI,
+    respond: Callable[[ResponseCreateParams], Awaitable[NeMoGymResponse]],
+    close: Callable[[], Awaitable[Any]] | None = None,
 ) -> None:
     """``POST /v1/responses`` on ``app``, answered by ``respond`` (``stream: true``: as events); ``close`` on stop."""
 
@@ -32,6 +34,8 @@ def serve_responses(
         return await respond(body)
 
     app.post("/v1/responses", response_model_exclude_none=True)(responses)
+    if close is None:
+        return
     inner = app.router.lifespan_context
 
     @contextlib.asynccontextmanager

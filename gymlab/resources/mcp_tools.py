@@ -13,10 +13,10 @@ from fastapi import FastAPI
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from gymlab._http.cookies import cookie_header
+from gymlab._http.inproc import LocalApp, call
 from gymlab._version import __version__
-from gymlab.cookies import cookie_header
 from gymlab.errors import error_body
-from gymlab.inproc import LocalApp, call
 from gymlab.loop import refusal
 from gymlab.resources.tools import tools_from
 from gymlab.server import BaseServer

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymlab.client import ask_model_server
+from gymlab._http.client import Client
+from gymlab._http.retry import backoff_delay, retrying
 from gymlab.errors import ServerError, TransportError
 from gymlab.protocol.failure_kinds import Failure
-from gymlab.retry import backoff_delay, retrying
 from gymlab.rewards.rubric import ComponentFailed
 
 _NUM = r"-?\d+(?:\.\d+)?"
@@ -217,6 +217,8 @@ class Judge:
     attempts: int = 3
     backoff_s: float = 0.5
     weight: float = 1.0
+    #: The client asking the judge's model: given, else its handle's server's (a Lab's), else one per call.
+    client: Client | None = field(default=None, repr=False, compare=False)
     _limits: Any = field(default_factory=weakref.WeakKeyDictionary, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -332,7 +334,12 @@ class Judge:
 
         async def ask() -> Any:
             judgement["attempts"] = judgement.get("attempts", 0) + 1
-            return await ask_model_server(self.url, request, server=f"judge {self.name!r}", timeout=self.timeout_s)
+            server = f"judge {self.name!r}"
+            client = self.client or getattr(getattr(self.model, "server", None), "client", None)
+            if client is not None:
+                return await client.ask_model(self.url, request, server=server, timeout=self.timeout_s)
+            async with Client() as own:  # a judge keeps no client between calls
+                return await own.ask_model(self.url, request, server=server, timeout=self.timeout_s)
 
         def again(exc: Exception, n: int) -> float | None:
             # a transport failure, a 5xx, a 429 or a 200 non-answer is worth another try; a 4xx is not

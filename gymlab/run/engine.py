@@ -7,19 +7,16 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
+from gymlab._http.retry import RETRY_SPAN_S, episode_retry, retried, retrying
 from gymlab.errors import GymlabError, ReplicaGone, ServerError
 from gymlab.failures import run_failure
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import Rollout
-from gymlab.retry import RETRY_SPAN_S, episode_retry, retried, retrying
 from gymlab.run.pool import ReplicaPool
-
-if TYPE_CHECKING:
-    from gymlab.client import Client
 
 #: Tries that stop a run when they all fail alike (``Breaker``); ``Policy.stop_after``.
 STOP_AFTER = 10
@@ -27,7 +24,7 @@ STOP_AFTER = 10
 
 @dataclass(frozen=True)
 class Policy:
-    """How one job is attempted: retries of a retried kind (``gymlab.retry.episode_retry``), the first
+    """How one job is attempted: retries of a retried kind (``gymlab._http.retry.episode_retry``), the first
     backoff (doubling), the seconds one ``/run`` may take (None: the agent's own episode budget bounds
     it), the tries that stop the run when all fail alike (``Breaker``; None: never), and the seconds
     both ride a failure out for."""
@@ -129,8 +126,6 @@ class _Failed(GymlabError):
 async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> Outcome:
     """Run ``job`` until it has a record, a failure no retry can fix, its retries are spent or
     ``breaker`` stops the run; a job whose replica is gone moves to another live one."""
-    import aiohttp
-
     pool, name = job.pool, job.name
     t0 = time.perf_counter()
     tries = retries = moves = 0
@@ -150,7 +145,7 @@ async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> O
             error = gone.__cause__ if isinstance(gone.__cause__, ServerError) else gone
             failure = run_failure(error, name) if error is not gone else gone.failure
             raise _Failed(failure, error, moved=pool.lose(replica)) from None
-        except (TimeoutError, ServerError, aiohttp.ClientError, OSError) as err:
+        except (TimeoutError, ServerError, OSError) as err:
             raise _Failed(run_failure(err, name), err) from None
         finally:
             pool.done(replica)
@@ -204,17 +199,14 @@ async def run_jobs(
     *,
     concurrency: int,
     policy: Policy,
-    client: Client | None = None,
     state: RunState | None = None,
 ) -> None:
     """Every job of ``jobs`` (read as workers free up) through ``attempt``, ``concurrency`` at a
     time, each outcome to ``sink(job, outcome)`` as it finishes (a sink that raises stops the run).
 
-    Every request goes through ``client`` (None: the context's). On an error or a cancel every running
+    Each job's replica makes its requests with its own client. On an error or a cancel every running
     episode's cleanup finishes before this returns; ``state`` follows the run. A tripped ``Breaker`` (at
     most ``concurrency`` tries) ends it with ``RunStopped``."""
-    from gymlab.client import current_client, using_client
-
     counts = state if state is not None else RunState()
     source = iter(jobs)
     breaker = Breaker(min(policy.stop_after or 0, max(1, concurrency)), policy.retry_span_s)
@@ -233,8 +225,7 @@ async def run_jobs(
             if breaker.tripped:
                 raise breaker.error()
 
-    with using_client(client or current_client()):  # the workers' tasks copy the context: every hop uses it
-        workers = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency))]
+    workers = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency))]
     try:
         await asyncio.gather(*workers)
     finally:

@@ -8,9 +8,12 @@ import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gymlab.errors import ConfigError, ReplicaGone, TransportPeerDrop, TransportUnreachable
+from gymlab.errors import ConfigError, ReplicaGone, TransportError, TransportPeerDrop, TransportUnreachable
+
+if TYPE_CHECKING:
+    from gymlab._http.client import Client
 
 #: Seconds before a replica taken out of rotation is probed again (None: never).
 DEFAULT_REPROBE_S = 10.0
@@ -31,37 +34,34 @@ class Replica(Protocol):
 
 class HttpReplica:
     """An agent or environment server at ``url``: ``POST {url}/run``. ``name`` tells replicas apart
-    (default: the URL); errors name ``server``, else the job's ``agent_ref``, and say the URL."""
+    (default: the URL); errors name ``server``, else the job's ``agent_ref``, and say the URL. ``client``:
+    the run's (closed by the run), else one of its own (closed by ``aclose``)."""
 
-    def __init__(self, url: str, name: str | None = None, *, server: str | None = None):
+    def __init__(self, url: str, name: str | None = None, *, server: str | None = None, client: Client | None = None):
+        from gymlab._http.client import Client  # the server stack, imported only when a replica is made
+
         self.url = url.rstrip("/")
         self.name, self._server = name or self.url, server
+        self.client, self._own_client = client or Client(), client is None
 
     async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
-        from gymlab.client import post_ok
-
         server = self._server or str((job.get("agent_ref") or {}).get("name") or self.url)
         try:
-            return await post_ok(self.url, "/run", job, server=server, timeout=timeout_s)
+            return await self.client.post_ok(self.url, "/run", job, server=server, timeout=timeout_s)
         except (TransportUnreachable, TransportPeerDrop) as exc:  # refused, reset, disconnected: gone
             raise ReplicaGone(self.name, exc.cause, exc.failure) from exc  # the URL: which replica
 
     async def alive(self) -> bool:
         """Any HTTP answer (even a 404) from the server's root means it listens again."""
-        import aiohttp
-
-        import gymlab.inproc as inproc
-        from gymlab.client import http_session
-        from gymlab.http1 import read_capped
-
-        if inproc.lookup(self.url) is not None:
-            return True
         try:
-            async with http_session().get(self.url + "/", timeout=aiohttp.ClientTimeout(total=5)) as resp:
-                await read_capped(resp)
-                return True
-        except (aiohttp.ClientError, TimeoutError, OSError):
+            await self.client.request("GET", self.url, "/", server=self.name, timeout=5)
+        except TransportError:
             return False
+        return True
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self.client.close()
 
     def __repr__(self) -> str:
         return f"<HttpReplica {self.url}>"
@@ -169,10 +169,14 @@ class ReplicaPool:
             slot.probe_at = time.monotonic() + (self.reprobe_s or 0.0)
 
     async def aclose(self) -> None:
-        """Stop the probes in progress (the replicas themselves belong to whoever started them)."""
+        """Stop the probes in progress and close the replicas' own clients (the replicas themselves belong
+        to whoever started them)."""
         for task in list(self._probes):
             task.cancel()
         await asyncio.gather(*self._probes, return_exceptions=True)
+        for slot in self._slots:
+            if isinstance(slot.replica, HttpReplica):
+                await slot.replica.aclose()
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -184,7 +188,9 @@ class ReplicaPool:
         return f"<ReplicaPool {len(self.live)}/{len(self._slots)} live: {parts}>"
 
 
-def agent_pool(agent_url: str | Sequence[str] | ReplicaPool, server: str | None = None) -> ReplicaPool:
+def agent_pool(
+    agent_url: str | Sequence[str] | ReplicaPool, server: str | None = None, client: Client | None = None
+) -> ReplicaPool:
     """The pool ``collect(agent_url=...)`` means: one URL, several URLs of the same agent, or a pool.
     ``server``: how errors name the agent (default: each job's ``agent_ref``)."""
     if isinstance(agent_url, ReplicaPool):
@@ -194,7 +200,7 @@ def agent_pool(agent_url: str | Sequence[str] | ReplicaPool, server: str | None 
         raise ConfigError(f"agent_url: expected a URL, a list of URLs or a ReplicaPool, got {agent_url!r}")
     if len(set(urls)) != len(urls):
         raise ConfigError(f"agent_url: a URL is given twice: {', '.join(urls)}")
-    return ReplicaPool([HttpReplica(url, server=server) for url in urls])
+    return ReplicaPool([HttpReplica(url, server=server, client=client) for url in urls])
 
 
 __all__ = ["DEFAULT_REPROBE_S", "AgentReplica", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]

@@ -8,10 +8,10 @@ import pytest
 from fastapi import FastAPI
 
 from gymlab import BaseServer
+from gymlab._http.retry import retried
 from gymlab.collection import acollect
 from gymlab.examples import example_rows
 from gymlab.protocol.failure_kinds import FAILURE_KINDS
-from gymlab.retry import retried
 
 
 class NotARecordAgent(BaseServer):

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import gymlab
-import gymlab.inproc as inproc
+from gymlab._http.client import Client
 from gymlab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,24 +71,26 @@ def _refused(url: str) -> bool:
 def test_a_server_that_cannot_start_stops_those_already_started(tmp_path):
     broken = "broken:\n  responses_api_agents:\n    broken:\n      entrypoint: app.py:Broken\n"
     config = _config(tmp_path, broken, f"{CALCULATOR / 'app.py'}:policy")
-    before = set(inproc.REGISTRY._apps)
+    client = Client()  # the caller's: the collection's servers register in its registry
     with pytest.raises(Exception, match="this server cannot start"):
-        gymlab.collect(config, tmp_path / "run.jsonl", input=[], progress=False)
-    assert set(inproc.REGISTRY._apps) == before  # the model and the calculator, started first, are gone
+        gymlab.collect(config, tmp_path / "run.jsonl", input=[], progress=False, client=client)
+    assert not client.registry._apps  # the model and the calculator, started first, are gone
 
 
 async def test_a_collection_cancelled_midway_stops_its_servers(tmp_path):
     config = _config(tmp_path, AGENT, "app.py:endless")
-    before = set(inproc.REGISTRY._apps)
-    task = asyncio.ensure_future(gymlab.acollect(config, tmp_path / "run.jsonl", max_retries=0, progress=False))
+    client = Client()  # the caller's: the collection's servers register in its registry
+    run = gymlab.acollect(config, tmp_path / "run.jsonl", max_retries=0, progress=False, client=client)
+    task = asyncio.ensure_future(run)
     async with asyncio.timeout(60):
-        while len(set(inproc.REGISTRY._apps) - before) < 3 or not (tmp_path / "run_materialized_inputs.jsonl").exists():
+        while len(client.registry._apps) < 3 or not (tmp_path / "run_materialized_inputs.jsonl").exists():
             await asyncio.sleep(0.02)  # polls a condition: the three servers up and the rows sent
-    served = set(inproc.REGISTRY._apps) - before
+    served = set(client.registry._apps)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert set(inproc.REGISTRY._apps) == before
+    assert not client.registry._apps
+    await client.close()
     assert all(_refused(url) for url in served)  # their sockets closed too, not only unregistered
     assert (tmp_path / "run.jsonl").read_text() == ""  # no episode finished: nothing recorded, nothing guessed
 

@@ -17,8 +17,8 @@ import pytest
 from fastapi import FastAPI
 
 from gymlab import BaseServer, ServerError, collect
+from gymlab._http.retry import RETRY_SPAN_S
 from gymlab.examples import example_rows, load_environment
-from gymlab.retry import RETRY_SPAN_S
 from gymlab.run.engine import RunStopped
 from gymlab.testing.workers import wait_until
 

@@ -309,8 +309,8 @@ def test_an_environment_that_fails_or_hangs_is_masked_and_released(lab):
 def test_a_running_openenv_server_killed_midway_is_masked(lab, echo):
     from openenv.core.env_server.http_server import create_app
 
+    from gymlab._http.client import Cookies
     from gymlab._sync import run_sync
-    from gymlab.client import Cookies, post_ok
 
     environment, action = echo
     app = create_app(environment, action, type(environment().reset()), env_name="echo", max_concurrent_envs=2)
@@ -319,10 +319,10 @@ def test_a_running_openenv_server_killed_midway_is_masked(lab, echo):
     server.timeout_s = 5.0
     env = lab.serve(server)
     cookies = Cookies()
-    run_sync(post_ok(env.url, "/reset", rows[0], cookies))
+    run_sync(lab.client.post_ok(env.url, "/reset", rows[0], cookies))
     openenv_server.stop()
     step = {**rows[0], "response": {"output": [{"type": "message", "role": "assistant", "content": "hi"}]}}
-    answer = run_sync(post_ok(env.url, "/step", step, cookies))
+    answer = run_sync(lab.client.post_ok(env.url, "/step", step, cookies))
     assert answer["mask_sample"] and answer["truncated"]
     assert answer["failure_kind"] in ("transport_peer_drop", "transport_timeout"), answer
     assert server.session_state == {}

@@ -163,13 +163,13 @@ def test_a_tool_taskset_serves_its_tools_as_routes_and_grades_as_its_rubric(lab)
 def test_hostile_tool_calls_and_rows_get_4xx_and_lose_nothing(lab):
     server, rows = envs.verifiers(CalcTaskset(CalcConfig()), name="calc")
     env = lab.serve(server)
-    from gymlab.client import Cookies, post
+    from gymlab._http.client import Cookies
 
     cookies = Cookies()
     from gymlab._sync import run_sync
 
     def call(path, body):
-        return run_sync(post(env.url, path, body, cookies, "calc"))
+        return run_sync(lab.client.post(env.url, path, body, cookies, "calc"))
 
     assert call("/multiply", {"a": 1, "b": 2}).status == 404  # no episode yet
     assert call("/seed_session", {**rows[0], "verifiers": {"index": 99}}).status == 422

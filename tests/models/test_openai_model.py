@@ -22,7 +22,6 @@ from openai.types.responses import (
 
 from gymlab import ConfigError, Lab, OpenAIModel, ServerError
 from gymlab._sync import run_sync
-from gymlab.client import post
 from gymlab.examples import example_rows, load_environment
 from tests.openai_upstream import OpenAIUpstream
 
@@ -64,7 +63,7 @@ def _proxy(lab, upstream, mode="chat_completions", **config):
 
 def _ask(model, body):
     """POST /v1/responses to a model server; the status and the parsed body."""
-    reply = run_sync(post(model.url, "/v1/responses", body))
+    reply = run_sync(model.server.client.post(model.url, "/v1/responses", body))
     return reply.status, reply.json()
 
 

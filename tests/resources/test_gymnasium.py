@@ -8,8 +8,8 @@ from pydantic import Field
 
 import gymlab
 from gymlab import FunctionCall, FunctionCallOutput, GymnasiumServer, Message, ServerError
+from gymlab._http.client import Cookies
 from gymlab._sync import run_sync
-from gymlab.client import Cookies, post
 from gymlab.examples import example_rows, load_environment
 from gymlab.protocol import failure_kinds
 
@@ -164,9 +164,9 @@ def test_exception_in_step_is_a_json_500_naming_server_and_route(lab):
     env = lab.serve(CountingEnv)
     cookies = Cookies()
     row = _row(crash_at=1)
-    run_sync(post(env.url, "/reset", row, cookies))
+    run_sync(lab.client.post(env.url, "/reset", row, cookies))
     assert len(env.server.session_state) == 1
-    reply = run_sync(post(env.url, "/step", {**row, "response": {"output": []}}, cookies))
+    reply = run_sync(lab.client.post(env.url, "/step", {**row, "response": {"output": []}}, cookies))
     assert reply.status == 500
     body = reply.json()
     assert body["server"] == "counting_env" and body["route"] == "POST /step" and body["error"] == "RuntimeError"
@@ -203,19 +203,19 @@ def test_reset_on_a_live_session_closes_the_old_episode_and_close_releases(lab):
     env = lab.serve(CountingEnv)
     cookies = Cookies()
     for _ in range(2):
-        assert run_sync(post(env.url, "/reset", _row(), cookies)).json() == {
+        assert run_sync(lab.client.post(env.url, "/reset", _row(), cookies)).json() == {
             "observation": "go",
             "info": {"started": True},
         }
     assert len(env.server.session_state) == 1 and len(env.server.closed) == 1
-    assert run_sync(post(env.url, "/close", {}, cookies)).json() == {"closed": True}
-    assert run_sync(post(env.url, "/close", {}, cookies)).json() == {"closed": False}
+    assert run_sync(lab.client.post(env.url, "/close", {}, cookies)).json() == {"closed": True}
+    assert run_sync(lab.client.post(env.url, "/close", {}, cookies)).json() == {"closed": False}
     assert env.server.session_state == {} and len(env.server.closed) == 2
 
 
 def test_no_verify_route(lab):
     env = lab.serve(CountingEnv)
-    reply = run_sync(post(env.url, "/verify", _row(response={"output": []})))
+    reply = run_sync(lab.client.post(env.url, "/verify", _row(response={"output": []})))
     assert reply.status == 404
 
 
@@ -281,17 +281,17 @@ def test_an_unregistered_kind_from_a_step_is_kept_and_warned_not_refused(lab):
     env = lab.serve(CountingEnv)
     cookies = Cookies()
     row = _row(info_at={"1": {"mask_sample": True, "failure_kind": "judge_down"}})
-    run_sync(post(env.url, "/reset", row, cookies))
+    run_sync(lab.client.post(env.url, "/reset", row, cookies))
     failure_kinds._warned.discard("judge_down")  # warned once per process: this test runs in two labs
     with pytest.warns(UserWarning, match="unregistered failure_kind 'judge_down'"):
-        reply = run_sync(post(env.url, "/step", {**row, "response": {"output": []}}, cookies))
+        reply = run_sync(lab.client.post(env.url, "/step", {**row, "response": {"output": []}}, cookies))
     assert reply.status == 200 and reply.json()["failure_kind"] == "judge_down" and reply.json()["mask_sample"]
 
 
 def test_lost_session_is_a_masked_truncation(lab, blackjack):
     env = lab.serve(blackjack.BlackjackEnv)
     row = example_rows("blackjack")[0]
-    reply = run_sync(post(env.url, "/step", {**row, "response": {"output": []}}, Cookies()))
+    reply = run_sync(lab.client.post(env.url, "/step", {**row, "response": {"output": []}}, Cookies()))
     body = reply.json()
     assert reply.status == 200 and body["truncated"] and body["mask_sample"] and body["failure_kind"] == "session_lost"
 

@@ -1,4 +1,4 @@
-"""The cookie codec (``gymlab.cookies``): what real clients send back, and hostile cookie headers.
+"""The cookie codec (``gymlab._http.cookies``): what real clients send back, and hostile cookie headers.
 
 Every client here keeps its cookies as it always does: aiohttp's ``CookieJar`` (``unsafe=True`` for
 an IP host; it sends a value holding ``=`` in double quotes), httpx's and requests' jars, and curl
@@ -21,9 +21,8 @@ import aiohttp
 import httpx
 import pytest
 
-from gymlab._runtime.serve import ThreadedServer
-from gymlab.client import Cookies
-from gymlab.cookies import (
+from gymlab._http.client import Cookies
+from gymlab._http.cookies import (
     _plain_pair,
     cookie_header,
     request_cookie,
@@ -33,6 +32,7 @@ from gymlab.cookies import (
     set_cookie_attributes,
     set_cookie_pairs,
 )
+from gymlab._runtime.serve import ThreadedServer
 from gymlab.examples import environment_dir, load_environment
 from gymlab.testing.workers import serve_entrypoint
 

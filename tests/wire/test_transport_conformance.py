@@ -1,9 +1,9 @@
-"""HTTP/1.1 client conformance of both socket transports, against raw-socket servers on 127.0.0.1.
+"""HTTP/1.1 client conformance of the socket transport (aiohttp), against raw-socket servers on 127.0.0.1.
 
 Each server is a blocking socket in a thread of its own, so it acts while the client's event loop is
 busy or blocked: a close "just as the request goes out" is a real FIN in the client's socket that
-the loop has not seen yet. Every test runs through a ``gymlab.client.Client`` (the resend loop and
-the typed failures included), on httptools (``http1``) and on aiohttp, unless it names one.
+the loop has not seen yet. Every test runs through a ``gymlab._http.client.Client`` (the resend loop
+and the typed failures included).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ import threading
 
 import pytest
 
-import gymlab.client as client
-import gymlab.http1 as http1
+from gymlab._http import client
 from gymlab.errors import (
     ServerError,
     TransportError,
@@ -141,20 +140,11 @@ def keep_answering(peer: Peer) -> None:
         peer.send(answer(b'{"got": %s, "connection": %d}' % (body, peer.number)))
 
 
-@pytest.fixture(params=["http1", "aiohttp"])
-def transport(request):
-    """Which socket transport plain http:// URLs take."""
-    if request.param == "http1" and not http1.available():
-        pytest.skip("httptools is not installed")
-    return request.param
-
-
 @pytest.fixture
-async def hop(transport):
-    """A ``Client`` of its own (registry and connections): ``hop.post(...)`` is what ``client.post`` does."""
-    own = client.Client(plain=transport)
-    yield own
-    await own.close()
+async def hop():
+    """A ``Client`` of its own (registry and connections), closed after the test."""
+    async with client.Client() as own:
+        yield own
 
 
 @pytest.fixture
@@ -252,22 +242,22 @@ async def test_connection_close_is_honoured(serve, hop):
 # -- a pooled connection the server closed: sent again only when it provably never left ------------
 
 
-async def test_an_idle_connection_the_server_closed_is_replaced_transparently(serve, hop, transport):
+async def test_an_idle_connection_the_server_closed_is_replaced_transparently(serve, hop):
     def one_then_close(peer: Peer) -> None:
         if peer.read_request() is not None:
             peer.send(answer())
 
     server = serve(one_then_close)
     await hop.post_ok(server.url, "/x", {"i": 1})
-    await _client_sees_the_close(hop, transport, server)
+    await server.wait_for(lambda: server.closed_connections == 1)
     await hop.post_ok(server.url, "/x", {"i": 2})
     assert server.bodies() == [b'{"i":1}', b'{"i":2}'] and server.connections == 2
 
 
-async def test_an_idle_connection_closed_as_the_request_goes_out(serve, hop, transport):
+async def test_an_idle_connection_closed_as_the_request_goes_out(serve, hop):
     """The server's FIN is in the client's socket, but the client's loop has not run since: the loop
-    still counts the connection open. http1 polls the socket before writing and uses a new connection;
-    aiohttp writes, finds the connection dropped, and (the request may have arrived) never resends."""
+    still counts the connection open. The client polls the socket before reusing it and takes a new
+    connection, so the request is neither lost nor sent twice."""
     close_now = threading.Event()
 
     def answer_then_close_on_signal(peer: Peer) -> None:
@@ -280,50 +270,24 @@ async def test_an_idle_connection_closed_as_the_request_goes_out(serve, hop, tra
 
     server = serve(answer_then_close_on_signal)
     await hop.post_ok(server.url, "/x", {"i": 1})
-    client_socket = _pooled_socket(hop, transport, server.url)
+    client_socket = _aiohttp_pooled(hop).transport.get_extra_info("socket").fileno()
     close_now.set()  # from here to the next post, the loop does not run: it cannot see the close
     with server.changed:
         assert server.changed.wait_for(lambda: server.closed_connections == 1, WAIT_S)
     assert select.select([client_socket], [], [], WAIT_S)[0]  # the FIN has reached the client's socket
-    if transport == "http1":
-        assert (await hop.post_ok(server.url, "/x", {"i": 2}))["connection"] == 2
-        assert server.bodies() == [b'{"i":1}', b'{"i":2}']
-    else:
-        with pytest.raises(TransportPeerDrop):
-            await hop.post(server.url, "/x", {"i": 2})
-        assert server.bodies() == [b'{"i":1}'] and server.connections == 1
-
-
-def _pooled_socket(hop: client.Client, transport: str, url: str) -> int:
-    """The file descriptor of the one idle pooled connection to ``url``."""
-    if transport == "http1":
-        host, port, _ = http1.address_of(url)
-        (conn,) = hop.http1.pool().idle[(host, port)]
-        assert not conn.closed
-        return conn._fd
-    return _aiohttp_pooled(hop).transport.get_extra_info("socket").fileno()
+    assert (await hop.post_ok(server.url, "/x", {"i": 2}))["connection"] == 2
+    assert server.bodies() == [b'{"i":1}', b'{"i":2}']
 
 
 def _aiohttp_pooled(hop: client.Client):
     """aiohttp's one idle pooled connection (its protocol), or None when it kept none."""
-    pooled = [proto for conns in hop.aiohttp.session().connector._conns.values() for proto, _ in conns]
+    pooled = [proto for conns in hop.transport.session().connector._conns.values() for proto, _ in conns]
     assert len(pooled) <= 1
     return pooled[0] if pooled else None
 
 
-async def _client_sees_the_close(hop: client.Client, transport: str, server: RawServer) -> None:
-    """Wait until the server closed its first connection and the client's loop has seen it (aiohttp
-    drops a pooled connection only then; http1 polls the socket, so the server's close is enough)."""
-    pooled = _aiohttp_pooled(hop) if transport == "aiohttp" else None
-    closed = pooled.closed if pooled is not None else None
-    await server.wait_for(lambda: server.closed_connections == 1)
-    if closed is not None:
-        with contextlib.suppress(Exception):  # a reset ends it with an error
-            await asyncio.wait_for(closed, WAIT_S)
-
-
 @pytest.mark.parametrize("how", ["reset", "writes then closes"])
-async def test_an_idle_connection_the_server_reset_or_wrote_to_is_replaced(serve, hop, transport, how):
+async def test_an_idle_connection_the_server_reset_or_wrote_to_is_replaced(serve, hop, how):
     def answer_then_end(peer: Peer) -> None:
         if peer.number > 1:
             return keep_answering(peer)
@@ -336,7 +300,7 @@ async def test_an_idle_connection_the_server_reset_or_wrote_to_is_replaced(serve
 
     server = serve(answer_then_end)
     await hop.post_ok(server.url, "/x", {"i": 1})
-    await _client_sees_the_close(hop, transport, server)
+    await server.wait_for(lambda: server.closed_connections == 1)
     assert (await hop.post_ok(server.url, "/x", {"i": 2}))["connection"] == 2
     assert server.bodies() == [b'{"i":1}', b'{"i":2}']
 
@@ -425,7 +389,7 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-async def test_a_refused_connection_is_unreachable_and_typed(hop, transport):
+async def test_a_refused_connection_is_unreachable_and_typed(hop):
     url = f"http://127.0.0.1:{_closed_port()}"
     with pytest.raises(TransportUnreachable) as err:
         await hop.post(url, "/run", {}, server="agent")
@@ -433,12 +397,12 @@ async def test_a_refused_connection_is_unreachable_and_typed(hop, transport):
     assert run_failure(err.value, "agent").stage == "admission"
 
 
-async def test_a_refused_connection_is_tried_again_and_reaches_a_server_that_came_up(hop, transport):
+async def test_a_refused_connection_is_tried_again_and_reaches_a_server_that_came_up(hop):
     """The resend loop with the real transport: the port refuses, then listens (opened between tries)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    send = hop.http1.post if transport == "http1" else hop.aiohttp.post
+    send = hop.transport.send
     failures: list[BaseException] = []
     served: list[bytes] = []
 
@@ -451,8 +415,7 @@ async def test_a_refused_connection_is_tried_again_and_reaches_a_server_that_cam
             threading.Thread(target=_answer_once, args=(sock, served), daemon=True).start()
             raise
 
-    transport_object = hop.http1 if transport == "http1" else hop.aiohttp
-    transport_object.post = send_then_listen  # the real transport's post, the port opened after its first try
+    hop.transport.send = send_then_listen  # the real transport's send, the port opened after its first try
     try:
         reply = await hop.post(url, "/x", {"i": 1})
     finally:

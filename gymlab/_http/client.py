@@ -1,28 +1,26 @@
-"""HTTP between servers: one ``Client`` per Lab (or the process's default), cookies kept per rollout.
+"""HTTP between servers: a ``Client`` owned by a Lab or a server, cookies kept per rollout.
 
-A hop goes in-process to a server of the Lab (``gymlab.inproc``), through ``gymlab.http1`` for a plain
-``http://`` URL and through aiohttp for the rest; it is sent again only when it provably never reached
-its server, and any other broken exchange is a typed ``TransportError`` (docs/transport.md).
+A hop goes in-process to a server in the client's registry (``gymlab._http.inproc``) and through
+aiohttp otherwise; it is sent again only when it provably never reached its server, and any other
+broken exchange is a typed ``TransportError`` (docs/transport.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import functools
 import json
-import os
 import re
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import aiohttp
 import orjson
 
-import gymlab.http1 as http1
-import gymlab.inproc as inproc
-from gymlab.cookies import answer_cookie_pairs, cookie_header, request_cookies
+from gymlab._http.cookies import answer_cookie_pairs, cookie_header, request_cookies
+from gymlab._http.inproc import Registry, call
+from gymlab._http.retry import backoff_delay, retrying
+from gymlab._http.wire import AiohttpTransport, Answer, AnswerTooLarge
 from gymlab.errors import (
     ServerError,
     TransportAnswerTooLarge,
@@ -34,15 +32,19 @@ from gymlab.errors import (
 from gymlab.jsonl import loads
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.responses import Message, NeMoGymResponse, OtherItem, Reasoning
-from gymlab.retry import backoff_delay, retrying
 
 #: Seconds to open a connection before giving up (every hop).
 CONNECT_TIMEOUT_S = 10.0
+#: Sends of a request that provably never reached its server (its connection refused) before it fails
+#: as unreachable. A request that went out is never resent.
+SEND_ATTEMPTS = 3
+#: What a socket hop raises when it got no whole answer (ValueErrors, a bad URL or header, are the caller's).
+_BROKEN = (TimeoutError, OSError, aiohttp.ClientError)
 
 
 @dataclass
 class Cookies:
-    """One rollout's cookies, per server URL (read and written by ``gymlab.cookies``)."""
+    """One rollout's cookies, per server URL (read and written by ``gymlab._http.cookies``)."""
 
     by_url: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -65,10 +67,16 @@ class Cookies:
 
 @dataclass
 class Reply:
-    """A server's answer: the status and the body's bytes (decoded to ``text`` on demand)."""
+    """A server's answer: the status, the body's bytes (decoded to ``text`` on demand), the raw headers."""
 
     status: int
     body: bytes
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (any case), or None."""
+        key = name.lower().encode("latin-1")
+        return next((v.decode("latin-1") for k, v in self.headers if k.lower() == key), None)
 
     @property
     def text(self) -> str:
@@ -103,15 +111,17 @@ def _whole_characters(value: Any) -> Any:
     return value
 
 
-def transport_error(server: str, url: str, path: str, exc: BaseException, timeout: float | None) -> TransportError:
+def transport_error(
+    server: str, url: str, path: str, exc: BaseException, timeout: float | None, method: str = "POST"
+) -> TransportError:
     """A broken exchange as its ``TransportError``, by type: nothing sent is unreachable, a timeout is a
     timeout, anything else broke after the request went out."""
-    route = f"POST {path}"
-    if isinstance(exc, (http1.NotSent, aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
+    route = f"{method} {path}"
+    if isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
         return TransportUnreachable(
             server, route, f"cannot connect to {url}: {exc}", "is the server running, and is the URL right?"
         )
-    if isinstance(exc, http1.AnswerTooLarge):
+    if isinstance(exc, AnswerTooLarge):
         return TransportAnswerTooLarge(
             server, route, f"{url} answered too much: {exc}", "the server's answer is endless or runaway; see its log"
         )
@@ -130,48 +140,61 @@ def transport_error(server: str, url: str, path: str, exc: BaseException, timeou
     )
 
 
-#: Sends of a request that provably never reached its server (refused, or a connection found closed
-#: before a byte was written) before it fails as unreachable. A request that went out is never resent.
-SEND_ATTEMPTS = 3
-#: What a socket hop raises when it got no whole answer (ValueErrors, a bad URL or header, are the caller's).
-_BROKEN = (TimeoutError, OSError, aiohttp.ClientError)
-
-
 def _resend_delay(exc: BaseException, attempt: int) -> float | None:
-    """Seconds to wait before sending again after ``exc`` ended try ``attempt``, or None: not again."""
-    if attempt >= SEND_ATTEMPTS:
-        return None
-    if isinstance(exc, http1.NotSent):
-        if exc.stale:
-            return 0.0
-        refused = exc.refused
-    else:
-        refused = isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionRefusedError)
-    return backoff_delay(0.05, attempt, cap_s=0.5) if refused else None
+    """Seconds to wait before sending again after ``exc`` ended try ``attempt``, or None: not again
+    (only a refused connection provably sent nothing)."""
+    refused = isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionRefusedError)
+    return backoff_delay(0.05, attempt, cap_s=0.5) if refused and attempt < SEND_ATTEMPTS else None
 
 
 class Client:
-    """Every hop's HTTP: a Lab's own servers in-process (its ``registry``), plain ``http://`` through
-    http1, the rest through aiohttp. ``plain`` names the transport of plain URLs (``"http1"`` or
-    ``"aiohttp"``; None: http1 where httptools is installed, unless ``GYMLAB_HTTP_CLIENT=aiohttp``).
-    """
+    """Every hop's HTTP: the servers of its ``registry`` in-process (a Lab's own), the rest through its
+    ``transport`` (aiohttp). Made by whoever owns it (a Lab, a server's lifespan, a run) and closed by it."""
 
-    def __init__(
+    def __init__(self, registry: Registry | None = None, transport: AiohttpTransport | None = None):
+        self.registry = registry if registry is not None else Registry()
+        self.transport = transport if transport is not None else AiohttpTransport()
+
+    async def request(
         self,
-        registry: inproc.Registry | None = None,
+        method: str,
+        url: str,
+        path: str,
+        data: bytes | None = None,
         *,
-        plain: str | None = None,
-        http1_transport: http1.Transport | None = None,
-    ):
-        if plain is None:
-            aiohttp_wanted = os.environ.get("GYMLAB_HTTP_CLIENT", "").strip().lower() == "aiohttp"
-            plain = "http1" if http1.available() and not aiohttp_wanted else "aiohttp"
-        if plain not in ("http1", "aiohttp") or (plain == "http1" and not http1.available()):
-            raise ValueError(f"plain={plain!r}: 'http1' (needs httptools) or 'aiohttp'")
-        self.registry = registry if registry is not None else inproc.Registry()
-        self.http1 = http1_transport or http1.Transport()
-        self.aiohttp = http1.AiohttpTransport()
-        self._http1_plain = plain == "http1"
+        headers: dict[str, str] | None = None,
+        cookies: Cookies | None = None,
+        server: str = "",
+        timeout: float | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+    ) -> Reply:
+        """One exchange with ``url + path``, whatever the status; its ``Set-Cookie`` values kept in
+        ``cookies``. ``timeout`` bounds the whole exchange, resends included (None: only each connect is
+        bounded); a broken exchange raises a ``TransportError``."""
+        sent = dict(headers or {})
+        if cookies is not None and (cookie := cookies.header(url)):
+            sent["Cookie"] = cookie
+        if any("\r" in v or "\n" in v for v in sent.values()):  # on every path, not only aiohttp's
+            raise ValueError(f"{server or url}: {method} {path}: a header value holds a line break")
+        local = self.registry.lookup(url)
+        answer: Answer
+        try:
+            async with asyncio.timeout(timeout):
+                if local is not None:  # a server of this registry: into its ASGI app, same answers and failures
+                    answer = await call(local, method, path, data or b"", sent)
+                else:
+                    send = self.transport.send
+                    answer = await retrying(
+                        lambda: send(method, url + path, data, sent, connect_timeout=connect_timeout), _resend_delay
+                    )
+        except _BROKEN as exc:
+            if isinstance(exc, ValueError):
+                raise
+            raise transport_error(server or url, url, path, exc, timeout, method) from exc
+        status, heads, body = answer
+        if cookies is not None:
+            cookies.update_from_values(url, [v for k, v in heads if k.lower() == b"set-cookie"])
+        return Reply(status, body, heads)
 
     async def post(
         self,
@@ -181,34 +204,14 @@ class Client:
         cookies: Cookies | None = None,
         server: str = "",
         timeout: float | None = None,
+        *,
+        headers: dict[str, str] | None = None,
     ) -> Reply:
-        """POST JSON and return the status and body, whatever the status. ``timeout`` bounds the whole
-        exchange, resends included (None: only each connect is bounded); a broken exchange raises a
-        ``TransportError``."""
-        headers = {"Content-Type": "application/json"}
-        if cookies is not None and (cookie := cookies.header(url)):
-            headers["Cookie"] = cookie
-        data = _dumps(payload)
-        local = self.registry.lookup(url)
-        try:
-            async with asyncio.timeout(timeout):
-                if local is not None:  # a server of this Lab: into its ASGI app, with the same answers and failures
-                    status, heads, body = await inproc.call(local, "POST", path, data, headers)
-                    set_cookies = [v for k, v in heads if k.lower() == b"set-cookie"] if cookies is not None else ()
-                else:
-                    plain = self._http1_plain and http1.address_of(url) is not None  # address_of is cached
-                    send = self.http1.post if plain else self.aiohttp.post
-                    answer = await retrying(
-                        lambda: send(url, path, data, headers, connect_timeout=CONNECT_TIMEOUT_S), _resend_delay
-                    )
-                    status, body, set_cookies = answer.status, answer.body, answer.set_cookies
-        except _BROKEN as exc:
-            if isinstance(exc, ValueError):
-                raise
-            raise transport_error(server or url, url, path, exc, timeout) from exc
-        if cookies is not None and set_cookies:
-            cookies.update_from_values(url, set_cookies)
-        return Reply(status, body)
+        """POST ``payload`` as JSON and return the answer, whatever the status (``request``)."""
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        return await self.request(
+            "POST", url, path, _dumps(payload), headers=sent, cookies=cookies, server=server, timeout=timeout
+        )
 
     async def post_ok(
         self,
@@ -218,86 +221,35 @@ class Client:
         cookies: Cookies | None = None,
         server: str = "",
         timeout: float | None = None,
+        *,
+        headers: dict[str, str] | None = None,
     ) -> Any:
         """POST JSON and return the parsed answer; an error status raises ``ServerError`` carrying the
         typed ``failure`` the error body gave, if any."""
-        return _parsed(await self.post(url, path, payload, cookies, server, timeout), path, server or url)
+        reply = await self.post(url, path, payload, cookies, server, timeout, headers=headers)
+        return parsed(reply, path, server or url)
+
+    async def ask_model(
+        self, url: str, body: dict[str, Any], *, server: str = "model server", timeout: float | None = None
+    ) -> NeMoGymResponse:
+        """``POST /v1/responses``: the model's response. An answer that is not a Responses object raises
+        ``ServerError`` with a provider failure: a non-answer is never graded as empty."""
+        return _model_response(await self.post(url, "/v1/responses", body, server=server, timeout=timeout), server)
 
     async def close(self) -> None:
-        """Close the running loop's connections (servers call ``close_http_session`` on shutdown)."""
-        self.http1.close()
-        await self.aiohttp.close()
+        """Close the running loop's connections."""
+        await self.transport.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.close()
 
 
-_current: contextvars.ContextVar[Client | None] = contextvars.ContextVar("gymlab_client", default=None)
-
-
-@functools.cache
-def default_client() -> Client:
-    """The process's client: the default in-process registry and transports (made on first use)."""
-    return Client(inproc.REGISTRY, http1_transport=http1.DEFAULT)
-
-
-def current_client() -> Client:
-    """The client hops made in this context use: the one ``using_client`` set, else the default."""
-    return _current.get() or default_client()
-
-
-@contextlib.contextmanager
-def using_client(client: Client):
-    """Make ``client`` the one the module's functions use in this context (and the tasks it starts)."""
-    token = _current.set(client)
-    try:
-        yield client
-    finally:
-        _current.reset(token)
-
-
-async def post(
-    url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "", timeout: float | None = None
-) -> Reply:
-    """``Client.post`` of ``current_client()``."""
-    return await current_client().post(url, path, payload, cookies, server, timeout)
-
-
-async def post_ok(
-    url: str, path: str, payload: Any, cookies: Cookies | None = None, server: str = "", timeout: float | None = None
-) -> Any:
-    """``Client.post_ok`` of ``current_client()``."""
-    return await current_client().post_ok(url, path, payload, cookies, server, timeout)
-
-
-async def ask_model_server(
-    url: str, body: dict, *, server: str = "model server", timeout: float | None = None
-) -> NeMoGymResponse:
-    """``POST /v1/responses`` through ``current_client()``: the model's response. An answer that is not a
-    Responses object raises ``ServerError`` with a provider failure: a non-answer is never graded as empty."""
-    return _model_response(await post(url, "/v1/responses", body, server=server, timeout=timeout), server)
-
-
-def http_session() -> aiohttp.ClientSession:
-    """The running loop's aiohttp session of ``current_client()`` (for requests other than a JSON POST)."""
-    return current_client().aiohttp.session()
-
-
-async def close_http_session() -> None:
-    """Close the running loop's connections of ``current_client()`` (servers call this on shutdown)."""
-    await current_client().close()
-
-
-@contextlib.asynccontextmanager
-async def http_scope():
-    """Close the running loop's connections on exit if this scope opened the first of them, so no pool
-    outlives a caller's short-lived loop (``asyncio.run(acollect(...))``)."""
-    existed = current_client().aiohttp.has_session()
-    try:
-        yield
-    finally:
-        if not existed:
-            await close_http_session()
-
-
-def _parsed(reply: Reply, path: str, server: str) -> Any:
+def parsed(reply: Reply, path: str, server: str) -> Any:
     """The parsed body of a 2xx ``reply``; an error status or a body that is not JSON raises ``ServerError``."""
     if not reply.ok:  # a gymlab error body names the server and may share its traceback
         fields = _body_fields(reply.text)
@@ -326,7 +278,7 @@ def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
         if response is not None and "output" in response.model_fields_set and not getattr(response, "error", None):
             if _non_answer(response) is None:
                 return response
-    answer = _parsed(reply, "/v1/responses", server)
+    answer = parsed(reply, "/v1/responses", server)
     problem = None
     if not (isinstance(answer, dict) and isinstance(answer.get("output"), list)) or answer.get("error"):
         problem = "a body that is not a Responses object"
@@ -381,7 +333,7 @@ def _dumps(payload: Any) -> bytes:
         return json.dumps(payload).encode()
 
 
-def _body_fields(text: str) -> dict:
+def _body_fields(text: str) -> dict[str, Any]:
     """The fields of a JSON error body ({} for one that is not a JSON object)."""
     try:
         body = json.loads(text)
@@ -403,6 +355,18 @@ def error_message(text: str) -> str:
     """The human part of an error body (gymlab's ``detail``/``message``, or the raw text)."""
     body = _body_fields(text)
     for key in ("detail", "message", "error"):
-        if isinstance(body.get(key), str):
-            return body[key]
+        if isinstance(value := body.get(key), str):
+            return value
     return json.dumps(body["detail"])[:500] if "detail" in body else text[:500]
+
+
+def fetch(method: str, url: str, path: str, *, timeout: float) -> Reply:
+    """One request from sync code (waiting for a process to serve, reading a schema), on gymlab's loop
+    with a client made for it and closed after."""
+    from gymlab._sync import run_sync
+
+    async def once() -> Reply:
+        async with Client() as client:
+            return await client.request(method, url, path, server=url, timeout=timeout)
+
+    return run_sync(once())

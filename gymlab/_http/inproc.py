@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymlab.http1 import MAX_ANSWER, AnswerTooLarge
+from gymlab._http.wire import MAX_ANSWER, Answer, AnswerTooLarge
 
 log = logging.getLogger("gymlab.server")
 
@@ -39,7 +39,7 @@ class LocalApp(Bound):
     host: str
     port: int
     name: str = ""
-    state: Callable[[], dict] = field(default=dict)  # the app's lifespan state, as uvicorn passes it
+    state: Callable[[], dict[str, Any]] = field(default=dict)  # the app's lifespan state, as uvicorn passes it
 
 
 class AppDropped(ConnectionError):
@@ -47,7 +47,7 @@ class AppDropped(ConnectionError):
 
 
 class Registry:
-    """The servers reachable in-process, by URL: a Lab's own (handed to its ``Client``), or ``REGISTRY``."""
+    """The servers reachable in-process, by URL: a Lab's own, handed to its ``Client`` (never shared)."""
 
     def __init__(self) -> None:
         self._apps: dict[str, LocalApp] = {}
@@ -73,14 +73,7 @@ class Registry:
         return entry if entry.loop is running else None
 
 
-#: The registry of servers started outside any Lab's own (and of callers that name none).
-REGISTRY = Registry()
-register, unregister, lookup = REGISTRY.register, REGISTRY.unregister, REGISTRY.lookup
-
-
-async def call(
-    entry: LocalApp, method: str, path: str, body: bytes, headers: dict[str, str]
-) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
     """One request through ``entry.app``: ``(status, headers, body)``, as uvicorn would deliver it."""
     raw_path, _, query = path.partition("?")
     scope = {
@@ -109,13 +102,13 @@ async def call(
     chunks: list[bytes] = []
     size = 0
 
-    async def receive() -> dict:
+    async def receive() -> dict[str, Any]:
         if request:
             return request.pop()
         await finished.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: dict[str, Any]) -> None:
         nonlocal status, size
         if message["type"] == "http.response.start":
             status = message["status"]
@@ -148,6 +141,3 @@ async def call(
     if status is None:
         raise AppDropped(f"{entry.name or entry.url}: {method} {raw_path} returned without answering")
     return status, answer_headers, b"".join(chunks)
-
-
-__all__ = ["REGISTRY", "AppDropped", "LocalApp", "Registry", "call", "lookup", "register", "unregister"]

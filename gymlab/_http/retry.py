@@ -1,6 +1,6 @@
 """One retry rule: a failure is retried by its kind, never its text or status (the transport and
-provider kinds may pass; any other kind is the episode's own outcome), and ``retrying`` is the one
-retry loop, each caller passing its rule for which failure is tried again and after how long.
+provider kinds may pass, and a release's own failure; any other kind is the episode's own outcome),
+and ``retrying`` is the one retry loop, each caller passing which failure is tried again and when.
 """
 
 from __future__ import annotations
@@ -16,20 +16,24 @@ T = TypeVar("T")
 #: Prefixes of the failure kinds worth retrying (``gymlab.protocol.failure_kinds``).
 RETRIED_PREFIXES = ("transport_", "provider_")
 
+#: Kinds a session's release may fail with that a later release may not (it is idempotent on the server).
+RELEASE_RETRIED = frozenset({"session_release_failed", "shutdown"})
+
 #: Seconds an episode's failures that may pass are retried for, from its first failed try, whatever
 #: the retry count: a server restarting or a network outage of a few seconds is ridden out.
 RETRY_SPAN_S = 20.0
 
 
-def retried(kind: str | None) -> bool:
-    """True when an episode that failed with ``kind`` may succeed if run again."""
-    return kind is not None and kind.startswith(RETRIED_PREFIXES)
+def retried(kind: str | None, *, release: bool = False) -> bool:
+    """True when an episode (``release``: a session's release) that failed with ``kind`` may succeed
+    if tried again."""
+    return kind is not None and (kind.startswith(RETRIED_PREFIXES) or (release and kind in RELEASE_RETRIED))
 
 
 def backoff_delay(base_s: float, attempt: int, cap_s: float = 60.0) -> float:
     """Seconds to wait before retry ``attempt`` (1-based): ``base_s`` doubling, capped, jittered
     to 50-100 % so many clients that failed together do not retry together."""
-    return min(cap_s, base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+    return min(cap_s, base_s * 2.0 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
 
 def episode_retry(
@@ -59,4 +63,12 @@ async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception,
             await asyncio.sleep(delay)
 
 
-__all__ = ["RETRIED_PREFIXES", "RETRY_SPAN_S", "backoff_delay", "episode_retry", "retried", "retrying"]
+__all__ = [
+    "RELEASE_RETRIED",
+    "RETRIED_PREFIXES",
+    "RETRY_SPAN_S",
+    "backoff_delay",
+    "episode_retry",
+    "retried",
+    "retrying",
+]

@@ -1,4 +1,4 @@
-"""The httptools client of plain http:// hops: keep-alive, cookies, chunked answers, typed failures.
+"""The ``Client`` of every hop: keep-alive, cookies, chunked answers, typed failures, its own registry.
 
 Against real servers on 127.0.0.1: uvicorn for well-behaved answers, a raw asyncio server for the
 misbehaving ones (it drops, stalls or answers garbage), so each failure is the real socket event.
@@ -11,12 +11,9 @@ import contextlib
 
 import pytest
 
-import gymlab.http1 as http1
+from gymlab._http.client import Client, Cookies
 from gymlab._runtime.serve import ThreadedServer
-from gymlab.client import Cookies, post, post_ok
 from gymlab.errors import TransportPeerDrop, TransportTimeout, TransportUnreachable
-
-pytestmark = pytest.mark.skipif(not http1.available(), reason="httptools is not installed")
 
 
 async def _echo_app(scope, receive, send):
@@ -50,6 +47,13 @@ async def _echo_app(scope, receive, send):
 
 
 @pytest.fixture
+async def hop():
+    """A client of the test's own (its registry empty: every hop over the socket), closed after."""
+    async with Client() as own:
+        yield own
+
+
+@pytest.fixture
 def echo():
     server = ThreadedServer(_echo_app, name="echo").start()
     yield server
@@ -79,59 +83,56 @@ async def raw_server(on_request):
         await server.wait_closed()
 
 
-async def test_answers_reuse_one_keep_alive_connection(echo):
-    answers = [await post_ok(echo.url, "/x", {"i": i}) for i in range(5)]
+async def test_answers_reuse_one_keep_alive_connection(hop, echo):
+    answers = [await hop.post_ok(echo.url, "/x", {"i": i}) for i in range(5)]
     assert [a["got"] for a in answers] == [{"i": i} for i in range(5)]
     assert len({a["port"] for a in answers}) == 1  # one connection carried all five
-    http1.close_pool()
 
 
-async def test_cookies_are_kept_per_rollout_and_status_and_chunked_body_come_through(echo):
+async def test_cookies_are_kept_per_rollout_and_status_and_chunked_body_come_through(hop, echo):
     jar = Cookies()
-    first = await post(echo.url, "/created", {"a": 1}, cookies=jar)
+    first = await hop.post(echo.url, "/created", {"a": 1}, cookies=jar)
     assert first.status == 201
-    second = (await post(echo.url, "/x", {}, cookies=jar)).json()
+    second = (await hop.post(echo.url, "/x", {}, cookies=jar)).json()
     assert second["cookie"] == f"jar={first.json()['port']}"
-    assert (await post(echo.url, "/x", {})).json()["cookie"] == ""  # no jar, no cookie
-    chunked = await post_ok(echo.url, "/chunked", {"b": [1, 2]})
+    assert (await hop.post(echo.url, "/x", {})).json()["cookie"] == ""  # no jar, no cookie
+    chunked = await hop.post_ok(echo.url, "/chunked", {"b": [1, 2]})
     assert chunked["got"] == {"b": [1, 2]}
-    http1.close_pool()
 
 
-async def test_a_restarted_server_on_the_same_port_is_reached_on_a_new_connection():
+async def test_a_restarted_server_on_the_same_port_is_reached_on_a_new_connection(hop):
     server = ThreadedServer(_echo_app, name="echo").start()
     port = server.port
-    before = await post_ok(server.url, "/x", {})
+    before = await hop.post_ok(server.url, "/x", {})
     server.stop()
     again = ThreadedServer(_echo_app, port=port, name="echo").start()
     try:
-        after = await post_ok(again.url, "/x", {})  # the pooled connection is dead: one retry, fresh
+        after = await hop.post_ok(again.url, "/x", {})  # the pooled connection is dead: one retry, fresh
         assert after["port"] != before["port"]
     finally:
         again.stop()
-        http1.close_pool()
 
 
-async def test_unreachable_server_is_a_typed_transport_failure():
+async def test_unreachable_server_is_a_typed_transport_failure(hop):
     async with raw_server(lambda r, w: asyncio.sleep(0)) as (url, _, _):
         pass  # the port is free again once the server closed
     with pytest.raises(TransportUnreachable) as err:
-        await post(url, "/x", {}, server="gone")
+        await hop.post(url, "/x", {}, server="gone")
     assert err.value.failure.kind == "transport_unreachable" and err.value.status == 0
     assert "gone" in str(err.value)
 
 
-async def test_a_peer_that_drops_before_answering_is_a_peer_drop():
+async def test_a_peer_that_drops_before_answering_is_a_peer_drop(hop):
     async def drop(reader, writer):
         writer.transport.abort()
 
     async with raw_server(drop) as (url, _, _):
         with pytest.raises(TransportPeerDrop) as err:
-            await post(url, "/x", {}, server="dropper")
+            await hop.post(url, "/x", {}, server="dropper")
     assert err.value.failure.kind == "transport_peer_drop"
 
 
-async def test_garbage_bytes_are_a_peer_drop_not_an_answer():
+async def test_garbage_bytes_are_a_peer_drop_not_an_answer(hop):
     async def garbage(reader, writer):
         writer.write(b"NOT HTTP AT ALL\r\n\r\n")
         await writer.drain()
@@ -139,29 +140,28 @@ async def test_garbage_bytes_are_a_peer_drop_not_an_answer():
 
     async with raw_server(garbage) as (url, _, closed):
         with pytest.raises(TransportPeerDrop) as err:
-            await post(url, "/x", {}, server="garbler")
+            await hop.post(url, "/x", {}, server="garbler")
         await asyncio.wait_for(closed.wait(), 30)  # the client closed the connection it gave up on
     assert err.value.failure.kind == "transport_peer_drop"
 
 
-async def test_a_silent_server_times_out_and_its_connection_is_closed():
+async def test_a_silent_server_times_out_and_its_connection_is_closed(hop):
     async def stall(reader, writer):
         await reader.read()  # never answers; returns when the client hangs up
 
     async with raw_server(stall) as (url, _, closed):
         with pytest.raises(TransportTimeout) as err:
-            await post(url, "/x", {}, server="staller", timeout=0.3)
+            await hop.post(url, "/x", {}, server="staller", timeout=0.3)
         await asyncio.wait_for(closed.wait(), 30)  # the server saw the hang-up
     assert err.value.failure.kind == "transport_timeout"
-    assert http1.DEFAULT.pool().idle.get(("127.0.0.1", int(url.rsplit(":", 1)[1]))) is None
 
 
-async def test_a_cancelled_call_closes_its_connection():
+async def test_a_cancelled_call_closes_its_connection(hop):
     async def stall(reader, writer):
         await reader.read()
 
     async with raw_server(stall) as (url, got, closed):
-        task = asyncio.ensure_future(post(url, "/x", {}))
+        task = asyncio.ensure_future(hop.post(url, "/x", {}))
         await asyncio.wait_for(got.wait(), 30)  # the request is out
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -169,17 +169,9 @@ async def test_a_cancelled_call_closes_its_connection():
         await asyncio.wait_for(closed.wait(), 30)
 
 
-def test_only_plain_http_urls_take_this_path():
-    assert http1.address_of("http://127.0.0.1:8000") == ("127.0.0.1", 8000, b"127.0.0.1:8000")
-    assert http1.address_of("http://localhost") == ("localhost", 80, b"localhost")
-    assert http1.address_of("https://api.example.com") is None
-    assert http1.address_of("http://host:8000/v1") is None  # a base path: aiohttp joins it
-    assert http1.address_of("http://host:notaport") is None
-
-
-async def test_line_breaks_never_reach_the_request_head(echo):
-    with pytest.raises(ValueError, match="line break"):
-        await http1.post(echo.url, "/x", b"{}", {"Cookie": "a=1\r\nX-Evil: 1"}, connect_timeout=5)
-    with pytest.raises(ValueError, match="line breaks"):
-        await http1.post(echo.url, "/x HTTP/1.1\r\nX: y", b"{}", {}, connect_timeout=5)
-    http1.close_pool()
+async def test_line_breaks_never_reach_the_request_head(hop, echo):
+    for url in (echo.url, "http://127.0.0.1:9"):  # over the socket, and into a registry's app
+        with pytest.raises(ValueError, match="line break"):
+            await hop.post(url, "/x", {}, headers={"Cookie": "a=1\r\nX-Evil: 1"})
+    smuggled = await hop.post_ok(echo.url, "/x HTTP/1.1\r\nCookie: evil=1", {})
+    assert smuggled["cookie"] == ""  # the path is escaped: no header of its own
