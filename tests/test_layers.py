@@ -281,8 +281,8 @@ def test_a_package_cycle_of_modules_without_a_module_cycle_is_reported(tmp_path)
     assert cycles(package_graph(graph)) == [["gymlab.cli", "gymlab.lab", "gymlab.cli"]]
     layers = [("lab", ["gymlab.lab"]), ("CLI", ["gymlab.cli"]), ("public API", ["gymlab"])]
     assert upward_edges(graph, layers) == [
-        "gymlab.lab.a -> gymlab.cli (lab imports top)",
-        "gymlab.lab.a -> gymlab.cli.b (lab imports top)",
+        "gymlab.lab.a -> gymlab.cli (lab imports CLI)",
+        "gymlab.lab.a -> gymlab.cli.b (lab imports CLI)",
     ]
 
 
