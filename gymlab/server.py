@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 from typing import Any, ClassVar
@@ -142,6 +143,12 @@ class BaseServer(BaseModel):
             untyped_body(app, type(self).__name__)
             self._app = app
         return self._app
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        """What runs from the server's startup to its stop (async context managers, e.g. an HTTP client or
+        ``gymlab._runtime.app.on_stop(close)``): entered in order, left in reverse; the app's one lifespan
+        composes them. Subclasses extend ``super().lifespan_parts()``; called once per start."""
+        return []
 
     def stop_work(self) -> None:
         """Called (from any thread) as the server begins to stop (a Lab's close, a handle's stop, the first

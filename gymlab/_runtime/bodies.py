@@ -53,6 +53,17 @@ async def request_body(scope, receive) -> tuple[bytes, object]:
     return body, replaying(body, receive, after)
 
 
+def close_follows(body: bytes | None) -> bool:
+    """Whether a ``/verify`` body says a close follows (``close_follows: true``): the episode is not over."""
+    if not body or b"close_follows" not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("close_follows") is True
+
+
 class BodyGuardMiddleware:
     """Outermost ASGI middleware: 413 past ``max_bytes``, 422 for non-finite JSON numbers."""
 

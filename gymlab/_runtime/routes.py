@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-NONE, USE, START, END, VERIFY, STEP = range(6)
+NONE, USE, START, END, VERIFY = range(5)
 
 #: Routes that open a session's ownership (besides a server's ``checkpoint_session_starts``).
 START_ROUTES = frozenset({"/seed_session", "/reset", "/v1/agent_sessions"})
 #: Routes that end it (besides ``/verify`` and a server's ``checkpoint_session_ended``).
 END_ROUTES = frozenset({"/close_session", "/close", "/v1/agent_sessions/close"})
 VERIFY_ROUTES = frozenset({"/verify"})
-#: Gymnasium transitions: the answer that says terminated or truncated ends the session.
-STEP_ROUTES = frozenset({"/step"})
+#: Set in a request's scope by the server that ended its session in it (a Gymnasium step that
+#: terminated): the worker router reads it, never the answer's bytes.
+SESSION_ENDED = "gymlab.session_ended"
 #: Body keys that name a session in a seed or close (resources server, agent server).
 BODY_ID_KEYS = ("resources_session_id", "agent_session_id")
 
@@ -26,15 +27,15 @@ class RouteKinds:
     """The session kind of each ``(method, path)`` of one app (cached; routes are read at request time,
     so routes a subclass adds after the app is built count)."""
 
-    def __init__(self, fastapi_app: Any, server: Any = None):
-        cls = type(server) if server is not None else object
-        self.app = fastapi_app
+    def __init__(self, server: Any):
+        cls = type(server)
+        self.app: Any = None  # the app, set once it is built
         self.starts = START_ROUTES | frozenset(getattr(cls, "checkpoint_session_starts", ()))
         self.ends = END_ROUTES | frozenset(getattr(cls, "checkpoint_session_ended", ()))
         self._kinds: dict[tuple[str, str], tuple[int, bool]] = {}
 
     def kind(self, scope: dict) -> int:
-        """NONE, USE, START, END, VERIFY or STEP."""
+        """NONE, USE, START, END or VERIFY."""
         return self._lookup(scope)[0]
 
     def assigns_id(self, scope: dict) -> bool:
@@ -70,7 +71,7 @@ class RouteKinds:
                     return VERIFY, uses
                 if not uses:
                     return NONE, False
-                return (STEP if path in STEP_ROUTES else USE), True
+                return USE, True
         return NONE, False  # no route: a 404 (or 405) that no session is needed for
 
 

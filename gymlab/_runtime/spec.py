@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
     from pydantic import SecretStr
 
 
@@ -27,5 +29,7 @@ class ServerSpec(Protocol):
     def model_fields_set(self) -> set[str]: ...
 
     def multiple_workers_unsupported_reason(self) -> str | None: ...
+
+    def lifespan_parts(self) -> list[AbstractAsyncContextManager]: ...
 
     def model_dump(self, *, mode: str = ..., include: Any = ...) -> dict[str, Any]: ...

@@ -15,6 +15,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from gymlab._runtime.app import on_stop
 from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.agents.sessions import agent_sessions, mount_agent_session_routes
 from gymlab.client import Cookies, ask_model_server, close_http_session, post_ok
@@ -167,17 +168,12 @@ class BaseAgent(BaseServer):
         app = super().setup_webserver()
         mount_agent_session_routes(app, lambda: self.episode_sessions, self.seed_agent_session)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
-
-        @contextlib.asynccontextmanager
-        async def lifespan(_app):
-            yield
-            await self.release_retries.aclose()
-            await close_http_session()
-
-        app.router.lifespan_context = lifespan
         app.exception_handler(EpisodeFailed)(episode_failed)
         app.add_middleware(CancelOnHangup)  # a caller that hangs up stops its episode and frees its session
         return app
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        return [*super().lifespan_parts(), on_stop(self.release_retries.aclose, close_http_session)]
 
     @property
     def episode_sessions(self):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from gymlab._runtime.app import on_stop
 from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.client import close_http_session, error_message, http_session
 from gymlab.errors import ConfigError, ConversionError, GymlabError, UpstreamError, error_body
@@ -73,9 +75,12 @@ class OpenAIModel(BaseServer):
         app = super().setup_webserver()
         app.add_exception_handler(UpstreamError, self._upstream_error)
         app.add_exception_handler(ConversionError, self._conversion_error)
-        serve_responses(app, self.respond, close_http_session)
+        serve_responses(app, self.respond)
         app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # no upstream call for a gone caller
         return app
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        return [*super().lifespan_parts(), on_stop(close_http_session)]
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         if self.mode == "chat_completions":

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from gymlab._runtime.episodes import mount_episode_routes
+from gymlab._runtime.routes import SESSION_ENDED
 from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol import SESSION_ID_KEY, NeMoGymResponse
 from gymlab.protocol.failure_kinds import validate_failure_kind
@@ -132,7 +133,10 @@ class GymnasiumServer(EpisodeServer):
         return answer
 
     async def _step_route(self, request: Request, body: GymnasiumStepRequest) -> GymnasiumStepResponse:
-        return await self.step_session(body.response, body.metadata(), request.session[SESSION_ID_KEY])
+        answer = await self.step_session(body.response, body.metadata(), request.session[SESSION_ID_KEY])
+        if answer.terminated or answer.truncated:
+            request.scope[SESSION_ENDED] = True  # its state is released: the worker router frees its ownership
+        return answer
 
     async def _close_route(self, request: Request) -> GymnasiumCloseResponse:
         """Release this cookie's episode (gymlab's addition; the reference protocol has no close)."""

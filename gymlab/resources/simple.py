@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import math
@@ -20,10 +21,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
-from gymlab._runtime.bodies import BODY_KEY
+from gymlab._runtime.app import on_stop
+from gymlab._runtime.bodies import BODY_KEY, close_follows
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.offload import WorkerPool
-from gymlab._runtime.ownership import _close_follows
 from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol import (
     SESSION_ID_KEY,
@@ -180,10 +181,8 @@ class EpisodeServer(BaseServer):
         """Resident bytes past which a worker exits after answering, freeing what it held (None: never)."""
         return None
 
-    def setup_webserver(self) -> FastAPI:
-        app = super().setup_webserver()
-        app.router.on_shutdown.append(self.close_work)  # the server stops: its worker processes too
-        return app
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        return [*super().lifespan_parts(), on_stop(self.close_work)]  # the server stops: its worker processes too
 
     def close_work(self) -> None:
         """Stop this server's worker processes (a later ``offload`` starts new ones)."""
@@ -233,6 +232,7 @@ class SimpleResourcesServer(EpisodeServer):
     )
     mcp_max_sessions: int = Field(default=1000, ge=1, description="Most /mcp sessions open at once (LRU idle evicted).")
     mcp_session_ttl_seconds: float = Field(default=600.0, gt=0, description="An /mcp session idle this long ends.")
+    _mcp: Any = PrivateAttr(default=None)  # the /mcp endpoint (McpTools), its session manager a lifespan part
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -243,8 +243,12 @@ class SimpleResourcesServer(EpisodeServer):
         if self.serve_mcp:  # off by default: nothing of MCP is imported, mounted or run
             from gymlab.resources.mcp_tools import mount_mcp
 
-            mount_mcp(app, self)
+            self._mcp = mount_mcp(app, self)
         return app
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        parts = super().lifespan_parts()
+        return [*parts, self._mcp.running()] if self._mcp is not None else parts
 
     async def seed_session(self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         """Initialise an episode; the default does nothing."""
@@ -288,7 +292,7 @@ class SimpleResourcesServer(EpisodeServer):
         except (WorkBudgetExceeded, WorkerDied) as exc:  # the grader, not the answer: masked
             return JSONResponse(masked_verification(_body_of(call), "verifier_error", str(exc)).model_dump(mode="json"))
         finally:
-            if sid in self.session_state and not _close_follows(request.scope.get(BODY_KEY)):
+            if sid in self.session_state and not close_follows(request.scope.get(BODY_KEY)):
                 await self._release(sid)
 
 
