@@ -14,8 +14,7 @@ from gymlab._runtime.env import read_config
 
 
 def untyped_body(app: FastAPI, server: str) -> None:
-    """Refuse a POST route whose endpoint has a parameter with no type: FastAPI reads it as a query
-    parameter, and every call fails with a 422 (``query.body: Field required``) nobody asked for."""
+    """Refuse a POST route whose endpoint has an untyped parameter (FastAPI would 422 every call)."""
     import inspect
 
     for route in app.routes:
@@ -52,10 +51,7 @@ class _HybridMethod:
 
 
 class BaseServer(BaseModel):
-    """A server's configuration and behaviour. Subclasses add routes in ``setup_webserver``.
-
-    Fields are the server's config (YAML keys); per-episode state goes in dicts keyed by session id.
-    """
+    """A server's configuration (fields: the YAML keys) and behaviour (routes added in ``setup_webserver``)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", ignored_types=(_HybridMethod,))
 
@@ -145,15 +141,13 @@ class BaseServer(BaseModel):
         return self._app
 
     def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
-        """What runs from the server's startup to its stop (async context managers, e.g. an HTTP client or
-        ``gymlab._runtime.app.on_stop(close)``): entered in order, left in reverse; the app's one lifespan
-        composes them. Subclasses extend ``super().lifespan_parts()``; called once per start."""
+        """Async context managers held from the server's startup to its stop (e.g. an HTTP client,
+        ``_runtime.app.on_stop(close)``), composed into the app's lifespan; subclasses extend super()'s."""
         return []
 
     def stop_work(self) -> None:
-        """Called (from any thread) as the server begins to stop (a Lab's close, a handle's stop, the first
-        Ctrl-C or SIGTERM in the foreground), before its in-flight requests are waited for: end long-running
-        work (a generation) so they answer now. The default has none to end."""
+        """Called (from any thread) as the server begins to stop, before its in-flight requests are waited
+        for: end long-running work (a generation) so they answer now."""
 
     def multiple_workers_unsupported_reason(self) -> str | None:
         """Why this server needs one worker (state that session routing cannot reach), or None."""
@@ -161,10 +155,7 @@ class BaseServer(BaseModel):
 
     @_HybridMethod
     def run_webserver(self) -> FastAPI | None:
-        """Serve in the foreground on the configured host and port (Ctrl-C stops).
-
-        With ``num_workers > 1`` this starts the workers; inside a worker it returns the app instead.
-        """
+        """Serve in the foreground (Ctrl-C stops); starts ``num_workers > 1`` workers; in a worker, the app."""
         from gymlab._runtime import workers
 
         if workers.worker_context() is not None:

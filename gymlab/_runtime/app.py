@@ -18,6 +18,7 @@ from starlette.middleware import Middleware
 
 from gymlab._runtime.bodies import BodyGuardMiddleware
 from gymlab._runtime.ownership import SessionOwnershipMiddleware
+from gymlab._runtime.plain import PlainRoute
 from gymlab._runtime.reaper import SessionActivityMiddleware, reaping
 from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionCookie, SessionMiddleware
@@ -42,6 +43,7 @@ def build_app(server: ServerSpec) -> FastAPI:
         lifespan=_lifespan(server),
     )
     kinds.app = app
+    app.router.route_class = PlainRoute  # FastAPI's documented custom route class, for every route added
 
     @app.get("/health")
     async def health() -> dict:

@@ -1,9 +1,5 @@
-"""Which session use a request has, decided from the route and its handler.
-
-One rule for the session cookie (``sessions.py``) and worker routing (``ownership.py``): a seed opens
-its session, a close or ``/verify`` ends it, and any other route uses it only when its handler (or a
-dependency) takes the ``Request`` and is not marked ``@sessionless`` (docs/runtime.md).
-"""
+"""Which session use a request has, decided from the route and its handler: one rule for the session
+cookie and worker routing (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ BODY_ID_KEYS = ("resources_session_id", "agent_session_id")
 
 
 class RouteKinds:
-    """The session kind of each ``(method, path)`` of one app (cached; routes are read at request time,
-    so routes a subclass adds after the app is built count)."""
+    """The session kind of each ``(method, path)`` of one app, cached (routes read at request time)."""
 
     def __init__(self, server: Any):
         cls = type(server)
@@ -39,8 +34,7 @@ class RouteKinds:
         return self._lookup(scope)[0]
 
     def assigns_id(self, scope: dict) -> bool:
-        """Whether a request without a session ID gets a new one (and so a cookie): a seed always; a
-        close, verify or other route only when its handler can read the session."""
+        """Whether a request without a session ID gets one: a seed always, else when its handler reads it."""
         kind, uses = self._lookup(scope)
         return kind == START or (kind != NONE and uses)
 
@@ -76,8 +70,7 @@ class RouteKinds:
 
 
 def sessionless(handler):
-    """Mark a handler that takes the ``Request`` but never reads or writes the session: its requests
-    get no session ID, no cookie and no worker ownership."""
+    """Mark a handler that takes the ``Request`` but never uses the session: no ID, cookie or ownership."""
     handler.gymlab_sessionless = True
     return handler
 

@@ -1,10 +1,5 @@
-"""Per-rollout session IDs in a signed session cookie, decoded and set only where a session is used.
-
-The cookie has Starlette's format (itsdangerous-signed JSON); a request whose handler cannot see the session
-(``routes.RouteKinds``) gets none, a cookie is verified once per value, ``Set-Cookie`` is sent only on a
-change, and a seed or close body's session ID becomes the session's (409 when the cookie names another).
-docs/runtime.md has the rules.
-"""
+"""Per-rollout session IDs in a signed session cookie (Starlette's format), decoded and set only where
+a session is used; a seed or close body's session ID becomes the session's (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +25,7 @@ NAMED_WITHOUT_COOKIE = "gymlab.named_without_cookie"
 
 
 def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] | None:
-    """``(key, id)`` of the session a JSON body names, or None (not JSON, not an object, no ID of 1 to
-    ``MAX_SESSION_ID_LENGTH`` characters: the route then answers 4xx); the parsed body is left in ``scope``."""
+    """``(key, id)`` of the session a JSON body names, or None; the parsed body is left in ``scope``."""
     if not body or b"_session_id" not in body:
         return None
     try:

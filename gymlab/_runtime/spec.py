@@ -1,5 +1,4 @@
-"""What the runtime reads of a server: a structural type, so the runtime never imports ``gymlab.server``
-(which imports the runtime); any object with these fields is served, and ``BaseServer`` is one."""
+"""What the runtime reads of a server: a structural type, so the runtime never imports ``gymlab.server``."""
 
 from __future__ import annotations
 
