@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
+from starlette.middleware import Middleware
 
 from gymlab._runtime.env import read_config
 
@@ -139,6 +140,11 @@ class BaseServer(BaseModel):
             untyped_body(app, type(self).__name__)
             self._app = app
         return self._app
+
+    def middleware_parts(self) -> list[Middleware]:
+        """Middleware outside the app's own (outermost first), e.g. ``Middleware(CancelOnHangup)``; subclasses
+        extend ``super().middleware_parts()``, asked once as the app is built."""
+        return []
 
     def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
         """Async context managers held from the server's startup to its stop (e.g. an HTTP client,

@@ -57,13 +57,16 @@ def build_app(server: ServerSpec) -> FastAPI:
 
 
 def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
-    """Outermost first: the body guard, the worker router (in one of several workers), the session cookie,
-    session activity, and the crash guard (an ASGI middleware, not an exception handler: Starlette re-raises
+    """Outermost first: the server's own ``middleware_parts()``, the body guard, the worker router (in one
+    of several workers), the session cookie, session activity, and the crash guard (an ASGI middleware, not an exception handler: Starlette re-raises
     after its handler runs, and uvicorn then drops the keep-alive connection the client is about to reuse)."""
     name = server.name
     cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{_cookie_safe(name)}")
     limits = {"/aggregate_metrics": server.max_metrics_body_bytes}
-    stack = [Middleware(BodyGuardMiddleware, server_name=name, max_bytes=server.max_body_bytes, route_limits=limits)]
+    stack = server.middleware_parts()
+    stack.append(
+        Middleware(BodyGuardMiddleware, server_name=name, max_bytes=server.max_body_bytes, route_limits=limits)
+    )
     ctx = worker_context()
     if ctx is not None and getattr(type(server), "routes_sessions_to_owner", True):
         stack.append(

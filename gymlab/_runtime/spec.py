@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from pydantic import SecretStr
+    from starlette.middleware import Middleware
 
 
 class ServerSpec(Protocol):
@@ -28,6 +29,8 @@ class ServerSpec(Protocol):
     def model_fields_set(self) -> set[str]: ...
 
     def multiple_workers_unsupported_reason(self) -> str | None: ...
+
+    def middleware_parts(self) -> list[Middleware]: ...
 
     def lifespan_parts(self) -> list[AbstractAsyncContextManager]: ...
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from starlette.middleware import Middleware
 
 from gymlab._runtime.app import on_stop
 from gymlab._runtime.hangup import CancelOnHangup
@@ -169,8 +170,11 @@ class BaseAgent(BaseServer):
         mount_agent_session_routes(app, lambda: self.episode_sessions, self.seed_agent_session)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         app.exception_handler(EpisodeFailed)(episode_failed)
-        app.add_middleware(CancelOnHangup)  # a caller that hangs up stops its episode and frees its session
         return app
+
+    def middleware_parts(self) -> list[Middleware]:
+        # a caller that hangs up stops its episode and frees its session
+        return [*super().middleware_parts(), Middleware(CancelOnHangup)]
 
     def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
         return [*super().lifespan_parts(), on_stop(self.release_retries.aclose, close_http_session)]

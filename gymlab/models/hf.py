@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field, PrivateAttr
+from starlette.middleware import Middleware
 
 from gymlab._runtime.app import on_stop
 from gymlab._runtime.hangup import CancelOnHangup
@@ -131,9 +132,14 @@ class HFModel(BaseServer):
         app = super().setup_webserver()
         app.add_exception_handler(Refused, self._refused)
         serve_responses(app, self.respond)
-        app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # a hang-up frees its row
-        app.add_middleware(CountArrivals, batcher=self._batcher)  # outermost: from the request's headers
         return app
+
+    def middleware_parts(self) -> list[Middleware]:
+        return [
+            *super().middleware_parts(),
+            Middleware(CountArrivals, batcher=self._batcher),  # outermost: from the request's headers
+            Middleware(CancelOnHangup, paths=frozenset({"/v1/responses"})),  # a hang-up frees its row
+        ]
 
     def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
         return [*super().lifespan_parts(), on_stop(self._batcher.close)]

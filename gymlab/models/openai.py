@@ -14,6 +14,7 @@ import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
+from starlette.middleware import Middleware
 
 from gymlab._runtime.app import on_stop
 from gymlab._runtime.hangup import CancelOnHangup
@@ -76,8 +77,11 @@ class OpenAIModel(BaseServer):
         app.add_exception_handler(UpstreamError, self._upstream_error)
         app.add_exception_handler(ConversionError, self._conversion_error)
         serve_responses(app, self.respond)
-        app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # no upstream call for a gone caller
         return app
+
+    def middleware_parts(self) -> list[Middleware]:
+        # no upstream call for a gone caller
+        return [*super().middleware_parts(), Middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))]
 
     def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
         return [*super().lifespan_parts(), on_stop(close_http_session)]
