@@ -87,7 +87,7 @@ class BodyGuardMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if _SUSPECT.search(body) and _is_json(headers):
+        if _SUSPECT.search(body) and is_json(headers.get(b"content-type"), missing=True):
             found = _unsendable(body)
             if found is not None:
                 return await self._unsendable(scope, *found)(scope, receive, send)
@@ -118,9 +118,12 @@ class BodyGuardMiddleware:
         return JSONResponse(status_code=422, content=body)
 
 
-def _is_json(headers: dict) -> bool:
-    kind = headers.get(b"content-type", b"application/json").split(b";")[0].strip().lower()
-    return kind == b"application/json" or kind.endswith(b"+json")
+def is_json(content_type: bytes | None, missing: bool) -> bool:
+    """Whether a ``Content-Type`` names JSON (``application/json``, ``application/*+json``); ``missing`` if none."""
+    if content_type is None:
+        return missing
+    kind = content_type.split(b";")[0].strip().lower()
+    return kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
 
 
 def _unsendable(body: bytes) -> tuple[str, str, str] | None:

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, parse_json
+from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, is_json, parse_json
 
 #: ``response_model_*`` settings a plain route leaves at FastAPI's defaults.
 _DEFAULTS = {"include": None, "exclude": None, "by_alias": True, "exclude_unset": False}
@@ -41,7 +41,8 @@ class PlainRoute(APIRoute):
             raw = request.scope.get(BODY_KEY)
             if raw is None:
                 raw = await request.body()
-            if not raw or not _json(request.headers.get("content-type")):
+            # no declared JSON content type: FastAPI's way, whose rule for it varies by release
+            if not raw or not is_json(_content_type(request.scope["headers"]), missing=False):
                 return await handler(request)
             parsed = request.scope.get(PARSED_KEY)
             try:
@@ -56,10 +57,8 @@ class PlainRoute(APIRoute):
         return plain
 
 
-def _json(content_type: str | None) -> bool:
-    """Whether the body is declared JSON (none declared: FastAPI's way, whose rule varies by release)."""
-    kind = (content_type or "").split(";")[0].strip().lower()
-    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    return next((value for key, value in headers if key == b"content-type"), None)
 
 
 def _plan(route: APIRoute) -> tuple[str, TypeAdapter, str | None, TypeAdapter | None] | None:
