@@ -18,7 +18,7 @@ from starlette.middleware import Middleware
 
 from gymlab._runtime.bodies import BodyGuardMiddleware
 from gymlab._runtime.ownership import SessionOwnershipMiddleware
-from gymlab._runtime.plain import PlainRoute
+from gymlab._runtime.plain import PlainDispatch, PlainRoute
 from gymlab._runtime.reaper import SessionActivityMiddleware, reaping
 from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionCookie, SessionMiddleware
@@ -58,7 +58,7 @@ def build_app(server: ServerSpec) -> FastAPI:
 
 def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
     """Outermost first: the server's own ``middleware_parts()``, the body guard, the worker router (in one
-    of several workers), the session cookie, session activity, and the crash guard (an ASGI middleware, not an exception handler: Starlette re-raises
+    of several workers), the session cookie, session activity, the crash guard, and plain routes' dispatch (the crash guard is an ASGI middleware, not an exception handler: Starlette re-raises
     after its handler runs, and uvicorn then drops the keep-alive connection the client is about to reuse)."""
     name = server.name
     cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{_cookie_safe(name)}")
@@ -77,6 +77,7 @@ def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
         Middleware(SessionMiddleware, cookie=cookie, server_name=name, kinds=kinds),
         Middleware(SessionActivityMiddleware, server=server),
         Middleware(CrashMiddleware, server_name=name, traces=server.error_traces),
+        Middleware(PlainDispatch),
     ]
 
 

@@ -1,14 +1,15 @@
-"""``PlainRoute``: a plain JSON route answered without FastAPI's per-request dependency machinery.
+"""Plain JSON routes answered without FastAPI's per-request machinery, through its public API only.
 
-FastAPI's documented custom route class (``get_route_handler``): for a coroutine handler taking one
-JSON body model (and optionally the ``Request``), with no path parameters, dependencies or response
-options, the body is validated and the answer serialised with pydantic ``TypeAdapter``s, as FastAPI
-does; a body that does not parse or validate goes to FastAPI's own handler before the route runs, so
-every error answer is FastAPI's (docs/runtime.md).
+``PlainRoute`` is FastAPI's documented custom route class: for a coroutine handler taking one JSON body
+model (and optionally the ``Request``), with no path parameters, dependencies or response options, the
+body is validated and the answer serialised with pydantic ``TypeAdapter``s, as FastAPI does; input
+that does not parse or validate goes FastAPI's way before the handler runs, so every error answer is
+FastAPI's. ``PlainDispatch`` sends such requests straight to it (docs/runtime.md).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from typing import Any
@@ -19,42 +20,94 @@ from fastapi.exceptions import ResponseValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, is_json, parse_json
 
 #: ``response_model_*`` settings a plain route leaves at FastAPI's defaults.
 _DEFAULTS = {"include": None, "exclude": None, "by_alias": True, "exclude_unset": False}
 _DEFAULTS.update(exclude_defaults=False, exclude_none=False)
+_UNSET = object()
 
 
 class PlainRoute(APIRoute):
-    """Every route of a gymlab app; the plain ones answered directly (see the module docstring)."""
+    """Every route of a gymlab app; ``plain`` answers a plain one directly (see the module docstring)."""
+
+    plain: Any = None
 
     def get_route_handler(self) -> Any:
         handler = super().get_route_handler()
         plan = _plan(self)
         if plan is None:
             return handler
-        body_name, body, request_name, answer = plan
+        self.plain = functools.partial(_answer, self.endpoint, *plan)
 
-        async def plain(request: Request) -> Response:
+        async def app(request: Request) -> Response:
             raw = request.scope.get(BODY_KEY)
-            if raw is None:
-                raw = await request.body()
-            # no declared JSON content type: FastAPI's way, whose rule for it varies by release
-            if not raw or not is_json(_content_type(request.scope["headers"]), missing=False):
-                return await handler(request)
-            parsed = request.scope.get(PARSED_KEY)
-            try:
-                data = parsed[1] if parsed is not None and parsed[0] is raw else parse_json(raw)
-                value = body.validate_python(data, from_attributes=True)
-            except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
-                return await handler(request)  # FastAPI answers the 400 or 422
-            kwargs = {body_name: value, **({request_name: request} if request_name else {})}
-            result = await self.endpoint(**kwargs)
-            return result if isinstance(result, Response) else _render(answer, result)
+            response = await self.plain(request, raw if raw is not None else await request.body())
+            return response if response is not None else await handler(request)
 
-        return plain
+        return app
+
+
+class PlainDispatch:
+    """Innermost middleware: a request to a plain route goes straight to its ``PlainRoute.plain`` (no route
+    matching, request wrapping or exit stacks); its exceptions to the app's handlers, as Starlette's
+    ``ExceptionMiddleware`` does; anything else, and input that is not plain, the ordinary way."""
+
+    def __init__(self, app: Any):
+        self.app = app
+        self._routes: dict[tuple[str, str], Any] = {}
+
+    async def __call__(self, scope, receive, send):
+        app, raw = scope.get("app"), scope.get(BODY_KEY)
+        if scope["type"] != "http" or app is None or raw is None:
+            return await self.app(scope, receive, send)
+        key = (scope["method"], scope["path"])
+        route = self._routes.get(key, _UNSET)
+        if route is _UNSET:
+            route = next((r for r in app.router.routes if r.matches(scope)[0] == Match.FULL), None)
+            route = route if isinstance(route, PlainRoute) and route.plain is not None else None
+            if len(self._routes) < 4096:
+                self._routes[key] = route
+        if route is None:
+            return await self.app(scope, receive, send)
+        scope.update(route=route, endpoint=route.endpoint, path_params={})
+        request = Request(scope, receive, send)
+        try:
+            response = await route.plain(request, raw)
+            if response is None:  # not JSON, or not valid: FastAPI answers it, the body not yet read
+                return await self.app(scope, receive, send)
+        except Exception as exc:
+            handler = _handler_for(app.exception_handlers, exc)
+            if handler is None:
+                raise
+            response = handler(request, exc)
+            if inspect.isawaitable(response):
+                response = await response
+        await response(scope, receive, send)
+
+
+def _handler_for(handlers: dict, exc: Exception) -> Any:
+    """The exception handler Starlette's ``ExceptionMiddleware`` would call (by status, then by class)."""
+    if isinstance(exc, StarletteHTTPException) and exc.status_code in handlers:
+        return handlers[exc.status_code]
+    return next((handlers[c] for c in type(exc).__mro__ if c in handlers and c is not Exception), None)
+
+
+async def _answer(endpoint, body_name, body, request_name, answer, request: Request, raw: bytes) -> Response | None:
+    """The route's answer, or None when the body is not declared JSON, does not parse or does not validate."""
+    if not raw or not is_json(_content_type(request.scope["headers"]), missing=False):
+        return None  # no declared JSON content type: FastAPI's way, whose rule for it varies by release
+    parsed = request.scope.get(PARSED_KEY)
+    try:
+        data = parsed[1] if parsed is not None and parsed[0] is raw else parse_json(raw)
+        value = body.validate_python(data, from_attributes=True)
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+        return None
+    result = await endpoint(**{body_name: value, **({request_name: request} if request_name else {})})
+    return result if isinstance(result, Response) else _render(answer, result)
 
 
 def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes | None:
