@@ -25,9 +25,8 @@ from starlette.routing import Match
 
 from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, is_json, parse_json
 
-#: ``response_model_*`` settings a plain route leaves at FastAPI's defaults.
-_DEFAULTS = {"include": None, "exclude": None, "by_alias": True, "exclude_unset": False}
-_DEFAULTS.update(exclude_defaults=False, exclude_none=False)
+#: The route's ``response_model_*`` settings its answer is dumped with, as FastAPI does.
+_OPTIONS = ("include", "exclude", "by_alias", "exclude_unset", "exclude_defaults", "exclude_none")
 _UNSET = object()
 
 
@@ -107,22 +106,20 @@ async def _answer(endpoint, body_name, body, request_name, answer, request: Requ
     except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
         return None
     result = await endpoint(**{body_name: value, **({request_name: request} if request_name else {})})
-    return result if isinstance(result, Response) else _render(answer, result)
+    return result if isinstance(result, Response) else _render(*answer, result)
 
 
 def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return next((value for key, value in headers if key == b"content-type"), None)
 
 
-def _plan(route: APIRoute) -> tuple[str, TypeAdapter, str | None, TypeAdapter | None] | None:
+def _plan(route: APIRoute) -> tuple[str, TypeAdapter, str | None, tuple] | None:
     """(body parameter, its adapter, Request parameter, the answer's adapter), or None: FastAPI's way."""
     endpoint = route.endpoint
     if not inspect.iscoroutinefunction(endpoint) or route.dependencies or "{" in route.path:
         return None
     response_class = getattr(route.response_class, "value", route.response_class)
     if route.status_code is not None or response_class is not JSONResponse:
-        return None
-    if any(getattr(route, f"response_model_{name}") != value for name, value in _DEFAULTS.items()):
         return None
     try:
         hints = typing.get_type_hints(endpoint)
@@ -140,7 +137,7 @@ def _plan(route: APIRoute) -> tuple[str, TypeAdapter, str | None, TypeAdapter | 
     if body is None:
         return None
     answer = TypeAdapter(route.response_model) if route.response_model is not None else None
-    return body[0], body[1], request_name, answer
+    return body[0], body[1], request_name, (answer, {k: getattr(route, f"response_model_{k}") for k in _OPTIONS})
 
 
 _UnionType = type(int | str)
@@ -152,7 +149,7 @@ def _models(kind: Any) -> bool:
     return all(isinstance(m, type) and issubclass(m, BaseModel) for m in members)
 
 
-def _render(answer: TypeAdapter | None, result: Any) -> Response:
+def _render(answer: TypeAdapter | None, options: dict, result: Any) -> Response:
     """The answer as FastAPI renders it: validated against the response model and dumped as JSON."""
     if answer is None:
         return JSONResponse(jsonable_encoder(result))
@@ -161,4 +158,4 @@ def _render(answer: TypeAdapter | None, result: Any) -> Response:
     except ValidationError as exc:
         errors = [{**e, "loc": ("response", *e["loc"])} for e in exc.errors(include_url=False)]
         raise ResponseValidationError(errors, body=result) from None
-    return Response(answer.dump_json(value, by_alias=True), media_type="application/json")
+    return Response(answer.dump_json(value, **options), media_type="application/json")
