@@ -264,15 +264,11 @@ def _close_answer(session_id: str) -> dict[str, Any]:
     return ResourcesCloseSessionResponse(resources_session_id=session_id).model_dump(mode="json")
 
 
-def close_route(episodes: EpisodeSessions, release: Release):
-    """The ``/close_session`` handler: the body's session, or the cookie's when the body names none."""
-
-    async def close_session(request: Request, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
-        if body.resources_session_id is None:
-            body = body.model_copy(update={"resources_session_id": request.session[SESSION_ID_KEY]})
-        return await episodes.close(body, release)
-
-    return close_session
+def with_cookie_session(request: Any, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionRequest:
+    """``body`` naming the cookie's session when it names none."""
+    if body.resources_session_id is not None:
+        return body
+    return body.model_copy(update={"resources_session_id": request.session[SESSION_ID_KEY]})
 
 
 def mount_episode_routes(
@@ -288,5 +284,8 @@ def mount_episode_routes(
     async def seed_session(body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:
         return JSONResponse(await episodes.seed(body, lambda: seed(body)))
 
+    async def close_session(request: Request, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+        return await episodes.close(with_cookie_session(request, body), release)
+
     app.post("/seed_session")(seed_session)
-    app.post("/close_session")(close_route(episodes, release))
+    app.post("/close_session")(close_session)

@@ -23,7 +23,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymlab._runtime.app import on_stop
 from gymlab._runtime.bodies import BODY_KEY, close_follows
-from gymlab._runtime.episodes import EpisodeSessions, close_route
+from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.offload import WorkerPool
 from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol import (
@@ -34,6 +34,8 @@ from gymlab.protocol import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    ResourcesCloseSessionRequest,
+    ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
 )
 from gymlab.server import BaseServer
@@ -220,7 +222,7 @@ class SimpleResourcesServer(EpisodeServer):
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/seed_session")(_episode_aware(self.seed_session, self.episode_sessions, self.call_hook))
-        app.post("/close_session")(close_route(self.episode_sessions, self._release))
+        app.post("/close_session")(self._close_session_route)
         app.post("/verify")(with_request(self.verify, self._verify_then_release, self.call_hook))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         if self.serve_mcp:  # off by default: nothing of MCP is imported, mounted or run
@@ -252,6 +254,11 @@ class SimpleResourcesServer(EpisodeServer):
             return Response(orjson.dumps(metrics), media_type="application/json")
 
         return await asyncio.to_thread(answer)
+
+    async def _close_session_route(
+        self, request: Request, body: ResourcesCloseSessionRequest
+    ) -> ResourcesCloseSessionResponse:
+        return await self.episode_sessions.close(with_cookie_session(request, body), self._release)
 
     async def _release(self, session_id: str) -> None:
         await self.episode_sessions.release_state(session_id, self.close_resources_session, self.session_state)
