@@ -33,8 +33,7 @@ log = logging.getLogger("gymlab.server")
 
 
 def build_app(server: ServerSpec) -> FastAPI:
-    """The FastAPI app for ``server`` (a ``ServerSpec``, e.g. a ``BaseServer``): its middleware list, error
-    handlers and lifespan in one place; sessions, error bodies that name server and route, health."""
+    """The FastAPI app for ``server`` (a ``ServerSpec``): its middleware list, error handlers and lifespan."""
     kinds = RouteKinds(server)  # one rule for the cookie and for worker routing
     app = _fastapi(
         f"gymlab {server.name}",

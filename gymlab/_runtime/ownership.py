@@ -1,10 +1,5 @@
-"""Session ownership routing: with several workers, each session request runs in the worker holding it.
-
-A request's session ID (the signed cookie's, or a seed or close body's) is looked up in a SQLite table
-shared by the workers; the request is forwarded over the owner's private Unix socket, or handled here
-when this worker owns the session or nobody does. The rules (what opens and ends ownership, the 409 and
-410 answers, the table and the frames) are in docs/runtime.md.
-"""
+"""Session ownership routing: with several workers, each session request runs in the worker holding it,
+found in a SQLite table the workers share and reached over its private Unix socket (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -120,8 +115,6 @@ class SessionOwnershipMiddleware:
         self._rpc_lock = asyncio.Lock()
         self._state: dict | None = None  # the worker's lifespan state, for the requests forwarded here
 
-    # -- the rule ------------------------------------------------------------------------------
-
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
@@ -198,8 +191,6 @@ class SessionOwnershipMiddleware:
         route = f"{scope['method']} {scope['path']}"
         body = error_body(self.name, route, message, error="SessionLost", session_id=sid, hint=hint)
         await JSONResponse(status_code=410, content=body)(scope, receive, send)
-
-    # -- forwarding over the workers' Unix sockets -------------------------------------------------
 
     def _socket_path(self, worker: str) -> str:
         return os.path.join(self.dir, f"w{worker}.sock")

@@ -1,9 +1,5 @@
-"""``SessionActivityMiddleware``: keeps each held session's idle time and runs the idle-session reaper.
-
-A session with a request in flight is never reaped; a seed naming a live session without its cookie
-is refused 409 here, where the sessions are known. The reaper is a lifespan part (``reaping``); seeds
-also sweep when a sweep is due (docs/runtime.md).
-"""
+"""``SessionActivityMiddleware`` keeps each held session's idle time (never reaped with a request in
+flight) and refuses a cookieless seed of a live session; ``reaping`` runs the idle-session reaper."""
 
 from __future__ import annotations
 
