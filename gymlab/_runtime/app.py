@@ -56,9 +56,9 @@ def build_app(server: ServerSpec) -> FastAPI:
 
 
 def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
-    """Outermost first: the server's own ``middleware_parts()``, the body guard, the worker router (in one
-    of several workers), the session cookie, session activity, the crash guard, and plain routes' dispatch (the crash guard is an ASGI middleware, not an exception handler: Starlette re-raises
-    after its handler runs, and uvicorn then drops the keep-alive connection the client is about to reuse)."""
+    """Outermost first: the server's ``middleware_parts()``, the body guard, the worker router (in one of
+    several workers), the session cookie, session activity, the crash guard (not an exception handler:
+    Starlette re-raises after its handler, and uvicorn drops the connection), plain routes' dispatch."""
     name = server.name
     cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{_cookie_safe(name)}")
     limits = {"/aggregate_metrics": server.max_metrics_body_bytes}
