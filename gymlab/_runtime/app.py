@@ -60,7 +60,8 @@ def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
     several workers), the session cookie, session activity, the crash guard (not an exception handler:
     Starlette re-raises after its handler, and uvicorn drops the connection), plain routes' dispatch."""
     name = server.name
-    cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{_cookie_safe(name)}")
+    safe = "".join(c if c.isalnum() else "_" for c in name)
+    cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{safe}")
     limits = {"/aggregate_metrics": server.max_metrics_body_bytes}
     stack = server.middleware_parts()
     stack.append(
@@ -194,10 +195,6 @@ class CrashMiddleware:
                 **extra,
             )
             await JSONResponse(status_code=500, content=body)(scope, receive, send)
-
-
-def _cookie_safe(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)
 
 
 def _jsonable(errors: list[dict]) -> list[dict]:
