@@ -116,7 +116,7 @@ test-nemo: $(TEST_STAMP) $(NEMO_VENV)/bin/gym
 
 
 # The benchmarks (benchmarks/, not part of the package): `make bench ARGS="--only frames"`,
-# `make bench ARGS="--only process lab --against ../other-checkout --without-direct"`.
+# `make bench ARGS="--only process lab --against ../other-checkout"`.
 # hf_model needs the train extra (torch, transformers), installed beside the lab extra.
 BENCH_STAMP := $(VENV)/.installed-bench
 $(BENCH_STAMP): pyproject.toml $(LAB_STAMP)

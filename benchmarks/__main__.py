@@ -5,8 +5,7 @@ each beside its ceiling, measured on this machine. Not part of the package: they
 16, 64 and 256 in both layouts, and server CPU per tool-call hop, each beside a bare ASGI app on the
 same server stack doing the same hops, and the ratio. They run in a subprocess of their own, so
 ``--against DIR`` runs the very same measurement with another checkout's ``gymlab`` in the same run
-and prints both with the ratio; ``--without-direct`` measures this checkout again with FastAPI
-answering every route (``GYMLAB_DIRECT_ROUTES=0``). Other sections: import time, start-up, the async
+and prints both with the ratio. Other sections: import time, start-up, the async
 HTTP clients, frames, collection, workers, the reward probes and hf_model (a local transformers model: one request
 alone, then 8 and 16 at once).
 """
@@ -42,11 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="asyncio",
         help="the server stack the --against checkout runs on: asyncio (h11 and the standard loop, as a "
         "checkout without httptools and uvloop as dependencies gets; the default) or installed",
-    )
-    parser.add_argument(
-        "--without-direct",
-        action="store_true",
-        help="also measure the layouts of this checkout with FastAPI answering every route (GYMLAB_DIRECT_ROUTES=0)",
     )
     parser.add_argument("--steps", type=int, help="step rows of the frames section (default 1,000,000; quick 100,000)")
     parser.add_argument(
@@ -210,9 +204,7 @@ def main(args: argparse.Namespace) -> int:
     if layouts:
         from benchmarks.report import measure_layouts, print_layouts
 
-        measured = measure_layouts(
-            layouts, args.quick, args.stack, args.against, args.against_stack, args.without_direct
-        )
+        measured = measure_layouts(layouts, args.quick, args.stack, args.against, args.against_stack)
         figures.update(measured)
         print_layouts(measured)
     for name, fn in sections.items():

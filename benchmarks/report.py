@@ -21,11 +21,9 @@ LAYOUTS = Path(__file__).with_name("layouts.py")
 HIDDEN = ("httptools", "uvloop")
 
 
-def _run(
-    root: Path, sections: list[str], quick: bool, stack: str, hide_dir: str, extra_env: dict | None = None
-) -> dict[str, Any]:
+def _run(root: Path, sections: list[str], quick: bool, stack: str, hide_dir: str) -> dict[str, Any]:
     path = [str(root)]
-    env = {**os.environ, **(extra_env or {})}
+    env = dict(os.environ)
     if stack == "asyncio":
         path.insert(0, hide_dir)
         env["GYMLAB_SERVER_STACK"] = "asyncio"
@@ -47,10 +45,8 @@ def measure_layouts(
     stack: str = "installed",
     against: str | None = None,
     against_stack: str = "asyncio",
-    without_direct: bool = False,
 ) -> dict[str, Any]:
-    """``{"layouts": figures of this checkout, "against": {...}, "without direct": {...}}`` (the last
-    two when asked), section by section."""
+    """``{"layouts": figures of this checkout, "against": {...}}`` (the last when asked), section by section."""
     import gymlab
 
     here = Path(gymlab.__file__).resolve().parents[1]  # the checkout whose gymlab this process imports
@@ -63,15 +59,10 @@ def measure_layouts(
         result: dict[str, Any] = {"layouts": {"checkout": str(here)}}
         if against:
             result["against"] = {"checkout": str(Path(against).resolve())}
-        if without_direct:
-            result["without direct"] = {"checkout": str(here)}
         for section in sections:  # one section of each after the other: all see about the same load
             result["layouts"].update(_run(here, [section], quick, stack, hide_dir))
             if against:
                 result["against"].update(_run(Path(against).resolve(), [section], quick, against_stack, hide_dir))
-            if without_direct:
-                off = {"GYMLAB_DIRECT_ROUTES": "0"}
-                result["without direct"].update(_run(here, [section], quick, stack, hide_dir, off))
     return result
 
 
@@ -84,7 +75,7 @@ def _ratio(a: float, b: float) -> str:
 
 
 def print_layouts(measured: dict[str, Any]) -> None:
-    now, then, plain = measured["layouts"], measured.get("against"), measured.get("without direct")
+    now, then = measured["layouts"], measured.get("against")
     print(f"\nserver stack: {now['stack']}" + (f"; --against {then['checkout']}: {then['stack']}" if then else ""))
     titles = {
         "process": "process layout (`gymlab serve`: environment, model and agent processes; CPU = theirs)",
@@ -97,8 +88,6 @@ def print_layouts(measured: dict[str, Any]) -> None:
         header = ["conc", "episodes", "eps/s", "bare eps/s", "of bare", "CPU ms/ep", "bare CPU", "x bare"]
         if then:
             header += ["before eps/s", "speed-up", "before CPU", "CPU cut"]
-        if plain:
-            header += ["no-direct CPU", "direct cut"]
         rows = []
         for i, point in enumerate(now[section]["gymlab"]):
             bare = now[section]["bare"][i]
@@ -120,9 +109,6 @@ def print_layouts(measured: dict[str, Any]) -> None:
                     _f(before["cpu ms/episode"], 2),
                     _ratio(before["cpu ms/episode"], point["cpu ms/episode"]),
                 ]
-            if plain:
-                fastapi = plain[section]["gymlab"][i]["cpu ms/episode"]
-                row += [_f(fastapi, 2), _ratio(fastapi, point["cpu ms/episode"])]
             rows.append(row)
         widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(header)]
         print("  " + "  ".join(h.rjust(w) for h, w in zip(header, widths)))
@@ -137,6 +123,4 @@ def print_layouts(measured: dict[str, Any]) -> None:
             if then:
                 before = then["process"]["hop us"]["gymlab"]
                 line += f"; before {_f(before, 0)} us ({_ratio(before, hop['gymlab'])} now)"
-            if plain:
-                line += f"; without direct routes {_f(plain['process']['hop us']['gymlab'], 0)} us"
             print(line)

@@ -1,8 +1,5 @@
-"""``ResourcesSessionFences`` (public: ``from gymlab import ResourcesSessionFences``): a closed
-session is fenced, so a late seed cannot reopen it until ``window_seconds`` after the close.
-
-Memory is bounded: past ``max_fences`` the oldest fence is dropped early, and logged (docs/runtime.md).
-"""
+"""``ResourcesSessionFences``: a closed session is fenced, so a late seed cannot reopen it until
+``window_seconds`` after the close; past ``max_fences`` the oldest is dropped, logged (docs/runtime.md)."""
 
 from __future__ import annotations
 

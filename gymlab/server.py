@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
+from starlette.middleware import Middleware
 
 from gymlab._http.client import Client
 from gymlab._runtime.env import read_config
 
 
 def untyped_body(app: FastAPI, server: str) -> None:
-    """Refuse a POST route whose endpoint has a parameter with no type: FastAPI reads it as a query
-    parameter, and every call fails with a 422 (``query.body: Field required``) nobody asked for."""
+    """Refuse a POST route whose endpoint has an untyped parameter (FastAPI would 422 every call)."""
     import inspect
 
     for route in app.routes:
@@ -52,10 +54,7 @@ class _HybridMethod:
 
 
 class BaseServer(BaseModel):
-    """A server's configuration and behaviour. Subclasses add routes in ``setup_webserver``.
-
-    Fields are the server's config (YAML keys); per-episode state goes in dicts keyed by session id.
-    """
+    """A server's configuration (fields: the YAML keys) and behaviour (routes added in ``setup_webserver``)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", ignored_types=(_HybridMethod,))
 
@@ -164,10 +163,28 @@ class BaseServer(BaseModel):
             client, self._client = self._client, None
             await client.close()
 
+    def middleware_parts(self) -> list[Middleware]:
+        """Middleware outside the app's own (outermost first), e.g. ``Middleware(CancelOnHangup)``; subclasses
+        extend ``super().middleware_parts()``, asked once as the app is built."""
+        return []
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        """Async context managers held from the server's startup to its stop (e.g.
+        ``_runtime.app.on_stop(close)``), composed into the app's lifespan; subclasses extend super()'s. The
+        first holds the server's HTTP client: made at startup, its own closed at the stop."""
+        return [self._client_held()]
+
+    @contextlib.asynccontextmanager
+    async def _client_held(self) -> AsyncIterator[None]:
+        self.client  # noqa: B018 (made at startup, not on the first hop)
+        try:
+            yield
+        finally:
+            await self.close_client()
+
     def stop_work(self) -> None:
-        """Called (from any thread) as the server begins to stop (a Lab's close, a handle's stop, the first
-        Ctrl-C or SIGTERM in the foreground), before its in-flight requests are waited for: end long-running
-        work (a generation) so they answer now. The default has none to end."""
+        """Called (from any thread) as the server begins to stop, before its in-flight requests are waited
+        for: end long-running work (a generation) so they answer now."""
 
     def multiple_workers_unsupported_reason(self) -> str | None:
         """Why this server needs one worker (state that session routing cannot reach), or None."""
@@ -175,10 +192,7 @@ class BaseServer(BaseModel):
 
     @_HybridMethod
     def run_webserver(self) -> FastAPI | None:
-        """Serve in the foreground on the configured host and port (Ctrl-C stops).
-
-        With ``num_workers > 1`` this starts the workers; inside a worker it returns the app instead.
-        """
+        """Serve in the foreground (Ctrl-C stops); starts ``num_workers > 1`` workers; in a worker, the app."""
         from gymlab._runtime import workers
 
         if workers.worker_context() is not None:

@@ -9,9 +9,8 @@ from types import ModuleType
 
 
 def import_file(path: str | Path, modname: str, *, sibling_imports: bool = False) -> ModuleType:
-    """The module of the Python file ``path``, imported once as ``modname`` (``sys.modules`` caches it; a
-    file that raises is not left half-imported). ``sibling_imports`` puts the file's folder on ``sys.path``
-    while it runs, so an entrypoint can import the modules next to it."""
+    """The module of the file ``path``, imported once as ``modname`` (never left half-imported);
+    ``sibling_imports``: its folder on ``sys.path`` while it runs."""
     if modname in sys.modules:
         return sys.modules[modname]
     path = Path(path)
@@ -34,9 +33,8 @@ def import_file(path: str | Path, modname: str, *, sibling_imports: bool = False
 
 
 def is_gymlab_fastapi_entrypoint(file: str) -> bool:
-    """True when ``file`` is being imported by a uvicorn worker to serve its module-level ``app``
-    (``elif is_gymlab_fastapi_entrypoint(__file__): app = MyServer.run_webserver()``, docs/architecture.md);
-    anywhere else (a notebook, a test, ``load_environment``) importing the module builds no app."""
+    """True when ``file`` is being imported by a worker to serve its module-level ``app``
+    (``elif is_gymlab_fastapi_entrypoint(__file__): app = MyServer.run_webserver()``)."""
     from gymlab._runtime.workers import is_worker_entrypoint
 
     return is_worker_entrypoint(file)

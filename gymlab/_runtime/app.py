@@ -1,23 +1,27 @@
-"""Build a server's FastAPI app: the whole middleware and error stack in one function."""
+"""Build a server's FastAPI app: its middleware list, error handlers and one composed lifespan, in one place."""
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import traceback
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware import Middleware
 
 from gymlab._runtime.bodies import BodyGuardMiddleware
-from gymlab._runtime.direct import DirectRoutes, direct_enabled
-from gymlab._runtime.ownership import install as install_ownership_routing
-from gymlab._runtime.reaper import SessionActivityMiddleware
+from gymlab._runtime.ownership import SessionOwnershipMiddleware
+from gymlab._runtime.plain import PlainDispatch, PlainRoute
+from gymlab._runtime.reaper import SessionActivityMiddleware, reaping
 from gymlab._runtime.routes import RouteKinds
-from gymlab._runtime.sessions import SessionMiddleware
+from gymlab._runtime.sessions import SessionCookie, SessionMiddleware
 from gymlab._runtime.spec import ServerSpec
 from gymlab._runtime.workers import worker_context
 from gymlab._traces import cause_line, without_paths
@@ -29,27 +33,87 @@ log = logging.getLogger("gymlab.server")
 
 
 def build_app(server: ServerSpec) -> FastAPI:
-    """The FastAPI app for ``server`` (a ``ServerSpec``, e.g. a ``BaseServer``): sessions, error bodies
-    that name server and route, health."""
-    app = _fastapi(f"gymlab {server.name}")
-    name = server.name
+    """The FastAPI app for ``server`` (a ``ServerSpec``): its middleware list, error handlers and lifespan."""
+    kinds = RouteKinds(server)  # one rule for the cookie and for worker routing
+    app = _fastapi(
+        f"gymlab {server.name}",
+        middleware=_middleware(server, kinds),
+        exception_handlers=_handlers(server.name),
+        lifespan=_lifespan(server),
+    )
+    kinds.app = app
+    app.router.route_class = PlainRoute  # FastAPI's documented custom route class, for every route added
 
-    inner = app.router.lifespan_context  # Starlette's, which runs the on_startup/on_shutdown handlers
+    @app.get("/health")
+    async def health() -> dict:
+        episodes = getattr(server, "episode_sessions", None)
+        answer = {"status": "ok", "server": server.name}
+        if episodes is not None:
+            answer["sessions"] = episodes.counts()
+        return answer
+
+    return app
+
+
+def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
+    """Outermost first: the server's ``middleware_parts()``, the body guard, the worker router (in one of
+    several workers), the session cookie, session activity, the crash guard (not an exception handler:
+    Starlette re-raises after its handler, and uvicorn drops the connection), plain routes' dispatch."""
+    name = server.name
+    safe = "".join(c if c.isalnum() else "_" for c in name)
+    cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{safe}")
+    limits = {"/aggregate_metrics": server.max_metrics_body_bytes}
+    stack = server.middleware_parts()
+    stack.append(
+        Middleware(BodyGuardMiddleware, server_name=name, max_bytes=server.max_body_bytes, route_limits=limits)
+    )
+    ctx = worker_context()
+    if ctx is not None and getattr(type(server), "routes_sessions_to_owner", True):
+        stack.append(
+            Middleware(SessionOwnershipMiddleware, server=server, state_dir=ctx["dir"], kinds=kinds, cookie=cookie)
+        )
+    return [
+        *stack,
+        Middleware(SessionMiddleware, cookie=cookie, server_name=name, kinds=kinds),
+        Middleware(SessionActivityMiddleware, server=server),
+        Middleware(CrashMiddleware, server_name=name, traces=server.error_traces),
+        Middleware(PlainDispatch),
+    ]
+
+
+def _lifespan(server: ServerSpec):
+    """The server's one lifespan: its ``lifespan_parts()`` entered in order at startup and left in reverse
+    at its stop, the idle-session reaper last in (so first out: no release runs after what it needs)."""
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):  # the server's HTTP client: made at startup, its own closed at shutdown
-        getattr(server, "client", None)
-        try:
-            async with inner(app) as state:
-                yield state
-        finally:
-            if close_client := getattr(server, "close_client", None):
-                await close_client()
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for part in server.lifespan_parts():
+                await stack.enter_async_context(part)
+            episodes = getattr(server, "episode_sessions", None)
+            if episodes is not None:
+                await stack.enter_async_context(reaping(episodes, server.name))
+            yield
 
-    app.router.lifespan_context = lifespan
+    return lifespan
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
+
+@contextlib.asynccontextmanager
+async def on_stop(*closers: Callable[[], Any]) -> AsyncIterator[None]:
+    """A lifespan part that calls ``closers`` in order as the server stops (awaiting what they return)."""
+    try:
+        yield
+    finally:
+        for close in closers:
+            result = close()
+            if inspect.isawaitable(result):
+                await result
+
+
+def _handlers(name: str) -> dict:
+    """The error handlers: every error body names the server, the route and the cause."""
+
+    async def invalid(request: Request, exc: RequestValidationError):
         errors = exc.errors()
         route = f"{request.method} {request.url.path}"
         # FastAPI files a body's errors under "body": the message names the fields inside it
@@ -60,8 +124,7 @@ def build_app(server: ServerSpec) -> FastAPI:
         body["detail"] = _jsonable(errors)
         return JSONResponse(status_code=422, content=body)
 
-    @app.exception_handler(ResourcesSessionError)
-    async def _session_refused(request: Request, exc: ResourcesSessionError):
+    async def session_refused(request: Request, exc: ResourcesSessionError):
         route = f"{request.method} {request.url.path}"
         kind, message = getattr(exc, "failure_kind", None), str(exc)
         if exc.status_code >= 500:  # a release hook's own error: no file paths in the body (the log has them)
@@ -72,8 +135,7 @@ def build_app(server: ServerSpec) -> FastAPI:
         body = error_body(name, route, message, error=type(exc).__name__, failure=failure)
         return JSONResponse(status_code=exc.status_code, content=body)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException):
+    async def http(request: Request, exc: StarletteHTTPException):
         route = f"{request.method} {request.url.path}"
         cause = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
@@ -82,51 +144,20 @@ def build_app(server: ServerSpec) -> FastAPI:
         body["detail"] = exc.detail  # what the route raised, as it raised it
         return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
 
-    if direct_enabled():  # added first = innermost: inside the crash guard
-        app.add_middleware(DirectRoutes, fastapi_app=app)
-    # Crashes are answered by an ASGI middleware, not an exception handler: Starlette re-raises after
-    # its handler runs, and uvicorn then drops the keep-alive connection the client is about to reuse.
-    app.add_middleware(CrashMiddleware, server_name=name, traces=server.error_traces)
-
-    @app.get("/health")
-    async def health() -> dict:
-        episodes = getattr(server, "episode_sessions", None)
-        answer = {"status": "ok", "server": name}
-        if episodes is not None:
-            answer["sessions"] = episodes.counts()
-        return answer
-
-    app.add_middleware(SessionActivityMiddleware, server=server)
-    kinds = RouteKinds(app, server)  # one rule for the cookie and for worker routing
-    app.add_middleware(
-        SessionMiddleware,
-        secret_key=server.session_secret.get_secret_value(),
-        session_cookie=f"gymlab_{_cookie_safe(name)}",
-        same_site="lax",
-        server_name=name,
-        kinds=kinds,
-    )
-    install_ownership_routing(app, server, worker_context(), kinds)  # only in a worker of several
-    app.add_middleware(  # outermost
-        BodyGuardMiddleware,
-        server_name=name,
-        max_bytes=server.max_body_bytes,
-        route_limits={"/aggregate_metrics": server.max_metrics_body_bytes},
-    )
-    return app
+    return {RequestValidationError: invalid, ResourcesSessionError: session_refused, StarletteHTTPException: http}
 
 
 def _in_body(loc: tuple | list) -> bool:
     return len(loc) > 1 and loc[0] == "body"
 
 
-def _fastapi(title: str) -> FastAPI:
+def _fastapi(title: str, **options: Any) -> FastAPI:
     """A FastAPI app; its native OpenTelemetry off unless a provider is configured when the app is built
     (asked on every request, it costs more CPU than the rest of a small request's routing)."""
-    app = FastAPI(title=title)
+    app = FastAPI(title=title, **options)
     telemetry = getattr(app, "_native_telemetry", None)
     if telemetry is not None and not telemetry.enabled():
-        app = FastAPI(title=title, telemetry={"tracing": False, "metrics": False, "logs": False})
+        app = FastAPI(title=title, telemetry={"tracing": False, "metrics": False, "logs": False}, **options)
     return app
 
 
@@ -164,10 +195,6 @@ class CrashMiddleware:
                 **extra,
             )
             await JSONResponse(status_code=500, content=body)(scope, receive, send)
-
-
-def _cookie_safe(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)
 
 
 def _jsonable(errors: list[dict]) -> list[dict]:

@@ -1,9 +1,5 @@
-"""``BodyGuardMiddleware``: a request body is bounded in size and holds only JSON any answer can carry.
-
-An oversized body is answered 413 as it streams in (or from its ``Content-Length``); a JSON body with
-``NaN``, ``Infinity`` or a lone surrogate, which no JSON answer can carry back, is refused 422 naming
-the field.
-"""
+"""``BodyGuardMiddleware``: a request body is bounded (413 as it streams in) and holds only JSON an answer
+can carry back (``NaN``, ``Infinity`` or a lone surrogate: 422 naming the field)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ import re
 from starlette.responses import JSONResponse
 
 from gymlab.errors import error_body
-from gymlab.jsonl import loads as parse_json  # noqa: F401 (sessions and direct routes parse with it)
+from gymlab.jsonl import loads as parse_json  # noqa: F401 (the session layer parses with it)
 
 #: Where the guard leaves the whole request body for inner middlewares.
 BODY_KEY = "gymlab.body"
@@ -36,8 +32,7 @@ def replaying(body: bytes, receive, after: dict | None = None):
 
 
 async def request_body(scope, receive) -> tuple[bytes, object]:
-    """The whole request body and the ``receive`` the app should use next: the guard's copy when it ran,
-    else (an app built without the guard) the body read here and replayed."""
+    """The whole request body (the guard's copy, else read here) and the ``receive`` to use next."""
     if BODY_KEY in scope:
         return scope[BODY_KEY], receive
     chunks, after = [], None
@@ -51,6 +46,17 @@ async def request_body(scope, receive) -> tuple[bytes, object]:
             break
     body = b"".join(chunks)
     return body, replaying(body, receive, after)
+
+
+def close_follows(body: bytes | None) -> bool:
+    """Whether a ``/verify`` body says a close follows (``close_follows: true``): the episode is not over."""
+    if not body or b"close_follows" not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("close_follows") is True
 
 
 class BodyGuardMiddleware:
@@ -81,7 +87,7 @@ class BodyGuardMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if _SUSPECT.search(body) and _is_json(headers):
+        if _SUSPECT.search(body) and is_json(headers.get(b"content-type"), missing=True):
             found = _unsendable(body)
             if found is not None:
                 return await self._unsendable(scope, *found)(scope, receive, send)
@@ -112,14 +118,16 @@ class BodyGuardMiddleware:
         return JSONResponse(status_code=422, content=body)
 
 
-def _is_json(headers: dict) -> bool:
-    kind = headers.get(b"content-type", b"application/json").split(b";")[0].strip().lower()
-    return kind == b"application/json" or kind.endswith(b"+json")
+def is_json(content_type: bytes | None, missing: bool) -> bool:
+    """Whether a ``Content-Type`` names JSON (``application/json``, ``application/*+json``); ``missing`` if none."""
+    if content_type is None:
+        return missing
+    kind = content_type.split(b";")[0].strip().lower()
+    return kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
 
 
 def _unsendable(body: bytes) -> tuple[str, str, str] | None:
-    """The dotted path ("body" at the top) of the first NaN, Infinity or lone surrogate in ``body``
-    (a string or a key), why it cannot be sent back and what to send instead; or None."""
+    """The dotted path of the first NaN, Infinity or lone surrogate in ``body``, why and what instead; or None."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):

@@ -1,10 +1,5 @@
-"""What a server process is started with: its config, in a private file, and its tie to its parent.
-
-``CONFIG_ENV`` names a private JSON file (mode 0600) holding the config: never the environment itself,
-which caps a variable at 128 KiB and which ``/proc/PID/environ`` shows. ``die_with_parent`` ties a
-child to its parent, a SIGKILL included; only the standard library here, so ``tied`` can run this file
-before exec'ing a foreign command (docs/runtime.md).
-"""
+"""What a server process is started with: its config in a private file ``CONFIG_ENV`` names, and its tie
+to its parent (standard library only: ``tied`` runs this file before exec'ing a command; docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -41,9 +36,7 @@ PARENT_ENV = "GYMLAB_PARENT_PID"
 
 
 def die_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
-    """Have the kernel send ``sig`` to this process when ``parent`` (its parent) exits, and send it now
-    if ``parent`` is already gone. Linux's ``PR_SET_PDEATHSIG`` (elsewhere only the check now); call it
-    in the child, first thing. SIGTERM lets a server stop its own children; SIGKILL cannot be ignored."""
+    """Have the kernel send ``sig`` to this process when ``parent`` exits (Linux), or now if it is gone."""
     if sys.platform.startswith("linux"):
         import ctypes
 

@@ -1,9 +1,6 @@
-"""``EpisodeSessions``: the episode-session rules a resources server keeps, whatever its protocol base.
-
-It wraps a server's seed and release hooks: one seed or close of a session at a time, an idempotent
-re-seed by the same episode, a close that releases once and fences, a seed without the session's cookie
-refused, and idle sessions reaped. The rules in full are in docs/runtime.md.
-"""
+"""``EpisodeSessions``: the episode-session rules a server keeps around its seed and release hooks
+(one seed or close at a time, idempotent re-seeds, a close that releases once and fences, idle sessions
+reaped); the rules in full are in docs/runtime.md."""
 
 from __future__ import annotations
 
@@ -33,8 +30,7 @@ Release = Callable[[str], Awaitable[Any]]
 
 
 class ReleaseRequest(str):
-    """The session ID a release hook receives, carrying the close body's fields too: a hook may take it
-    as the ID, or as the reference does, as a body with ``resources_session_id`` and ``episode_id``."""
+    """The session ID a release hook receives, also usable as the reference's close body."""
 
     resources_session_id: str
     episode_id: Any
@@ -50,11 +46,8 @@ class ReleaseRequest(str):
 
 
 class EpisodeSessions:
-    """Open episode sessions of one server: ID -> (the episode that seeded it, the seed's answer).
-
-    ``ttl_seconds`` (None or 0: never) and ``release`` let ``reap`` free sessions nobody closed or uses,
-    flat-row seeds (state keyed by the cookie) included, from the seed until their verify or close.
-    """
+    """Open episode sessions of one server: ID -> (the episode that seeded it, the seed's answer);
+    ``reap`` frees those idle for ``ttl_seconds`` (None or 0: never) with ``release``."""
 
     def __init__(
         self,
@@ -82,6 +75,10 @@ class EpisodeSessions:
         self.reaped = self.reap_failures = 0
         self._last_sweep = clock()
 
+    def _touch(self, session_id: str) -> None:
+        self._seen[session_id] = self._clock()
+        self._seen.move_to_end(session_id)
+
     def is_open(self, session_id: str) -> bool:
         return session_id in self._open
 
@@ -89,7 +86,6 @@ class EpisodeSessions:
         return len(self._open)
 
     def counts(self) -> dict[str, Any]:
-        """What ``/health`` reports: sessions held now and released by the reaper so far."""
         return {
             "open": len(self._open),
             "held": len(self._seen),
@@ -99,37 +95,32 @@ class EpisodeSessions:
             "ttl_seconds": self.ttl_seconds,
         }
 
-    # -- activity ----------------------------------------------------------------------------------
-
     def begin(self, session_id: str) -> None:
-        """A request naming ``session_id`` started: the reaper leaves the session alone until it ends."""
+        """A request naming ``session_id`` started: the reaper leaves it alone until it ends."""
         self._busy[session_id] = self._busy.get(session_id, 0) + 1
 
     def end(self, session_id: str) -> None:
-        """A request naming ``session_id`` ended (answered, failed or cancelled): its idle time starts now."""
+        """A request naming ``session_id`` ended: its idle time starts now."""
         left = self._busy.pop(session_id, 1) - 1
         if left:
             self._busy[session_id] = left
         if session_id in self._seen:
-            self._seen[session_id] = self._clock()
-            self._seen.move_to_end(session_id)
+            self._touch(session_id)
 
     def foreign_seed(self, key: str, session_id: str) -> bool:
-        """Whether a seed naming ``session_id`` by ``key``, without the session's cookie, would take over a
-        live episode (only an episode seed of an open episode session may: a retry after a lost reply)."""
+        """Whether a seed naming ``session_id`` by ``key`` without its cookie would take over a live episode."""
         if session_id in self._open:
             return key != self.id_name
         return session_id in self._seen
 
     def track_flat(self, session_id: str) -> None:
-        """A flat-row seed opened ``session_id`` (keyed by the cookie): held until its verify or close."""
+        """A flat-row seed opened ``session_id``: held until its verify or close."""
         if session_id not in self._open:
             self._flat.add(session_id)
-            self._seen[session_id] = self._clock()
-            self._seen.move_to_end(session_id)
+            self._touch(session_id)
 
     def flat_released(self, session_id: str) -> None:
-        """A flat-row session's state was released by the server (its verify, a terminal step)."""
+        """A flat-row session's state was released (its verify, a terminal step)."""
         if session_id in self._flat:
             self.forget(session_id)
 
@@ -142,9 +133,8 @@ class EpisodeSessions:
     async def release_state(
         self, session_id: str, hook: Release, state: dict[str, Any], failure: BaseException | None = None
     ) -> None:
-        """Run the server's release ``hook(session_id)``, then drop ``state[session_id]``: the one way a
-        server's per-episode state goes, however the episode ended. A hook that raises leaves the state
-        for the retry; raised while ``failure`` is handled, it is logged and noted on ``failure`` instead."""
+        """``hook(session_id)``, then ``state[session_id]`` dropped: the one way per-episode state goes. A hook
+        that raises leaves the state; raised while ``failure`` is handled, it is noted on ``failure``."""
         try:
             await hook(session_id)
         except Exception as exc:
@@ -155,8 +145,6 @@ class EpisodeSessions:
             return
         state.pop(session_id, None)
         self.flat_released(session_id)
-
-    # -- seed and close ----------------------------------------------------------------------------
 
     async def seed(self, body: ResourcesSeedSessionRequest, run: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
         """Seed ``body``'s session with ``run()`` (its answer normalised); the answer's JSON."""
@@ -182,13 +170,11 @@ class EpisodeSessions:
             answer = self._seed_answer(sid, await run())
             self._open[sid] = (key, answer)
             self._flat.discard(sid)
-            self._seen[sid] = self._clock()
-            self._seen.move_to_end(sid)
+            self._touch(sid)
             return answer
 
     async def close(self, body: ResourcesCloseSessionRequest, release: Release) -> dict[str, Any]:
-        """Release ``body``'s session with ``release(id)`` once, then fence it; repeats are no-ops. A release
-        that raises leaves the session open and unfenced (answered 500), so a retry runs it again."""
+        """Release ``body``'s session once, then fence it; a release that raises leaves it open for a retry."""
         sid = getattr(body, self.id_name)
         async with self.locks(sid):
             opened = self._open.get(sid)
@@ -212,20 +198,17 @@ class EpisodeSessions:
                 self.fences.fence(sid)
             return self._close_answer(sid)
 
-    # -- the reaper --------------------------------------------------------------------------------
-
     def sweep_interval(self) -> float:
         return min(self.ttl_seconds / 4, 30.0) if self.ttl_seconds else 30.0
 
     async def maybe_reap(self) -> int:
-        """``reap`` when the last sweep is older than ``sweep_interval`` (cheap to call on every seed)."""
+        """``reap`` when a sweep is due (cheap to call on every seed)."""
         if not self.ttl_seconds or self._clock() - self._last_sweep < self.sweep_interval():
             return 0
         return await self.reap()
 
     async def reap(self) -> int:
-        """Release and fence every session idle for ``ttl_seconds``; how many were released. A release
-        that raises is logged, counted in ``reap_failures`` and tried again after another ``ttl_seconds``."""
+        """Release and fence every session idle for ``ttl_seconds``; how many. A failed release is retried later."""
         if not self.ttl_seconds or self.release is None:
             return 0
         now = self._last_sweep = self._clock()
@@ -249,8 +232,7 @@ class EpisodeSessions:
                 except Exception as exc:
                     log.error("reaping idle session %r: its release raised", sid, exc_info=exc)
                     self.reap_failures += 1
-                    self._seen[sid] = self._clock()
-                    self._seen.move_to_end(sid)
+                    self._touch(sid)
                     continue
                 self.forget(sid)
                 self.fences.fence(sid)
@@ -262,7 +244,7 @@ class EpisodeSessions:
 
 
 def seed_answer(session_id: str, answer: Any) -> dict[str, Any]:
-    """A seed hook's return value as an episode seed's answer (``observation`` only when set)."""
+    """A seed hook's return value as an episode seed's answer."""
     if answer is None:
         return ResourcesSeedSessionResponse(resources_session_id=session_id).model_dump(mode="json")
     if isinstance(answer, ResourcesSeedSessionResponse):
@@ -283,7 +265,7 @@ def _close_answer(session_id: str) -> dict[str, Any]:
 
 
 def with_cookie_session(request: Any, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionRequest:
-    """``body`` naming the cookie's session when it names none (``resources_session_id`` null or absent)."""
+    """``body`` naming the cookie's session when it names none."""
     if body.resources_session_id is not None:
         return body
     return body.model_copy(update={"resources_session_id": request.session[SESSION_ID_KEY]})
@@ -295,8 +277,7 @@ def mount_episode_routes(
     seed: Callable[[ResourcesSeedSessionRequest], Awaitable[Any]],
     release: Callable[[str], Awaitable[Any]],
 ) -> None:
-    """Add ``/seed_session`` and ``/close_session`` to a server whose base has no episode sessions (a
-    Gymnasium server's): ``seed(body)`` starts the episode, its answer may carry an ``observation``;
+    """``/seed_session`` and ``/close_session`` for a Gymnasium server: ``seed(body)`` starts the episode,
     ``release(id)`` frees it."""
     from fastapi.responses import JSONResponse
 

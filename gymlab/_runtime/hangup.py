@@ -1,8 +1,4 @@
-"""A caller that hangs up cancels its request's work (an interrupted ``/run`` over HTTP).
-
-Starlette keeps running a handler after its client disconnects; this middleware runs it in a child
-task and cancels it when the connection closes before the answer is sent, so its cleanup runs.
-"""
+"""A caller that hangs up cancels its request's work (Starlette would keep running the handler)."""
 
 from __future__ import annotations
 

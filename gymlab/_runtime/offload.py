@@ -1,10 +1,5 @@
-"""``WorkerPool``: CPU-heavy work in worker processes, each call within a time budget.
-
-Pure-Python work in a thread holds the GIL and slows every request of its server; in a worker process
-it holds a core of its own, and a call past its budget is ended by killing its worker (a thread cannot
-be stopped). Functions and arguments go to the worker by pickle: module-level functions of importable
-modules (docs/servers.md).
-"""
+"""``WorkerPool``: CPU-heavy work in worker processes (off the server's GIL), each call within a time
+budget past which its worker is killed; functions and arguments go by pickle (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ _LOADED = "loaded"
 
 
 class WorkerPool:
-    """``workers`` worker processes (started when first used, a killed one replaced at its next call);
-    ``recycle_rss_bytes``: a worker whose resident memory passes it exits after answering, freeing it all."""
+    """``workers`` worker processes, started when first used; one past ``recycle_rss_bytes`` exits after answering."""
 
     def __init__(self, workers: int, *, name: str, recycle_rss_bytes: int | None = None):
         self.workers, self.name, self.recycle_rss_bytes = int(workers), name, recycle_rss_bytes
@@ -46,11 +40,9 @@ class WorkerPool:
         prepare: tuple | None = None,
         prepare_s: float = 120.0,
     ) -> Any:
-        """``fn(*args)`` in a worker: its result, or its exception raised here; ``WorkBudgetExceeded`` past
-        ``budget_s`` seconds of work (waiting for a free worker is not counted); ``WorkerDied`` when the
-        worker died mid-call. ``prepare``: ``(function, *arguments)`` run first in the same worker, within
-        ``prepare_s`` (``WorkBudgetExceeded`` with ``stage="prepare"`` past it), not counted in ``budget_s``
-        (a dataset built once per worker, then graded). A caller that leaves drops a call not yet started."""
+        """``fn(*args)`` in a worker: its result or exception; ``WorkBudgetExceeded`` past ``budget_s`` of work,
+        ``WorkerDied`` when the worker died. ``prepare``: ``(function, *arguments)`` run first in the same
+        worker within ``prepare_s``."""
         self._start_threads()
         loop = asyncio.get_running_loop()
         task = _Task((prepare, fn, args), float(budget_s), float(prepare_s), loop, loop.create_future())
@@ -61,11 +53,9 @@ class WorkerPool:
             task.dropped = True
 
     def busy(self) -> int:
-        """Workers running a call now."""
         return sum(slot.busy for slot in self._slots)
 
     def close(self) -> None:
-        """Stop the workers (a running call ends with ``WorkerDied``)."""
         self._finalizer()
 
     def _start_threads(self) -> None:
@@ -89,7 +79,6 @@ class _Task:
 
 
 def _serve_tasks(tasks: queue.SimpleQueue, slot: _Slot) -> None:
-    """A pool thread: takes calls one at a time and runs each in its own worker process."""
     while (task := tasks.get()) is not None:
         if task.dropped:
             continue
@@ -191,7 +180,6 @@ class _Slot:
 
 
 def _worker(conn: Any, recycle_rss_bytes: int | None) -> None:
-    """A worker process: runs calls until its pipe closes; exits after answering once over its memory."""
     while True:
         try:
             payload = conn.recv_bytes()
@@ -224,7 +212,7 @@ def _name(prepare: tuple | None) -> str:
 
 
 def rss_bytes() -> int:
-    """This process's resident memory (0 where /proc is not there)."""
+    """This process's resident memory (0 without /proc)."""
     try:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -1,10 +1,5 @@
-"""Session ownership routing: with several workers, each session request runs in the worker holding it.
-
-A request's session ID (the signed cookie's, or a seed or close body's) is looked up in a SQLite table
-shared by the workers; the request is forwarded over the owner's private Unix socket, or handled here
-when this worker owns the session or nobody does. The rules (what opens and ends ownership, the 409 and
-410 answers, the table and the frames) are in docs/runtime.md.
-"""
+"""Session ownership routing: with several workers, each session request runs in the worker holding it,
+found in a SQLite table the workers share and reached over its private Unix socket (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -14,14 +9,12 @@ import os
 import secrets
 import struct
 import time
-from typing import Any
 
 from starlette.responses import JSONResponse
 
-from gymlab._http.cookies import scope_cookie
-from gymlab._runtime.bodies import replaying, request_body
-from gymlab._runtime.routes import END, NONE, START, STEP, USE, VERIFY, RouteKinds
-from gymlab._runtime.sessions import SessionMiddleware, body_session_id, conflict
+from gymlab._runtime.bodies import close_follows, replaying, request_body
+from gymlab._runtime.routes import END, NONE, SESSION_ENDED, START, USE, VERIFY, RouteKinds
+from gymlab._runtime.sessions import SessionCookie, body_session_id, conflict
 from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 
@@ -29,7 +22,6 @@ from gymlab.protocol.resources import SESSION_ID_KEY
 WORKER_HEADER = b"x-gymlab-worker"
 #: A forwarded answer also names the worker that received the request.
 FORWARDED_HEADER = b"x-gymlab-forwarded-by"
-_DONE = (b'"terminated":true', b'"truncated":true')
 TOUCH_EVERY_S = 1.0
 TABLE = "owners.sqlite"
 
@@ -49,13 +41,6 @@ def create_table(state_dir: str) -> None:
         "open INTEGER NOT NULL, seen REAL NOT NULL) WITHOUT ROWID"
     )
     db.close()
-
-
-def install(app, server, ctx: dict[str, Any] | None, kinds: RouteKinds) -> None:
-    """Add the routing middleware outermost in one of several workers (``ctx``: ``worker_context()``)."""
-    if ctx is None or not getattr(type(server), "routes_sessions_to_owner", True):
-        return
-    app.add_middleware(SessionOwnershipMiddleware, server=server, fastapi_app=app, state_dir=ctx["dir"], kinds=kinds)
 
 
 def worker_alive(worker: str) -> bool:
@@ -119,19 +104,16 @@ class OwnershipTable:
 class SessionOwnershipMiddleware:
     """Outermost ASGI middleware of a worker: route each session request to its owning worker."""
 
-    def __init__(self, app, server, fastapi_app, state_dir: str, kinds: RouteKinds):
-        self.app, self.fastapi_app, self.name, self.dir, self.kinds = app, fastapi_app, server.name, state_dir, kinds
+    def __init__(self, app, server, state_dir: str, kinds: RouteKinds, cookie: SessionCookie):
+        self.app, self.name, self.dir, self.kinds, self.cookie = app, server.name, state_dir, kinds, cookie
         self.window = float(getattr(server, "session_close_retry_window_seconds", 300.0))
         self.worker = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._pid = str(os.getpid()).encode()
         self.table: OwnershipTable | None = None
-        self._cookies: SessionMiddleware | None = None  # decodes the cookie as the app's session middleware does
         self._pool: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._rpc: asyncio.base_events.Server | None = None
         self._rpc_lock = asyncio.Lock()
         self._state: dict | None = None  # the worker's lifespan state, for the requests forwarded here
-
-    # -- the rule ------------------------------------------------------------------------------
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -142,8 +124,8 @@ class SessionOwnershipMiddleware:
         if self._rpc is None:
             self._state = scope.get("state")
             await self._start()
-        sid, body = self._cookie_sid(scope), None
-        if kind not in (USE, STEP):
+        sid, body = self.cookie.sid(scope), None
+        if kind != USE:
             body, receive = await request_body(scope, receive)
             if kind != VERIFY:
                 named = body_session_id(body)
@@ -181,8 +163,6 @@ class SessionOwnershipMiddleware:
             if message["type"] == "http.response.start":
                 self._settle(scope, kind, sid, row, message["status"], body)
                 message = {**message, "headers": [*message.get("headers", ()), (WORKER_HEADER, self._pid)]}
-            elif kind == STEP and sid and any(done in message.get("body", b"") for done in _DONE):
-                self.table.record(sid, self.worker, 0, time.time())
             await send(message)
 
         await self.app(scope, receive, settle_then_send)
@@ -195,21 +175,10 @@ class SessionOwnershipMiddleware:
         now = time.time()
         if kind == START:
             self.table.record(sid, self.worker, int(200 <= status < 300), now)
-        elif kind == END or (kind == VERIFY and not _close_follows(body)) or row is None:
+        elif kind == END or scope.get(SESSION_ENDED) or (kind == VERIFY and not close_follows(body)) or row is None:
             self.table.record(sid, self.worker, 0, now)
         elif not row[1] and now - row[2] > TOUCH_EVERY_S:
             self.table.touch(sid, now)
-
-    def _cookie_sid(self, scope) -> str | None:
-        """The session ID the request's signed cookie names (None: no cookie, a bad one, or none in it)."""
-        if self._cookies is None:
-            found = [m for m in self.fastapi_app.user_middleware if m.cls is SessionMiddleware]
-            if not found:
-                raise RuntimeError(f"{self.name}: session ownership routing needs the app's SessionMiddleware")
-            self._cookies = SessionMiddleware(None, **found[0].kwargs)
-        value = scope_cookie(scope["headers"], self._cookies.session_cookie)
-        sid = (self._cookies._decode(value) or {}).get(SESSION_ID_KEY) if value else None
-        return sid if isinstance(sid, str) else None
 
     async def _gone(self, scope, receive, send, sid, row, now):
         if now - row[2] > TOUCH_EVERY_S:
@@ -222,8 +191,6 @@ class SessionOwnershipMiddleware:
         route = f"{scope['method']} {scope['path']}"
         body = error_body(self.name, route, message, error="SessionLost", session_id=sid, hint=hint)
         await JSONResponse(status_code=410, content=body)(scope, receive, send)
-
-    # -- forwarding over the workers' Unix sockets -------------------------------------------------
 
     def _socket_path(self, worker: str) -> str:
         return os.path.join(self.dir, f"w{worker}.sock")
@@ -322,13 +289,3 @@ class SessionOwnershipMiddleware:
         done.set()
         headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in start.get("headers", ())]
         return start.get("status", 500), headers, b"".join(chunks)
-
-
-def _close_follows(body: bytes | None) -> bool:
-    if not body or b"close_follows" not in body:
-        return False
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(data, dict) and data.get("close_follows") is True

@@ -1,15 +1,12 @@
-"""``SessionActivityMiddleware``: keeps each held session's idle time and runs the idle-session reaper.
-
-A session with a request in flight is never reaped; a seed naming a live session without its cookie
-is refused 409 here, where the sessions are known. The reaper runs as a task from the app's lifespan
-startup to its shutdown; seeds also sweep when a sweep is due (docs/runtime.md).
-"""
+"""``SessionActivityMiddleware`` keeps each held session's idle time (never reaped with a request in
+flight) and refuses a cookieless seed of a live session; ``reaping`` runs the idle-session reaper."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 from gymlab._runtime.sessions import NAMED_WITHOUT_COOKIE, SESSIONLESS_ROUTES, conflict
 from gymlab.protocol.resources import SESSION_ID_KEY
@@ -18,16 +15,13 @@ log = logging.getLogger("gymlab.server")
 
 
 class SessionActivityMiddleware:
-    """Inside the session middleware: touch the request's session; start and stop the reaper."""
+    """Inside the session middleware: touch the request's session (its idle time starts when it ends)."""
 
     def __init__(self, app, server):
         self.app, self.server = app, server
         self.episodes = getattr(server, "episode_sessions", None)  # None for a server without them
-        self._task: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "lifespan":
-            return await self._lifespan(scope, receive, send)
         episodes = self.episodes
         session = scope.get("session") if scope["type"] == "http" else None
         sid = session.get(SESSION_ID_KEY) if session else None
@@ -56,31 +50,17 @@ class SessionActivityMiddleware:
                 episodes.flat_released(sid)
             episodes.end(sid)
 
-    async def _lifespan(self, scope, receive, send):
-        async def on_receive():
-            message = await receive()
-            if message["type"] == "lifespan.shutdown":
-                await self._stop()
-            return message
 
-        async def on_send(message):
-            if message["type"] == "lifespan.startup.complete":
-                self._start()
-            await send(message)
-
-        await self.app(scope, on_receive, on_send)
-
-    def _start(self) -> None:
-        episodes = self.episodes
-        if episodes is not None and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(_reap_forever(episodes, self.server.name))
-
-    async def _stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+@contextlib.asynccontextmanager
+async def reaping(episodes, name: str) -> AsyncIterator[None]:
+    """A lifespan part: the idle-session reaper runs as a task from the server's startup to its stop."""
+    task = asyncio.get_running_loop().create_task(_reap_forever(episodes, name))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _reap_forever(episodes, name: str) -> None:

@@ -1,45 +1,40 @@
-"""Which session use a request has, decided from the route and its handler.
-
-One rule for the session cookie (``sessions.py``) and worker routing (``ownership.py``): a seed opens
-its session, a close or ``/verify`` ends it, and any other route uses it only when its handler (or a
-dependency) takes the ``Request`` and is not marked ``@sessionless`` (docs/runtime.md).
-"""
+"""Which session use a request has, decided from the route and its handler: one rule for the session
+cookie and worker routing (docs/runtime.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-NONE, USE, START, END, VERIFY, STEP = range(6)
+NONE, USE, START, END, VERIFY = range(5)
 
 #: Routes that open a session's ownership (besides a server's ``checkpoint_session_starts``).
 START_ROUTES = frozenset({"/seed_session", "/reset", "/v1/agent_sessions"})
 #: Routes that end it (besides ``/verify`` and a server's ``checkpoint_session_ended``).
 END_ROUTES = frozenset({"/close_session", "/close", "/v1/agent_sessions/close"})
 VERIFY_ROUTES = frozenset({"/verify"})
-#: Gymnasium transitions: the answer that says terminated or truncated ends the session.
-STEP_ROUTES = frozenset({"/step"})
+#: Set in a request's scope by the server that ended its session in it (a Gymnasium step that
+#: terminated): the worker router reads it, never the answer's bytes.
+SESSION_ENDED = "gymlab.session_ended"
 #: Body keys that name a session in a seed or close (resources server, agent server).
 BODY_ID_KEYS = ("resources_session_id", "agent_session_id")
 
 
 class RouteKinds:
-    """The session kind of each ``(method, path)`` of one app (cached; routes are read at request time,
-    so routes a subclass adds after the app is built count)."""
+    """The session kind of each ``(method, path)`` of one app, cached (routes read at request time)."""
 
-    def __init__(self, fastapi_app: Any, server: Any = None):
-        cls = type(server) if server is not None else object
-        self.app = fastapi_app
+    def __init__(self, server: Any):
+        cls = type(server)
+        self.app: Any = None  # the app, set once it is built
         self.starts = START_ROUTES | frozenset(getattr(cls, "checkpoint_session_starts", ()))
         self.ends = END_ROUTES | frozenset(getattr(cls, "checkpoint_session_ended", ()))
         self._kinds: dict[tuple[str, str], tuple[int, bool]] = {}
 
     def kind(self, scope: dict) -> int:
-        """NONE, USE, START, END, VERIFY or STEP."""
+        """NONE, USE, START, END or VERIFY."""
         return self._lookup(scope)[0]
 
     def assigns_id(self, scope: dict) -> bool:
-        """Whether a request without a session ID gets a new one (and so a cookie): a seed always; a
-        close, verify or other route only when its handler can read the session."""
+        """Whether a request without a session ID gets one: a seed always, else when its handler reads it."""
         kind, uses = self._lookup(scope)
         return kind == START or (kind != NONE and uses)
 
@@ -70,13 +65,12 @@ class RouteKinds:
                     return VERIFY, uses
                 if not uses:
                     return NONE, False
-                return (STEP if path in STEP_ROUTES else USE), True
+                return USE, True
         return NONE, False  # no route: a 404 (or 405) that no session is needed for
 
 
 def sessionless(handler):
-    """Mark a handler that takes the ``Request`` but never reads or writes the session: its requests
-    get no session ID, no cookie and no worker ownership."""
+    """Mark a handler that takes the ``Request`` but never uses the session: no ID, cookie or ownership."""
     handler.gymlab_sessionless = True
     return handler
 

@@ -1,8 +1,5 @@
-"""Run a FastAPI app with uvicorn: in the foreground, in a background thread, or on gymlab's loop.
-
-The socket is bound in the caller's thread (SO_REUSEADDR; bind errors raise there), signal handlers
-are left to the host process, and a startup failure raises in the caller with its real cause.
-"""
+"""Run a FastAPI app with uvicorn: in the foreground, in a background thread, or on gymlab's loop; the
+socket bound in the caller's thread, and a startup failure raised there with its real cause."""
 
 from __future__ import annotations
 
@@ -45,8 +42,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_config(app, log_level: str, own_loop: bool = True, **options) -> uvicorn.Config:
-    """Every gymlab server's uvicorn config: the stack's options (its loop only when uvicorn makes the
-    loop), no access log, idle connections kept 30 s; ``options`` add to them."""
+    """Every gymlab server's uvicorn config: the stack's options, no access log, idle connections kept 30 s."""
     stack = {k: v for k, v in uvicorn_options().items() if own_loop or k != "loop"}
     return uvicorn.Config(app, log_level=log_level, access_log=False, timeout_keep_alive=30, **stack, **options)
 
@@ -63,8 +59,7 @@ class _KeptCause(LifespanOn):
 
 
 def _startup_failed(name: str, server: uvicorn.Server) -> ServerStartError:
-    """The error for a server whose startup (its lifespan) failed, naming the cause: the last line
-    of the trace (the exception and its message); the whole trace is in the log (``lab.logs()``)."""
+    """The error for a server whose lifespan startup failed, naming the trace's last line (the cause)."""
     trace = getattr(getattr(server, "lifespan", None), "trace", None) or ""
     lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
     cause = lines[-1] if lines else "an error in its lifespan"
@@ -80,7 +75,7 @@ class _ThreadServer(uvicorn.Server):
 
 
 class _Runner(inproc.Bound):
-    """One uvicorn server on a socket bound here, on a loop this process runs; ``start`` raises its cause."""
+    """One uvicorn server on a socket bound here; ``start`` raises its startup failure's cause."""
 
     def __init__(self, app, host: str, port: int, name: str, log_level: str, **options):
         self.name = name
@@ -220,7 +215,7 @@ class LoopServer(_Runner):
 
 class _StoppingServer(uvicorn.Server):
     """A uvicorn server that calls ``on_exit`` at the first Ctrl-C or SIGTERM, before it waits for the
-    requests in flight (so long work they wait on can end first)."""
+    requests in flight."""
 
     def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None] | None):
         super().__init__(config)
@@ -235,8 +230,7 @@ class _StoppingServer(uvicorn.Server):
 def run_foreground(
     app, host: str, port: int, log_level: str = "info", on_exit: Callable[[], None] | None = None
 ) -> None:
-    """Serve ``app`` in the foreground on the stack until Ctrl-C or SIGTERM (``python app.py``, ``gymlab
-    serve``); ``on_exit`` is called as that signal comes, before the requests in flight are waited for."""
+    """Serve ``app`` in the foreground until Ctrl-C or SIGTERM (``python app.py``, ``gymlab serve``)."""
     sock = bind_socket(host, port)
     h, p = sock.getsockname()[:2]
     print(f"gymlab: serving on http://{h}:{p}", flush=True)

@@ -1,12 +1,14 @@
-"""What the runtime reads of a server: a structural type, so the runtime never imports ``gymlab.server``
-(which imports the runtime); any object with these fields is served, and ``BaseServer`` is one."""
+"""What the runtime reads of a server: a structural type, so the runtime never imports ``gymlab.server``."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
     from pydantic import SecretStr
+    from starlette.middleware import Middleware
 
 
 class ServerSpec(Protocol):
@@ -27,5 +29,9 @@ class ServerSpec(Protocol):
     def model_fields_set(self) -> set[str]: ...
 
     def multiple_workers_unsupported_reason(self) -> str | None: ...
+
+    def middleware_parts(self) -> list[Middleware]: ...
+
+    def lifespan_parts(self) -> list[AbstractAsyncContextManager]: ...
 
     def model_dump(self, *, mode: str = ..., include: Any = ...) -> dict[str, Any]: ...

@@ -1,9 +1,5 @@
-"""The HTTP stack a server runs on: httptools and uvloop where they are installed, else h11 and asyncio.
-
-Both are dependencies where the platform has wheels (uvloop has none for Windows); without them a
-server runs on uvicorn's pure-Python h11 parser and the standard loop, unchanged in behaviour.
-``GYMLAB_SERVER_STACK=asyncio`` forces the fallback (to compare the two on one machine).
-"""
+"""The HTTP stack a server runs on: httptools and uvloop where installed, else h11 and asyncio
+(``GYMLAB_SERVER_STACK=asyncio`` forces those, to compare the two)."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ def fast() -> tuple[bool, bool]:
 
 
 def uvicorn_options() -> dict[str, Any]:
-    """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named, not ``auto``, and no
-    ``X-Forwarded-*`` rewriting (no gymlab server reads it; uvicorn's would wrap every request)."""
+    """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named, no proxy headers."""
     httptools, uvloop = fast()
     return {
         "http": "httptools" if httptools else "h11",
@@ -54,8 +49,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def settle_heap() -> None:
-    """Move everything a server process holds before it serves (the framework, schemas, routes) out of
-    the garbage collector's sight, so no collection walks them; for server processes only, not a Lab's."""
+    """Move what a server process holds before it serves out of the collector's sight (not in a Lab)."""
     import gc
 
     gc.collect()

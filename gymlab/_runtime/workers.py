@@ -1,10 +1,6 @@
-"""Several uvicorn worker processes for one server (``num_workers > 1``).
-
-The launcher binds the socket, writes the config and the session secret to private files in a 0700
-directory (with the ownership table and the forwarding sockets) and runs uvicorn's supervisor; each
-worker imports the entrypoint file and serves its module-level ``app``, and stops (removing the
-directory) when its launcher dies. The whole design is in docs/runtime.md.
-"""
+"""Several uvicorn worker processes for one server (``num_workers > 1``): the launcher keeps the config,
+secret, ownership table and sockets in a 0700 directory; each worker serves the entrypoint's ``app``
+and stops when its launcher dies (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -150,8 +146,7 @@ def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
 
 
 def _orphaned(ctx: dict[str, Any]) -> None:
-    """A worker whose launcher died: remove the launcher's directory (the secret, the table, the sockets),
-    which a killed launcher cannot, then stop as on SIGTERM."""
+    """A worker whose launcher died: remove the launcher's directory, then stop as on SIGTERM."""
     shutil.rmtree(ctx["dir"], ignore_errors=True)
     os.kill(os.getpid(), signal.SIGTERM)
 

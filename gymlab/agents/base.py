@@ -14,9 +14,11 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from starlette.middleware import Middleware
 
 from gymlab._http.client import Cookies
 from gymlab._http.retry import retried, retrying
+from gymlab._runtime.app import on_stop
 from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.agents.sessions import agent_sessions, mount_agent_session_routes
 from gymlab.errors import EpisodeFailed, ServerError, TransportError, error_body
@@ -167,19 +169,15 @@ class BaseAgent(BaseServer):
         app = super().setup_webserver()
         mount_agent_session_routes(app, lambda: self.episode_sessions, self.seed_agent_session)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
-
-        inner = app.router.lifespan_context
-
-        @contextlib.asynccontextmanager
-        async def lifespan(app: FastAPI):  # the retries stop before the client they use closes
-            async with inner(app):
-                yield
-                await self.release_retries.aclose()
-
-        app.router.lifespan_context = lifespan
         app.exception_handler(EpisodeFailed)(episode_failed)
-        app.add_middleware(CancelOnHangup)  # a caller that hangs up stops its episode and frees its session
         return app
+
+    def middleware_parts(self) -> list[Middleware]:
+        # a caller that hangs up stops its episode and frees its session
+        return [*super().middleware_parts(), Middleware(CancelOnHangup)]
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        return [*super().lifespan_parts(), on_stop(self.release_retries.aclose)]  # before the client closes
 
     @property
     def episode_sessions(self):

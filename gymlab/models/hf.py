@@ -4,6 +4,7 @@ template, batched generation, and the token ids and log-probabilities kept on th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -14,7 +15,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field, PrivateAttr
+from starlette.middleware import Middleware
 
+from gymlab._runtime.app import on_stop
 from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.errors import ConversionError, GymlabError, error_body
 from gymlab.models.chat_convert import chat_messages, chat_tools
@@ -126,10 +129,18 @@ class HFModel(BaseServer):
         )
         app = super().setup_webserver()
         app.add_exception_handler(Refused, self._refused)
-        serve_responses(app, self.respond, self._batcher.close)
-        app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # a hang-up frees its row
-        app.add_middleware(CountArrivals, batcher=self._batcher)  # outermost: from the request's headers
+        serve_responses(app, self.respond)
         return app
+
+    def middleware_parts(self) -> list[Middleware]:
+        return [
+            *super().middleware_parts(),
+            Middleware(CountArrivals, batcher=self._batcher),  # outermost: from the request's headers
+            Middleware(CancelOnHangup, paths=frozenset({"/v1/responses"})),  # a hang-up frees its row
+        ]
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        return [*super().lifespan_parts(), on_stop(self._batcher.close)]
 
     def multiple_workers_unsupported_reason(self) -> str | None:
         return "HFModel holds its model and batches in one process: several workers would each load it"

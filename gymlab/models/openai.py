@@ -12,6 +12,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
+from starlette.middleware import Middleware
 
 from gymlab._http.client import Reply, error_message
 from gymlab._http.retry import backoff_delay, retrying
@@ -81,8 +82,11 @@ class OpenAIModel(BaseServer):
         app.add_exception_handler(UpstreamError, self._upstream_error)
         app.add_exception_handler(ConversionError, self._conversion_error)
         serve_responses(app, self.respond)
-        app.add_middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))  # no upstream call for a gone caller
         return app
+
+    def middleware_parts(self) -> list[Middleware]:
+        # no upstream call for a gone caller
+        return [*super().middleware_parts(), Middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))]
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         if self.mode == "chat_completions":

@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import Field, PrivateAttr
 
+from gymlab._runtime.app import on_stop
 from gymlab.models.streaming import serve_responses
 from gymlab.protocol import Message, NeMoGymResponse, ResponseCreateParams, Usage, assistant_message
 from gymlab.server import BaseServer
@@ -138,8 +139,11 @@ class PolicyModel(BaseServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        serve_responses(app, self.respond, self._close)
+        serve_responses(app, self.respond)
         return app
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        return [*super().lifespan_parts(), on_stop(self._close)]
 
     async def _close(self) -> None:
         calls = self._calls

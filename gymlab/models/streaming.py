@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -21,12 +20,8 @@ class StreamableParams(ResponseCreateParams):
     stream: bool | None = None
 
 
-def serve_responses(
-    app: FastAPI,
-    respond: Callable[[ResponseCreateParams], Awaitable[NeMoGymResponse]],
-    close: Callable[[], Awaitable[Any]] | None = None,
-) -> None:
-    """``POST /v1/responses`` on ``app``, answered by ``respond`` (``stream: true``: as events); ``close`` on stop."""
+def serve_responses(app: FastAPI, respond: Callable[[ResponseCreateParams], Awaitable[NeMoGymResponse]]) -> None:
+    """``POST /v1/responses`` on ``app``, answered by ``respond`` (``stream: true``: as events)."""
 
     async def responses(body: StreamableParams) -> NeMoGymResponse:
         if body.stream:
@@ -34,19 +29,6 @@ def serve_responses(
         return await respond(body)
 
     app.post("/v1/responses", response_model_exclude_none=True)(responses)
-    if close is None:
-        return
-    inner = app.router.lifespan_context
-
-    @contextlib.asynccontextmanager
-    async def lifespan(a: Any) -> AsyncIterator[Any]:
-        try:
-            async with inner(a) as state:
-                yield state
-        finally:
-            await close()
-
-    app.router.lifespan_context = lifespan
 
 
 def unstreamed(body: StreamableParams) -> ResponseCreateParams:

@@ -1,5 +1,4 @@
-"""GymnasiumServer: the environment as a transition function, ``/reset`` and ``/step`` (no ``/verify``);
-the base lifts the reserved info keys and releases per-episode state on every way an episode ends."""
+"""GymnasiumServer: the environment as a transition function, ``/reset`` and ``/step`` (no ``/verify``)."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from gymlab._runtime.episodes import mount_episode_routes
+from gymlab._runtime.routes import SESSION_ENDED
 from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol import SESSION_ID_KEY, NeMoGymResponse
 from gymlab.protocol.failure_kinds import validate_failure_kind
@@ -44,8 +44,6 @@ class GymnasiumServer(EpisodeServer):
     async def _reap(self, session_id: str) -> None:
         await self.close_episode(session_id)
 
-    # -- the hooks a subclass writes -------------------------------------------------------------
-
     async def reset(self, metadata: dict, session_id: str | None = None) -> tuple[str | None, dict]:
         """Start an episode; returns ``(observation, info)``. The default keeps no state."""
         return None, {}
@@ -64,8 +62,6 @@ class GymnasiumServer(EpisodeServer):
     def tool_output(call: Any, result: Any) -> dict[str, str]:
         """A ``tool_outputs`` entry answering ``call`` (the agent turns it into a function_call_output)."""
         return {"call_id": call.call_id, "output": json.dumps(result, default=str)}
-
-    # -- the protocol around the hooks, shared by the HTTP routes and in-process use -------------
 
     async def reset_session(self, metadata: dict, session_id: str) -> GymnasiumResetResponse:
         """``reset()`` for ``session_id``; a live episode on the same session is closed first."""
@@ -122,8 +118,6 @@ class GymnasiumServer(EpisodeServer):
         """``close_session``, then the entry dropped even if an override forgot ``super()`` (``release_state``)."""
         await self.episode_sessions.release_state(session_id, self.close_session, self.session_state, failure)
 
-    # -- routes ----------------------------------------------------------------------------------
-
     async def _reset_route(self, request: Request, body: GymnasiumResetRequest) -> GymnasiumResetResponse:
         sid = request.session[SESSION_ID_KEY]
         answer = await self.reset_session(body.metadata(), sid)
@@ -132,7 +126,10 @@ class GymnasiumServer(EpisodeServer):
         return answer
 
     async def _step_route(self, request: Request, body: GymnasiumStepRequest) -> GymnasiumStepResponse:
-        return await self.step_session(body.response, body.metadata(), request.session[SESSION_ID_KEY])
+        answer = await self.step_session(body.response, body.metadata(), request.session[SESSION_ID_KEY])
+        if answer.terminated or answer.truncated:
+            request.scope[SESSION_ENDED] = True  # its state is released: the worker router frees its ownership
+        return answer
 
     async def _close_route(self, request: Request) -> GymnasiumCloseResponse:
         """Release this cookie's episode (gymlab's addition; the reference protocol has no close)."""

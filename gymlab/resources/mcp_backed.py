@@ -224,20 +224,19 @@ class McpResourcesServer(SimpleResourcesServer):
         self.mcp_target  # noqa: B018 - a misconfigured target fails when the app is built, not at a seed
         app = super().setup_webserver()
         app.post("/{tool}")(self._tool_route)
-        previous = app.router.lifespan_context
-
-        @contextlib.asynccontextmanager
-        async def lifespan(a: Any) -> AsyncIterator[Any]:
-            async with previous(a) as state:
-                if self._listed is None:  # the tools, once: rows are checked against them before any seed
-                    self._listed = await self._list_tools()
-                try:
-                    yield state
-                finally:
-                    await asyncio.gather(*(self.close_mcp_session(sid) for sid in list(self._mcp_sessions)))
-
-        app.router.lifespan_context = lifespan
         return app
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        return [*super().lifespan_parts(), self._tools_listed()]
+
+    @contextlib.asynccontextmanager
+    async def _tools_listed(self) -> AsyncIterator[None]:
+        if self._listed is None:  # the tools, once: rows are checked against them before any seed
+            self._listed = await self._list_tools()
+        try:
+            yield
+        finally:
+            await asyncio.gather(*(self.close_mcp_session(sid) for sid in list(self._mcp_sessions)))
 
     async def _list_tools(self) -> list[Any]:
         return await _list_tools(self.mcp_target, self.mcp_env, self.mcp_open_timeout_seconds, self.name)

@@ -219,17 +219,10 @@ def _loopback_only(host: str) -> Any:
 
 
 def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
-    """Serve ``server``'s tool routes at ``/mcp`` of ``app`` (one route; its session manager in the lifespan)."""
+    """Serve ``server``'s tool routes at ``/mcp`` of ``app`` (one route); the server's lifespan parts
+    include ``running()`` of the answer (its session manager)."""
     tools = McpTools(server)
     app.router.routes.append(Route(MCP_PATH, endpoint=tools))
-    previous = app.router.lifespan_context
-
-    @contextlib.asynccontextmanager
-    async def lifespan(a: Any) -> AsyncIterator[Any]:
-        async with previous(a) as state, tools.running():
-            yield state
-
-    app.router.lifespan_context = lifespan
     return tools
 
 

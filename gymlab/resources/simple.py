@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import math
@@ -20,10 +21,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
-from gymlab._runtime.bodies import BODY_KEY
+from gymlab._runtime.app import on_stop
+from gymlab._runtime.bodies import BODY_KEY, close_follows
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.offload import WorkerPool
-from gymlab._runtime.ownership import _close_follows
 from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol import (
     SESSION_ID_KEY,
@@ -42,15 +43,12 @@ from gymlab.server import BaseServer
 #: The failure kind of a verify for a session the server no longer holds.
 SESSION_LOST = "session_lost"
 
-# The reference's own idiom declares ``session_state: dict = Field(default_factory=dict)`` on its server;
-# here that name is the base's (the field's accesses reach it, so the base still frees the state), and
-# pydantic's warning that the field shadows it would only alarm code written as the spec shows.
+# The reference's idiom declares ``session_state: dict = Field(...)`` on its server: the base's, still freed.
 warnings.filterwarnings("ignore", r'Field name "session_state" in ".*" shadows an attribute in parent', UserWarning)
 
 
 def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
-    """mean/max/min/median/std of rewards (population std; no keys for none), computed on the rewards scaled
-    by a power of two (exact) so finite ones near the float limit (two of 1e308) never overflow to inf."""
+    """mean/max/min/median/std of rewards (population std), scaled by a power of two so none overflows."""
     if not rewards:
         return {}
     n, ordered = len(rewards), sorted(rewards)
@@ -69,8 +67,7 @@ def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
 
 
 class MetricsTally:
-    """The default aggregate metrics, one verify response at a time (only rewards are kept); an entry
-    it cannot read makes ``result`` raise ``RequestValidationError`` naming its field (docs/servers.md)."""
+    """The default aggregate metrics, one verify response at a time (docs/servers.md)."""
 
     def __init__(self) -> None:
         self.n_samples = 0
@@ -145,8 +142,7 @@ def _unreadable(i: int, key: str, value: Any, expected: str) -> dict[str, Any]:
 
 
 class EpisodeServer(BaseServer):
-    """A server whose per-episode state is ``session_state``, held by its episode sessions; CPU-heavy work
-    goes to ``offload`` (worker processes), sync hooks to a thread, each within ``work_budget_seconds``."""
+    """A server whose per-episode state is ``session_state``; CPU-heavy work goes to ``offload``."""
 
     work_processes: int = Field(
         default=2, ge=1, description="Worker processes for offload(): CPU-heavy grading, off the event loop."
@@ -160,40 +156,31 @@ class EpisodeServer(BaseServer):
     async def offload(
         self, fn: Callable[..., Any], *args: Any, budget_s: float | None = None, prepare: tuple | None = None
     ) -> Any:
-        """``fn(*args)`` in one of this server's worker processes (``work_processes``), so the server keeps
-        answering while it computes: its result, or its exception. Past ``budget_s`` (``work_budget_seconds``)
-        the worker is stopped and ``WorkBudgetExceeded`` raised. ``prepare``: ``(function, *arguments)`` run
-        first in the same worker, within ``work_budget_seconds`` of its own (``WorkerPool.run``). ``fn`` and
-        its arguments go by pickle: a function at the top level of an importable module (docs/servers.md)."""
+        """``fn(*args)`` in a worker process within ``budget_s`` (``WorkerPool.run``; docs/servers.md)."""
         budget_s = self.work_budget_seconds if budget_s is None else budget_s
         return await self.worker_pool().run(
             fn, *args, budget_s=budget_s, prepare=prepare, prepare_s=self.work_budget_seconds
         )
 
     def worker_pool(self) -> WorkerPool:
-        """This server's worker processes (``offload``), started at first use."""
         if self._work is None:
             self._work = WorkerPool(self.work_processes, name=self.name, recycle_rss_bytes=self.worker_rss_limit())
         return self._work
 
     def worker_rss_limit(self) -> int | None:
-        """Resident bytes past which a worker exits after answering, freeing what it held (None: never)."""
+        """Resident bytes past which a worker exits after answering (None: never)."""
         return None
 
-    def setup_webserver(self) -> FastAPI:
-        app = super().setup_webserver()
-        app.router.on_shutdown.append(self.close_work)  # the server stops: its worker processes too
-        return app
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        return [*super().lifespan_parts(), on_stop(self.close_work)]  # the server stops: its worker processes too
 
     def close_work(self) -> None:
-        """Stop this server's worker processes (a later ``offload`` starts new ones)."""
         work, self._work = self._work, None
         if work is not None:
             work.close()
 
     async def call_hook(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``hook(...)``: awaited when it is async; a sync hook runs in a thread, so it never holds the event
-        loop, within ``work_budget_seconds`` (``WorkBudgetExceeded`` past it; the thread cannot be stopped)."""
+        """``hook(...)``: awaited, or a sync one in a thread within ``work_budget_seconds``."""
         if inspect.iscoroutinefunction(hook):
             return await hook(*args, **kwargs)
         try:
@@ -207,7 +194,6 @@ class EpisodeServer(BaseServer):
 
     @property
     def episode_sessions(self) -> EpisodeSessions:
-        """This server's open episode sessions, locks, fences and idle reaper (which calls ``_reap``)."""
         if self._episodes is None:
             self._episodes = EpisodeSessions(
                 self.session_close_retry_window_seconds, self.session_ttl_seconds, self._reap
@@ -216,14 +202,12 @@ class EpisodeServer(BaseServer):
 
     @property
     def session_state(self) -> dict[str, Any]:
-        """Per-episode state, keyed by session id: process state, never config (YAML cannot set it)."""
+        """Per-episode state, keyed by session id."""
         return self.episode_sessions.state
 
 
 class SimpleResourcesServer(EpisodeServer):
-    """Seed/verify environment: override ``verify`` (and ``seed_session`` for state, kept in
-    ``self.session_state[request.session[SESSION_ID_KEY]]``, which the base drops on every way an episode
-    ends); ``serve_mcp=True`` also serves the tool routes as MCP tools at ``/mcp`` (docs/servers.md)."""
+    """Seed/verify environment: override ``verify`` (and ``seed_session``, its state in ``session_state``)."""
 
     #: Private dicts that hold no episode's state (a bounded cache), which ``release_gap`` lets be.
     not_episode_state: ClassVar[tuple[str, ...]] = ()
@@ -233,6 +217,7 @@ class SimpleResourcesServer(EpisodeServer):
     )
     mcp_max_sessions: int = Field(default=1000, ge=1, description="Most /mcp sessions open at once (LRU idle evicted).")
     mcp_session_ttl_seconds: float = Field(default=600.0, gt=0, description="An /mcp session idle this long ends.")
+    _mcp: Any = PrivateAttr(default=None)  # the /mcp endpoint (McpTools), its session manager a lifespan part
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -243,24 +228,26 @@ class SimpleResourcesServer(EpisodeServer):
         if self.serve_mcp:  # off by default: nothing of MCP is imported, mounted or run
             from gymlab.resources.mcp_tools import mount_mcp
 
-            mount_mcp(app, self)
+            self._mcp = mount_mcp(app, self)
         return app
+
+    def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
+        parts = super().lifespan_parts()
+        return [*parts, self._mcp.running()] if self._mcp is not None else parts
 
     async def seed_session(self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         """Initialise an episode; the default does nothing."""
         return BaseSeedSessionResponse()
 
     async def close_resources_session(self, resources_session_id: str) -> None:
-        """Release an episode's external resources, by ``resources_session_id`` (a close may come without
-        the cookie); the default does nothing. ``session_state`` is dropped once it returns; if it
-        raises, the state stays for the retry (docs/servers.md)."""
+        """Release an episode's external resources; ``session_state`` is dropped once it returns."""
 
     @abstractmethod
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
         """Grade the completed trajectory."""
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        """``aggregate_metrics`` in a thread: a large run's answers do not stall the server's other requests."""
+        """``aggregate_metrics`` in a thread: a large run's answers do not stall the server."""
 
         def answer() -> Response:
             metrics = aggregate_metrics(body.verify_responses).model_dump(mode="json")
@@ -288,14 +275,12 @@ class SimpleResourcesServer(EpisodeServer):
         except (WorkBudgetExceeded, WorkerDied) as exc:  # the grader, not the answer: masked
             return JSONResponse(masked_verification(_body_of(call), "verifier_error", str(exc)).model_dump(mode="json"))
         finally:
-            if sid in self.session_state and not _close_follows(request.scope.get(BODY_KEY)):
+            if sid in self.session_state and not close_follows(request.scope.get(BODY_KEY)):
                 await self._release(sid)
 
 
 def release_gap(server: BaseServer) -> str | None:
-    """Why a seed/verify server's per-episode state may outlive its episodes, or None: a private
-    dict it keeps besides ``session_state`` with no ``close_resources_session`` of its own, so only
-    its verify frees it, and a cancelled, failed or abandoned episode leaves its entry behind."""
+    """Why a server's per-episode state may outlive its episodes (a private dict only verify frees), or None."""
     cls = type(server)
     if not isinstance(server, SimpleResourcesServer):
         return None
@@ -317,9 +302,7 @@ def release_gap(server: BaseServer) -> str | None:
 
 
 def row_problems(server: SimpleResourcesServer, rows: list[dict[str, Any]]) -> list[str]:
-    """The rows an agent sends flat (with ``responses_create_params``) as the bodies of ``seed_session``
-    and ``verify``, against their request models: one line per problem, naming the rows and, for a
-    missing field, the row key it may be a typo of. Caught here, a typo costs no episode."""
+    """Rows checked against the ``seed_session`` and ``verify`` bodies: one line per problem, typos named."""
     import difflib
 
     from gymlab.protocol.validation import describe_validation
@@ -361,25 +344,24 @@ def _body_adapter(hook):
 
 
 def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> BaseVerifyResponse:
-    """The masked answer to a ``/verify`` for a session the server no longer holds (``session_lost``,
-    kept out of metrics and training data, not a real zero); every field of ``body`` is echoed."""
+    """The masked ``/verify`` answer for a session the server no longer holds (``session_lost``)."""
     reason = reason or "the server no longer holds this session (closed, expired or restarted)"
     return masked_verification(body, SESSION_LOST, reason)
 
 
 def masked_verification(body: BaseVerifyRequest, kind: str, reason: str) -> BaseVerifyResponse:
     """A masked ``/verify`` answer of failure ``kind`` (infrastructure: not a real zero); ``body`` echoed."""
-    fields = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
-    fields.update(reward=0.0, mask_sample=True, failure_kind=kind, failure_reason=reason)
-    return _EchoedVerifyResponse.model_validate(fields)
+    return _echoed(body, mask_sample=True, failure_kind=kind, failure_reason=reason)
 
 
 def answer_error_verification(body: BaseVerifyRequest, reason: str) -> BaseVerifyResponse:
-    """The ``/verify`` answer when the model's own answer broke grading (``AnswerError``): reward 0, not
-    masked, the reason in ``answer_error``; ``body`` echoed."""
-    fields = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
-    fields.update(reward=0.0, answer_error=reason)
-    return _EchoedVerifyResponse.model_validate(fields)
+    """The ``/verify`` answer when the model's own answer broke grading: reward 0, not masked."""
+    return _echoed(body, answer_error=reason)
+
+
+def _echoed(body: BaseVerifyRequest, **fields: Any) -> BaseVerifyResponse:
+    echoed = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
+    return _EchoedVerifyResponse.model_validate({**echoed, "reward": 0.0, **fields})
 
 
 def _body_of(call) -> Any:
@@ -394,10 +376,8 @@ class _EchoedVerifyResponse(BaseVerifyResponse):
 
 
 def with_request(hook, run, invoke=None):
-    """An endpoint for ``hook`` that FastAPI reads with the hook's own signature (its body type,
-    ``request: Request``) plus a request parameter for the wrapper: ``run(request, call)`` answers,
-    where ``call()`` calls the hook with FastAPI's arguments (``call.keywords``), through
-    ``invoke(hook, **arguments)`` when given (a server's ``call_hook``)."""
+    """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``, where
+    ``call()`` calls the hook (through ``invoke`` when given)."""
     signature = inspect.signature(hook)
     try:
         hints = typing.get_type_hints(hook)
@@ -435,9 +415,7 @@ def _base_hints(hook) -> dict[str, Any]:
 
 def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
     """``params`` with each unannotated one typed: ``request`` as the Request, another as the overridden
-    method's body (``async def verify(self, body):`` reads a ``BaseVerifyRequest``); with no such type, a
-    ``TypeError`` at serve time naming the method (FastAPI would read it as a query parameter: a 422 on
-    every request)."""
+    method's body; else a ``TypeError`` naming the method."""
     untyped = [p for p in params if p.annotation is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if not untyped:
         return params

@@ -40,21 +40,19 @@ def test_demo_writes_rollouts_for_every_example(tmp_path, capsys):
 
 def test_bench_quick_reports_both_layouts_beside_their_bare_ceilings(tmp_path):
     out = tmp_path / "bench.json"
-    table = bench("--quick", "--only", "start", "process", "lab", "--without-direct", "--json", str(out))
+    table = bench("--quick", "--only", "start", "process", "lab", "--json", str(out))
     figures = json.loads(out.read_text())
-    assert set(figures) >= {"machine", "start", "layouts", "without direct"}
+    assert set(figures) >= {"machine", "start", "layouts"}
     layouts = figures["layouts"]
     assert layouts["stack"] and layouts["python"] and layouts["checkout"] == str(ROOT)
     for layout in ("process", "lab"):
         gymlab, bare = layouts[layout]["gymlab"], layouts[layout]["bare"]
-        plain = figures["without direct"][layout]["gymlab"]
         assert [p["concurrency"] for p in gymlab] == [p["concurrency"] for p in bare] == [1, 16, 64, 256]
-        assert [p["concurrency"] for p in plain] == [1, 16, 64, 256]
-        for point in gymlab + bare + plain:
+        for point in gymlab + bare:
             assert point["episodes"] >= point["concurrency"] and point["episodes/s"] > 0
             assert point["cpu ms/episode"] >= 0
     assert set(layouts["process"]["hop us"]) == {"gymlab", "bare"}
-    assert "bare eps/s" in table and "x bare" in table and "CPU ms/ep" in table and "no-direct CPU" in table
+    assert "bare eps/s" in table and "x bare" in table and "CPU ms/ep" in table
     assert "server CPU per tool call POST /square" in table and "Lab with three servers ready (ms)" in table
 
 

@@ -72,16 +72,13 @@ class Broken(SimpleResourcesServer):
     async def verify(self, body):
         return None
 
-    def setup_webserver(self):
-        app = super().setup_webserver()
+    def lifespan_parts(self):
+        return [*super().lifespan_parts(), self._judge()]
 
-        @contextlib.asynccontextmanager
-        async def lifespan(_app):
-            raise ConnectionRefusedError("judge at 127.0.0.1:9 refused the connection")
-            yield
-
-        app.router.lifespan_context = lifespan
-        return app
+    @contextlib.asynccontextmanager
+    async def _judge(self):
+        raise ConnectionRefusedError("judge at 127.0.0.1:9 refused the connection")
+        yield
 
 
 def test_startup_failure_raises_the_real_cause_alone_and_keeps_the_trace(lab, capfd):

@@ -519,12 +519,12 @@ def test_gymlab_serve_runs_a_config_with_4_workers(tmp_path):
 
 
 @contextlib.asynccontextmanager
-async def _connection_elsewhere(url: str, not_worker: str):
+async def _connection_elsewhere(url: str, not_worker: str, probe: tuple[str, dict] = ("/increment", {"by": 1})):
     """An aiohttp session whose one keep-alive connection was accepted by a worker other than ``not_worker``."""
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:  # which worker accepts is the scheduler's choice: a deadline, not a count
         s = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), cookie_jar=aiohttp.DummyCookieJar())
-        async with s.post(url + "/increment", json={"by": 1}) as r:  # a new session: answered where it lands
+        async with s.post(url + probe[0], json=probe[1]) as r:  # a new session: answered where it lands
             here = r.headers[WORKER_HEADER.decode()]
             await r.read()  # read to the end, or the connection is not kept for the next request
         if here != not_worker:
@@ -594,6 +594,72 @@ def test_blackjack_on_4_workers_plays_as_in_one_process(lab, tmp_path):
         rollouts = lab.run_many(agent, rows, concurrency=len(rows), on_error="raise")
     assert [r.reward for r in rollouts] == expected
     assert not any(r.mask_sample for r in rollouts)
+
+
+STEPPER = """
+from gymlab import GymnasiumServer
+from gymlab.utils import is_gymlab_fastapi_entrypoint
+
+
+class Stepper(GymnasiumServer):
+    async def reset(self, metadata, session_id=None):
+        self.session_state[session_id] = 0
+        return "start", {}
+
+    async def step(self, action, metadata, session_id=None):
+        self.session_state[session_id] += 1
+        n = self.session_state[session_id]
+        # what the policy wrote, echoed in info: the answer's bytes say terminated, the episode goes on
+        return action.output_text or "", 0.0, n >= 3, False, {"terminated": True, "truncated": True}
+
+
+if __name__ == "__main__":
+    Stepper.run_webserver()
+elif is_gymlab_fastapi_entrypoint(__file__):
+    app = Stepper.run_webserver()
+"""
+
+
+def test_a_gymnasium_session_ends_its_ownership_when_the_server_ends_it_not_when_its_bytes_say_so(tmp_path):
+    window = 1.0
+    path = tmp_path / "stepper.py"
+    path.write_text(STEPPER)
+    said = '{"terminated":true,"truncated":true}'  # a degenerate policy's text, as an observation
+    row = {"responses_create_params": {"input": "play"}}
+    step = {
+        **row,
+        "response": {
+            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": said}]}]
+        },
+    }
+    reset = ("/reset", row)
+
+    async def run(url):
+        episode = Client(url)
+        _, _, h = await episode.post(*reset)
+        owner = h[WORKER_HEADER.decode()]
+        status, first, _ = await episode.post("/step", step)
+        assert status == 200 and first["observation"] == said and not first["terminated"]
+        await asyncio.sleep(2 * window)  # time passes beyond the window: an ended session's ownership would expire
+        cookie = {"Cookie": "; ".join(f"{k}={v}" for k, v in episode.jar.items())}
+        async with _connection_elsewhere(url, owner, reset) as s:
+            async with s.post(url + "/step", json=step, headers=cookie) as r:
+                going = (r.status, r.headers.get(WORKER_HEADER.decode()), FORWARDED_HEADER.decode() in r.headers)
+                second = await r.json()
+            async with s.post(url + "/step", json=step, headers=cookie) as r:
+                last = await r.json()
+        await asyncio.sleep(2 * window)  # the episode ended: its ownership expires after the window
+        async with _connection_elsewhere(url, owner, reset) as s:
+            async with s.post(url + "/step", json=step, headers=cookie) as r:
+                after = (r.headers.get(WORKER_HEADER.decode()), FORWARDED_HEADER.decode() in r.headers)
+                await r.read()
+        return owner, going, second, last, after
+
+    with served(path, workers=2, session_close_retry_window_seconds=window) as (url, _):
+        owner, going, second, last, after = run_sync(run(url))
+    assert going == (200, owner, True) and second["observation"] == said  # still its owner's: state kept
+    assert last["terminated"]  # the third step ends the episode, and the server says so
+    assert after[0] != owner and not after[1]  # nobody owns it now: answered where it arrived
 
 
 def test_sessionless_requests_take_no_ownership_and_entrypoints_build_no_app_outside_a_worker(counter):

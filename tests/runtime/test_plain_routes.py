@@ -1,6 +1,6 @@
-"""Routes answered directly (``_runtime/direct.py``) answer exactly as FastAPI does: same status, body,
-content type and cookie, for good input, bad input, refusals and crashes; other route shapes are left
-to FastAPI."""
+"""Plain JSON routes (``_runtime/plain.py``) answer exactly as FastAPI's own route class does: same
+status, body, content type and cookie, for good input, bad, malformed, nested and foreign input,
+refusals and crashes; other route shapes are left to FastAPI."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import json
 import httpx
 import pytest
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
+import gymlab._runtime.app as app_module
 from gymlab import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
-from gymlab._runtime.direct import FASTAPI_RANGE, DirectRoutes, plan_for
+from gymlab._runtime.plain import PlainRoute, _plan
 from gymlab.examples import example_rows
 
 
@@ -77,15 +79,16 @@ class Probe(SimpleResourcesServer):
         return BaseVerifyResponse(**body.model_dump(), reward=1.0)
 
 
-def _direct(app: FastAPI) -> bool:
-    return any(m.cls is DirectRoutes for m in app.user_middleware)
-
-
-def _without_direct_routes(server: Probe) -> Probe:
-    app = server.app
-    assert _direct(app)  # what this file compares: on by default under a FastAPI of the pinned range
-    app.user_middleware = [m for m in app.user_middleware if m.cls is not DirectRoutes]
+def _fastapis_own(server: Probe, monkeypatch) -> Probe:
+    """``server`` with every route FastAPI's own ``APIRoute`` (what this file compares with)."""
+    with monkeypatch.context() as m:
+        m.setattr(app_module, "PlainRoute", APIRoute)
+        routes = [r for r in server.app.router.routes if hasattr(r, "endpoint")]
+    assert routes and not any(isinstance(r, PlainRoute) for r in routes)
     return server
+
+
+NESTED = b'{"value": ' + b"[" * 5000 + b"]" * 5000 + b"}"
 
 
 REQUESTS = [
@@ -97,6 +100,10 @@ REQUESTS = [
     ("/square", {"content": b'{"value": 3}', "headers": {"content-type": "text/plain"}}),
     ("/square", {"content": b'{"value": 3}'}),
     ("/square", {"content": b"", "headers": {"content-type": "application/json"}}),
+    ("/square", {"content": NESTED, "headers": {"content-type": "application/json"}}),
+    ("/square", {"content": b'{"value": 3}', "headers": {"content-type": "application/vnd.foreign+json"}}),
+    ("/square", {"json": {"value": 10**30}}),
+    ("/square", {"json": "value"}),
     ("/maybe", {"json": {"value": 2}}),
     ("/plain", {"json": {"value": 2}}),
     ("/refuse", {"json": {"value": 5}}),
@@ -126,22 +133,22 @@ def _answer(reply: httpx.Response) -> tuple:
 
 
 @pytest.mark.parametrize("path, kwargs", REQUESTS, ids=[f"{p}-{i}" for i, (p, _) in enumerate(REQUESTS)])
-def test_a_direct_answer_is_fastapis_answer(lab, path, kwargs):
-    direct = lab.serve(Probe(name="probe"))
-    plain = lab.serve(_without_direct_routes(Probe(name="probe_plain")))
+def test_a_plain_answer_is_fastapis_answer(lab, path, kwargs, monkeypatch):
+    plain = lab.serve(Probe(name="probe"))
+    fastapi = lab.serve(_fastapis_own(Probe(name="probe_plain"), monkeypatch))
     with httpx.Client(timeout=60) as client:
-        got = _answer(client.post(direct.url + path, **kwargs))
-        want = _answer(client.post(plain.url + path, **kwargs))
+        got = _answer(client.post(plain.url + path, **kwargs))
+        want = _answer(client.post(fastapi.url + path, **kwargs))
     assert got == want
 
 
 def test_plain_json_routes_are_planned_and_others_are_not():
     app = Probe().app
-    routes = {r.path: r for r in app.router.routes if hasattr(r, "dependant")}
+    routes = {r.path: r for r in app.router.routes if isinstance(r, PlainRoute)}
     for path in ("/square", "/maybe", "/plain", "/sees", "/verify", "/seed_session", "/close_session"):
-        assert plan_for(routes[path]) is not None, path
-    assert plan_for(routes["/query"]) is None  # a query parameter: FastAPI's way
-    assert plan_for(routes["/health"]) is None  # no body
+        assert _plan(routes[path]) is not None and routes[path].plain is not None, path
+    assert _plan(routes["/query"]) is None  # a query parameter: FastAPI's way
+    assert _plan(routes["/health"]) is None and routes["/health"].plain is None  # no body
 
 
 def test_a_crash_is_a_json_500_naming_server_and_route(lab):
@@ -152,16 +159,22 @@ def test_a_crash_is_a_json_500_naming_server_and_route(lab):
     assert "broken tool" in reply.json()["detail"]
 
 
-def test_the_flag_and_a_fastapi_outside_the_range_leave_every_route_to_fastapi(monkeypatch):
-    import fastapi
+def test_concurrent_plain_requests_each_get_their_own_answer(lab):
+    import asyncio
 
-    assert _direct(Probe().app)
-    monkeypatch.setenv("GYMLAB_DIRECT_ROUTES", "0")
-    assert not _direct(Probe().app)
-    monkeypatch.delenv("GYMLAB_DIRECT_ROUTES")
-    for major, minor in (FASTAPI_RANGE[0], FASTAPI_RANGE[1]):
-        monkeypatch.setattr(fastapi, "__version__", f"{major}.{minor}.9")
-        assert _direct(Probe().app)
-    for version in (f"0.{FASTAPI_RANGE[0][1] - 1}.0", f"0.{FASTAPI_RANGE[1][1] + 1}.0", "1.0.0"):
-        monkeypatch.setattr(fastapi, "__version__", version)
-        assert not _direct(Probe().app), version
+    import aiohttp
+
+    probe = lab.serve(Probe(name="probe"))
+
+    async def run():
+        async with aiohttp.ClientSession() as s:
+
+            async def one(i):
+                async with s.post(probe.url + "/square", json={"value": i}) as r:
+                    return (await r.json())["value"]
+
+            return await asyncio.gather(*(one(i) for i in range(200)))
+
+    from gymlab._sync import run_sync
+
+    assert run_sync(run()) == [i * i for i in range(200)]
