@@ -72,24 +72,21 @@ class Step(_Transition):
         return f"<Step {action}reward {self.reward:g}{flags}{observation}>"
 
 
-def _on_gymlab_loop(fn):
-    """Run an async method on gymlab's loop whichever loop awaits it (a kernel's, ``asyncio.run``'s),
-    so no caller's loop ends up owning the connection pool."""
+def _add_sync_forms(cls: type) -> None:
+    """Each public coroutine method ``aname`` of ``cls`` runs on gymlab's loop whichever loop awaits it (so
+    no caller's loop owns the connection pool) and gets its sync form ``name`` (same signature and docstring)."""
+    for attr, coro_fn in list(vars(cls).items()):
+        if attr.startswith("a") and inspect.iscoroutinefunction(coro_fn):
+            setattr(cls, attr, _on_gymlab_loop(coro_fn))
+            setattr(cls, attr[1:], _sync_form(cls, attr, coro_fn))
 
+
+def _on_gymlab_loop(fn):
     @functools.wraps(fn)
     async def method(*args, **kwargs):
         return await on_background_loop(fn(*args, **kwargs))
 
     return method
-
-
-def _add_sync_forms(cls: type) -> None:
-    """Each public coroutine method ``aname`` of ``cls`` runs on gymlab's loop and gets its sync form
-    ``name`` (the same signature, the async form's docstring)."""
-    for attr, coro_fn in list(vars(cls).items()):
-        if attr.startswith("a") and inspect.iscoroutinefunction(coro_fn):
-            setattr(cls, attr, _on_gymlab_loop(coro_fn))
-            setattr(cls, attr[1:], _sync_form(cls, attr, coro_fn))
 
 
 def _sync_form(cls: type, attr: str, coro_fn: Any):

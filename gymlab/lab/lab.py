@@ -18,7 +18,7 @@ from gymlab._sync import background_loop, run_sync
 from gymlab._traces import Interrupted, is_user_file, logbook
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
-from gymlab.lab.runs import Rollouts, arun_many, failure_line
+from gymlab.lab.runs import Rollouts, arun_many, report_failures
 from gymlab.run.engine import RunState
 from gymlab.server import BaseServer
 
@@ -105,12 +105,14 @@ class Lab:
 
     def _start(self, instance: BaseServer, port: int, *, fallback: bool) -> LoopServer:
         instance.use_client(self.client)
-        registry = self.client.registry
+
+        def start(at: int) -> LoopServer:
+            args = (instance.app, instance.host, at, instance.name, self.log_level, self.wire, self.client.registry)
+            return LoopServer(*args).start()
+
         try:
             with self._book.held():  # a failed start prints its error alone (lab.logs() keeps the log)
-                return LoopServer(
-                    instance.app, instance.host, port, instance.name, self.log_level, self.wire, registry
-                ).start()
+                return start(port)
         except ServerStartError:
             if not fallback:
                 raise
@@ -119,7 +121,7 @@ class Lab:
             "serve the agents bound to it again",
             stacklevel=3,
         )
-        return LoopServer(instance.app, instance.host, 0, instance.name, self.log_level, self.wire, registry).start()
+        return start(0)
 
     def serve_model(
         self,
@@ -286,7 +288,7 @@ class Lab:
         except asyncio.CancelledError as exc:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise type(exc)(state.cancelled_line()) from None
-        _report_failures(result, self._book, since)
+        report_failures(result, self._book, since)
         return result
 
     async def arun_many(self, agent: AgentHandle, rows: list[dict[str, Any]], **options: Any):
@@ -297,7 +299,7 @@ class Lab:
         except asyncio.CancelledError:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise
-        _report_failures(result, self._book, since)
+        report_failures(result, self._book, since)
         return result
 
     async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
@@ -400,10 +402,3 @@ def _protocol_of(server: Any, agent: Any) -> str:
 def _close_all() -> None:
     for lab in list(_labs):
         lab.close()
-
-
-def _report_failures(result, book, since: float) -> None:
-    """One line for a run's failures, by kind and the most common cause (nothing is printed per episode);
-    it points to ``lab.logs()`` only when ``book`` holds an error logged ``since`` the run began."""
-    if line := failure_line(result, logged=any(e.time >= since for e in list(book.entries))):
-        print(line, file=sys.stderr, flush=True)

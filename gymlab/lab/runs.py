@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -182,6 +183,12 @@ def failure_line(run: Rollouts, *, logged: bool = False) -> str | None:
     return f"gymlab: {sum(failed.values())} of {len(run)} episodes failed ({kinds}){common}; they are masked" + (
         ", and lab.logs() has the server-side traces" if logged else ""
     )
+
+
+def report_failures(run: Rollouts, book: Any, since: float) -> None:
+    """Print ``failure_line`` to stderr; it points to ``lab.logs()`` when ``book`` logged an error ``since`` the run began."""
+    if line := failure_line(run, logged=any(e.time >= since for e in list(book.entries))):
+        print(line, file=sys.stderr, flush=True)
 
 
 def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:
