@@ -1,9 +1,5 @@
-"""Interactive episodes: step an environment by hand or by model, fork it, grade it, release it.
-
-The base of ``SeedVerifyEpisode`` and ``GymnasiumEpisode`` (``lab.episode`` picks one from the
-environment's routes). Every public ``aname`` method runs on gymlab's loop and has a sync form
-``name``; an episode closed, or dropped without closing, releases its server session exactly once.
-"""
+"""Interactive episodes (the base of ``SeedVerifyEpisode`` and ``GymnasiumEpisode``): step an environment by
+hand or by model, fork it, grade it; closed or dropped, an episode releases its server session exactly once."""
 
 from __future__ import annotations
 

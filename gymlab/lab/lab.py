@@ -26,13 +26,9 @@ _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
 class Lab:
-    """Servers in background threads of the current process (a kernel, a script, a test).
-
-    Serving again under a running name replaces that server on the same URL, and the handle already
-    held follows it. Calls between a Lab's servers go straight into the target's ASGI app (HTTP's
-    cookies, statuses and error bodies); ``Lab(wire=True)`` sends every call over loopback HTTP.
-    ``lab.client`` is the Lab's own: its servers' registry, handed to each server it runs.
-    """
+    """Servers in background threads of this process; serving a running name again replaces it on the same URL.
+    Calls between them go into the target's ASGI app (``wire=True``: over loopback HTTP) through ``lab.client``,
+    the Lab's own registry and client (docs/guide.md)."""
 
     def __init__(self, log_level: str = "warning", *, wire: bool = False):
         self.log_level, self.wire = log_level, wire
@@ -185,11 +181,9 @@ class Lab:
         runtime_env: dict[str, Any] | None = None,
         **config: Any,
     ):
-        """``replicas`` cells on a Ray cluster (the ``ray`` extra), each running ``env`` (built with
-        ``config``), the agent and the model as this Lab would: a ``CellPool`` for ``run_many`` and
-        ``episode``. ``model``: a policy function, ``dict(openai=...)`` options, or a model server URL
-        every node reaches. ``address``: None starts a local cluster, ``"auto"`` or ``HOST:PORT`` joins one.
-        """
+        """A ``CellPool`` of ``replicas`` Ray cells (the ``ray`` extra), each running ``env``, the agent and the model
+        (a policy, ``dict(openai=...)`` or a URL every node reaches) as this Lab would; ``address``: None starts a
+        local cluster, ``"auto"`` or ``HOST:PORT`` joins one (docs/cluster.md)."""
         from gymlab.cluster.pool import CellPool
         from gymlab.cluster.recipe import env_recipes
 
@@ -270,13 +264,9 @@ class Lab:
         check: bool = True,
         max_retries: int = 0,
     ):
-        """Run every row ``repeats`` times ("aabbcc" order) through ``agent`` (an agent handle, or a
-        ``CellPool``: each episode in the cell with the fewest in flight); returns ``Rollouts``.
-
-        The rows are checked first (``lab.check``: a mismatch raises ``ConfigError``; ``check=False``
-        skips). Failures are summarised by kind at the end; an Interrupt or a run stopped on an error
-        (``on_error="raise"``, ``RunStopped``) keeps the finished episodes in ``lab.last_run``.
-        """
+        """Run every row ``repeats`` times ("aabbcc" order) through ``agent`` (an agent handle or a ``CellPool``),
+        the rows checked first (``check=False`` skips); returns ``Rollouts``, failures summarised in one line.
+        An Interrupt or a stopped run keeps the finished episodes in ``lab.last_run``."""
         __tracebackhide__ = True
         state, since = RunState(), time.time()
         options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)

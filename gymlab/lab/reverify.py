@@ -202,8 +202,7 @@ def reverify(
     served in a background thread (real HTTP, its lifespan run) for the duration of the call, or a
     running server's handle or URL. ``rollouts``: a ``Rollouts``, a list of records or a rollouts
     JSONL path. ``rows`` (the dataset rows, or a materialized-inputs JSONL path) restores row fields
-    the stored verify answers dropped, to seed a stateful environment as it was. No model is asked.
-    """
+    the stored verify answers dropped, to seed a stateful environment as it was. No model is asked."""
     from gymlab._sync import run_sync
 
     return run_sync(

@@ -224,11 +224,9 @@ async def arun_many(
     backoff_s: float = 0.5,
     observe: Callable[[Rollout], None] | None = None,
 ) -> Rollouts:
-    """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``, or a ``CellPool``'s cells),
-    ``concurrency`` at a time, on the one run engine (the agent's own client makes its requests); records in "aabbcc" order, named by
-    agent and environment. A failure is retried ``max_retries`` times (none by default: a notebook run
-    shows every failure) when its kind may pass, then masked (``on_error="raise"``: raised). ``state``
-    follows the run; ``observe(record)`` sees each record as it finishes (a live panel)."""
+    """Every row ``repeats`` times through ``agent`` on the run engine, ``concurrency`` at a time, in "aabbcc"
+    order; a failure whose kind may pass is retried ``max_retries`` times, then masked (``on_error="raise"``:
+    raised). ``state`` follows the run; ``observe(record)`` sees each record as it finishes (a live panel)."""
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
     rows = list(rows)
