@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from gymlab._http.client import Client
 from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.errors import EpisodeError
-from gymlab.lab.display import clip
+from gymlab.lab.display import clip, episode_html, step_html, step_summary
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession, LoopState
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams, Rollout, StepRecord
 from gymlab.protocol import record as records
@@ -55,13 +55,9 @@ class Step(_Transition):
     record: StepRecord | None = None
 
     def _repr_html_(self) -> str:
-        from gymlab.lab.display import step_html
-
         return step_html(self.record, observation=self.observation)
 
     def __repr__(self) -> str:
-        from gymlab.lab.display import step_summary
-
         flags = " terminated" * self.terminated + " truncated" * self.truncated
         action = f"{step_summary(self.record)} -> " if self.record is not None else ""
         observation = f"; observation {clip(self.observation, 80)!r}" if self.observation else ""
@@ -175,8 +171,7 @@ class Episode:
         return self.state.items
 
     def _make_session(self) -> _Session:
-        """The episode's session, released by ``/close``; it must not hold the episode (the finalizer
-        releases it)."""
+        """The episode's session, released by ``/close``; it must not hold the episode (the finalizer releases it)."""
         return _Session(self.client, self.env_url, "/close", server=self.env_name)
 
     # -- plumbing shared by both protocols ---------------------------------------------------
@@ -279,8 +274,6 @@ class Episode:
         raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
 
     def _repr_html_(self) -> str:
-        from gymlab.lab.display import episode_html
-
         return episode_html(self)
 
     def __repr__(self) -> str:

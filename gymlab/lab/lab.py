@@ -17,8 +17,11 @@ from gymlab._runtime.serve import LoopServer
 from gymlab._sync import background_loop, run_sync
 from gymlab._traces import Interrupted, is_user_file, logbook
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
+from gymlab.lab.gymnasium_episode import GymnasiumEpisode
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
+from gymlab.lab.logs import LogView
 from gymlab.lab.runs import Rollouts, arun_many, report_failures
+from gymlab.lab.seed_verify import SeedVerifyEpisode
 from gymlab.run.engine import RunState
 from gymlab.server import BaseServer
 
@@ -204,9 +207,6 @@ class Lab:
         """An interactive episode of ``row`` against a resources server or an agent's environment; ``model``
         (a handle or URL) answers ``model_turn``/``step()`` (an agent brings its own). A ``CellPool``
         (``serve_pool``) pins the episode to one cell: its environment and model."""
-        from gymlab.lab.gymnasium_episode import GymnasiumEpisode
-        from gymlab.lab.seed_verify import SeedVerifyEpisode
-
         if is_pool(target):
             from gymlab.cluster.bridge import pinned
 
@@ -343,8 +343,6 @@ class Lab:
     def logs(self, last: int | None = 20, *, all: bool = False):
         """The errors the servers of this process logged since this lab started (the last ``last``),
         each with its full traceback; ``all=True``: every entry kept."""
-        from gymlab.lab.logs import LogView
-
         entries = [e for e in self._book.entries if all or e.time >= self._started]
         return LogView(entries[-last:] if last else entries)
 

@@ -12,6 +12,7 @@ from typing import Any
 from gymlab.collection.expand import iter_expand
 from gymlab.collection.readers import kind_of, read_jsonl
 from gymlab.jsonl import iter_jsonl, write_bytes_atomic
+from gymlab.lab.display import rollouts_html
 from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward, mean_reward_text
 from gymlab.run.engine import Job, Policy, RunState, run_jobs
@@ -156,8 +157,6 @@ class Rollouts(Sequence):
     __hash__ = None  # mutable-looking sequence, like a list
 
     def _repr_html_(self) -> str:
-        from gymlab.lab.display import rollouts_html
-
         return rollouts_html(self)
 
     def __repr__(self) -> str:

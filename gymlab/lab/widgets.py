@@ -13,7 +13,10 @@ from typing import Any
 
 import ipywidgets as w
 
+from gymlab._sync import run_sync
+from gymlab._traces import logbook
 from gymlab.errors import GymlabError
+from gymlab.lab.runs import arun_many, report_failures
 from gymlab.lab.viewer import EpisodeViewer, add_classes
 from gymlab.protocol import Rollout
 from gymlab.protocol.record import failure_counts
@@ -56,11 +59,8 @@ class Stepper(w.VBox):
     def _start(self) -> str:
         if self.episode.done or self.episode._session.open:
             return ""
-        if self._gymnasium:
-            self.episode.reset()
-            return "reset"
-        self.episode.seed()
-        return "seeded"
+        getattr(self.episode, self.episode._start_name)()  # seed, or a Gymnasium episode's reset
+        return "reset" if self._gymnasium else "seeded"
 
     @property
     def _gymnasium(self) -> bool:
@@ -225,9 +225,6 @@ class LivePanel(w.VBox):
     ):
         """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes; the end prints
         one line naming the most common cause of failure."""
-        from gymlab._traces import logbook
-        from gymlab.lab.runs import arun_many, report_failures
-
         self.total, since = len(rows) * repeats, time.time()
         try:
             with logbook().quiet():
@@ -241,6 +238,4 @@ class LivePanel(w.VBox):
 
     def run(self, agent: Any, rows: list[dict[str, Any]], **options: Any):
         """Sync form of ``arun`` (the same keywords); returns the ``Rollouts``."""
-        from gymlab._sync import run_sync
-
         return run_sync(self.arun(agent, rows, **options))
