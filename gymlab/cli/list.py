@@ -43,7 +43,7 @@ def describe(config) -> dict:
             }
             for d in config.datasets
         ],
-        "tasksets": [{"name": t, "environment_server": env} for t, env in config.tasksets.items()],
+        "tasksets": [{"name": t, "environment_server": env} for t, env in config.environment_server_routes.items()],
     }
 
 

@@ -137,11 +137,6 @@ class Config:
     def datasets(self) -> list[DatasetSpec]:
         return [d for s in self.servers.values() for d in s.datasets]
 
-    @property
-    def tasksets(self) -> dict[str, str]:
-        """taskset name -> the environment server instance it routes to."""
-        return dict(self.environment_server_routes)
-
     def launch_order(self) -> list[ServerSpec]:
         """Every server after the servers it refers to (models and resources before agents)."""
         rank = ("responses_api_models", "resources_servers", "responses_api_agents", "environment_servers").index

@@ -52,6 +52,3 @@ def dataset_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def file_metrics(path: str | os.PathLike) -> dict[str, Any]:
     """``dataset_metrics`` of a JSONL file (a bad line is a ``DatasetError`` naming it)."""
     return dataset_metrics(row for _, row in iter_jsonl(path))
-
-
-__all__ = ["dataset_metrics", "file_metrics"]

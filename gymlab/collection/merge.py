@@ -157,6 +157,3 @@ async def amerge(
 
 
 merge = sync_form(amerge)
-
-
-__all__ = ["amerge", "merge"]

@@ -62,12 +62,10 @@ class CollectResult:
 
     @property
     def rollouts(self) -> list[dict[str, Any]]:
-        """Every record of the rollouts file."""
         return read_appendable(self.paths["rollouts"], repair=False)
 
     @property
     def failures(self) -> list[dict[str, Any]]:
-        """Every row of the failures file."""
         return read_appendable(self.paths["failures"], repair=False, what="failures")
 
     def __repr__(self) -> str:

@@ -134,6 +134,3 @@ def config_route(
         return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool)
 
     return route
-
-
-__all__ = ["Target", "agent_of", "config_of", "config_route", "served"]

@@ -42,6 +42,3 @@ def record_shard(path: Path, shard: tuple[int, int] | str, rows: Iterable[dict[s
     for row in rows:
         digest.update(dumps(row) + b"\n")
     write_text_atomic(path, json.dumps({"shard": list(parse_shard(shard)), "inputs_sha256": digest.hexdigest()}))
-
-
-__all__ = ["in_shard", "parse_shard", "record_shard", "shard_of"]

@@ -64,21 +64,6 @@ def table(format_name: str, rows: list[dict[str, Any]]):
     return pa.Table.from_pylist(rows, schema=schema(format_name, tokens))
 
 
-def read_parquet(path: str | os.PathLike):
-    """A Parquet file as a table; an unreadable, torn or foreign file is a ``DatasetError``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.read_table(path)
-    except OSError as exc:
-        raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
-    except pa.ArrowException as exc:
-        raise DatasetError(
-            str(path), None, f"not a readable Parquet file ({exc}); was the write interrupted? export it again"
-        ) from None
-
-
 def tool_config(rows: list[dict[str, Any]], tool_class: str) -> dict[str, Any] | None:
     """verl's tool config YAML of verl rows (their ``extra_info.tools``), or None when no row declares a
     tool; one name declared with two different schemas is an ``ExportError``."""
@@ -305,18 +290,6 @@ def export_dataset(
     return ExportResult(path, card_path, format, len(built.rows), built.counts, rewards, tools_path)
 
 
-def _check_schema(path: Path, data, format: str) -> None:
-    expected = schema(format)
-    for name in expected.names:
-        if name not in data.schema.names:
-            raise DatasetError(
-                str(path), None, f"not a {format} file: no column {name!r} (columns: {', '.join(data.schema.names)})"
-            )
-        found, want = data.schema.field(name).type, expected.field(name).type
-        if not found.equals(want):
-            raise DatasetError(str(path), None, f"column {name!r} has type {found}, {format} expects {want}")
-
-
 def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dict[str, Any]]:
     """Every row of a trainer-format JSONL or Parquet file, checked (``format`` None: told by the columns).
     A torn, invalid or wrong-shaped line or row is a ``DatasetError`` naming the file and the line or row."""
@@ -324,11 +297,31 @@ def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dic
     if format is not None:
         _format(format)
     if path.suffix.lower() == ".parquet":
-        data = read_parquet(path)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            data = pq.read_table(path)
+        except OSError as exc:
+            raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+        except pa.ArrowException as exc:
+            raise DatasetError(
+                str(path), None, f"not a readable Parquet file ({exc}); was the write interrupted? export it again"
+            ) from None
         format = format or format_of(set(data.schema.names))
         if format is None:
             raise DatasetError(str(path), None, f"columns {data.schema.names} are none of {', '.join(FORMATS)}")
-        _check_schema(path, data, format)
+        expected = schema(format)
+        for name in expected.names:
+            if name not in data.schema.names:
+                raise DatasetError(
+                    str(path),
+                    None,
+                    f"not a {format} file: no column {name!r} (columns: {', '.join(data.schema.names)})",
+                )
+            found, want = data.schema.field(name).type, expected.field(name).type
+            if not found.equals(want):
+                raise DatasetError(str(path), None, f"column {name!r} has type {found}, {format} expects {want}")
         numbered: Iterable[tuple[str | None, int | None, Any]] = (
             (f"row {n}", None, row) for n, row in enumerate(data.to_pylist(), 1)
         )

@@ -235,17 +235,3 @@ async def run_jobs(
         if breaker.tripped:
             for job, outcome in sorted(breaker.pending.values(), key=lambda p: p[0].position):
                 sink(job, outcome)
-
-
-__all__ = [
-    "STOP_AFTER",
-    "Breaker",
-    "Job",
-    "Outcome",
-    "Policy",
-    "RunState",
-    "RunStopped",
-    "attempt",
-    "checked",
-    "run_jobs",
-]

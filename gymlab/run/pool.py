@@ -201,6 +201,3 @@ def agent_pool(
     if len(set(urls)) != len(urls):
         raise ConfigError(f"agent_url: a URL is given twice: {', '.join(urls)}")
     return ReplicaPool([HttpReplica(url, server=server, client=client) for url in urls])
-
-
-__all__ = ["DEFAULT_REPROBE_S", "AgentReplica", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]

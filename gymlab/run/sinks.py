@@ -151,6 +151,3 @@ class JsonlSink:
     def close(self) -> None:
         self.writer.close()
         self.fail_writer.close()
-
-
-__all__ = ["JsonlSink", "Key", "MemorySink", "Tally", "failure_row", "key_of"]
