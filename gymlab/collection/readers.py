@@ -57,7 +57,8 @@ def check_chat_messages(messages: Any, key: str = "messages") -> None:
             raise ValueError(f"{at}: an assistant message needs content or tool_calls")
 
 
-def _check_tools(tools: Any) -> None:
+def check_tools(tools: Any, key: str = "tools") -> None:
+    """Raise ``ValueError`` unless ``tools`` is a list of chat-format function tool schemas."""
     if not isinstance(tools, list) or not all(
         isinstance(t, dict)
         and t.get("type") == "function"
@@ -65,19 +66,19 @@ def _check_tools(tools: Any) -> None:
         and isinstance(t["function"].get("name"), str)
         for t in tools
     ):
-        raise ValueError('tools must be a list of {"type": "function", "function": {"name", ...}}')
+        raise ValueError(f'{key} must be a list of {{"type": "function", "function": {{"name", ...}}}}')
 
 
 def validate_sft_row(row: dict) -> dict:
     check_chat_messages(row.get("messages"))
-    _check_tools(row.get("tools", []))
+    check_tools(row.get("tools", []))
     return row
 
 
 def validate_rl_row(row: dict) -> dict:
     check_chat_messages(row.get("prompt"), "prompt")
     check_chat_messages(row.get("completion", []), "completion")
-    _check_tools(row.get("tools", []))
+    check_tools(row.get("tools", []))
     reward = row.get("reward")
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         raise ValueError(f"reward must be a number, got {reward!r}")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymlab.collection.readers import check_chat_messages
+from gymlab.collection.readers import check_chat_messages, check_tools
 from gymlab.export.ground_truth import GroundTruth, Rows, episode_where, ground_truth_of
 from gymlab.export.rows import by_task, preference_pairs, select, with_tokens
 from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
@@ -191,11 +191,7 @@ def _tools(value: Any, key: str = "tools") -> None:
         tools = json.loads(value)
     except ValueError as exc:
         raise ValueError(f"{key} is not valid JSON: {exc}") from None
-    if not isinstance(tools, list) or not all(
-        isinstance(t, dict) and t.get("type") == "function" and isinstance((t.get("function") or {}).get("name"), str)
-        for t in tools
-    ):
-        raise ValueError(f'{key} must be a JSON list of {{"type": "function", "function": {{"name", ...}}}}')
+    check_tools(tools, key)
 
 
 def _number(row: dict, key: str, *, optional: bool = False) -> float | None:

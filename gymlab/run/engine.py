@@ -16,6 +16,7 @@ from gymlab.errors import GymlabError, ReplicaGone, ServerError
 from gymlab.failures import run_failure
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import Rollout
+from gymlab.protocol.validation import describe_validation
 from gymlab.run.pool import ReplicaPool
 
 #: Tries that stop a run when they all fail alike (``Breaker``); ``Policy.stop_after``.
@@ -72,11 +73,8 @@ def checked(answer: Any, name: str) -> Rollout:
     try:
         return Rollout.model_validate(answer)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "record"
-        raise ServerError(
-            name, "POST /run", 200, f"answer is not a rollout record: {where}: {first.get('msg')}"
-        ) from None
+        why = describe_validation(exc, "record")
+        raise ServerError(name, "POST /run", 200, f"answer is not a rollout record: {why}") from None
 
 
 class RunStopped(GymlabError):
