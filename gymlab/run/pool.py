@@ -33,9 +33,8 @@ class Replica(Protocol):
 
 
 class HttpReplica:
-    """An agent or environment server at ``url``: ``POST {url}/run``. ``name`` tells replicas apart
-    (default: the URL); errors name ``server``, else the job's ``agent_ref``, and say the URL. ``client``:
-    the run's (closed by the run), else one of its own (closed by ``aclose``)."""
+    """An agent or environment server at ``url``: ``POST {url}/run``; errors name ``server``, else the job's
+    ``agent_ref``. ``client``: the run's, else one of its own (closed by ``aclose``)."""
 
     def __init__(self, url: str, name: str | None = None, *, server: str | None = None, client: Client | None = None):
         from gymlab._http.client import Client  # the server stack, imported only when a replica is made
@@ -169,8 +168,7 @@ class ReplicaPool:
             slot.probe_at = time.monotonic() + (self.reprobe_s or 0.0)
 
     async def aclose(self) -> None:
-        """Stop the probes in progress and close the replicas' own clients (the replicas themselves belong
-        to whoever started them)."""
+        """Stop the probes in progress and close the replicas' own clients."""
         for task in list(self._probes):
             task.cancel()
         await asyncio.gather(*self._probes, return_exceptions=True)
