@@ -238,11 +238,13 @@ def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
     def fix(block: dict[str, Any]) -> dict[str, Any]:
         block = dict(block)
-        for key in _PATH_KEYS:
-            if isinstance(block.get(key), str) and not _is_import_path(block[key]):
-                block[key] = str((base / block[key]).resolve())
-        if isinstance(block.get("policy"), str):
-            block["policy"] = _absolutize_import(block["policy"], base)
+        for key in _PATH_KEYS:  # a file path, not ``pkg.module:attr``
+            value = block.get(key)
+            if isinstance(value, str) and not (":" in value and "/" not in value and ".py" not in value):
+                block[key] = str((base / value).resolve())
+        module, _, attr = str(block.get("policy", "")).rpartition(":")
+        if isinstance(block.get("policy"), str) and (module.endswith(".py") or "/" in module):
+            block["policy"] = f"{(base / module).resolve()}:{attr}"
         if isinstance(block.get("datasets"), list):
             block["datasets"] = [fix(d) if isinstance(d, dict) else d for d in block["datasets"]]
         return block
@@ -253,19 +255,6 @@ def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
                 if isinstance(impls, dict):
                     impls.update({impl: fix(b) for impl, b in impls.items() if isinstance(b, dict)})
     return data
-
-
-def _is_import_path(value: str) -> bool:
-    """``pkg.module:attr`` (no slash, no ``.py``) rather than a file path."""
-    return ":" in value and "/" not in value and ".py" not in value
-
-
-def _absolutize_import(value: str, base: Path) -> str:
-    if ":" in value:
-        module, attr = value.rsplit(":", 1)
-        if module.endswith(".py") or "/" in module:
-            return f"{(base / module).resolve()}:{attr}"
-    return value
 
 
 def load_config(*paths: str | Path) -> Config:
@@ -283,11 +272,6 @@ def load_config(*paths: str | Path) -> Config:
         for key in data:
             sources[key] = path
         merged = deep_merge(merged, data)
-    return parse_config(merged, sources, files)
-
-
-def parse_config(merged: dict[str, Any], sources: dict[str, Path], files: list[Path]) -> Config:
-    """Build and check a ``Config`` from an already-merged mapping (``sources``: key -> file)."""
     servers: dict[str, ServerSpec] = {}
     settings: dict[str, Any] = {}
     routes: dict[str, str] = {}
