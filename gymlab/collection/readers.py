@@ -115,7 +115,7 @@ def kind_of(row: dict) -> str:
     return "task"
 
 
-def read_jsonl(path: str | os.PathLike, kind: str | None = None, *, what: str | None = None) -> list[Any]:
+def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
     """Read and validate every line: ``kind`` is rollout (as ``Rollout`` records), sft, rl or task (as
     dicts), None: from the first row. A bad line raises ``DatasetError`` (file, line, ``not {what}``)."""
     if kind is not None and kind not in _VALIDATORS:
@@ -123,7 +123,7 @@ def read_jsonl(path: str | os.PathLike, kind: str | None = None, *, what: str | 
     out = []
     for number, row in iter_jsonl(path):
         kind = kind or kind_of(row)
-        validate, what = _VALIDATORS[kind][0], what or _VALIDATORS[kind][1]
+        validate, what = _VALIDATORS[kind]
         try:
             value = validate(row)
         except ValidationError as exc:
@@ -134,9 +134,9 @@ def read_jsonl(path: str | os.PathLike, kind: str | None = None, *, what: str | 
     return out
 
 
-def read_rollouts(path: str | os.PathLike, *, what: str = "a rollout row") -> list[Rollout]:
-    """The ``Rollout`` records of a rollouts JSONL file (a bad line: ``not {what}: ...``)."""
-    return read_jsonl(path, "rollout", what=what)
+def read_rollouts(path: str | os.PathLike) -> list[Rollout]:
+    """The ``Rollout`` records of a rollouts JSONL file (a bad line: ``not a rollout row: ...``)."""
+    return read_jsonl(path, "rollout")
 
 
 # -- task datasets ----------------------------------------------------------------------------
