@@ -1,6 +1,5 @@
 """``gymlab demo``: the example environments with rule-based policies in one Lab; a summary table, and
-the rollouts under ``./gymlab-demo/``.
-"""
+the rollouts under ``./gymlab-demo/``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """``gymlab envs [ADAPTER [NAME]]``: what each adapter of ``gymlab.envs`` offers (OpenEnv: the environment
 packages installed; verifiers: the tasksets it ships), rows of one of its environments (``--rows OUT``),
-and a probe pass over every reasoning-gym dataset (``--probe``).
-"""
+and a probe pass over every reasoning-gym dataset (``--probe``)."""
 
 from __future__ import annotations
 

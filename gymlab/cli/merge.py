@@ -1,6 +1,5 @@
 """``gymlab merge OUT.jsonl SHARD.jsonl...``: shard outputs of ``gymlab collect --shard`` as one collection
-(exit status 2, naming files and lines, on conflicting, unfinished or foreign shards, or an OUT it would shrink).
-"""
+(exit status 2, naming files and lines, on conflicting, unfinished or foreign shards, or an OUT it would shrink)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """``gymlab serve CONFIG...``: every server of a config as its own process (or, with ``--ray``, in Ray
 cells behind one door per agent), started in reference order, each port fixed before anything starts.
-Ctrl-C, SIGTERM, any server's exit or this process's death stops them all.
-"""
+Ctrl-C, SIGTERM, any server's exit or this process's death stops them all."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""JSONL rows back in, validated by kind (rollout, SFT, RL, task), and ``Dataset``: task rows to run or write.
-
-Every reader validates each line, raising ``DatasetError`` with the file and line number. No pandas
-here (``Dataset.to_frame`` imports it when called).
-"""
+"""JSONL rows back in, each line validated by kind (rollout, SFT, RL, task; a ``DatasetError`` names the file
+and line), and ``Dataset``: task rows to run or write."""
 
 from __future__ import annotations
 
