@@ -82,14 +82,18 @@ def validate_rl_row(row: dict) -> dict:
     return row
 
 
-def validate_task_row(row: dict) -> dict:
-    """A task row needs ``responses_create_params`` that ``ResponseCreateParams`` accepts."""
+def task_params(row: dict) -> ResponseCreateParams:
+    """A task row's ``responses_create_params``, validated (``ValueError`` saying what is wrong)."""
     if "responses_create_params" not in row:
         raise ValueError("a task row needs responses_create_params (the model request)")
     try:
-        ResponseCreateParams.model_validate(row["responses_create_params"])
+        return ResponseCreateParams.model_validate(row["responses_create_params"])
     except ValidationError as exc:
         raise ValueError(f"responses_create_params: {describe_validation(exc)}") from None
+
+
+def validate_task_row(row: dict) -> dict:
+    task_params(row)
     return row
 
 
@@ -134,9 +138,6 @@ def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
 def read_rollouts(path: str | os.PathLike) -> list[Rollout]:
     """The ``Rollout`` records of a rollouts JSONL file (a bad line: ``not a rollout row: ...``)."""
     return read_jsonl(path, "rollout")
-
-
-# -- task datasets ----------------------------------------------------------------------------
 
 
 def _plain(value: Any) -> Any:
@@ -184,11 +185,10 @@ class Dataset:
 
     def _validated(self, row: dict, n: int) -> dict:
         try:
-            validate_task_row(row)
+            params = task_params(row)
             json.dumps(row)
         except (TypeError, ValueError) as exc:
             raise DatasetError(self.name, n, f"not a task row: {exc}") from None
-        params = ResponseCreateParams.model_validate(row["responses_create_params"])
         return {**row, "responses_create_params": params.model_dump(mode="json", exclude_unset=True)}
 
     @classmethod

@@ -75,9 +75,6 @@ class CollectResult:
         )
 
 
-# -- collection --------------------------------------------------------------------------------
-
-
 async def acollect(
     source: Any,
     output: str | os.PathLike,
