@@ -115,7 +115,6 @@ class Config:
     servers: dict[str, ServerSpec]
     environment_server_routes: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
 
     def of_type(self, server_type: str) -> dict[str, ServerSpec]:
         return {n: s for n, s in self.servers.items() if s.server_type == server_type}
@@ -273,7 +272,6 @@ def load_config(*paths: str | Path) -> Config:
             sources[key] = path
         merged = deep_merge(merged, data)
     servers: dict[str, ServerSpec] = {}
-    settings: dict[str, Any] = {}
     routes: dict[str, str] = {}
     for inst, body in merged.items():
         src = sources.get(inst, files[-1])
@@ -285,11 +283,9 @@ def load_config(*paths: str | Path) -> Config:
                 )
             routes = dict(body)
             continue
-        if not isinstance(body, dict) or inst in TOP_LEVEL_KEYS:
-            settings[inst] = body
-            continue
-        servers[inst] = _parse_instance(inst, body, src)
-    config = Config(servers=servers, environment_server_routes=routes, files=files, settings=settings)
+        if isinstance(body, dict) and inst not in TOP_LEVEL_KEYS:  # anything else is a setting no server reads
+            servers[inst] = _parse_instance(inst, body, src)
+    config = Config(servers=servers, environment_server_routes=routes, files=files)
     _check_refs(config, sources)
     return config
 
