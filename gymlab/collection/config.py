@@ -34,7 +34,6 @@ class DatasetSpec:
     owner: str
     taskset: str | None = None
     source: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -362,7 +361,6 @@ def _parse_datasets(raw: Any, spec: ServerSpec) -> list[DatasetSpec]:
                 owner=spec.instance,
                 taskset=taskset,
                 source=spec.source,
-                extra={k: v for k, v in d.items() if k not in ("name", "type", "jsonl_fpath", "taskset")},
             )
         )
     return out
