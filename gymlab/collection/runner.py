@@ -17,12 +17,10 @@ import orjson
 
 from gymlab._http.retry import RETRY_SPAN_S
 from gymlab._sync import run_sync
-from gymlab.collection.config_rows import config_rows, read_rows
-from gymlab.collection.expand import check_rows, iter_expand
-from gymlab.collection.files import output_paths, rewrite_sorted
+from gymlab.collection.config_rows import check_rows, config_rows, iter_expand, read_rows
+from gymlab.collection.files import in_shard, output_paths, record_shard, rewrite_sorted
 from gymlab.collection.metrics import aggregate
 from gymlab.collection.serving import Target, config_of, config_route, served
-from gymlab.collection.shards import in_shard, record_shard
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
 from gymlab.protocol.record import mean_reward_text
