@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gymlab.collection.files import Key, key_of, output_paths, sort_key
-from gymlab.collection.metrics import aggregate
-from gymlab.collection.runner import CollectResult, sync_form
+from gymlab.collection.runner import CollectResult, aggregate, sync_form
 from gymlab.errors import DatasetError
 from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
 from gymlab.protocol.failure_kinds import Failure

@@ -1,11 +1,13 @@
 """JSONL rows back in, each line validated by kind (rollout, SFT, RL, task; a ``DatasetError`` names the file
-and line), and ``Dataset``: task rows to run or write."""
+and line), ``Dataset``: task rows to run or write, and dataset metrics: what a rows file holds."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +219,43 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"<Dataset {self.name}: {len(self.rows)} rows>"
+
+
+def dataset_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Counts over ``rows``: all rows, their fields, and response figures where the params validate."""
+    n_rows, fields, invalid, missing = 0, Counter(), 0, 0
+    items, tools, settings = [], Counter(), Counter()
+    for row in rows:
+        n_rows += 1
+        fields.update(k for k in row if k != "responses_create_params")
+        raw = row.get("responses_create_params")
+        if raw is None:
+            missing += 1
+            continue
+        try:
+            params = ResponseCreateParams.model_validate(raw)
+        except ValidationError:
+            invalid += 1
+            continue
+        items.append(len(params.input_items()))
+        tools.update(t.name for t in params.tools or ())
+        settings.update(k for k in ("temperature", "top_p", "max_output_tokens", "seed") if raw.get(k) is not None)
+    metrics: dict[str, Any] = {
+        "num_rows": n_rows,
+        "fields": dict(sorted(fields.items())),
+        "num_rows_with_responses_create_params": len(items),
+        "num_rows_without_responses_create_params": missing,
+        "num_rows_with_invalid_responses_create_params": invalid,
+    }
+    if items:
+        metrics["responses"] = {
+            "input_items": {"min": min(items), "mean": statistics.fmean(items), "max": max(items)},
+            "tools": dict(sorted(tools.items())),
+            "sampling_settings": dict(sorted(settings.items())),
+        }
+    return metrics
+
+
+def file_metrics(path: str | os.PathLike) -> dict[str, Any]:
+    """``dataset_metrics`` of a JSONL file (a bad line is a ``DatasetError`` naming it)."""
+    return dataset_metrics(row for _, row in iter_jsonl(path))
