@@ -42,8 +42,7 @@ class Planned:
 
 
 def plan(config) -> list[Planned]:
-    """Each server in launch order with its port fixed and its references as URLs; a ``num_workers`` a server
-    cannot have is refused before anything starts."""
+    """Each server in launch order, its port fixed, its references as URLs and its ``num_workers`` checked."""
     from gymlab._runtime.serve import free_port
     from gymlab._runtime.workers import check_workers
 

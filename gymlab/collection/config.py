@@ -231,8 +231,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Path keys of every implementation block (and its datasets) made absolute against ``base``, in
-    place (fixing a block twice, as a YAML alias may, changes nothing)."""
+    """Path keys of every implementation block and its datasets made absolute against ``base``, in place."""
 
     def fix(block: dict[str, Any]) -> dict[str, Any]:
         block = dict(block)

@@ -60,8 +60,7 @@ def collate_taskset(
     num_repeats_add_seed: bool = False,
     skills: Any = None,
 ) -> list[dict[str, Any]]:
-    """Flat rows of one taskset dataset as ``task_id``/``task_input`` rows (docs/collection.md: the ID).
-    ``start``: where this dataset begins among all datasets of its type."""
+    """Flat rows of one taskset dataset as ``task_id``/``task_input`` rows (docs/collection.md: the ID)."""
     refusals = [
         (responses_create_params, "run-level responses_create_params overrides"),
         (num_repeats_add_seed, "num_repeats_add_seed"),
@@ -149,8 +148,7 @@ def config_rows(
 
 
 def check_rows(rows: Iterable[dict[str, Any]], source: str = "rows") -> list[dict[str, Any]]:
-    """Rows as a list, each a JSON object; flat rows need a valid ``responses_create_params``
-    (collated taskset rows, with ``task_input``, are checked by their environment server)."""
+    """Rows as a list, each a JSON object; a flat row (no ``task_input``) needs a valid request."""
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):

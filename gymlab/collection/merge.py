@@ -86,8 +86,7 @@ def _same_inputs(parts: list[dict[str, Path]]) -> None:
 
 
 def _unfinished(inputs: dict[Key, tuple[dict[str, Any], Path, int]], done: set[Key], allow: bool) -> dict[Key, dict]:
-    """The failure rows of the inputs with neither a rollout nor a failure (an unfinished shard): a
-    ``DatasetError`` naming the shard and a key unless ``allow``."""
+    """Failure rows of the inputs an unfinished shard never ran (a ``DatasetError`` unless ``allow``)."""
     missing = {k: v for k, v in inputs.items() if k not in done}
     if missing and not allow:
         (_, path, line), k = next(iter(missing.values())), next(iter(missing))

@@ -42,8 +42,7 @@ DEFAULT_ROLLOUT_TIMEOUT_S = 2000.0
 
 @dataclass
 class CollectResult:
-    """What a collection produced; ``rollouts`` and ``failures`` are read from its files when asked
-    (all of them, in "aabbcc" order): a collection holds none of its records in memory."""
+    """What a collection produced; ``rollouts`` and ``failures`` are read from its files when asked."""
 
     output: Path
     aggregate_metrics: dict[str, Any]

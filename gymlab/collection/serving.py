@@ -27,8 +27,7 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 @dataclass(frozen=True)
 class Target:
-    """Where one row goes: ``POST {url}/run``, recorded as ``agent_ref``; metrics from ``metrics_url``.
-    ``replicas``: a ``ReplicaPool`` that runs it instead (``url`` then only names the target)."""
+    """Where one row goes: ``POST {url}/run`` (or ``replicas``), recorded as ``agent_ref``."""
 
     url: str
     agent_ref: dict[str, Any]

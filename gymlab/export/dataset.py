@@ -65,8 +65,7 @@ def table(format_name: str, rows: list[dict[str, Any]]):
 
 
 def tool_config(rows: list[dict[str, Any]], tool_class: str) -> dict[str, Any] | None:
-    """verl's tool config YAML of verl rows (their ``extra_info.tools``), or None when no row declares a
-    tool; one name declared with two different schemas is an ``ExportError``."""
+    """verl's tool config of verl rows (None: no tool); a name with two schemas is an ``ExportError``."""
     schemas: dict[str, dict[str, Any]] = {}
     for i, row in enumerate(rows, 1):
         for declared in json.loads(row["extra_info"]["tools"] or "[]"):

@@ -114,8 +114,7 @@ class _Failed(GymlabError):
 
 
 async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> Outcome:
-    """Run ``job`` until it has a record, a failure no retry can fix, its retries are spent or
-    ``breaker`` stops the run; a job whose replica is gone moves to another live one."""
+    """Run ``job`` until a record, a final failure or ``breaker``; a gone replica's job moves to a live one."""
     pool, name = job.pool, job.name
     t0 = time.perf_counter()
     tries = retries = moves = 0

@@ -136,8 +136,7 @@ class ReplicaPool:
         self._slot(replica).in_flight -= 1
 
     def lose(self, replica: Replica) -> bool:
-        """``replica`` is gone: out of rotation unless it is the last live one. True when another
-        live replica can take its jobs."""
+        """``replica`` is gone: out of rotation unless the last live one; True when another can take its jobs."""
         slot = self._slot(replica)
         if not any(s.live and s is not slot for s in self._slots):  # the last live one stays
             return False
@@ -189,8 +188,7 @@ class ReplicaPool:
 def agent_pool(
     agent_url: str | Sequence[str] | ReplicaPool, server: str | None = None, client: Client | None = None
 ) -> ReplicaPool:
-    """The pool ``collect(agent_url=...)`` means: one URL, several URLs of the same agent, or a pool.
-    ``server``: how errors name the agent (default: each job's ``agent_ref``)."""
+    """The pool ``collect(agent_url=...)`` means: one URL, several URLs of the same agent, or a pool."""
     if isinstance(agent_url, ReplicaPool):
         return agent_url
     urls = [agent_url] if isinstance(agent_url, str) else list(agent_url)
