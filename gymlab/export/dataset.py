@@ -159,7 +159,7 @@ def card_text(
     return "\n".join(lines)
 
 
-_DEFAULTS = asdict(Options())
+DEFAULTS = asdict(Options())  # every export option's default
 
 
 @dataclass(frozen=True)
@@ -217,9 +217,9 @@ def build(rollouts: Any, format: str, **options: Any) -> tuple[list[Rollout], li
     """Read the records and build the format's rows (checked: a bad row is an ``ExportError``)."""
     fmt = _format(format)
     for key, value in options.items():
-        if key not in _DEFAULTS:
-            raise TypeError(f"unknown export option {key!r}; options: {', '.join(_DEFAULTS)}")
-        if key not in fmt.options and value != _DEFAULTS[key]:
+        if key not in DEFAULTS:
+            raise TypeError(f"unknown export option {key!r}; options: {', '.join(DEFAULTS)}")
+        if key not in fmt.options and value != DEFAULTS[key]:
             raise ValueError(f"{key} does not apply to {fmt.name}; it takes {', '.join(sorted(fmt.options))}")
     opts = Options(**options)
     records, sources, found = _records(rollouts)
