@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gymlab.errors import ConfigError, GymlabError
@@ -37,8 +37,8 @@ class Planned:
     spec: Any
     target: str
     port: int
-    url: str = ""
-    config: dict = field(default_factory=dict)
+    url: str
+    config: dict
 
 
 def plan(config) -> list[Planned]:
@@ -53,11 +53,10 @@ def plan(config) -> list[Planned]:
         workers = int(spec.fields.get("num_workers", 1) or 1)
         if workers > 1 and (reason := check_workers(spec.server_cls(), workers)):
             raise ConfigError(f"{spec.where}.num_workers: {reason}")
-        p = Planned(spec, spec.target(), spec.port or free_port(spec.host))
+        port = spec.port or free_port(spec.host)
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(spec.host, spec.host)  # reachable, not a wildcard
-        p.url = urls[spec.instance] = f"http://{f'[{host}]' if ':' in host else host}:{p.port}"
-        p.config = spec.launch_config(urls, host=spec.host, port=p.port)
-        planned.append(p)
+        url = urls[spec.instance] = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        planned.append(Planned(spec, spec.target(), port, url, spec.launch_config(urls, host=spec.host, port=port)))
     return planned
 
 
