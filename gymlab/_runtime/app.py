@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 
-from gymlab._runtime.bodies import BodyGuardMiddleware
+from gymlab._runtime.bodies import BodyGuardMiddleware, error_response
 from gymlab._runtime.ownership import SessionOwnershipMiddleware
 from gymlab._runtime.plain import PlainDispatch, PlainRoute
 from gymlab._runtime.reaper import SessionActivityMiddleware, reaping
@@ -125,24 +125,20 @@ def _handlers(name: str) -> dict:
         return JSONResponse(status_code=422, content=body)
 
     async def session_refused(request: Request, exc: ResourcesSessionError):
-        route = f"{request.method} {request.url.path}"
         kind, message = getattr(exc, "failure_kind", None), str(exc)
         if exc.status_code >= 500:  # a release hook's own error: no file paths in the body (the log has them)
             message = without_paths(message)
         failure = (
             Failure(kind=kind, stage="cleanup", server=name, status=exc.status_code, message=message) if kind else None
         )
-        body = error_body(name, route, message, error=type(exc).__name__, failure=failure)
-        return JSONResponse(status_code=exc.status_code, content=body)
+        return error_response(name, request.scope, exc.status_code, message, error=type(exc).__name__, failure=failure)
 
     async def http(request: Request, exc: StarletteHTTPException):
-        route = f"{request.method} {request.url.path}"
         cause = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
             cause = "the body is not JSON this server can parse (malformed, or nested too deeply)"
-        body = error_body(name, route, cause)
-        body["detail"] = exc.detail  # what the route raised, as it raised it
-        return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
+        # ``detail``: what the route raised, as it raised it
+        return error_response(name, request.scope, exc.status_code, cause, exc.headers, detail=exc.detail)
 
     return {RequestValidationError: invalid, ResourcesSessionError: session_refused, StarletteHTTPException: http}
 
@@ -186,15 +182,10 @@ class CrashMiddleware:
             if started:
                 raise
             extra = {"trace": without_paths("".join(traceback.format_exception(exc)))} if self.traces else {}
-            body = error_body(
-                self.server_name,
-                route,
-                without_paths(f"raised {cause_line(exc)}"),  # no file paths in a body; the log has them
-                error=type(exc).__name__,
-                hint="the traceback is in the server's log",
-                **extra,
-            )
-            await JSONResponse(status_code=500, content=body)(scope, receive, send)
+            message = without_paths(f"raised {cause_line(exc)}")  # no file paths in a body; the log has them
+            hint = "the traceback is in the server's log"
+            answer = error_response(self.server_name, scope, 500, message, error=type(exc).__name__, hint=hint, **extra)
+            await answer(scope, receive, send)
 
 
 def _jsonable(errors: list[dict]) -> list[dict]:

@@ -21,6 +21,12 @@ _SUSPECT = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 _PAIR_HINT = "send the character itself, or both halves of its UTF-16 pair (\\ud83d\\ude00), or U+FFFD"
 
 
+def error_response(server: str, scope, status: int, message: str, headers=None, **fields) -> JSONResponse:
+    """A JSON error answer naming ``server``, the request's route and the cause (``error_body``)."""
+    route = f"{scope['method']} {scope['path']}"
+    return JSONResponse(status_code=status, content=error_body(server, route, message, **fields), headers=headers)
+
+
 def replaying(body: bytes, receive, after: dict | None = None):
     """A ``receive`` that gives ``body`` whole once, then ``after`` (if any), then the real messages."""
     pending = [{"type": "http.request", "body": body, "more_body": False}, *([after] if after else [])]
@@ -95,7 +101,6 @@ class BodyGuardMiddleware:
         await self.app(scope, replaying(body, receive), send)
 
     def _too_large(self, scope, declared: int | None, limit: int) -> JSONResponse:
-        route = f"{scope['method']} {scope['path']}"
         size = f"{declared} bytes" if declared is not None else f"more than {limit} bytes"
         message = f"the request body ({size}) is over this server's limit of {limit} bytes"
         if scope["path"] in self.route_limits:  # /aggregate_metrics: a whole run's verify answers
@@ -106,16 +111,16 @@ class BodyGuardMiddleware:
             )
         else:
             hint = "send a smaller body, or raise the server's max_body_bytes config"
-        body = error_body(self.server_name, route, message, error="RequestBodyTooLarge", hint=hint, limit=limit)
         # No "Connection: close": the kernel would reset the connection, dropping this answer (docs/runtime.md).
-        return JSONResponse(status_code=413, content=body)
+        return error_response(
+            self.server_name, scope, 413, message, error="RequestBodyTooLarge", hint=hint, limit=limit
+        )
 
     def _unsendable(self, scope, field: str, why: str, hint: str) -> JSONResponse:
-        route = f"{scope['method']} {scope['path']}"
-        body = error_body(
-            self.server_name, route, f"{field}: {why}", error="RequestValidationError", hint=hint, field=field
+        message = f"{field}: {why}"
+        return error_response(
+            self.server_name, scope, 422, message, error="RequestValidationError", hint=hint, field=field
         )
-        return JSONResponse(status_code=422, content=body)
 
 
 def is_json(content_type: bytes | None, missing: bool) -> bool:

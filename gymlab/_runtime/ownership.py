@@ -10,9 +10,7 @@ import secrets
 import struct
 import time
 
-from starlette.responses import JSONResponse
-
-from gymlab._runtime.bodies import close_follows, replaying, request_body
+from gymlab._runtime.bodies import close_follows, error_response, replaying, request_body
 from gymlab._runtime.routes import END, NONE, SESSION_ENDED, START, USE, VERIFY, RouteKinds
 from gymlab._runtime.sessions import SessionCookie, body_session_id, conflict
 from gymlab.errors import error_body
@@ -188,9 +186,8 @@ class SessionOwnershipMiddleware:
             "(it crashed or was replaced), so its state is gone"
         )
         hint = "this episode cannot continue; start a new one (a new session)"
-        route = f"{scope['method']} {scope['path']}"
-        body = error_body(self.name, route, message, error="SessionLost", session_id=sid, hint=hint)
-        await JSONResponse(status_code=410, content=body)(scope, receive, send)
+        answer = error_response(self.name, scope, 410, message, error="SessionLost", session_id=sid, hint=hint)
+        await answer(scope, receive, send)
 
     def _socket_path(self, worker: str) -> str:
         return os.path.join(self.dir, f"w{worker}.sock")

@@ -12,9 +12,8 @@ from itsdangerous import BadSignature, TimestampSigner
 from starlette.responses import JSONResponse
 
 from gymlab._http.cookies import expired_cookie, scope_cookie, set_cookie, set_cookie_attributes
-from gymlab._runtime.bodies import PARSED_KEY, parse_json, request_body
+from gymlab._runtime.bodies import PARSED_KEY, error_response, parse_json, request_body
 from gymlab._runtime.routes import BODY_ID_KEYS, END, NONE, START, RouteKinds
-from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 
@@ -148,6 +147,4 @@ class SessionMiddleware:
 
 def conflict(server_name: str, scope: dict, message: str, **fields) -> JSONResponse:
     """The 409 a session conflict is answered with, naming server, route and cause."""
-    route = f"{scope['method']} {scope['path']}"
-    body = error_body(server_name, route, message, error="ResourcesSessionConflictError", **fields)
-    return JSONResponse(status_code=409, content=body)
+    return error_response(server_name, scope, 409, message, error="ResourcesSessionConflictError", **fields)
