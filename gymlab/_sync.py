@@ -19,9 +19,18 @@ _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where it is installed (every Lab server and client call runs on it), else asyncio's."""
-    if os.environ.get("GYMLAB_SERVER_STACK") == "asyncio":  # the fallback stack, forced (to compare)
+#: Set to ``asyncio`` to serve on h11 and the standard event loop even when the fast stack is installed.
+STACK_ENV = "GYMLAB_SERVER_STACK"
+
+
+def asyncio_forced() -> bool:
+    """Whether ``STACK_ENV`` forces the fallback stack (to compare the two)."""
+    return os.environ.get(STACK_ENV, "").strip().lower() == "asyncio"
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it is installed (every server and client call runs on one), else asyncio's."""
+    if asyncio_forced():
         return asyncio.new_event_loop()
     try:
         import uvloop
@@ -34,7 +43,7 @@ def background_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread
     with _lock:
         if _loop is None or _loop.is_closed() or not (_thread and _thread.is_alive()):
-            _loop = _new_loop()
+            _loop = new_event_loop()
             _thread = threading.Thread(target=_loop.run_forever, name="gymlab-sync", daemon=True)
             _thread.start()
         return _loop

@@ -16,8 +16,8 @@ import uvicorn
 from uvicorn.lifespan.on import LifespanOn
 
 from gymlab._http import inproc
-from gymlab._runtime.stack import new_event_loop, settle_heap, uvicorn_options
-from gymlab._sync import background_loop
+from gymlab._runtime.stack import settle_heap, uvicorn_options
+from gymlab._sync import background_loop, new_event_loop
 from gymlab.errors import ServerStartError
 
 log = logging.getLogger("gymlab.server")
