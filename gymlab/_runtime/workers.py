@@ -4,7 +4,6 @@ and stops when its launcher dies (docs/runtime.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ from gymlab._runtime.env import CONFIG_ENV, die_with_parent, read_config, write_
 from gymlab._runtime.spec import ServerSpec
 from gymlab._runtime.stack import settle_heap
 from gymlab.errors import ConfigError
+from gymlab.utils import import_file
 
 #: Set by the launcher for its workers: JSON with the entrypoint file, module name and state dir.
 WORKERS_ENV = "GYMLAB_WORKERS"
@@ -32,11 +32,6 @@ def worker_context() -> dict[str, Any] | None:
         return None
     raw = os.environ.get(WORKERS_ENV)
     return json.loads(raw) if raw else None
-
-
-def is_worker_entrypoint(file: str) -> bool:
-    ctx = worker_context()
-    return ctx is not None and os.path.realpath(file) == ctx["entrypoint"]
 
 
 def entrypoint_of(server_cls: type) -> tuple[str, str]:
@@ -167,10 +162,7 @@ def _load_entrypoint_app() -> Any:
     name = ctx["module"]
     if name in ("__main__", "__mp_main__") or name in sys.modules:
         name = f"gymlab_entrypoint_{Path(path).stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    module = import_file(path, name)
     if "app" not in vars(module):
         raise RuntimeError(
             f"{path} defines no module-level `app` for the worker to serve; end it with "
