@@ -196,9 +196,6 @@ class LogBook(logging.Handler):
                 self._quiet -= 1
 
 
-#: The loggers a Lab's servers write errors to.
-LOGGERS = ("gymlab", "uvicorn.error")
-
 _book: LogBook | None = None
 _book_lock = threading.Lock()
 
@@ -210,7 +207,7 @@ def logbook() -> LogBook:
     with _book_lock:
         if _book is None:
             _book = LogBook()
-        for name in LOGGERS:
+        for name in ("gymlab", "uvicorn.error"):  # the loggers a Lab's servers write errors to
             logger = logging.getLogger(name)
             if _book not in logger.handlers:
                 logger.addHandler(_book)

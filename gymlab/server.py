@@ -34,10 +34,6 @@ def untyped_body(app: FastAPI, server: str) -> None:
                 )
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
 class _HybridMethod:
     """A method callable on the class (building an instance from config) or on an instance."""
 
@@ -114,7 +110,7 @@ class BaseServer(BaseModel):
 
     def model_post_init(self, __context: Any) -> None:
         if not self.name:
-            self.name = _snake(type(self).__name__)
+            self.name = re.sub(r"(?<!^)(?=[A-Z])", "_", type(self).__name__).lower()  # CalcServer: calc_server
 
     @classmethod
     def from_environment(cls, **overrides: Any) -> BaseServer:

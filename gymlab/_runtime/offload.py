@@ -151,7 +151,8 @@ class _Slot:
             self.busy = False
         if not answered:
             self.stop()
-            what, budget = (getattr(fn, "__qualname__", fn), budget_s) if loaded else (_name(prepare), prepare_s)
+            what, budget = (fn, budget_s) if loaded else (prepare[0] if prepare else "loading the call", prepare_s)
+            what = getattr(what, "__qualname__", what)
             message = f"{self.name}: {what} ran past its budget of {budget:g} s (its worker was stopped)"
             raise WorkBudgetExceeded(message, budget, "work" if loaded else "prepare")
         if recycle:
@@ -205,10 +206,6 @@ def _worker(conn: Any, recycle_rss_bytes: int | None) -> None:
             conn.send((False, RuntimeError(f"{type(value).__name__}: {value} (not picklable: {exc})"), recycle))
         if recycle:
             return
-
-
-def _name(prepare: tuple | None) -> str:
-    return str(getattr(prepare[0], "__qualname__", prepare[0])) if prepare else "loading the call"
 
 
 def rss_bytes() -> int:
