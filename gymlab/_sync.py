@@ -1,5 +1,4 @@
-"""Sync calls of async code without patching any event loop: every sync helper runs its coroutine on
-gymlab's one background loop thread, whether or not the caller's thread runs a loop (a kernel does)."""
+"""Sync calls of async code without patching any event loop: coroutines run on gymlab's background loop."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ CANCEL_GRACE_S = 15.0
 
 
 def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coro`` to completion from sync code. An interrupt cancels the work itself (its cleanup runs
-    before ``KeyboardInterrupt`` reaches the caller); an error comes back with only the user's frames."""
+    """Run ``coro`` from sync code; an interrupt cancels it (cleanup first), errors keep only the user's frames."""
     __tracebackhide__ = True  # IPython and pytest skip this frame
     loop = background_loop()
     if threading.current_thread() is _thread:
@@ -83,8 +81,7 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
 
 
 def for_caller(exc: BaseException) -> BaseException:
-    """``exc`` with only the user's frames in its traceback (in IPython, as shown too); gymlab's own
-    errors drop their chain (their message already names server, route and cause)."""
+    """``exc`` with only the user's frames; gymlab's own errors drop their chain (their message says it all)."""
     from gymlab._traces import ipython_shell, user_frames, user_traceback
     from gymlab.errors import GymlabError
 
@@ -96,8 +93,7 @@ def for_caller(exc: BaseException) -> BaseException:
 
 
 async def on_background_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro`` from any event loop, running it on gymlab's loop (so no caller's loop owns a
-    connection pool that outlives it)."""
+    """Await ``coro`` on gymlab's loop from any loop (no caller's loop owns a pool that outlives it)."""
     loop = background_loop()
     if asyncio.get_running_loop() is loop:
         return await coro

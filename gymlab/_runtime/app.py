@@ -56,9 +56,8 @@ def build_app(server: ServerSpec) -> FastAPI:
 
 
 def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
-    """Outermost first: the server's ``middleware_parts()``, the body guard, the worker router (in one of
-    several workers), the session cookie, session activity, the crash guard (not an exception handler:
-    Starlette re-raises after its handler, and uvicorn drops the connection), plain routes' dispatch."""
+    """Outermost first: ``middleware_parts()``, the body guard, the worker router (with several workers), the
+    session cookie, session activity, the crash guard (Starlette's handler would re-raise), plain dispatch."""
     name = server.name
     safe = "".join(c if c.isalnum() else "_" for c in name)
     cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{safe}")
@@ -82,8 +81,7 @@ def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
 
 
 def _lifespan(server: ServerSpec):
-    """The server's one lifespan: its ``lifespan_parts()`` entered in order at startup and left in reverse
-    at its stop, the idle-session reaper last in (so first out: no release runs after what it needs)."""
+    """The server's lifespan: its ``lifespan_parts()`` in order, then the idle-session reaper (so first out)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -117,7 +115,9 @@ def _handlers(name: str) -> dict:
         errors = exc.errors()
         route = f"{request.method} {request.url.path}"
         # FastAPI files a body's errors under "body": the message names the fields inside it
-        located = [{**e, "loc": e["loc"][1:]} if _in_body(e.get("loc", ())) else e for e in errors]
+        located = [
+            {**e, "loc": e["loc"][1:]} if len(e.get("loc", ())) > 1 and e["loc"][0] == "body" else e for e in errors
+        ]
         message = f"invalid request: {describe_validation(located, 'body')}"
         body = error_body(name, route, message, hint="fix the named fields and send the request again")
         body["message"] = body["detail"]
@@ -143,13 +143,8 @@ def _handlers(name: str) -> dict:
     return {RequestValidationError: invalid, ResourcesSessionError: session_refused, StarletteHTTPException: http}
 
 
-def _in_body(loc: tuple | list) -> bool:
-    return len(loc) > 1 and loc[0] == "body"
-
-
 def _fastapi(title: str, **options: Any) -> FastAPI:
-    """A FastAPI app; its native OpenTelemetry off unless a provider is configured when the app is built
-    (asked on every request, it costs more CPU than the rest of a small request's routing)."""
+    """A FastAPI app, its native OpenTelemetry off unless a provider is configured (it is asked every request)."""
     app = FastAPI(title=title, **options)
     telemetry = getattr(app, "_native_telemetry", None)
     if telemetry is not None and not telemetry.enabled():

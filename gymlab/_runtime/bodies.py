@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from gymlab.errors import error_body
 from gymlab.jsonl import loads as parse_json  # noqa: F401 (the session layer parses with it)
 
-#: Where the guard leaves the whole request body for inner middlewares.
+#: Where the guard (outside every session middleware) leaves the whole request body for inner ones.
 BODY_KEY = "gymlab.body"
 #: Where a middleware that had to parse the JSON body leaves ``(body, parsed)`` for the route.
 PARSED_KEY = "gymlab.json"
@@ -27,31 +27,14 @@ def error_response(server: str, scope, status: int, message: str, headers=None, 
     return JSONResponse(status_code=status, content=error_body(server, route, message, **fields), headers=headers)
 
 
-def replaying(body: bytes, receive, after: dict | None = None):
-    """A ``receive`` that gives ``body`` whole once, then ``after`` (if any), then the real messages."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}, *([after] if after else [])]
+def replaying(body: bytes, receive):
+    """A ``receive`` that gives ``body`` whole once, then the real messages."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def replay():
-        return pending.pop(0) if pending else await receive()
+        return pending.pop() if pending else await receive()
 
     return replay
-
-
-async def request_body(scope, receive) -> tuple[bytes, object]:
-    """The whole request body (the guard's copy, else read here) and the ``receive`` to use next."""
-    if BODY_KEY in scope:
-        return scope[BODY_KEY], receive
-    chunks, after = [], None
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            after = message  # a disconnect: handed on after the body
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    body = b"".join(chunks)
-    return body, replaying(body, receive, after)
 
 
 def close_follows(body: bytes | None) -> bool:

@@ -40,9 +40,8 @@ class WorkerPool:
         prepare: tuple | None = None,
         prepare_s: float = 120.0,
     ) -> Any:
-        """``fn(*args)`` in a worker: its result or exception; ``WorkBudgetExceeded`` past ``budget_s`` of work,
-        ``WorkerDied`` when the worker died. ``prepare``: ``(function, *arguments)`` run first in the same
-        worker within ``prepare_s``."""
+        """``fn(*args)`` in a worker (``WorkBudgetExceeded`` past ``budget_s``, ``WorkerDied``); ``prepare``:
+        ``(function, *arguments)`` run first there within ``prepare_s``."""
         self._start_threads()
         loop = asyncio.get_running_loop()
         task = _Task((prepare, fn, args), float(budget_s), float(prepare_s), loop, loop.create_future())

@@ -12,7 +12,7 @@ from itsdangerous import BadSignature, TimestampSigner
 from starlette.responses import JSONResponse
 
 from gymlab._http.cookies import expired_cookie, scope_cookie, set_cookie, set_cookie_attributes
-from gymlab._runtime.bodies import PARSED_KEY, error_response, parse_json, request_body
+from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, error_response, parse_json
 from gymlab._runtime.routes import BODY_ID_KEYS, END, NONE, START, RouteKinds
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
@@ -113,8 +113,7 @@ class SessionMiddleware:
             return await self.app(scope, receive, send)
         session = scope["session"] = dict(initial or {})
         if kind in (START, END) and scope["method"] == "POST":
-            body, receive = await request_body(scope, receive)
-            named = body_session_id(body, scope)
+            named = body_session_id(scope[BODY_KEY], scope)
             current = session.get(SESSION_ID_KEY)
             if named is not None and current is not None and current != named[1]:
                 message = (
