@@ -56,6 +56,3 @@ def _kind(role: Role, stage: Stage | None, status: int) -> str:
             return "session_release_failed"
         return "verifier_error" if stage == "verification" else "agent_request_failed"
     return "agent_run_error"
-
-
-__all__ = ["Role", "failure_of", "run_failure"]

@@ -27,14 +27,32 @@ def error_response(server: str, scope, status: int, message: str, headers=None, 
     return JSONResponse(status_code=status, content=error_body(server, route, message, **fields), headers=headers)
 
 
-def replaying(body: bytes, receive):
-    """A ``receive`` that gives ``body`` whole once, then the real messages."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
+def replaying(body: bytes, receive, after: dict | None = None):
+    """A ``receive`` that gives ``body`` whole once, then ``after`` (if any), then the real messages."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}, *([after] if after else [])]
 
     async def replay():
-        return pending.pop() if pending else await receive()
+        return pending.pop(0) if pending else await receive()
 
     return replay
+
+
+async def request_body(scope, receive) -> tuple[bytes, object]:
+    """The whole request body (the guard's copy, else read here: an app without the guard, a cell's bridge)
+    and the ``receive`` to use next."""
+    if BODY_KEY in scope:
+        return scope[BODY_KEY], receive
+    chunks, after = [], None
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            after = message  # a disconnect: handed on after the body
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    return body, replaying(body, receive, after)
 
 
 def close_follows(body: bytes | None) -> bool:

@@ -46,10 +46,6 @@ def entrypoint_of(server_cls: type) -> tuple[str, str]:
     return os.path.realpath(file), server_cls.__module__
 
 
-#: The names an entrypoint may call to serve its ``app`` in each worker (the reference's name too).
-ENTRYPOINT_CHECKS = ("is_gymlab_fastapi_entrypoint", "is_nemo_gym_fastapi_entrypoint")
-
-
 def check_workers(server_cls: type | ServerSpec, num_workers: int) -> str | None:
     """Why ``server_cls`` cannot run with ``num_workers`` workers, or None when it can (for dry runs)."""
     if num_workers <= 1:
@@ -64,7 +60,7 @@ def check_workers(server_cls: type | ServerSpec, num_workers: int) -> str | None
         source = Path(path).read_text()
     except (RuntimeError, OSError) as exc:
         return f"{cls.__name__}: num_workers={num_workers}: {exc}"
-    if not any(name in source for name in ENTRYPOINT_CHECKS):
+    if "is_gymlab_fastapi_entrypoint" not in source and "is_nemo_gym_fastapi_entrypoint" not in source:
         return (
             f"{cls.__name__}: num_workers={num_workers} needs {path} to end with\n"
             f'    if __name__ == "__main__":\n        {cls.__name__}.run_webserver()\n'
