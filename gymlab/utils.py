@@ -34,8 +34,7 @@ def import_file(path: str | Path, modname: str, *, sibling_imports: bool = False
 
 
 def is_gymlab_fastapi_entrypoint(file: str) -> bool:
-    """True when ``file`` is being imported by a worker to serve its module-level ``app``
-    (``elif is_gymlab_fastapi_entrypoint(__file__): app = MyServer.run_webserver()``)."""
+    """True when a worker imports ``file`` to serve its module-level ``app`` (``elif ...: app = run_webserver()``)."""
     from gymlab._runtime.workers import worker_context
 
     ctx = worker_context()

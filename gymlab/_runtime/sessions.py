@@ -1,5 +1,5 @@
-"""Per-rollout session IDs in a signed session cookie (Starlette's format), decoded and set only where
-a session is used; a seed or close body's session ID becomes the session's (docs/runtime.md)."""
+"""Per-rollout session IDs in a signed cookie (Starlette's format), only where a session is used; a seed or
+close body's session ID becomes the session's (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,7 @@ _FLAGS = "httponly; samesite=lax"
 
 
 class SessionCookie:
-    """A server's signed session cookie (itsdangerous, Starlette's format): read by the session middleware
-    and the worker router alike, each value verified once."""
+    """A server's signed session cookie, read by the session middleware and the worker router, verified once."""
 
     def __init__(self, secret: str, name: str):
         self.name, self.signer = name, TimestampSigner(secret)
@@ -96,8 +95,7 @@ class SessionCookie:
 
 
 class SessionMiddleware:
-    """The ID of the session each request that uses one works in, kept in the signed cookie; ``Set-Cookie``
-    only when the session changed."""
+    """Each session-using request's session ID, kept in the signed cookie (``Set-Cookie`` only on a change)."""
 
     def __init__(self, app, cookie: SessionCookie, server_name: str, kinds: RouteKinds):
         self.app, self.cookie, self.server_name, self.kinds = app, cookie, server_name, kinds

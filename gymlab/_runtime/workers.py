@@ -1,6 +1,5 @@
-"""Several uvicorn worker processes for one server (``num_workers > 1``): the launcher keeps the config,
-secret, ownership table and sockets in a 0700 directory; each worker serves the entrypoint's ``app``
-and stops when its launcher dies (docs/runtime.md)."""
+"""Several uvicorn worker processes for one server (``num_workers > 1``), sharing a 0700 directory with the
+launcher; each serves the entrypoint's ``app`` and dies with its launcher (docs/runtime.md)."""
 
 from __future__ import annotations
 
