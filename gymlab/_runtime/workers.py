@@ -3,6 +3,7 @@ launcher; each serves the entrypoint's ``app`` and dies with its launcher (docs/
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -16,7 +17,6 @@ from gymlab._runtime.env import CONFIG_ENV, die_with_parent, read_config, write_
 from gymlab._runtime.spec import ServerSpec
 from gymlab._runtime.stack import settle_heap
 from gymlab.errors import ConfigError
-from gymlab.utils import import_file
 
 #: Set by the launcher for its workers: JSON with the entrypoint file, module name and state dir.
 WORKERS_ENV = "GYMLAB_WORKERS"
@@ -157,7 +157,10 @@ def _load_entrypoint_app() -> Any:
     name = ctx["module"]
     if name in ("__main__", "__mp_main__") or name in sys.modules:
         name = f"gymlab_entrypoint_{Path(path).stem}"
-    module = import_file(path, name)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
     if "app" not in vars(module):
         raise RuntimeError(
             f"{path} defines no module-level `app` for the worker to serve; end it with "
