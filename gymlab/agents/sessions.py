@@ -1,5 +1,4 @@
-"""Agent sessions: an agent server's per-episode state, seeded and closed by ``agent_session_id``, under
-the resources servers' episode-session rules (``EpisodeSessions``; docs/servers.md)."""
+"""Agent sessions: per-episode state under the episode-session rules (``EpisodeSessions``; docs/servers.md)."""
 
 from __future__ import annotations
 

@@ -151,8 +151,7 @@ def verified(
     response: NeMoGymResponse | None = None,
     sent: dict[str, tuple[Any, BaseModel]] | None = None,
 ) -> Rollout:
-    """A seed/verify episode: the verify's ``answer`` with the steps, the last graded by it (``None``: not yet
-    verified, reward summed over the steps). ``sent``: field -> (its dump, its model), kept when echoed unchanged."""
+    """A seed/verify episode: the verify's ``answer`` with the steps; ``sent``: field -> (its dump, its model)."""
     if answer is None:
         answer = {
             "responses_create_params": (row or {}).get("responses_create_params"),
@@ -253,8 +252,7 @@ def _summed_components(per_step: Iterable[dict[str, float | None] | None]) -> di
 def failed(
     row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: Sequence[StepRecord] = ()
 ) -> Rollout:
-    """A masked record of an episode that could not finish (reward 0, never a graded zero), with the steps
-    taken before the failure (``steps``, or those its ``failure`` carries)."""
+    """A masked record of an episode that could not finish, with the steps taken before the failure."""
     params = row.get("responses_create_params") or {"input": ""}
     return _with_steps(
         {

@@ -376,8 +376,7 @@ class _EchoedVerifyResponse(BaseVerifyResponse):
 
 
 def with_request(hook, run, invoke=None):
-    """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``, where
-    ``call()`` calls the hook (through ``invoke`` when given)."""
+    """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``."""
     signature = inspect.signature(hook)
     try:
         hints = typing.get_type_hints(hook)
@@ -414,8 +413,7 @@ def _base_hints(hook) -> dict[str, Any]:
 
 
 def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
-    """``params`` with each unannotated one typed: ``request`` as the Request, another as the overridden
-    method's body; else a ``TypeError`` naming the method."""
+    """``params`` with each unannotated one typed (the Request, or the overridden body), else a ``TypeError``."""
     untyped = [p for p in params if p.annotation is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if not untyped:
         return params
