@@ -256,8 +256,6 @@ class BaseAgent(BaseServer):
             f"which failed: {cause}. Is it running, and is resources_server right?",
         )
 
-    # -- the episode life cycle ------------------------------------------------------------------
-
     async def run_episode(self, row: dict[str, Any], play: Callable[[EpisodeRun], Awaitable[Rollout]]) -> Response:
         """The one episode life cycle of every agent; ``play(run)`` is its own loop (docs/servers.md)."""
         run = EpisodeRun(row)

@@ -58,8 +58,6 @@ class EmbeddedEnvironmentAgent(BaseAgent):
     async def run(self, body: AgentRunRequest) -> Rollout:
         """Play one episode of the row ``body`` and return its record."""
 
-    # -- helpers for run ---------------------------------------------------------------------------
-
     def start(self, body: AgentRunRequest, observation: str | None = None) -> EmbeddedEpisode:
         """A new episode of ``body``; a non-empty ``observation`` is the first user message after its input."""
         episode = EmbeddedEpisode(LoopState(body.responses_create_params))

@@ -23,7 +23,6 @@ from gymlab.protocol import (
 )
 from gymlab.protocol.responses import InputTokensDetails, OutputTokensDetails, SummaryText
 
-#: The roles a chat message may have.
 CHAT_ROLES = {"system", "user", "assistant", "tool"}
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "refusal"}
 _REFUSED = ("previous_response_id", "prompt", "background")

@@ -142,8 +142,7 @@ def _function_tools(tools: list[Any], strict: bool) -> list[dict[str, Any]]:
     ]
 
 
-#: Most ``tools/list`` pages and tools one listing reads: a server that pages on forever, or lists more tools than
-#: any prompt holds, is refused rather than followed.
+#: Most ``tools/list`` pages and tools one listing reads: past them the MCP server is refused, not followed.
 MAX_TOOL_PAGES = 100
 MAX_TOOLS = 1000
 

@@ -158,11 +158,8 @@ def check_rows(server: BaseServer, rows: Iterable[dict[str, Any]]) -> CheckRepor
     return report
 
 
-#: Bounds on what ``example_arguments`` builds, whatever a schema's ``minItems``, ``minLength`` or nesting asks
-#: (a schema comes from an environment; arguments from it stay small): items of a list, characters of a string,
-#: levels of nesting, and values in all (lists of lists would otherwise multiply).
+#: Bounds on ``example_arguments`` whatever a schema asks: list items, string characters, nesting, values in all.
 MAX_ITEMS, MAX_LENGTH, MAX_DEPTH, MAX_VALUES = 8, 256, 16, 256
-#: The strings random arguments are drawn from.
 _WORDS = ("a", "test", "value", "x", "hello", "42", "yes")
 
 

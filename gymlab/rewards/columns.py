@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-#: Prefix of a component's column.
 PREFIX = "reward_"
 
 

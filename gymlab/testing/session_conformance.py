@@ -96,9 +96,6 @@ def _must_hold(c: _Contract, rule: str, sid: str, when: str, held: bool = True) 
         raise _fail(rule, f"holds_state({sid!r}) is {state} {when}; the server {fault} the session's state")
 
 
-# -- the checks: each gets the contract, its rule's name and a fresh session ID -------------------
-
-
 async def check_seed(c: _Contract, rule: str, sid: str) -> None:
     async with c.client() as client:
         await _seed(c, client, rule, sid)
