@@ -18,14 +18,21 @@ from starlette.middleware import Middleware
 from gymlab._http.client import Cookies
 from gymlab._http.retry import retried, retrying
 from gymlab._runtime.app import on_stop
+from gymlab._runtime.episodes import EpisodeSessions
 from gymlab._runtime.hangup import CancelOnHangup
-from gymlab.agents.sessions import agent_sessions, mount_agent_session_routes
 from gymlab.errors import EpisodeFailed, ServerError, TransportError, error_body
 from gymlab.failures import Role, failure_of
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
 from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol import record as records
-from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
+from gymlab.protocol.agent_sessions import (
+    CLOSE_ROUTE,
+    SEED_ROUTE,
+    AgentCloseSessionRequest,
+    AgentCloseSessionResponse,
+    AgentSeedSessionRequest,
+    AgentSeedSessionResponse,
+)
 from gymlab.protocol.failure_kinds import Stage
 from gymlab.protocol.record import Rollout, StepRecord
 from gymlab.protocol.resources import AgentRunRequest, AggregateMetrics, AggregateMetricsRequest, dump_row  # noqa: F401
@@ -115,6 +122,44 @@ class ReleaseRetries:
 def retryable(exc: ServerError) -> bool:
     """A release failure a later attempt may fix, by its kind (``gymlab._http.retry.retried``)."""
     return retried(failure_of(exc, role="resources", stage="cleanup").kind, release=True)
+
+
+def agent_sessions(
+    retry_window_seconds: float, ttl_seconds: float | None, close: Callable[[str], Awaitable[None]]
+) -> EpisodeSessions:
+    """An agent's session table, with agent-session answers; ``close(agent_session_id)`` releases one."""
+
+    async def release(session_id: Any) -> None:
+        await close(str(session_id))
+
+    return EpisodeSessions(
+        retry_window_seconds,
+        ttl_seconds,
+        release,
+        id_name="agent_session_id",
+        answers=(
+            lambda sid, _: AgentSeedSessionResponse(agent_session_id=sid).model_dump(mode="json"),
+            lambda sid: AgentCloseSessionResponse(agent_session_id=sid).model_dump(mode="json", exclude_none=True),
+        ),
+    )
+
+
+def mount_agent_session_routes(
+    app: FastAPI,
+    sessions: Callable[[], EpisodeSessions],
+    seed_state: Callable[[AgentSeedSessionRequest], Awaitable[None]],
+) -> None:
+    """Add the agent-session seed and close routes to ``app``: ``sessions()`` is the table, ``seed_state(body)``."""
+
+    async def seed(body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
+        return JSONResponse(await sessions().seed(body, lambda: seed_state(body)))
+
+    async def close(body: AgentCloseSessionRequest) -> AgentCloseSessionResponse:
+        table = sessions()
+        return JSONResponse(await table.close(body, table.release))
+
+    app.post(SEED_ROUTE, response_model=AgentSeedSessionResponse)(seed)
+    app.post(CLOSE_ROUTE, response_model=AgentCloseSessionResponse)(close)
 
 
 class BaseAgent(BaseServer):

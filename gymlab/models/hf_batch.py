@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import contextvars
 import queue
 import threading
@@ -160,10 +161,8 @@ class Batcher:
         self.stop.set()
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # closing anyway
                 await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing anyway
-                pass
         while not self._queue.empty():
             row = self._queue.get_nowait()
             if not row.future.done():

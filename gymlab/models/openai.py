@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -248,10 +249,8 @@ class _Again(GymlabError):
 
 def _retry_after(reply: Reply) -> str | None:
     if (ms := reply.header("retry-after-ms")) is not None:
-        try:
+        with contextlib.suppress(ValueError):
             return str(float(ms) / 1000)
-        except ValueError:
-            pass
     return reply.header("retry-after")
 
 

@@ -47,7 +47,7 @@ SESSION_LOST = "session_lost"
 warnings.filterwarnings("ignore", r'Field name "session_state" in ".*" shadows an attribute in parent', UserWarning)
 
 
-def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
+def reward_stats(rewards: list[float]) -> dict[str, float]:
     """mean/max/min/median/std of rewards (population std), scaled by a power of two so none overflows."""
     if not rewards:
         return {}
@@ -58,11 +58,11 @@ def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
     half = n // 2
     median = scaled[half] if n % 2 else (scaled[half - 1] + scaled[half]) / 2
     return {
-        f"mean/{prefix}reward": math.ldexp(mean, exponent),
-        f"max/{prefix}reward": ordered[-1],
-        f"min/{prefix}reward": ordered[0],
-        f"median/{prefix}reward": math.ldexp(median, exponent),
-        f"std/{prefix}reward": math.ldexp(math.sqrt(math.fsum((r - mean) ** 2 for r in scaled) / n), exponent),
+        f"mean/reward": math.ldexp(mean, exponent),
+        f"max/reward": ordered[-1],
+        f"min/reward": ordered[0],
+        f"median/reward": math.ldexp(median, exponent),
+        f"std/reward": math.ldexp(math.sqrt(math.fsum((r - mean) ** 2 for r in scaled) / n), exponent),
     }
 
 
