@@ -238,12 +238,9 @@ async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: 
 
 
 def mcp_tools_of(server: BaseServer) -> McpTools | None:
-    """The ``McpTools`` serving ``server`` at ``/mcp``, or None when it does not serve MCP."""
-    for route in server.app.router.routes:
-        endpoint = getattr(route, "endpoint", None)
-        if getattr(route, "path", None) == MCP_PATH and isinstance(endpoint, McpTools):
-            return endpoint
-    return None
+    """The ``McpTools`` serving ``server`` at ``/mcp`` (mounted when its app is built), or None."""
+    server.app  # noqa: B018 - the app built: its /mcp mounted
+    return getattr(server, "_mcp", None)
 
 
 __all__ = ["MCP_PATH", "McpTools", "connect_mcp", "mcp_tools_of", "mount_mcp", "require_mcp"]

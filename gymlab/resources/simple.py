@@ -58,11 +58,11 @@ def reward_stats(rewards: list[float]) -> dict[str, float]:
     half = n // 2
     median = scaled[half] if n % 2 else (scaled[half - 1] + scaled[half]) / 2
     return {
-        f"mean/reward": math.ldexp(mean, exponent),
-        f"max/reward": ordered[-1],
-        f"min/reward": ordered[0],
-        f"median/reward": math.ldexp(median, exponent),
-        f"std/reward": math.ldexp(math.sqrt(math.fsum((r - mean) ** 2 for r in scaled) / n), exponent),
+        "mean/reward": math.ldexp(mean, exponent),
+        "max/reward": ordered[-1],
+        "min/reward": ordered[0],
+        "median/reward": math.ldexp(median, exponent),
+        "std/reward": math.ldexp(math.sqrt(math.fsum((r - mean) ** 2 for r in scaled) / n), exponent),
     }
 
 
