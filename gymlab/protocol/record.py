@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -315,11 +316,7 @@ def mean_reward_text(mean: float) -> str:
 
 def failure_counts(records: Iterable[Any]) -> dict[str, int]:
     """Masked records by failure kind, most common first (a mask without a kind counts as ``masked``)."""
-    counts: dict[str, int] = {}
-    for r in records:
-        if _get(r, "mask_sample"):
-            kind = _get(r, "failure_kind") or "masked"
-            counts[kind] = counts.get(kind, 0) + 1
+    counts = Counter(_get(r, "failure_kind") or "masked" for r in records if _get(r, "mask_sample"))
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

@@ -330,11 +330,7 @@ def _body_adapter(hook):
     """A ``TypeAdapter`` of ``hook``'s body, or None (no fields); a union's episode-seed form is left out."""
     from pydantic import BaseModel, TypeAdapter
 
-    try:
-        hints = typing.get_type_hints(hook)
-    except NameError:
-        return None
-    for name, hint in hints.items():
+    for name, hint in _hints(hook).items():
         members = [m for m in typing.get_args(hint) or (hint,) if m is not ResourcesSeedSessionRequest]
         if name != "return" and members and all(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
             if not any(m.model_fields for m in members):
@@ -377,11 +373,7 @@ class _EchoedVerifyResponse(BaseVerifyResponse):
 
 def with_request(hook, run, invoke=None):
     """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``."""
-    signature = inspect.signature(hook)
-    try:
-        hints = typing.get_type_hints(hook)
-    except NameError:  # an annotation only its own scope can resolve: leave it to FastAPI
-        hints = {}
+    signature, hints = inspect.signature(hook), _hints(hook)
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
     params = _typed(hook, params)
     own = next((p.name for p in params if p.annotation is Request), None)
@@ -405,11 +397,16 @@ def _base_hints(hook) -> dict[str, Any]:
     owner, name = getattr(hook, "__self__", None), getattr(hook, "__name__", "")
     for base in type(owner).__mro__[1:] if owner is not None else ():
         if (method := base.__dict__.get(name)) is not None:
-            try:
-                return {k: v for k, v in typing.get_type_hints(method).items() if k != "return"}
-            except NameError:
-                return {}
+            return {k: v for k, v in _hints(method).items() if k != "return"}
     return {}
+
+
+def _hints(fn) -> dict[str, Any]:
+    """``fn``'s resolved annotations; none when one only its own scope can resolve (left to FastAPI)."""
+    try:
+        return typing.get_type_hints(fn)
+    except NameError:
+        return {}
 
 
 def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
