@@ -164,8 +164,6 @@ def _gate(component: Component) -> str | None:
 
 
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(value):
+    if isinstance(value, (int, float)) and math.isfinite(value):  # a bool too
         return float(value)
     raise TypeError(f"component {name!r} must return a finite number or a bool, got {value!r:.100}")
