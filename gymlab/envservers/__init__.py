@@ -1,4 +1,5 @@
-"""Environment servers: a task run against a resources server and an agent (built-ins: ``gymlab.registry``)."""
+"""Environment servers: a task run against a resources server and an agent, a rollout back (built-ins by
+their config names: ``gymlab.registry``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Serve an entrypoint with several uvicorn workers, for tests of a server under ``num_workers > 1``."""
+"""Serve an entrypoint with several uvicorn workers, for tests of a server under ``num_workers > 1``
+(``with serve_entrypoint("environments/counter/app.py", workers=4) as served: served.worker_pids()``)."""
 
 from __future__ import annotations
 
