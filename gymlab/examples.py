@@ -1,4 +1,5 @@
-"""Load the example environments (folders with ``app.py``, ``data/``, ``configs/``) from a checkout or an install."""
+"""Load the example environments (each a folder with ``app.py``, ``data/`` and maybe ``configs/``): at the top
+of a checkout in ``environments/``, installed as ``gymlab/environments``, so the same names load from both."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Built-in server implementations by the names configs use, in the one table every lookup reads (lazily)."""
+"""Built-in server implementations by the names configs use, in one table that YAML configs, ``Lab.serve_agent``
+and environment-server lookups all read; each is imported only when asked for."""
 
 from __future__ import annotations
 

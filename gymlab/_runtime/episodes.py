@@ -1,5 +1,6 @@
-"""``EpisodeSessions``: the episode-session rules around a server's seed and release hooks (one seed or
-close at a time, idempotent re-seeds, one release then a fence, idle sessions reaped; docs/runtime.md)."""
+"""``EpisodeSessions``: the episode-session rules a server keeps around its seed and release hooks
+(one seed or close at a time, idempotent re-seeds, a close that releases once and fences, idle sessions
+reaped); the rules in full are in docs/runtime.md."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ class ReleaseRequest(str):
 
 
 class EpisodeSessions:
-    """One server's open episode sessions (ID -> seeding episode, seed answer); ``reap`` frees idle ones."""
+    """Open episode sessions of one server: ID -> (the episode that seeded it, the seed's answer);
+    ``reap`` frees those idle for ``ttl_seconds`` (None or 0: never) with ``release``."""
 
     def __init__(
         self,
@@ -131,7 +133,8 @@ class EpisodeSessions:
     async def release_state(
         self, session_id: str, hook: Release, state: dict[str, Any], failure: BaseException | None = None
     ) -> None:
-        """``hook(session_id)``, then ``state[session_id]`` dropped (a raising hook leaves it; noted on ``failure``)."""
+        """``hook(session_id)``, then ``state[session_id]`` dropped: the one way per-episode state goes. A hook
+        that raises leaves the state; raised while ``failure`` is handled, it is noted on ``failure``."""
         try:
             await hook(session_id)
         except Exception as exc:
@@ -274,7 +277,8 @@ def mount_episode_routes(
     seed: Callable[[ResourcesSeedSessionRequest], Awaitable[Any]],
     release: Callable[[str], Awaitable[Any]],
 ) -> None:
-    """``/seed_session`` (``seed(body)``) and ``/close_session`` (``release(id)``) for a Gymnasium server."""
+    """``/seed_session`` and ``/close_session`` for a Gymnasium server: ``seed(body)`` starts the episode,
+    ``release(id)`` frees it."""
     from fastapi.responses import JSONResponse
 
     async def seed_session(body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:

@@ -46,3 +46,6 @@ class CancelOnHangup:
             log.info("%s %s: the client hung up; its work was cancelled", scope["method"], scope["path"])
         finally:
             watcher.cancel()
+
+
+__all__ = ["CancelOnHangup"]
