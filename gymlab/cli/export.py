@@ -54,9 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
     from gymlab.errors import ConfigError
     from gymlab.export import FORMATS, export_dataset
-    from gymlab.export.dataset import DEFAULTS
+    from gymlab.export.trainers import Options
 
     given = {
         "min_reward": args.min_reward,
@@ -73,7 +75,8 @@ def main(args: argparse.Namespace) -> int:
     }
     applies = FORMATS[args.format].options
     options = {k: v for k, v in given.items() if k in applies}
-    ignored = [k for k, v in given.items() if k not in applies and v != DEFAULTS[k]]
+    defaults = asdict(Options())
+    ignored = [k for k, v in given.items() if k not in applies and v != defaults[k]]
     if ignored:
         flags = ", ".join("--keep-masked" if k == "drop_masked" else "--" + k.replace("_", "-") for k in ignored)
         raise ConfigError(f"{flags} does not apply to {args.format}")
