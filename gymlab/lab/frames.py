@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import os
 from collections.abc import Iterable
@@ -106,14 +107,17 @@ def _building():
         if enabled:
             gc.enable()
         pa.default_memory_pool().release_unused()
-        if _MALLOC_TRIM is not None:
-            _MALLOC_TRIM(0)
+        if (trim := _malloc_trim()) is not None:
+            trim(0)
 
 
-try:  # glibc's malloc_trim (None elsewhere)
-    _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
-except OSError:
-    _MALLOC_TRIM = None
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (None elsewhere)."""
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return None
 
 
 @_building()
