@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
@@ -64,6 +66,12 @@ SERVERS = {
 }
 
 
+#: CPython 3.11.7: two threads using ``ast`` at once can fail one of them with this SystemError; hypothesis
+#: parses lambdas' source while the served environment works in another thread. Seen in two full runs of
+#: five, inside hypothesis, never in gymlab's code: the fuzz of such an operation runs again, once.
+AST_RACE = "AST constructor recursion depth mismatch"
+
+
 @pytest.mark.parametrize("name", SERVERS)
 def test_no_input_gets_a_server_error(lab, name):
     library, server = SERVERS[name]
@@ -88,8 +96,14 @@ def test_no_input_gets_a_server_error(lab, name):
                 if response.status_code >= 500:
                     errors.append(f"{case.method} {case.path} body={case.body!r:.300} -> {response.text[:300]}")  # noqa: B023
 
-            try:
-                fuzz()
-            except Unsatisfiable:
-                assert mode is GenerationMode.NEGATIVE
+            for attempt in (1, 2):
+                try:
+                    fuzz()
+                except Unsatisfiable:
+                    assert mode is GenerationMode.NEGATIVE
+                except Exception as exc:  # CPython 3.11's race between threads using ast, inside hypothesis
+                    if attempt == 2 or AST_RACE not in "".join(traceback.format_exception(exc)):
+                        raise
+                    continue
+                break
     assert not errors, f"{name}: {len(errors)} server errors:\n" + "\n".join(errors[:10])
