@@ -1,5 +1,4 @@
-"""What every agent server shares: the run-request body, time budgets, the model call, and the one
-episode life cycle (``BaseAgent.run_episode``) whose loop each agent writes (docs/servers.md)."""
+"""What every agent server shares, and the one episode life cycle (``BaseAgent.run_episode``; docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -19,14 +18,21 @@ from starlette.middleware import Middleware
 from gymlab._http.client import Cookies
 from gymlab._http.retry import retried, retrying
 from gymlab._runtime.app import on_stop
+from gymlab._runtime.episodes import EpisodeSessions
 from gymlab._runtime.hangup import CancelOnHangup
-from gymlab.agents.sessions import agent_sessions, mount_agent_session_routes
 from gymlab.errors import EpisodeFailed, ServerError, TransportError, error_body
 from gymlab.failures import Role, failure_of
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
 from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol import record as records
-from gymlab.protocol.agent_sessions import AgentSeedSessionRequest
+from gymlab.protocol.agent_sessions import (
+    CLOSE_ROUTE,
+    SEED_ROUTE,
+    AgentCloseSessionRequest,
+    AgentCloseSessionResponse,
+    AgentSeedSessionRequest,
+    AgentSeedSessionResponse,
+)
 from gymlab.protocol.failure_kinds import Stage
 from gymlab.protocol.record import Rollout, StepRecord
 from gymlab.protocol.resources import AgentRunRequest, AggregateMetrics, AggregateMetricsRequest, dump_row  # noqa: F401
@@ -37,8 +43,7 @@ log = logging.getLogger("gymlab.server")
 
 
 class Timeouts(BaseModel):
-    """Seconds each hop of an episode may take before it fails with ``transport_timeout`` (None: no bound);
-    ``timeouts: {model: 60}`` in a config, or ``lab.serve_agent(..., timeouts={"model": 60})``."""
+    """Seconds each hop of an episode may take before it fails with ``transport_timeout`` (None: no bound)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -67,9 +72,7 @@ class EpisodeRun:
 
 
 class ReleaseRetries:
-    """Session releases that failed, retried in the background (a release is idempotent on the server):
-    ``first_delay``, then twice as long each time, ``attempts`` in all, at most ``limit`` waiting; one
-    given up on (or refused 4xx) is left to the environment's idle-session reaper."""
+    """Session releases that failed, retried in the background with backoff; given up: the reaper frees it."""
 
     def __init__(self, name: str, attempts: int = 6, first_delay: float = 0.5, limit: int = 4096):
         self.name, self.attempts, self.first_delay, self.limit = name, attempts, first_delay, limit
@@ -121,9 +124,46 @@ def retryable(exc: ServerError) -> bool:
     return retried(failure_of(exc, role="resources", stage="cleanup").kind, release=True)
 
 
+def agent_sessions(
+    retry_window_seconds: float, ttl_seconds: float | None, close: Callable[[str], Awaitable[None]]
+) -> EpisodeSessions:
+    """An agent's session table, with agent-session answers; ``close(agent_session_id)`` releases one."""
+
+    async def release(session_id: Any) -> None:
+        await close(str(session_id))
+
+    return EpisodeSessions(
+        retry_window_seconds,
+        ttl_seconds,
+        release,
+        id_name="agent_session_id",
+        answers=(
+            lambda sid, _: AgentSeedSessionResponse(agent_session_id=sid).model_dump(mode="json"),
+            lambda sid: AgentCloseSessionResponse(agent_session_id=sid).model_dump(mode="json", exclude_none=True),
+        ),
+    )
+
+
+def mount_agent_session_routes(
+    app: FastAPI,
+    sessions: Callable[[], EpisodeSessions],
+    seed_state: Callable[[AgentSeedSessionRequest], Awaitable[None]],
+) -> None:
+    """Add the agent-session seed and close routes to ``app``: ``sessions()`` is the table, ``seed_state(body)``."""
+
+    async def seed(body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
+        return JSONResponse(await sessions().seed(body, lambda: seed_state(body)))
+
+    async def close(body: AgentCloseSessionRequest) -> AgentCloseSessionResponse:
+        table = sessions()
+        return JSONResponse(await table.close(body, table.release))
+
+    app.post(SEED_ROUTE, response_model=AgentSeedSessionResponse)(seed)
+    app.post(CLOSE_ROUTE, response_model=AgentCloseSessionResponse)(close)
+
+
 class BaseAgent(BaseServer):
-    """An agent server bound to a model server (and usually a resources server), by URL; per-agent-session
-    state goes in ``self.session_state[agent_session_id]`` (``seed_agent_session``, ``close_agent_session``)."""
+    """An agent server bound to a model server (and usually a resources server), by URL."""
 
     model_server: str = ""
     resources_server: str = ""
@@ -218,9 +258,7 @@ class BaseAgent(BaseServer):
             return await self.client.post_ok(url, path, body, cookies, server="resources server", timeout=timeout)
 
     async def grade(self, run: EpisodeRun, body: dict[str, Any], cookies: Cookies) -> dict[str, Any]:
-        """The verify answer for ``body`` (the row and the episode's ``response``), at stage verification;
-        a verify refused 413 is the policy's 0 (``response_too_large``), ``skip_verification`` grades
-        nothing (docs/servers.md)."""
+        """The verify answer for ``body``; a 413 is the policy's 0, ``skip_verification`` grades nothing."""
         run.stage = "verification"
         graded = {k: v for k, v in body.items() if k != "close_follows"}
         if self.skip_verification:
@@ -236,9 +274,7 @@ class BaseAgent(BaseServer):
         return answer
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        """A run's metrics, proxied to the resources server as NeMo Gym's agents do; computed here (the
-        default) without one or when it has no such route (404), none under ``skip_verification``
-        (docs/servers.md)."""
+        """A run's metrics, proxied to the resources server, else computed here (docs/servers.md)."""
         if self.skip_verification:
             return AggregateMetrics()
         if not self.resources_server:
@@ -265,12 +301,8 @@ class BaseAgent(BaseServer):
             f"which failed: {cause}. Is it running, and is resources_server right?",
         )
 
-    # -- the episode life cycle ------------------------------------------------------------------
-
     async def run_episode(self, row: dict[str, Any], play: Callable[[EpisodeRun], Awaitable[Rollout]]) -> Response:
-        """The one episode life cycle of every agent; ``play(run)`` is the agent's own loop (it opens the
-        session, moves ``run.stage`` along, marks the session ``ended()`` when the environment released
-        it, and returns the record). The rest is here: docs/servers.md."""
+        """The one episode life cycle of every agent; ``play(run)`` is its own loop (docs/servers.md)."""
         run = EpisodeRun(row)
         try:
             async with asyncio.timeout(self.timeouts.episode):
@@ -301,9 +333,7 @@ class BaseAgent(BaseServer):
         release_path: str,
         release_body: dict[str, Any] | None = None,
     ) -> Any:
-        """Seed (or reset) the episode's session and return the answer; the episode holds the session
-        from the moment the request goes out (a lost reply still leaves one to release), unless refused
-        409 (another episode's). ``release_path`` (``release_body``, the cookies) releases it."""
+        """Seed (or reset) the episode's session; held from the moment the request goes out, unless refused 409."""
         url = self._resources(path)
         run.session = EpisodeSession(
             self.client, url, release_path, server="resources server", cookies=run.cookies, release_body=release_body
@@ -319,8 +349,7 @@ class BaseAgent(BaseServer):
         return answer
 
     async def _release(self, run: EpisodeRun, failed: BaseException | None = None) -> ServerError | None:
-        """Release the session ``run`` still holds, once; a failure is retried later and noted on ``failed``.
-        A 410 (nothing left to release: the session was lost) is returned."""
+        """Release the session ``run`` still holds, once; a failure is retried later; a 410 is returned."""
         session = run.session
         if session is None or not session.names_a_session() or not session.take():
             return None

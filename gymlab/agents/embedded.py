@@ -1,7 +1,4 @@
-"""Agent-embedded environments: an agent server whose ``/run`` computes the reward itself (the spec's
-third kind: no resources server, no seed/verify or reset/step over HTTP). Subclass
-``EmbeddedEnvironmentAgent``, override ``run`` and build the record with ``start``, ``ask``,
-``transition`` and ``finish`` (an example: docs/servers.md)."""
+"""Agent-embedded environments: an agent whose ``/run`` computes the reward itself (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -39,8 +36,7 @@ class EmbeddedEpisode:
 
 
 class EmbeddedEnvironmentAgent(BaseAgent):
-    """Base of an agent whose ``run`` plays the environment itself and returns its ``Rollout``; the type
-    ``run`` annotates its ``body`` with is the route's body (a row without its fields is a 422)."""
+    """Base of an agent whose ``run`` plays the environment itself; its ``body`` annotation is the route's body."""
 
     verifies: ClassVar[bool] = False  # ``run`` grades the episode itself
 
@@ -61,8 +57,6 @@ class EmbeddedEnvironmentAgent(BaseAgent):
     @abstractmethod
     async def run(self, body: AgentRunRequest) -> Rollout:
         """Play one episode of the row ``body`` and return its record."""
-
-    # -- helpers for run ---------------------------------------------------------------------------
 
     def start(self, body: AgentRunRequest, observation: str | None = None) -> EmbeddedEpisode:
         """A new episode of ``body``; a non-empty ``observation`` is the first user message after its input."""

@@ -1,5 +1,4 @@
-"""gymnasium_agent: reset -> (model -> step)* with the resources server as the transition function
-(the whole model response goes to ``/step``; never ``/verify``; a ``/step`` refused 413: docs/servers.md)."""
+"""gymnasium_agent: reset -> (model -> step)* with the resources server as transition (docs/servers.md)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,7 @@ from gymlab.protocol.record import Rollout
 
 
 class SimpleAgent(BaseAgent):
-    """The built-in seed/verify agent: ``/run`` grades an episode, ``/v1/responses`` runs the loop; NeMo
-    Gym's ``skip_verification`` and ``execute_tools`` options mean what they mean there (docs/servers.md)."""
+    """The built-in seed/verify agent: ``/run`` grades an episode, ``/v1/responses`` runs the loop."""
 
     execute_tools: bool = Field(
         True,
@@ -60,9 +59,7 @@ class SimpleAgent(BaseAgent):
 
     @sessionless  # the Request is read for its headers, never for a session
     async def responses(self, request: Request, body: StreamableParams) -> NeMoGymResponse:
-        """The agent loop as a Responses endpoint, its tools dispatched to this agent's own
-        ``resources_server`` in the session the request's headers name (docs/servers.md); ``stream: true``
-        answers with the loop's final response as Responses events."""
+        """The agent loop as a Responses endpoint, tools sent to its ``resources_server`` (docs/servers.md)."""
         named = request.headers.get(RESOURCES_SERVER_HEADER)
         if named is not None and named != self.resources_server:
             bound = (

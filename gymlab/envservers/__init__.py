@@ -1,5 +1,4 @@
-"""Environment servers: a task run against a resources server and an agent, a rollout back (built-ins by
-their config names: ``gymlab.registry``)."""
+"""Environment servers: a task run against a resources server and an agent (built-ins: ``gymlab.registry``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""single_agent_turn: one agent turn inside one episode session of a resources server: ``POST /run``
-seeds a fresh ``resources_session_id``, invokes the agent (its tool calls reach that session), grades
-with ``/verify`` and closes the session on every path. Task shapes, the observation: docs/servers.md."""
+"""single_agent_turn: one agent turn inside one episode session of a resources server (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -124,8 +122,7 @@ def _episode_id(body: dict[str, Any]) -> EpisodeId:
 
 
 def agent_request(params: ResponseCreateParams, observation: str | None) -> dict[str, Any]:
-    """The agent's request: the authored one, plus a non-empty observation as one last user message (a
-    string input becomes the first user message, ``""`` none); without an observation nothing changes."""
+    """The agent's request, plus a non-empty observation as one last user message."""
     body = params.model_dump(mode="json", exclude_unset=True)
     if not observation:
         return body
@@ -197,8 +194,7 @@ class SingleAgentTurn(BaseAgent):
         )
 
     async def invoke_agent(self, handles: EpisodeHandles, params: ResponseCreateParams) -> NeMoGymResponse:
-        """The agent's turn in the episode's session (also how a restored episode resumes: no new seed);
-        the header naming this episode's resources server lets the agent refuse (409) another one."""
+        """The agent's turn in the episode's session; the header naming the resources server lets it refuse."""
         url, path, server, timeout = self.agent_server, "/v1/responses", "agent server", self.agent_timeout_s
         if not url:
             hint = "set agent_server in the single_agent_turn config"

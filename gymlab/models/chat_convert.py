@@ -1,5 +1,4 @@
-"""Responses API <-> Chat Completions as pure functions: the one chat converter, for ``OpenAIModel``'s
-requests and export's chat rows; the mapping, field by field, is in docs/models.md."""
+"""Responses API <-> Chat Completions as pure functions, for requests and chat rows (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ from gymlab.protocol import (
 )
 from gymlab.protocol.responses import InputTokensDetails, OutputTokensDetails, SummaryText
 
-#: The roles a chat message may have.
 CHAT_ROLES = {"system", "user", "assistant", "tool"}
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "refusal"}
 _REFUSED = ("previous_response_id", "prompt", "background")
@@ -65,10 +63,8 @@ def prompt_items(params: ResponseCreateParams) -> list[Any]:
 def chat_messages(
     source: ResponseCreateParams | Iterable[Any], where: str = "", *, request: bool = False, todo: str = ""
 ) -> list[dict[str, Any]]:
-    """Responses-API items (or a request: its instructions, then its input) as Chat messages: for a
-    request (``request=True``: reasoning left out, images kept) or a training row (reasoning in
-    ``reasoning_content``, text only). No Chat form: ``ConversionError`` naming ``where``, the index and
-    what to do (``todo``, else the proxy's other mode for a request, filtering for a row)."""
+    """Responses-API items (or a request) as Chat messages, for a request or a training row (docs/models.md);
+    no Chat form: ``ConversionError`` naming ``where``, the index and what to do."""
     if isinstance(source, ResponseCreateParams):
         items, first, where = prompt_items(source), -1 if source.instructions else 0, where or "input"
     else:
@@ -168,8 +164,7 @@ def _response_format(text: dict) -> dict | None:
 
 
 def chat_request(params: ResponseCreateParams, model: str = "", extra_body: dict | None = None) -> dict:
-    """The ``/chat/completions`` body for ``params``; ``model`` (when set) wins over ``params.model``, and
-    ``extra_body`` is merged last (endpoint-specific keys reach the endpoint as written)."""
+    """The ``/chat/completions`` body for ``params``; ``model`` wins, ``extra_body`` is merged last."""
     for key in _REFUSED:
         if getattr(params, key) is not None:
             raise ConversionError(f"{key} has no Chat Completions form; use mode='responses'")

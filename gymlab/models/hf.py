@@ -1,5 +1,4 @@
-"""HFModel: POST /v1/responses answered by a transformers causal LM in this process, with its own chat
-template, batched generation, and the token ids and log-probabilities kept on the answer (docs/models.md)."""
+"""HFModel: POST /v1/responses answered by a transformers causal LM in this process (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ TEMPLATE_TAKES = "send messages with text content, function calls and their outp
 
 
 class Refused(GymlabError):
-    """A request the server answers with an error: its status, cause, what to do, and a failure kind
-    when it is no fault of the request (a budget, a full queue, a crash)."""
+    """A request the server answers with an error: status, cause, what to do, and a failure kind if not its fault."""
 
     def __init__(self, status: int, cause: str, hint: str = "", kind: str | None = None):
         self.status, self.cause, self.hint, self.kind = status, cause, hint, kind
@@ -52,9 +50,7 @@ class Refused(GymlabError):
 
 
 def load(hf: Any, tokenizer: Any) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from a model object (used as it is: its train/eval mode is the caller's) or a
-    local path / hub name (loaded in eval mode; the tokenizer from the same place when None); a missing
-    ``train`` extra is an ImportError naming its install command."""
+    """``(model, tokenizer)`` from a model object (as is) or a path (eval mode); no ``train`` extra: ImportError."""
     try:
         import torch  # noqa: F401
         import transformers
@@ -76,8 +72,7 @@ def load(hf: Any, tokenizer: Any) -> tuple[Any, Any]:
 
 
 class HFModel(BaseServer):
-    """A model server generating with a transformers causal LM, e.g. ``HFModel(hf="path/to/checkpoint")``
-    or ``HFModel(hf=model, tokenizer=tokenizer)``."""
+    """A model server generating with a transformers causal LM: ``HFModel(hf="path/to/checkpoint")``."""
 
     name: str = "hf_model"
     hf: Any = Field(description="A transformers causal LM, or a local path / hub name to load one from.")
@@ -243,8 +238,7 @@ class HFModel(BaseServer):
 
 
 def prompt_ids(tokenizer: Any, body: ResponseCreateParams) -> tuple[list[int], list[dict]]:
-    """The request's token ids as the tokenizer's chat template renders it (its tools passed to the
-    template, none when ``tool_choice`` is ``"none"``), and those tools in the Chat form."""
+    """The request's token ids by the tokenizer's chat template (with its tools), and those tools in Chat form."""
     messages = _template_messages(chat_messages(body, request=True, todo=TEMPLATE_TAKES))
     tools = chat_tools(body.tools) if body.tool_choice != "none" else []
     text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False)
@@ -259,8 +253,7 @@ def _context_of(model: Any, tokenizer: Any) -> int:
 
 
 def _template_messages(messages: list[dict]) -> list[dict]:
-    """Chat messages as chat templates take them: no None content, tool-call arguments as objects (the
-    converter keeps the JSON string the API carries; templates write ``arguments | tojson``)."""
+    """Chat messages as templates take them: no None content, tool-call arguments as objects (``tojson``)."""
     out = []
     for message in messages:
         message = {**message, "content": "" if message.get("content") is None else message["content"]}

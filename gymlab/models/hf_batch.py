@@ -1,13 +1,11 @@
-"""HFModel's batches: requests arriving within ``batch_window_ms`` gathered on the event loop and generated
-in one worker thread, left-padded, one ``generate`` call per sampling setting; each row stops on its own
-(end of turn, its token budget, its deadline, its caller gone) and is answered at once, with the sampled
-tokens' log-probabilities read from the raw logits."""
+"""HFModel's batches: requests gathered within ``batch_window_ms``, generated in one worker thread."""
 
 from __future__ import annotations
 
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import contextvars
 import queue
 import threading
@@ -54,8 +52,7 @@ class Closed(Exception):
 
 
 class Batcher:
-    """Gathers rows on the serving loop and runs ``generate(rows, stop, answer)`` for each batch in one
-    thread; ``answer(row)`` hands back a row as soon as it has stopped."""
+    """Gathers rows on the serving loop and generates each batch in one thread; a stopped row is answered."""
 
     def __init__(
         self,
@@ -98,15 +95,13 @@ class Batcher:
             arrived()
 
     def release(self, row: Row) -> None:
-        """The caller of a submitted row is done with it: unanswered (a hang-up, a timeout), it is dropped
-        at its next token."""
+        """The caller of a submitted row is done with it: unanswered, it is dropped at its next token."""
         if not row.future.done() or row.future.cancelled():
             row.cancelled = True
         self.in_flight -= 1
 
     async def _gather(self) -> list[Row]:
-        """A batch: the first row, and those queued within the window; past it, the window stretches (up to
-        ``ARRIVING_S``) while requests already received are still being read or tokenized: a burst is one batch."""
+        """A batch: the first row and those queued within the window, stretched while requests still arrive."""
         queue, loop = self._queue, asyncio.get_running_loop()
         batch = [await queue.get()]
         start = loop.time()
@@ -166,10 +161,8 @@ class Batcher:
         self.stop.set()
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # closing anyway
                 await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing anyway
-                pass
         while not self._queue.empty():
             row = self._queue.get_nowait()
             if not row.future.done():
@@ -203,8 +196,7 @@ _arrival: contextvars.ContextVar[Callable[[], None] | None] = contextvars.Contex
 
 
 class CountArrivals:
-    """ASGI middleware: a request to ``path`` counts in ``batcher.arriving`` from its headers until its row
-    is queued (or it ends), so a batch being gathered waits for requests still being read and tokenized."""
+    """ASGI middleware: a request to ``path`` counts in ``batcher.arriving`` until queued, so a batch waits it."""
 
     def __init__(self, app, batcher: Batcher, path: str = "/v1/responses"):
         self.app, self.batcher, self.path = app, batcher, path
@@ -244,8 +236,7 @@ def _stop_all() -> None:
 def generate_rows(
     model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event, done: Callable[[Row], None]
 ) -> None:
-    """Generate ``rows`` (in the worker thread): one ``generate`` call per sampling setting among them;
-    ``done(row)`` as soon as a row has stopped, while the others go on."""
+    """Generate ``rows`` (worker thread): one ``generate`` per sampling setting; ``done(row)`` once a row stops."""
     groups: dict[tuple, list[Row]] = {}
     for row in rows:
         groups.setdefault(row.sampling, []).append(row)

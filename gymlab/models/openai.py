@@ -1,8 +1,8 @@
-"""OpenAIModel: POST /v1/responses proxied to an OpenAI-compatible endpoint, as it came or converted for
-``/chat/completions``; the key, the retries and the status codes: docs/models.md."""
+"""OpenAIModel: POST /v1/responses proxied to an OpenAI-compatible endpoint (docs/models.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -49,8 +49,7 @@ def scrub(text: str, secret: str | None) -> str:
 
 
 class OpenAIModel(BaseServer):
-    """A model server in front of an OpenAI-compatible endpoint, e.g.
-    ``OpenAIModel(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-8B", mode="chat_completions")``."""
+    """A model server in front of an OpenAI-compatible endpoint (``base_url``, ``model``, ``mode``)."""
 
     name: str = "openai_model"
     base_url: str = Field(description="The endpoint's API root, ending in /v1 (as the openai client takes it).")
@@ -250,10 +249,8 @@ class _Again(GymlabError):
 
 def _retry_after(reply: Reply) -> str | None:
     if (ms := reply.header("retry-after-ms")) is not None:
-        try:
+        with contextlib.suppress(ValueError):
             return str(float(ms) / 1000)
-        except ValueError:
-            pass
     return reply.header("retry-after")
 
 

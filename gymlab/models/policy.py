@@ -65,8 +65,7 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
 
 
 class _DaemonThreads:
-    """At most ``size`` daemon threads running a sync policy's calls: a call that never returns never keeps
-    the process from exiting (a ``ThreadPoolExecutor``'s threads are joined at exit, however long that takes)."""
+    """At most ``size`` daemon threads for a sync policy's calls: a call that never returns never blocks exit."""
 
     def __init__(self, size: int, name: str) -> None:
         self.size, self.name, self.threads = size, name, 0

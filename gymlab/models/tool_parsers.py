@@ -1,7 +1,4 @@
-"""Tool calls read back from what a local model wrote: the tokenizer's own response template when it has
-one, else the Hermes/Qwen ``<tool_call>{json}</tool_call>`` form or Llama 3's bare JSON; ``TOOL_PARSERS``
-holds them by name (add your own). Each pass is linear in the text, and a block that does not parse stays
-in the text: a degenerate answer is returned as what it is, never an error (docs/models.md)."""
+"""Tool calls read back from a local model's text, by the tokenizer's template, Hermes or Llama 3 (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -59,8 +56,7 @@ def hermes(text: str) -> tuple[str, list[tuple[str, Any]]]:
 
 
 def llama3(text: str) -> tuple[str, list[tuple[str, Any]]]:
-    """Llama 3's JSON calls: the whole answer ``{"name": ..., "parameters": {...}}``, several joined by ``;``,
-    optionally after ``<|python_tag|>``. Anything else is text."""
+    """Llama 3's JSON calls: the whole answer, ``;``-joined, optionally after ``<|python_tag|>``; else text."""
     body = text.strip().removeprefix(_PYTHON_TAG).strip()
     if not body.startswith("{"):
         return text.strip(), []
@@ -85,8 +81,7 @@ TOOL_PARSERS: dict[str, ToolParser] = {"hermes": hermes, "llama3": llama3, "none
 
 
 def schema_parser(tokenizer: Any) -> ToolParser:
-    """transformers' ``tokenizer.parse_response`` with the tokenizer's response template; an answer it
-    refuses (a block that is not JSON) is text with no call."""
+    """transformers' ``tokenizer.parse_response``; an answer it refuses is text with no call."""
 
     def parse(text: str) -> tuple[str, list[tuple[str, Any]]]:
         try:
@@ -105,8 +100,7 @@ def schema_parser(tokenizer: Any) -> ToolParser:
 
 
 def tool_parser(choice: str | ToolParser, tokenizer: Any) -> ToolParser:
-    """The parser ``choice`` names (``"auto"``: the tokenizer's response template (or older response schema)
-    if it has one, else Llama 3's JSON when its chat template speaks it, else Hermes); a callable as it is."""
+    """The parser ``choice`` names (``"auto"``: the template's, else Llama 3 JSON, else Hermes); a callable as is."""
     if callable(choice):
         return choice
     schema = getattr(tokenizer, "response_template", None) or getattr(tokenizer, "response_schema", None)

@@ -66,8 +66,7 @@ def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
     return steps
 
 
-#: A list under a ``steps`` key in a JSON line (quotes inside strings are escaped: only a key matches; a
-#: nested list of that name, rare, hides a record's missing steps from the frames, not from its validation).
+#: A list under a ``steps`` key in a JSON line (quotes inside strings are escaped: only a key matches).
 _STEPS_KEY = re.compile(rb'"steps"\s*:\s*\[')
 #: The steps key as gymlab's writer and ``json.dumps`` spell it: where a store's lines are searched for it.
 STEPS_KEY = b'"steps":'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -151,8 +152,7 @@ def verified(
     response: NeMoGymResponse | None = None,
     sent: dict[str, tuple[Any, BaseModel]] | None = None,
 ) -> Rollout:
-    """A seed/verify episode: the verify's ``answer`` with the steps, the last graded by it (``None``: not yet
-    verified, reward summed over the steps). ``sent``: field -> (its dump, its model), kept when echoed unchanged."""
+    """A seed/verify episode: the verify's ``answer`` with the steps; ``sent``: field -> (its dump, its model)."""
     if answer is None:
         answer = {
             "responses_create_params": (row or {}).get("responses_create_params"),
@@ -253,8 +253,7 @@ def _summed_components(per_step: Iterable[dict[str, float | None] | None]) -> di
 def failed(
     row: dict[str, Any], failure: Failure, *, duration_s: float = 0.0, steps: Sequence[StepRecord] = ()
 ) -> Rollout:
-    """A masked record of an episode that could not finish (reward 0, never a graded zero), with the steps
-    taken before the failure (``steps``, or those its ``failure`` carries)."""
+    """A masked record of an episode that could not finish, with the steps taken before the failure."""
     params = row.get("responses_create_params") or {"input": ""}
     return _with_steps(
         {
@@ -317,11 +316,7 @@ def mean_reward_text(mean: float) -> str:
 
 def failure_counts(records: Iterable[Any]) -> dict[str, int]:
     """Masked records by failure kind, most common first (a mask without a kind counts as ``masked``)."""
-    counts: dict[str, int] = {}
-    for r in records:
-        if _get(r, "mask_sample"):
-            kind = _get(r, "failure_kind") or "masked"
-            counts[kind] = counts.get(kind, 0) + 1
+    counts = Counter(_get(r, "failure_kind") or "masked" for r in records if _get(r, "mask_sample"))
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

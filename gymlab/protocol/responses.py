@@ -239,8 +239,7 @@ MAX_ARGUMENT_CHARS = 1 << 20
 
 
 def read_arguments(arguments: str | None, max_chars: int | None = MAX_ARGUMENT_CHARS) -> Any:
-    """A function call's ``arguments`` as JSON (empty: ``{}``); a ``ValueError`` when they are not JSON, over
-    ``max_chars`` (None: the receiving server's body limit bounds them) or nested too deep: the model's action."""
+    """A function call's ``arguments`` as JSON (empty: ``{}``); not JSON, too long or too deep: ``ValueError``."""
     text = arguments or "{}"
     if max_chars is not None and len(text) > max_chars:
         raise ValueError(f"the arguments are {len(text)} characters, over the {max_chars} a server reads")

@@ -8,8 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from gymlab.protocol.resources import BaseSeedSessionRequest, BaseSeedSessionResponse
 
-#: Headers an environment server sends with an agent call: the episode's resources server (the agent refuses
-#: one other than its own) and the session's Cookie header, so the agent's tool calls reach the episode's session.
+#: Headers of an environment server's agent call: the episode's resources server and the session's Cookie header.
 RESOURCES_SERVER_HEADER = "x-gymlab-resources-server"
 RESOURCES_COOKIE_HEADER = "x-gymlab-resources-cookie"
 

@@ -1,5 +1,4 @@
-"""``environment``: a ``SimpleResourcesServer`` subclass from plain functions: typed tool functions, a verify
-of the row and the answer, the episode's state a dict that starts as the row's own fields (docs/servers.md)."""
+"""``environment``: a ``SimpleResourcesServer`` subclass from plain functions (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -102,9 +101,8 @@ def environment(
     fields: dict[str, Any] | None = None,
     reward_range: tuple[float, float] | None = None,
 ) -> type[SimpleResourcesServer]:
-    """A ``SimpleResourcesServer`` subclass named ``name``: a route per tool (``def guess(state, number: int)``),
-    ``verify(row, answer)`` returning the reward (it may also take ``state`` and ``response``). ``fields``: row
-    fields the seed and verify require, by type; ``reward_range``: the rewards an episode can earn (the plots)."""
+    """A ``SimpleResourcesServer`` subclass ``name``: a route per tool, ``verify(row, answer)`` the reward;
+    ``fields``: row fields required, by type; ``reward_range``: the rewards an episode can earn."""
     tools = list(tools)
     params = set(inspect.signature(verify).parameters)
     if unknown := params - set(VERIFY_PARAMETERS):

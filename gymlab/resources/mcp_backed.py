@@ -1,5 +1,4 @@
-"""McpResourcesServer: an MCP server's tools (``mcp_command`` over stdio, or ``mcp_url``) served as routes,
-one MCP session per episode; ``mcp_tools_from`` gives rows their tools (docs/servers.md)."""
+"""McpResourcesServer: an MCP server's tools served as routes, one MCP session per episode (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -72,8 +71,7 @@ class McpSessionLost(ConnectionError):
 
 
 class McpEpisode:
-    """One episode's MCP session, held open by a task of its own; an opening is stopped with an anyio cancel
-    scope, never ``Task.cancel`` (docs/servers.md)."""
+    """One episode's MCP session, held open by its own task; an opening stops by anyio cancel scope."""
 
     def __init__(self, target: McpTarget, env: dict[str, str] | None = None):
         self.target, self.env, self.client = target, env, None
@@ -144,8 +142,7 @@ def _function_tools(tools: list[Any], strict: bool) -> list[dict[str, Any]]:
     ]
 
 
-#: Most ``tools/list`` pages and tools one listing reads: a server that pages on forever, or lists more tools than
-#: any prompt holds, is refused rather than followed.
+#: Most ``tools/list`` pages and tools one listing reads: past them the MCP server is refused, not followed.
 MAX_TOOL_PAGES = 100
 MAX_TOOLS = 1000
 
@@ -155,8 +152,7 @@ class _TooManyTools(Exception):
 
 
 async def _list_tools(target: McpTarget, env: dict[str, str] | None, timeout_s: float, who: str) -> list[Any]:
-    """Every tool ``target`` lists, within ``timeout_s`` (the handshake too), ``MAX_TOOL_PAGES`` and ``MAX_TOOLS``;
-    else a ``ServerStartError`` naming ``who``, the MCP server, the cause and what to do."""
+    """Every tool ``target`` lists, within the bounds; else a ``ServerStartError`` naming ``who`` and the cause."""
     try:
         with anyio.fail_after(timeout_s):  # not wait_for: see McpEpisode
             async with open_mcp(target, env=env) as client:

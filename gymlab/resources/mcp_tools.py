@@ -1,5 +1,4 @@
-"""A resources server's tool routes as MCP tools at ``/mcp`` (the ``mcp`` SDK): a call runs as ``POST /{tool}``
-through the server's own app with the MCP request's cookie, in that episode (docs/servers.md)."""
+"""A resources server's tool routes as MCP tools at ``/mcp``, each call in its episode (docs/servers.md)."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def require_mcp() -> None:
 
 
 class McpTools:
-    """The ``/mcp`` ASGI endpoint of one server, its SDK session manager run in the app's lifespan; past
-    ``mcp_max_sessions`` the least recently used idle sessions end (docs/servers.md)."""
+    """The ``/mcp`` ASGI endpoint of one server; past ``mcp_max_sessions`` the LRU idle sessions end."""
 
     def __init__(self, server: BaseServer):
         require_mcp()
@@ -219,8 +217,7 @@ def _loopback_only(host: str) -> Any:
 
 
 def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
-    """Serve ``server``'s tool routes at ``/mcp`` of ``app`` (one route); the server's lifespan parts
-    include ``running()`` of the answer (its session manager)."""
+    """Serve ``server``'s tool routes at ``/mcp`` of ``app``; its ``running()`` is a lifespan part."""
     tools = McpTools(server)
     app.router.routes.append(Route(MCP_PATH, endpoint=tools))
     return tools
@@ -228,8 +225,7 @@ def mount_mcp(app: FastAPI, server: BaseServer) -> McpTools:
 
 @contextlib.asynccontextmanager
 async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: str = "auto") -> AsyncIterator[Any]:
-    """An ``mcp.Client`` of the MCP server at ``url``, its requests carrying ``cookies`` (an episode's: its tool
-    calls act in that episode); ``mode="legacy"`` holds a handshake-era MCP session until exit."""
+    """An ``mcp.Client`` of ``url`` whose requests carry ``cookies`` (an episode's); ``mode="legacy"``: handshake."""
     require_mcp()
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -242,12 +238,9 @@ async def connect_mcp(url: str, *, cookies: dict[str, str] | None = None, mode: 
 
 
 def mcp_tools_of(server: BaseServer) -> McpTools | None:
-    """The ``McpTools`` serving ``server`` at ``/mcp``, or None when it does not serve MCP."""
-    for route in server.app.router.routes:
-        endpoint = getattr(route, "endpoint", None)
-        if getattr(route, "path", None) == MCP_PATH and isinstance(endpoint, McpTools):
-            return endpoint
-    return None
+    """The ``McpTools`` serving ``server`` at ``/mcp`` (mounted when its app is built), or None."""
+    server.app  # noqa: B018 - the app built: its /mcp mounted
+    return getattr(server, "_mcp", None)
 
 
 __all__ = ["MCP_PATH", "McpTools", "connect_mcp", "mcp_tools_of", "mount_mcp", "require_mcp"]

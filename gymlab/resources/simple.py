@@ -47,7 +47,7 @@ SESSION_LOST = "session_lost"
 warnings.filterwarnings("ignore", r'Field name "session_state" in ".*" shadows an attribute in parent', UserWarning)
 
 
-def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
+def reward_stats(rewards: list[float]) -> dict[str, float]:
     """mean/max/min/median/std of rewards (population std), scaled by a power of two so none overflows."""
     if not rewards:
         return {}
@@ -58,11 +58,11 @@ def reward_stats(rewards: list[float], prefix: str = "") -> dict[str, float]:
     half = n // 2
     median = scaled[half] if n % 2 else (scaled[half - 1] + scaled[half]) / 2
     return {
-        f"mean/{prefix}reward": math.ldexp(mean, exponent),
-        f"max/{prefix}reward": ordered[-1],
-        f"min/{prefix}reward": ordered[0],
-        f"median/{prefix}reward": math.ldexp(median, exponent),
-        f"std/{prefix}reward": math.ldexp(math.sqrt(math.fsum((r - mean) ** 2 for r in scaled) / n), exponent),
+        "mean/reward": math.ldexp(mean, exponent),
+        "max/reward": ordered[-1],
+        "min/reward": ordered[0],
+        "median/reward": math.ldexp(median, exponent),
+        "std/reward": math.ldexp(math.sqrt(math.fsum((r - mean) ** 2 for r in scaled) / n), exponent),
     }
 
 
@@ -330,11 +330,7 @@ def _body_adapter(hook):
     """A ``TypeAdapter`` of ``hook``'s body, or None (no fields); a union's episode-seed form is left out."""
     from pydantic import BaseModel, TypeAdapter
 
-    try:
-        hints = typing.get_type_hints(hook)
-    except NameError:
-        return None
-    for name, hint in hints.items():
+    for name, hint in _hints(hook).items():
         members = [m for m in typing.get_args(hint) or (hint,) if m is not ResourcesSeedSessionRequest]
         if name != "return" and members and all(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
             if not any(m.model_fields for m in members):
@@ -376,13 +372,8 @@ class _EchoedVerifyResponse(BaseVerifyResponse):
 
 
 def with_request(hook, run, invoke=None):
-    """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``, where
-    ``call()`` calls the hook (through ``invoke`` when given)."""
-    signature = inspect.signature(hook)
-    try:
-        hints = typing.get_type_hints(hook)
-    except NameError:  # an annotation only its own scope can resolve: leave it to FastAPI
-        hints = {}
+    """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``."""
+    signature, hints = inspect.signature(hook), _hints(hook)
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
     params = _typed(hook, params)
     own = next((p.name for p in params if p.annotation is Request), None)
@@ -406,16 +397,20 @@ def _base_hints(hook) -> dict[str, Any]:
     owner, name = getattr(hook, "__self__", None), getattr(hook, "__name__", "")
     for base in type(owner).__mro__[1:] if owner is not None else ():
         if (method := base.__dict__.get(name)) is not None:
-            try:
-                return {k: v for k, v in typing.get_type_hints(method).items() if k != "return"}
-            except NameError:
-                return {}
+            return {k: v for k, v in _hints(method).items() if k != "return"}
     return {}
 
 
+def _hints(fn) -> dict[str, Any]:
+    """``fn``'s resolved annotations; none when one only its own scope can resolve (left to FastAPI)."""
+    try:
+        return typing.get_type_hints(fn)
+    except NameError:
+        return {}
+
+
 def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
-    """``params`` with each unannotated one typed: ``request`` as the Request, another as the overridden
-    method's body; else a ``TypeError`` naming the method."""
+    """``params`` with each unannotated one typed (the Request, or the overridden body), else a ``TypeError``."""
     untyped = [p for p in params if p.annotation is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if not untyped:
         return params

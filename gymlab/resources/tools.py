@@ -1,6 +1,4 @@
-"""Tools and rows from a server's own routes: ``tools_from`` (each tool route's request model as the function
-tool a row declares), ``rows_from`` (rows from prompts), ``check_rows`` (each mismatch of a dataset's tools),
-``example_arguments`` (a call's arguments from a tool's schema)."""
+"""Tools and rows from a server's own routes: ``tools_from``, ``rows_from``, ``check_rows``, ``example_arguments``."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ def _clean(schema: Any) -> Any:
 
 
 def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) -> list[dict[str, Any]]:
-    """The function tools a server serves: one per POST route that is not a lifecycle route, with the route's
-    request model as ``parameters`` and its docstring as ``description`` (or the server's ``listed_tools``)."""
+    """The function tools a server serves: one per non-lifecycle POST route (or the server's ``listed_tools``)."""
     if isinstance(server, BaseServer):
         instance = server
     else:
@@ -63,8 +60,7 @@ def tools_from(server: BaseServer | type[BaseServer], *, strict: bool = True) ->
 
 
 def function_tool(name: str, doc: str, schema: dict[str, Any] | None, *, strict: bool = True) -> dict[str, Any]:
-    """A row's function tool: ``doc``'s first paragraph as ``description``, ``schema`` (the arguments' JSON
-    schema; None: none) as ``parameters``, made strict unless ``strict`` is false."""
+    """A row's function tool: ``doc``'s first paragraph, ``schema`` as ``parameters``, strict unless not."""
     if schema is None:
         parameters: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
     else:
@@ -88,8 +84,7 @@ def rows_from(
     instructions: str | None = None,
     **fields: Any,
 ) -> list[dict[str, Any]]:
-    """Dataset rows from prompts: ``instructions`` as the developer message, ``tools`` (a list, or a server to
-    derive them from) on every row, each keyword a row field (a list: one value per prompt)."""
+    """Dataset rows from prompts: ``instructions``, ``tools`` on every row, each keyword a row field."""
     if isinstance(tools, (BaseServer, type)):
         tools = tools_from(tools)
     tools = list(tools or [])
@@ -163,19 +158,14 @@ def check_rows(server: BaseServer, rows: Iterable[dict[str, Any]]) -> CheckRepor
     return report
 
 
-#: Bounds on what ``example_arguments`` builds, whatever a schema's ``minItems``, ``minLength`` or nesting asks
-#: (a schema comes from an environment; arguments from it stay small): items of a list, characters of a string,
-#: levels of nesting, and values in all (lists of lists would otherwise multiply).
+#: Bounds on ``example_arguments`` whatever a schema asks: list items, string characters, nesting, values in all.
 MAX_ITEMS, MAX_LENGTH, MAX_DEPTH, MAX_VALUES = 8, 256, 16, 256
-#: The strings random arguments are drawn from.
 _WORDS = ("a", "test", "value", "x", "hello", "42", "yes")
 
 
 def example_arguments(schema: Any, rng: random.Random | None = None) -> Any:
-    """Arguments from a tool's JSON schema, so a call reaches the tool: the plainest value ``schema`` accepts
-    (its default, first option, minimum, "", False, []), or a random one from ``rng``; within ``MAX_ITEMS``,
-    ``MAX_LENGTH``, ``MAX_DEPTH`` and ``MAX_VALUES`` (past them: None, or fewer items). A tool without
-    parameters (no schema, or ``{}``) takes ``{}``."""
+    """Arguments from a tool's JSON schema, so a call reaches it: the plainest value (or a random one from
+    ``rng``) within ``MAX_ITEMS``, ``MAX_LENGTH``, ``MAX_DEPTH`` and ``MAX_VALUES``; no parameters: ``{}``."""
     return _example(schema, rng, 0, [MAX_VALUES]) if schema else {}
 
 

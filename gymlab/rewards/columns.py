@@ -1,19 +1,15 @@
-"""Rubric components as frame columns: ``reward_<name>`` in the episodes and steps frames
-(``gymlab.lab.frames``). A failed judge's component is a missing value (NaN), never a 0.
-"""
+"""Rubric components as ``reward_<name>`` frame columns; a failed judge's component is NaN, never a 0."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-#: Prefix of a component's column.
 PREFIX = "reward_"
 
 
 def add_component_columns(frame: Any, components: Sequence[dict | None]) -> Any:
-    """``frame`` with a ``reward_<name>`` column per component; ``components[i]`` is row ``i``'s
-    ``reward_components`` (an episode's in an episodes frame, a step's in a steps frame) or None."""
+    """``frame`` with a ``reward_<name>`` column per component; ``components[i]`` is row ``i``'s or None."""
     if not any(components):
         return frame
     import numpy as np

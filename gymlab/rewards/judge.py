@@ -1,10 +1,4 @@
-"""Model judges: a rubric component that asks a model server for a verdict.
-
-``Judge`` fills a prompt from the verify body, posts it to a model server (``/v1/responses``) and reads
-the answer as a score, a label or a JSON object, bounded in concurrency, time and retries. No answer
-masks the episode ``judge_failed``, an unreadable one ``judge_unparseable``: never a 0. How a verdict
-is read, and why: docs/judges.md, docs/rewards.md.
-"""
+"""Model judges: a rubric component that asks a model server for a verdict (docs/judges.md, docs/rewards.md)."""
 
 from __future__ import annotations
 
@@ -49,8 +43,7 @@ class Unparseable(ValueError):
 
 
 def default_fields(body: Any) -> dict[str, Any]:
-    """Template fields of a verify body: its own fields (row fields it declares, such as a
-    reference answer), ``question`` (the last user message) and ``answer`` (the model's final text)."""
+    """Template fields of a verify body: its own fields, ``question`` (last user message), ``answer`` (final text)."""
     data = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
     fields = {k: v for k, v in data.items() if k not in ("responses_create_params", "response")}
     params = getattr(body, "responses_create_params", None)
@@ -69,8 +62,7 @@ def _on_scale(value: float, scale: tuple[float, float], what: str) -> float:
 
 
 def parse_score(text: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
-    """The verdict's grade, mapped from ``scale`` to 0..1 (``Unparseable`` when none, or off the scale): the
-    last "n/N" whose N is the scale's top, else the last number once scale talk is set aside (docs/judges.md)."""
+    """The verdict's grade mapped from ``scale`` to 0..1, else ``Unparseable`` (rules: docs/judges.md)."""
     top, text = float(scale[1]), " ".join(text.split())  # one space a run: no regex backtracks through a long run
     numbers = [m[1] for m in _FRACTION.finditer(text) if float(m[2]) == top]
     numbers = numbers or _NUMBER.findall(_SCALE_TALK.sub(" ", _FRACTION.sub(" ", text)))
@@ -86,8 +78,7 @@ def _label_pattern(label: str) -> str:
 
 
 def parse_label(text: str, labels: Mapping[str, float]) -> float:
-    """The value of the verdict's last decision among ``labels`` (``Unparseable`` when there is none): whole
-    words, own case first; a list of options is no decision, a negated label never itself (docs/judges.md)."""
+    """The value of the verdict's last decision among ``labels``, else ``Unparseable`` (rules: docs/judges.md)."""
     names, text = sorted(labels, key=len, reverse=True), " ".join(text.split())
     one = "|".join(f"({_label_pattern(n)})" for n in names)
     for flags in (0, re.I):
@@ -106,8 +97,7 @@ def parse_label(text: str, labels: Mapping[str, float]) -> float:
 
 
 def parse_json(text: str, key: str = "score", scale: tuple[float, float] = (0.0, 1.0)) -> float:
-    """``key`` of the verdict's last JSON object that has it: a bool (1/0), or a finite number on
-    ``scale`` mapped to 0..1; anything else (out of range, NaN, ``1e999``, a string) is ``Unparseable``."""
+    """``key`` of the verdict's last JSON object that has it (a bool or a number on ``scale``), else ``Unparseable``."""
     found = _json_objects(text, key)
     if not found:
         raise Unparseable(f"expected a JSON object with {key!r} in the verdict, got {text[:200]!r}")
@@ -120,8 +110,7 @@ def parse_json(text: str, key: str = "score", scale: tuple[float, float] = (0.0,
 
 
 def opening_score(line: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
-    """The grade a marker line opens with ("0.0 - the answer is wrong (see step 2)." is 0.0), mapped to 0..1;
-    else ``parse_score`` of the whole line (the fixed line's own number wins over the prose after it)."""
+    """The grade a marker line opens with ("0.0 - wrong (see step 2)." is 0.0), else ``parse_score`` of the line."""
     opening = _OPENING.match(line)
     if opening and (opening[2] is None or float(opening[2]) == float(scale[1])):
         return _on_scale(float(opening[1]), scale, "score")
@@ -129,8 +118,7 @@ def opening_score(line: str, scale: tuple[float, float] = (0.0, 1.0)) -> float:
 
 
 def json_quotes(verdict: str, answer: str, key: str) -> list[str]:
-    """The JSON objects with ``key`` in ``verdict`` that the answer holds too (equal as JSON, however spaced):
-    quoted from the answer, never the judge's own verdict. Bounded as ``parse_json`` is."""
+    """The JSON objects with ``key`` in ``verdict`` that the answer holds too: quoted, not the judge's own."""
     if f'"{key}"' not in answer:
         return []
     held = [obj for obj, _ in _json_objects(answer, key)]
@@ -138,16 +126,14 @@ def json_quotes(verdict: str, answer: str, key: str) -> list[str]:
 
 
 def marker_quotes(verdict: str, answer: str) -> list[str]:
-    """The ``VERDICT:``/``SCORE:`` markers in ``verdict`` (the last 16) that, with the word or number after them,
-    the answer holds too (any case, runs of spaces as one): quoted from the answer, never the judge's own line."""
+    """The last 16 ``VERDICT:``/``SCORE:`` markers of ``verdict`` the answer holds too: quoted, not the judge's."""
     held = " ".join(answer.split()).lower()
     found = list(re.finditer(r"\b(?:VERDICT|SCORE)[\s*]*:\s*(?:[\w/+-]|\.(?=\d))+", verdict, re.I))[-16:]
     return [m[0] for m in found if re.search(rf"\b{re.escape(' '.join(m[0].split()).lower())}(?!\S)", held)]
 
 
 def _json_objects(text: str, key: str) -> list[tuple[dict, str]]:
-    """The JSON objects with ``key`` that start at the first or the last 64 ``{`` of ``text``, with their text
-    (bounded: a flood of braces costs at most 65 tries)."""
+    """The JSON objects with ``key`` at the first or last 64 ``{`` of ``text`` (bounded), with their text."""
     decoder, found, starts = json.JSONDecoder(), [], [m.start() for m in re.finditer(r"\{", text)]
     for start in dict.fromkeys([*starts[:1], *starts[-64:]]):
         try:
@@ -160,8 +146,7 @@ def _json_objects(text: str, key: str) -> list[tuple[dict, str]]:
 
 
 def verdict_lines(text: str, markers: str = "VERDICT") -> list[str]:
-    """The text after each of the last 16 ``markers`` (a regex of names: ``VERDICT``, ``SCORE|VERDICT``)
-    followed by a colon, last first: the rest of its line, or the next non-empty line when it ends one."""
+    """The text after each of the last 16 ``markers`` and a colon, last first: the rest of its line, or the next."""
     found = list(re.finditer(rf"\b(?:{markers})[\s*]*:", text, re.I))[-16:]
     return [text[m.end() :].strip(" \t\r\n*_`").split("\n", 1)[0].strip(" \t\r*_`") for m in reversed(found)]
 
@@ -198,9 +183,7 @@ def _joins(text: str, k: int, edge: str) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class Judge:
-    """A rubric component graded by a model (a model server's URL or handle): ``template`` (``str.format`` over
-    ``fields(body)`` and ``{verdict_format}``) is its prompt, ``parse`` (``"score"`` on ``scale``, ``"label"``
-    of ``labels``, ``"json"`` with ``json_key``, or a function) reads its verdict (docs/judges.md)."""
+    """A rubric component graded by a model server: ``template`` is its prompt, ``parse`` reads its verdict."""
 
     name: str
     model: Any
@@ -271,8 +254,7 @@ class Judge:
         return request
 
     def verdict_like(self, text: str) -> bool:
-        """Whether ``text`` could be read as a verdict: a final-line marker, a label, this judge's
-        JSON key in an object, or a score written on its scale ("7/10")."""
+        """Whether ``text`` could be read as a verdict: a marker, a label, its JSON key, a score on its scale."""
         if _MARKER.search(text) or ("{" in text and f'"{self.json_key}"' in text):
             return True
         if self.labels and re.search("|".join(map(_label_pattern, self.labels)), text, re.I):
@@ -280,9 +262,7 @@ class Judge:
         return self.parse == "score" and any(float(m[2]) == self.scale[1] for m in _FRACTION.finditer(text))
 
     def quotable(self, answer: str, request: dict[str, Any]) -> tuple[list[str], list[str], bool]:
-        """What a verdict must not be read from if the judge copied it (docs/judges.md): the answer's verdict-like
-        lines and sentences (the policy's blame), the other text to set aside (the answer's long ones, the
-        prompt's verdict-like or long ones not a verdict alone), and whether the answer had too many to look for."""
+        """What a verdict must not be read from if copied: (blame, other text, too many) (docs/judges.md)."""
         parts = set(_segments(answer))
         blame = sorted((s for s in parts if self.verdict_like(s)), key=len, reverse=True)
         prompt = {s for m in request["input"] for s in _segments(m["content"])} - parts

@@ -1,9 +1,4 @@
-"""NeMo Gym's reward-profiler files (``ng_reward_profile``, NeMo Gym 0.7.0) from gymlab records.
-
-The per-task, per-agent and per-repeat files with the same fields and figures (pandas' statistics, as
-NeMo Gym's); a masked record is dropped with its input row, as NeMo Gym does, unless
-``masked_as_missing``. The fields, one by one: docs/rewards.md.
-"""
+"""NeMo Gym 0.7.0's reward-profiler files (``ng_reward_profile``) from gymlab records (docs/rewards.md)."""
 
 from __future__ import annotations
 
@@ -65,8 +60,7 @@ def _plain(value: Any) -> Any:
 
 
 def _describe(frame: Any) -> dict[str, Any]:
-    """mean/max/min/median/std of each column of ``frame`` (pandas, NaN skipped): a std with one
-    value is NaN, made 0 where every column has one value (a column with a gap in it stays out)."""
+    """mean/max/min/median/std of each column (NaN skipped); a one-value std is 0 where every column has one."""
     import pandas as pd
 
     stats = {"mean": frame.mean(), "max": frame.max(), "min": frame.min(), "median": frame.median(), "std": frame.std()}
@@ -77,8 +71,7 @@ def _describe(frame: Any) -> dict[str, Any]:
 
 
 def _labels(rows: list[dict[str, Any]]) -> dict[Any, str]:
-    """A label per run key (a row's environment server, else its agent): the agent's name when it
-    names one run, else the key itself (NeMo Gym's ``rollout_run_labels``)."""
+    """A label per run key: the agent's name when it names one run, else the key (``rollout_run_labels``)."""
     agent_by_key: dict[Any, Any] = {}
     for row in rows:
         agent_by_key.setdefault(_run_key(row), (row.get("agent_ref") or {}).get("name"))
@@ -98,11 +91,7 @@ def _run_key(row: dict[str, Any]) -> Any:
 def nemo_profile(
     records: Iterable[Any], inputs: Iterable[dict] | None = None, *, masked_as_missing: bool = False
 ) -> tuple[list, list, list]:
-    """(per-task rows, per-agent metrics, per-repeat metrics) as NeMo Gym's profiler computes them.
-
-    ``inputs`` (the materialized input rows) give each task's ``sample``, agent and expected rollouts;
-    without them each record's own row fields stand in. A record with no input row raises ``ValueError``.
-    """
+    """(per-task rows, per-agent, per-repeat metrics) as NeMo Gym's profiler; an unmatched record: ValueError."""
     import pandas as pd
 
     dumped = (r if isinstance(r, dict) else r.model_dump(mode="json", exclude_unset=True) for r in records)
@@ -172,8 +161,7 @@ def nemo_profile(
 
 
 def _add_coverage(agent_rows: list[dict], rows: list[dict], results: list[dict]) -> None:
-    """Each agent's coverage, when any of its rollouts was masked: how many rollouts and tasks its figures
-    come from (an agent whose every rollout was masked gets an entry of it alone)."""
+    """Each partly masked agent's coverage: how many rollouts and tasks its figures come from."""
     agent_of_key = {_key(row): (row.get("agent_ref") or {}).get("name") for row in rows}
     per_agent: dict[str, list] = defaultdict(list)
     for r in results:

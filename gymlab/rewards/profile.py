@@ -1,9 +1,4 @@
-"""Reward profiling: does the reward separate good episodes from bad, task by task?
-
-Per task: mean, std, min, median, max, unbiased pass@k and majority@k, masked and failed counts, and
-a flag (with a sentence why) for a task whose episodes all score the same: group-relative RL learns
-nothing from it. ``Profile.write_nemo`` writes NeMo Gym's profiler files (docs/rewards.md).
-"""
+"""Reward profiling: does the reward separate good episodes from bad, task by task? (docs/rewards.md)."""
 
 from __future__ import annotations
 
@@ -46,8 +41,7 @@ def _why(row: dict[str, Any]) -> str:
 
 
 class Profile:
-    """A reward profile: ``tasks`` (one row per task), ``components`` (per task and component),
-    ``summary`` (a dict), ``plot()`` (the distribution of per-task means), ``write_nemo(path)``."""
+    """A reward profile: ``tasks``, ``components``, ``summary``, ``plot()``, ``write_nemo(path)``."""
 
     def __init__(self, records: Iterable[Any], *, threshold: float = 1.0):
         self.records = list(records)
@@ -114,8 +108,7 @@ class Profile:
 
     @property
     def summary(self) -> dict[str, Any]:
-        """Figures over every task: counts, the mean reward of the scored episodes, mean pass@k and
-        majority@k over the tasks that have k scored episodes, and the flagged tasks."""
+        """Figures over every task: counts, the mean reward, mean pass@k and majority@k, the flagged tasks."""
         t = self.tasks
         scored = [float(r.reward) for r in self.records if not r.mask_sample]
         out: dict[str, Any] = {
@@ -137,8 +130,7 @@ class Profile:
 
     @property
     def flagged(self):
-        """The tasks that always score 0, always succeed, or always score the same (no signal for
-        group-relative RL); their ``why`` column says why, in a sentence."""
+        """The tasks that always score the same (no signal for group-relative RL), ``why`` in a sentence."""
         t = self.tasks
         return t[t["always_0"] | t["always_1"] | t["zero_variance"]] if len(t) else t
 

@@ -1,9 +1,4 @@
-"""Rubrics: a reward made of named, weighted components, each value kept on the record.
-
-``Rubric.score`` runs the components concurrently and keeps the weighted sum, each value, the judges'
-requests and verdicts; a failed judge masks the episode, never a 0, and a gated component pays only
-as far as its gate does. Use in ``verify()`` and in a Gymnasium ``step()``: docs/rewards.md.
-"""
+"""Rubrics: a reward made of named, weighted components, each value kept on the record (docs/rewards.md)."""
 
 from __future__ import annotations
 
@@ -34,9 +29,7 @@ class ComponentFailed(GymlabError):
 
 @dataclass(frozen=True)
 class Component:
-    """One named, weighted part of a reward: ``fn(body)`` returns a number (sync or async). ``gate``:
-    another component's name; this one's value is multiplied by that one's raw value, so a bonus
-    (brevity) pays only with it (a correct answer)."""
+    """One named, weighted part of a reward: ``fn(body)`` returns a number; ``gate`` names a component it pays with."""
 
     name: str
     fn: Callable[[Any], float | bool | Awaitable[float | bool]]
@@ -82,8 +75,7 @@ class Score:
 
 
 class Rubric:
-    """Named, weighted components (``Component``/``Judge`` objects, or ``name=fn`` pairs of weight 1); the reward
-    is the weighted sum of their values. ``with_weights``, ``with_component`` and ``without`` return copies."""
+    """Named, weighted components (``Component``/``Judge`` or ``name=fn``); the reward is their weighted sum."""
 
     def __init__(self, *components: Component, **functions: Callable[[Any], Any]):
         parts = [*components, *(Component(name, fn) for name, fn in functions.items())]
@@ -172,8 +164,6 @@ def _gate(component: Component) -> str | None:
 
 
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(value):
+    if isinstance(value, (int, float)) and math.isfinite(value):  # a bool too
         return float(value)
     raise TypeError(f"component {name!r} must return a finite number or a bool, got {value!r:.100}")

@@ -1,5 +1,4 @@
-"""Small exact statistics for reward profiles: unbiased pass@k and majority@k, and the Student t quantile
-for 95 % intervals (no SciPy needed)."""
+"""Exact statistics for reward profiles: unbiased pass@k, majority@k, the Student t quantile (no SciPy)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def majority_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased majority@k: the chance that more than half of ``k`` of the ``n`` samples (drawn
-    without replacement) succeed, a tie counting one half. Hypergeometric, in closed form."""
+    """Unbiased majority@k: the chance more than half of ``k`` of ``n`` samples succeed (a tie: one half)."""
     if not 0 < k <= n:
         raise ValueError(f"majority@k needs 0 < k <= n, got k={k}, n={n}")
     total = 0.0

@@ -8,9 +8,7 @@ from pathlib import Path
 
 
 def burn_until(release: str, started: str, limit_s: float) -> int:
-    """Pure-Python arithmetic (it holds the GIL throughout) until the file ``release`` exists or ``limit_s``
-    seconds pass; a file named after this process is made in the folder ``started`` first. Returns the
-    rounds computed."""
+    """Pure-Python arithmetic (holding the GIL) until ``release`` exists or ``limit_s`` pass; returns the rounds."""
     Path(started, str(os.getpid())).touch()
     deadline, rounds, total = time.monotonic() + limit_s, 0, 0
     while time.monotonic() < deadline and not os.path.exists(release):

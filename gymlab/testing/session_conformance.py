@@ -1,6 +1,4 @@
-"""``check_resources_session_contract``: drive a resources server's app through the episode-session rules
-(docs/servers.md), each check on fresh session IDs and cookie jars, in process (``httpx.ASGITransport``);
-a broken rule raises ``SessionContractError`` whose ``rule`` is the rule's name."""
+"""``check_resources_session_contract``: a resources server's app against the episode-session rules."""
 
 from __future__ import annotations
 
@@ -96,9 +94,6 @@ def _must_hold(c: _Contract, rule: str, sid: str, when: str, held: bool = True) 
     if c.keeps_state and c.holds(sid) != held:
         state, fault = ("false", "lost") if held else ("still true", "leaks")
         raise _fail(rule, f"holds_state({sid!r}) is {state} {when}; the server {fault} the session's state")
-
-
-# -- the checks: each gets the contract, its rule's name and a fresh session ID -------------------
 
 
 async def check_seed(c: _Contract, rule: str, sid: str) -> None:
@@ -235,11 +230,7 @@ def check_resources_session_contract(
     verify_body: dict[str, Any] | None = None,
     invalid_seed: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Check a resources server (or its ASGI app) against the episode-session rules; the rules checked.
-
-    ``seed``: an episode seed body without ``resources_session_id``. ``keeps_state`` (default true) with
-    ``holds_state(resources_session_id)``; ``verify_body`` (the row plus a ``response``; without it no
-    verify rule is checked); ``invalid_seed`` (default: ``task_data`` not an object). docs/servers.md."""
+    """Check a resources server (or its ASGI app) against the episode-session rules (docs/servers.md)."""
     from gymlab._sync import run_sync
 
     if hasattr(app, "setup_webserver"):  # a server instance

@@ -1,5 +1,4 @@
-"""Serve an entrypoint with several uvicorn workers, for tests of a server under ``num_workers > 1``
-(``with serve_entrypoint("environments/counter/app.py", workers=4) as served: served.worker_pids()``)."""
+"""Serve an entrypoint with several uvicorn workers, for tests of a server under ``num_workers > 1``."""
 
 from __future__ import annotations
 
