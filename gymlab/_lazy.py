@@ -11,10 +11,8 @@ from typing import Any
 def lazy_names(
     package: str, names: dict[str, str], namespace: dict[str, Any]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` of ``package`` (whose globals are ``namespace``): ``names`` maps each public name
-    to the module it loads from (``package.name`` that defines no ``name``: that module itself); a loaded value is
-    kept in ``namespace``, over the submodule an import of a same-named module put there; ``__dir__`` lists
-    ``namespace["__all__"]``."""
+    """``(__getattr__, __dir__)`` of ``package``: ``names`` maps each public name to its module (a submodule
+    defining no such name: the module itself); loaded values are kept in ``namespace``."""
 
     def __getattr__(name: str) -> Any:
         module = names.get(name)

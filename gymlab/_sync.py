@@ -1,5 +1,4 @@
-"""Sync calls of async code without patching any event loop: every sync helper runs its coroutine on
-gymlab's one background loop thread, whether or not the caller's thread runs a loop (a kernel does)."""
+"""Sync calls of async code without patching any event loop: coroutines run on gymlab's background loop."""
 
 from __future__ import annotations
 
@@ -19,9 +18,18 @@ _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where it is installed (every Lab server and client call runs on it), else asyncio's."""
-    if os.environ.get("GYMLAB_SERVER_STACK") == "asyncio":  # the fallback stack, forced (to compare)
+#: Set to ``asyncio`` to serve on h11 and the standard event loop even when the fast stack is installed.
+STACK_ENV = "GYMLAB_SERVER_STACK"
+
+
+def asyncio_forced() -> bool:
+    """Whether ``STACK_ENV`` forces the fallback stack (to compare the two)."""
+    return os.environ.get(STACK_ENV, "").strip().lower() == "asyncio"
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it is installed (every server and client call runs on one), else asyncio's."""
+    if asyncio_forced():
         return asyncio.new_event_loop()
     try:
         import uvloop
@@ -34,7 +42,7 @@ def background_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread
     with _lock:
         if _loop is None or _loop.is_closed() or not (_thread and _thread.is_alive()):
-            _loop = _new_loop()
+            _loop = new_event_loop()
             _thread = threading.Thread(target=_loop.run_forever, name="gymlab-sync", daemon=True)
             _thread.start()
         return _loop
@@ -45,8 +53,7 @@ CANCEL_GRACE_S = 15.0
 
 
 def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coro`` to completion from sync code. An interrupt cancels the work itself (its cleanup runs
-    before ``KeyboardInterrupt`` reaches the caller); an error comes back with only the user's frames."""
+    """Run ``coro`` from sync code; an interrupt cancels it (cleanup first), errors keep only the user's frames."""
     __tracebackhide__ = True  # IPython and pytest skip this frame
     loop = background_loop()
     if threading.current_thread() is _thread:
@@ -74,8 +81,7 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
 
 
 def for_caller(exc: BaseException) -> BaseException:
-    """``exc`` with only the user's frames in its traceback (in IPython, as shown too); gymlab's own
-    errors drop their chain (their message already names server, route and cause)."""
+    """``exc`` with only the user's frames; gymlab's own errors drop their chain (their message says it all)."""
     from gymlab._traces import ipython_shell, user_frames, user_traceback
     from gymlab.errors import GymlabError
 
@@ -87,8 +93,7 @@ def for_caller(exc: BaseException) -> BaseException:
 
 
 async def on_background_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro`` from any event loop, running it on gymlab's loop (so no caller's loop owns a
-    connection pool that outlives it)."""
+    """Await ``coro`` on gymlab's loop from any loop (no caller's loop owns a pool that outlives it)."""
     loop = background_loop()
     if asyncio.get_running_loop() is loop:
         return await coro

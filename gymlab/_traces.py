@@ -1,5 +1,5 @@
-"""Errors in a notebook: one line each (``LogBook``), the full trace kept for ``lab.logs()``, and
-tracebacks cut to the frames the researcher wrote (``user_traceback``), a cell named as IPython names it."""
+"""Errors in a notebook: one line each (``LogBook``; traces kept for ``lab.logs()``), tracebacks cut to the
+researcher's frames (``user_traceback``)."""
 
 from __future__ import annotations
 
@@ -111,8 +111,7 @@ def cause_line(exc: BaseException) -> str:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A ``KeyboardInterrupt`` that says in one line what it stopped; IPython shows that line and no
-    traceback (``_render_traceback_``): the frames of an interrupted wait are gymlab's, not the cell's."""
+    """A ``KeyboardInterrupt`` that IPython shows as its one line (the frames are gymlab's, not the cell's)."""
 
     def _render_traceback_(self) -> list[str]:
         return [str(self)]
@@ -170,8 +169,7 @@ class LogBook(logging.Handler):
 
     @contextlib.contextmanager
     def held(self):
-        """Lines inside are printed at the end if the block succeeds, dropped if it raises (a failed start
-        is reported by its error alone); entries are kept either way."""
+        """Lines inside printed at the end if the block succeeds, else dropped (entries kept either way)."""
         with self._lock_quiet:
             outer, self._held = self._held, []
         ok = False
@@ -196,21 +194,17 @@ class LogBook(logging.Handler):
                 self._quiet -= 1
 
 
-#: The loggers a Lab's servers write errors to.
-LOGGERS = ("gymlab", "uvicorn.error")
-
 _book: LogBook | None = None
 _book_lock = threading.Lock()
 
 
 def logbook() -> LogBook:
-    """The process's one ``LogBook``, put back on gymlab's and uvicorn's error loggers on each call (a Lab's
-    start): a logging config applied meanwhile (uvicorn's own) removes the handlers of the loggers it names."""
+    """The process's one ``LogBook``, put back on the error loggers on each call (a logging config drops it)."""
     global _book
     with _book_lock:
         if _book is None:
             _book = LogBook()
-        for name in LOGGERS:
+        for name in ("gymlab", "uvicorn.error"):  # the loggers a Lab's servers write errors to
             logger = logging.getLogger(name)
             if _book not in logger.handlers:
                 logger.addHandler(_book)

@@ -10,8 +10,7 @@ from gymlab.protocol.failure_kinds import Failure
 
 
 class GymlabError(Exception):
-    """Base of every error gymlab raises on purpose. Any subclass pickles whole (its fields, whatever
-    its ``__init__`` takes), so an error raised in a Ray cell or a worker process crosses to the driver."""
+    """Base of every error gymlab raises on purpose; pickles whole, so it crosses from a Ray cell or a worker."""
 
     def __reduce__(self):
         return _rebuilt, (type(self), self.args), self.__dict__ or None
@@ -66,8 +65,7 @@ class TransportUnreachable(TransportError):
 
 
 class TransportPeerDrop(TransportError):
-    """Raised when the connection broke (closed, reset, bytes that are no answer) after the request went out;
-    the server may have acted on it, so it is never sent again."""
+    """Raised when the connection broke after the request went out (the server may have acted: never resent)."""
 
     kind = "transport_peer_drop"
 
@@ -102,8 +100,7 @@ class DatasetError(GymlabError):
 
 
 class PersistenceError(GymlabError):
-    """Raised when records cannot be written (disk full, read-only, no permission); nothing is left
-    half-written. ``failure_kind`` is ``persistence_failed``."""
+    """Raised when records cannot be written (disk full, read-only, no permission); nothing is half-written."""
 
     failure_kind = "persistence_failed"
 
@@ -118,9 +115,8 @@ class PersistenceError(GymlabError):
 
 
 class ReplicaGone(GymlabError):
-    """Raised by a collection replica that is itself gone (connection refused or reset, its actor
-    died), as opposed to a failure of the rollout it ran: the rollout moves to another replica.
-    ``failure`` is the typed failure recorded if no other replica is left."""
+    """Raised by a collection replica that is itself gone (not its rollout's failure): the rollout moves on;
+    ``failure`` is recorded if no other replica is left."""
 
     def __init__(self, replica: str, cause: str, failure: Failure | None = None):
         self.replica, self.cause = replica, cause
@@ -164,8 +160,8 @@ def error_body(
     failure: Failure | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Every JSON error body a gymlab server answers: ``detail`` names server, route and cause in one line,
-    ``message`` is the cause alone, ``failure`` the typed ``Failure`` of a failed episode."""
+    """Every JSON error body a gymlab server answers: ``detail`` names server, route and cause, ``message`` the
+    cause alone, ``failure`` a failed episode's typed ``Failure``."""
     body: dict[str, Any] = dict(detail=f"{server}: {route}: {message}", server=server, route=route, message=message)
     optional = {"error": error, "hint": hint, "failure": None if failure is None else failure.model_dump(mode="json")}
     return {**body, **{k: v for k, v in optional.items() if v}, **extra}
@@ -237,7 +233,5 @@ class WorkerDied(GymlabError):
 
 
 class AnswerError(GymlabError):
-    """Raised by grading code when the model's own answer makes grading fail (the grader raises on it, or runs
-    past its budget on it while the task's own answer grades in time): the verify or step is graded 0 with the
-    reason in ``answer_error``, never masked. Anything else grading raises stays a masked infrastructure
-    failure (docs/servers.md)."""
+    """Raised by grading code when the model's own answer makes grading fail: graded 0 with the reason in
+    ``answer_error``, never masked; anything else grading raises is a masked failure (docs/servers.md)."""

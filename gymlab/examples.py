@@ -1,5 +1,4 @@
-"""Load the example environments (each a folder with ``app.py``, ``data/`` and maybe ``configs/``): at the top
-of a checkout in ``environments/``, installed as ``gymlab/environments``, so the same names load from both."""
+"""Load the example environments (folders with ``app.py``, ``data/``, ``configs/``) from a checkout or an install."""
 
 from __future__ import annotations
 

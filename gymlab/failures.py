@@ -1,5 +1,4 @@
-"""Typed failures from errors: which ``Failure`` an error of a hop is, decided from data, never its text
-(the upstream body's typed ``failure``, else the transport's kind, else which server failed how and when)."""
+"""Which ``Failure`` an error of a hop is, decided from data, never its text (docs/errors.md)."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ def failure_of(exc: BaseException, *, role: Role, stage: Stage | None) -> Failur
 
 
 def run_failure(exc: BaseException, agent: str) -> Failure:
-    """The failure of an episode whose ``POST /run`` to ``agent`` raised ``exc``: the kind the
-    agent's error body carried, else the transport's, else ``agent_run_error``."""
+    """The failure of an episode whose ``POST /run`` to ``agent`` raised ``exc`` (default ``agent_run_error``)."""
     failure = failure_of(exc, role="agent", stage="admission" if isinstance(exc, TransportUnreachable) else None)
     return failure if failure.server else failure.model_copy(update={"server": agent})
 
@@ -56,6 +54,3 @@ def _kind(role: Role, stage: Stage | None, status: int) -> str:
             return "session_release_failed"
         return "verifier_error" if stage == "verification" else "agent_request_failed"
     return "agent_run_error"
-
-
-__all__ = ["Role", "failure_of", "run_failure"]

@@ -1,5 +1,5 @@
-"""``ResourcesSessionFences``: a closed session is fenced, so a late seed cannot reopen it until
-``window_seconds`` after the close; past ``max_fences`` the oldest is dropped, logged (docs/runtime.md)."""
+"""``ResourcesSessionFences``: a closed session is fenced against a late seed for ``window_seconds``; past
+``max_fences`` the oldest is dropped, logged (docs/runtime.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Gymnasium interop: a ``gymnasium.Env`` over one GymnasiumServer session, served or in-process.
-
-``ServedEnv`` talks HTTP to a running server, ``InProcessEnv`` calls the server class directly; both
-present text observations and actions (``spaces.Text``), so Gymnasium's ``check_env`` applies
-(``gymnasium.make("gymlab/Served-v0", server=url, row=row)``; docs/envs.md).
-"""
+"""Gymnasium interop: a ``gymnasium.Env`` over one GymnasiumServer session, served (``ServedEnv``) or
+in-process (``InProcessEnv``), with text observations and actions, so ``check_env`` applies (docs/envs.md)."""
 
 from __future__ import annotations
 
@@ -151,13 +147,10 @@ class ServedEnv(SessionEnv):
         cookies, self._cookies = self._cookies, None
         if cookies is not None and cookies.header(self.url):
             try:
-                reply = run_sync(self.client.post(self.url, "/close", {}, cookies, server=self.url))
-                ok = reply.ok or reply.status == 404
-                problem = None if ok else f"POST {self.url}/close answered {reply.status}: {reply.text[:200]}"
-            except ServerError as exc:
-                problem = f"could not release the episode: {exc}"
-            if problem:
-                warnings.warn(f"{type(self).__name__}: {problem}", RuntimeWarning, stacklevel=2)
+                run_sync(self.client.post_ok(self.url, "/close", {}, cookies, server=self.url))
+            except ServerError as exc:  # its error names the server, the route, the status and the cause
+                if exc.status != 404:
+                    warnings.warn(f"{type(self).__name__}: could not release the episode: {exc}", RuntimeWarning, 2)
         if cookies is not None and self._own_client:
             run_sync(self.client.close())
         super().close()

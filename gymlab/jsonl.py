@@ -17,8 +17,7 @@ from gymlab.errors import DatasetError, PersistenceError
 
 
 def iter_jsonl(path: str | os.PathLike, *, what: str = "row") -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for every non-blank line of a JSONL file; an unreadable file, a torn last line,
-    a line that is not JSON or not an object raises ``DatasetError`` with the file and line."""
+    """``(line number, object)`` for every non-blank line; a bad file or line is a ``DatasetError`` naming both."""
     path = Path(path)
     try:
         f = open(path, "rb")
@@ -47,9 +46,8 @@ def read_appendable(path: Path, *, repair: bool = True, what: str = "rollouts") 
 def iter_appendable(
     path: Path, *, repair: bool = True, what: str = "rollouts"
 ) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
-    """``(line number, offset, line, record)`` of each record of a file a run appends to, a line at a time.
-    A partial last line (a crash mid-write) is cut off with a message, a whole last record missing only its
-    newline gets one (``repair=False``: the file is left alone); a bad complete line is a ``DatasetError``."""
+    """``(line number, offset, line, record)`` of a file a run appends to: a torn last line is cut off, a whole
+    one missing its newline gets it (``repair=False``: file left alone); a bad complete line: ``DatasetError``."""
     if not path.exists():
         return
     offset = 0
@@ -96,8 +94,7 @@ _LONG_RUN = b"0" * 19
 
 
 def loads(data: bytes | str) -> Any:
-    """``data`` parsed as the standard library parses it, by orjson where it can: a run of 19 digits (an int
-    orjson would turn into a float) and whatever orjson refuses (a lone surrogate, NaN) go to the standard library."""
+    """``data`` parsed as the standard library parses it, by orjson where it can (not 19-digit runs, NaN, surrogates)."""
     raw = data.encode() if isinstance(data, str) else data
     try:
         if _LONG_RUN not in raw.translate(_DIGITS_AS_ZERO):
@@ -108,8 +105,7 @@ def loads(data: bytes | str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """``value`` as compact UTF-8 JSON (non-string keys as strings, unknown types as ``str()``); an int past
-    64 bits, which orjson refuses, is written whole by the standard library."""
+    """``value`` as compact UTF-8 JSON (keys and unknown types as strings); big ints by the standard library."""
     try:
         return orjson.dumps(value, default=str, option=_OPTIONS)
     except TypeError:
@@ -117,8 +113,7 @@ def dumps(value: Any) -> bytes:
 
 
 def json_line(record: Any) -> str:
-    """One record as JSON text: a rollout as ``record_json`` writes it (NeMo's null keys kept), another
-    pydantic model without its None fields, anything else as JSON."""
+    """One record as JSON text: a rollout by ``record_json``, another model without its None fields."""
     if hasattr(record, "model_dump_json"):
         from gymlab.protocol.record import Rollout, record_json
 
@@ -138,9 +133,8 @@ _BLANK = frozenset({b"\n", b"\r", b" ", b"\t", b""})
 
 
 def read_lines(path: str | os.PathLike) -> tuple[bytes, list[int], list[int]]:
-    """A JSONL file's bytes, with the start offset and line number of each non-blank line (unparsed; a
-    line is ``data[start:next_start]``); only a last line without its newline is parsed, so a torn one
-    raises ``DatasetError`` at once."""
+    """A JSONL file's bytes, with each non-blank line's start offset and number (unparsed, but a torn last
+    line raises ``DatasetError``)."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -167,8 +161,7 @@ def read_lines(path: str | os.PathLike) -> tuple[bytes, list[int], list[int]]:
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A binary file that becomes ``path`` only when the block ends without error (a temp file beside it, fsynced,
-    renamed over it); an ``OSError`` is a ``PersistenceError`` naming the file, and the temp file is removed."""
+    """A binary file that becomes ``path`` when the block succeeds (fsynced temp file renamed); ``PersistenceError``."""
     path = Path(path)
     tmp = None
     try:

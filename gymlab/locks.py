@@ -1,5 +1,4 @@
-"""``ResourcesSessionLocks`` (public: ``from gymlab import ResourcesSessionLocks``): each session's
-seed and close run one at a time, with one lock per session held or waited for (docs/runtime.md)."""
+"""``ResourcesSessionLocks``: each session's seed and close run one at a time (docs/runtime.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The model <-> tools loop as plain async functions, and the server session an episode holds (agent
-servers and notebook episodes both use them). The caller passes two coroutines: one asks the model for
-a response, one runs a tool and returns its output. No HTTP handler lives here.
-"""
+"""The model <-> tools loop as plain async functions over two coroutines (ask the model, run a tool), and
+the server session an episode holds; agent servers and notebook episodes both use them."""
 
 from __future__ import annotations
 
@@ -60,9 +58,8 @@ def refusal(name: str, declared: list[str]) -> str | None:
 
 @dataclass
 class LoopState:
-    """The conversation of one episode so far: the authored input plus every item added. Tool calls
-    are bounded per answer (``max_tool_calls_per_turn``) and per episode (the row's ``max_tool_calls``);
-    the README's "Tool calls are bounded too" has the rule."""
+    """One episode's conversation so far: the authored input plus every item added; tool calls bounded per
+    answer (``max_tool_calls_per_turn``) and per episode (the row's ``max_tool_calls``)."""
 
     params: ResponseCreateParams
     added: list[Any] = field(default_factory=list)
@@ -78,8 +75,7 @@ class LoopState:
         return self.params.input_items() + self.added
 
     def request_body(self) -> dict:
-        """The body sent to a model server: the authored request (unset fields left out, dumped once
-        per episode), its input followed by the items added since."""
+        """The body sent to a model server: the authored request (dumped once per episode), then the items added."""
         if self._wire is None or self._wire[0] is not self.params:
             base = self.params.model_dump(mode="json", exclude_unset=True)
             base["input"] = [dump_item(i) for i in self.params.input_items()]
@@ -131,11 +127,10 @@ async def ask_model(state: LoopState, call_model: ModelCall) -> NeMoGymResponse:
 async def model_turn(
     state: LoopState, call_model: ModelCall, call_tool: ToolCall | None, *, check_tools: bool = True
 ) -> str | None:
-    """One model call, then each of its function calls in order, recorded as a step of ``state``;
-    returns why the episode stops there (None: it goes on). A refused call gets an error output and
-    counts in ``tool_errors`` (``check_tools=False``: a call made by hand, no caps either); calls
-    past ``state.tool_call_allowance()`` are not run (``max_tool_calls``). Without ``call_tool``
-    the calls are left to whoever asked (``tool_calls``: NeMo Gym's ``execute_tools: false``)."""
+    """One model call, then its function calls in order, as a step of ``state``; why the episode stops (None:
+    it goes on). A refused call gets an error output, counted in ``tool_errors`` (``check_tools=False``: a
+    call made by hand, no caps); calls past ``tool_call_allowance()`` are not run; without ``call_tool`` they
+    are left to the caller (``tool_calls``: NeMo Gym's ``execute_tools: false``)."""
     t0 = time.perf_counter()
     response = await ask_model(state, call_model)
     outputs, refused = [], 0
@@ -173,10 +168,8 @@ async def run_loop(
     max_steps: int | None = DEFAULT_MAX_STEPS,
     state: LoopState | None = None,
 ) -> LoopState:
-    """Run model turns until a stop rule fires or ``max_steps`` model calls were made (None: no limit).
-
-    A model server refusing a later turn's request 413 ends the episode graded, truncated
-    (``conversation_too_large``: the README's "A policy that writes too much gets its 0")."""
+    """Model turns until a stop rule fires or after ``max_steps`` calls (None: no limit); a model server
+    refusing a later turn 413 ends the episode graded, truncated (``conversation_too_large``)."""
     state = state or LoopState(params)
     while True:
         if max_steps is not None and len(state.steps) >= max_steps:
@@ -217,8 +210,7 @@ def with_user_message(params: ResponseCreateParams, observation: str | None) -> 
 
 
 def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: Any, duration_s: float) -> StepRecord:
-    """Record one Gymnasium transition (``answer``: the ``/step`` reply) in ``state``: the step, and for a
-    step that goes on, the tool outputs and the observation the model sees next."""
+    """Record the ``/step`` reply ``answer`` in ``state``: the step, and if it goes on, its tool outputs and observation."""
     outputs = tool_outputs(answer)
     record = StepRecord(
         index=len(state.steps),
@@ -242,9 +234,8 @@ def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: An
 
 
 class EpisodeSession:
-    """The environment session one episode holds, agents' and notebook episodes' alike, released once:
-    held from the request that may open it (a seed or reset whose reply is lost may have taken effect)
-    until ``ended()`` (a verify, a terminal step) or ``release()``. ``take()`` is true once (thread-safe)."""
+    """The environment session one episode holds, released once: from the request that may open it (a lost
+    reply may have taken effect) until ``ended()`` or ``release()``; ``take()`` is true once (thread-safe)."""
 
     __slots__ = ("client", "url", "server", "cookies", "release_path", "release_body", "open", "_lock")
 
@@ -279,8 +270,7 @@ class EpisodeSession:
             return was_open
 
     def names_a_session(self) -> bool:
-        """Whether a release could name the session: a body naming it, or a cookie (a seed whose
-        reply was lost left neither, and then the server's idle reaper frees it)."""
+        """Whether a release could name the session (a body, or a cookie); else the server's idle reaper frees it."""
         return bool(self.release_body) or self.cookies.header(self.url) is not None
 
     async def release(self, timeout: float | None = None) -> Any:
@@ -288,8 +278,7 @@ class EpisodeSession:
         return await self.send_release(timeout) if self.take() else None
 
     async def send_release(self, timeout: float | None = None) -> Any:
-        """POST the release route; its answer, or None when the server has no such route (404: it keeps
-        the state until it reclaims it). Any other error status raises ``ServerError``."""
+        """POST the release route: its answer, None on a 404 (no such route), else ``ServerError``."""
         body = self.release_body() if callable(self.release_body) else (self.release_body or {})
         try:
             return await self.client.post_ok(

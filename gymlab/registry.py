@@ -1,5 +1,4 @@
-"""Built-in server implementations by the names configs use, in one table that YAML configs, ``Lab.serve_agent``
-and environment-server lookups all read; each is imported only when asked for."""
+"""Built-in server implementations by the names configs use, in the one table every lookup reads (lazily)."""
 
 from __future__ import annotations
 

@@ -34,10 +34,6 @@ def untyped_body(app: FastAPI, server: str) -> None:
                 )
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
 class _HybridMethod:
     """A method callable on the class (building an instance from config) or on an instance."""
 
@@ -97,16 +93,14 @@ class BaseServer(BaseModel):
     _client: Client | None = PrivateAttr(default=None)
     _owns_client: bool = PrivateAttr(default=True)
 
-    #: With several workers, route each session's requests to the worker holding it (False: opt out,
-    #: for servers that keep no per-session state or share it outside the process).
+    #: With several workers, route each session's requests to the worker holding it (False: no state to route).
     routes_sessions_to_owner: ClassVar[bool] = True
     #: Routes besides ``/seed_session`` that open a session's ownership, and besides ``/close_session``
     #: and ``/verify`` that end it.
     checkpoint_session_starts: ClassVar[frozenset[str]] = frozenset()
     checkpoint_session_ended: ClassVar[frozenset[str]] = frozenset()
 
-    #: The rewards an episode can earn, ``(low, high)``: the plots bound their intervals by it (None:
-    #: [0, 1] for 0/1 rewards, else unbounded; never the range a run happened to observe).
+    #: The rewards an episode can earn, ``(low, high)``, bounding the plots' intervals (None: [0, 1] or unbounded).
     reward_range: ClassVar[tuple[float, float] | None] = None
 
     #: Config keys a YAML file may carry that are meant for other layers, not for this class.
@@ -114,7 +108,7 @@ class BaseServer(BaseModel):
 
     def model_post_init(self, __context: Any) -> None:
         if not self.name:
-            self.name = _snake(type(self).__name__)
+            self.name = re.sub(r"(?<!^)(?=[A-Z])", "_", type(self).__name__).lower()  # CalcServer: calc_server
 
     @classmethod
     def from_environment(cls, **overrides: Any) -> BaseServer:
@@ -147,8 +141,7 @@ class BaseServer(BaseModel):
 
     @property
     def client(self) -> Client:
-        """The server's HTTP client: the one its Lab handed it (``use_client``), else its own, made on
-        first use and closed at shutdown (``close_client``)."""
+        """The server's HTTP client: its Lab's (``use_client``), else its own, closed at shutdown."""
         if self._client is None:
             self._client, self._owns_client = Client(), True
         return self._client
@@ -164,14 +157,12 @@ class BaseServer(BaseModel):
             await client.close()
 
     def middleware_parts(self) -> list[Middleware]:
-        """Middleware outside the app's own (outermost first), e.g. ``Middleware(CancelOnHangup)``; subclasses
-        extend ``super().middleware_parts()``, asked once as the app is built."""
+        """Middleware outside the app's own (outermost first), e.g. ``Middleware(CancelOnHangup)``; extend super()'s."""
         return []
 
     def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
-        """Async context managers held from the server's startup to its stop (e.g.
-        ``_runtime.app.on_stop(close)``), composed into the app's lifespan; subclasses extend super()'s. The
-        first holds the server's HTTP client: made at startup, its own closed at the stop."""
+        """Async context managers held from startup to stop (e.g. ``_runtime.app.on_stop(close)``); extend
+        super()'s, whose first holds the server's HTTP client."""
         return [self._client_held()]
 
     @contextlib.asynccontextmanager
@@ -183,8 +174,7 @@ class BaseServer(BaseModel):
             await self.close_client()
 
     def stop_work(self) -> None:
-        """Called (from any thread) as the server begins to stop, before its in-flight requests are waited
-        for: end long-running work (a generation) so they answer now."""
+        """Called (any thread) as the server starts stopping: end long work (a generation) so requests answer."""
 
     def multiple_workers_unsupported_reason(self) -> str | None:
         """Why this server needs one worker (state that session routing cannot reach), or None."""

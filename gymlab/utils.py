@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -33,11 +34,11 @@ def import_file(path: str | Path, modname: str, *, sibling_imports: bool = False
 
 
 def is_gymlab_fastapi_entrypoint(file: str) -> bool:
-    """True when ``file`` is being imported by a worker to serve its module-level ``app``
-    (``elif is_gymlab_fastapi_entrypoint(__file__): app = MyServer.run_webserver()``)."""
-    from gymlab._runtime.workers import is_worker_entrypoint
+    """True when a worker imports ``file`` to serve its module-level ``app`` (``elif ...: app = run_webserver()``)."""
+    from gymlab._runtime.workers import worker_context
 
-    return is_worker_entrypoint(file)
+    ctx = worker_context()
+    return ctx is not None and os.path.realpath(file) == ctx["entrypoint"]
 
 
 #: The reference's name for the same check, so an entrypoint ported from it runs with only its import

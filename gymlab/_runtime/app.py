@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 
-from gymlab._runtime.bodies import BodyGuardMiddleware
+from gymlab._runtime.bodies import BodyGuardMiddleware, error_response
 from gymlab._runtime.ownership import SessionOwnershipMiddleware
 from gymlab._runtime.plain import PlainDispatch, PlainRoute
 from gymlab._runtime.reaper import SessionActivityMiddleware, reaping
@@ -56,9 +56,8 @@ def build_app(server: ServerSpec) -> FastAPI:
 
 
 def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
-    """Outermost first: the server's ``middleware_parts()``, the body guard, the worker router (in one of
-    several workers), the session cookie, session activity, the crash guard (not an exception handler:
-    Starlette re-raises after its handler, and uvicorn drops the connection), plain routes' dispatch."""
+    """Outermost first: ``middleware_parts()``, the body guard, the worker router (with several workers), the
+    session cookie, session activity, the crash guard (Starlette's handler would re-raise), plain dispatch."""
     name = server.name
     safe = "".join(c if c.isalnum() else "_" for c in name)
     cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{safe}")
@@ -82,8 +81,7 @@ def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
 
 
 def _lifespan(server: ServerSpec):
-    """The server's one lifespan: its ``lifespan_parts()`` entered in order at startup and left in reverse
-    at its stop, the idle-session reaper last in (so first out: no release runs after what it needs)."""
+    """The server's lifespan: its ``lifespan_parts()`` in order, then the idle-session reaper (so first out)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -117,7 +115,9 @@ def _handlers(name: str) -> dict:
         errors = exc.errors()
         route = f"{request.method} {request.url.path}"
         # FastAPI files a body's errors under "body": the message names the fields inside it
-        located = [{**e, "loc": e["loc"][1:]} if _in_body(e.get("loc", ())) else e for e in errors]
+        located = [
+            {**e, "loc": e["loc"][1:]} if len(e.get("loc", ())) > 1 and e["loc"][0] == "body" else e for e in errors
+        ]
         message = f"invalid request: {describe_validation(located, 'body')}"
         body = error_body(name, route, message, hint="fix the named fields and send the request again")
         body["message"] = body["detail"]
@@ -125,35 +125,26 @@ def _handlers(name: str) -> dict:
         return JSONResponse(status_code=422, content=body)
 
     async def session_refused(request: Request, exc: ResourcesSessionError):
-        route = f"{request.method} {request.url.path}"
         kind, message = getattr(exc, "failure_kind", None), str(exc)
         if exc.status_code >= 500:  # a release hook's own error: no file paths in the body (the log has them)
             message = without_paths(message)
         failure = (
             Failure(kind=kind, stage="cleanup", server=name, status=exc.status_code, message=message) if kind else None
         )
-        body = error_body(name, route, message, error=type(exc).__name__, failure=failure)
-        return JSONResponse(status_code=exc.status_code, content=body)
+        return error_response(name, request.scope, exc.status_code, message, error=type(exc).__name__, failure=failure)
 
     async def http(request: Request, exc: StarletteHTTPException):
-        route = f"{request.method} {request.url.path}"
         cause = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
             cause = "the body is not JSON this server can parse (malformed, or nested too deeply)"
-        body = error_body(name, route, cause)
-        body["detail"] = exc.detail  # what the route raised, as it raised it
-        return JSONResponse(status_code=exc.status_code, content=body, headers=exc.headers)
+        # ``detail``: what the route raised, as it raised it
+        return error_response(name, request.scope, exc.status_code, cause, exc.headers, detail=exc.detail)
 
     return {RequestValidationError: invalid, ResourcesSessionError: session_refused, StarletteHTTPException: http}
 
 
-def _in_body(loc: tuple | list) -> bool:
-    return len(loc) > 1 and loc[0] == "body"
-
-
 def _fastapi(title: str, **options: Any) -> FastAPI:
-    """A FastAPI app; its native OpenTelemetry off unless a provider is configured when the app is built
-    (asked on every request, it costs more CPU than the rest of a small request's routing)."""
+    """A FastAPI app, its native OpenTelemetry off unless a provider is configured (it is asked every request)."""
     app = FastAPI(title=title, **options)
     telemetry = getattr(app, "_native_telemetry", None)
     if telemetry is not None and not telemetry.enabled():
@@ -186,15 +177,10 @@ class CrashMiddleware:
             if started:
                 raise
             extra = {"trace": without_paths("".join(traceback.format_exception(exc)))} if self.traces else {}
-            body = error_body(
-                self.server_name,
-                route,
-                without_paths(f"raised {cause_line(exc)}"),  # no file paths in a body; the log has them
-                error=type(exc).__name__,
-                hint="the traceback is in the server's log",
-                **extra,
-            )
-            await JSONResponse(status_code=500, content=body)(scope, receive, send)
+            message = without_paths(f"raised {cause_line(exc)}")  # no file paths in a body; the log has them
+            hint = "the traceback is in the server's log"
+            answer = error_response(self.server_name, scope, 500, message, error=type(exc).__name__, hint=hint, **extra)
+            await answer(scope, receive, send)
 
 
 def _jsonable(errors: list[dict]) -> list[dict]:

@@ -12,13 +12,19 @@ from starlette.responses import JSONResponse
 from gymlab.errors import error_body
 from gymlab.jsonl import loads as parse_json  # noqa: F401 (the session layer parses with it)
 
-#: Where the guard leaves the whole request body for inner middlewares.
+#: Where the guard (outside every session middleware) leaves the whole request body for inner ones.
 BODY_KEY = "gymlab.body"
 #: Where a middleware that had to parse the JSON body leaves ``(body, parsed)`` for the route.
 PARSED_KEY = "gymlab.json"
 #: What may make a JSON body unsendable: a non-finite number, or a surrogate (escaped, or as UTF-8 bytes).
 _SUSPECT = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 _PAIR_HINT = "send the character itself, or both halves of its UTF-16 pair (\\ud83d\\ude00), or U+FFFD"
+
+
+def error_response(server: str, scope, status: int, message: str, headers=None, **fields) -> JSONResponse:
+    """A JSON error answer naming ``server``, the request's route and the cause (``error_body``)."""
+    route = f"{scope['method']} {scope['path']}"
+    return JSONResponse(status_code=status, content=error_body(server, route, message, **fields), headers=headers)
 
 
 def replaying(body: bytes, receive, after: dict | None = None):
@@ -32,7 +38,8 @@ def replaying(body: bytes, receive, after: dict | None = None):
 
 
 async def request_body(scope, receive) -> tuple[bytes, object]:
-    """The whole request body (the guard's copy, else read here) and the ``receive`` to use next."""
+    """The whole request body (the guard's copy, else read here: an app without the guard, a cell's bridge)
+    and the ``receive`` to use next."""
     if BODY_KEY in scope:
         return scope[BODY_KEY], receive
     chunks, after = [], None
@@ -95,7 +102,6 @@ class BodyGuardMiddleware:
         await self.app(scope, replaying(body, receive), send)
 
     def _too_large(self, scope, declared: int | None, limit: int) -> JSONResponse:
-        route = f"{scope['method']} {scope['path']}"
         size = f"{declared} bytes" if declared is not None else f"more than {limit} bytes"
         message = f"the request body ({size}) is over this server's limit of {limit} bytes"
         if scope["path"] in self.route_limits:  # /aggregate_metrics: a whole run's verify answers
@@ -106,16 +112,16 @@ class BodyGuardMiddleware:
             )
         else:
             hint = "send a smaller body, or raise the server's max_body_bytes config"
-        body = error_body(self.server_name, route, message, error="RequestBodyTooLarge", hint=hint, limit=limit)
         # No "Connection: close": the kernel would reset the connection, dropping this answer (docs/runtime.md).
-        return JSONResponse(status_code=413, content=body)
+        return error_response(
+            self.server_name, scope, 413, message, error="RequestBodyTooLarge", hint=hint, limit=limit
+        )
 
     def _unsendable(self, scope, field: str, why: str, hint: str) -> JSONResponse:
-        route = f"{scope['method']} {scope['path']}"
-        body = error_body(
-            self.server_name, route, f"{field}: {why}", error="RequestValidationError", hint=hint, field=field
+        message = f"{field}: {why}"
+        return error_response(
+            self.server_name, scope, 422, message, error="RequestValidationError", hint=hint, field=field
         )
-        return JSONResponse(status_code=422, content=body)
 
 
 def is_json(content_type: bytes | None, missing: bool) -> bool:

@@ -1,6 +1,5 @@
-"""``EpisodeSessions``: the episode-session rules a server keeps around its seed and release hooks
-(one seed or close at a time, idempotent re-seeds, a close that releases once and fences, idle sessions
-reaped); the rules in full are in docs/runtime.md."""
+"""``EpisodeSessions``: the episode-session rules around a server's seed and release hooks (one seed or
+close at a time, idempotent re-seeds, one release then a fence, idle sessions reaped; docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ class ReleaseRequest(str):
 
 
 class EpisodeSessions:
-    """Open episode sessions of one server: ID -> (the episode that seeded it, the seed's answer);
-    ``reap`` frees those idle for ``ttl_seconds`` (None or 0: never) with ``release``."""
+    """One server's open episode sessions (ID -> seeding episode, seed answer); ``reap`` frees idle ones."""
 
     def __init__(
         self,
@@ -133,8 +131,7 @@ class EpisodeSessions:
     async def release_state(
         self, session_id: str, hook: Release, state: dict[str, Any], failure: BaseException | None = None
     ) -> None:
-        """``hook(session_id)``, then ``state[session_id]`` dropped: the one way per-episode state goes. A hook
-        that raises leaves the state; raised while ``failure`` is handled, it is noted on ``failure``."""
+        """``hook(session_id)``, then ``state[session_id]`` dropped (a raising hook leaves it; noted on ``failure``)."""
         try:
             await hook(session_id)
         except Exception as exc:
@@ -277,8 +274,7 @@ def mount_episode_routes(
     seed: Callable[[ResourcesSeedSessionRequest], Awaitable[Any]],
     release: Callable[[str], Awaitable[Any]],
 ) -> None:
-    """``/seed_session`` and ``/close_session`` for a Gymnasium server: ``seed(body)`` starts the episode,
-    ``release(id)`` frees it."""
+    """``/seed_session`` (``seed(body)``) and ``/close_session`` (``release(id)``) for a Gymnasium server."""
     from fastapi.responses import JSONResponse
 
     async def seed_session(body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:

@@ -46,6 +46,3 @@ class CancelOnHangup:
             log.info("%s %s: the client hung up; its work was cancelled", scope["method"], scope["path"])
         finally:
             watcher.cancel()
-
-
-__all__ = ["CancelOnHangup"]

@@ -40,9 +40,8 @@ class WorkerPool:
         prepare: tuple | None = None,
         prepare_s: float = 120.0,
     ) -> Any:
-        """``fn(*args)`` in a worker: its result or exception; ``WorkBudgetExceeded`` past ``budget_s`` of work,
-        ``WorkerDied`` when the worker died. ``prepare``: ``(function, *arguments)`` run first in the same
-        worker within ``prepare_s``."""
+        """``fn(*args)`` in a worker (``WorkBudgetExceeded`` past ``budget_s``, ``WorkerDied``); ``prepare``:
+        ``(function, *arguments)`` run first there within ``prepare_s``."""
         self._start_threads()
         loop = asyncio.get_running_loop()
         task = _Task((prepare, fn, args), float(budget_s), float(prepare_s), loop, loop.create_future())
@@ -151,7 +150,8 @@ class _Slot:
             self.busy = False
         if not answered:
             self.stop()
-            what, budget = (getattr(fn, "__qualname__", fn), budget_s) if loaded else (_name(prepare), prepare_s)
+            what, budget = (fn, budget_s) if loaded else (prepare[0] if prepare else "loading the call", prepare_s)
+            what = getattr(what, "__qualname__", what)
             message = f"{self.name}: {what} ran past its budget of {budget:g} s (its worker was stopped)"
             raise WorkBudgetExceeded(message, budget, "work" if loaded else "prepare")
         if recycle:
@@ -205,10 +205,6 @@ def _worker(conn: Any, recycle_rss_bytes: int | None) -> None:
             conn.send((False, RuntimeError(f"{type(value).__name__}: {value} (not picklable: {exc})"), recycle))
         if recycle:
             return
-
-
-def _name(prepare: tuple | None) -> str:
-    return str(getattr(prepare[0], "__qualname__", prepare[0])) if prepare else "loading the call"
 
 
 def rss_bytes() -> int:

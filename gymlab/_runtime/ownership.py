@@ -10,9 +10,7 @@ import secrets
 import struct
 import time
 
-from starlette.responses import JSONResponse
-
-from gymlab._runtime.bodies import close_follows, replaying, request_body
+from gymlab._runtime.bodies import BODY_KEY, close_follows, error_response, replaying
 from gymlab._runtime.routes import END, NONE, SESSION_ENDED, START, USE, VERIFY, RouteKinds
 from gymlab._runtime.sessions import SessionCookie, body_session_id, conflict
 from gymlab.errors import error_body
@@ -126,7 +124,7 @@ class SessionOwnershipMiddleware:
             await self._start()
         sid, body = self.cookie.sid(scope), None
         if kind != USE:
-            body, receive = await request_body(scope, receive)
+            body = scope[BODY_KEY]
             if kind != VERIFY:
                 named = body_session_id(body)
                 body_sid = named[1] if named else None
@@ -147,10 +145,8 @@ class SessionOwnershipMiddleware:
             return await self._local(scope, receive, send, kind, sid, row, body)
         if not worker_alive(row[0]):
             return await self._gone(scope, receive, send, sid, row, now)
-        if body is None:
-            body, receive = await request_body(scope, receive)
         try:
-            status, headers, answer = await self._forward(row, scope, body, kind, sid)
+            status, headers, answer = await self._forward(row, scope, scope[BODY_KEY], kind, sid)
         except (OSError, asyncio.IncompleteReadError):
             return await self._gone(scope, receive, send, sid, row, now)
         await send(
@@ -188,9 +184,8 @@ class SessionOwnershipMiddleware:
             "(it crashed or was replaced), so its state is gone"
         )
         hint = "this episode cannot continue; start a new one (a new session)"
-        route = f"{scope['method']} {scope['path']}"
-        body = error_body(self.name, route, message, error="SessionLost", session_id=sid, hint=hint)
-        await JSONResponse(status_code=410, content=body)(scope, receive, send)
+        answer = error_response(self.name, scope, 410, message, error="SessionLost", session_id=sid, hint=hint)
+        await answer(scope, receive, send)
 
     def _socket_path(self, worker: str) -> str:
         return os.path.join(self.dir, f"w{worker}.sock")
@@ -268,6 +263,7 @@ class SessionOwnershipMiddleware:
             server=tuple(meta["server"]) if meta["server"] else None,
             state=dict(self._state or {}),
         )
+        scope[BODY_KEY] = body
         done = asyncio.Event()
         start: dict = {}
         chunks: list[bytes] = []

@@ -1,11 +1,6 @@
-"""Plain JSON routes answered without FastAPI's per-request machinery, through its public API only.
-
-``PlainRoute`` is FastAPI's documented custom route class: for a coroutine handler taking one JSON body
-model (and optionally the ``Request``), with no path parameters, dependencies or response options, the
-body is validated and the answer serialised with pydantic ``TypeAdapter``s, as FastAPI does; input
-that does not parse or validate goes FastAPI's way before the handler runs, so every error answer is
-FastAPI's. ``PlainDispatch`` sends such requests straight to it (docs/runtime.md).
-"""
+"""Plain JSON routes (one JSON body model, maybe the ``Request``) answered without FastAPI's per-request
+machinery, through its public API only; input that does not parse or validate goes FastAPI's way, so every
+error answer is FastAPI's (docs/runtime.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``SessionActivityMiddleware`` keeps each held session's idle time (never reaped with a request in
-flight) and refuses a cookieless seed of a live session; ``reaping`` runs the idle-session reaper."""
+"""Each held session's idle time (``SessionActivityMiddleware``, which also refuses a cookieless seed of a
+live session) and the idle-session reaper (``reaping``)."""
 
 from __future__ import annotations
 

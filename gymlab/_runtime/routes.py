@@ -11,7 +11,6 @@ NONE, USE, START, END, VERIFY = range(5)
 START_ROUTES = frozenset({"/seed_session", "/reset", "/v1/agent_sessions"})
 #: Routes that end it (besides ``/verify`` and a server's ``checkpoint_session_ended``).
 END_ROUTES = frozenset({"/close_session", "/close", "/v1/agent_sessions/close"})
-VERIFY_ROUTES = frozenset({"/verify"})
 #: Set in a request's scope by the server that ended its session in it (a Gymnasium step that
 #: terminated): the worker router reads it, never the answer's bytes.
 SESSION_ENDED = "gymlab.session_ended"
@@ -61,7 +60,7 @@ class RouteKinds:
                     return START, uses
                 if path in self.ends:
                     return END, uses
-                if path in VERIFY_ROUTES:
+                if path == "/verify":
                     return VERIFY, uses
                 if not uses:
                     return NONE, False

@@ -1,5 +1,4 @@
-"""Run a FastAPI app with uvicorn: in the foreground, in a background thread, or on gymlab's loop; the
-socket bound in the caller's thread, and a startup failure raised there with its real cause."""
+"""Run a FastAPI app with uvicorn (foreground, own thread, or gymlab's loop), bound and failing in the caller."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ import uvicorn
 from uvicorn.lifespan.on import LifespanOn
 
 from gymlab._http import inproc
-from gymlab._runtime.stack import new_event_loop, settle_heap, uvicorn_options
-from gymlab._sync import background_loop
+from gymlab._runtime.stack import settle_heap, uvicorn_options
+from gymlab._sync import background_loop, new_event_loop
 from gymlab.errors import ServerStartError
 
 log = logging.getLogger("gymlab.server")
@@ -141,9 +140,8 @@ class ThreadedServer(_Runner):
 
 
 class LoopServer(_Runner):
-    """One uvicorn server as a task on gymlab's background loop, the loop every Lab server shares, so a
-    Lab calls its servers in-process (registered in its ``registry``) unless ``wire``; it is reachable
-    over its socket too."""
+    """One uvicorn server as a task on gymlab's background loop, called in-process through ``registry``
+    unless ``wire``, and over its socket."""
 
     def __init__(
         self,
@@ -214,8 +212,7 @@ class LoopServer(_Runner):
 
 
 class _StoppingServer(uvicorn.Server):
-    """A uvicorn server that calls ``on_exit`` at the first Ctrl-C or SIGTERM, before it waits for the
-    requests in flight."""
+    """A uvicorn server that calls ``on_exit`` at the first Ctrl-C or SIGTERM, before waiting for requests."""
 
     def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None] | None):
         super().__init__(config)

@@ -1,5 +1,5 @@
-"""Per-rollout session IDs in a signed session cookie (Starlette's format), decoded and set only where
-a session is used; a seed or close body's session ID becomes the session's (docs/runtime.md)."""
+"""Per-rollout session IDs in a signed cookie (Starlette's format), only where a session is used; a seed or
+close body's session ID becomes the session's (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from itsdangerous import BadSignature, TimestampSigner
 from starlette.responses import JSONResponse
 
 from gymlab._http.cookies import expired_cookie, scope_cookie, set_cookie, set_cookie_attributes
-from gymlab._runtime.bodies import PARSED_KEY, parse_json, request_body
+from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, error_response, parse_json
 from gymlab._runtime.routes import BODY_ID_KEYS, END, NONE, START, RouteKinds
-from gymlab.errors import error_body
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 
@@ -51,8 +50,7 @@ _FLAGS = "httponly; samesite=lax"
 
 
 class SessionCookie:
-    """A server's signed session cookie (itsdangerous, Starlette's format): read by the session middleware
-    and the worker router alike, each value verified once."""
+    """A server's signed session cookie, read by the session middleware and the worker router, verified once."""
 
     def __init__(self, secret: str, name: str):
         self.name, self.signer = name, TimestampSigner(secret)
@@ -97,8 +95,7 @@ class SessionCookie:
 
 
 class SessionMiddleware:
-    """The ID of the session each request that uses one works in, kept in the signed cookie; ``Set-Cookie``
-    only when the session changed."""
+    """Each session-using request's session ID, kept in the signed cookie (``Set-Cookie`` only on a change)."""
 
     def __init__(self, app, cookie: SessionCookie, server_name: str, kinds: RouteKinds):
         self.app, self.cookie, self.server_name, self.kinds = app, cookie, server_name, kinds
@@ -114,8 +111,7 @@ class SessionMiddleware:
             return await self.app(scope, receive, send)
         session = scope["session"] = dict(initial or {})
         if kind in (START, END) and scope["method"] == "POST":
-            body, receive = await request_body(scope, receive)
-            named = body_session_id(body, scope)
+            named = body_session_id(scope[BODY_KEY], scope)
             current = session.get(SESSION_ID_KEY)
             if named is not None and current is not None and current != named[1]:
                 message = (
@@ -148,6 +144,4 @@ class SessionMiddleware:
 
 def conflict(server_name: str, scope: dict, message: str, **fields) -> JSONResponse:
     """The 409 a session conflict is answered with, naming server, route and cause."""
-    route = f"{scope['method']} {scope['path']}"
-    body = error_body(server_name, route, message, error="ResourcesSessionConflictError", **fields)
-    return JSONResponse(status_code=409, content=body)
+    return error_response(server_name, scope, 409, message, error="ResourcesSessionConflictError", **fields)

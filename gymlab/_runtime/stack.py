@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import importlib
-import os
 from typing import Any
 
-#: Set to ``asyncio`` to serve on h11 and the standard event loop even when the fast stack is installed.
-STACK_ENV = "GYMLAB_SERVER_STACK"
+from gymlab._sync import asyncio_forced
 
 
 @functools.cache
@@ -24,7 +21,7 @@ def _has(module: str) -> bool:
 
 def fast() -> tuple[bool, bool]:
     """Whether (httptools, uvloop) are used."""
-    if os.environ.get(STACK_ENV, "").strip().lower() == "asyncio":
+    if asyncio_forced():
         return False, False
     return _has("httptools"), _has("uvloop")
 
@@ -37,15 +34,6 @@ def uvicorn_options() -> dict[str, Any]:
         "loop": "uvloop" if uvloop else "asyncio",
         "proxy_headers": False,
     }
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop of the stack's kind (a server thread runs uvicorn on it)."""
-    if fast()[1]:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
 
 
 def settle_heap() -> None:

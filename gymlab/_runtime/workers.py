@@ -1,6 +1,5 @@
-"""Several uvicorn worker processes for one server (``num_workers > 1``): the launcher keeps the config,
-secret, ownership table and sockets in a 0700 directory; each worker serves the entrypoint's ``app``
-and stops when its launcher dies (docs/runtime.md)."""
+"""Several uvicorn worker processes for one server (``num_workers > 1``), sharing a 0700 directory with the
+launcher; each serves the entrypoint's ``app`` and dies with its launcher (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -34,11 +33,6 @@ def worker_context() -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def is_worker_entrypoint(file: str) -> bool:
-    ctx = worker_context()
-    return ctx is not None and os.path.realpath(file) == ctx["entrypoint"]
-
-
 def entrypoint_of(server_cls: type) -> tuple[str, str]:
     """(real path, module name) of the file that defines ``server_cls``."""
     module = sys.modules.get(server_cls.__module__)
@@ -49,10 +43,6 @@ def entrypoint_of(server_cls: type) -> tuple[str, str]:
             "num_workers > 1 needs an entrypoint file whose module-level `app` each worker serves"
         )
     return os.path.realpath(file), server_cls.__module__
-
-
-#: The names an entrypoint may call to serve its ``app`` in each worker (the reference's name too).
-ENTRYPOINT_CHECKS = ("is_gymlab_fastapi_entrypoint", "is_nemo_gym_fastapi_entrypoint")
 
 
 def check_workers(server_cls: type | ServerSpec, num_workers: int) -> str | None:
@@ -69,7 +59,7 @@ def check_workers(server_cls: type | ServerSpec, num_workers: int) -> str | None
         source = Path(path).read_text()
     except (RuntimeError, OSError) as exc:
         return f"{cls.__name__}: num_workers={num_workers}: {exc}"
-    if not any(name in source for name in ENTRYPOINT_CHECKS):
+    if "is_gymlab_fastapi_entrypoint" not in source and "is_nemo_gym_fastapi_entrypoint" not in source:
         return (
             f"{cls.__name__}: num_workers={num_workers} needs {path} to end with\n"
             f'    if __name__ == "__main__":\n        {cls.__name__}.run_webserver()\n'

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from gymlab._runtime import stack
+from gymlab._sync import STACK_ENV, new_event_loop
 from gymlab.examples import environment_dir, example_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ def test_the_fast_stack_is_named_where_it_is_installed():
     pytest.importorskip("uvloop")
     options = stack.uvicorn_options()
     assert (options["http"], options["loop"]) == ("httptools", "uvloop")
-    loop = stack.new_event_loop()
+    loop = new_event_loop()
     try:
         assert type(loop).__module__.startswith("uvloop")
     finally:
@@ -32,10 +33,10 @@ def test_the_fast_stack_is_named_where_it_is_installed():
 
 
 def test_the_asyncio_stack_can_be_chosen(monkeypatch):
-    monkeypatch.setenv(stack.STACK_ENV, "asyncio")
+    monkeypatch.setenv(STACK_ENV, "asyncio")
     options = stack.uvicorn_options()
     assert (options["http"], options["loop"]) == ("h11", "asyncio")
-    loop = stack.new_event_loop()
+    loop = new_event_loop()
     try:
         assert type(loop).__module__.startswith("asyncio")
     finally:
