@@ -1,7 +1,5 @@
-"""The ``gymlab`` command. Each subcommand lives in its own module, imported only when used.
-
-User mistakes (``GymlabError``) print one line and exit 2; no traceback.
-"""
+"""The ``gymlab`` command: each subcommand in its own module, imported only when used; a user mistake
+(``GymlabError``) prints one line and exits 2, no traceback."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``gymlab collect``: rollouts of a dataset, resumable (rerun the same command to continue).
-
-Only argument parsing; ``gymlab.collection.collect`` does the rest. Exit status 1 when some rollouts
-failed (a rerun retries them), 2 when the run stopped because its first tries all failed alike.
-"""
+"""``gymlab collect``: rollouts of a dataset, resumable (rerun the same command to continue); exit status 1
+when some rollouts failed (a rerun retries them), 2 when the run stopped: its first tries all failed alike."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``gymlab demo``: the example environments with rule-based policies in one Lab; a summary table, and
-the rollouts under ``./gymlab-demo/``.
-"""
+the rollouts under ``./gymlab-demo/``."""
 
 from __future__ import annotations
 
@@ -43,15 +42,8 @@ def main(args: argparse.Namespace) -> int:
             n, steps = len(rollouts), sum(len(r.steps) for r in rollouts)
             row = (env_name, agent_kind, str(n), f"{rollouts.mean_reward:.3f}")
             summary.append((*row, f"{steps / n:.1f}", f"{n / elapsed:.0f}", str(path)))
-    _print_table(summary)
-    return 0
-
-
-def _print_table(rows: list[tuple[str, ...]]) -> None:
     header = ("environment", "agent", "episodes", "mean reward", "steps/ep", "episodes/s", "rollouts")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
-    print(line)
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
+    widths = [max(len(h), *(len(r[i]) for r in summary)) for i, h in enumerate(header)]
+    for r in (header, tuple("-" * w for w in widths), *summary):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    return 0

@@ -1,7 +1,6 @@
 """``gymlab envs [ADAPTER [NAME]]``: what each adapter of ``gymlab.envs`` offers (OpenEnv: the environment
 packages installed; verifiers: the tasksets it ships), rows of one of its environments (``--rows OUT``),
-and a probe pass over every reasoning-gym dataset (``--probe``).
-"""
+and a probe pass over every reasoning-gym dataset (``--probe``)."""
 
 from __future__ import annotations
 
@@ -161,8 +160,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _listed_games(names: list[str], budget_s: float = 3.0) -> list[str]:
-    """``listed_game`` of each name in two worker processes (games reset in parallel, a slow one stopped
-    after ``budget_s`` and listed as it is: slow to reset is no fault)."""
+    """``listed_game`` of each name in two worker processes; a game slow to reset is listed as it is."""
     from gymlab._runtime.offload import WorkerPool
     from gymlab.errors import WorkBudgetExceeded, WorkerDied
 
@@ -305,8 +303,7 @@ def _runs(values: dict[str, str]) -> str:
 
 
 def markdown(table: dict[str, Any]) -> str:
-    """The probe pass as a Markdown table: the datasets with a finding (a flag, an oracle below 1, a
-    masked episode, a constant answer), then a summary line."""
+    """The probe pass as a Markdown table of the datasets with a finding, then a summary line."""
     lines = [
         "| dataset | oracle | flagged by (mean reward, or masked) | paid below the threshold | distinct answers "
         "| constant |",

@@ -54,11 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from gymlab.errors import ConfigError
     from gymlab.export import FORMATS, export_dataset
-    from gymlab.export.trainers import Options
+    from gymlab.export.dataset import DEFAULTS
 
     given = {
         "min_reward": args.min_reward,
@@ -75,8 +73,7 @@ def main(args: argparse.Namespace) -> int:
     }
     applies = FORMATS[args.format].options
     options = {k: v for k, v in given.items() if k in applies}
-    defaults = asdict(Options())
-    ignored = [k for k, v in given.items() if k not in applies and v != defaults[k]]
+    ignored = [k for k, v in given.items() if k not in applies and v != DEFAULTS[k]]
     if ignored:
         flags = ", ".join("--keep-masked" if k == "drop_masked" else "--" + k.replace("_", "-") for k in ignored)
         raise ConfigError(f"{flags} does not apply to {args.format}")

@@ -1,6 +1,5 @@
 """``gymlab init NAME [--gymnasium]``: a new environment folder (app, config, rows, test, README) that
-passes its own test, with the command that runs it here (``test_command``).
-"""
+passes its own test, with the command that runs it here (``test_command``)."""
 
 from __future__ import annotations
 

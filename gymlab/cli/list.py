@@ -43,7 +43,7 @@ def describe(config) -> dict:
             }
             for d in config.datasets
         ],
-        "tasksets": [{"name": t, "environment_server": env} for t, env in config.tasksets.items()],
+        "tasksets": [{"name": t, "environment_server": env} for t, env in config.environment_server_routes.items()],
     }
 
 
@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
 
     info = describe(load_config(*args.configs))
     if args.metrics:
-        from gymlab.collection.dataset_metrics import file_metrics
+        from gymlab.collection.readers import file_metrics
 
         for dataset in info["datasets"]:
             dataset["metrics"] = file_metrics(dataset["path"])

@@ -1,6 +1,5 @@
 """``gymlab merge OUT.jsonl SHARD.jsonl...``: shard outputs of ``gymlab collect --shard`` as one collection
-(exit status 2, naming files and lines, on conflicting, unfinished or foreign shards, or an OUT it would shrink).
-"""
+(exit status 2, naming files and lines, on conflicting, unfinished or foreign shards, or an OUT it would shrink)."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ def main(args: argparse.Namespace) -> int:
     options = dict(resources_url=args.resources_url, overwrite=args.force, allow_partial=args.allow_partial)
     result = merge(args.output, *args.shards, **options)
     print(
-        f"gymlab merge: {len(result.rollouts)} rollouts from {len(args.shards)} shards in {result.output}, "
-        f"{len(result.failures)} still failed, mean reward {result.mean_reward:.3f}"
+        f"gymlab merge: {result.n_rollouts} rollouts from {len(args.shards)} shards in {result.output}, "
+        f"{result.n_failures} still failed, mean reward {result.mean_reward:.3f}"
     )
     return 0

@@ -1,7 +1,5 @@
-"""``gymlab probe CONFIG``: the reward probes over a config's rows, on copies of its agents, and the verdict.
-
-Exit status 1 when a probe is flagged, so a CI job can refuse a reward that pays for no work.
-"""
+"""``gymlab probe CONFIG``: the reward probes over a config's rows, on copies of its agents, and the verdict;
+exit status 1 when a probe is flagged, so a CI job can refuse a reward that pays for no work."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """``gymlab profile FILE``: the reward profile of a rollouts file (gymlab's or NeMo Gym's), task by task;
-``--nemo`` also writes NeMo Gym's three profiler files beside FILE, ``--plot PNG`` the per-task means.
-"""
+``--nemo`` also writes NeMo Gym's three profiler files beside FILE, ``--plot PNG`` the per-task means."""
 
 from __future__ import annotations
 

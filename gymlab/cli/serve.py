@@ -1,7 +1,6 @@
 """``gymlab serve CONFIG...``: every server of a config as its own process (or, with ``--ray``, in Ray
 cells behind one door per agent), started in reference order, each port fixed before anything starts.
-Ctrl-C, SIGTERM, any server's exit or this process's death stops them all.
-"""
+Ctrl-C, SIGTERM, any server's exit or this process's death stops them all."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gymlab.errors import ConfigError, GymlabError
@@ -38,13 +37,12 @@ class Planned:
     spec: Any
     target: str
     port: int
-    url: str = ""
-    config: dict = field(default_factory=dict)
+    url: str
+    config: dict
 
 
 def plan(config) -> list[Planned]:
-    """Each server in launch order with its port fixed and its references as URLs; a ``num_workers`` a server
-    cannot have is refused before anything starts."""
+    """Each server in launch order, its port fixed, its references as URLs and its ``num_workers`` checked."""
     from gymlab._runtime.serve import free_port
     from gymlab._runtime.workers import check_workers
 
@@ -55,11 +53,10 @@ def plan(config) -> list[Planned]:
         workers = int(spec.fields.get("num_workers", 1) or 1)
         if workers > 1 and (reason := check_workers(spec.server_cls(), workers)):
             raise ConfigError(f"{spec.where}.num_workers: {reason}")
-        p = Planned(spec, spec.target(), spec.port or free_port(spec.host))
+        port = spec.port or free_port(spec.host)
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(spec.host, spec.host)  # reachable, not a wildcard
-        p.url = urls[spec.instance] = f"http://{f'[{host}]' if ':' in host else host}:{p.port}"
-        p.config = spec.launch_config(urls, host=spec.host, port=p.port)
-        planned.append(p)
+        url = urls[spec.instance] = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        planned.append(Planned(spec, spec.target(), port, url, spec.launch_config(urls, host=spec.host, port=port)))
     return planned
 
 

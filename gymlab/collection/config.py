@@ -34,7 +34,6 @@ class DatasetSpec:
     owner: str
     taskset: str | None = None
     source: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,7 +114,6 @@ class Config:
     servers: dict[str, ServerSpec]
     environment_server_routes: dict[str, str] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
 
     def of_type(self, server_type: str) -> dict[str, ServerSpec]:
         return {n: s for n, s in self.servers.items() if s.server_type == server_type}
@@ -136,11 +134,6 @@ class Config:
     @property
     def datasets(self) -> list[DatasetSpec]:
         return [d for s in self.servers.values() for d in s.datasets]
-
-    @property
-    def tasksets(self) -> dict[str, str]:
-        """taskset name -> the environment server instance it routes to."""
-        return dict(self.environment_server_routes)
 
     def launch_order(self) -> list[ServerSpec]:
         """Every server after the servers it refers to (models and resources before agents)."""
@@ -238,16 +231,17 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Path keys of every implementation block (and its datasets) made absolute against ``base``, in
-    place (fixing a block twice, as a YAML alias may, changes nothing)."""
+    """Path keys of every implementation block and its datasets made absolute against ``base``, in place."""
 
     def fix(block: dict[str, Any]) -> dict[str, Any]:
         block = dict(block)
-        for key in _PATH_KEYS:
-            if isinstance(block.get(key), str) and not _is_import_path(block[key]):
-                block[key] = str((base / block[key]).resolve())
-        if isinstance(block.get("policy"), str):
-            block["policy"] = _absolutize_import(block["policy"], base)
+        for key in _PATH_KEYS:  # a file path, not ``pkg.module:attr``
+            value = block.get(key)
+            if isinstance(value, str) and not (":" in value and "/" not in value and ".py" not in value):
+                block[key] = str((base / value).resolve())
+        module, _, attr = str(block.get("policy", "")).rpartition(":")
+        if isinstance(block.get("policy"), str) and (module.endswith(".py") or "/" in module):
+            block["policy"] = f"{(base / module).resolve()}:{attr}"
         if isinstance(block.get("datasets"), list):
             block["datasets"] = [fix(d) if isinstance(d, dict) else d for d in block["datasets"]]
         return block
@@ -258,19 +252,6 @@ def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
                 if isinstance(impls, dict):
                     impls.update({impl: fix(b) for impl, b in impls.items() if isinstance(b, dict)})
     return data
-
-
-def _is_import_path(value: str) -> bool:
-    """``pkg.module:attr`` (no slash, no ``.py``) rather than a file path."""
-    return ":" in value and "/" not in value and ".py" not in value
-
-
-def _absolutize_import(value: str, base: Path) -> str:
-    if ":" in value:
-        module, attr = value.rsplit(":", 1)
-        if module.endswith(".py") or "/" in module:
-            return f"{(base / module).resolve()}:{attr}"
-    return value
 
 
 def load_config(*paths: str | Path) -> Config:
@@ -288,13 +269,7 @@ def load_config(*paths: str | Path) -> Config:
         for key in data:
             sources[key] = path
         merged = deep_merge(merged, data)
-    return parse_config(merged, sources, files)
-
-
-def parse_config(merged: dict[str, Any], sources: dict[str, Path], files: list[Path]) -> Config:
-    """Build and check a ``Config`` from an already-merged mapping (``sources``: key -> file)."""
     servers: dict[str, ServerSpec] = {}
-    settings: dict[str, Any] = {}
     routes: dict[str, str] = {}
     for inst, body in merged.items():
         src = sources.get(inst, files[-1])
@@ -306,11 +281,9 @@ def parse_config(merged: dict[str, Any], sources: dict[str, Path], files: list[P
                 )
             routes = dict(body)
             continue
-        if not isinstance(body, dict) or inst in TOP_LEVEL_KEYS:
-            settings[inst] = body
-            continue
-        servers[inst] = _parse_instance(inst, body, src)
-    config = Config(servers=servers, environment_server_routes=routes, files=files, settings=settings)
+        if isinstance(body, dict) and inst not in TOP_LEVEL_KEYS:  # anything else is a setting no server reads
+            servers[inst] = _parse_instance(inst, body, src)
+    config = Config(servers=servers, environment_server_routes=routes, files=files)
     _check_refs(config, sources)
     return config
 
@@ -387,7 +360,6 @@ def _parse_datasets(raw: Any, spec: ServerSpec) -> list[DatasetSpec]:
                 owner=spec.instance,
                 taskset=taskset,
                 source=spec.source,
-                extra={k: v for k, v in d.items() if k not in ("name", "type", "jsonl_fpath", "taskset")},
             )
         )
     return out

@@ -49,8 +49,7 @@ def _import(module_part: str, prefix: str):
 
 
 def load_server_class(target: str, *, where: str = "") -> type:
-    """The server class of an import target: the named attribute, or the one ``BaseServer``
-    subclass the module itself defines."""
+    """The server class of an import target: the named one, or the one the module itself defines."""
     from gymlab.server import BaseServer
 
     obj = load_object(target, where=where)
@@ -70,8 +69,7 @@ def load_server_class(target: str, *, where: str = "") -> type:
 
 
 def build_server(target: str, cfg: dict[str, Any], *, where: str = ""):
-    """A server instance of ``target`` (see ``load_server_class``) with config ``cfg``; a ``policy``
-    given as an import string (``app.py:policy``, ``module:function``) is imported here."""
+    """A server instance of ``target`` with config ``cfg``; a ``policy`` import string is imported here."""
     from pydantic import ValidationError
 
     cls = load_server_class(target, where=where)

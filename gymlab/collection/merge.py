@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gymlab.collection.files import Key, key_of, output_paths, sort_key
-from gymlab.collection.metrics import aggregate
-from gymlab.collection.runner import CollectResult, sync_form
+from gymlab.collection.runner import CollectResult, aggregate, sync_form
 from gymlab.errors import DatasetError
 from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
 from gymlab.protocol.failure_kinds import Failure
@@ -87,8 +86,7 @@ def _same_inputs(parts: list[dict[str, Path]]) -> None:
 
 
 def _unfinished(inputs: dict[Key, tuple[dict[str, Any], Path, int]], done: set[Key], allow: bool) -> dict[Key, dict]:
-    """The failure rows of the inputs with neither a rollout nor a failure (an unfinished shard): a
-    ``DatasetError`` naming the shard and a key unless ``allow``."""
+    """Failure rows of the inputs an unfinished shard never ran (a ``DatasetError`` unless ``allow``)."""
     missing = {k: v for k, v in inputs.items() if k not in done}
     if missing and not allow:
         (_, path, line), k = next(iter(missing.values())), next(iter(missing))
@@ -157,6 +155,3 @@ async def amerge(
 
 
 merge = sync_form(amerge)
-
-
-__all__ = ["amerge", "merge"]

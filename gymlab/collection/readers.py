@@ -1,14 +1,13 @@
-"""JSONL rows back in, validated by kind (rollout, SFT, RL, task), and ``Dataset``: task rows to run or write.
-
-Every reader validates each line, raising ``DatasetError`` with the file and line number. No pandas
-here (``Dataset.to_frame`` imports it when called).
-"""
+"""JSONL rows back in, each line validated by kind (rollout, SFT, RL, task; a ``DatasetError`` names the file
+and line), ``Dataset``: task rows to run or write, and dataset metrics: what a rows file holds."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +56,8 @@ def check_chat_messages(messages: Any, key: str = "messages") -> None:
             raise ValueError(f"{at}: an assistant message needs content or tool_calls")
 
 
-def _check_tools(tools: Any) -> None:
+def check_tools(tools: Any, key: str = "tools") -> None:
+    """Raise ``ValueError`` unless ``tools`` is a list of chat-format function tool schemas."""
     if not isinstance(tools, list) or not all(
         isinstance(t, dict)
         and t.get("type") == "function"
@@ -65,33 +65,37 @@ def _check_tools(tools: Any) -> None:
         and isinstance(t["function"].get("name"), str)
         for t in tools
     ):
-        raise ValueError('tools must be a list of {"type": "function", "function": {"name", ...}}')
+        raise ValueError(f'{key} must be a list of {{"type": "function", "function": {{"name", ...}}}}')
 
 
 def validate_sft_row(row: dict) -> dict:
     check_chat_messages(row.get("messages"))
-    _check_tools(row.get("tools", []))
+    check_tools(row.get("tools", []))
     return row
 
 
 def validate_rl_row(row: dict) -> dict:
     check_chat_messages(row.get("prompt"), "prompt")
     check_chat_messages(row.get("completion", []), "completion")
-    _check_tools(row.get("tools", []))
+    check_tools(row.get("tools", []))
     reward = row.get("reward")
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         raise ValueError(f"reward must be a number, got {reward!r}")
     return row
 
 
-def validate_task_row(row: dict) -> dict:
-    """A task row needs ``responses_create_params`` that ``ResponseCreateParams`` accepts."""
+def task_params(row: dict) -> ResponseCreateParams:
+    """A task row's ``responses_create_params``, validated (``ValueError`` saying what is wrong)."""
     if "responses_create_params" not in row:
         raise ValueError("a task row needs responses_create_params (the model request)")
     try:
-        ResponseCreateParams.model_validate(row["responses_create_params"])
+        return ResponseCreateParams.model_validate(row["responses_create_params"])
     except ValidationError as exc:
         raise ValueError(f"responses_create_params: {describe_validation(exc)}") from None
+
+
+def validate_task_row(row: dict) -> dict:
+    task_params(row)
     return row
 
 
@@ -114,7 +118,7 @@ def kind_of(row: dict) -> str:
     return "task"
 
 
-def read_jsonl(path: str | os.PathLike, kind: str | None = None, *, what: str | None = None) -> list[Any]:
+def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
     """Read and validate every line: ``kind`` is rollout (as ``Rollout`` records), sft, rl or task (as
     dicts), None: from the first row. A bad line raises ``DatasetError`` (file, line, ``not {what}``)."""
     if kind is not None and kind not in _VALIDATORS:
@@ -122,7 +126,7 @@ def read_jsonl(path: str | os.PathLike, kind: str | None = None, *, what: str | 
     out = []
     for number, row in iter_jsonl(path):
         kind = kind or kind_of(row)
-        validate, what = _VALIDATORS[kind][0], what or _VALIDATORS[kind][1]
+        validate, what = _VALIDATORS[kind]
         try:
             value = validate(row)
         except ValidationError as exc:
@@ -133,12 +137,9 @@ def read_jsonl(path: str | os.PathLike, kind: str | None = None, *, what: str | 
     return out
 
 
-def read_rollouts(path: str | os.PathLike, *, what: str = "a rollout row") -> list[Rollout]:
-    """The ``Rollout`` records of a rollouts JSONL file (a bad line: ``not {what}: ...``)."""
-    return read_jsonl(path, "rollout", what=what)
-
-
-# -- task datasets ----------------------------------------------------------------------------
+def read_rollouts(path: str | os.PathLike) -> list[Rollout]:
+    """The ``Rollout`` records of a rollouts JSONL file (a bad line: ``not a rollout row: ...``)."""
+    return read_jsonl(path, "rollout")
 
 
 def _plain(value: Any) -> Any:
@@ -186,11 +187,10 @@ class Dataset:
 
     def _validated(self, row: dict, n: int) -> dict:
         try:
-            validate_task_row(row)
+            params = task_params(row)
             json.dumps(row)
         except (TypeError, ValueError) as exc:
             raise DatasetError(self.name, n, f"not a task row: {exc}") from None
-        params = ResponseCreateParams.model_validate(row["responses_create_params"])
         return {**row, "responses_create_params": params.model_dump(mode="json", exclude_unset=True)}
 
     @classmethod
@@ -219,3 +219,43 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"<Dataset {self.name}: {len(self.rows)} rows>"
+
+
+def dataset_metrics(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Counts over ``rows``: all rows, their fields, and response figures where the params validate."""
+    n_rows, fields, invalid, missing = 0, Counter(), 0, 0
+    items, tools, settings = [], Counter(), Counter()
+    for row in rows:
+        n_rows += 1
+        fields.update(k for k in row if k != "responses_create_params")
+        raw = row.get("responses_create_params")
+        if raw is None:
+            missing += 1
+            continue
+        try:
+            params = ResponseCreateParams.model_validate(raw)
+        except ValidationError:
+            invalid += 1
+            continue
+        items.append(len(params.input_items()))
+        tools.update(t.name for t in params.tools or ())
+        settings.update(k for k in ("temperature", "top_p", "max_output_tokens", "seed") if raw.get(k) is not None)
+    metrics: dict[str, Any] = {
+        "num_rows": n_rows,
+        "fields": dict(sorted(fields.items())),
+        "num_rows_with_responses_create_params": len(items),
+        "num_rows_without_responses_create_params": missing,
+        "num_rows_with_invalid_responses_create_params": invalid,
+    }
+    if items:
+        metrics["responses"] = {
+            "input_items": {"min": min(items), "mean": statistics.fmean(items), "max": max(items)},
+            "tools": dict(sorted(tools.items())),
+            "sampling_settings": dict(sorted(settings.items())),
+        }
+    return metrics
+
+
+def file_metrics(path: str | os.PathLike) -> dict[str, Any]:
+    """``dataset_metrics`` of a JSONL file (a bad line is a ``DatasetError`` naming it)."""
+    return dataset_metrics(row for _, row in iter_jsonl(path))

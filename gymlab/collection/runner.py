@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,13 +18,10 @@ import orjson
 
 from gymlab._http.retry import RETRY_SPAN_S
 from gymlab._sync import run_sync
-from gymlab.collection.config_rows import config_rows, read_rows
-from gymlab.collection.expand import check_rows, iter_expand
-from gymlab.collection.files import output_paths, rewrite_sorted
-from gymlab.collection.metrics import aggregate
+from gymlab.collection.config_rows import check_rows, config_rows, iter_expand, read_rows
+from gymlab.collection.files import in_shard, output_paths, record_shard, rewrite_sorted
 from gymlab.collection.serving import Target, config_of, config_route, served
-from gymlab.collection.shards import in_shard, record_shard
-from gymlab.errors import ConfigError, DatasetError
+from gymlab.errors import ConfigError, DatasetError, ServerError
 from gymlab.jsonl import atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
 from gymlab.protocol.record import mean_reward_text
 from gymlab.run.engine import STOP_AFTER, Job, Policy, run_jobs
@@ -44,8 +42,7 @@ DEFAULT_ROLLOUT_TIMEOUT_S = 2000.0
 
 @dataclass
 class CollectResult:
-    """What a collection produced; ``rollouts`` and ``failures`` are read from its files when asked
-    (all of them, in "aabbcc" order): a collection holds none of its records in memory."""
+    """What a collection produced; ``rollouts`` and ``failures`` are read from its files when asked."""
 
     output: Path
     aggregate_metrics: dict[str, Any]
@@ -62,12 +59,10 @@ class CollectResult:
 
     @property
     def rollouts(self) -> list[dict[str, Any]]:
-        """Every record of the rollouts file."""
         return read_appendable(self.paths["rollouts"], repair=False)
 
     @property
     def failures(self) -> list[dict[str, Any]]:
-        """Every row of the failures file."""
         return read_appendable(self.paths["failures"], repair=False, what="failures")
 
     def __repr__(self) -> str:
@@ -75,9 +70,6 @@ class CollectResult:
             f"<CollectResult {self.output}: {self.n_rollouts} rollouts ({self.n_new} new, "
             f"{self.n_skipped} already done), {self.n_failures} failed, {mean_reward_text(self.mean_reward)}>"
         )
-
-
-# -- collection --------------------------------------------------------------------------------
 
 
 async def acollect(
@@ -286,3 +278,46 @@ def _recorded_inputs(path: Path, jobs: Iterator[tuple[dict[str, Any], Any]], don
                 source.seek(offset)
                 out.write(source.read(length))
     rewrite_sorted(path, what="materialized inputs")
+
+
+#: Record keys left out of the ``/aggregate_metrics`` request: the bulky ones, and ``agent_ref`` (one agent a request).
+LEFT_OUT = frozenset({"steps", "response", "responses_create_params", "agent_ref"})
+
+
+async def aggregate(
+    records: Iterable[dict[str, Any]], metrics_urls: dict[str, str | None], client: Client
+) -> dict[str, Any]:
+    """Per agent: its resources server's ``/aggregate_metrics`` (the body built as JSON bytes while
+    ``records`` stream past, never held as objects), else computed the same way here."""
+    from gymlab.resources.simple import MetricsTally
+
+    bodies: dict[str, bytearray] = {}
+    tallies: dict[str, MetricsTally] = {}
+    for r in records:
+        agent = str((r.get("agent_ref") or {}).get("name"))
+        if not metrics_urls.get(agent):
+            tallies.setdefault(agent, MetricsTally()).add(r)
+            continue
+        body = bodies.setdefault(agent, bytearray(b"["))
+        if len(body) > 1:
+            body += b","
+        body += dumps({k: v for k, v in r.items() if k not in LEFT_OUT})
+    out = {agent: tally.result().model_dump(mode="json") for agent, tally in tallies.items()}
+    for agent, body in bodies.items():
+        body += b"]"
+        payload = {"verify_responses": orjson.Fragment(bytes(body))}
+        try:
+            out[agent] = await client.post_ok(
+                metrics_urls[agent], "/aggregate_metrics", payload, server="resources server"
+            )
+            continue
+        except ServerError as exc:
+            print(
+                f"gymlab collect: {agent}: /aggregate_metrics failed ({exc}); computing the metrics here instead",
+                file=sys.stderr,
+            )
+        tally = MetricsTally()
+        for r in orjson.loads(body):
+            tally.add(r)
+        out[agent] = tally.result().model_dump(mode="json")
+    return out

@@ -30,8 +30,7 @@ def spawn(config: dict, target: str, where: str, **popen):
 
 
 def wait_healthy(process: Any, url: str, timeout: float) -> str | None:
-    """Wait until the ``spawn``ed server answers ``url/health``: None, else why it never will (it exited,
-    or ``timeout`` seconds passed). The one wait for a server process (``gymlab serve``, a Ray cell)."""
+    """Wait until the ``spawn``ed server answers ``url/health``: None, else why it never will."""
     from gymlab._runtime.serve import answers_health
 
     deadline = time.monotonic() + timeout

@@ -27,8 +27,7 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 @dataclass(frozen=True)
 class Target:
-    """Where one row goes: ``POST {url}/run``, recorded as ``agent_ref``; metrics from ``metrics_url``.
-    ``replicas``: a ``ReplicaPool`` that runs it instead (``url`` then only names the target)."""
+    """Where one row goes: ``POST {url}/run`` (or ``replicas``), recorded as ``agent_ref``."""
 
     url: str
     agent_ref: dict[str, Any]
@@ -38,10 +37,9 @@ class Target:
 
 @contextlib.asynccontextmanager
 async def served(config: Config, client: Client) -> AsyncIterator[tuple[dict[str, str], set[str]]]:
-    """Every server of ``config`` on 127.0.0.1 in this process, one worker each: (name -> URL, the
-    resources servers whose metrics are the default, tallied by the collection itself). Errors the
-    servers log are summed up in one line at the end, not printed one by one. Each server uses ``client``
-    and is registered in its registry: the collection reaches it in-process."""
+    """Every server of ``config`` on 127.0.0.1 in this process, one worker each, reached in-process through
+    ``client``: (name -> URL, the resources servers whose default metrics the collection tallies itself);
+    the errors they log summed up in one line at the end."""
     from gymlab._runtime.serve import LoopServer  # (here: reading a collection's files needs no server stack)
     from gymlab.resources.simple import default_metrics
 
@@ -105,11 +103,8 @@ def config_route(
     metrics_here: Iterable[str] = (),
 ) -> Callable[[dict[str, Any]], Target]:
     """row -> ``Target`` for a served config: taskset rows to their environment server, others to an agent.
-
-    ``replicas`` (name -> ``ReplicaPool``): the servers run as replicas (Ray cells); ``urls`` then
-    only name them (and reach one cell's resources server for its metrics). ``metrics_here``: resources
-    servers whose metrics are tallied by the collection as it reads its records (a server in this
-    process with the default metrics: the same result without a request holding every record)."""
+    ``replicas`` (name -> ``ReplicaPool``): the servers run as Ray cells (``urls`` then only name them);
+    ``metrics_here``: resources servers whose metrics the collection tallies as it reads its records."""
     metrics_here = frozenset(metrics_here)
     agents = config.agents
     if agent is not None and agent not in agents:
@@ -134,6 +129,3 @@ def config_route(
         return Target(urls[name], {"type": "responses_api_agents", "name": name}, metrics_url(name), pool)
 
     return route
-
-
-__all__ = ["Target", "agent_of", "config_of", "config_route", "served"]

@@ -64,24 +64,8 @@ def table(format_name: str, rows: list[dict[str, Any]]):
     return pa.Table.from_pylist(rows, schema=schema(format_name, tokens))
 
 
-def read_parquet(path: str | os.PathLike):
-    """A Parquet file as a table; an unreadable, torn or foreign file is a ``DatasetError``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.read_table(path)
-    except OSError as exc:
-        raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
-    except pa.ArrowException as exc:
-        raise DatasetError(
-            str(path), None, f"not a readable Parquet file ({exc}); was the write interrupted? export it again"
-        ) from None
-
-
 def tool_config(rows: list[dict[str, Any]], tool_class: str) -> dict[str, Any] | None:
-    """verl's tool config YAML of verl rows (their ``extra_info.tools``), or None when no row declares a
-    tool; one name declared with two different schemas is an ``ExportError``."""
+    """verl's tool config of verl rows (None: no tool); a name with two schemas is an ``ExportError``."""
     schemas: dict[str, dict[str, Any]] = {}
     for i, row in enumerate(rows, 1):
         for declared in json.loads(row["extra_info"]["tools"] or "[]"):
@@ -175,7 +159,7 @@ def card_text(
     return "\n".join(lines)
 
 
-_DEFAULTS = asdict(Options())
+DEFAULTS = asdict(Options())  # every export option's default
 
 
 @dataclass(frozen=True)
@@ -233,9 +217,9 @@ def build(rollouts: Any, format: str, **options: Any) -> tuple[list[Rollout], li
     """Read the records and build the format's rows (checked: a bad row is an ``ExportError``)."""
     fmt = _format(format)
     for key, value in options.items():
-        if key not in _DEFAULTS:
-            raise TypeError(f"unknown export option {key!r}; options: {', '.join(_DEFAULTS)}")
-        if key not in fmt.options and value != _DEFAULTS[key]:
+        if key not in DEFAULTS:
+            raise TypeError(f"unknown export option {key!r}; options: {', '.join(DEFAULTS)}")
+        if key not in fmt.options and value != DEFAULTS[key]:
             raise ValueError(f"{key} does not apply to {fmt.name}; it takes {', '.join(sorted(fmt.options))}")
     opts = Options(**options)
     records, sources, found = _records(rollouts)
@@ -305,18 +289,6 @@ def export_dataset(
     return ExportResult(path, card_path, format, len(built.rows), built.counts, rewards, tools_path)
 
 
-def _check_schema(path: Path, data, format: str) -> None:
-    expected = schema(format)
-    for name in expected.names:
-        if name not in data.schema.names:
-            raise DatasetError(
-                str(path), None, f"not a {format} file: no column {name!r} (columns: {', '.join(data.schema.names)})"
-            )
-        found, want = data.schema.field(name).type, expected.field(name).type
-        if not found.equals(want):
-            raise DatasetError(str(path), None, f"column {name!r} has type {found}, {format} expects {want}")
-
-
 def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dict[str, Any]]:
     """Every row of a trainer-format JSONL or Parquet file, checked (``format`` None: told by the columns).
     A torn, invalid or wrong-shaped line or row is a ``DatasetError`` naming the file and the line or row."""
@@ -324,11 +296,31 @@ def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dic
     if format is not None:
         _format(format)
     if path.suffix.lower() == ".parquet":
-        data = read_parquet(path)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            data = pq.read_table(path)
+        except OSError as exc:
+            raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+        except pa.ArrowException as exc:
+            raise DatasetError(
+                str(path), None, f"not a readable Parquet file ({exc}); was the write interrupted? export it again"
+            ) from None
         format = format or format_of(set(data.schema.names))
         if format is None:
             raise DatasetError(str(path), None, f"columns {data.schema.names} are none of {', '.join(FORMATS)}")
-        _check_schema(path, data, format)
+        expected = schema(format)
+        for name in expected.names:
+            if name not in data.schema.names:
+                raise DatasetError(
+                    str(path),
+                    None,
+                    f"not a {format} file: no column {name!r} (columns: {', '.join(data.schema.names)})",
+                )
+            found, want = data.schema.field(name).type, expected.field(name).type
+            if not found.equals(want):
+                raise DatasetError(str(path), None, f"column {name!r} has type {found}, {format} expects {want}")
         numbered: Iterable[tuple[str | None, int | None, Any]] = (
             (f"row {n}", None, row) for n, row in enumerate(data.to_pylist(), 1)
         )

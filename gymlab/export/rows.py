@@ -162,8 +162,7 @@ def with_tokens(row: dict[str, Any], record: Rollout) -> dict[str, Any]:
 
 
 def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
-    """One episode as an RL row: the prompt (chat messages), the completion, the reward and the ids;
-    ``token_turns`` too when the model server kept the tokens."""
+    """One episode as an RL row: prompt, completion, reward, ids (and ``token_turns`` when kept)."""
     params = record.responses_create_params
     extra = record.__pydantic_extra__ or {}
     row = {

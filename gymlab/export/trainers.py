@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gymlab.collection.readers import check_chat_messages
+from gymlab.collection.readers import check_chat_messages, check_tools
 from gymlab.export.ground_truth import GroundTruth, Rows, episode_where, ground_truth_of
 from gymlab.export.rows import by_task, preference_pairs, select, with_tokens
 from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
@@ -122,11 +122,8 @@ def trl_kto(records: list[Rollout], o: Options) -> Built:
 
 def _tasks(records: list[Rollout], o: Options) -> list[tuple[int, Rollout, list[float], int]]:
     """(index, first record, unmasked rewards, episodes) per task of the kept records."""
-    kept = select(records, drop_masked=o.drop_masked)
-    out = []
-    for index, group in enumerate(by_task(kept).values()):
-        out.append((index, group[0], [r.reward for r in group if not r.mask_sample], len(group)))
-    return out
+    groups = by_task(select(records, drop_masked=o.drop_masked)).values()
+    return [(i, group[0], [r.reward for r in group if not r.mask_sample], len(group)) for i, group in enumerate(groups)]
 
 
 def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
@@ -146,27 +143,23 @@ def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
 
 def verl(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
     tasks = _tasks(records, o)
-    rows = []
-    for index, first, rewards, n in tasks:
-        rows.append(
-            {
-                "data_source": o.data_source or first.env or first.agent or "gymlab",
-                "prompt": _prompt(first),
-                "ability": o.ability or ("tool_use" if first.responses_create_params.tools else "chat"),
-                "reward_model": {
-                    "style": "rule",
-                    "ground_truth": ground_truth_of(first, o.ground_truth, inputs.by_task),
-                },
-                "extra_info": {
-                    "index": index,
-                    "split": o.split,
-                    "task_index": first.task_index if isinstance(first.task_index, int) else None,
-                    "tools": tools_json(first),
-                    "reward_mean": _mean(rewards),
-                    "episodes": n,
-                },
-            }
-        )
+    rows = [
+        {
+            "data_source": o.data_source or first.env or first.agent or "gymlab",
+            "prompt": _prompt(first),
+            "ability": o.ability or ("tool_use" if first.responses_create_params.tools else "chat"),
+            "reward_model": {"style": "rule", "ground_truth": ground_truth_of(first, o.ground_truth, inputs.by_task)},
+            "extra_info": {
+                "index": index,
+                "split": o.split,
+                "task_index": first.task_index if isinstance(first.task_index, int) else None,
+                "tools": tools_json(first),
+                "reward_mean": _mean(rewards),
+                "episodes": n,
+            },
+        }
+        for index, first, rewards, n in tasks
+    ]
     return Built(rows, [x for _, _, rewards, _ in tasks for x in rewards], {"tasks": len(rows)})
 
 
@@ -191,11 +184,7 @@ def _tools(value: Any, key: str = "tools") -> None:
         tools = json.loads(value)
     except ValueError as exc:
         raise ValueError(f"{key} is not valid JSON: {exc}") from None
-    if not isinstance(tools, list) or not all(
-        isinstance(t, dict) and t.get("type") == "function" and isinstance((t.get("function") or {}).get("name"), str)
-        for t in tools
-    ):
-        raise ValueError(f'{key} must be a JSON list of {{"type": "function", "function": {{"name", ...}}}}')
+    check_tools(tools, key)
 
 
 def _number(row: dict, key: str, *, optional: bool = False) -> float | None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from gymlab.collection.expand import iter_expand
+from gymlab.collection.config_rows import iter_expand
 from gymlab.collection.readers import kind_of, read_jsonl
 from gymlab.jsonl import iter_jsonl, write_bytes_atomic
 from gymlab.lab.store import RecordStore, StoreBuilder

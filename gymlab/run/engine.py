@@ -16,6 +16,7 @@ from gymlab.errors import GymlabError, ReplicaGone, ServerError
 from gymlab.failures import run_failure
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import Rollout
+from gymlab.protocol.validation import describe_validation
 from gymlab.run.pool import ReplicaPool
 
 #: Tries that stop a run when they all fail alike (``Breaker``); ``Policy.stop_after``.
@@ -24,10 +25,7 @@ STOP_AFTER = 10
 
 @dataclass(frozen=True)
 class Policy:
-    """How one job is attempted: retries of a retried kind (``gymlab._http.retry.episode_retry``), the first
-    backoff (doubling), the seconds one ``/run`` may take (None: the agent's own episode budget bounds
-    it), the tries that stop the run when all fail alike (``Breaker``; None: never), and the seconds
-    both ride a failure out for."""
+    """How one job is attempted (``gymlab._http.retry.episode_retry``, ``Breaker``); None: no bound."""
 
     max_retries: int = 2
     backoff_s: float = 0.5
@@ -38,9 +36,7 @@ class Policy:
 
 @dataclass
 class Outcome:
-    """One job's end: the validated ``record`` and the ``answer`` as it came (None when the replica
-    gave a ``Rollout``), or the ``failure`` (with the ``error`` that carried it) after ``attempts``
-    attempts."""
+    """One job's end: its ``record`` and raw ``answer`` (None when a replica gave a ``Rollout``), or its ``failure``."""
 
     record: Rollout | None = None
     answer: dict[str, Any] | None = None
@@ -52,8 +48,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Job:
-    """A materialized row (``_ng_task_index``, ``_ng_rollout_index`` set), the replicas that run it,
-    the name errors give the agent, and what the sink needs to know of its target."""
+    """A materialized row, the replicas that run it, the agent's name for errors and the sink's target."""
 
     position: int
     row: dict[str, Any]
@@ -63,8 +58,7 @@ class Job:
 
 
 def checked(answer: Any, name: str) -> Rollout:
-    """The ``/run`` answer validated as a ``Rollout`` (a replica may return one already validated);
-    anything else is the agent's failure."""
+    """The ``/run`` answer as a ``Rollout``; anything else is the agent's failure."""
     if isinstance(answer, Rollout):
         return answer
     if not isinstance(answer, dict):
@@ -72,11 +66,8 @@ def checked(answer: Any, name: str) -> Rollout:
     try:
         return Rollout.model_validate(answer)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "record"
-        raise ServerError(
-            name, "POST /run", 200, f"answer is not a rollout record: {where}: {first.get('msg')}"
-        ) from None
+        why = describe_validation(exc, "record")
+        raise ServerError(name, "POST /run", 200, f"answer is not a rollout record: {why}") from None
 
 
 class RunStopped(GymlabError):
@@ -116,16 +107,14 @@ class Breaker:
 
 
 class _Failed(GymlabError):
-    """One try's end without a record: its ``failure`` and ``error``; ``moved`` when another live
-    replica can take the job."""
+    """One try's end without a record; ``moved`` when another live replica can take the job."""
 
     def __init__(self, failure: Failure, error: BaseException, moved: bool = False):
         self.failure, self.error, self.moved = failure, error, moved
 
 
 async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> Outcome:
-    """Run ``job`` until it has a record, a failure no retry can fix, its retries are spent or
-    ``breaker`` stops the run; a job whose replica is gone moves to another live one."""
+    """Run ``job`` until a record, a final failure or ``breaker``; a gone replica's job moves to a live one."""
     pool, name = job.pool, job.name
     t0 = time.perf_counter()
     tries = retries = moves = 0
@@ -177,8 +166,7 @@ async def attempt(job: Job, policy: Policy, breaker: Breaker | None = None) -> O
 
 
 class RunState:
-    """What a running run has done: episodes running now, running when it was cancelled, and (a memory
-    sink's) finished records in completion order; an interrupted run reports from it."""
+    """What a run has done (running, stopped by a cancel, finished): an interrupted run reports from it."""
 
     def __init__(self, total: int = 0):
         self.total, self.running, self.stopped = total, 0, 0
@@ -201,12 +189,9 @@ async def run_jobs(
     policy: Policy,
     state: RunState | None = None,
 ) -> None:
-    """Every job of ``jobs`` (read as workers free up) through ``attempt``, ``concurrency`` at a
-    time, each outcome to ``sink(job, outcome)`` as it finishes (a sink that raises stops the run).
-
-    Each job's replica makes its requests with its own client. On an error or a cancel every running
-    episode's cleanup finishes before this returns; ``state`` follows the run. A tripped ``Breaker`` (at
-    most ``concurrency`` tries) ends it with ``RunStopped``."""
+    """Every job (read as workers free up) through ``attempt``, ``concurrency`` at a time, each outcome to
+    ``sink`` as it finishes (a sink that raises stops the run); on an error or a cancel every running
+    episode's cleanup finishes before this returns. A tripped ``Breaker`` ends it with ``RunStopped``."""
     counts = state if state is not None else RunState()
     source = iter(jobs)
     breaker = Breaker(min(policy.stop_after or 0, max(1, concurrency)), policy.retry_span_s)
@@ -235,17 +220,3 @@ async def run_jobs(
         if breaker.tripped:
             for job, outcome in sorted(breaker.pending.values(), key=lambda p: p[0].position):
                 sink(job, outcome)
-
-
-__all__ = [
-    "STOP_AFTER",
-    "Breaker",
-    "Job",
-    "Outcome",
-    "Policy",
-    "RunState",
-    "RunStopped",
-    "attempt",
-    "checked",
-    "run_jobs",
-]

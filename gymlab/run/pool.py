@@ -33,9 +33,8 @@ class Replica(Protocol):
 
 
 class HttpReplica:
-    """An agent or environment server at ``url``: ``POST {url}/run``. ``name`` tells replicas apart
-    (default: the URL); errors name ``server``, else the job's ``agent_ref``, and say the URL. ``client``:
-    the run's (closed by the run), else one of its own (closed by ``aclose``)."""
+    """An agent or environment server at ``url``: ``POST {url}/run``; errors name ``server``, else the job's
+    ``agent_ref``. ``client``: the run's, else one of its own (closed by ``aclose``)."""
 
     def __init__(self, url: str, name: str | None = None, *, server: str | None = None, client: Client | None = None):
         from gymlab._http.client import Client  # the server stack, imported only when a replica is made
@@ -137,8 +136,7 @@ class ReplicaPool:
         self._slot(replica).in_flight -= 1
 
     def lose(self, replica: Replica) -> bool:
-        """``replica`` is gone: out of rotation unless it is the last live one. True when another
-        live replica can take its jobs."""
+        """``replica`` is gone: out of rotation unless the last live one; True when another can take its jobs."""
         slot = self._slot(replica)
         if not any(s.live and s is not slot for s in self._slots):  # the last live one stays
             return False
@@ -169,8 +167,7 @@ class ReplicaPool:
             slot.probe_at = time.monotonic() + (self.reprobe_s or 0.0)
 
     async def aclose(self) -> None:
-        """Stop the probes in progress and close the replicas' own clients (the replicas themselves belong
-        to whoever started them)."""
+        """Stop the probes in progress and close the replicas' own clients."""
         for task in list(self._probes):
             task.cancel()
         await asyncio.gather(*self._probes, return_exceptions=True)
@@ -191,8 +188,7 @@ class ReplicaPool:
 def agent_pool(
     agent_url: str | Sequence[str] | ReplicaPool, server: str | None = None, client: Client | None = None
 ) -> ReplicaPool:
-    """The pool ``collect(agent_url=...)`` means: one URL, several URLs of the same agent, or a pool.
-    ``server``: how errors name the agent (default: each job's ``agent_ref``)."""
+    """The pool ``collect(agent_url=...)`` means: one URL, several URLs of the same agent, or a pool."""
     if isinstance(agent_url, ReplicaPool):
         return agent_url
     urls = [agent_url] if isinstance(agent_url, str) else list(agent_url)
@@ -201,6 +197,3 @@ def agent_pool(
     if len(set(urls)) != len(urls):
         raise ConfigError(f"agent_url: a URL is given twice: {', '.join(urls)}")
     return ReplicaPool([HttpReplica(url, server=server, client=client) for url in urls])
-
-
-__all__ = ["DEFAULT_REPROBE_S", "AgentReplica", "HttpReplica", "Replica", "ReplicaPool", "agent_pool"]

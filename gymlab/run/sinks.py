@@ -1,6 +1,5 @@
-"""The run engine's two sinks: ``MemorySink`` (``run_many``: records held as JSON lines) and ``JsonlSink``
-(``collect``: each record appended to its file as it finishes, then dropped); ``failure_row``, the one
-failures-file row, is derived from the one failed-record builder (``protocol.record.failed``)."""
+"""The run engine's two sinks: ``MemorySink`` (``run_many``) and ``JsonlSink`` (``collect``), and
+``failure_row``, the failures-file row (from ``protocol.record.failed``)."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ def key_of(record: dict[str, Any]) -> Key:
 
 
 def failure_row(row: dict[str, Any], failure: Failure, *, attempts: int, status: int | None = None) -> dict[str, Any]:
-    """A failures-file row: the input row with the failed record's failure fields, the server, the
-    attempts and the HTTP status (None when no answer came)."""
+    """A failures-file row: the input row with the failed record's failure fields, server, attempts and status."""
     failed = records.failed(row, failure)
     fields = ("mask_sample", "failure_kind", "failure_reason", "failure_stage")
     return {
@@ -45,9 +43,8 @@ class Builder(Protocol):
 
 
 class MemorySink(Sequence[bytes]):
-    """The engine's memory sink: each record (a failure as a masked record) with its row's identity,
-    held by position in ``held``. As a sequence: the finished records' JSON lines in the order they
-    finished (``state.finished``: what an interrupted run keeps, read from ``held``, no second copy)."""
+    """Each record (a failure as a masked record) held by position in ``held``; as a sequence, the finished
+    records' JSON lines in the order they finished (``state.finished``: what an interrupted run keeps)."""
 
     def __init__(
         self,
@@ -110,8 +107,7 @@ class Tally:
 
 
 class JsonlSink:
-    """The engine's JSONL sink: a record to the rollouts file, a failure to the failures file, each
-    appended whole as it finishes and then dropped. ``job.target.agent_ref`` names the agent."""
+    """A record to the rollouts file, a failure to the failures file, each appended as it finishes."""
 
     def __init__(self, paths: dict[str, Path], failed_before: Iterable[Key], bar: Any = None):
         self.failed_before, self.bar = set(failed_before), bar
@@ -151,6 +147,3 @@ class JsonlSink:
     def close(self) -> None:
         self.writer.close()
         self.fail_writer.close()
-
-
-__all__ = ["JsonlSink", "Key", "MemorySink", "Tally", "failure_row", "key_of"]

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from gymlab.collection.config import load_config
-from gymlab.collection.config_rows import collate_taskset, config_rows, read_rows
-from gymlab.collection.expand import iter_expand
+from gymlab.collection.config_rows import collate_taskset, config_rows, iter_expand, read_rows
 from gymlab.errors import ConfigError, DatasetError
 
 PARAMS = {"input": [{"role": "user", "content": "What is 4 squared?"}]}

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from gymlab.collection.dataset_metrics import dataset_metrics
+from gymlab.collection.readers import dataset_metrics
 
 
 def test_custom_rows_are_counted_and_response_figures_need_valid_params():

@@ -21,8 +21,7 @@ from gymlab import BaseVerifyRequest, BaseVerifyResponse, Lab
 from gymlab._sync import run_sync
 from gymlab.cli import main as cli
 from gymlab.collection import HttpReplica, ReplicaPool, collect, merge
-from gymlab.collection.files import output_paths
-from gymlab.collection.shards import in_shard, parse_shard, shard_of
+from gymlab.collection.files import in_shard, output_paths, parse_shard, shard_of
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.examples import example_rows, load_environment
 from gymlab.protocol.failure_kinds import FAILURE_KINDS
