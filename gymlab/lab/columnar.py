@@ -139,7 +139,6 @@ def _cut(buffer: bytes, starts: list[int], keys: Sequence[int] | None = None) ->
 
 
 def _derived(table: pa.Table | None) -> tuple[pa.Table, list[dict[str, Any]]] | None:
-    """``table`` and the frame's columns of each of its chunks (None for None)."""
     return None if table is None else (table, [_columns(chunk) for chunk in table["steps"].chunks])
 
 

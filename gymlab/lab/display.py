@@ -27,10 +27,6 @@ def clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _clip(text: str, n: int = 300) -> str:
-    return html.escape(clip(text, n))
-
-
 def _table(head: str, rows: list[str]) -> str:
     return f"{_STYLE}<div style='text-align:left'>{head}<table {_TABLE}>{''.join(rows)}</table></div>"
 
@@ -42,7 +38,7 @@ def _flags(step: Any) -> str:
 def _item_html(item: Any, mark: str = "") -> str:
     """One conversation item as a table row: who, what (clipped), the step's reward ``mark``."""
     who, what = item_row(item)
-    return _row(html.escape(who), _clip(what), mark)
+    return _row(html.escape(who), html.escape(clip(what, 300)), mark)
 
 
 def item_row(item: Any) -> tuple[str, str]:
@@ -107,7 +103,7 @@ def step_html(record: Any, *, observation: str | None = None) -> str:
         rows = [_item_html(item) for item in [*record.action, *record.tool_outputs]]
         head = f"<b>step {record.index}</b>: reward {record.reward:g}{_flags(record)}"
     if observation:
-        rows.append(_row("observation", _clip(observation, 600), ""))
+        rows.append(_row("observation", html.escape(clip(observation, 600)), ""))
     return _table(head, rows)
 
 

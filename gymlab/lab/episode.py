@@ -1,9 +1,5 @@
-"""Interactive episodes: step an environment by hand or by model, fork it, grade it, release it.
-
-The base of ``SeedVerifyEpisode`` and ``GymnasiumEpisode`` (``lab.episode`` picks one from the
-environment's routes). Every public ``aname`` method runs on gymlab's loop and has a sync form
-``name``; an episode closed, or dropped without closing, releases its server session exactly once.
-"""
+"""Interactive episodes (the base of ``SeedVerifyEpisode`` and ``GymnasiumEpisode``): step an environment by
+hand or by model, fork it, grade it; closed or dropped, an episode releases its server session exactly once."""
 
 from __future__ import annotations
 
@@ -20,7 +16,7 @@ from typing import Any, NamedTuple
 from gymlab._http.client import Client
 from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.errors import EpisodeError
-from gymlab.lab.display import clip
+from gymlab.lab.display import clip, episode_html, step_html, step_summary
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession, LoopState
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams, Rollout, StepRecord
 from gymlab.protocol import record as records
@@ -59,37 +55,30 @@ class Step(_Transition):
     record: StepRecord | None = None
 
     def _repr_html_(self) -> str:
-        from gymlab.lab.display import step_html
-
         return step_html(self.record, observation=self.observation)
 
     def __repr__(self) -> str:
-        from gymlab.lab.display import step_summary
-
         flags = " terminated" * self.terminated + " truncated" * self.truncated
         action = f"{step_summary(self.record)} -> " if self.record is not None else ""
         observation = f"; observation {clip(self.observation, 80)!r}" if self.observation else ""
         return f"<Step {action}reward {self.reward:g}{flags}{observation}>"
 
 
-def _on_gymlab_loop(fn):
-    """Run an async method on gymlab's loop whichever loop awaits it (a kernel's, ``asyncio.run``'s),
-    so no caller's loop ends up owning the connection pool."""
+def _add_sync_forms(cls: type) -> None:
+    """Each public coroutine method ``aname`` of ``cls`` runs on gymlab's loop whichever loop awaits it (so
+    no caller's loop owns the connection pool) and gets its sync form ``name`` (same signature and docstring)."""
+    for attr, coro_fn in list(vars(cls).items()):
+        if attr.startswith("a") and inspect.iscoroutinefunction(coro_fn):
+            setattr(cls, attr, _on_gymlab_loop(coro_fn))
+            setattr(cls, attr[1:], _sync_form(cls, attr, coro_fn))
 
+
+def _on_gymlab_loop(fn):
     @functools.wraps(fn)
     async def method(*args, **kwargs):
         return await on_background_loop(fn(*args, **kwargs))
 
     return method
-
-
-def _add_sync_forms(cls: type) -> None:
-    """Each public coroutine method ``aname`` of ``cls`` runs on gymlab's loop and gets its sync form
-    ``name`` (the same signature, the async form's docstring)."""
-    for attr, coro_fn in list(vars(cls).items()):
-        if attr.startswith("a") and inspect.iscoroutinefunction(coro_fn):
-            setattr(cls, attr, _on_gymlab_loop(coro_fn))
-            setattr(cls, attr[1:], _sync_form(cls, attr, coro_fn))
 
 
 def _sync_form(cls: type, attr: str, coro_fn: Any):
@@ -182,8 +171,7 @@ class Episode:
         return self.state.items
 
     def _make_session(self) -> _Session:
-        """The episode's session, released by ``/close``; it must not hold the episode (the finalizer
-        releases it)."""
+        """The episode's session, released by ``/close``; it must not hold the episode (the finalizer releases it)."""
         return _Session(self.client, self.env_url, "/close", server=self.env_name)
 
     # -- plumbing shared by both protocols ---------------------------------------------------
@@ -286,8 +274,6 @@ class Episode:
         raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
 
     def _repr_html_(self) -> str:
-        from gymlab.lab.display import episode_html
-
         return episode_html(self)
 
     def __repr__(self) -> str:

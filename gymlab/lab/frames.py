@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 import gc
 import os
 from collections.abc import Iterable
@@ -107,17 +106,14 @@ def _building():
         if enabled:
             gc.enable()
         pa.default_memory_pool().release_unused()
-        if (trim := _malloc_trim()) is not None:
-            trim(0)
+        if _MALLOC_TRIM is not None:
+            _MALLOC_TRIM(0)
 
 
-@functools.cache
-def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim`` (None elsewhere)."""
-    try:
-        return getattr(ctypes.CDLL(None), "malloc_trim", None)
-    except OSError:
-        return None
+try:  # glibc's malloc_trim (None elsewhere)
+    _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
+except OSError:
+    _MALLOC_TRIM = None
 
 
 @_building()

@@ -22,11 +22,8 @@ from gymlab.protocol.gymnasium import GymnasiumResetResponse, GymnasiumStepRespo
 
 
 def response_of_action(action: Any = None, call: str | None = None, arguments: Any = None) -> NeMoGymResponse | None:
-    """An action as the model response ``/step`` takes; None means "ask the model".
-
-    Accepted: assistant text, ``(name, arguments)``, ``call=``/``arguments=``, an item or a list of
-    items, a response (or its JSON).
-    """
+    """An action (assistant text, ``(name, arguments)``, ``call=``/``arguments=``, an item or a list of items,
+    a response or its JSON) as the model response ``/step`` takes; None means "ask the model"."""
     if call is not None:
         if action is not None:
             raise TypeError("give the action or call=..., not both")
@@ -55,8 +52,7 @@ def response_of_action(action: Any = None, call: str | None = None, arguments: A
 class GymnasiumEpisode(Episode):
     """A Gymnasium episode: ``reset()``, then steps (``call("hit")``, ``say("I stand")``, ``step(action)``,
     ``step()``: the model acts) until terminated or truncated, each returning a ``Step``. The history
-    grows exactly as ``gymnasium_agent``'s, so a model sees the same conversation here as in a run.
-    """
+    grows exactly as ``gymnasium_agent``'s, so a model sees the same conversation here as in a run."""
 
     protocol = "gymnasium"
     _start_name = "reset"

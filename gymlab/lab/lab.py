@@ -17,8 +17,11 @@ from gymlab._runtime.serve import LoopServer
 from gymlab._sync import background_loop, run_sync
 from gymlab._traces import Interrupted, is_user_file, logbook
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
+from gymlab.lab.gymnasium_episode import GymnasiumEpisode
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
-from gymlab.lab.runs import Rollouts, arun_many, failure_line
+from gymlab.lab.logs import LogView
+from gymlab.lab.runs import Rollouts, arun_many, report_failures
+from gymlab.lab.seed_verify import SeedVerifyEpisode
 from gymlab.run.engine import RunState
 from gymlab.server import BaseServer
 
@@ -26,13 +29,9 @@ _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
 class Lab:
-    """Servers in background threads of the current process (a kernel, a script, a test).
-
-    Serving again under a running name replaces that server on the same URL, and the handle already
-    held follows it. Calls between a Lab's servers go straight into the target's ASGI app (HTTP's
-    cookies, statuses and error bodies); ``Lab(wire=True)`` sends every call over loopback HTTP.
-    ``lab.client`` is the Lab's own: its servers' registry, handed to each server it runs.
-    """
+    """Servers in background threads of this process; serving a running name again replaces it on the same URL.
+    Calls between them go into the target's ASGI app (``wire=True``: over loopback HTTP) through ``lab.client``,
+    the Lab's own registry and client (docs/guide.md)."""
 
     def __init__(self, log_level: str = "warning", *, wire: bool = False):
         self.log_level, self.wire = log_level, wire
@@ -105,12 +104,14 @@ class Lab:
 
     def _start(self, instance: BaseServer, port: int, *, fallback: bool) -> LoopServer:
         instance.use_client(self.client)
-        registry = self.client.registry
+
+        def start(at: int) -> LoopServer:
+            args = (instance.app, instance.host, at, instance.name, self.log_level, self.wire, self.client.registry)
+            return LoopServer(*args).start()
+
         try:
             with self._book.held():  # a failed start prints its error alone (lab.logs() keeps the log)
-                return LoopServer(
-                    instance.app, instance.host, port, instance.name, self.log_level, self.wire, registry
-                ).start()
+                return start(port)
         except ServerStartError:
             if not fallback:
                 raise
@@ -119,7 +120,7 @@ class Lab:
             "serve the agents bound to it again",
             stacklevel=3,
         )
-        return LoopServer(instance.app, instance.host, 0, instance.name, self.log_level, self.wire, registry).start()
+        return start(0)
 
     def serve_model(
         self,
@@ -183,11 +184,9 @@ class Lab:
         runtime_env: dict[str, Any] | None = None,
         **config: Any,
     ):
-        """``replicas`` cells on a Ray cluster (the ``ray`` extra), each running ``env`` (built with
-        ``config``), the agent and the model as this Lab would: a ``CellPool`` for ``run_many`` and
-        ``episode``. ``model``: a policy function, ``dict(openai=...)`` options, or a model server URL
-        every node reaches. ``address``: None starts a local cluster, ``"auto"`` or ``HOST:PORT`` joins one.
-        """
+        """A ``CellPool`` of ``replicas`` Ray cells (the ``ray`` extra), each running ``env``, the agent and the model
+        (a policy, ``dict(openai=...)`` or a URL every node reaches) as this Lab would; ``address``: None starts a
+        local cluster, ``"auto"`` or ``HOST:PORT`` joins one (docs/cluster.md)."""
         from gymlab.cluster.pool import CellPool
         from gymlab.cluster.recipe import env_recipes
 
@@ -208,9 +207,6 @@ class Lab:
         """An interactive episode of ``row`` against a resources server or an agent's environment; ``model``
         (a handle or URL) answers ``model_turn``/``step()`` (an agent brings its own). A ``CellPool``
         (``serve_pool``) pins the episode to one cell: its environment and model."""
-        from gymlab.lab.gymnasium_episode import GymnasiumEpisode
-        from gymlab.lab.seed_verify import SeedVerifyEpisode
-
         if is_pool(target):
             from gymlab.cluster.bridge import pinned
 
@@ -268,13 +264,9 @@ class Lab:
         check: bool = True,
         max_retries: int = 0,
     ):
-        """Run every row ``repeats`` times ("aabbcc" order) through ``agent`` (an agent handle, or a
-        ``CellPool``: each episode in the cell with the fewest in flight); returns ``Rollouts``.
-
-        The rows are checked first (``lab.check``: a mismatch raises ``ConfigError``; ``check=False``
-        skips). Failures are summarised by kind at the end; an Interrupt or a run stopped on an error
-        (``on_error="raise"``, ``RunStopped``) keeps the finished episodes in ``lab.last_run``.
-        """
+        """Run every row ``repeats`` times ("aabbcc" order) through ``agent`` (an agent handle or a ``CellPool``),
+        the rows checked first (``check=False`` skips); returns ``Rollouts``, failures summarised in one line.
+        An Interrupt or a stopped run keeps the finished episodes in ``lab.last_run``."""
         __tracebackhide__ = True
         state, since = RunState(), time.time()
         options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
@@ -286,7 +278,7 @@ class Lab:
         except asyncio.CancelledError as exc:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise type(exc)(state.cancelled_line()) from None
-        _report_failures(result, self._book, since)
+        report_failures(result, self._book, since)
         return result
 
     async def arun_many(self, agent: AgentHandle, rows: list[dict[str, Any]], **options: Any):
@@ -297,7 +289,7 @@ class Lab:
         except asyncio.CancelledError:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise
-        _report_failures(result, self._book, since)
+        report_failures(result, self._book, since)
         return result
 
     async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
@@ -351,8 +343,6 @@ class Lab:
     def logs(self, last: int | None = 20, *, all: bool = False):
         """The errors the servers of this process logged since this lab started (the last ``last``),
         each with its full traceback; ``all=True``: every entry kept."""
-        from gymlab.lab.logs import LogView
-
         entries = [e for e in self._book.entries if all or e.time >= self._started]
         return LogView(entries[-last:] if last else entries)
 
@@ -400,10 +390,3 @@ def _protocol_of(server: Any, agent: Any) -> str:
 def _close_all() -> None:
     for lab in list(_labs):
         lab.close()
-
-
-def _report_failures(result, book, since: float) -> None:
-    """One line for a run's failures, by kind and the most common cause (nothing is printed per episode);
-    it points to ``lab.logs()`` only when ``book`` holds an error logged ``since`` the run began."""
-    if line := failure_line(result, logged=any(e.time >= since for e in list(book.entries))):
-        print(line, file=sys.stderr, flush=True)

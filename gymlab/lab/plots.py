@@ -113,7 +113,6 @@ def _failed_masked(episodes):
 
 
 def _kept(episodes):
-    """Episodes that count toward reward statistics (neither masked nor failed)."""
     failed, masked = _failed_masked(episodes)
     return episodes[~(failed | masked)]
 

@@ -8,7 +8,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from gymlab._http.client import Client, Cookies
+from gymlab._sync import run_sync
 from gymlab.errors import ServerError
+from gymlab.lab.handles import ServerHandle
+from gymlab.lab.lab import Lab
 from gymlab.protocol import FunctionCall, Rollout
 from gymlab.protocol.record import RESULT_KEYS
 
@@ -139,9 +142,6 @@ async def areverify(
     **config: Any,
 ):
     """Async form of ``reverify``."""
-    from gymlab.lab.handles import ServerHandle
-    from gymlab.lab.lab import Lab
-
     if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
         from gymlab.collection.readers import read_rollouts
 
@@ -150,8 +150,6 @@ async def areverify(
     by_task, sem = rows_by_task(rows), asyncio.Semaphore(max(1, concurrency))
 
     async def answers(client: Client, url: str, server: str) -> list[dict[str, Any] | ServerError]:
-        """The new verify answer for every record (a ``ServerError`` in its place when the server refused)."""
-
         async def one(record: Rollout):
             async with sem:
                 try:
@@ -202,10 +200,7 @@ def reverify(
     served in a background thread (real HTTP, its lifespan run) for the duration of the call, or a
     running server's handle or URL. ``rollouts``: a ``Rollouts``, a list of records or a rollouts
     JSONL path. ``rows`` (the dataset rows, or a materialized-inputs JSONL path) restores row fields
-    the stored verify answers dropped, to seed a stateful environment as it was. No model is asked.
-    """
-    from gymlab._sync import run_sync
-
+    the stored verify answers dropped, to seed a stateful environment as it was. No model is asked."""
     return run_sync(
         areverify(environment, rollouts, rows=rows, replay_tools=replay_tools, concurrency=concurrency, **config)
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 from gymlab.collection.config_rows import iter_expand
 from gymlab.collection.readers import kind_of, read_jsonl
 from gymlab.jsonl import iter_jsonl, write_bytes_atomic
+from gymlab.lab.display import rollouts_html
 from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward, mean_reward_text
 from gymlab.run.engine import Job, Policy, RunState, run_jobs
@@ -155,8 +157,6 @@ class Rollouts(Sequence):
     __hash__ = None  # mutable-looking sequence, like a list
 
     def _repr_html_(self) -> str:
-        from gymlab.lab.display import rollouts_html
-
         return rollouts_html(self)
 
     def __repr__(self) -> str:
@@ -182,6 +182,12 @@ def failure_line(run: Rollouts, *, logged: bool = False) -> str | None:
     return f"gymlab: {sum(failed.values())} of {len(run)} episodes failed ({kinds}){common}; they are masked" + (
         ", and lab.logs() has the server-side traces" if logged else ""
     )
+
+
+def report_failures(run: Rollouts, book: Any, since: float) -> None:
+    """Print ``failure_line`` to stderr; it points to ``lab.logs()`` when ``book`` logged an error ``since`` the run began."""
+    if line := failure_line(run, logged=any(e.time >= since for e in list(book.entries))):
+        print(line, file=sys.stderr, flush=True)
 
 
 def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:
@@ -217,11 +223,9 @@ async def arun_many(
     backoff_s: float = 0.5,
     observe: Callable[[Rollout], None] | None = None,
 ) -> Rollouts:
-    """Run every row ``repeats`` times through ``agent`` (an ``AgentHandle``, or a ``CellPool``'s cells),
-    ``concurrency`` at a time, on the one run engine (the agent's own client makes its requests); records in "aabbcc" order, named by
-    agent and environment. A failure is retried ``max_retries`` times (none by default: a notebook run
-    shows every failure) when its kind may pass, then masked (``on_error="raise"``: raised). ``state``
-    follows the run; ``observe(record)`` sees each record as it finishes (a live panel)."""
+    """Every row ``repeats`` times through ``agent`` on the run engine, ``concurrency`` at a time, in "aabbcc"
+    order; a failure whose kind may pass is retried ``max_retries`` times, then masked (``on_error="raise"``:
+    raised). ``state`` follows the run; ``observe(record)`` sees each record as it finishes (a live panel)."""
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
     rows = list(rows)

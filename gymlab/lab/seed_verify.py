@@ -130,7 +130,6 @@ class SeedVerifyEpisode(Episode):
         return self.rollout
 
     def _record(self) -> Rollout:
-        """The record: the verify's answer once verified."""
         return records.verified(
             self.result,
             self.state.steps,

@@ -18,8 +18,6 @@ from gymlab.protocol.derived_steps import STEPS_KEY, derived_steps, has_steps, s
 from gymlab.protocol.record import Rollout, record_json
 from gymlab.protocol.validation import describe_validation
 
-IN_MEMORY = "records"
-
 
 def _line_of(record: Any) -> bytes:
     if isinstance(record, (bytes, bytearray)):
@@ -85,7 +83,7 @@ class RecordStore:
 
     def where(self, i: int) -> tuple[str, int]:
         """(file, line number) of record ``i`` (``records``, position + 1 for records built in memory)."""
-        return (self.source or IN_MEMORY, self.numbers[i] if self.numbers is not None else i + 1)
+        return (self.source or "records", self.numbers[i] if self.numbers is not None else i + 1)
 
     def error(self, i: int, cause: str) -> DatasetError:
         return DatasetError(*self.where(i), cause)

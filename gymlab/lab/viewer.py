@@ -199,8 +199,7 @@ class EpisodeViewer(w.VBox):
     """An episode step by step (a ``Rollout``, a rollout dict or a live episode), or a run (``Rollouts`` or
     a list of records) whose episodes a bar above filters and picks. ``.load(source)`` shows another;
     ``.filter(reward=1.0, task=0, failure="timeout")`` sets the filters; ``.step`` is the shown step (from
-    0, as a ``StepRecord.index`` and the steps frame count), ``.index`` the shown episode's place in the run.
-    """
+    0, as a ``StepRecord.index`` and the steps frame count), ``.index`` the shown episode's place in the run."""
 
     def __init__(self, source: Any = None, step: int | None = None, **kwargs: Any):
         self.prev = w.Button(description="◀ prev", layout=w.Layout(width="80px"))
@@ -225,6 +224,7 @@ class EpisodeViewer(w.VBox):
             layout=w.Layout(display="none"),
         )
         self.run_bar.add_class("gl-run")
+        self._filters = (self.reward_filter, self.task_filter, self.failure_filter)
         add_classes(
             self,
             "gl-viewer",
@@ -234,7 +234,7 @@ class EpisodeViewer(w.VBox):
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(+1))
         self.slider.observe(lambda change: self._render(), names="value")
-        for dropdown in (self.reward_filter, self.task_filter, self.failure_filter):
+        for dropdown in self._filters:
             dropdown.observe(lambda change: self._refilter(), names="value")
         self.episode.observe(lambda change: self._pick(), names="value")
         self.prev_episode.on_click(lambda _: self._move_episode(-1))
@@ -259,7 +259,7 @@ class EpisodeViewer(w.VBox):
             self._quiet = True
             try:
                 options = (self._run.reward_options(), self._run.task_options(), self._run.failure_options())
-                for dropdown, offered in zip((self.reward_filter, self.task_filter, self.failure_filter), options):
+                for dropdown, offered in zip(self._filters, options):
                     dropdown.options, dropdown.value = offered, ANY
             finally:
                 self._quiet = False
@@ -275,9 +275,7 @@ class EpisodeViewer(w.VBox):
             reward = ("=", float(reward))
         self._quiet = True
         try:
-            for dropdown, value in zip(
-                (self.reward_filter, self.task_filter, self.failure_filter), (reward, task, failure)
-            ):
+            for dropdown, value in zip(self._filters, (reward, task, failure)):
                 offered = [v for _, v in dropdown.options]
                 if value not in offered:
                     raise ValueError(

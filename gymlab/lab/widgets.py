@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import json
-import sys
 import threading
 import time
 from collections import Counter
@@ -14,9 +13,12 @@ from typing import Any
 
 import ipywidgets as w
 
+from gymlab._sync import run_sync
+from gymlab._traces import logbook
 from gymlab.errors import GymlabError
+from gymlab.lab.runs import arun_many, report_failures
 from gymlab.lab.viewer import EpisodeViewer, add_classes
-from gymlab.protocol import NeMoGymResponse, Rollout, function_call
+from gymlab.protocol import Rollout
 from gymlab.protocol.record import failure_counts
 from gymlab.resources.tools import example_arguments
 
@@ -57,11 +59,8 @@ class Stepper(w.VBox):
     def _start(self) -> str:
         if self.episode.done or self.episode._session.open:
             return ""
-        if self._gymnasium:
-            self.episode.reset()
-            return "reset"
-        self.episode.seed()
-        return "seeded"
+        getattr(self.episode, self.episode._start_name)()  # seed, or a Gymnasium episode's reset
+        return "reset" if self._gymnasium else "seeded"
 
     @property
     def _gymnasium(self) -> bool:
@@ -76,17 +75,11 @@ class Stepper(w.VBox):
                 raise GymlabError(f"arguments are not JSON: {exc}") from None
             if not isinstance(args, dict):
                 raise GymlabError(f"arguments must be a JSON object, got {self.arguments.value!r}")
-            if self._gymnasium:
-                self.episode.step(NeMoGymResponse(model="by hand", output=[function_call(name, args)]))
-            else:
-                self.episode.call(name, **args)
+            self.episode.call(name, **args)  # a Gymnasium episode's call and say are steps
             return f"called {name}"
         if not self.text.value:
             raise GymlabError("write a message, or pick a tool as the action")
-        if self._gymnasium:
-            self.episode.step(self.text.value)
-        else:
-            self.episode.say(self.text.value)
+        self.episode.say(self.text.value)
         return "said it"
 
     def _model_step(self) -> str:
@@ -232,9 +225,6 @@ class LivePanel(w.VBox):
     ):
         """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes; the end prints
         one line naming the most common cause of failure."""
-        from gymlab._traces import logbook
-        from gymlab.lab.runs import arun_many, failure_line
-
         self.total, since = len(rows) * repeats, time.time()
         try:
             with logbook().quiet():
@@ -243,12 +233,9 @@ class LivePanel(w.VBox):
                 )
         finally:
             self.finish()
-        if line := failure_line(run, logged=any(e.time >= since for e in list(logbook().entries))):
-            print(line, file=sys.stderr, flush=True)
+        report_failures(run, logbook(), since)
         return run
 
     def run(self, agent: Any, rows: list[dict[str, Any]], **options: Any):
         """Sync form of ``arun`` (the same keywords); returns the ``Rollouts``."""
-        from gymlab._sync import run_sync
-
         return run_sync(self.arun(agent, rows, **options))
