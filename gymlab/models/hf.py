@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from gymlab.errors import ConversionError, GymlabError, error_body
 from gymlab.models.chat_convert import chat_messages, chat_tools
 from gymlab.models.hf_batch import Batcher, Closed, CountArrivals, QueueFull, Row, generate_rows
 from gymlab.models.streaming import serve_responses
-from gymlab.models.tool_parsers import ToolParser, tool_parser
+from gymlab.models.tool_parsers import ToolParser, loads, tool_parser
 from gymlab.protocol import (
     NeMoGymResponse,
     ResponseCreateParams,
@@ -253,22 +252,16 @@ def _context_of(model: Any, tokenizer: Any) -> int:
 
 
 def _template_messages(messages: list[dict]) -> list[dict]:
-    """Chat messages as templates take them: no None content, tool-call arguments as objects (``tojson``)."""
+    """Chat messages as templates take them: no None content, JSON-object tool-call arguments as dicts (``tojson``)."""
     out = []
     for message in messages:
         message = {**message, "content": "" if message.get("content") is None else message["content"]}
         if calls := message.get("tool_calls"):
-            message["tool_calls"] = [
-                {**c, "function": {**c["function"], "arguments": _object(c["function"]["arguments"])}} for c in calls
-            ]
+            message["tool_calls"] = [{**c, "function": {**c["function"], "arguments": _object(c)}} for c in calls]
         out.append(message)
     return out
 
 
-def _object(arguments: str) -> Any:
-    """JSON-object arguments as a dict; anything else as it came."""
-    try:
-        value = json.loads(arguments)
-    except (ValueError, RecursionError):
-        return arguments
-    return value if isinstance(value, dict) else arguments
+def _object(call: dict) -> Any:
+    arguments = call["function"]["arguments"]
+    return value if isinstance(value := loads(arguments), dict) else arguments
