@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response
 
 from gymlab.jsonl import dumps
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
@@ -36,15 +36,10 @@ def unstreamed(body: StreamableParams) -> ResponseCreateParams:
     return ResponseCreateParams.model_validate(body.model_dump(mode="json", exclude_unset=True, exclude={"stream"}))
 
 
-def streamed(response: NeMoGymResponse) -> StreamingResponse:
-    """``response`` as a ``text/event-stream`` of Responses events."""
-    lines = [f"event: {event['type']}\ndata: ".encode() + dumps(event) + b"\n\n" for event in response_events(response)]
-
-    async def body() -> AsyncIterator[bytes]:
-        for line in lines:
-            yield line
-
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+def streamed(response: NeMoGymResponse) -> Response:
+    """``response`` as a ``text/event-stream`` of Responses events (whole: it is generated before it is told)."""
+    events = b"".join(f"event: {e['type']}\ndata: ".encode() + dumps(e) + b"\n\n" for e in response_events(response))
+    return Response(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 def response_events(response: NeMoGymResponse) -> Iterator[dict[str, Any]]:
