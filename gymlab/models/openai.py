@@ -20,7 +20,6 @@ from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.errors import (
     ConfigError,
     ConversionError,
-    GymlabError,
     TransportAnswerTooLarge,
     TransportError,
     TransportTimeout,
@@ -129,17 +128,14 @@ class OpenAIModel(BaseServer):
 
     async def call_upstream(self, path: str, payload: dict) -> Any:
         """POST ``payload`` to ``base_url + path`` with the retries; the parsed JSON answer."""
-        url = self.base_url + path
-        key = self._key()
-        headers = {"Content-Type": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        url, key = self.base_url + path, self._key()
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         data = json.dumps(payload).encode()
-        attempts, tries = self.max_retries + 1, 0
+        attempts, tries, retry_after = self.max_retries + 1, 0, None
 
         async def once() -> Any:
-            nonlocal tries
-            tries += 1
+            nonlocal tries, retry_after
+            tries, retry_after = tries + 1, None
             try:
                 reply = await self.client.request(
                     "POST",
@@ -155,42 +151,34 @@ class OpenAIModel(BaseServer):
                 hint = "the endpoint's answer is endless or runaway; see its logs"
                 raise UpstreamError(url, 0, exc.cause, hint, tries, failure_kind="response_too_large") from None
             except TransportTimeout:
-                hint = f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load"
-                final = UpstreamError(
-                    url, 0, f"no answer within timeout_s={self.timeout_s:g} s", hint, attempts, status=504
-                )
-                raise _Again(f"timed out after {self.timeout_s:g} s", final) from None
+                hint = f"after {tries} attempt(s); raise timeout_s or check the endpoint's load"
+                cause = f"no answer within timeout_s={self.timeout_s:g} s"
+                raise UpstreamError(url, 0, cause, hint, tries, status=504) from None
             except TransportError as exc:
-                cause = scrub(exc.cause, key)
-                hint = f"after {attempts} attempt(s); is it running, and is base_url right?"
-                raise _Again(
-                    cause, UpstreamError(url, 0, f"cannot reach the endpoint: {cause}", hint, attempts)
+                hint = f"after {tries} attempt(s); is it running, and is base_url right?"
+                raise UpstreamError(
+                    url, 0, f"cannot reach the endpoint: {scrub(exc.cause, key)}", hint, tries
                 ) from None
             status, retry_after, text = reply.status, _retry_after(reply), scrub(reply.text, key)
-            if 200 <= status < 300:
-                try:
-                    return json.loads(text)
-                except ValueError:
-                    hint = "is base_url the endpoint's API root (ending in /v1)?"
-                    raise UpstreamError(url, status, f"the answer is not JSON: {text[:300]!r}", hint, tries) from None
-            if not (status == 429 or status >= 500):
+            if not 200 <= status < 300:
                 raise self._failure(url, status, text, tries)
-            why = f"HTTP {status}: {error_message(text)[:200]}"
-            raise _Again(why, self._failure(url, status, text, tries), retry_after)
+            try:
+                return json.loads(text)
+            except ValueError:
+                hint = "is base_url the endpoint's API root (ending in /v1)?"
+                raise UpstreamError(url, status, f"the answer is not JSON: {text[:300]!r}", hint, tries) from None
 
         def again(exc: Exception, n: int) -> float | None:
-            if not isinstance(exc, _Again) or n >= attempts:
+            """Another try after a transport failure, a 429 or a 5xx (not a cut answer), while attempts are left."""
+            if not isinstance(exc, UpstreamError) or exc.failure_kind or n >= attempts:
                 return None
-            delay = self._delay(n - 1, exc.retry_after)
-            log.warning(
-                "%s: upstream %s %s (attempt %d of %d); retrying in %.2f s", self.name, url, exc.why, n, attempts, delay
-            )
+            if 0 < exc.upstream_status < 500 and exc.upstream_status != 429:
+                return None
+            delay = self._delay(n - 1, retry_after)
+            log.warning("%s: upstream %s (attempt %d of %d); retrying in %.2f s", self.name, exc, n, attempts, delay)
             return delay
 
-        try:
-            return await retrying(once, again)
-        except _Again as exc:
-            raise exc.final from None
+        return await retrying(once, again)
 
     def _failure(self, url: str, status: int, text: str, attempts: int) -> UpstreamError:
         message = _upstream_message(text)
@@ -238,13 +226,6 @@ class OpenAIModel(BaseServer):
         route = f"{request.method} {request.url.path}"
         message = f"the request cannot be sent to {self.base_url}/chat/completions: {exc}"
         return JSONResponse(error_body(self.name, route, message), status_code=400)
-
-
-class _Again(GymlabError):
-    """One upstream try that may pass if sent again: ``why`` (logged), the ``final`` error, the Retry-After."""
-
-    def __init__(self, why: str, final: UpstreamError, retry_after: str | None = None):
-        self.why, self.final, self.retry_after = why, final, retry_after
 
 
 def _retry_after(reply: Reply) -> str | None:
