@@ -42,18 +42,22 @@ def _words(items: list[Any]) -> int:
     return n
 
 
+def to_response(answer: Any) -> NeMoGymResponse:
+    """A response, its dict, a list of output items or a string (an assistant message) as a response."""
+    if isinstance(answer, NeMoGymResponse):
+        return answer
+    if isinstance(answer, dict):
+        return NeMoGymResponse.model_validate(answer)
+    if isinstance(answer, str):
+        return NeMoGymResponse(output=[assistant_message(answer)])
+    if isinstance(answer, (list, tuple)):
+        return NeMoGymResponse(output=list(answer))
+    raise TypeError(f"a policy must return a response, a list of items or a string, not {type(answer).__name__}")
+
+
 def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGymResponse:
     """A policy's answer as a full response, with a word-count usage when it gave none."""
-    if isinstance(answer, NeMoGymResponse):
-        response = answer
-    elif isinstance(answer, dict):
-        response = NeMoGymResponse.model_validate(answer)
-    elif isinstance(answer, str):
-        response = NeMoGymResponse(output=[assistant_message(answer)])
-    elif isinstance(answer, (list, tuple)):
-        response = NeMoGymResponse(output=list(answer))
-    else:
-        raise TypeError(f"a policy must return a response, a list of items or a string, not {type(answer).__name__}")
+    response = to_response(answer)
     update: dict[str, Any] = {}
     if not response.model:
         update["model"] = params.model or model
@@ -64,11 +68,12 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
     return response.model_copy(update=update) if update else response
 
 
-class _DaemonThreads:
-    """At most ``size`` daemon threads for a sync policy's calls: a call that never returns never blocks exit."""
+class DaemonThreads:
+    """At most ``size`` daemon threads for blocking calls: a call that never returns never blocks exit."""
 
     def __init__(self, size: int, name: str) -> None:
-        self.size, self.name, self.threads = size, name, 0
+        self.size, self.name = size, name
+        self.threads: list[threading.Thread] = []
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.idle = threading.Semaphore(0)
 
@@ -77,9 +82,11 @@ class _DaemonThreads:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.jobs.put((loop, future, fn))
-        if not self.idle.acquire(blocking=False) and self.threads < self.size:
-            self.threads += 1
-            threading.Thread(target=self._work, name=f"{self.name}_{self.threads}", daemon=True).start()
+        if not self.idle.acquire(blocking=False) and len(self.threads) < self.size:
+            self.threads.append(
+                threading.Thread(target=self._work, name=f"{self.name}_{len(self.threads)}", daemon=True)
+            )
+            self.threads[-1].start()
         return future
 
     def shutdown(self) -> None:
@@ -87,8 +94,14 @@ class _DaemonThreads:
         with contextlib.suppress(queue.Empty):
             while True:
                 self.jobs.get_nowait()
-        for _ in range(self.threads):
+        for _ in self.threads:
             self.jobs.put(None)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for each thread to end (after ``shutdown``); whether all have."""
+        for thread in self.threads:
+            thread.join(timeout)
+        return not any(thread.is_alive() for thread in self.threads)
 
     def _work(self) -> None:
         while (job := self.jobs.get()) is not None:
@@ -115,7 +128,7 @@ class _Calls:
 
     def __init__(self) -> None:
         self.inline = False
-        self.pool: _DaemonThreads | None = None
+        self.pool: DaemonThreads | None = None
         self.recent: deque = deque(maxlen=16)
         self._async_of: tuple[Any, bool] | None = None
 
@@ -170,7 +183,7 @@ class PolicyModel(BaseServer):
                     calls.inline = False
                     calls.recent.clear()
         if calls.pool is None:
-            calls.pool = _DaemonThreads(self.policy_threads, f"gymlab-{self.name}")
+            calls.pool = DaemonThreads(self.policy_threads, f"gymlab-{self.name}")
 
         def timed() -> tuple[Any, float]:
             t0 = time.perf_counter()
