@@ -9,8 +9,7 @@ import os
 import re
 from typing import Any, Literal
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from pydantic import Field
 from starlette.middleware import Middleware
 
@@ -24,12 +23,10 @@ from gymlab.errors import (
     TransportError,
     TransportTimeout,
     UpstreamError,
-    error_body,
 )
 from gymlab.models.chat_convert import chat_request, response_from_chat
-from gymlab.models.streaming import serve_responses
+from gymlab.models.streaming import Refused, serve_responses
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
-from gymlab.protocol.failure_kinds import Failure
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.models.openai")
@@ -77,9 +74,7 @@ class OpenAIModel(BaseServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.add_exception_handler(UpstreamError, self._upstream_error)
-        app.add_exception_handler(ConversionError, self._conversion_error)
-        serve_responses(app, self.respond)
+        serve_responses(app, self.respond, self.name)
         return app
 
     def middleware_parts(self) -> list[Middleware]:
@@ -87,6 +82,20 @@ class OpenAIModel(BaseServer):
         return [*super().middleware_parts(), Middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))]
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
+        try:
+            return await self._respond(body)
+        except ConversionError as exc:  # the request has no Chat Completions form
+            raise Refused(400, f"the request cannot be sent to {self.base_url}/chat/completions: {exc}") from None
+        except UpstreamError as exc:
+            message = f"upstream POST {exc.url} " + (
+                f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
+            )
+            message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
+            upstream = {"url": exc.url, "status": exc.upstream_status, "message": exc.cause}
+            attempts, kind = exc.attempts, exc.failure_kind
+            raise Refused(exc.answer_status, message, exc.hint, kind, upstream=upstream, attempts=attempts) from None
+
+    async def _respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         if self.mode == "chat_completions":
             payload = chat_request(body, self.model, self.extra_body)
             answer = await self.call_upstream("/chat/completions", payload)
@@ -206,26 +215,6 @@ class OpenAIModel(BaseServer):
             hint = "the endpoint refused the request as sent"
         answer = status if status in _PASS_THROUGH else 502
         return UpstreamError(url, status, message, hint, attempts, status=answer)
-
-    async def _upstream_error(self, request: Request, exc: UpstreamError) -> JSONResponse:
-        route = f"{request.method} {request.url.path}"
-        message = f"upstream POST {exc.url} " + (
-            f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
-        )
-        message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
-        upstream = {"url": exc.url, "status": exc.upstream_status, "message": exc.cause}
-        kind = exc.failure_kind
-        failure = Failure(kind=kind, server=self.name, status=exc.answer_status, message=message) if kind else None
-        body = error_body(
-            self.name, route, message, hint=exc.hint, failure=failure, upstream=upstream, attempts=exc.attempts
-        )
-        log.error("%s", body["detail"])
-        return JSONResponse(body, status_code=exc.answer_status)
-
-    async def _conversion_error(self, request: Request, exc: ConversionError) -> JSONResponse:
-        route = f"{request.method} {request.url.path}"
-        message = f"the request cannot be sent to {self.base_url}/chat/completions: {exc}"
-        return JSONResponse(error_body(self.name, route, message), status_code=400)
 
 
 def _retry_after(reply: Reply) -> str | None:

@@ -151,7 +151,7 @@ class PolicyModel(BaseServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        serve_responses(app, self.respond)
+        serve_responses(app, self.respond, self.name)
         return app
 
     def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
