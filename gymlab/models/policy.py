@@ -10,6 +10,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
@@ -121,23 +122,14 @@ def _settle(future: asyncio.Future, outcome: Any, ok: bool) -> None:
         future.set_result(outcome) if ok else future.set_exception(outcome)
 
 
+@dataclass(slots=True)
 class _Calls:
-    """How a server calls its policy: on the loop (``inline``) or in ``pool``; whether it is async, asked once."""
+    """How a server calls its policy: awaited (``is_async``), else on the loop (``inline``) or in ``pool``."""
 
-    __slots__ = ("inline", "pool", "recent", "_async_of")
-
-    def __init__(self) -> None:
-        self.inline = False
-        self.pool: DaemonThreads | None = None
-        self.recent: deque = deque(maxlen=16)
-        self._async_of: tuple[Any, bool] | None = None
-
-    def is_async(self, policy: Policy) -> bool:
-        known = self._async_of
-        if known is None or known[0] is not policy:
-            is_async = inspect.iscoroutinefunction(policy) or inspect.iscoroutinefunction(type(policy).__call__)
-            known = self._async_of = (policy, is_async)
-        return known[1]
+    is_async: bool = False
+    inline: bool = False
+    pool: DaemonThreads | None = None
+    recent: deque = field(default_factory=lambda: deque(maxlen=16))
 
 
 class PolicyModel(BaseServer):
@@ -151,6 +143,8 @@ class PolicyModel(BaseServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
+        policy = self.policy
+        self._calls.is_async = inspect.iscoroutinefunction(policy) or inspect.iscoroutinefunction(type(policy).__call__)
         serve_responses(app, self.respond, self.name)
         return app
 
@@ -165,7 +159,7 @@ class PolicyModel(BaseServer):
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         calls, policy = self._calls, self.policy  # one private read a request: pydantic's are slow
-        if calls.is_async(policy):
+        if calls.is_async:
             answer = await policy(body)
         else:
             answer = await self._call_sync(calls, policy, body)
