@@ -222,8 +222,7 @@ class SingleAgentTurn(BaseAgent):
             cookies=handles.cookies(),
             release_body=_close_body(handles.resources_session_id, handles.episode_id),
         )
-        session.opened()
-        await session.release(self.timeouts.cleanup)
+        await session.send_release(self.timeouts.cleanup)
 
 
 def _close_body(sid: str, episode_id: EpisodeId) -> dict[str, Any]:
