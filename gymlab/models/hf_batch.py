@@ -57,7 +57,7 @@ class Batcher:
 
     def __init__(
         self,
-        generate: Callable[[list[Row], threading.Event, Callable[[Row], None]], None],
+        generate: Callable[[list[Row], threading.Event, Callable[[Row], object]], None],
         *,
         window_s: float,
         max_batch: int,
@@ -138,9 +138,8 @@ class Batcher:
                 continue
             self.batches += 1
             self.batch_sizes = [*self.batch_sizes[-999:], len(live)]
-            answer = functools.partial(loop.call_soon_threadsafe, self._answer)
             try:
-                await self._worker.run(functools.partial(self._generate, live, answer))
+                await self._worker.run(functools.partial(self._generate, live, loop))
             except BaseException as exc:  # every caller of the batch still waiting gets the failure, or Closed
                 failure = exc if isinstance(exc, Exception) else Closed("the model server closed")
                 for row in live:
@@ -168,13 +167,13 @@ class Batcher:
                 row.future.set_exception(Closed("the model server closed"))
         self._worker.shutdown()
 
-    def _generate(self, rows: list[Row], answer: Callable[[Row], None]) -> None:
+    def _generate(self, rows: list[Row], loop: asyncio.AbstractEventLoop) -> None:
         """One batch, on the worker thread (a daemon: a generation in flight never holds the process open)."""
         if self.threads:
             import torch
 
             torch.set_num_threads(self.threads)  # OpenMP's setting is per thread: this thread's alone
-        self.generate(rows, self.stop, answer)
+        self.generate(rows, self.stop, lambda row: loop.call_soon_threadsafe(self._answer, row))
 
     def join(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the worker thread to end (after ``close``); whether it has."""
@@ -224,7 +223,7 @@ def _stop_all() -> None:
 
 
 def generate_rows(
-    model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event, done: Callable[[Row], None]
+    model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event, done: Callable[[Row], object]
 ) -> None:
     """Generate ``rows`` (worker thread): one ``generate`` per sampling setting; ``done(row)`` once a row stops."""
     groups: dict[tuple, list[Row]] = {}

@@ -125,22 +125,13 @@ class OpenAIModel(BaseServer):
     def _key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after is not None:
-            try:
-                asked = float(retry_after)
-            except ValueError:
-                asked = None
-            if asked is not None and 0 <= asked <= self.max_retry_after_s:
-                return asked
-        return backoff_delay(self.backoff, attempt + 1, cap_s=float("inf"))
-
     async def call_upstream(self, path: str, payload: dict) -> Any:
         """POST ``payload`` to ``base_url + path`` with the retries; the parsed JSON answer."""
         url, key = self.base_url + path, self._key()
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         data = json.dumps(payload).encode()
-        attempts, tries, retry_after = self.max_retries + 1, 0, None
+        attempts, tries = self.max_retries + 1, 0
+        retry_after: float | None = None
 
         async def once() -> Any:
             nonlocal tries, retry_after
@@ -183,7 +174,8 @@ class OpenAIModel(BaseServer):
                 return None
             if 0 < exc.upstream_status < 500 and exc.upstream_status != 429:
                 return None
-            delay = self._delay(n - 1, retry_after)
+            asked = retry_after is not None and 0 <= retry_after <= self.max_retry_after_s
+            delay = retry_after if asked else backoff_delay(self.backoff, n, cap_s=float("inf"))
             log.warning("%s: upstream %s (attempt %d of %d); retrying in %.2f s", self.name, exc, n, attempts, delay)
             return delay
 
@@ -217,11 +209,13 @@ class OpenAIModel(BaseServer):
         return UpstreamError(url, status, message, hint, attempts, status=answer)
 
 
-def _retry_after(reply: Reply) -> str | None:
-    if (ms := reply.header("retry-after-ms")) is not None:
-        with contextlib.suppress(ValueError):
-            return str(float(ms) / 1000)
-    return reply.header("retry-after")
+def _retry_after(reply: Reply) -> float | None:
+    """The wait the upstream asked for, in seconds (``retry-after-ms`` first), or None."""
+    for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
+        if (value := reply.header(name)) is not None:
+            with contextlib.suppress(ValueError):
+                return float(value) / scale
+    return None
 
 
 def _upstream_message(text: str) -> str:
