@@ -68,7 +68,7 @@ class LoopState:
     last: NeMoGymResponse | None = None
     stop_reason: str | None = None
     max_tool_calls_per_turn: int | None = DEFAULT_MAX_TOOL_CALLS_PER_TURN
-    _wire: tuple[Any, dict, list] | None = field(default=None, repr=False, compare=False)
+    _wire: tuple[Any, dict] | None = field(default=None, repr=False, compare=False)
 
     @property
     def items(self) -> list[Any]:
@@ -81,9 +81,9 @@ class LoopState:
             base["input"] = [dump_item(i) for i in self.params.input_items()]
             if self.params.tools:
                 base["tools"] = [dump_item(t) for t in self.params.tools]
-            self._wire = (self.params, base, base["input"])
-        _, base, authored = self._wire
-        return {**base, "input": authored + [dump_item(i) for i in self.added]}
+            self._wire = (self.params, base)
+        base = self._wire[1]
+        return {**base, "input": base["input"] + [dump_item(i) for i in self.added]}
 
     def tool_call_allowance(self) -> int | None:
         """How many function calls the next model answer may have run (None: no bound)."""

@@ -18,9 +18,10 @@ from starlette.middleware import Middleware
 from gymlab._http.client import Cookies
 from gymlab._http.retry import retried, retrying
 from gymlab._runtime.app import on_stop
+from gymlab._runtime.bodies import error_response
 from gymlab._runtime.episodes import EpisodeSessions
 from gymlab._runtime.hangup import CancelOnHangup
-from gymlab.errors import EpisodeFailed, ServerError, TransportError, error_body
+from gymlab.errors import EpisodeFailed, ServerError, TransportError
 from gymlab.failures import Role, failure_of
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
 from gymlab.protocol import NeMoGymResponse
@@ -371,9 +372,8 @@ class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
 
 
 async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:
-    route = f"{request.method} {request.url.path}"
-    body = error_body(exc.server, route, exc.cause, error="EpisodeFailed", hint=exc.hint or None, failure=exc.failure)
-    return JSONResponse(body, status_code=502)
+    fields = {"error": "EpisodeFailed", "hint": exc.hint or None, "failure": exc.failure}
+    return error_response(exc.server, request.scope, 502, exc.cause, **fields)
 
 
 def record_response(record: Rollout) -> Response:
