@@ -22,6 +22,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from gymlab._http.client import Client, Cookies
 from gymlab._sync import run_sync
 from gymlab.errors import ServerError
+from gymlab.models.policy import to_response
 from gymlab.protocol import (
     RESERVED_INFO_KEYS,
     FunctionCall,
@@ -30,7 +31,6 @@ from gymlab.protocol import (
     GymnasiumStepRequest,
     GymnasiumStepResponse,
     NeMoGymResponse,
-    assistant_message,
 )
 from gymlab.resources.gymnasium import GymnasiumServer
 
@@ -94,20 +94,13 @@ class SessionEnv(gymnasium.Env, abc.ABC):
 
     def action_response(self, action: Any) -> NeMoGymResponse:
         """The model response a Gymnasium action stands for."""
-        if isinstance(action, NeMoGymResponse):
-            return action
-        if isinstance(action, dict):
-            return NeMoGymResponse.model_validate(action)
-        if isinstance(action, (list, tuple)):
-            return NeMoGymResponse(output=list(action))
-        if not isinstance(action, str):
-            return NeMoGymResponse(output=[action])
-        if self.action_mode == "text":
-            return NeMoGymResponse(output=[assistant_message(action)])
-        name, _, arguments = action.strip().partition(" ")
-        call_id = f"call_{self._steps}"  # from the step index: stepping stays deterministic (check_step_determinism)
-        call = FunctionCall(name=name, arguments=arguments.strip() or "{}", call_id=call_id, status="completed")
-        return NeMoGymResponse(output=[call])
+        if isinstance(action, str) and self.action_mode == "function_call":
+            name, _, arguments = action.strip().partition(" ")
+            call_id = (
+                f"call_{self._steps}"  # from the step index: stepping stays deterministic (check_step_determinism)
+            )
+            action = [FunctionCall(name=name, arguments=arguments.strip() or "{}", call_id=call_id, status="completed")]
+        return to_response(action if isinstance(action, (NeMoGymResponse, dict, list, tuple, str)) else [action])
 
     def _observation(self, observation: str | None) -> str:
         text = observation or ""

@@ -8,7 +8,7 @@ import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -68,7 +68,7 @@ class LoopState:
     last: NeMoGymResponse | None = None
     stop_reason: str | None = None
     max_tool_calls_per_turn: int | None = DEFAULT_MAX_TOOL_CALLS_PER_TURN
-    _wire: tuple[Any, dict, list] | None = field(default=None, repr=False, compare=False)
+    _wire: tuple[Any, dict] | None = field(default=None, repr=False, compare=False)
 
     @property
     def items(self) -> list[Any]:
@@ -81,9 +81,9 @@ class LoopState:
             base["input"] = [dump_item(i) for i in self.params.input_items()]
             if self.params.tools:
                 base["tools"] = [dump_item(t) for t in self.params.tools]
-            self._wire = (self.params, base, base["input"])
-        _, base, authored = self._wire
-        return {**base, "input": authored + [dump_item(i) for i in self.added]}
+            self._wire = (self.params, base)
+        base = self._wire[1]
+        return {**base, "input": base["input"] + [dump_item(i) for i in self.added]}
 
     def tool_call_allowance(self) -> int | None:
         """How many function calls the next model answer may have run (None: no bound)."""
@@ -162,15 +162,10 @@ async def model_turn(
 
 
 async def run_loop(
-    params: ResponseCreateParams,
-    call_model: ModelCall,
-    call_tool: ToolCall | None,
-    max_steps: int | None = DEFAULT_MAX_STEPS,
-    state: LoopState | None = None,
+    state: LoopState, call_model: ModelCall, call_tool: ToolCall | None, max_steps: int | None = DEFAULT_MAX_STEPS
 ) -> LoopState:
     """Model turns until a stop rule fires or after ``max_steps`` calls (None: no limit); a model server
     refusing a later turn 413 ends the episode graded, truncated (``conversation_too_large``)."""
-    state = state or LoopState(params)
     while True:
         if max_steps is not None and len(state.steps) >= max_steps:
             state.stop_reason = "max_steps"
@@ -187,21 +182,6 @@ async def run_loop(
             return state
 
 
-def tool_outputs(step: Any) -> list[FunctionCallOutput]:
-    """A step's ``info["tool_outputs"]`` as function_call_output items; a malformed entry is an error."""
-    raw = step.info.get("tool_outputs") or []
-    try:
-        return [FunctionCallOutput.model_validate({**o, "type": "function_call_output"}) for o in raw]
-    except (ValidationError, TypeError) as exc:
-        raise ServerError(
-            "resources server",
-            "POST /step",
-            200,
-            f"info.tool_outputs must be a list of {{call_id, output}} "
-            f"objects (use tool_output(call, result)), got {raw!r:.300}",
-        ) from exc
-
-
 def with_user_message(params: ResponseCreateParams, observation: str | None) -> ResponseCreateParams:
     """``params`` with ``observation`` appended to its input as a user message (unchanged when empty)."""
     if not observation:
@@ -211,7 +191,17 @@ def with_user_message(params: ResponseCreateParams, observation: str | None) -> 
 
 def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: Any, duration_s: float) -> StepRecord:
     """Record the ``/step`` reply ``answer`` in ``state``: the step, and if it goes on, its tool outputs and observation."""
-    outputs = tool_outputs(answer)
+    raw = answer.info.get("tool_outputs") or []
+    try:
+        outputs = [FunctionCallOutput.model_validate({**o, "type": "function_call_output"}) for o in raw]
+    except (ValidationError, TypeError) as exc:
+        raise ServerError(
+            "resources server",
+            "POST /step",
+            200,
+            f"info.tool_outputs must be a list of {{call_id, output}} "
+            f"objects (use tool_output(call, result)), got {raw!r:.300}",
+        ) from exc
     record = StepRecord(
         index=len(state.steps),
         action=list(response.output),
@@ -233,27 +223,23 @@ def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: An
     return record
 
 
+@dataclass(eq=False, slots=True)
 class EpisodeSession:
     """The environment session one episode holds, released once: from the request that may open it (a lost
     reply may have taken effect) until ``ended()`` or ``release()``; ``take()`` is true once (thread-safe)."""
 
-    __slots__ = ("client", "url", "server", "cookies", "release_path", "release_body", "open", "_lock")
+    client: Client
+    url: str
+    release_path: str
+    _: KW_ONLY
+    server: str = ""
+    cookies: Cookies = field(default_factory=Cookies)
+    release_body: dict | Callable[[], dict] | None = None
+    open: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def __init__(
-        self,
-        client: Client,
-        url: str,
-        release_path: str,
-        *,
-        server: str = "",
-        cookies: Cookies | None = None,
-        release_body: dict | Callable[[], dict] | None = None,
-    ):
-        self.client, self.url, self.server, self.release_path = client, url, server or url, release_path
-        self.cookies = cookies if cookies is not None else Cookies()
-        self.release_body = release_body
-        self.open = False
-        self._lock = threading.Lock()
+    def __post_init__(self) -> None:
+        self.server = self.server or self.url
 
     def opened(self) -> None:
         """The episode now holds the session (or may: its seed went out)."""

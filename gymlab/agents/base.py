@@ -18,9 +18,10 @@ from starlette.middleware import Middleware
 from gymlab._http.client import Cookies
 from gymlab._http.retry import retried, retrying
 from gymlab._runtime.app import on_stop
+from gymlab._runtime.bodies import error_response
 from gymlab._runtime.episodes import EpisodeSessions
 from gymlab._runtime.hangup import CancelOnHangup
-from gymlab.errors import EpisodeFailed, ServerError, TransportError, error_body
+from gymlab.errors import EpisodeFailed, ServerError, TransportError
 from gymlab.failures import Role, failure_of
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession
 from gymlab.protocol import NeMoGymResponse
@@ -124,44 +125,6 @@ def retryable(exc: ServerError) -> bool:
     return retried(failure_of(exc, role="resources", stage="cleanup").kind, release=True)
 
 
-def agent_sessions(
-    retry_window_seconds: float, ttl_seconds: float | None, close: Callable[[str], Awaitable[None]]
-) -> EpisodeSessions:
-    """An agent's session table, with agent-session answers; ``close(agent_session_id)`` releases one."""
-
-    async def release(session_id: Any) -> None:
-        await close(str(session_id))
-
-    return EpisodeSessions(
-        retry_window_seconds,
-        ttl_seconds,
-        release,
-        id_name="agent_session_id",
-        answers=(
-            lambda sid, _: AgentSeedSessionResponse(agent_session_id=sid).model_dump(mode="json"),
-            lambda sid: AgentCloseSessionResponse(agent_session_id=sid).model_dump(mode="json", exclude_none=True),
-        ),
-    )
-
-
-def mount_agent_session_routes(
-    app: FastAPI,
-    sessions: Callable[[], EpisodeSessions],
-    seed_state: Callable[[AgentSeedSessionRequest], Awaitable[None]],
-) -> None:
-    """Add the agent-session seed and close routes to ``app``: ``sessions()`` is the table, ``seed_state(body)``."""
-
-    async def seed(body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
-        return JSONResponse(await sessions().seed(body, lambda: seed_state(body)))
-
-    async def close(body: AgentCloseSessionRequest) -> AgentCloseSessionResponse:
-        table = sessions()
-        return JSONResponse(await table.close(body, table.release))
-
-    app.post(SEED_ROUTE, response_model=AgentSeedSessionResponse)(seed)
-    app.post(CLOSE_ROUTE, response_model=AgentCloseSessionResponse)(close)
-
-
 class BaseAgent(BaseServer):
     """An agent server bound to a model server (and usually a resources server), by URL."""
 
@@ -183,10 +146,11 @@ class BaseAgent(BaseServer):
 
     _episodes: Any = PrivateAttr(default=None)
     _session_state: dict[str, Any] = PrivateAttr(default_factory=dict)
-    _release_retries: ReleaseRetries | None = PrivateAttr(default=None)
+    _release_retries: ReleaseRetries = PrivateAttr()
 
     def model_post_init(self, __context: Any) -> None:
         super().model_post_init(__context)
+        self._release_retries = ReleaseRetries(self.name)
         if self.skip_verification and not self.verifies:
             raise ValueError(
                 f"{type(self).__name__} never calls /verify (its rewards come from the environment's steps), "
@@ -201,13 +165,19 @@ class BaseAgent(BaseServer):
     @property
     def release_retries(self) -> ReleaseRetries:
         """The session releases that failed and wait for a retry."""
-        if self._release_retries is None:
-            self._release_retries = ReleaseRetries(self.name)
         return self._release_retries
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        mount_agent_session_routes(app, lambda: self.episode_sessions, self.seed_agent_session)
+
+        async def seed(body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
+            return JSONResponse(await self.episode_sessions.seed(body, lambda: self.seed_agent_session(body)))
+
+        async def close(body: AgentCloseSessionRequest) -> AgentCloseSessionResponse:
+            return JSONResponse(await self.episode_sessions.close(body, self.episode_sessions.release))
+
+        app.post(SEED_ROUTE, response_model=AgentSeedSessionResponse)(seed)
+        app.post(CLOSE_ROUTE, response_model=AgentCloseSessionResponse)(close)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         app.exception_handler(EpisodeFailed)(episode_failed)
         return app
@@ -223,8 +193,12 @@ class BaseAgent(BaseServer):
     def episode_sessions(self):
         """This agent's open agent sessions, locks, fences and idle reaper."""
         if self._episodes is None:
-            self._episodes = agent_sessions(
-                self.session_close_retry_window_seconds, self.session_ttl_seconds, self.close_agent_session
+            self._episodes = EpisodeSessions(
+                self.session_close_retry_window_seconds,
+                self.session_ttl_seconds,
+                lambda sid: self.close_agent_session(str(sid)),
+                id_name="agent_session_id",
+                answers=(lambda sid, _: {"agent_session_id": sid}, lambda sid: {"agent_session_id": sid}),
             )
         return self._episodes
 
@@ -398,9 +372,8 @@ class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
 
 
 async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:
-    route = f"{request.method} {request.url.path}"
-    body = error_body(exc.server, route, exc.cause, error="EpisodeFailed", hint=exc.hint or None, failure=exc.failure)
-    return JSONResponse(body, status_code=502)
+    fields = {"error": "EpisodeFailed", "hint": exc.hint or None, "failure": exc.failure}
+    return error_response(exc.server, request.scope, 502, exc.cause, **fields)
 
 
 def record_response(record: Rollout) -> Response:

@@ -55,7 +55,7 @@ class SimpleAgent(BaseAgent):
     async def loop(self, params: ResponseCreateParams, cookies: Cookies) -> LoopState:
         call_tool = self.tool_caller(cookies) if self.execute_tools else None
         state = LoopState(params, max_tool_calls_per_turn=self.max_tool_calls_per_turn)
-        return await run_loop(params, self.call_model, call_tool, self.max_steps, state)
+        return await run_loop(state, self.call_model, call_tool, self.max_steps)
 
     @sessionless  # the Request is read for its headers, never for a session
     async def responses(self, request: Request, body: StreamableParams) -> NeMoGymResponse:

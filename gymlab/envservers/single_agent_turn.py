@@ -160,7 +160,13 @@ class SingleAgentTurn(BaseAgent):
             handles = await self.seed(task, run)
             with typed("agent"):
                 response = await self.invoke_agent(handles, task.params)
-            result = await self.verify(run, handles, task, response)  # the close follows (run_episode)
+            verify = {
+                **task.task_data,
+                "responses_create_params": task.responses_create_params,
+                "response": response.model_dump(mode="json", exclude_none=True),
+                "close_follows": True,  # run_episode closes the session
+            }
+            result = await self.grade(run, verify, handles.cookies())
             step = StepRecord(
                 index=0,
                 action=list(response.output),
@@ -206,18 +212,6 @@ class SingleAgentTurn(BaseAgent):
         answer = await self.client.post_ok(url, path, body, server=server, timeout=timeout, headers=headers)
         return NeMoGymResponse.model_validate(answer)
 
-    async def verify(
-        self, run: EpisodeRun, handles: EpisodeHandles, task: Task, response: NeMoGymResponse
-    ) -> dict[str, Any]:
-        """``/verify`` (``grade``) with the authored request and the task's fields; says that a close follows."""
-        body = {
-            **task.task_data,
-            "responses_create_params": task.responses_create_params,
-            "response": response.model_dump(mode="json", exclude_none=True),
-            "close_follows": True,
-        }
-        return await self.grade(run, body, handles.cookies())
-
     async def close(self, handles: EpisodeHandles) -> None:
         """Close a restored episode's session (``run`` closes its own, in its life cycle)."""
         session = EpisodeSession(
@@ -228,8 +222,7 @@ class SingleAgentTurn(BaseAgent):
             cookies=handles.cookies(),
             release_body=_close_body(handles.resources_session_id, handles.episode_id),
         )
-        session.opened()
-        await session.release(self.timeouts.cleanup)
+        await session.send_release(self.timeouts.cleanup)
 
 
 def _close_body(sid: str, episode_id: EpisodeId) -> dict[str, Any]:

@@ -98,7 +98,7 @@ class SeedVerifyEpisode(Episode):
         self._require_open("run()")
         before = len(self.state.steps)
         limit = before + self._step_limit(max_steps)
-        await run_loop(self.params, self._recording_model, self.tool_caller(), limit, self.state)
+        await run_loop(self.state, self._recording_model, self.tool_caller(), limit)
         return self.state.steps[before:]
 
     async def _recording_model(self, body: dict) -> NeMoGymResponse:

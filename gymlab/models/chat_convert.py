@@ -131,13 +131,12 @@ def chat_tools(tools: Iterable[FunctionTool]) -> list[dict[str, Any]]:
     for n, tool in enumerate(tools):
         if tool.type != "function":
             raise ConversionError(f"tools[{n}]: tool type {tool.type!r} has no Chat Completions form")
-        function: dict[str, Any] = {
+        function = {
             "name": tool.name,
             "description": tool.description or "",
             "parameters": tool.parameters or {"type": "object", "properties": {}},
+            **({} if tool.strict is None else {"strict": tool.strict}),
         }
-        if tool.strict is not None:
-            function["strict"] = tool.strict
         out.append({"type": "function", "function": function})
     return out
 

@@ -5,24 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from pydantic import Field, PrivateAttr
 from starlette.middleware import Middleware
 
 from gymlab._runtime.app import on_stop
 from gymlab._runtime.hangup import CancelOnHangup
-from gymlab.errors import ConversionError, GymlabError, error_body
+from gymlab.errors import ConversionError
 from gymlab.models.chat_convert import chat_messages, chat_tools
 from gymlab.models.hf_batch import Batcher, Closed, CountArrivals, QueueFull, Row, generate_rows
-from gymlab.models.streaming import serve_responses
-from gymlab.models.tool_parsers import ToolParser, tool_parser
+from gymlab.models.streaming import Refused, serve_responses
+from gymlab.models.tool_parsers import ToolParser, loads, tool_parser
 from gymlab.protocol import (
     NeMoGymResponse,
     ResponseCreateParams,
@@ -30,7 +28,6 @@ from gymlab.protocol import (
     assistant_message,
     function_call,
 )
-from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.responses import TOKEN_FIELDS
 from gymlab.server import BaseServer
 
@@ -39,14 +36,6 @@ log = logging.getLogger("gymlab.models.hf")
 
 #: What a request to a local model may hold, as the errors about one it cannot render say.
 TEMPLATE_TAKES = "send messages with text content, function calls and their outputs"
-
-
-class Refused(GymlabError):
-    """A request the server answers with an error: status, cause, what to do, and a failure kind if not its fault."""
-
-    def __init__(self, status: int, cause: str, hint: str = "", kind: str | None = None):
-        self.status, self.cause, self.hint, self.kind = status, cause, hint, kind
-        super().__init__(cause)
 
 
 def load(hf: Any, tokenizer: Any) -> tuple[Any, Any]:
@@ -123,8 +112,7 @@ class HFModel(BaseServer):
             threads=self.threads,
         )
         app = super().setup_webserver()
-        app.add_exception_handler(Refused, self._refused)
-        serve_responses(app, self.respond)
+        serve_responses(app, self.respond, self.name)
         return app
 
     def middleware_parts(self) -> list[Middleware]:
@@ -229,13 +217,6 @@ class HFModel(BaseServer):
             parallel_tool_calls=body.parallel_tool_calls,
         )
 
-    async def _refused(self, request: Request, exc: Refused) -> JSONResponse:
-        route = f"{request.method} {request.url.path}"
-        failure = Failure(kind=exc.kind, server=self.name, status=exc.status, message=exc.cause) if exc.kind else None
-        body = error_body(self.name, route, exc.cause, hint=exc.hint or None, failure=failure)
-        (log.warning if exc.status < 500 else log.error)("%s", body["detail"])
-        return JSONResponse(body, status_code=exc.status)
-
 
 def prompt_ids(tokenizer: Any, body: ResponseCreateParams) -> tuple[list[int], list[dict]]:
     """The request's token ids by the tokenizer's chat template (with its tools), and those tools in Chat form."""
@@ -253,22 +234,16 @@ def _context_of(model: Any, tokenizer: Any) -> int:
 
 
 def _template_messages(messages: list[dict]) -> list[dict]:
-    """Chat messages as templates take them: no None content, tool-call arguments as objects (``tojson``)."""
+    """Chat messages as templates take them: no None content, JSON-object tool-call arguments as dicts (``tojson``)."""
     out = []
     for message in messages:
         message = {**message, "content": "" if message.get("content") is None else message["content"]}
         if calls := message.get("tool_calls"):
-            message["tool_calls"] = [
-                {**c, "function": {**c["function"], "arguments": _object(c["function"]["arguments"])}} for c in calls
-            ]
+            message["tool_calls"] = [{**c, "function": {**c["function"], "arguments": _object(c)}} for c in calls]
         out.append(message)
     return out
 
 
-def _object(arguments: str) -> Any:
-    """JSON-object arguments as a dict; anything else as it came."""
-    try:
-        value = json.loads(arguments)
-    except (ValueError, RecursionError):
-        return arguments
-    return value if isinstance(value, dict) else arguments
+def _object(call: dict) -> Any:
+    arguments = call["function"]["arguments"]
+    return value if isinstance(value := loads(arguments), dict) else arguments

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import contextlib
 import contextvars
-import queue
+import functools
 import threading
 import time
 import weakref
@@ -15,6 +14,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from gymlab.models.policy import DaemonThreads
 
 
 @dataclass(eq=False)
@@ -56,7 +57,7 @@ class Batcher:
 
     def __init__(
         self,
-        generate: Callable[[list[Row], threading.Event, Callable[[Row], None]], None],
+        generate: Callable[[list[Row], threading.Event, Callable[[Row], object]], None],
         *,
         window_s: float,
         max_batch: int,
@@ -71,8 +72,7 @@ class Batcher:
         self.finished: Counter[str] = Counter()  # rows by how they ended
         self.in_flight = 0  # rows taken and not yet answered
         self.arriving = 0  # requests received and not yet queued (``CountArrivals``): a batch waits for them a little
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # batches for the worker thread; None ends it
-        self._thread: threading.Thread | None = None
+        self._worker = DaemonThreads(1, "gymlab-hf-generate")  # one batch at a time
         self._queue: asyncio.Queue = asyncio.Queue()  # bound to the serving loop at its first wait
         self._task: asyncio.Task | None = None
 
@@ -81,9 +81,6 @@ class Batcher:
         if self.stop.is_set():
             raise Closed("the model server is closing")
         if self._task is None:
-            # a daemon thread: a generation in flight never holds the process open (close stops it at its next token)
-            self._thread = threading.Thread(target=self._work, name="gymlab-hf-generate", daemon=True)
-            self._thread.start()
             _open.add(self)
             self._task = asyncio.get_running_loop().create_task(self._dispatch())
         if self._queue.qsize() >= self.max_queue:
@@ -141,14 +138,15 @@ class Batcher:
                 continue
             self.batches += 1
             self.batch_sizes = [*self.batch_sizes[-999:], len(live)]
-            ended: concurrent.futures.Future = concurrent.futures.Future()
-            self._jobs.put((live, ended, lambda row: loop.call_soon_threadsafe(self._answer, row)))
             try:
-                await asyncio.wrap_future(ended, loop=loop)
-            except Exception as exc:  # noqa: BLE001 - every caller of the batch still waiting gets the failure
+                await self._worker.run(functools.partial(self._generate, live, loop))
+            except BaseException as exc:  # every caller of the batch still waiting gets the failure, or Closed
+                failure = exc if isinstance(exc, Exception) else Closed("the model server closed")
                 for row in live:
                     if not row.future.done():
-                        row.future.set_exception(exc)
+                        row.future.set_exception(failure)
+                if failure is not exc:
+                    raise
 
     def _answer(self, row: Row) -> None:
         """A row that stopped, answered on the loop while its batch goes on."""
@@ -167,28 +165,19 @@ class Batcher:
             row = self._queue.get_nowait()
             if not row.future.done():
                 row.future.set_exception(Closed("the model server closed"))
-        self._jobs.put(None)
+        self._worker.shutdown()
 
-    def _work(self) -> None:
-        """The worker thread: one batch at a time, until ``None`` comes."""
+    def _generate(self, rows: list[Row], loop: asyncio.AbstractEventLoop) -> None:
+        """One batch, on the worker thread (a daemon: a generation in flight never holds the process open)."""
         if self.threads:
             import torch
 
             torch.set_num_threads(self.threads)  # OpenMP's setting is per thread: this thread's alone
-        while (job := self._jobs.get()) is not None:
-            rows, ended, answer = job
-            try:
-                self.generate(rows, self.stop, answer)
-            except BaseException as exc:  # noqa: BLE001 - handed to the batch's callers
-                ended.set_exception(exc)
-            else:
-                ended.set_result(None)
+        self.generate(rows, self.stop, lambda row: loop.call_soon_threadsafe(self._answer, row))
 
     def join(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the worker thread to end (after ``close``); whether it has."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self._thread is None or not self._thread.is_alive()
+        return self._worker.join(timeout)
 
 
 #: Set by ``CountArrivals`` for the request being handled: marks it arrived (queued) once.
@@ -228,13 +217,13 @@ def _stop_all() -> None:
     """At exit, a batch still generating (its server never shut down) stops at its next token."""
     for batcher in list(_open):
         batcher.stop.set()
-        batcher._jobs.put(None)
+        batcher._worker.shutdown()
     for batcher in list(_open):
         batcher.join(5.0)
 
 
 def generate_rows(
-    model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event, done: Callable[[Row], None]
+    model: Any, eos: set[int], pad: int, rows: list[Row], stop: threading.Event, done: Callable[[Row], object]
 ) -> None:
     """Generate ``rows`` (worker thread): one ``generate`` per sampling setting; ``done(row)`` once a row stops."""
     groups: dict[tuple, list[Row]] = {}

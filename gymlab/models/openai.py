@@ -9,8 +9,7 @@ import os
 import re
 from typing import Any, Literal
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from pydantic import Field
 from starlette.middleware import Middleware
 
@@ -20,17 +19,14 @@ from gymlab._runtime.hangup import CancelOnHangup
 from gymlab.errors import (
     ConfigError,
     ConversionError,
-    GymlabError,
     TransportAnswerTooLarge,
     TransportError,
     TransportTimeout,
     UpstreamError,
-    error_body,
 )
 from gymlab.models.chat_convert import chat_request, response_from_chat
-from gymlab.models.streaming import serve_responses
+from gymlab.models.streaming import Refused, serve_responses
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
-from gymlab.protocol.failure_kinds import Failure
 from gymlab.server import BaseServer
 
 log = logging.getLogger("gymlab.models.openai")
@@ -78,9 +74,7 @@ class OpenAIModel(BaseServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.add_exception_handler(UpstreamError, self._upstream_error)
-        app.add_exception_handler(ConversionError, self._conversion_error)
-        serve_responses(app, self.respond)
+        serve_responses(app, self.respond, self.name)
         return app
 
     def middleware_parts(self) -> list[Middleware]:
@@ -88,6 +82,20 @@ class OpenAIModel(BaseServer):
         return [*super().middleware_parts(), Middleware(CancelOnHangup, paths=frozenset({"/v1/responses"}))]
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
+        try:
+            return await self._respond(body)
+        except ConversionError as exc:  # the request has no Chat Completions form
+            raise Refused(400, f"the request cannot be sent to {self.base_url}/chat/completions: {exc}") from None
+        except UpstreamError as exc:
+            message = f"upstream POST {exc.url} " + (
+                f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
+            )
+            message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
+            upstream = {"url": exc.url, "status": exc.upstream_status, "message": exc.cause}
+            attempts, kind = exc.attempts, exc.failure_kind
+            raise Refused(exc.answer_status, message, exc.hint, kind, upstream=upstream, attempts=attempts) from None
+
+    async def _respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         if self.mode == "chat_completions":
             payload = chat_request(body, self.model, self.extra_body)
             answer = await self.call_upstream("/chat/completions", payload)
@@ -117,29 +125,17 @@ class OpenAIModel(BaseServer):
     def _key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after is not None:
-            try:
-                asked = float(retry_after)
-            except ValueError:
-                asked = None
-            if asked is not None and 0 <= asked <= self.max_retry_after_s:
-                return asked
-        return backoff_delay(self.backoff, attempt + 1, cap_s=float("inf"))
-
     async def call_upstream(self, path: str, payload: dict) -> Any:
         """POST ``payload`` to ``base_url + path`` with the retries; the parsed JSON answer."""
-        url = self.base_url + path
-        key = self._key()
-        headers = {"Content-Type": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        url, key = self.base_url + path, self._key()
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         data = json.dumps(payload).encode()
         attempts, tries = self.max_retries + 1, 0
+        retry_after: float | None = None
 
         async def once() -> Any:
-            nonlocal tries
-            tries += 1
+            nonlocal tries, retry_after
+            tries, retry_after = tries + 1, None
             try:
                 reply = await self.client.request(
                     "POST",
@@ -155,42 +151,35 @@ class OpenAIModel(BaseServer):
                 hint = "the endpoint's answer is endless or runaway; see its logs"
                 raise UpstreamError(url, 0, exc.cause, hint, tries, failure_kind="response_too_large") from None
             except TransportTimeout:
-                hint = f"after {attempts} attempt(s); raise timeout_s or check the endpoint's load"
-                final = UpstreamError(
-                    url, 0, f"no answer within timeout_s={self.timeout_s:g} s", hint, attempts, status=504
-                )
-                raise _Again(f"timed out after {self.timeout_s:g} s", final) from None
+                hint = f"after {tries} attempt(s); raise timeout_s or check the endpoint's load"
+                cause = f"no answer within timeout_s={self.timeout_s:g} s"
+                raise UpstreamError(url, 0, cause, hint, tries, status=504) from None
             except TransportError as exc:
-                cause = scrub(exc.cause, key)
-                hint = f"after {attempts} attempt(s); is it running, and is base_url right?"
-                raise _Again(
-                    cause, UpstreamError(url, 0, f"cannot reach the endpoint: {cause}", hint, attempts)
+                hint = f"after {tries} attempt(s); is it running, and is base_url right?"
+                raise UpstreamError(
+                    url, 0, f"cannot reach the endpoint: {scrub(exc.cause, key)}", hint, tries
                 ) from None
             status, retry_after, text = reply.status, _retry_after(reply), scrub(reply.text, key)
-            if 200 <= status < 300:
-                try:
-                    return json.loads(text)
-                except ValueError:
-                    hint = "is base_url the endpoint's API root (ending in /v1)?"
-                    raise UpstreamError(url, status, f"the answer is not JSON: {text[:300]!r}", hint, tries) from None
-            if not (status == 429 or status >= 500):
+            if not 200 <= status < 300:
                 raise self._failure(url, status, text, tries)
-            why = f"HTTP {status}: {error_message(text)[:200]}"
-            raise _Again(why, self._failure(url, status, text, tries), retry_after)
+            try:
+                return json.loads(text)
+            except ValueError:
+                hint = "is base_url the endpoint's API root (ending in /v1)?"
+                raise UpstreamError(url, status, f"the answer is not JSON: {text[:300]!r}", hint, tries) from None
 
         def again(exc: Exception, n: int) -> float | None:
-            if not isinstance(exc, _Again) or n >= attempts:
+            """Another try after a transport failure, a 429 or a 5xx (not a cut answer), while attempts are left."""
+            if not isinstance(exc, UpstreamError) or exc.failure_kind or n >= attempts:
                 return None
-            delay = self._delay(n - 1, exc.retry_after)
-            log.warning(
-                "%s: upstream %s %s (attempt %d of %d); retrying in %.2f s", self.name, url, exc.why, n, attempts, delay
-            )
+            if 0 < exc.upstream_status < 500 and exc.upstream_status != 429:
+                return None
+            asked = retry_after is not None and 0 <= retry_after <= self.max_retry_after_s
+            delay = retry_after if asked else backoff_delay(self.backoff, n, cap_s=float("inf"))
+            log.warning("%s: upstream %s (attempt %d of %d); retrying in %.2f s", self.name, exc, n, attempts, delay)
             return delay
 
-        try:
-            return await retrying(once, again)
-        except _Again as exc:
-            raise exc.final from None
+        return await retrying(once, again)
 
     def _failure(self, url: str, status: int, text: str, attempts: int) -> UpstreamError:
         message = _upstream_message(text)
@@ -219,39 +208,14 @@ class OpenAIModel(BaseServer):
         answer = status if status in _PASS_THROUGH else 502
         return UpstreamError(url, status, message, hint, attempts, status=answer)
 
-    async def _upstream_error(self, request: Request, exc: UpstreamError) -> JSONResponse:
-        route = f"{request.method} {request.url.path}"
-        message = f"upstream POST {exc.url} " + (
-            f"answered HTTP {exc.upstream_status}" if exc.upstream_status else "failed"
-        )
-        message += f": {exc.cause}" + (f" ({exc.hint})" if exc.hint else "")
-        upstream = {"url": exc.url, "status": exc.upstream_status, "message": exc.cause}
-        kind = exc.failure_kind
-        failure = Failure(kind=kind, server=self.name, status=exc.answer_status, message=message) if kind else None
-        body = error_body(
-            self.name, route, message, hint=exc.hint, failure=failure, upstream=upstream, attempts=exc.attempts
-        )
-        log.error("%s", body["detail"])
-        return JSONResponse(body, status_code=exc.answer_status)
 
-    async def _conversion_error(self, request: Request, exc: ConversionError) -> JSONResponse:
-        route = f"{request.method} {request.url.path}"
-        message = f"the request cannot be sent to {self.base_url}/chat/completions: {exc}"
-        return JSONResponse(error_body(self.name, route, message), status_code=400)
-
-
-class _Again(GymlabError):
-    """One upstream try that may pass if sent again: ``why`` (logged), the ``final`` error, the Retry-After."""
-
-    def __init__(self, why: str, final: UpstreamError, retry_after: str | None = None):
-        self.why, self.final, self.retry_after = why, final, retry_after
-
-
-def _retry_after(reply: Reply) -> str | None:
-    if (ms := reply.header("retry-after-ms")) is not None:
-        with contextlib.suppress(ValueError):
-            return str(float(ms) / 1000)
-    return reply.header("retry-after")
+def _retry_after(reply: Reply) -> float | None:
+    """The wait the upstream asked for, in seconds (``retry-after-ms`` first), or None."""
+    for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
+        if (value := reply.header(name)) is not None:
+            with contextlib.suppress(ValueError):
+                return float(value) / scale
+    return None
 
 
 def _upstream_message(text: str) -> str:

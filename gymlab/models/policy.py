@@ -10,6 +10,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
@@ -42,18 +43,22 @@ def _words(items: list[Any]) -> int:
     return n
 
 
+def to_response(answer: Any) -> NeMoGymResponse:
+    """A response, its dict, a list of output items or a string (an assistant message) as a response."""
+    if isinstance(answer, NeMoGymResponse):
+        return answer
+    if isinstance(answer, dict):
+        return NeMoGymResponse.model_validate(answer)
+    if isinstance(answer, str):
+        return NeMoGymResponse(output=[assistant_message(answer)])
+    if isinstance(answer, (list, tuple)):
+        return NeMoGymResponse(output=list(answer))
+    raise TypeError(f"a policy must return a response, a list of items or a string, not {type(answer).__name__}")
+
+
 def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGymResponse:
     """A policy's answer as a full response, with a word-count usage when it gave none."""
-    if isinstance(answer, NeMoGymResponse):
-        response = answer
-    elif isinstance(answer, dict):
-        response = NeMoGymResponse.model_validate(answer)
-    elif isinstance(answer, str):
-        response = NeMoGymResponse(output=[assistant_message(answer)])
-    elif isinstance(answer, (list, tuple)):
-        response = NeMoGymResponse(output=list(answer))
-    else:
-        raise TypeError(f"a policy must return a response, a list of items or a string, not {type(answer).__name__}")
+    response = to_response(answer)
     update: dict[str, Any] = {}
     if not response.model:
         update["model"] = params.model or model
@@ -64,11 +69,12 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
     return response.model_copy(update=update) if update else response
 
 
-class _DaemonThreads:
-    """At most ``size`` daemon threads for a sync policy's calls: a call that never returns never blocks exit."""
+class DaemonThreads:
+    """At most ``size`` daemon threads for blocking calls: a call that never returns never blocks exit."""
 
     def __init__(self, size: int, name: str) -> None:
-        self.size, self.name, self.threads = size, name, 0
+        self.size, self.name = size, name
+        self.threads: list[threading.Thread] = []
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.idle = threading.Semaphore(0)
 
@@ -77,9 +83,11 @@ class _DaemonThreads:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.jobs.put((loop, future, fn))
-        if not self.idle.acquire(blocking=False) and self.threads < self.size:
-            self.threads += 1
-            threading.Thread(target=self._work, name=f"{self.name}_{self.threads}", daemon=True).start()
+        if not self.idle.acquire(blocking=False) and len(self.threads) < self.size:
+            self.threads.append(
+                threading.Thread(target=self._work, name=f"{self.name}_{len(self.threads)}", daemon=True)
+            )
+            self.threads[-1].start()
         return future
 
     def shutdown(self) -> None:
@@ -87,8 +95,14 @@ class _DaemonThreads:
         with contextlib.suppress(queue.Empty):
             while True:
                 self.jobs.get_nowait()
-        for _ in range(self.threads):
+        for _ in self.threads:
             self.jobs.put(None)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for each thread to end (after ``shutdown``); whether all have."""
+        for thread in self.threads:
+            thread.join(timeout)
+        return not any(thread.is_alive() for thread in self.threads)
 
     def _work(self) -> None:
         while (job := self.jobs.get()) is not None:
@@ -108,23 +122,14 @@ def _settle(future: asyncio.Future, outcome: Any, ok: bool) -> None:
         future.set_result(outcome) if ok else future.set_exception(outcome)
 
 
+@dataclass(slots=True)
 class _Calls:
-    """How a server calls its policy: on the loop (``inline``) or in ``pool``; whether it is async, asked once."""
+    """How a server calls its policy: awaited (``is_async``), else on the loop (``inline``) or in ``pool``."""
 
-    __slots__ = ("inline", "pool", "recent", "_async_of")
-
-    def __init__(self) -> None:
-        self.inline = False
-        self.pool: _DaemonThreads | None = None
-        self.recent: deque = deque(maxlen=16)
-        self._async_of: tuple[Any, bool] | None = None
-
-    def is_async(self, policy: Policy) -> bool:
-        known = self._async_of
-        if known is None or known[0] is not policy:
-            is_async = inspect.iscoroutinefunction(policy) or inspect.iscoroutinefunction(type(policy).__call__)
-            known = self._async_of = (policy, is_async)
-        return known[1]
+    is_async: bool = False
+    inline: bool = False
+    pool: DaemonThreads | None = None
+    recent: deque = field(default_factory=lambda: deque(maxlen=16))
 
 
 class PolicyModel(BaseServer):
@@ -138,7 +143,9 @@ class PolicyModel(BaseServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        serve_responses(app, self.respond)
+        policy = self.policy
+        self._calls.is_async = inspect.iscoroutinefunction(policy) or inspect.iscoroutinefunction(type(policy).__call__)
+        serve_responses(app, self.respond, self.name)
         return app
 
     def lifespan_parts(self) -> list[contextlib.AbstractAsyncContextManager]:
@@ -152,7 +159,7 @@ class PolicyModel(BaseServer):
 
     async def respond(self, body: ResponseCreateParams) -> NeMoGymResponse:
         calls, policy = self._calls, self.policy  # one private read a request: pydantic's are slow
-        if calls.is_async(policy):
+        if calls.is_async:
             answer = await policy(body)
         else:
             answer = await self._call_sync(calls, policy, body)
@@ -170,7 +177,7 @@ class PolicyModel(BaseServer):
                     calls.inline = False
                     calls.recent.clear()
         if calls.pool is None:
-            calls.pool = _DaemonThreads(self.policy_threads, f"gymlab-{self.name}")
+            calls.pool = DaemonThreads(self.policy_threads, f"gymlab-{self.name}")
 
         def timed() -> tuple[Any, float]:
             t0 = time.perf_counter()

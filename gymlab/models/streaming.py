@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from fastapi import FastAPI
-from fastapi.responses import StreamingResponse
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 
+from gymlab.errors import GymlabError, error_body
 from gymlab.jsonl import dumps
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams
+from gymlab.protocol.failure_kinds import Failure
+
+log = logging.getLogger("gymlab.models")
 
 _TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
 
@@ -20,15 +25,35 @@ class StreamableParams(ResponseCreateParams):
     stream: bool | None = None
 
 
-def serve_responses(app: FastAPI, respond: Callable[[ResponseCreateParams], Awaitable[NeMoGymResponse]]) -> None:
-    """``POST /v1/responses`` on ``app``, answered by ``respond`` (``stream: true``: as events)."""
+class Refused(GymlabError):
+    """What a model server answers an error with: status, cause, what to do, a failure kind when the request is
+    not at fault, and more body fields."""
+
+    def __init__(self, status: int, cause: str, hint: str = "", kind: str | None = None, **fields: Any):
+        self.status, self.cause, self.hint, self.kind, self.fields = status, cause, hint, kind, fields
+        super().__init__(cause)
+
+
+def serve_responses(
+    app: FastAPI, respond: Callable[[ResponseCreateParams], Awaitable[NeMoGymResponse]], server: str
+) -> None:
+    """``POST /v1/responses`` on ``app``, answered by ``respond`` (``stream: true``: as events); ``Refused``
+    answers with its error body."""
 
     async def responses(body: StreamableParams) -> NeMoGymResponse:
         if body.stream:
             return streamed(await respond(unstreamed(body)))
         return await respond(body)
 
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        failure = Failure(kind=exc.kind, server=server, status=exc.status, message=exc.cause) if exc.kind else None
+        route = f"{request.method} {request.url.path}"
+        body = error_body(server, route, exc.cause, hint=exc.hint, failure=failure, **exc.fields)
+        (log.warning if exc.status < 500 else log.error)("%s", body["detail"])
+        return JSONResponse(body, status_code=exc.status)
+
     app.post("/v1/responses", response_model_exclude_none=True)(responses)
+    app.add_exception_handler(Refused, refused)
 
 
 def unstreamed(body: StreamableParams) -> ResponseCreateParams:
@@ -36,15 +61,10 @@ def unstreamed(body: StreamableParams) -> ResponseCreateParams:
     return ResponseCreateParams.model_validate(body.model_dump(mode="json", exclude_unset=True, exclude={"stream"}))
 
 
-def streamed(response: NeMoGymResponse) -> StreamingResponse:
-    """``response`` as a ``text/event-stream`` of Responses events."""
-    lines = [f"event: {event['type']}\ndata: ".encode() + dumps(event) + b"\n\n" for event in response_events(response)]
-
-    async def body() -> AsyncIterator[bytes]:
-        for line in lines:
-            yield line
-
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+def streamed(response: NeMoGymResponse) -> Response:
+    """``response`` as a ``text/event-stream`` of Responses events (whole: it is generated before it is told)."""
+    events = b"".join(f"event: {e['type']}\ndata: ".encode() + dumps(e) + b"\n\n" for e in response_events(response))
+    return Response(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 def response_events(response: NeMoGymResponse) -> Iterator[dict[str, Any]]:

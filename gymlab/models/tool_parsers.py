@@ -24,10 +24,11 @@ def _call(obj: Any, args_key: str) -> tuple[str, Any] | None:
     return (obj["name"], args) if isinstance(args, (dict, str)) else None
 
 
-def _loads(text: str) -> Any:
+def loads(text: str) -> Any:
+    """``text``'s JSON value, or None when it is invalid or nested deeper than the decoder recurses."""
     try:
         return json.loads(text)
-    except (ValueError, RecursionError):  # invalid, or nested deeper than the decoder recurses
+    except (ValueError, RecursionError):
         return None
 
 
@@ -43,7 +44,7 @@ def hermes(text: str) -> tuple[str, list[tuple[str, Any]]]:
         end = text.find(_CLOSE, start + len(_OPEN))
         if end < 0:  # no block closes after here: one scan, then the rest is text
             break
-        call = _call(_loads(text[start + len(_OPEN) : end]), "arguments")
+        call = _call(loads(text[start + len(_OPEN) : end]), "arguments")
         if call is None:  # not a call: the block stays text, and the scan goes on after its opening
             kept.append(text[pos : start + len(_OPEN)])
             pos = start + len(_OPEN)

@@ -17,9 +17,9 @@ from gymlab import (
     SingleAgentTurn,
 )
 from gymlab._sync import run_sync
-from gymlab.envservers import environment_server_class
 from gymlab.envservers.single_agent_turn import agent_request, parse_task
 from gymlab.lab import AgentHandle
+from gymlab.registry import environment_server_class
 
 
 @pytest.fixture
