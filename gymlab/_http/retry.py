@@ -61,14 +61,3 @@ async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception,
                 raise
         if delay > 0:
             await asyncio.sleep(delay)
-
-
-__all__ = [
-    "RELEASE_RETRIED",
-    "RETRIED_PREFIXES",
-    "RETRY_SPAN_S",
-    "backoff_delay",
-    "episode_retry",
-    "retried",
-    "retrying",
-]

@@ -3,35 +3,18 @@
 
 from __future__ import annotations
 
-import functools
-import importlib
+from importlib.util import find_spec
 from typing import Any
 
 from gymlab._sync import asyncio_forced
 
 
-@functools.cache
-def _has(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True
-
-
-def fast() -> tuple[bool, bool]:
-    """Whether (httptools, uvloop) are used."""
-    if asyncio_forced():
-        return False, False
-    return _has("httptools"), _has("uvloop")
-
-
 def uvicorn_options() -> dict[str, Any]:
     """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named, no proxy headers."""
-    httptools, uvloop = fast()
+    fast = not asyncio_forced()
     return {
-        "http": "httptools" if httptools else "h11",
-        "loop": "uvloop" if uvloop else "asyncio",
+        "http": "httptools" if fast and find_spec("httptools") else "h11",
+        "loop": "uvloop" if fast and find_spec("uvloop") else "asyncio",
         "proxy_headers": False,
     }
 
