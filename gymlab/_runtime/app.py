@@ -34,13 +34,24 @@ log = logging.getLogger("gymlab.server")
 
 def build_app(server: ServerSpec) -> FastAPI:
     """The FastAPI app for ``server`` (a ``ServerSpec``): its middleware list, error handlers and lifespan."""
-    kinds = RouteKinds(server)  # one rule for the cookie and for worker routing
-    app = _fastapi(
-        f"gymlab {server.name}",
-        middleware=_middleware(server, kinds),
-        exception_handlers=_handlers(server.name),
-        lifespan=_lifespan(server),
-    )
+    kinds = RouteKinds(server)  # one rule for the cookie, worker routing and plain dispatch
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        """The server's ``lifespan_parts()`` in order, then the idle-session reaper (so first out)."""
+        async with contextlib.AsyncExitStack() as stack:
+            for part in server.lifespan_parts():
+                await stack.enter_async_context(part)
+            if (episodes := getattr(server, "episode_sessions", None)) is not None:
+                await stack.enter_async_context(reaping(episodes, server.name))
+            yield
+
+    options = {"middleware": _middleware(server, kinds), "exception_handlers": _handlers(server.name)}
+    app = FastAPI(title=f"gymlab {server.name}", lifespan=lifespan, **options)
+    telemetry = getattr(app, "_native_telemetry", None)
+    if telemetry is not None and not telemetry.enabled():  # FastAPI's OpenTelemetry, asked every request
+        off = {"tracing": False, "metrics": False, "logs": False}
+        app = FastAPI(title=f"gymlab {server.name}", lifespan=lifespan, telemetry=off, **options)
     kinds.app = app
     app.router.route_class = PlainRoute  # FastAPI's documented custom route class, for every route added
 
@@ -76,24 +87,8 @@ def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
         Middleware(SessionMiddleware, cookie=cookie, server_name=name, kinds=kinds),
         Middleware(SessionActivityMiddleware, server=server),
         Middleware(CrashMiddleware, server_name=name, traces=server.error_traces),
-        Middleware(PlainDispatch),
+        Middleware(PlainDispatch, kinds=kinds),
     ]
-
-
-def _lifespan(server: ServerSpec):
-    """The server's lifespan: its ``lifespan_parts()`` in order, then the idle-session reaper (so first out)."""
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Any) -> AsyncIterator[None]:
-        async with contextlib.AsyncExitStack() as stack:
-            for part in server.lifespan_parts():
-                await stack.enter_async_context(part)
-            episodes = getattr(server, "episode_sessions", None)
-            if episodes is not None:
-                await stack.enter_async_context(reaping(episodes, server.name))
-            yield
-
-    return lifespan
 
 
 @contextlib.asynccontextmanager
@@ -141,15 +136,6 @@ def _handlers(name: str) -> dict:
         return error_response(name, request.scope, exc.status_code, cause, exc.headers, detail=exc.detail)
 
     return {RequestValidationError: invalid, ResourcesSessionError: session_refused, StarletteHTTPException: http}
-
-
-def _fastapi(title: str, **options: Any) -> FastAPI:
-    """A FastAPI app, its native OpenTelemetry off unless a provider is configured (it is asked every request)."""
-    app = FastAPI(title=title, **options)
-    telemetry = getattr(app, "_native_telemetry", None)
-    if telemetry is not None and not telemetry.enabled():
-        app = FastAPI(title=title, telemetry={"tracing": False, "metrics": False, "logs": False}, **options)
-    return app
 
 
 class CrashMiddleware:
