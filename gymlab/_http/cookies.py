@@ -23,17 +23,9 @@ _ATTRIBUTES = frozenset(
 )
 
 
-def _unquote(value: str) -> str:
-    return value[1:-1] if len(value) > 1 and value[0] == '"' and value[-1] == '"' else value
-
-
 def request_cookie(header: str, name: str) -> str | None:
     """The value of cookie ``name`` in a request's ``Cookie`` header (the first, unquoted), or None."""
-    for part in header.split(";"):
-        key, eq, value = part.partition("=")
-        if eq and key.strip() == name:
-            return _unquote(value.strip())
-    return None
+    return request_cookies(header).get(name)
 
 
 def scope_cookie(headers: Iterable[tuple[bytes, bytes]], name: str) -> str | None:
@@ -53,7 +45,8 @@ def request_cookies(header: str | None) -> dict[str, str]:
         key, eq, value = part.partition("=")
         key = key.strip()
         if eq and key and key not in cookies:
-            cookies[key] = _unquote(value.strip())
+            value = value.strip()
+            cookies[key] = value[1:-1] if len(value) > 1 and value[0] == '"' and value[-1] == '"' else value
     return cookies
 
 

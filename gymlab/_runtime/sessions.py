@@ -3,6 +3,7 @@ close body's session ID becomes the session's (docs/runtime.md)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -41,8 +42,8 @@ def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] |
     return None
 
 
-#: How many verified cookie values a server remembers (then it starts again): more than the sessions
-#: in flight at once, few enough that reaped sessions do not stay held here.
+#: How many cookie values a server remembers verified (least recently used dropped first): more than the
+#: sessions in flight at once, few enough that reaped sessions do not stay held here.
 _CACHE_SIZE = 2048
 #: A session cookie's age limit (Starlette's default), and its flags.
 _MAX_AGE = 14 * 24 * 60 * 60
@@ -54,25 +55,14 @@ class SessionCookie:
 
     def __init__(self, secret: str, name: str):
         self.name, self.signer = name, TimestampSigner(secret)
-        self._verified: dict[str, tuple[dict, float]] = {}  # cookie value -> (session, signed at)
+        self._verified = functools.lru_cache(maxsize=_CACHE_SIZE)(self._verify)  # value -> (session, signed at)
         self._attrs = set_cookie_attributes("/", _MAX_AGE, _FLAGS)
 
     def read(self, scope) -> dict | None:
         """The session the request's cookie holds, or None (none, a bad signature, garbage, or too old)."""
         value = scope_cookie(scope["headers"], self.name)
-        if value is None:
-            return None
-        found = self._verified.get(value)
-        if found is None:
-            try:
-                data, signed = self.signer.unsign(value.encode(), max_age=_MAX_AGE, return_timestamp=True)
-                session = json.loads(b64decode(data))
-            except (BadSignature, ValueError, TypeError):
-                return None
-            if not isinstance(session, dict):
-                return None
-            found = self._remember(value, session, signed.timestamp())
-        return found[0] if time.time() - found[1] <= _MAX_AGE else None
+        found = None if value is None else self._verified(value)
+        return found[0] if found is not None and time.time() - found[1] <= _MAX_AGE else None
 
     def sid(self, scope) -> str | None:
         """The session ID the request's cookie names, or None."""
@@ -83,15 +73,15 @@ class SessionCookie:
         """The ``Set-Cookie`` value holding ``session`` (an empty one clears the cookie)."""
         if not session:
             return expired_cookie(self.name, "/", _FLAGS)
-        value = self.signer.sign(b64encode(json.dumps(session).encode())).decode()
-        self._remember(value, session, time.time())
-        return set_cookie(self.name, value, self._attrs)
+        return set_cookie(self.name, self.signer.sign(b64encode(json.dumps(session).encode())).decode(), self._attrs)
 
-    def _remember(self, value: str, session: dict, signed_at: float) -> tuple[dict, float]:
-        if len(self._verified) >= _CACHE_SIZE:
-            self._verified.clear()
-        self._verified[value] = (dict(session), signed_at)
-        return self._verified[value]
+    def _verify(self, value: str) -> tuple[dict, float] | None:
+        try:
+            data, signed = self.signer.unsign(value.encode(), max_age=_MAX_AGE, return_timestamp=True)
+            session = json.loads(b64decode(data))
+        except (BadSignature, ValueError, TypeError):
+            return None
+        return (session, signed.timestamp()) if isinstance(session, dict) else None
 
 
 class SessionMiddleware:
