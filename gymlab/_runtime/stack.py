@@ -3,18 +3,28 @@
 
 from __future__ import annotations
 
-from importlib.util import find_spec
+import functools
+import importlib
 from typing import Any
 
 from gymlab._sync import asyncio_forced
+
+
+@functools.cache
+def _has(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 def uvicorn_options() -> dict[str, Any]:
     """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named, no proxy headers."""
     fast = not asyncio_forced()
     return {
-        "http": "httptools" if fast and find_spec("httptools") else "h11",
-        "loop": "uvloop" if fast and find_spec("uvloop") else "asyncio",
+        "http": "httptools" if fast and _has("httptools") else "h11",
+        "loop": "uvloop" if fast and _has("uvloop") else "asyncio",
         "proxy_headers": False,
     }
 
