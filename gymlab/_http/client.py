@@ -147,8 +147,9 @@ class Client:
     """Every hop's HTTP: the servers of its ``registry`` in-process (a Lab's own), the rest through its
     ``transport`` (aiohttp). Made by whoever owns it (a Lab, a server's lifespan, a run) and closed by it."""
 
-    def __init__(self) -> None:
-        self.registry, self.transport = Registry(), AiohttpTransport()
+    def __init__(self, registry: Registry | None = None):
+        self.registry = registry if registry is not None else Registry()
+        self.transport = AiohttpTransport()
 
     async def request(
         self,

@@ -58,15 +58,9 @@ class Registry:
             del self._apps[entry.url]
 
     def lookup(self, url: str) -> LocalApp | None:
-        """The in-process server at ``url``, if there is one on the running loop."""
+        """The in-process server at ``url``, if there is one on the running loop (a client's request runs on one)."""
         entry = self._apps.get(url)
-        if entry is None:
-            return None
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            return None
-        return entry if entry.loop is running else None
+        return entry if entry is not None and entry.loop is asyncio.get_running_loop() else None
 
 
 async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
