@@ -19,7 +19,6 @@ from starlette.middleware import Middleware
 from gymlab._runtime.bodies import BodyGuardMiddleware, error_response
 from gymlab._runtime.ownership import SessionOwnershipMiddleware
 from gymlab._runtime.plain import PlainDispatch, PlainRoute
-from gymlab._runtime.reaper import SessionActivityMiddleware, reaping
 from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionCookie, SessionMiddleware
 from gymlab._runtime.spec import ServerSpec
@@ -43,7 +42,7 @@ def build_app(server: ServerSpec) -> FastAPI:
             for part in server.lifespan_parts():
                 await stack.enter_async_context(part)
             if (episodes := getattr(server, "episode_sessions", None)) is not None:
-                await stack.enter_async_context(reaping(episodes, server.name))
+                await stack.enter_async_context(episodes.reaping(server.name))
             yield
 
     options = {"middleware": _middleware(server, kinds), "exception_handlers": _handlers(server.name)}
@@ -68,7 +67,7 @@ def build_app(server: ServerSpec) -> FastAPI:
 
 def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
     """Outermost first: ``middleware_parts()``, the body guard, the worker router (with several workers), the
-    session cookie, session activity, the crash guard (Starlette's handler would re-raise), plain dispatch."""
+    session cookie and activity, the crash guard (Starlette's handler would re-raise), plain dispatch."""
     name = server.name
     safe = "".join(c if c.isalnum() else "_" for c in name)
     cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{safe}")
@@ -84,8 +83,7 @@ def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
         )
     return [
         *stack,
-        Middleware(SessionMiddleware, cookie=cookie, server_name=name, kinds=kinds),
-        Middleware(SessionActivityMiddleware, server=server),
+        Middleware(SessionMiddleware, cookie=cookie, server=server, kinds=kinds),
         Middleware(CrashMiddleware, server_name=name, traces=server.error_traces),
         Middleware(PlainDispatch, kinds=kinds),
     ]

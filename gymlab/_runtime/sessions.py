@@ -20,8 +20,6 @@ from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 
 #: Routes that never touch a session, whatever the app (the idle-session reaper skips them).
 SESSIONLESS_ROUTES = frozenset({"/health", "/aggregate_metrics", "/openapi.json", "/docs"})
-#: Set on a seed whose body names its session without that session's cookie: the body key naming it.
-NAMED_WITHOUT_COOKIE = "gymlab.named_without_cookie"
 
 
 def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] | None:
@@ -85,10 +83,12 @@ class SessionCookie:
 
 
 class SessionMiddleware:
-    """Each session-using request's session ID, kept in the signed cookie (``Set-Cookie`` only on a change)."""
+    """Each session-using request's session ID, kept in the signed cookie (``Set-Cookie`` only on a change);
+    the held session it names is busy until it ends (its idle time starts then)."""
 
-    def __init__(self, app, cookie: SessionCookie, server_name: str, kinds: RouteKinds):
-        self.app, self.cookie, self.server_name, self.kinds = app, cookie, server_name, kinds
+    def __init__(self, app, cookie: SessionCookie, server, kinds: RouteKinds):
+        self.app, self.cookie, self.server_name, self.kinds = app, cookie, server.name, kinds
+        self.episodes = getattr(server, "episode_sessions", None)  # None for a server without them
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -98,8 +98,9 @@ class SessionMiddleware:
         if kind == NONE:  # the handler cannot see the session: no ID, no cookie (the reaper still reads it)
             if initial:
                 scope["session"] = dict(initial)
-            return await self.app(scope, receive, send)
+            return await self._held(scope, receive, send, None)
         session = scope["session"] = dict(initial or {})
+        named_only = None  # the body key of a seed naming its session without that session's cookie
         if kind in (START, END) and scope["method"] == "POST":
             named = body_session_id(scope[BODY_KEY], scope)
             current = session.get(SESSION_ID_KEY)
@@ -115,21 +116,48 @@ class SessionMiddleware:
             if named is not None:
                 session[SESSION_ID_KEY] = named[1]
                 if current is None and kind == START:
-                    scope[NAMED_WITHOUT_COOKIE] = named[0]  # the reaper's middleware refuses a live one
+                    named_only = named[0]  # refused below if the session is live
         if SESSION_ID_KEY not in session and self.kinds.assigns_id(scope):
             session[SESSION_ID_KEY] = uuid.uuid4().hex
         before = initial or {}
-        named_only = NAMED_WITHOUT_COOKIE in scope  # refused, it gets no cookie for an ID it only read somewhere
 
         async def send_with_cookie(message):
             if message["type"] == "http.response.start" and session != before:
-                if named_only and message["status"] >= 400:
+                if named_only and message["status"] >= 400:  # no cookie for an ID it only read somewhere
                     return await send(message)
                 header = self.cookie.header(session)
                 message = {**message, "headers": [*message.get("headers", ()), (b"set-cookie", header)]}
             await send(message)
 
-        await self.app(scope, receive, send_with_cookie)
+        await self._held(scope, receive, send_with_cookie, named_only)
+
+    async def _held(self, scope, receive, send, named_only: str | None) -> None:
+        """The request, its held session busy meanwhile; a cookieless seed of a live session refused."""
+        episodes, session = self.episodes, scope.get("session")
+        sid = session.get(SESSION_ID_KEY) if session else None
+        if episodes is None or not isinstance(sid, str) or scope["path"] in SESSIONLESS_ROUTES:
+            return await self.app(scope, receive, send)
+        if named_only is not None and episodes.foreign_seed(named_only, sid):
+            message = (
+                f"session {sid!r} is bound to a live episode, and this seed does not carry its cookie; "
+                f"seed a new episode with a fresh {named_only} (a session's own requests send its cookie)"
+            )
+            return await conflict(self.server_name, scope, message, body_session_id=sid)(scope, receive, send)
+        verify, status = scope["path"] == "/verify", 0
+
+        async def watch(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        episodes.begin(sid)
+        try:
+            await self.app(scope, receive, watch if verify else send)
+        finally:
+            if verify and 200 <= status < 300:
+                episodes.flat_released(sid)
+            episodes.end(sid)
 
 
 def conflict(server_name: str, scope: dict, message: str, **fields) -> JSONResponse:
