@@ -164,9 +164,8 @@ class Client:
         timeout: float | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> Reply:
-        """One exchange with ``url + path``, whatever the status; its ``Set-Cookie`` values kept in
-        ``cookies``. ``timeout`` bounds the whole exchange, resends included (None: only each connect is
-        bounded); a broken exchange raises a ``TransportError``."""
+        """One exchange with ``url + path``, whatever the status, its ``Set-Cookie`` kept in ``cookies``; ``timeout``
+        bounds it all, resends included; a broken exchange raises a ``TransportError``."""
         sent = dict(headers or {})
         if cookies is not None and (cookie := cookies.header(url)):
             sent["Cookie"] = cookie

@@ -1,9 +1,5 @@
-"""The one cookie codec: every server path, the worker router and every agent read and write cookies here.
-
-A ``Cookie`` header is read as RFC 6265 section 4.2 reads it (one pair of quotes around a value
-removed, the first of a repeated name winning), a ``Set-Cookie`` value by a regular expression or,
-past it, the standard library's parser; the rules and why are in docs/transport.md.
-"""
+"""The one cookie codec: every server path, the worker router and every agent read and write cookies here
+(``Cookie`` as RFC 6265 section 4.2 reads it, ``Set-Cookie`` as the standard library does; docs/transport.md)."""
 
 from __future__ import annotations
 

@@ -96,9 +96,8 @@ async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: di
 
 
 async def exchange(app: Any, scope: dict[str, Any], body: bytes, where: str, limit: float = MAX_ANSWER) -> Answer:
-    """``scope`` with ``body`` through the ASGI ``app``: ``(status, headers, body)``, as uvicorn would deliver
-    it (an exception before the answer starts is raised as is); ``where`` (server and route) names it in
-    errors, ``limit`` bounds the answer's body."""
+    """``(status, headers, body)`` of ``scope`` and ``body`` through the ASGI ``app``, as uvicorn delivers it;
+    an exception before the answer starts is raised as is. ``where``: server and route, for errors."""
     request = [{"type": "http.request", "body": body, "more_body": False}]  # received once, then a disconnect
     finished = asyncio.Event()
     status: int | None = None

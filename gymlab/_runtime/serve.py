@@ -66,9 +66,8 @@ class _ThreadServer(uvicorn.Server):
 
 
 class LoopServer(inproc.Bound):
-    """One uvicorn server on a socket bound here, as a task on ``loop`` (gymlab's background loop unless
-    given), called in-process through ``registry`` unless ``wire``, and over its socket; ``start`` raises
-    its startup failure's cause."""
+    """One uvicorn server as a task on ``loop`` (else gymlab's), called in-process through ``registry`` unless
+    ``wire``, and over the socket bound here; ``start`` raises its startup failure's cause."""
 
     def __init__(
         self,
