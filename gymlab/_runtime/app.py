@@ -45,12 +45,12 @@ def build_app(server: ServerSpec) -> FastAPI:
                 await stack.enter_async_context(episodes.reaping(server.name))
             yield
 
-    options = {"middleware": _middleware(server, kinds), "exception_handlers": _handlers(server.name)}
+    options: dict[str, Any] = {"middleware": _middleware(server, kinds), "exception_handlers": _handlers(server.name)}
     app = FastAPI(title=f"gymlab {server.name}", lifespan=lifespan, **options)
     telemetry = getattr(app, "_native_telemetry", None)
     if telemetry is not None and not telemetry.enabled():  # FastAPI's OpenTelemetry, asked every request
-        off = {"tracing": False, "metrics": False, "logs": False}
-        app = FastAPI(title=f"gymlab {server.name}", lifespan=lifespan, telemetry=off, **options)
+        options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
+        app = FastAPI(title=f"gymlab {server.name}", lifespan=lifespan, **options)
     kinds.app = app
     app.router.route_class = PlainRoute  # FastAPI's documented custom route class, for every route added
 

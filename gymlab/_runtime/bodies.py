@@ -42,13 +42,15 @@ async def request_body(scope, receive) -> tuple[bytes, object]:
     and the ``receive`` to use next."""
     if BODY_KEY in scope:
         return scope[BODY_KEY], receive
-    body, after = await read_body(receive)
+    read, after = await read_body(receive)
+    body = read or b""  # never None: no limit
     return body, replaying(body, receive, after)  # a disconnect read early is handed on after the body
 
 
 async def read_body(receive, limit: float = math.inf) -> tuple[bytes | None, dict | None]:
     """The request body (None once past ``limit`` bytes) and the message that ended it early (a disconnect)."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":

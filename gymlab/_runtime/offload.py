@@ -28,7 +28,6 @@ class WorkerPool:
     def __init__(self, workers: int, *, name: str, recycle_rss_bytes: int | None = None):
         self.workers, self.name, self.recycle_rss_bytes = int(workers), name, recycle_rss_bytes
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _stop, self._tasks, self._slots)
@@ -56,14 +55,12 @@ class WorkerPool:
 
     def _start_threads(self) -> None:
         with self._lock:
-            if self._threads or not self._finalizer.alive:
+            if self._slots or not self._finalizer.alive:
                 return
             for i in range(self.workers):
                 slot = _Slot(f"{self.name}-worker-{i}", self.recycle_rss_bytes)
                 self._slots.append(slot)
-                thread = threading.Thread(target=_serve_tasks, args=(self._tasks, slot), name=slot.name, daemon=True)
-                self._threads.append(thread)
-                thread.start()
+                threading.Thread(target=_serve_tasks, args=(self._tasks, slot), name=slot.name, daemon=True).start()
 
 
 def _serve_tasks(tasks: queue.SimpleQueue, slot: _Slot) -> None:

@@ -138,7 +138,7 @@ class LoopServer(inproc.Bound):
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop answering (in-process at once), let in-flight requests finish for up to ``timeout`` s."""
-        if self._local is not None:  # only set with a registry
+        if self._local is not None and self.registry is not None:
             self.registry.unregister(self._local)
             self._local = None
         self.server.should_exit = True
