@@ -40,8 +40,8 @@ def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] |
     return None
 
 
-#: How many cookie values a server remembers verified (least recently used dropped first): more than the
-#: sessions in flight at once, few enough that reaped sessions do not stay held here.
+#: How many verified cookie values a server remembers (least recently used dropped first; a value that fails
+#: is never kept): more than the sessions in flight at once, few enough that reaped sessions do not stay here.
 _CACHE_SIZE = 2048
 #: A session cookie's age limit (Starlette's default), and its flags.
 _MAX_AGE = 14 * 24 * 60 * 60
@@ -59,8 +59,13 @@ class SessionCookie:
     def read(self, scope) -> dict | None:
         """The session the request's cookie holds, or None (none, a bad signature, garbage, or too old)."""
         value = scope_cookie(scope["headers"], self.name)
-        found = None if value is None else self._verified(value)
-        return found[0] if found is not None and time.time() - found[1] <= _MAX_AGE else None
+        if value is None:
+            return None
+        try:
+            session, signed_at = self._verified(value)  # a value that fails raises, so it is never kept
+        except (BadSignature, ValueError, TypeError):
+            return None
+        return session if time.time() - signed_at <= _MAX_AGE else None
 
     def sid(self, scope) -> str | None:
         """The session ID the request's cookie names, or None."""
@@ -73,13 +78,12 @@ class SessionCookie:
             return expired_cookie(self.name, "/", _FLAGS)
         return set_cookie(self.name, self.signer.sign(b64encode(json.dumps(session).encode())).decode(), self._attrs)
 
-    def _verify(self, value: str) -> tuple[dict, float] | None:
-        try:
-            data, signed = self.signer.unsign(value.encode(), max_age=_MAX_AGE, return_timestamp=True)
-            session = json.loads(b64decode(data))
-        except (BadSignature, ValueError, TypeError):
-            return None
-        return (session, signed.timestamp()) if isinstance(session, dict) else None
+    def _verify(self, value: str) -> tuple[dict, float]:
+        data, signed = self.signer.unsign(value.encode(), max_age=_MAX_AGE, return_timestamp=True)
+        session = json.loads(b64decode(data))
+        if not isinstance(session, dict):
+            raise TypeError(f"the session cookie holds a {type(session).__name__}, not a session")
+        return session, signed.timestamp()
 
 
 class SessionMiddleware:
