@@ -167,7 +167,11 @@ class ThreadedServer(LoopServer):
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, name: str = "server", log_level: str = "warning"):
         loop = new_event_loop()
         self.thread = threading.Thread(target=loop.run_forever, name=f"gymlab-{name}", daemon=True)
-        super().__init__(app, host, port, name, log_level, wire=True, loop=loop)
+        try:
+            super().__init__(app, host, port, name, log_level, wire=True, loop=loop)
+        except BaseException:  # the port is taken: the loop never runs
+            loop.close()
+            raise
 
     def start(self, timeout: float = 30.0) -> ThreadedServer:
         self.thread.start()
