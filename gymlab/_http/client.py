@@ -1,9 +1,5 @@
-"""HTTP between servers: a ``Client`` owned by a Lab or a server, cookies kept per rollout.
-
-A hop goes in-process to a server in the client's registry (``gymlab._http.inproc``) and through
-aiohttp otherwise; it is sent again only when it provably never reached its server, and any other
-broken exchange is a typed ``TransportError`` (docs/transport.md).
-"""
+"""HTTP between servers: a ``Client`` owned by a Lab or a server, in-process to its registry's servers, else
+over aiohttp; cookies kept per rollout, a broken exchange a typed ``TransportError`` (docs/transport.md)."""
 
 from __future__ import annotations
 
@@ -151,9 +147,9 @@ class Client:
     """Every hop's HTTP: the servers of its ``registry`` in-process (a Lab's own), the rest through its
     ``transport`` (aiohttp). Made by whoever owns it (a Lab, a server's lifespan, a run) and closed by it."""
 
-    def __init__(self, registry: Registry | None = None, transport: AiohttpTransport | None = None):
+    def __init__(self, registry: Registry | None = None):
         self.registry = registry if registry is not None else Registry()
-        self.transport = transport if transport is not None else AiohttpTransport()
+        self.transport = AiohttpTransport()
 
     async def request(
         self,
@@ -168,9 +164,8 @@ class Client:
         timeout: float | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_S,
     ) -> Reply:
-        """One exchange with ``url + path``, whatever the status; its ``Set-Cookie`` values kept in
-        ``cookies``. ``timeout`` bounds the whole exchange, resends included (None: only each connect is
-        bounded); a broken exchange raises a ``TransportError``."""
+        """One exchange with ``url + path``, whatever the status, its ``Set-Cookie`` kept in ``cookies``; ``timeout``
+        bounds it all, resends included; a broken exchange raises a ``TransportError``."""
         sent = dict(headers or {})
         if cookies is not None and (cookie := cookies.header(url)):
             sent["Cookie"] = cookie
@@ -251,15 +246,19 @@ class Client:
 
 def parsed(reply: Reply, path: str, server: str) -> Any:
     """The parsed body of a 2xx ``reply``; an error status or a body that is not JSON raises ``ServerError``."""
-    if not reply.ok:  # a gymlab error body names the server and may share its traceback
+    if not reply.ok:  # a gymlab error body names the server, may share its traceback and its typed failure
         fields = _body_fields(reply.text)
-        name, trace = fields.get("server"), fields.get("trace")
+        name, trace, failure = fields.get("server"), fields.get("trace"), fields.get("failure")
+        try:
+            failure = Failure.model_validate(failure) if isinstance(failure, dict) else None
+        except ValueError:
+            failure = None
         raise ServerError(
             f"{server} '{name}'" if isinstance(name, str) and name and name != server else server,
             f"POST {path}",
             reply.status,
             error_message(reply.text),
-            failure=failure_in(reply.text),
+            failure=failure,
             trace=trace if isinstance(trace, str) else None,
         )
     try:
@@ -340,15 +339,6 @@ def _body_fields(text: str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return body if isinstance(body, dict) else {}
-
-
-def failure_in(text: str) -> Failure | None:
-    """The typed ``failure`` of a gymlab error body, or None."""
-    raw = _body_fields(text).get("failure")
-    try:
-        return Failure.model_validate(raw) if isinstance(raw, dict) else None
-    except ValueError:
-        return None
 
 
 def error_message(text: str) -> str:

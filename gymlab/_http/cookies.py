@@ -1,9 +1,5 @@
-"""The one cookie codec: every server path, the worker router and every agent read and write cookies here.
-
-A ``Cookie`` header is read as RFC 6265 section 4.2 reads it (one pair of quotes around a value
-removed, the first of a repeated name winning), a ``Set-Cookie`` value by a regular expression or,
-past it, the standard library's parser; the rules and why are in docs/transport.md.
-"""
+"""The one cookie codec: every server path, the worker router and every agent read and write cookies here
+(``Cookie`` as RFC 6265 section 4.2 reads it, ``Set-Cookie`` as the standard library does; docs/transport.md)."""
 
 from __future__ import annotations
 
@@ -23,17 +19,9 @@ _ATTRIBUTES = frozenset(
 )
 
 
-def _unquote(value: str) -> str:
-    return value[1:-1] if len(value) > 1 and value[0] == '"' and value[-1] == '"' else value
-
-
 def request_cookie(header: str, name: str) -> str | None:
     """The value of cookie ``name`` in a request's ``Cookie`` header (the first, unquoted), or None."""
-    for part in header.split(";"):
-        key, eq, value = part.partition("=")
-        if eq and key.strip() == name:
-            return _unquote(value.strip())
-    return None
+    return request_cookies(header).get(name)
 
 
 def scope_cookie(headers: Iterable[tuple[bytes, bytes]], name: str) -> str | None:
@@ -53,7 +41,8 @@ def request_cookies(header: str | None) -> dict[str, str]:
         key, eq, value = part.partition("=")
         key = key.strip()
         if eq and key and key not in cookies:
-            cookies[key] = _unquote(value.strip())
+            value = value.strip()
+            cookies[key] = value[1:-1] if len(value) > 1 and value[0] == '"' and value[-1] == '"' else value
     return cookies
 
 

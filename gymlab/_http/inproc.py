@@ -1,9 +1,5 @@
-"""In-process dispatch: a POST made on a Lab's loop to one of its servers goes straight into its ASGI app.
-
-The app gets the scope uvicorn would build (same path, headers, cookies, status codes and error
-bodies) with no socket, no parsing and no thread hand-off; the caller's task awaits the app, so
-cancelling the caller cancels the handler. Requests from anywhere else reach the server's socket.
-"""
+"""In-process dispatch: a request made on a Lab's loop to one of its servers goes into its ASGI app with the
+scope uvicorn would build, no socket; cancelling the caller cancels the handler (docs/transport.md)."""
 
 from __future__ import annotations
 
@@ -62,15 +58,9 @@ class Registry:
             del self._apps[entry.url]
 
     def lookup(self, url: str) -> LocalApp | None:
-        """The in-process server at ``url``, if there is one on the running loop."""
+        """The in-process server at ``url``, if there is one on the running loop (a client's request runs on one)."""
         entry = self._apps.get(url)
-        if entry is None:
-            return None
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            return None
-        return entry if entry.loop is running else None
+        return entry if entry is not None and entry.loop is asyncio.get_running_loop() else None
 
 
 async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
@@ -95,6 +85,19 @@ async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: di
         "server": (entry.host, entry.port),
         "state": dict(entry.state()),
     }
+    where = f"{entry.name or entry.url}: {method} {raw_path}"
+    try:
+        return await exchange(entry.app, scope, body, where)
+    except (AnswerTooLarge, AppDropped):
+        raise
+    except Exception as exc:  # uvicorn's own answer to an app that raised before starting one
+        log.error("%s raised outside the app's error handling", where, exc_info=exc)
+        return 500, [(b"content-type", b"text/plain; charset=utf-8")], b"Internal Server Error"
+
+
+async def exchange(app: Any, scope: dict[str, Any], body: bytes, where: str, limit: float = MAX_ANSWER) -> Answer:
+    """``(status, headers, body)`` of ``scope`` and ``body`` through the ASGI ``app``, as uvicorn delivers it;
+    an exception before the answer starts is raised as is. ``where``: server and route, for errors."""
     request = [{"type": "http.request", "body": body, "more_body": False}]  # received once, then a disconnect
     finished = asyncio.Event()
     status: int | None = None
@@ -116,7 +119,7 @@ async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: di
         elif message["type"] == "http.response.body":
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > MAX_ANSWER:  # raised into the app, which stops; the caller gets the typed failure below
+            if size > limit:  # raised into the app, which stops; the caller gets the typed failure below
                 chunks.clear()
                 raise AnswerTooLarge(f"the answer's body is over {MAX_ANSWER} bytes (GYMLAB_MAX_ANSWER_MIB)")
             chunks.append(chunk)
@@ -124,20 +127,17 @@ async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: di
                 finished.set()
 
     try:
-        await entry.app(scope, receive, send)
+        await app(scope, receive, send)
     except Exception as exc:
-        if size > MAX_ANSWER:
+        if size > limit:
             raise AnswerTooLarge(
-                f"{entry.name or entry.url}: {method} {raw_path}: the answer's body is over "
-                f"{MAX_ANSWER} bytes (GYMLAB_MAX_ANSWER_MIB)"
+                f"{where}: the answer's body is over {MAX_ANSWER} bytes (GYMLAB_MAX_ANSWER_MIB)"
             ) from None
         if status is not None:
-            raise AppDropped(f"{entry.name or entry.url}: {method} {raw_path} failed mid-answer: {exc!r}") from exc
-        # uvicorn's own answer to an app that raised before starting one
-        log.error("%s: %s %s raised outside the app's error handling", entry.name, method, raw_path, exc_info=exc)
-        return 500, [(b"content-type", b"text/plain; charset=utf-8")], b"Internal Server Error"
+            raise AppDropped(f"{where} failed mid-answer: {exc!r}") from exc
+        raise
     finally:
         finished.set()
     if status is None:
-        raise AppDropped(f"{entry.name or entry.url}: {method} {raw_path} returned without answering")
+        raise AppDropped(f"{where} returned without answering")
     return status, answer_headers, b"".join(chunks)

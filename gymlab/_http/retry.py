@@ -1,7 +1,5 @@
-"""One retry rule: a failure is retried by its kind, never its text or status (the transport and
-provider kinds may pass, and a release's own failure; any other kind is the episode's own outcome),
-and ``retrying`` is the one retry loop, each caller passing which failure is tried again and when.
-"""
+"""One retry rule: a failure is retried by its kind, never its text or status (docs/transport.md), in
+``retrying``, the one retry loop, each caller passing which failure is tried again and when."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ RETRY_SPAN_S = 20.0
 
 
 def retried(kind: str | None, *, release: bool = False) -> bool:
-    """True when an episode (``release``: a session's release) that failed with ``kind`` may succeed
-    if tried again."""
+    """Whether an episode (``release``: a session's release) that failed with ``kind`` may pass if tried again."""
     return kind is not None and (kind.startswith(RETRIED_PREFIXES) or (release and kind in RELEASE_RETRIED))
 
 
@@ -61,14 +58,3 @@ async def retrying(call: Callable[[], Awaitable[T]], again: Callable[[Exception,
                 raise
         if delay > 0:
             await asyncio.sleep(delay)
-
-
-__all__ = [
-    "RELEASE_RETRIED",
-    "RETRIED_PREFIXES",
-    "RETRY_SPAN_S",
-    "backoff_delay",
-    "episode_retry",
-    "retried",
-    "retrying",
-]

@@ -19,7 +19,6 @@ from starlette.middleware import Middleware
 from gymlab._runtime.bodies import BodyGuardMiddleware, error_response
 from gymlab._runtime.ownership import SessionOwnershipMiddleware
 from gymlab._runtime.plain import PlainDispatch, PlainRoute
-from gymlab._runtime.reaper import SessionActivityMiddleware, reaping
 from gymlab._runtime.routes import RouteKinds
 from gymlab._runtime.sessions import SessionCookie, SessionMiddleware
 from gymlab._runtime.spec import ServerSpec
@@ -34,13 +33,24 @@ log = logging.getLogger("gymlab.server")
 
 def build_app(server: ServerSpec) -> FastAPI:
     """The FastAPI app for ``server`` (a ``ServerSpec``): its middleware list, error handlers and lifespan."""
-    kinds = RouteKinds(server)  # one rule for the cookie and for worker routing
-    app = _fastapi(
-        f"gymlab {server.name}",
-        middleware=_middleware(server, kinds),
-        exception_handlers=_handlers(server.name),
-        lifespan=_lifespan(server),
-    )
+    kinds = RouteKinds(server)  # one rule for the cookie, worker routing and plain dispatch
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        """The server's ``lifespan_parts()`` in order, then the idle-session reaper (so first out)."""
+        async with contextlib.AsyncExitStack() as stack:
+            for part in server.lifespan_parts():
+                await stack.enter_async_context(part)
+            if (episodes := getattr(server, "episode_sessions", None)) is not None:
+                await stack.enter_async_context(episodes.reaping(server.name))
+            yield
+
+    options: dict[str, Any] = {"middleware": _middleware(server, kinds), "exception_handlers": _handlers(server.name)}
+    app = FastAPI(title=f"gymlab {server.name}", lifespan=lifespan, **options)
+    telemetry = getattr(app, "_native_telemetry", None)
+    if telemetry is not None and not telemetry.enabled():  # FastAPI's OpenTelemetry, asked every request
+        options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
+        app = FastAPI(title=f"gymlab {server.name}", lifespan=lifespan, **options)
     kinds.app = app
     app.router.route_class = PlainRoute  # FastAPI's documented custom route class, for every route added
 
@@ -57,7 +67,7 @@ def build_app(server: ServerSpec) -> FastAPI:
 
 def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
     """Outermost first: ``middleware_parts()``, the body guard, the worker router (with several workers), the
-    session cookie, session activity, the crash guard (Starlette's handler would re-raise), plain dispatch."""
+    session cookie and activity, the crash guard (Starlette's handler would re-raise), plain dispatch."""
     name = server.name
     safe = "".join(c if c.isalnum() else "_" for c in name)
     cookie = SessionCookie(server.session_secret.get_secret_value(), f"gymlab_{safe}")
@@ -73,27 +83,10 @@ def _middleware(server: ServerSpec, kinds: RouteKinds) -> list[Middleware]:
         )
     return [
         *stack,
-        Middleware(SessionMiddleware, cookie=cookie, server_name=name, kinds=kinds),
-        Middleware(SessionActivityMiddleware, server=server),
+        Middleware(SessionMiddleware, cookie=cookie, server=server, kinds=kinds),
         Middleware(CrashMiddleware, server_name=name, traces=server.error_traces),
-        Middleware(PlainDispatch),
+        Middleware(PlainDispatch, kinds=kinds),
     ]
-
-
-def _lifespan(server: ServerSpec):
-    """The server's lifespan: its ``lifespan_parts()`` in order, then the idle-session reaper (so first out)."""
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Any) -> AsyncIterator[None]:
-        async with contextlib.AsyncExitStack() as stack:
-            for part in server.lifespan_parts():
-                await stack.enter_async_context(part)
-            episodes = getattr(server, "episode_sessions", None)
-            if episodes is not None:
-                await stack.enter_async_context(reaping(episodes, server.name))
-            yield
-
-    return lifespan
 
 
 @contextlib.asynccontextmanager
@@ -141,15 +134,6 @@ def _handlers(name: str) -> dict:
         return error_response(name, request.scope, exc.status_code, cause, exc.headers, detail=exc.detail)
 
     return {RequestValidationError: invalid, ResourcesSessionError: session_refused, StarletteHTTPException: http}
-
-
-def _fastapi(title: str, **options: Any) -> FastAPI:
-    """A FastAPI app, its native OpenTelemetry off unless a provider is configured (it is asked every request)."""
-    app = FastAPI(title=title, **options)
-    telemetry = getattr(app, "_native_telemetry", None)
-    if telemetry is not None and not telemetry.enabled():
-        app = FastAPI(title=title, telemetry={"tracing": False, "metrics": False, "logs": False}, **options)
-    return app
 
 
 class CrashMiddleware:

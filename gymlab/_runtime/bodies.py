@@ -42,17 +42,26 @@ async def request_body(scope, receive) -> tuple[bytes, object]:
     and the ``receive`` to use next."""
     if BODY_KEY in scope:
         return scope[BODY_KEY], receive
-    chunks, after = [], None
+    read, after = await read_body(receive)
+    body = read or b""  # never None: no limit
+    return body, replaying(body, receive, after)  # a disconnect read early is handed on after the body
+
+
+async def read_body(receive, limit: float = math.inf) -> tuple[bytes | None, dict | None]:
+    """The request body (None once past ``limit`` bytes) and the message that ended it early (a disconnect)."""
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            after = message  # a disconnect: handed on after the body
-            break
-        chunks.append(message.get("body", b""))
+            return b"".join(chunks), message
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None, None
+        chunks.append(chunk)
         if not message.get("more_body", False):
-            break
-    body = b"".join(chunks)
-    return body, replaying(body, receive, after)
+            return b"".join(chunks), None
 
 
 def close_follows(body: bytes | None) -> bool:
@@ -81,19 +90,11 @@ class BodyGuardMiddleware:
         declared = headers.get(b"content-length", b"").strip()
         if declared.isdigit() and int(declared) > limit:
             return await self._too_large(scope, int(declared), limit)(scope, receive, send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left before its body arrived: nobody to answer
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return await self._too_large(scope, None, limit)(scope, receive, send)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        body, left = await read_body(receive, limit)
+        if body is None:
+            return await self._too_large(scope, None, limit)(scope, receive, send)
+        if left is not None:
+            return  # the client left before its body arrived: nobody to answer
         if _SUSPECT.search(body) and is_json(headers.get(b"content-type"), missing=True):
             found = _unsendable(body)
             if found is not None:

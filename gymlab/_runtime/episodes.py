@@ -4,10 +4,11 @@ close at a time, idempotent re-seeds, one release then a fence, idle sessions re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
@@ -194,6 +195,26 @@ class EpisodeSessions:
                 self.forget(sid)
                 self.fences.fence(sid)
             return self._close_answer(sid)
+
+    @contextlib.asynccontextmanager
+    async def reaping(self, name: str) -> AsyncIterator[None]:
+        """A lifespan part: the idle-session reaper runs as a task from server ``name``'s startup to its stop."""
+
+        async def forever() -> None:
+            while True:
+                await asyncio.sleep(min(self.sweep_interval(), 1.0))  # a changed ttl_seconds applies within 1 s
+                try:
+                    await self.maybe_reap()
+                except Exception:  # the next sweep tries again; a crashed reaper would free nothing
+                    log.exception("%s: the idle-session reaper failed", name)
+
+        task = asyncio.get_running_loop().create_task(forever())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def sweep_interval(self) -> float:
         return min(self.ttl_seconds / 4, 30.0) if self.ttl_seconds else 30.0

@@ -4,6 +4,7 @@ budget past which its worker is killed; functions and arguments go by pickle (do
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import multiprocessing
 import os
 import pickle
@@ -27,7 +28,6 @@ class WorkerPool:
     def __init__(self, workers: int, *, name: str, recycle_rss_bytes: int | None = None):
         self.workers, self.name, self.recycle_rss_bytes = int(workers), name, recycle_rss_bytes
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _stop, self._tasks, self._slots)
@@ -43,13 +43,9 @@ class WorkerPool:
         """``fn(*args)`` in a worker (``WorkBudgetExceeded`` past ``budget_s``, ``WorkerDied``); ``prepare``:
         ``(function, *arguments)`` run first there within ``prepare_s``."""
         self._start_threads()
-        loop = asyncio.get_running_loop()
-        task = _Task((prepare, fn, args), float(budget_s), float(prepare_s), loop, loop.create_future())
-        self._tasks.put(task)
-        try:
-            return await task.future
-        finally:
-            task.dropped = True
+        task: concurrent.futures.Future = concurrent.futures.Future()  # cancelled with its caller: never run
+        self._tasks.put((task, (prepare, fn, args), float(budget_s), float(prepare_s)))
+        return await asyncio.wrap_future(task)
 
     def busy(self) -> int:
         return sum(slot.busy for slot in self._slots)
@@ -59,44 +55,24 @@ class WorkerPool:
 
     def _start_threads(self) -> None:
         with self._lock:
-            if self._threads or not self._finalizer.alive:
+            if self._slots or not self._finalizer.alive:
                 return
             for i in range(self.workers):
                 slot = _Slot(f"{self.name}-worker-{i}", self.recycle_rss_bytes)
                 self._slots.append(slot)
-                thread = threading.Thread(target=_serve_tasks, args=(self._tasks, slot), name=slot.name, daemon=True)
-                self._threads.append(thread)
-                thread.start()
-
-
-class _Task:
-    __slots__ = ("call", "budget_s", "prepare_s", "loop", "future", "dropped")
-
-    def __init__(self, call, budget_s, prepare_s, loop, future):
-        self.call, self.budget_s, self.prepare_s, self.loop, self.future = call, budget_s, prepare_s, loop, future
-        self.dropped = False
+                threading.Thread(target=_serve_tasks, args=(self._tasks, slot), name=slot.name, daemon=True).start()
 
 
 def _serve_tasks(tasks: queue.SimpleQueue, slot: _Slot) -> None:
-    while (task := tasks.get()) is not None:
-        if task.dropped:
+    while (item := tasks.get()) is not None:
+        task, call, budget_s, prepare_s = item
+        if not task.set_running_or_notify_cancel():
             continue
         try:
-            outcome = (True, slot.call(task.call, task.budget_s, task.prepare_s))
+            task.set_result(slot.call(call, budget_s, prepare_s))
         except BaseException as exc:  # handed to the caller as is
-            outcome = (False, exc)
-        try:
-            task.loop.call_soon_threadsafe(_settle, task.future, outcome)
-        except RuntimeError:  # the caller's loop is closed: nobody to answer
-            pass
+            task.set_exception(exc)
     slot.stop()
-
-
-def _settle(future: asyncio.Future, outcome: tuple[bool, Any]) -> None:
-    if future.done():
-        return
-    ok, value = outcome
-    future.set_result(value) if ok else future.set_exception(value)
 
 
 def _stop(tasks: queue.SimpleQueue, slots: list[_Slot]) -> None:

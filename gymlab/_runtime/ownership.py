@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import secrets
 import struct
 import time
 
-from gymlab._runtime.bodies import BODY_KEY, close_follows, error_response, replaying
+from gymlab._http.inproc import exchange
+from gymlab._runtime.bodies import BODY_KEY, close_follows, error_response
 from gymlab._runtime.routes import END, NONE, SESSION_ENDED, START, USE, VERIFY, RouteKinds
 from gymlab._runtime.sessions import SessionCookie, body_session_id, conflict
 from gymlab.errors import error_body
@@ -264,24 +266,12 @@ class SessionOwnershipMiddleware:
             state=dict(self._state or {}),
         )
         scope[BODY_KEY] = body
-        done = asyncio.Event()
-        start: dict = {}
-        chunks: list[bytes] = []
-
-        async def disconnect():  # after the body: the client leaves once the answer is complete
-            await done.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message):
-            if message["type"] == "http.response.start":
-                start.update(message)
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body"):
-                    done.set()
-
         row = tuple(meta["row"]) if meta["row"] else None
-        await self._local(scope, replaying(body, disconnect), send, meta["kind"], meta["sid"], row, body)
-        done.set()
-        headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in start.get("headers", ())]
-        return start.get("status", 500), headers, b"".join(chunks)
+
+        async def app(scope, receive, send):
+            await self._local(scope, receive, send, meta["kind"], meta["sid"], row, body)
+
+        status, heads, content = await exchange(
+            app, scope, body, f"{self.name}: {meta['method']} {meta['path']}", math.inf
+        )
+        return status, [[k.decode("latin-1"), v.decode("latin-1")] for k, v in heads], content

@@ -16,13 +16,11 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, is_json, parse_json
 
 #: The route's ``response_model_*`` settings its answer is dumped with, as FastAPI does.
 _OPTIONS = ("include", "exclude", "by_alias", "exclude_unset", "exclude_defaults", "exclude_none")
-_UNSET = object()
 
 
 class PlainRoute(APIRoute):
@@ -50,22 +48,15 @@ class PlainDispatch:
     matching, request wrapping or exit stacks); its exceptions to the app's handlers, as Starlette's
     ``ExceptionMiddleware`` does; anything else, and input that is not plain, the ordinary way."""
 
-    def __init__(self, app: Any):
-        self.app = app
-        self._routes: dict[tuple[str, str], Any] = {}
+    def __init__(self, app: Any, kinds: Any):
+        self.app, self.kinds = app, kinds  # kinds: the app's ``RouteKinds``, which finds each request's route
 
     async def __call__(self, scope, receive, send):
         app, raw = scope.get("app"), scope.get(BODY_KEY)
         if scope["type"] != "http" or app is None or raw is None:
             return await self.app(scope, receive, send)
-        key = (scope["method"], scope["path"])
-        route = self._routes.get(key, _UNSET)
-        if route is _UNSET:
-            route = next((r for r in app.router.routes if r.matches(scope)[0] == Match.FULL), None)
-            route = route if isinstance(route, PlainRoute) and route.plain is not None else None
-            if len(self._routes) < 4096:
-                self._routes[key] = route
-        if route is None:
+        route = self.kinds.route(scope)
+        if not isinstance(route, PlainRoute) or route.plain is None:
             return await self.app(scope, receive, send)
         scope.update(route=route, endpoint=route.endpoint, path_params={})
         request = Request(scope, receive, send)

@@ -19,14 +19,14 @@ BODY_ID_KEYS = ("resources_session_id", "agent_session_id")
 
 
 class RouteKinds:
-    """The session kind of each ``(method, path)`` of one app, cached (routes read at request time)."""
+    """The route and session kind of each ``(method, path)`` of one app, cached (routes read at request time)."""
 
     def __init__(self, server: Any):
         cls = type(server)
         self.app: Any = None  # the app, set once it is built
         self.starts = START_ROUTES | frozenset(getattr(cls, "checkpoint_session_starts", ()))
         self.ends = END_ROUTES | frozenset(getattr(cls, "checkpoint_session_ended", ()))
-        self._kinds: dict[tuple[str, str], tuple[int, bool]] = {}
+        self._kinds: dict[tuple[str, str], tuple[int, bool, Any]] = {}
 
     def kind(self, scope: dict) -> int:
         """NONE, USE, START, END or VERIFY."""
@@ -34,10 +34,14 @@ class RouteKinds:
 
     def assigns_id(self, scope: dict) -> bool:
         """Whether a request without a session ID gets one: a seed always, else when its handler reads it."""
-        kind, uses = self._lookup(scope)
+        kind, uses, _ = self._lookup(scope)
         return kind == START or (kind != NONE and uses)
 
-    def _lookup(self, scope: dict) -> tuple[int, bool]:
+    def route(self, scope: dict) -> Any:
+        """The route the request goes to (the first that fully matches), or None."""
+        return self._lookup(scope)[2]
+
+    def _lookup(self, scope: dict) -> tuple[int, bool, Any]:
         key = (scope["method"], scope["path"])
         found = self._kinds.get(key)
         if found is None:
@@ -46,7 +50,7 @@ class RouteKinds:
                 self._kinds[key] = found
         return found
 
-    def _classify(self, scope: dict) -> tuple[int, bool]:
+    def _classify(self, scope: dict) -> tuple[int, bool, Any]:
         from starlette.routing import Match
 
         a = self.app
@@ -57,15 +61,13 @@ class RouteKinds:
                 path = getattr(route, "path", scope["path"])
                 uses = path not in docs and uses_session(route)
                 if path in self.starts:
-                    return START, uses
+                    return START, uses, route
                 if path in self.ends:
-                    return END, uses
+                    return END, uses, route
                 if path == "/verify":
-                    return VERIFY, uses
-                if not uses:
-                    return NONE, False
-                return USE, True
-        return NONE, False  # no route: a 404 (or 405) that no session is needed for
+                    return VERIFY, uses, route
+                return (USE, True, route) if uses else (NONE, False, route)
+        return NONE, False, None  # no route: a 404 (or 405) that no session is needed for
 
 
 def sessionless(handler):

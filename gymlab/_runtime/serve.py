@@ -1,4 +1,4 @@
-"""Run a FastAPI app with uvicorn (foreground, own thread, or gymlab's loop), bound and failing in the caller."""
+"""Run a FastAPI app with uvicorn (foreground, or as a task on an event loop), bound and failing in the caller."""
 
 from __future__ import annotations
 
@@ -57,14 +57,6 @@ class _KeptCause(LifespanOn):
         await super().send(message)
 
 
-def _startup_failed(name: str, server: uvicorn.Server) -> ServerStartError:
-    """The error for a server whose lifespan startup failed, naming the trace's last line (the cause)."""
-    trace = getattr(getattr(server, "lifespan", None), "trace", None) or ""
-    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
-    cause = lines[-1] if lines else "an error in its lifespan"
-    return ServerStartError(f"{name}: its startup failed: {cause} (its trace: lab.logs() in a Lab, else the log)")
-
-
 class _ThreadServer(uvicorn.Server):
     """A uvicorn server that never touches signal handlers (the host process owns them)."""
 
@@ -73,75 +65,9 @@ class _ThreadServer(uvicorn.Server):
         yield
 
 
-class _Runner(inproc.Bound):
-    """One uvicorn server on a socket bound here; ``start`` raises its startup failure's cause."""
-
-    def __init__(self, app, host: str, port: int, name: str, log_level: str, **options):
-        self.name = name
-        self.sock = bind_socket(host, port)
-        self.host, self.port = self.sock.getsockname()[:2]
-        config = uvicorn_config(app, log_level, own_loop=False, lifespan="on", **options)
-        config.load()
-        config.lifespan_class = _KeptCause  # keeps a failed startup's cause
-        self.server = _ThreadServer(config)
-        self._error: BaseException | None = None  # what ended the run, once it ended
-
-    def _wait_started(self, timeout: float, ended: Callable[[], bool]) -> None:
-        """Wait until uvicorn serves; raise ``self._error``'s cause if ``ended()`` first, or after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if ended():
-                self.sock.close()
-                if isinstance(self._error, ServerStartError):
-                    raise self._error
-                raise ServerStartError(f"{self.name} failed to start: {self._error!r}") from self._error
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServerStartError(f"{self.name} did not start within {timeout:.0f}s")
-            time.sleep(0.001)
-
-    async def _serve(self) -> None:
-        try:
-            await self.server.serve(sockets=[self.sock])
-        except SystemExit:  # uvicorn exits on a lifespan failure: never let it reach the loop
-            raise _startup_failed(self.name, self.server) from None
-
-
-class ThreadedServer(_Runner):
-    """One uvicorn server on its own event loop in a daemon thread."""
-
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, name: str = "server", log_level: str = "warning"):
-        super().__init__(app, host, port, name, log_level)
-        self.thread = threading.Thread(target=self._run, name=f"gymlab-{name}", daemon=True)
-
-    def _run(self) -> None:
-        loop = new_event_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    def start(self, timeout: float = 30.0) -> ThreadedServer:
-        self.thread.start()
-        self._wait_started(timeout, lambda: not self.thread.is_alive())
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.server.should_exit = True
-        if self.thread.is_alive() and threading.current_thread() is not self.thread:
-            self.thread.join(timeout)
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
-
-class LoopServer(_Runner):
-    """One uvicorn server as a task on gymlab's background loop, called in-process through ``registry``
-    unless ``wire``, and over its socket."""
+class LoopServer(inproc.Bound):
+    """One uvicorn server as a task on ``loop`` (else gymlab's), called in-process through ``registry`` unless
+    ``wire``, and over the socket bound here; ``start`` raises its startup failure's cause."""
 
     def __init__(
         self,
@@ -152,27 +78,51 @@ class LoopServer(_Runner):
         log_level: str = "warning",
         wire: bool = False,
         registry: inproc.Registry | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ):
+        self.name, self.wire, self.registry = name, wire, registry
+        self.sock = bind_socket(host, port)
+        self.host, self.port = self.sock.getsockname()[:2]
         # log_config=None: uvicorn leaves logging alone (its default config would replace the Lab's
         # one-line error handler on every server it starts).
-        super().__init__(app, host, port, name, log_level, log_config=None)
-        self.wire, self.registry = wire, registry
-        self.loop = background_loop()
-        self._future = None
+        config = uvicorn_config(app, log_level, own_loop=False, lifespan="on", log_config=None)
+        config.load()
+        config.lifespan_class = _KeptCause  # keeps a failed startup's cause
+        self.server = _ThreadServer(config)
+        self.loop = loop or background_loop()
+        self._future: concurrent.futures.Future | None = None
         self._local: inproc.LocalApp | None = None
 
     @property
     def running(self) -> bool:
         return self._future is not None and not self._future.done()
 
-    def _ended(self) -> bool:
-        if self._future.done() and not self._future.cancelled():
-            self._error = self._future.exception()
-        return self._future.done()
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve(sockets=[self.sock])
+        except SystemExit:  # uvicorn exits on a lifespan failure: never let it reach the loop
+            trace = getattr(getattr(self.server, "lifespan", None), "trace", None) or ""
+            lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+            cause = lines[-1] if lines else "an error in its lifespan"  # the trace's last line
+            raise ServerStartError(
+                f"{self.name}: its startup failed: {cause} (its trace: lab.logs() in a Lab, else the log)"
+            ) from None
 
     def start(self, timeout: float = 30.0) -> LoopServer:
-        self._future = asyncio.run_coroutine_threadsafe(self._serve(), self.loop)
-        self._wait_started(timeout, self._ended)
+        """Serve; return once uvicorn serves, or raise why it could not within ``timeout`` s."""
+        future = self._future = asyncio.run_coroutine_threadsafe(self._serve(), self.loop)
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if future.done():
+                self.sock.close()
+                error = None if future.cancelled() else future.exception()
+                if isinstance(error, ServerStartError):
+                    raise error
+                raise ServerStartError(f"{self.name} failed to start: {error!r}") from error
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerStartError(f"{self.name} did not start within {timeout:.0f}s")
+            time.sleep(0.001)
         if not self.wire and self.registry is not None:
             lifespan = getattr(self.server, "lifespan", None)
             self._local = inproc.LocalApp(
@@ -209,6 +159,35 @@ class LoopServer(_Runner):
                     pass
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+class ThreadedServer(LoopServer):
+    """A ``LoopServer`` reached over its socket only, on its own event loop in a daemon thread."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, name: str = "server", log_level: str = "warning"):
+        loop = new_event_loop()
+        self.thread = threading.Thread(target=loop.run_forever, name=f"gymlab-{name}", daemon=True)
+        try:
+            super().__init__(app, host, port, name, log_level, wire=True, loop=loop)
+        except BaseException:  # the port is taken: the loop never runs
+            loop.close()
+            raise
+
+    def start(self, timeout: float = 30.0) -> ThreadedServer:
+        self.thread.start()
+        try:
+            super().start(timeout)
+        except ServerStartError:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        if threading.current_thread() is not self.thread and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout)
+            self.loop.close()
 
 
 class _StoppingServer(uvicorn.Server):

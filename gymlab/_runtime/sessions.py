@@ -3,6 +3,7 @@ close body's session ID becomes the session's (docs/runtime.md)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -19,8 +20,6 @@ from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
 
 #: Routes that never touch a session, whatever the app (the idle-session reaper skips them).
 SESSIONLESS_ROUTES = frozenset({"/health", "/aggregate_metrics", "/openapi.json", "/docs"})
-#: Set on a seed whose body names its session without that session's cookie: the body key naming it.
-NAMED_WITHOUT_COOKIE = "gymlab.named_without_cookie"
 
 
 def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] | None:
@@ -41,8 +40,8 @@ def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] |
     return None
 
 
-#: How many verified cookie values a server remembers (then it starts again): more than the sessions
-#: in flight at once, few enough that reaped sessions do not stay held here.
+#: How many verified cookie values a server remembers (least recently used dropped first; a value that fails
+#: is never kept): more than the sessions in flight at once, few enough that reaped sessions do not stay here.
 _CACHE_SIZE = 2048
 #: A session cookie's age limit (Starlette's default), and its flags.
 _MAX_AGE = 14 * 24 * 60 * 60
@@ -54,7 +53,7 @@ class SessionCookie:
 
     def __init__(self, secret: str, name: str):
         self.name, self.signer = name, TimestampSigner(secret)
-        self._verified: dict[str, tuple[dict, float]] = {}  # cookie value -> (session, signed at)
+        self._verified = functools.lru_cache(maxsize=_CACHE_SIZE)(self._verify)  # value -> (session, signed at)
         self._attrs = set_cookie_attributes("/", _MAX_AGE, _FLAGS)
 
     def read(self, scope) -> dict | None:
@@ -62,17 +61,11 @@ class SessionCookie:
         value = scope_cookie(scope["headers"], self.name)
         if value is None:
             return None
-        found = self._verified.get(value)
-        if found is None:
-            try:
-                data, signed = self.signer.unsign(value.encode(), max_age=_MAX_AGE, return_timestamp=True)
-                session = json.loads(b64decode(data))
-            except (BadSignature, ValueError, TypeError):
-                return None
-            if not isinstance(session, dict):
-                return None
-            found = self._remember(value, session, signed.timestamp())
-        return found[0] if time.time() - found[1] <= _MAX_AGE else None
+        try:
+            session, signed_at = self._verified(value)  # a value that fails raises, so it is never kept
+        except (BadSignature, ValueError, TypeError):
+            return None
+        return session if time.time() - signed_at <= _MAX_AGE else None
 
     def sid(self, scope) -> str | None:
         """The session ID the request's cookie names, or None."""
@@ -83,22 +76,23 @@ class SessionCookie:
         """The ``Set-Cookie`` value holding ``session`` (an empty one clears the cookie)."""
         if not session:
             return expired_cookie(self.name, "/", _FLAGS)
-        value = self.signer.sign(b64encode(json.dumps(session).encode())).decode()
-        self._remember(value, session, time.time())
-        return set_cookie(self.name, value, self._attrs)
+        return set_cookie(self.name, self.signer.sign(b64encode(json.dumps(session).encode())).decode(), self._attrs)
 
-    def _remember(self, value: str, session: dict, signed_at: float) -> tuple[dict, float]:
-        if len(self._verified) >= _CACHE_SIZE:
-            self._verified.clear()
-        self._verified[value] = (dict(session), signed_at)
-        return self._verified[value]
+    def _verify(self, value: str) -> tuple[dict, float]:
+        data, signed = self.signer.unsign(value.encode(), max_age=_MAX_AGE, return_timestamp=True)
+        session = json.loads(b64decode(data))
+        if not isinstance(session, dict):
+            raise TypeError(f"the session cookie holds a {type(session).__name__}, not a session")
+        return session, signed.timestamp()
 
 
 class SessionMiddleware:
-    """Each session-using request's session ID, kept in the signed cookie (``Set-Cookie`` only on a change)."""
+    """Each session-using request's session ID, kept in the signed cookie (``Set-Cookie`` only on a change);
+    the held session it names is busy until it ends (its idle time starts then)."""
 
-    def __init__(self, app, cookie: SessionCookie, server_name: str, kinds: RouteKinds):
-        self.app, self.cookie, self.server_name, self.kinds = app, cookie, server_name, kinds
+    def __init__(self, app, cookie: SessionCookie, server, kinds: RouteKinds):
+        self.app, self.cookie, self.server_name, self.kinds = app, cookie, server.name, kinds
+        self.episodes = getattr(server, "episode_sessions", None)  # None for a server without them
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -108,8 +102,9 @@ class SessionMiddleware:
         if kind == NONE:  # the handler cannot see the session: no ID, no cookie (the reaper still reads it)
             if initial:
                 scope["session"] = dict(initial)
-            return await self.app(scope, receive, send)
+            return await self._held(scope, receive, send, None)
         session = scope["session"] = dict(initial or {})
+        named_only = None  # the body key of a seed naming its session without that session's cookie
         if kind in (START, END) and scope["method"] == "POST":
             named = body_session_id(scope[BODY_KEY], scope)
             current = session.get(SESSION_ID_KEY)
@@ -125,21 +120,48 @@ class SessionMiddleware:
             if named is not None:
                 session[SESSION_ID_KEY] = named[1]
                 if current is None and kind == START:
-                    scope[NAMED_WITHOUT_COOKIE] = named[0]  # the reaper's middleware refuses a live one
+                    named_only = named[0]  # refused below if the session is live
         if SESSION_ID_KEY not in session and self.kinds.assigns_id(scope):
             session[SESSION_ID_KEY] = uuid.uuid4().hex
         before = initial or {}
-        named_only = NAMED_WITHOUT_COOKIE in scope  # refused, it gets no cookie for an ID it only read somewhere
 
         async def send_with_cookie(message):
             if message["type"] == "http.response.start" and session != before:
-                if named_only and message["status"] >= 400:
+                if named_only and message["status"] >= 400:  # no cookie for an ID it only read somewhere
                     return await send(message)
                 header = self.cookie.header(session)
                 message = {**message, "headers": [*message.get("headers", ()), (b"set-cookie", header)]}
             await send(message)
 
-        await self.app(scope, receive, send_with_cookie)
+        await self._held(scope, receive, send_with_cookie, named_only)
+
+    async def _held(self, scope, receive, send, named_only: str | None) -> None:
+        """The request, its held session busy meanwhile; a cookieless seed of a live session refused."""
+        episodes, session = self.episodes, scope.get("session")
+        sid = session.get(SESSION_ID_KEY) if session else None
+        if episodes is None or not isinstance(sid, str) or scope["path"] in SESSIONLESS_ROUTES:
+            return await self.app(scope, receive, send)
+        if named_only is not None and episodes.foreign_seed(named_only, sid):
+            message = (
+                f"session {sid!r} is bound to a live episode, and this seed does not carry its cookie; "
+                f"seed a new episode with a fresh {named_only} (a session's own requests send its cookie)"
+            )
+            return await conflict(self.server_name, scope, message, body_session_id=sid)(scope, receive, send)
+        verify, status = scope["path"] == "/verify", 0
+
+        async def watch(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        episodes.begin(sid)
+        try:
+            await self.app(scope, receive, watch if verify else send)
+        finally:
+            if verify and 200 <= status < 300:
+                episodes.flat_released(sid)
+            episodes.end(sid)
 
 
 def conflict(server_name: str, scope: dict, message: str, **fields) -> JSONResponse:

@@ -19,19 +19,12 @@ def _has(module: str) -> bool:
     return True
 
 
-def fast() -> tuple[bool, bool]:
-    """Whether (httptools, uvloop) are used."""
-    if asyncio_forced():
-        return False, False
-    return _has("httptools"), _has("uvloop")
-
-
 def uvicorn_options() -> dict[str, Any]:
     """``uvicorn.Config`` options of every gymlab server: ``http`` and ``loop`` named, no proxy headers."""
-    httptools, uvloop = fast()
+    fast = not asyncio_forced()
     return {
-        "http": "httptools" if httptools else "h11",
-        "loop": "uvloop" if uvloop else "asyncio",
+        "http": "httptools" if fast and _has("httptools") else "h11",
+        "loop": "uvloop" if fast and _has("uvloop") else "asyncio",
         "proxy_headers": False,
     }
 

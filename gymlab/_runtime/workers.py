@@ -69,16 +69,6 @@ def check_workers(server_cls: type | ServerSpec, num_workers: int) -> str | None
     return None
 
 
-def _worker_config(server: ServerSpec) -> dict[str, Any]:
-    raw = read_config()
-    try:
-        raw.update(server.model_dump(mode="json", include=set(server.model_fields_set) | {"name", "num_workers"}))
-    except Exception as exc:  # a field that only lives in memory cannot reach another process
-        raise _config_error(server, f"its config cannot be sent to the workers as JSON: {exc}") from exc
-    raw.pop("session_secret", None)  # workers read it from SECRET_FILE
-    return raw
-
-
 #: The session secret's file in the launcher's private directory (mode 0600).
 SECRET_FILE = "session_secret"
 
@@ -92,23 +82,26 @@ def worker_secret() -> str | None:
         return f.read()
 
 
-def _config_error(server: ServerSpec, cause: str) -> Exception:
-    return ConfigError(f"{server.name}: num_workers={server.num_workers}: {cause}")
-
-
 def serve_workers(server: ServerSpec, log_level: str = "info") -> None:
     """Run ``server`` as ``server.num_workers`` uvicorn workers on one port until stopped."""
     global _launcher
-    reason = check_workers(server, server.num_workers)
-    if reason:
-        raise _config_error(server, reason)
+    where = f"{server.name}: num_workers={server.num_workers}"
+    if reason := check_workers(server, server.num_workers):
+        raise ConfigError(f"{where}: {reason}")
     from uvicorn.supervisors import Multiprocess
 
     from gymlab._runtime.ownership import create_table
     from gymlab._runtime.serve import bind_socket, uvicorn_config
 
     path, module = entrypoint_of(type(server))
-    worker_config = _worker_config(server)
+    worker_config = read_config()
+    try:
+        worker_config.update(
+            server.model_dump(mode="json", include=set(server.model_fields_set) | {"name", "num_workers"})
+        )
+    except Exception as exc:  # a field that only lives in memory cannot reach another process
+        raise ConfigError(f"{where}: its config cannot be sent to the workers as JSON: {exc}") from exc
+    worker_config.pop("session_secret", None)  # workers read it from SECRET_FILE
     saved = {k: os.environ.get(k) for k in (CONFIG_ENV, WORKERS_ENV)}
     state_dir = tempfile.mkdtemp(prefix="gymlab-workers-")  # mode 0700: only this user reaches the sockets
     os.environ[CONFIG_ENV] = write_config(worker_config, state_dir)  # in the private directory, removed with it

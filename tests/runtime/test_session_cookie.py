@@ -52,3 +52,22 @@ def test_agents_and_models_set_no_cookie(lab, calculator):
         assert "set-cookie" not in answer.headers
         loop = client.post(agent.url + "/v1/responses", json=row["responses_create_params"])
         assert loop.status_code == 200 and "set-cookie" not in loop.headers
+
+
+def test_only_verified_cookie_values_are_remembered():
+    """A flood of forged or garbage cookie values is read and refused, never kept: the verified-value cache
+    holds only values this server signed, so hostile values cannot make it grow or push good ones out."""
+    from gymlab._runtime.sessions import SessionCookie
+
+    cookie = SessionCookie("secret", "gymlab_s")
+    value = cookie.header({"session_id": "abc"}).decode().split(";")[0].split("=", 1)[1]
+
+    def read(raw: str):
+        return cookie.read({"headers": [(b"cookie", f"gymlab_s={raw}".encode())]})
+
+    assert read(value) == {"session_id": "abc"}
+    forged = SessionCookie("another secret", "gymlab_s").header({"session_id": "abc"}).decode()
+    hostile = [forged.split(";")[0].split("=", 1)[1], "x" * 4000, "", "e30=.AAAA.BBBB", *(f"g{i}" for i in range(3000))]
+    assert all(read(raw) is None for raw in hostile)
+    assert cookie._verified.cache_info().currsize == 1  # only the signed value
+    assert read(value) == {"session_id": "abc"}
