@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from gymlab.collection.config import deep_merge
 from gymlab.collection.files import Key, key_of
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import iter_jsonl
@@ -35,43 +36,18 @@ def read_rows(path: str | os.PathLike, *, flat: bool | str = True) -> list[dict[
 
 def check_flat_row(row: dict[str, Any], path: str, line: int | None) -> None:
     """Raise ``DatasetError`` unless ``row["responses_create_params"]`` is a valid model request."""
-    from gymlab.collection.readers import validate_task_row
+    from gymlab.collection.readers import task_params
 
-    if "responses_create_params" not in row:
-        raise DatasetError(
-            path,
-            line,
-            "missing 'responses_create_params' (the model request of the row); "
-            f"keys present: {', '.join(sorted(row)) or 'none'}",
-        )
     try:
-        validate_task_row(row)
-    except ValueError as exc:  # "responses_create_params: <what is wrong>"
-        raise DatasetError(path, line, f"invalid {exc}") from None
+        task_params(row)
+    except ValueError as exc:
+        raise DatasetError(path, line, str(exc)) from None
 
 
 def collate_taskset(
-    rows: Iterable[dict[str, Any]],
-    taskset: str,
-    *,
-    start: int = 0,
-    source: str = "",
-    responses_create_params: dict | None = None,
-    num_repeats_add_seed: bool = False,
-    skills: Any = None,
+    rows: Iterable[dict[str, Any]], taskset: str, *, start: int = 0, source: str = ""
 ) -> list[dict[str, Any]]:
     """Flat rows of one taskset dataset as ``task_id``/``task_input`` rows (docs/collection.md: the ID)."""
-    refusals = [
-        (responses_create_params, "run-level responses_create_params overrides"),
-        (num_repeats_add_seed, "num_repeats_add_seed"),
-        (skills, "run-level skills"),
-    ]
-    for value, what in refusals:
-        if value:
-            raise ConfigError(
-                f"{source or 'dataset'}: taskset {taskset!r} rows refuse {what}: they route to an environment "
-                "server that owns its task input; set response parameters in the source rows before collation"
-            )
     out = []
     for position, row in enumerate(rows):
         if "task_input" in row:
@@ -89,25 +65,6 @@ def collate_taskset(
         collated["task_input"] = {k: v for k, v in row.items() if k not in COLLECTOR_FIELDS}
         out.append(collated)
     return out
-
-
-def apply_run_overrides(
-    row: dict[str, Any], responses_create_params: dict | None, repeat: int, add_seed: bool
-) -> dict[str, Any]:
-    """A flat row with run-level request overrides merged in, and ``seed=repeat`` in
-    ``metadata.extra_body`` when asked (the request schema has no ``seed`` key), as NeMo Gym does."""
-    if not responses_create_params and not add_seed:
-        return row
-    from gymlab.collection.config import deep_merge
-
-    params = deep_merge(row.get("responses_create_params") or {}, responses_create_params or {})
-    if add_seed:
-        metadata = dict(params.get("metadata") or {})
-        extra = json.loads(metadata.get("extra_body") or "{}")
-        extra["seed"] = repeat
-        metadata["extra_body"] = json.dumps(extra)
-        params["metadata"] = metadata
-    return {**row, "responses_create_params": params}
 
 
 def config_rows(
@@ -170,8 +127,19 @@ def iter_expand(
     and ``_ng_rollout_index``, made as they are read; a row that has ``_ng_rollout_index`` runs once, as
     it is. Taskset rows refuse run-level request overrides and ``num_repeats_add_seed``."""
 
-    def _base(row: dict[str, Any], r: int) -> dict[str, Any]:  # a taskset row has no override: it comes back as is
-        return apply_run_overrides(row, responses_create_params, r, num_repeats_add_seed and repeats > 1)
+    add_seed = num_repeats_add_seed and repeats > 1
+
+    def _base(row: dict[str, Any], r: int) -> dict[str, Any]:
+        """The row with run-level request overrides merged in, and ``seed=r`` in ``metadata.extra_body``
+        when asked (the request schema has no ``seed`` key), as NeMo Gym does."""
+        if not responses_create_params and not add_seed:
+            return row
+        params = deep_merge(row.get("responses_create_params") or {}, responses_create_params or {})
+        if add_seed:
+            metadata = dict(params.get("metadata") or {})
+            metadata["extra_body"] = json.dumps({**json.loads(metadata.get("extra_body") or "{}"), "seed": r})
+            params["metadata"] = metadata
+        return {**row, "responses_create_params": params}
 
     if repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {repeats}")

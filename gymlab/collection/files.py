@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gymlab.errors import ConfigError, DatasetError
-from gymlab.jsonl import atomic_file, dumps, iter_appendable, write_text_atomic
+from gymlab.jsonl import atomic_file, dumps, iter_appendable, write_atomic
 from gymlab.run.sinks import Key, key_of
 
 
@@ -98,4 +98,4 @@ def record_shard(path: Path, shard: tuple[int, int] | str, rows: Iterable[dict[s
     digest = hashlib.sha256(dumps(options))
     for row in rows:
         digest.update(dumps(row) + b"\n")
-    write_text_atomic(path, json.dumps({"shard": list(parse_shard(shard)), "inputs_sha256": digest.hexdigest()}))
+    write_atomic(path, json.dumps({"shard": list(parse_shard(shard)), "inputs_sha256": digest.hexdigest()}))

@@ -68,42 +68,39 @@ def check_tools(tools: Any, key: str = "tools") -> None:
         raise ValueError(f'{key} must be a list of {{"type": "function", "function": {{"name", ...}}}}')
 
 
-def validate_sft_row(row: dict) -> dict:
+def validate_sft_row(row: dict) -> None:
     check_chat_messages(row.get("messages"))
     check_tools(row.get("tools", []))
-    return row
 
 
-def validate_rl_row(row: dict) -> dict:
+def validate_rl_row(row: dict) -> None:
     check_chat_messages(row.get("prompt"), "prompt")
     check_chat_messages(row.get("completion", []), "completion")
     check_tools(row.get("tools", []))
     reward = row.get("reward")
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         raise ValueError(f"reward must be a number, got {reward!r}")
-    return row
 
 
 def task_params(row: dict) -> ResponseCreateParams:
     """A task row's ``responses_create_params``, validated (``ValueError`` saying what is wrong)."""
     if "responses_create_params" not in row:
-        raise ValueError("a task row needs responses_create_params (the model request)")
+        raise ValueError(
+            "missing 'responses_create_params' (the model request of the row); "
+            f"keys present: {', '.join(sorted(row)) or 'none'}"
+        )
     try:
         return ResponseCreateParams.model_validate(row["responses_create_params"])
     except ValidationError as exc:
-        raise ValueError(f"responses_create_params: {describe_validation(exc)}") from None
+        raise ValueError(f"invalid responses_create_params: {describe_validation(exc)}") from None
 
 
-def validate_task_row(row: dict) -> dict:
-    task_params(row)
-    return row
-
-
+#: Each kind's check (a rollout row is read as its ``Rollout``, the others stay dicts) and its name.
 _VALIDATORS: dict[str, tuple[Callable[[dict], Any], str]] = {
     "rollout": (Rollout.model_validate, "a rollout row"),
     "sft": (validate_sft_row, "a chat-format SFT row"),
     "rl": (validate_rl_row, "an RL row"),
-    "task": (validate_task_row, "a task row"),
+    "task": (task_params, "a task row"),
 }
 
 
@@ -133,7 +130,7 @@ def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
             raise DatasetError(str(path), number, f"not {what}: {describe_validation(exc, 'row')}") from None
         except ValueError as exc:
             raise DatasetError(str(path), number, f"not {what}: {exc}") from None
-        out.append(value)
+        out.append(value if kind == "rollout" else row)
     return out
 
 

@@ -22,7 +22,7 @@ from gymlab.collection.config_rows import check_rows, config_rows, iter_expand, 
 from gymlab.collection.files import in_shard, output_paths, record_shard, rewrite_sorted
 from gymlab.collection.serving import Target, config_of, config_route, served
 from gymlab.errors import ConfigError, DatasetError, ServerError
-from gymlab.jsonl import atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
+from gymlab.jsonl import atomic_file, dumps, iter_appendable, read_appendable, write_atomic
 from gymlab.protocol.record import mean_reward_text
 from gymlab.run.engine import STOP_AFTER, Job, Policy, run_jobs
 from gymlab.run.pool import HttpReplica, ReplicaPool, agent_pool
@@ -213,7 +213,7 @@ async def acollect(
                 yield record
 
         metrics = await aggregate(records(), metrics_urls, client)
-    write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
+    write_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
     return CollectResult(
         paths["rollouts"],
         aggregate_metrics=metrics,
