@@ -22,26 +22,25 @@ ID_FIELDS = ("task_id", "problem_id", "instance_id")
 COLLECTOR_FIELDS = frozenset({"_ng_task_index", "_ng_rollout_index", "rollout_id", "attempt", "episode_id"})
 
 
-def read_rows(path: str | os.PathLike, *, flat: bool | str = True) -> list[dict[str, Any]]:
-    """The rows of a dataset JSONL file (blank lines skipped). ``flat=True``: each row needs a valid
-    ``responses_create_params``; ``False``: JSON objects (an environment server validates its own input);
-    ``"auto"``: the rows without ``task_input`` are checked."""
-    rows = []
-    for number, row in iter_jsonl(path, what="row"):
-        if flat is True or (flat == "auto" and "task_input" not in row):
-            check_flat_row(row, str(path), number)
-        rows.append(row)
-    return rows
-
-
-def check_flat_row(row: dict[str, Any], path: str, line: int | None) -> None:
-    """Raise ``DatasetError`` unless ``row["responses_create_params"]`` is a valid model request."""
+def read_rows(rows: str | os.PathLike | Iterable[Any], *, flat: bool | str = True) -> list[dict[str, Any]]:
+    """The rows of a dataset JSONL file (blank lines skipped) or of an iterable, each a JSON object (a
+    ``DatasetError`` names the line). ``flat=True``: each row needs a valid ``responses_create_params``;
+    ``False``: an environment server validates its own input; ``"auto"``: the rows without ``task_input``."""
     from gymlab.collection.readers import task_params
 
-    try:
-        task_params(row)
-    except ValueError as exc:
-        raise DatasetError(path, line, str(exc)) from None
+    path = isinstance(rows, (str, os.PathLike))
+    source = str(rows) if path else "rows"
+    out = []
+    for number, row in iter_jsonl(rows) if path else enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise DatasetError(source, number, f"a row is a JSON object (dict), not {type(row).__name__}")
+        if flat is True or (flat == "auto" and "task_input" not in row):
+            try:
+                task_params(row)
+            except ValueError as exc:
+                raise DatasetError(source, number, str(exc)) from None
+        out.append(row)
+    return out
 
 
 def collate_taskset(
@@ -101,18 +100,6 @@ def config_rows(
             spec = config.servers[d.owner]
             ref = {"type": spec.server_type, "name": spec.instance}
             out.extend(row if "agent_ref" in row else {**row, "agent_ref": ref} for row in rows)
-    return out
-
-
-def check_rows(rows: Iterable[dict[str, Any]], source: str = "rows") -> list[dict[str, Any]]:
-    """Rows as a list, each a JSON object; a flat row (no ``task_input``) needs a valid request."""
-    out = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise DatasetError(source, i + 1, f"a row is a JSON object (dict), not {type(row).__name__}")
-        if "task_input" not in row:
-            check_flat_row(row, source, i + 1)
-        out.append(row)
     return out
 
 
