@@ -134,11 +134,6 @@ def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
     return out
 
 
-def read_rollouts(path: str | os.PathLike) -> list[Rollout]:
-    """The ``Rollout`` records of a rollouts JSONL file (a bad line: ``not a rollout row: ...``)."""
-    return read_jsonl(path, "rollout")
-
-
 def _plain(value: Any) -> Any:
     """pandas/numpy values as JSON values (numpy scalars unwrapped, NaN/NaT/NA as None)."""
     if isinstance(value, dict):
@@ -180,15 +175,12 @@ class Dataset:
                     [{"role": "user", "content": text}] if isinstance(text, str) else text
                 )
                 row["responses_create_params"] = {"input": items, **({"tools": tools} if tools else {}), **params}
-            self.rows.append(self._validated(row, n))
-
-    def _validated(self, row: dict, n: int) -> dict:
-        try:
-            params = task_params(row)
-            json.dumps(row)
-        except (TypeError, ValueError) as exc:
-            raise DatasetError(self.name, n, f"not a task row: {exc}") from None
-        return {**row, "responses_create_params": params.model_dump(mode="json", exclude_unset=True)}
+            try:
+                request = task_params(row)
+                json.dumps(row)
+            except (TypeError, ValueError) as exc:
+                raise DatasetError(name, n, f"not a task row: {exc}") from None
+            self.rows.append({**row, "responses_create_params": request.model_dump(mode="json", exclude_unset=True)})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Dataset:

@@ -222,14 +222,12 @@ def _checked_done(path: Path) -> set[Key]:
     """The (task, repeat) keys already in the rollouts file; a key written twice is an error."""
     seen: dict[Key, int] = {}
     for i, (_, _, _, record) in enumerate(iter_appendable(path)):
-        k = key_of(record)
-        if k in seen:
+        if (first := seen.setdefault(k := key_of(record), i)) != i:
             raise DatasetError(
                 str(path),
                 None,
-                f"records {seen[k] + 1} and {i + 1} are both (task {k[0]}, repeat {k[1]}); remove one, then rerun",
+                f"records {first + 1} and {i + 1} are both (task {k[0]}, repeat {k[1]}); remove one, then rerun",
             )
-        seen[k] = i
     return set(seen)
 
 
