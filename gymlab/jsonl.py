@@ -1,5 +1,4 @@
-"""JSONL files: the one reader (``iter_jsonl``; ``read_lines`` unparsed), the reader of a file a run appends to
-(``iter_appendable``), the one atomic writer (``atomic_file``) and the one appender (``LineWriter``)."""
+"""JSONL files: the one line reader (``_scan``), the one atomic writer and the one appender."""
 
 from __future__ import annotations
 
@@ -126,8 +125,7 @@ _BLANK = frozenset({b"\n", b"\r", b" ", b"\t", b""})
 
 
 def read_lines(path: str | os.PathLike) -> tuple[bytes, list[int], list[int]]:
-    """A JSONL file's bytes, with each non-blank line's start offset and number (unparsed, but a torn last
-    line raises ``DatasetError``)."""
+    """A JSONL file's bytes, with each non-blank line's start offset and number (unparsed; torn: an error)."""
     path = Path(path)
     try:
         data = path.read_bytes()

@@ -1,5 +1,4 @@
-"""YAML configs: instance -> server type -> implementation, merged in order, checked, resolved; every
-error names the file and the key (docs/collection.md)."""
+"""YAML configs: instance -> server type -> implementation, merged, checked; errors name file and key."""
 
 from __future__ import annotations
 
@@ -255,8 +254,7 @@ def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def load_config(*paths: str | Path) -> Config:
-    """Load YAML files, deep-merged in order (later files win), and check them; relative paths
-    (``entrypoint``, ``jsonl_fpath``, ``policy: app.py:fn``) are relative to the file that sets them."""
+    """YAML files deep-merged in order (later files win) and checked; relative paths are the setting file's."""
     if not paths:
         raise ConfigError("no config file given")
     merged: dict[str, Any] = {}

@@ -1,6 +1,5 @@
-"""Dataset JSONL files: reading with line-numbered errors, taskset collation (flat rows as
-``{"task_id": "<taskset>/<id>", "task_input": {...}}`` for an environment server; docs/collection.md),
-and rows -> collection jobs, each row repeated with its (task, repeat) key."""
+"""Dataset rows: read with line-numbered errors, taskset rows collated, and each row made jobs keyed by
+(task, repeat) (docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -69,9 +68,8 @@ def collate_taskset(
 def config_rows(
     config, *, dataset: str | None = None, split: str | None = None, limit: int | None = None
 ) -> list[dict[str, Any]]:
-    """The rows of a config's datasets (``dataset``: one by name, ``split``: one type), collated: flat
-    rows get the declaring agent's ``agent_ref`` unless they name one; taskset rows become
-    ``task_id``/``task_input`` rows. ``limit``: the first rows of each (positional IDs count them all)."""
+    """The rows of a config's datasets (``dataset``: by name, ``split``: by type), collated; flat rows get the
+    declaring agent's ``agent_ref`` unless they name one; ``limit``: the first rows of each."""
     chosen = [
         d for d in config.datasets if (dataset is None or d.name == dataset) and (split is None or d.type == split)
     ]
@@ -110,15 +108,13 @@ def iter_expand(
     responses_create_params: dict | None = None,
     num_repeats_add_seed: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    """Every row ``repeats`` times in "aabbcc" order with ``_ng_task_index`` (its own, else its position)
-    and ``_ng_rollout_index``, made as they are read; a row that has ``_ng_rollout_index`` runs once, as
-    it is. Taskset rows refuse run-level request overrides and ``num_repeats_add_seed``."""
+    """Every row ``repeats`` times in "aabbcc" order, keyed, made as they are read; a materialized row
+    (with ``_ng_rollout_index``) runs once, as it is."""
 
     add_seed = num_repeats_add_seed and repeats > 1
 
     def _base(row: dict[str, Any], r: int) -> dict[str, Any]:
-        """The row with run-level request overrides merged in, and ``seed=r`` in ``metadata.extra_body``
-        when asked (the request schema has no ``seed`` key), as NeMo Gym does."""
+        """The row with the run-level overrides, and ``seed`` in ``metadata.extra_body``, as NeMo Gym does."""
         if not responses_create_params and not add_seed:
             return row
         params = deep_merge(row.get("responses_create_params") or {}, responses_create_params or {})

@@ -1,5 +1,4 @@
-"""Importing what a config names: ``module:attr``, ``path/to/app.py:attr``, a server class, a server;
-every failure is a ``ConfigError`` naming where in the config the target came from."""
+"""Importing what a config names (``module:attr``, ``app.py:attr``); a failure names where it came from."""
 
 from __future__ import annotations
 

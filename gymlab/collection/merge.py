@@ -44,8 +44,7 @@ def _united(files: list[Path], what: str, *, required: bool) -> dict[Key, tuple[
 
 
 def _refuse_losing(target: Path, shards: list[Path], merged: dict[Key, tuple[dict[str, Any], Path, int]]) -> None:
-    """Raise when writing ``merged`` over an existing ``target`` that is not a shard would lose or
-    change one of its records (merging the same shards again is fine: it writes the same file)."""
+    """Raise when writing ``merged`` over an existing ``target`` (not a shard) would lose or change a record."""
     if not target.exists() or any(s.exists() and target.samefile(s) for s in shards):
         return
     for line, record in iter_jsonl(target, what="rollouts"):

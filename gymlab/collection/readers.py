@@ -1,5 +1,4 @@
-"""JSONL rows back in, each line validated by kind (rollout, SFT, RL, task; a ``DatasetError`` names the file
-and line), ``Dataset``: task rows to run or write, and dataset metrics: what a rows file holds."""
+"""JSONL rows back in, validated by kind; ``Dataset``: task rows to run or write; dataset metrics."""
 
 from __future__ import annotations
 
@@ -116,8 +115,8 @@ def kind_of(row: dict) -> str:
 
 
 def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
-    """Read and validate every line: ``kind`` is rollout (as ``Rollout`` records), sft, rl or task (as
-    dicts), None: from the first row. A bad line raises ``DatasetError`` (file, line, ``not {what}``)."""
+    """Every line, validated as ``kind`` (rollout: as ``Rollout`` records; sft, rl, task; None: the first
+    row's kind); a bad line is a ``DatasetError`` naming it."""
     if kind is not None and kind not in _VALIDATORS:
         raise ValueError(f"kind must be one of {', '.join(_VALIDATORS)} or None, got {kind!r}")
     out = []

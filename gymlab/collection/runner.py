@@ -1,5 +1,4 @@
-"""Rollout collection (the run engine's JSONL sink): dataset rows in, rollout records out, resumable
-JSONL files, each record written as it finishes (docs/collection.md)."""
+"""Rollout collection: dataset rows in, rollout records out in resumable JSONL files (docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -232,8 +231,8 @@ def _checked_done(path: Path) -> set[Key]:
 
 
 def _recorded_inputs(path: Path, jobs: Iterator[tuple[dict[str, Any], Any]], done: set[Key]) -> Iterator[Any]:
-    """``jobs``, passed on while they are written to the inputs file (with the inputs of the file's
-    other keys kept); resuming onto rollouts of different inputs is refused before anything runs."""
+    """``jobs``, passed on while written to the inputs file (its other keys kept); resuming onto rollouts
+    of different inputs is refused before anything runs."""
     old = {key_of(r): (offset, len(line)) for _, offset, line, r in iter_appendable(path, what="materialized inputs")}
     with atomic_file(path) as out:
         with open(path, "rb") if old else open(os.devnull, "rb") as source:

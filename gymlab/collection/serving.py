@@ -1,5 +1,4 @@
-"""A config's servers served in this process for one collection (no ``Lab``), and where each row goes
-(``config_route``): what ``gymlab.collect(config, output, ...)`` and ``gymlab collect`` run."""
+"""A config's servers served in this process for one collection (no ``Lab``), and where each row goes."""
 
 from __future__ import annotations
 
@@ -37,9 +36,8 @@ class Target:
 
 @contextlib.asynccontextmanager
 async def served(config: Config, client: Client) -> AsyncIterator[tuple[dict[str, str], set[str]]]:
-    """Every server of ``config`` on 127.0.0.1 in this process, one worker each, reached in-process through
-    ``client``: (name -> URL, the resources servers whose default metrics the collection tallies itself);
-    the errors they log summed up in one line at the end."""
+    """Every server of ``config`` on 127.0.0.1 in this process, reached through ``client``: (name -> URL,
+    the resources servers whose default metrics the collection tallies itself); their errors summed up."""
     from gymlab._runtime.serve import LoopServer  # (here: reading a collection's files needs no server stack)
     from gymlab.resources.simple import default_metrics
 

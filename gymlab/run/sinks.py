@@ -1,5 +1,4 @@
-"""The run engine's two sinks: ``MemorySink`` (``run_many``) and ``JsonlSink`` (``collect``), and
-``failure_row``, the failures-file row (from ``protocol.record.failed``)."""
+"""The run engine's two sinks: ``MemorySink`` (``run_many``), ``JsonlSink`` (``collect``) with ``failure_row``."""
 
 from __future__ import annotations
 
