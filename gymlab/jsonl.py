@@ -201,7 +201,7 @@ class LineWriter:
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one line; a write that fails part-way is cut back off, so no line is left torn."""
-        data = orjson.dumps(record, default=str, option=_OPTIONS | orjson.OPT_APPEND_NEWLINE)
+        data = dumps(record) + b"\n"
         start = os.lseek(self.fd, 0, os.SEEK_END)
         try:
             while data:

@@ -100,10 +100,9 @@ async def acollect(
     """Collect the rollouts of ``source`` (rows or a JSONL path for ``agent_url``/``route``, or a config)
     into ``output``, resumably; sources, retries, ``stop_after``, ``shard`` and ``client``: docs/collection.md."""
     t0, config = time.perf_counter(), config_of(source)
-    if config is not None and input is None:
-        rows: Any = config_rows(config, dataset=dataset, split=split)
-    else:
-        rows = input if config is not None else source
+    rows: Any = (
+        source if config is None else input if input is not None else config_rows(config, dataset=dataset, split=split)
+    )
     if rows is None or (config is None and agent_url is None and route is None):
         raise ConfigError("give rows and agent_url= (an agent server) or route= (row -> Target), or a config")
     if agent_url is not None and route is not None:
