@@ -392,11 +392,11 @@ def _check_refs(config: Config, sources: dict[str, Path]) -> None:
                 + f"{ds.taskset}: <environment server>"
                 + "}'"
             )
-        env = config.servers[config.environment_server_routes[ds.taskset]]
-        bound = {name for _t, name in env.refs.values()}
-        if ds.owner != env.instance and ds.owner not in bound:
+        server = config.servers[config.environment_server_routes[ds.taskset]]
+        bound = {name for _t, name in server.refs.values()}
+        if ds.owner != server.instance and ds.owner not in bound:
             raise ConfigError(
-                f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} routes to {env.instance}, "
+                f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} routes to {server.instance}, "
                 f"which does not bind {ds.owner} (it binds {', '.join(sorted(bound)) or 'nothing'}); declare "
                 "the dataset on a server the environment server refers to"
             )

@@ -27,10 +27,9 @@ def read_rows(rows: str | os.PathLike | Iterable[Any], *, flat: bool | str = Tru
     ``False``: an environment server validates its own input; ``"auto"``: the rows without ``task_input``."""
     from gymlab.collection.readers import task_params
 
-    path = isinstance(rows, (str, os.PathLike))
-    source = str(rows) if path else "rows"
+    source = str(rows) if isinstance(rows, (str, os.PathLike)) else "rows"
     out = []
-    for number, row in iter_jsonl(rows) if path else enumerate(rows, 1):
+    for number, row in iter_jsonl(rows) if isinstance(rows, (str, os.PathLike)) else enumerate(rows, 1):
         if not isinstance(row, dict):
             raise DatasetError(source, number, f"a row is a JSON object (dict), not {type(row).__name__}")
         if flat is True or (flat == "auto" and "task_input" not in row):

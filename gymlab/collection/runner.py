@@ -280,7 +280,7 @@ async def aggregate(
         payload = {"verify_responses": orjson.Fragment(bytes(body))}
         try:
             out[agent] = await client.post_ok(
-                metrics_urls[agent], "/aggregate_metrics", payload, server="resources server"
+                str(metrics_urls[agent]), "/aggregate_metrics", payload, server="resources server"
             )
             continue
         except ServerError as exc:

@@ -90,7 +90,7 @@ def agent_of(row: dict[str, Any], agents: Any, agent: str | None, where: str = "
             f"{where} names agent {name!r}, which the config does not define; agents: "
             f"{', '.join(agents) or 'none'} (use --agent to choose one)"
         )
-    return name
+    return str(name)
 
 
 def config_route(
