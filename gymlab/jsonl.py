@@ -184,7 +184,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     """Write ``data`` to ``path`` atomically: bytes as they are (whole JSONL content), text ending in one
     newline (a JSON summary beside the JSONL files)."""
     with atomic_file(path) as f:
-        f.write(data if isinstance(data, bytes) else (data.rstrip("\n") + "\n").encode())
+        f.write((data.rstrip("\n") + "\n").encode() if isinstance(data, str) else data)
     return Path(path)
 
 

@@ -21,8 +21,6 @@ from gymlab.run.pool import ReplicaPool
 if TYPE_CHECKING:
     from gymlab._http.client import Client
 
-YAML_SUFFIXES = (".yaml", ".yml")
-
 
 @dataclass(frozen=True)
 class Target:
@@ -75,7 +73,7 @@ def config_of(source: Any) -> Config | None:
     if isinstance(source, Config):
         return source
     paths = [source] if isinstance(source, (str, os.PathLike)) else source if isinstance(source, (list, tuple)) else ()
-    if paths and all(isinstance(s, (str, os.PathLike)) and Path(s).suffix in YAML_SUFFIXES for s in paths):
+    if paths and all(isinstance(s, (str, os.PathLike)) and Path(s).suffix in (".yaml", ".yml") for s in paths):
         return load_config(*paths)
     return None
 
