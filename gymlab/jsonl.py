@@ -1,5 +1,4 @@
-"""JSONL files: the one reader (``iter_jsonl``; ``read_lines`` unparsed), the reader of a file a run appends to
-(``iter_appendable``), the one atomic writer (``atomic_file``) and the one appender (``LineWriter``)."""
+"""JSONL files: the one line reader (``_scan``), the one atomic writer and the one appender."""
 
 from __future__ import annotations
 
@@ -18,24 +17,8 @@ from gymlab.errors import DatasetError, PersistenceError
 
 def iter_jsonl(path: str | os.PathLike, *, what: str = "row") -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for every non-blank line; a bad file or line is a ``DatasetError`` naming both."""
-    path = Path(path)
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
-    with f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                value = orjson.loads(line)
-            except ValueError as exc:
-                if not line.endswith(b"\n"):
-                    raise _torn(path, number, exc) from None
-                raise DatasetError(str(path), number, f"not valid JSON: {exc}") from None
-            if not isinstance(value, dict):
-                raise DatasetError(str(path), number, f"a {what} is a JSON object, not {type(value).__name__}")
-            yield number, value
+    for number, _, _, record in _scan(Path(path), what, appended=False):
+        yield number, record
 
 
 def read_appendable(path: Path, *, repair: bool = True, what: str = "rollouts") -> list[dict[str, Any]]:
@@ -48,44 +31,53 @@ def iter_appendable(
 ) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
     """``(line number, offset, line, record)`` of a file a run appends to: a torn last line is cut off, a whole
     one missing its newline gets it (``repair=False``: file left alone); a bad complete line: ``DatasetError``."""
-    if not path.exists():
-        return
+    if path.exists():
+        yield from _scan(path, what, appended=True, repair=repair)
+
+
+def _scan(
+    path: Path, what: str, *, appended: bool, repair: bool = False
+) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
+    """The one line reader: a torn last line raises, or (``appended``: a crash cut it off) is dropped."""
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
     offset = 0
-    with open(path, "rb") as f:
+    with f:
         for number, line in enumerate(f, 1):
             at, offset = offset, offset + len(line)
             if not line.strip():
                 continue
+            whole = line.endswith(b"\n")  # else the last line: a whole record missing only its newline, or torn
             try:
                 record = orjson.loads(line)
             except ValueError as exc:
-                record = exc  # an error, unless this is the last line and a crash cut it off
-            if not line.endswith(b"\n"):  # the last line: a whole record missing only its newline, or torn
-                break
-            if isinstance(record, ValueError):
-                raise DatasetError(
-                    str(path),
-                    number,
-                    f"damaged {what} line ({record}); fix or delete that line, then rerun to redo its rollout",
-                ) from None
+                if whole:
+                    why = f"damaged {what} line ({exc}); fix or delete that line, then rerun to redo its rollout"
+                    raise DatasetError(str(path), number, why if appended else f"not valid JSON: {exc}") from None
+                if not appended:
+                    raise _torn(path, number, exc) from None
+                record = None
+            if not whole and appended:
+                if isinstance(record, dict):
+                    if repair:
+                        with open(path, "ab") as out:
+                            out.write(b"\n")
+                    yield number, at, line + b"\n", record
+                elif repair:
+                    print(
+                        f"gymlab collect: {path}: removed a partial last line ({len(line)} bytes) left by an "
+                        "interrupted run; its rollout will run again",
+                        file=sys.stderr,
+                    )
+                    with open(path, "r+b") as out:
+                        out.truncate(at)
+                return
             if not isinstance(record, dict):
-                raise DatasetError(str(path), number, f"a {what} line is a JSON object, not {type(record).__name__}")
+                line_ = " line" if appended else ""
+                raise DatasetError(str(path), number, f"a {what}{line_} is a JSON object, not {type(record).__name__}")
             yield number, at, line, record
-        else:
-            return
-    if isinstance(record, dict):
-        if repair:
-            with open(path, "ab") as f:
-                f.write(b"\n")
-        yield number, at, line + b"\n", record
-    elif repair:
-        print(
-            f"gymlab collect: {path}: removed a partial last line ({len(line)} bytes) left by an "
-            "interrupted run; its rollout will run again",
-            file=sys.stderr,
-        )
-        with open(path, "r+b") as f:
-            f.truncate(at)
 
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
@@ -133,8 +125,7 @@ _BLANK = frozenset({b"\n", b"\r", b" ", b"\t", b""})
 
 
 def read_lines(path: str | os.PathLike) -> tuple[bytes, list[int], list[int]]:
-    """A JSONL file's bytes, with each non-blank line's start offset and number (unparsed, but a torn last
-    line raises ``DatasetError``)."""
+    """A JSONL file's bytes, with each non-blank line's start offset and number (unparsed; torn: an error)."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -189,16 +180,12 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Any]) -> Path:
     return Path(path)
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` (whole JSONL content) to ``path`` atomically."""
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` atomically: bytes as they are (whole JSONL content), text ending in one
+    newline (a JSON summary beside the JSONL files)."""
     with atomic_file(path) as f:
-        f.write(data)
+        f.write((data.rstrip("\n") + "\n").encode() if isinstance(data, str) else data)
     return Path(path)
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically, ending in one newline (a JSON summary beside the JSONL files)."""
-    return write_bytes_atomic(path, (text.rstrip("\n") + "\n").encode())
 
 
 class LineWriter:
@@ -214,7 +201,7 @@ class LineWriter:
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one line; a write that fails part-way is cut back off, so no line is left torn."""
-        data = orjson.dumps(record, default=str, option=_OPTIONS | orjson.OPT_APPEND_NEWLINE)
+        data = dumps(record) + b"\n"
         start = os.lseek(self.fd, 0, os.SEEK_END)
         try:
             while data:

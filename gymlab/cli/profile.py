@@ -22,10 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab.collection.readers import read_rollouts
+    from gymlab.collection.readers import read_jsonl
     from gymlab.rewards.profile import profile
 
-    result = profile(read_rollouts(args.file), threshold=args.threshold)
+    result = profile(read_jsonl(args.file, "rollout"), threshold=args.threshold)
     if args.json:
         rows = json.loads(result.tasks.to_json(orient="records"))
         print(json.dumps({"tasks": rows, "summary": result.summary}, indent=2, default=str))

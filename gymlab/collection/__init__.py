@@ -1,5 +1,4 @@
-"""Collection: dataset rows in, rollout records out, in resumable JSONL files (``collect``, ``merge``,
-replica pools); how the modules fit together is in docs/collection.md."""
+"""Collection: dataset rows in, rollout records out, in resumable JSONL files (docs/collection.md)."""
 
 from __future__ import annotations
 

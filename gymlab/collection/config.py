@@ -1,5 +1,4 @@
-"""YAML configs: instance -> server type -> implementation, merged in order, checked, resolved; every
-error names the file and the key (docs/collection.md)."""
+"""YAML configs: instance -> server type -> implementation, merged, checked; errors name file and key."""
 
 from __future__ import annotations
 
@@ -255,8 +254,7 @@ def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def load_config(*paths: str | Path) -> Config:
-    """Load YAML files, deep-merged in order (later files win), and check them; relative paths
-    (``entrypoint``, ``jsonl_fpath``, ``policy: app.py:fn``) are relative to the file that sets them."""
+    """YAML files deep-merged in order (later files win) and checked; relative paths are the setting file's."""
     if not paths:
         raise ConfigError("no config file given")
     merged: dict[str, Any] = {}
@@ -394,11 +392,11 @@ def _check_refs(config: Config, sources: dict[str, Path]) -> None:
                 + f"{ds.taskset}: <environment server>"
                 + "}'"
             )
-        env = config.servers[config.environment_server_routes[ds.taskset]]
-        bound = {name for _t, name in env.refs.values()}
-        if ds.owner != env.instance and ds.owner not in bound:
+        server = config.servers[config.environment_server_routes[ds.taskset]]
+        bound = {name for _t, name in server.refs.values()}
+        if ds.owner != server.instance and ds.owner not in bound:
             raise ConfigError(
-                f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} routes to {env.instance}, "
+                f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} routes to {server.instance}, "
                 f"which does not bind {ds.owner} (it binds {', '.join(sorted(bound)) or 'nothing'}); declare "
                 "the dataset on a server the environment server refers to"
             )

@@ -1,6 +1,5 @@
-"""Dataset JSONL files: reading with line-numbered errors, taskset collation (flat rows as
-``{"task_id": "<taskset>/<id>", "task_input": {...}}`` for an environment server; docs/collection.md),
-and rows -> collection jobs, each row repeated with its (task, repeat) key."""
+"""Dataset rows: read with line-numbered errors, taskset rows collated, and each row made jobs keyed by
+(task, repeat) (docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from gymlab.collection.config import deep_merge
 from gymlab.collection.files import Key, key_of
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import iter_jsonl
@@ -21,57 +21,30 @@ ID_FIELDS = ("task_id", "problem_id", "instance_id")
 COLLECTOR_FIELDS = frozenset({"_ng_task_index", "_ng_rollout_index", "rollout_id", "attempt", "episode_id"})
 
 
-def read_rows(path: str | os.PathLike, *, flat: bool | str = True) -> list[dict[str, Any]]:
-    """The rows of a dataset JSONL file (blank lines skipped). ``flat=True``: each row needs a valid
-    ``responses_create_params``; ``False``: JSON objects (an environment server validates its own input);
-    ``"auto"``: the rows without ``task_input`` are checked."""
-    rows = []
-    for number, row in iter_jsonl(path, what="row"):
+def read_rows(rows: str | os.PathLike | Iterable[Any], *, flat: bool | str = True) -> list[dict[str, Any]]:
+    """The rows of a dataset JSONL file (blank lines skipped) or of an iterable, each a JSON object (a
+    ``DatasetError`` names the line). ``flat=True``: each row needs a valid ``responses_create_params``;
+    ``False``: an environment server validates its own input; ``"auto"``: the rows without ``task_input``."""
+    from gymlab.collection.readers import task_params
+
+    source = str(rows) if isinstance(rows, (str, os.PathLike)) else "rows"
+    out = []
+    for number, row in iter_jsonl(rows) if isinstance(rows, (str, os.PathLike)) else enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise DatasetError(source, number, f"a row is a JSON object (dict), not {type(row).__name__}")
         if flat is True or (flat == "auto" and "task_input" not in row):
-            check_flat_row(row, str(path), number)
-        rows.append(row)
-    return rows
-
-
-def check_flat_row(row: dict[str, Any], path: str, line: int | None) -> None:
-    """Raise ``DatasetError`` unless ``row["responses_create_params"]`` is a valid model request."""
-    from gymlab.collection.readers import validate_task_row
-
-    if "responses_create_params" not in row:
-        raise DatasetError(
-            path,
-            line,
-            "missing 'responses_create_params' (the model request of the row); "
-            f"keys present: {', '.join(sorted(row)) or 'none'}",
-        )
-    try:
-        validate_task_row(row)
-    except ValueError as exc:  # "responses_create_params: <what is wrong>"
-        raise DatasetError(path, line, f"invalid {exc}") from None
+            try:
+                task_params(row)
+            except ValueError as exc:
+                raise DatasetError(source, number, str(exc)) from None
+        out.append(row)
+    return out
 
 
 def collate_taskset(
-    rows: Iterable[dict[str, Any]],
-    taskset: str,
-    *,
-    start: int = 0,
-    source: str = "",
-    responses_create_params: dict | None = None,
-    num_repeats_add_seed: bool = False,
-    skills: Any = None,
+    rows: Iterable[dict[str, Any]], taskset: str, *, start: int = 0, source: str = ""
 ) -> list[dict[str, Any]]:
     """Flat rows of one taskset dataset as ``task_id``/``task_input`` rows (docs/collection.md: the ID)."""
-    refusals = [
-        (responses_create_params, "run-level responses_create_params overrides"),
-        (num_repeats_add_seed, "num_repeats_add_seed"),
-        (skills, "run-level skills"),
-    ]
-    for value, what in refusals:
-        if value:
-            raise ConfigError(
-                f"{source or 'dataset'}: taskset {taskset!r} rows refuse {what}: they route to an environment "
-                "server that owns its task input; set response parameters in the source rows before collation"
-            )
     out = []
     for position, row in enumerate(rows):
         if "task_input" in row:
@@ -91,31 +64,11 @@ def collate_taskset(
     return out
 
 
-def apply_run_overrides(
-    row: dict[str, Any], responses_create_params: dict | None, repeat: int, add_seed: bool
-) -> dict[str, Any]:
-    """A flat row with run-level request overrides merged in, and ``seed=repeat`` in
-    ``metadata.extra_body`` when asked (the request schema has no ``seed`` key), as NeMo Gym does."""
-    if not responses_create_params and not add_seed:
-        return row
-    from gymlab.collection.config import deep_merge
-
-    params = deep_merge(row.get("responses_create_params") or {}, responses_create_params or {})
-    if add_seed:
-        metadata = dict(params.get("metadata") or {})
-        extra = json.loads(metadata.get("extra_body") or "{}")
-        extra["seed"] = repeat
-        metadata["extra_body"] = json.dumps(extra)
-        params["metadata"] = metadata
-    return {**row, "responses_create_params": params}
-
-
 def config_rows(
     config, *, dataset: str | None = None, split: str | None = None, limit: int | None = None
 ) -> list[dict[str, Any]]:
-    """The rows of a config's datasets (``dataset``: one by name, ``split``: one type), collated: flat
-    rows get the declaring agent's ``agent_ref`` unless they name one; taskset rows become
-    ``task_id``/``task_input`` rows. ``limit``: the first rows of each (positional IDs count them all)."""
+    """The rows of a config's datasets (``dataset``: by name, ``split``: by type), collated; flat rows get the
+    declaring agent's ``agent_ref`` unless they name one; ``limit``: the first rows of each."""
     chosen = [
         d for d in config.datasets if (dataset is None or d.name == dataset) and (split is None or d.type == split)
     ]
@@ -147,18 +100,6 @@ def config_rows(
     return out
 
 
-def check_rows(rows: Iterable[dict[str, Any]], source: str = "rows") -> list[dict[str, Any]]:
-    """Rows as a list, each a JSON object; a flat row (no ``task_input``) needs a valid request."""
-    out = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise DatasetError(source, i + 1, f"a row is a JSON object (dict), not {type(row).__name__}")
-        if "task_input" not in row:
-            check_flat_row(row, source, i + 1)
-        out.append(row)
-    return out
-
-
 def iter_expand(
     rows: list[dict[str, Any]],
     repeats: int = 1,
@@ -166,12 +107,21 @@ def iter_expand(
     responses_create_params: dict | None = None,
     num_repeats_add_seed: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    """Every row ``repeats`` times in "aabbcc" order with ``_ng_task_index`` (its own, else its position)
-    and ``_ng_rollout_index``, made as they are read; a row that has ``_ng_rollout_index`` runs once, as
-    it is. Taskset rows refuse run-level request overrides and ``num_repeats_add_seed``."""
+    """Every row ``repeats`` times in "aabbcc" order, keyed, made as they are read; a materialized row
+    (with ``_ng_rollout_index``) runs once, as it is."""
 
-    def _base(row: dict[str, Any], r: int) -> dict[str, Any]:  # a taskset row has no override: it comes back as is
-        return apply_run_overrides(row, responses_create_params, r, num_repeats_add_seed and repeats > 1)
+    add_seed = num_repeats_add_seed and repeats > 1
+
+    def _base(row: dict[str, Any], r: int) -> dict[str, Any]:
+        """The row with the run-level overrides, and ``seed`` in ``metadata.extra_body``, as NeMo Gym does."""
+        if not responses_create_params and not add_seed:
+            return row
+        params = deep_merge(row.get("responses_create_params") or {}, responses_create_params or {})
+        if add_seed:
+            metadata = dict(params.get("metadata") or {})
+            metadata["extra_body"] = json.dumps({**json.loads(metadata.get("extra_body") or "{}"), "seed": r})
+            params["metadata"] = metadata
+        return {**row, "responses_create_params": params}
 
     if repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {repeats}")

@@ -1,6 +1,4 @@
-"""The files of one collection (``NAME.jsonl``, ``_materialized_inputs``, ``_failures``,
-``_aggregate_metrics``, ``_shard``), the (task, repeat) key that names each record in them, and shards:
-shard i of n takes the tasks with ``task_index % n + 1 == i``, every repeat of a task in one shard."""
+"""The files of one collection, the (task, repeat) key that names each record in them, and shards."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gymlab.errors import ConfigError, DatasetError
-from gymlab.jsonl import atomic_file, dumps, iter_appendable, write_text_atomic
+from gymlab.jsonl import atomic_file, dumps, iter_appendable, write_atomic
 from gymlab.run.sinks import Key, key_of
 
 
@@ -38,8 +36,7 @@ def sort_key(record: dict[str, Any]) -> tuple:
 
 def rewrite_sorted(path: Path, *, keep: Callable[[Key], bool] | None = None, what: str = "rollouts") -> int:
     """Rewrite an appended file in (task, repeat) order, atomically, holding only each line's key and
-    place (32 bytes a line): a key's last line wins, ``keep`` drops keys. Returns the lines written.
-    A key that is not a pair of whole numbers is a ``DatasetError`` naming its line."""
+    place (32 bytes a line): a key's last line wins, ``keep`` drops keys. Returns the lines written."""
     import numpy as np
 
     if not path.exists():
@@ -98,4 +95,4 @@ def record_shard(path: Path, shard: tuple[int, int] | str, rows: Iterable[dict[s
     digest = hashlib.sha256(dumps(options))
     for row in rows:
         digest.update(dumps(row) + b"\n")
-    write_text_atomic(path, json.dumps({"shard": list(parse_shard(shard)), "inputs_sha256": digest.hexdigest()}))
+    write_atomic(path, json.dumps({"shard": list(parse_shard(shard)), "inputs_sha256": digest.hexdigest()}))

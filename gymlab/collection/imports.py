@@ -1,5 +1,4 @@
-"""Importing what a config names: ``module:attr``, ``path/to/app.py:attr``, a server class, a server;
-every failure is a ``ConfigError`` naming where in the config the target came from."""
+"""Importing what a config names (``module:attr``, ``app.py:attr``); a failure names where it came from."""
 
 from __future__ import annotations
 
@@ -17,16 +16,6 @@ def load_object(target: str, *, where: str = "") -> Any:
     """``module:attr`` or ``/path/to/file.py:attr`` (without ``:attr``, the module itself)."""
     prefix = f"{where}: " if where else ""
     module_part, _, attr = target.rpartition(":") if ":" in target else (target, "", "")
-    module = _import(module_part, prefix)
-    if not attr:
-        return module
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ConfigError(f"{prefix}{module_part} has no {attr!r}") from None
-
-
-def _import(module_part: str, prefix: str):
     if module_part.endswith(".py") or "/" in module_part:
         path = Path(module_part)
         if not path.is_file() or path.suffix != ".py":
@@ -34,18 +23,25 @@ def _import(module_part: str, prefix: str):
             raise ConfigError(f"{prefix}entrypoint {path} {what} (paths are relative to the config file)")
         modname = "gymlab_entry_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
         try:
-            return import_file(path, modname, sibling_imports=True)
+            module = import_file(path, modname, sibling_imports=True)
         except (SyntaxError, ImportError) as exc:  # not Python, or a module it needs is missing
             raise ConfigError(f"{prefix}entrypoint {path} cannot be imported: {type(exc).__name__}: {exc}") from None
+    else:
+        try:
+            module = importlib.import_module(module_part)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_part.startswith(exc.name):
+                raise ConfigError(
+                    f"{prefix}module {module_part!r} is not available in this installation "
+                    f"({exc}); check the implementation name or give an entrypoint"
+                ) from None
+            raise
+    if not attr:
+        return module
     try:
-        return importlib.import_module(module_part)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_part.startswith(exc.name):
-            raise ConfigError(
-                f"{prefix}module {module_part!r} is not available in this installation "
-                f"({exc}); check the implementation name or give an entrypoint"
-            ) from None
-        raise
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"{prefix}{module_part} has no {attr!r}") from None
 
 
 def load_server_class(target: str, *, where: str = "") -> type:

@@ -12,7 +12,7 @@ from typing import Any
 from gymlab.collection.files import Key, key_of, output_paths, sort_key
 from gymlab.collection.runner import CollectResult, aggregate, sync_form
 from gymlab.errors import DatasetError
-from gymlab.jsonl import iter_jsonl, write_jsonl_atomic, write_text_atomic
+from gymlab.jsonl import iter_jsonl, write_atomic, write_jsonl_atomic
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import mean_reward
 from gymlab.run.sinks import failure_row
@@ -44,8 +44,7 @@ def _united(files: list[Path], what: str, *, required: bool) -> dict[Key, tuple[
 
 
 def _refuse_losing(target: Path, shards: list[Path], merged: dict[Key, tuple[dict[str, Any], Path, int]]) -> None:
-    """Raise when writing ``merged`` over an existing ``target`` that is not a shard would lose or
-    change one of its records (merging the same shards again is fine: it writes the same file)."""
+    """Raise when writing ``merged`` over an existing ``target`` (not a shard) would lose or change a record."""
     if not target.exists() or any(s.exists() and target.samefile(s) for s in shards):
         return
     for line, record in iter_jsonl(target, what="rollouts"):
@@ -139,7 +138,7 @@ async def amerge(
         metrics = await aggregate(records, dict.fromkeys(agents, resources_url), client)
     write_jsonl_atomic(paths["materialized_inputs"], sorted((r for r, _, _ in inputs.values()), key=sort_key))
     write_jsonl_atomic(paths["failures"], failed)
-    write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
+    write_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
     paths["shard"].unlink(missing_ok=True)  # the output is a whole collection now, not a shard
     write_jsonl_atomic(paths["rollouts"], records)  # last: the rollouts file says the merge finished
     return CollectResult(

@@ -1,5 +1,4 @@
-"""JSONL rows back in, each line validated by kind (rollout, SFT, RL, task; a ``DatasetError`` names the file
-and line), ``Dataset``: task rows to run or write, and dataset metrics: what a rows file holds."""
+"""JSONL rows back in, validated by kind; ``Dataset``: task rows to run or write; dataset metrics."""
 
 from __future__ import annotations
 
@@ -68,42 +67,39 @@ def check_tools(tools: Any, key: str = "tools") -> None:
         raise ValueError(f'{key} must be a list of {{"type": "function", "function": {{"name", ...}}}}')
 
 
-def validate_sft_row(row: dict) -> dict:
+def validate_sft_row(row: dict) -> None:
     check_chat_messages(row.get("messages"))
     check_tools(row.get("tools", []))
-    return row
 
 
-def validate_rl_row(row: dict) -> dict:
+def validate_rl_row(row: dict) -> None:
     check_chat_messages(row.get("prompt"), "prompt")
     check_chat_messages(row.get("completion", []), "completion")
     check_tools(row.get("tools", []))
     reward = row.get("reward")
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         raise ValueError(f"reward must be a number, got {reward!r}")
-    return row
 
 
 def task_params(row: dict) -> ResponseCreateParams:
     """A task row's ``responses_create_params``, validated (``ValueError`` saying what is wrong)."""
     if "responses_create_params" not in row:
-        raise ValueError("a task row needs responses_create_params (the model request)")
+        raise ValueError(
+            "missing 'responses_create_params' (the model request of the row); "
+            f"keys present: {', '.join(sorted(row)) or 'none'}"
+        )
     try:
         return ResponseCreateParams.model_validate(row["responses_create_params"])
     except ValidationError as exc:
-        raise ValueError(f"responses_create_params: {describe_validation(exc)}") from None
+        raise ValueError(f"invalid responses_create_params: {describe_validation(exc)}") from None
 
 
-def validate_task_row(row: dict) -> dict:
-    task_params(row)
-    return row
-
-
+#: Each kind's check (a rollout row is read as its ``Rollout``, the others stay dicts) and its name.
 _VALIDATORS: dict[str, tuple[Callable[[dict], Any], str]] = {
     "rollout": (Rollout.model_validate, "a rollout row"),
     "sft": (validate_sft_row, "a chat-format SFT row"),
     "rl": (validate_rl_row, "an RL row"),
-    "task": (validate_task_row, "a task row"),
+    "task": (task_params, "a task row"),
 }
 
 
@@ -119,8 +115,8 @@ def kind_of(row: dict) -> str:
 
 
 def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
-    """Read and validate every line: ``kind`` is rollout (as ``Rollout`` records), sft, rl or task (as
-    dicts), None: from the first row. A bad line raises ``DatasetError`` (file, line, ``not {what}``)."""
+    """Every line, validated as ``kind`` (rollout: as ``Rollout`` records; sft, rl, task; None: the first
+    row's kind); a bad line is a ``DatasetError`` naming it."""
     if kind is not None and kind not in _VALIDATORS:
         raise ValueError(f"kind must be one of {', '.join(_VALIDATORS)} or None, got {kind!r}")
     out = []
@@ -133,13 +129,8 @@ def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[Any]:
             raise DatasetError(str(path), number, f"not {what}: {describe_validation(exc, 'row')}") from None
         except ValueError as exc:
             raise DatasetError(str(path), number, f"not {what}: {exc}") from None
-        out.append(value)
+        out.append(value if kind == "rollout" else row)
     return out
-
-
-def read_rollouts(path: str | os.PathLike) -> list[Rollout]:
-    """The ``Rollout`` records of a rollouts JSONL file (a bad line: ``not a rollout row: ...``)."""
-    return read_jsonl(path, "rollout")
 
 
 def _plain(value: Any) -> Any:
@@ -183,15 +174,12 @@ class Dataset:
                     [{"role": "user", "content": text}] if isinstance(text, str) else text
                 )
                 row["responses_create_params"] = {"input": items, **({"tools": tools} if tools else {}), **params}
-            self.rows.append(self._validated(row, n))
-
-    def _validated(self, row: dict, n: int) -> dict:
-        try:
-            params = task_params(row)
-            json.dumps(row)
-        except (TypeError, ValueError) as exc:
-            raise DatasetError(self.name, n, f"not a task row: {exc}") from None
-        return {**row, "responses_create_params": params.model_dump(mode="json", exclude_unset=True)}
+            try:
+                request = task_params(row)
+                json.dumps(row)
+            except (TypeError, ValueError) as exc:
+                raise DatasetError(name, n, f"not a task row: {exc}") from None
+            self.rows.append({**row, "responses_create_params": request.model_dump(mode="json", exclude_unset=True)})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Dataset:

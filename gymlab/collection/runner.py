@@ -1,5 +1,4 @@
-"""Rollout collection (the run engine's JSONL sink): dataset rows in, rollout records out, resumable
-JSONL files, each record written as it finishes (docs/collection.md)."""
+"""Rollout collection: dataset rows in, rollout records out in resumable JSONL files (docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -18,11 +17,11 @@ import orjson
 
 from gymlab._http.retry import RETRY_SPAN_S
 from gymlab._sync import run_sync
-from gymlab.collection.config_rows import check_rows, config_rows, iter_expand, read_rows
+from gymlab.collection.config_rows import config_rows, iter_expand, read_rows
 from gymlab.collection.files import in_shard, output_paths, record_shard, rewrite_sorted
 from gymlab.collection.serving import Target, config_of, config_route, served
 from gymlab.errors import ConfigError, DatasetError, ServerError
-from gymlab.jsonl import atomic_file, dumps, iter_appendable, read_appendable, write_text_atomic
+from gymlab.jsonl import atomic_file, dumps, iter_appendable, read_appendable, write_atomic
 from gymlab.protocol.record import mean_reward_text
 from gymlab.run.engine import STOP_AFTER, Job, Policy, run_jobs
 from gymlab.run.pool import HttpReplica, ReplicaPool, agent_pool
@@ -98,35 +97,22 @@ async def acollect(
     stop_after: int | None = STOP_AFTER,
     progress: bool = True,
 ) -> CollectResult:
-    """Collect the rollouts of ``source`` into ``output`` (docs/collection.md).
-
-    ``source``: rows (dicts, or a JSONL path) for an agent at ``agent_url`` (one URL, several of the
-    same agent, or a ``ReplicaPool``; ``resources_url`` for its metrics) or for ``route`` (row ->
-    ``Target``); or a config (``load_config(...)``, YAML paths), whose rows (``input``, else its
-    ``dataset``/``split``) go to the agent their ``agent_ref`` names (or ``agent``), a taskset row to
-    its environment server: served in this process, in the cells of ``pool`` (a ``CellPool``,
-    ``gymlab.cluster.configs.config_pool``) or at ``agent_url``. A failure whose kind may pass is retried ``max_retries``
-    times, and on while its failures span under ``retry_span_s`` (backoff ``backoff_s``, doubling), then
-    written to the failures file; when the first ``stop_after`` tries all fail alike the run stops with
-    ``RunStopped`` (None: never). ``shard=(i, n)`` or ``"i/n"``: only shard i of n, for ``merge``.
-    ``client``: the caller's (a Lab's, reaching its servers in-process), else one of the run's own.
-    """
+    """Collect the rollouts of ``source`` (rows or a JSONL path for ``agent_url``/``route``, or a config)
+    into ``output``, resumably; sources, retries, ``stop_after``, ``shard`` and ``client``: docs/collection.md."""
     t0, config = time.perf_counter(), config_of(source)
-    if config is not None and input is None:
-        rows: Any = config_rows(config, dataset=dataset, split=split)
-    else:
-        rows = input if config is not None else source
+    rows: Any = (
+        source if config is None else input if input is not None else config_rows(config, dataset=dataset, split=split)
+    )
     if rows is None or (config is None and agent_url is None and route is None):
         raise ConfigError("give rows and agent_url= (an agent server) or route= (row -> Target), or a config")
     if agent_url is not None and route is not None:
         raise ConfigError("give one of agent_url= (one agent server) or route= (row -> Target)")
-    rows = read_rows(rows, flat="auto") if isinstance(rows, (str, os.PathLike)) else check_rows(rows)
+    rows = read_rows(rows, flat="auto")
     rows = rows[:limit] if limit is not None else rows
     from gymlab._http.client import Client  # the server stack, imported only when a collection runs
 
-    own = Client() if client is None else None  # its connections made on first use, closed with the run
-    client = client or own
-    assert client is not None
+    own = client is None  # then its connections are made on first use and closed with the run
+    client = client or Client()
     if agent_url is not None:
         replicas = agent_pool(agent_url, server=agent, client=client)
         default_ref = {"type": "responses_api_agents", "name": agent or replicas.name}
@@ -136,8 +122,8 @@ async def acollect(
             return Target(replicas.name, ref or default_ref, resources_url, replicas)
 
     async with contextlib.AsyncExitStack() as stack:
-        if own is not None:  # no connection pool outlives a caller's short-lived loop
-            await stack.enter_async_context(own)
+        if own:  # no connection pool outlives a caller's short-lived loop
+            await stack.enter_async_context(client)
         if route is None:
             assert config is not None  # a source without agent_url or route is a config (checked above)
             if pool is None:
@@ -164,7 +150,7 @@ async def acollect(
             options = [repeats, responses_create_params, num_repeats_add_seed]
             record_shard(paths["shard"], shard, rows, options=options)
         done = _checked_done(paths["rollouts"])
-        pools: dict[str, ReplicaPool] = {}
+        pools: dict[str, tuple[ReplicaPool, str]] = {}  # url -> its replicas, the server's name for errors
         metrics_urls: dict[str, str | None] = {}
         total = n_skipped = 0
         for job, t in _recorded_inputs(paths["materialized_inputs"], jobs(), done):
@@ -172,34 +158,22 @@ async def acollect(
             n_skipped += key_of(job) in done
             if t.url not in pools:
                 server = str(t.agent_ref.get("name") or t.url)
-                pools[t.url] = t.replicas or ReplicaPool([HttpReplica(t.url, server=server, client=client)])
+                pools[t.url] = (t.replicas or ReplicaPool([HttpReplica(t.url, server=server, client=client)]), server)
             metrics_urls.setdefault(str(t.agent_ref.get("name")), t.metrics_url)
-        pending = (
-            Job(i, job, pools[t.url], str(t.agent_ref.get("name") or t.url), t)
-            for i, (job, t) in enumerate(jobs())
-            if key_of(job) not in done
-        )
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=total, initial=n_skipped, desc=paths["rollouts"].name, unit="rollout", dynamic_ncols=True)
+        pending = (Job(i, job, *pools[t.url], t) for i, (job, t) in enumerate(jobs()) if key_of(job) not in done)
         failed_before = (key_of(f) for _, _, _, f in iter_appendable(paths["failures"], what="failures"))
-        sink = JsonlSink(paths, failed_before, bar)
+        sink = JsonlSink(paths, failed_before, (total, n_skipped) if progress else None)
         try:
-            concurrency = max(1, min(concurrency, total - n_skipped))
             await run_jobs(
                 pending,
                 sink,
-                concurrency=concurrency,
+                concurrency=max(1, min(concurrency, total - n_skipped)),
                 policy=Policy(max_retries, backoff_s, timeout_s, stop_after, retry_span_s),
             )
         finally:
-            for p in pools.values():
+            for p, _ in pools.values():
                 await p.aclose()
             sink.close()
-            if bar is not None:
-                bar.close()
 
         n_rollouts = rewrite_sorted(paths["rollouts"])
         n_failures = rewrite_sorted(
@@ -213,7 +187,7 @@ async def acollect(
                 yield record
 
         metrics = await aggregate(records(), metrics_urls, client)
-    write_text_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
+    write_atomic(paths["aggregate_metrics"], json.dumps(metrics, indent=2, default=str))
     return CollectResult(
         paths["rollouts"],
         aggregate_metrics=metrics,
@@ -246,20 +220,18 @@ def _checked_done(path: Path) -> set[Key]:
     """The (task, repeat) keys already in the rollouts file; a key written twice is an error."""
     seen: dict[Key, int] = {}
     for i, (_, _, _, record) in enumerate(iter_appendable(path)):
-        k = key_of(record)
-        if k in seen:
+        if (first := seen.setdefault(k := key_of(record), i)) != i:
             raise DatasetError(
                 str(path),
                 None,
-                f"records {seen[k] + 1} and {i + 1} are both (task {k[0]}, repeat {k[1]}); remove one, then rerun",
+                f"records {first + 1} and {i + 1} are both (task {k[0]}, repeat {k[1]}); remove one, then rerun",
             )
-        seen[k] = i
     return set(seen)
 
 
 def _recorded_inputs(path: Path, jobs: Iterator[tuple[dict[str, Any], Any]], done: set[Key]) -> Iterator[Any]:
-    """``jobs``, passed on while they are written to the inputs file (with the inputs of the file's
-    other keys kept); resuming onto rollouts of different inputs is refused before anything runs."""
+    """``jobs``, passed on while written to the inputs file (its other keys kept); resuming onto rollouts
+    of different inputs is refused before anything runs."""
     old = {key_of(r): (offset, len(line)) for _, offset, line, r in iter_appendable(path, what="materialized inputs")}
     with atomic_file(path) as out:
         with open(path, "rb") if old else open(os.devnull, "rb") as source:
@@ -308,7 +280,7 @@ async def aggregate(
         payload = {"verify_responses": orjson.Fragment(bytes(body))}
         try:
             out[agent] = await client.post_ok(
-                metrics_urls[agent], "/aggregate_metrics", payload, server="resources server"
+                str(metrics_urls[agent]), "/aggregate_metrics", payload, server="resources server"
             )
             continue
         except ServerError as exc:

@@ -1,5 +1,4 @@
-"""A config's servers served in this process for one collection (no ``Lab``), and where each row goes
-(``config_route``): what ``gymlab.collect(config, output, ...)`` and ``gymlab collect`` run."""
+"""A config's servers served in this process for one collection (no ``Lab``), and where each row goes."""
 
 from __future__ import annotations
 
@@ -22,8 +21,6 @@ from gymlab.run.pool import ReplicaPool
 if TYPE_CHECKING:
     from gymlab._http.client import Client
 
-YAML_SUFFIXES = (".yaml", ".yml")
-
 
 @dataclass(frozen=True)
 class Target:
@@ -37,9 +34,8 @@ class Target:
 
 @contextlib.asynccontextmanager
 async def served(config: Config, client: Client) -> AsyncIterator[tuple[dict[str, str], set[str]]]:
-    """Every server of ``config`` on 127.0.0.1 in this process, one worker each, reached in-process through
-    ``client``: (name -> URL, the resources servers whose default metrics the collection tallies itself);
-    the errors they log summed up in one line at the end."""
+    """Every server of ``config`` on 127.0.0.1 in this process, reached through ``client``: (name -> URL,
+    the resources servers whose default metrics the collection tallies itself); their errors summed up."""
     from gymlab._runtime.serve import LoopServer  # (here: reading a collection's files needs no server stack)
     from gymlab.resources.simple import default_metrics
 
@@ -77,7 +73,7 @@ def config_of(source: Any) -> Config | None:
     if isinstance(source, Config):
         return source
     paths = [source] if isinstance(source, (str, os.PathLike)) else source if isinstance(source, (list, tuple)) else ()
-    if paths and all(isinstance(s, (str, os.PathLike)) and Path(s).suffix in YAML_SUFFIXES for s in paths):
+    if paths and all(isinstance(s, (str, os.PathLike)) and Path(s).suffix in (".yaml", ".yml") for s in paths):
         return load_config(*paths)
     return None
 
@@ -92,7 +88,7 @@ def agent_of(row: dict[str, Any], agents: Any, agent: str | None, where: str = "
             f"{where} names agent {name!r}, which the config does not define; agents: "
             f"{', '.join(agents) or 'none'} (use --agent to choose one)"
         )
-    return name
+    return str(name)
 
 
 def config_route(

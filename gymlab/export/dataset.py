@@ -19,7 +19,7 @@ from gymlab.errors import DatasetError, ExportError
 from gymlab.export.ground_truth import described, inputs_by_task, sibling_inputs
 from gymlab.export.rows import as_records
 from gymlab.export.trainers import FORMATS, Built, Format, Inputs, Options, format_of
-from gymlab.jsonl import atomic_file, iter_jsonl, write_jsonl_atomic, write_text_atomic
+from gymlab.jsonl import atomic_file, iter_jsonl, write_atomic, write_jsonl_atomic
 from gymlab.protocol import Rollout
 
 
@@ -266,7 +266,7 @@ def export_dataset(
     if tools:
         import yaml
 
-        tools_path = write_text_atomic(
+        tools_path = write_atomic(
             path.with_name(path.stem + "_tool_config.yaml"), yaml.safe_dump(tools, sort_keys=False)
         )
     rewards = reward_stats(built.rewards)
@@ -285,7 +285,7 @@ def export_dataset(
         elif "tool_class" in used:
             del used["tool_class"]  # no row declares a tool
         text = card_text(FORMATS[format], path, sources, records, used, built, rewards)
-        card_path = write_text_atomic(path.parent / "README.md", text)
+        card_path = write_atomic(path.parent / "README.md", text)
     return ExportResult(path, card_path, format, len(built.rows), built.counts, rewards, tools_path)
 
 

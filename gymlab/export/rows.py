@@ -19,9 +19,9 @@ from gymlab.protocol.responses import TOKEN_FIELDS
 def as_records(rollouts: Iterable[Rollout | dict] | str | os.PathLike) -> list[Rollout]:
     """Rollout records from records, dicts or a rollouts JSONL path."""
     if isinstance(rollouts, (str, os.PathLike)):
-        from gymlab.collection.readers import read_rollouts
+        from gymlab.collection.readers import read_jsonl
 
-        return read_rollouts(rollouts)
+        return read_jsonl(rollouts, "rollout")
     return [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
 
 

@@ -143,9 +143,9 @@ async def areverify(
 ):
     """Async form of ``reverify``."""
     if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
-        from gymlab.collection.readers import read_rollouts
+        from gymlab.collection.readers import read_jsonl
 
-        rollouts = read_rollouts(rollouts)
+        rollouts = read_jsonl(rollouts, "rollout")
     records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
     by_task, sem = rows_by_task(rows), asyncio.Semaphore(max(1, concurrency))
 

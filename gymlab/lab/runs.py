@@ -11,7 +11,7 @@ from typing import Any
 
 from gymlab.collection.config_rows import iter_expand
 from gymlab.collection.readers import kind_of, read_jsonl
-from gymlab.jsonl import iter_jsonl, write_bytes_atomic
+from gymlab.jsonl import iter_jsonl, write_atomic
 from gymlab.lab.display import rollouts_html
 from gymlab.lab.store import RecordStore, StoreBuilder
 from gymlab.protocol.record import Rollout, failure_counts, mean_reward, mean_reward_text
@@ -52,7 +52,7 @@ class Rollouts(Sequence):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write one record per line, atomically (a temp file in the same folder, then a rename)."""
-        return write_bytes_atomic(path, self.store.buffer)
+        return write_atomic(path, self.store.buffer)
 
     def to_hf(self, format: str = "trl-sft", **options: Any):
         """A ``datasets.Dataset`` in a trainer format (``gymlab.export.to_hf``; extra ``gymlab[export]``)."""

@@ -256,12 +256,12 @@ def write_nemo_profile(
     masked_as_missing: bool = False,
 ) -> tuple[Path, Path, Path]:
     """Write NeMo Gym's three profiler files beside rollouts file ``path``; returns their paths."""
-    from gymlab.jsonl import write_text_atomic
+    from gymlab.jsonl import write_atomic
 
     groups, agents, repeats = nemo_profile(records, inputs, masked_as_missing=masked_as_missing)
     compact = (",", ":")
     tasks_path, agents_path, repeats_path = profile_paths(path)
-    write_text_atomic(tasks_path, "".join(json.dumps(g, separators=compact) + "\n" for g in groups))
-    write_text_atomic(agents_path, json.dumps(agents, separators=compact))
-    write_text_atomic(repeats_path, json.dumps(repeats, separators=compact))
+    write_atomic(tasks_path, "".join(json.dumps(g, separators=compact) + "\n" for g in groups))
+    write_atomic(agents_path, json.dumps(agents, separators=compact))
+    write_atomic(repeats_path, json.dumps(repeats, separators=compact))
     return tasks_path, agents_path, repeats_path

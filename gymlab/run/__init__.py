@@ -1,2 +1,1 @@
-"""The run engine below ``collection``, ``cluster`` and ``lab``: ``engine`` (workers, retries by failure
-kind, the breaker), ``sinks`` (memory and JSONL), ``pool`` (replicas, the least busy first)."""
+"""The run engine below ``collection``, ``cluster`` and ``lab``: ``engine``, ``sinks``, ``pool``."""

@@ -1,5 +1,4 @@
-"""The run engine: materialized rows through replicas, ``concurrency`` at a time, each outcome to a sink
-(``run/sinks.py``); retries by failure kind, and a ``Breaker`` (docs/collection.md)."""
+"""The run engine: jobs through replicas, each outcome to a sink; retries by failure kind (docs/collection.md)."""
 
 from __future__ import annotations
 
@@ -189,9 +188,8 @@ async def run_jobs(
     policy: Policy,
     state: RunState | None = None,
 ) -> None:
-    """Every job (read as workers free up) through ``attempt``, ``concurrency`` at a time, each outcome to
-    ``sink`` as it finishes (a sink that raises stops the run); on an error or a cancel every running
-    episode's cleanup finishes before this returns. A tripped ``Breaker`` ends it with ``RunStopped``."""
+    """Every job through ``attempt``, ``concurrency`` at a time, each outcome to ``sink`` as it finishes; on
+    an error or a cancel every running episode's cleanup finishes before this returns."""
     counts = state if state is not None else RunState()
     source = iter(jobs)
     breaker = Breaker(min(policy.stop_after or 0, max(1, concurrency)), policy.retry_span_s)

@@ -1,6 +1,5 @@
-"""Interchangeable replicas of one run target (``Replica``, ``HttpReplica``, ``AgentReplica``) and the pool
-that gives each rollout to the least busy live one, taking a gone one out and probing it back
-(docs/collection.md)."""
+"""Interchangeable replicas of one run target and the pool that gives each rollout to the least busy live
+one, taking a gone one out and probing it back (docs/collection.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The run engine's two sinks: ``MemorySink`` (``run_many``) and ``JsonlSink`` (``collect``), and
-``failure_row``, the failures-file row (from ``protocol.record.failed``)."""
+"""The run engine's two sinks: ``MemorySink`` (``run_many``), ``JsonlSink`` (``collect``) with ``failure_row``."""
 
 from __future__ import annotations
 
@@ -109,8 +108,14 @@ class Tally:
 class JsonlSink:
     """A record to the rollouts file, a failure to the failures file, each appended as it finishes."""
 
-    def __init__(self, paths: dict[str, Path], failed_before: Iterable[Key], bar: Any = None):
-        self.failed_before, self.bar = set(failed_before), bar
+    def __init__(self, paths: dict[str, Path], failed_before: Iterable[Key], progress: tuple[int, int] | None = None):
+        self.failed_before = set(failed_before)
+        self.bar: Any = None
+        if progress is not None:  # (total, already done): a progress bar
+            from tqdm.auto import tqdm
+
+            total, done = progress
+            self.bar = tqdm(total=total, initial=done, desc=paths["rollouts"].name, unit="rollout", dynamic_ncols=True)
         self.recovered: set[Key] = set()  # keys of earlier failures that have a record now
         self.writer, self.fail_writer = LineWriter(paths["rollouts"]), LineWriter(paths["failures"])
         self.n_new = self.n_failed = 0
@@ -147,3 +152,5 @@ class JsonlSink:
     def close(self) -> None:
         self.writer.close()
         self.fail_writer.close()
+        if self.bar is not None:
+            self.bar.close()

@@ -160,21 +160,6 @@ def test_collation_never_changes_the_source_file(tmp_path):
     [
         ({"responses_create_params": {"temperature": 0.1}}, "run-level responses_create_params overrides"),
         ({"num_repeats_add_seed": True}, "num_repeats_add_seed"),
-        ({"skills": ["search"]}, "run-level skills"),
-    ],
-)
-def test_taskset_rows_refuse_run_level_options(option, what):
-    with pytest.raises(
-        ConfigError, match=f"taskset 'ts' rows refuse {what}.*set response parameters in the source rows"
-    ):
-        collate_taskset([{"q": "a"}], "ts", source="data/rows.jsonl", **option)
-
-
-@pytest.mark.parametrize(
-    "option, what",
-    [
-        ({"responses_create_params": {"temperature": 0.1}}, "run-level responses_create_params overrides"),
-        ({"num_repeats_add_seed": True}, "num_repeats_add_seed"),
     ],
 )
 def test_collated_rows_refuse_run_level_options_at_collection_too(option, what):

@@ -172,11 +172,11 @@ def test_dataset_from_dicts_and_frame(tmp_path, rows):
 
 def test_dataset_refuses_bad_rows_naming_the_row():
     with pytest.raises(
-        DatasetError, match=r"mine:2: not a task row: responses_create_params: unknown key 'tmperature'"
+        DatasetError, match=r"mine:2: not a task row: invalid responses_create_params: unknown key 'tmperature'"
     ):
         Dataset(
             [{"responses_create_params": {"input": "a"}}, {"responses_create_params": {"input": "b", "tmperature": 1}}],
             name="mine",
         )
-    with pytest.raises(DatasetError, match=r"dataset:1: not a task row: a task row needs responses_create_params"):
+    with pytest.raises(DatasetError, match=r"dataset:1: not a task row: missing .responses_create_params."):
         Dataset([{"question": "hi"}])
