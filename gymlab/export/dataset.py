@@ -179,15 +179,10 @@ def _records(rollouts: Any) -> tuple[list[Rollout], list[str], list[Path]]:
         rollouts = [rollouts]
     rollouts = list(rollouts)
     if rollouts and all(isinstance(r, (str, os.PathLike)) for r in rollouts):
-        records: list[Rollout] = []
-        sources, inputs = [], []
-        for path in rollouts:
-            some = as_records(path)
-            records += some
-            sources.append(f"`{path}` ({len(some)} episodes)")
-            inputs.append(sibling_inputs(path))
-        found = [p for p in inputs if p is not None]
-        return records, sources, found if len(found) == len(inputs) else []  # every file's inputs, or none
+        read = [as_records(path) for path in rollouts]
+        sources = [f"`{path}` ({len(some)} episodes)" for path, some in zip(rollouts, read)]
+        inputs = [sibling_inputs(path) for path in rollouts]
+        return [r for some in read for r in some], sources, [] if None in inputs else inputs  # every file's, or none
     records = as_records(rollouts)
     return records, [f"in-memory rollouts ({len(records)} episodes)"], []
 
@@ -248,9 +243,8 @@ def export_dataset(
             pq.write_table(table(format, built.rows), f)
     else:
         write_jsonl_atomic(path, built.rows)
-    tools = tool_config(built.rows, opts.tool_class) if format == "verl" else None
     tools_path = None
-    if tools:
+    if format == "verl" and (tools := tool_config(built.rows, opts.tool_class)):
         import yaml
 
         tools_path = write_text_atomic(
