@@ -344,16 +344,10 @@ FORMATS: dict[str, Format] = {
 }
 
 
-#: The columns that tell each format, asked in this order (a verl row also has a ground truth).
-_TELLING = (
-    ("trl-sft", {"messages"}),
-    ("trl-dpo", {"chosen", "rejected"}),
-    ("trl-kto", {"label"}),
-    ("verl", {"data_source", "reward_model"}),
-    ("trl-grpo", {"ground_truth"}),
-)
-
-
 def format_of(columns: set[str]) -> str | None:
-    """Which trainer format a set of columns is (None: none of them)."""
-    return next((name for name, telling in _TELLING if telling <= columns), None)
+    """Which trainer format a set of columns is: the first holding a column no other format has (None: none)."""
+    for name, fmt in FORMATS.items():
+        others = {c for other in FORMATS.values() if other is not fmt for c in other.columns}
+        if columns & (fmt.columns.keys() - others):
+            return name
+    return None
