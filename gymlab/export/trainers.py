@@ -170,23 +170,19 @@ def _tools(row: dict, key: str = "tools", label: str = "tools") -> None:
     check_tools(tools, label)
 
 
-def _number(row: dict, key: str, *, optional: bool = False) -> float | None:
-    value = row.get(key)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"{key} must be a number, got {value!r}")
-    return float(value)
+#: A scalar column's kind (``?``: or null) -> its test and what it must be.
+_SCALARS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+}
 
 
-def _string(row: dict, key: str, *, optional: bool = False) -> None:
-    if not isinstance(row.get(key), str) and not (optional and row.get(key) is None):
-        raise ValueError(f"{key} must be a string{' or null' * optional}, got {row.get(key)!r:.80}")
-
-
-def _label(row: dict, key: str) -> None:
-    if not isinstance(row.get(key), bool):
-        raise ValueError(f"{key} must be true or false, got {row.get(key)!r}")
+def _scalar(row: dict, key: str, kind: str) -> None:
+    test, what = _SCALARS[kind.rstrip("?")]
+    value, optional = row.get(key), kind.endswith("?")
+    if not test(value) and not (optional and value is None):
+        raise ValueError(f"{key} must be {what}{' or null' * optional}, got {value!r:.80}")
 
 
 def _token_turns(row: dict) -> None:
@@ -216,23 +212,11 @@ def _verl_nested(row: dict) -> None:
     reward_model = row.get("reward_model")
     if not isinstance(reward_model, dict) or not isinstance(reward_model.get("style"), str):
         raise ValueError(f"reward_model must be {{style, ground_truth}}, got {reward_model!r:.80}")
-    _string(reward_model, "ground_truth", optional=True)
+    _scalar(reward_model, "ground_truth", "str?")
     extra = row.get("extra_info")
     if not isinstance(extra, dict) or not isinstance(extra.get("index"), int):
         raise ValueError(f"extra_info must be an object with an integer index, got {extra!r:.80}")
     _tools(extra, "tools", "extra_info.tools")
-
-
-#: A column's kind -> its check (kinds without one: checked by the format's ``extra``, or not at all).
-_CHECKS: dict[str, Callable[[dict, str], Any]] = {
-    "messages": _messages,
-    "tools": _tools,
-    "str": _string,
-    "str?": lambda row, key: _string(row, key, optional=True),
-    "float": _number,
-    "float?": lambda row, key: _number(row, key, optional=True),
-    "bool": _label,
-}
 
 
 @dataclass(frozen=True)
@@ -254,8 +238,10 @@ class Format:
             raise ValueError(f"no {missing[0]!r}")
         _token_turns(row)
         for key, (kind, _) in self.columns.items():
-            if kind in _CHECKS:
-                _CHECKS[kind](row, key)
+            if kind.rstrip("?") in _SCALARS:
+                _scalar(row, key, kind)
+            elif kind in ("messages", "tools"):
+                {"messages": _messages, "tools": _tools}[kind](row, key)
         if self.extra is not None:
             self.extra(row)
 
