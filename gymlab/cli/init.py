@@ -84,7 +84,11 @@ def test_command(folder: Path) -> str:
     on_path = shutil.which("python")
     same = on_path is not None and Path(on_path).resolve() == Path(sys.executable).resolve()
     python = "python" if same else shlex.quote(sys.executable)
-    run = f"{python} -m pytest" if importlib.util.find_spec("pytest") else f"{python} test_app.py"
+    try:
+        has_pytest = importlib.util.find_spec("pytest") is not None
+    except (ImportError, ValueError):
+        has_pytest = False
+    run = f"{python} -m pytest" if has_pytest else f"{python} test_app.py"
     return f"cd {shlex.quote(str(folder))} && {run}"
 
 
