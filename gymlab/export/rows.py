@@ -134,8 +134,7 @@ def export_rollouts(
     rollouts: Iterable[Rollout | dict], path: str | os.PathLike, *, gymlab_fields: bool = True, **filters: Any
 ) -> Path:
     """Write rollout rows to ``path`` atomically (filters as in ``select``; none by default)."""
-    records = select(rollouts, **filters) if filters else as_records(rollouts)
-    return write_jsonl_atomic(path, (rollout_row(r, gymlab_fields) for r in records))
+    return write_jsonl_atomic(path, (rollout_row(r, gymlab_fields) for r in select(rollouts, **filters)))
 
 
 def sft_row(record: Rollout, where: str = "") -> dict[str, Any]:
