@@ -113,7 +113,7 @@ def trl_kto(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
         }
 
     built = _per_episode(records, o, row)
-    desirable = sum(row["label"] for row in built.rows)
+    desirable = sum(kto["label"] for kto in built.rows)
     built.counts.update(desirable=desirable, undesirable=len(built.rows) - desirable)
     return built
 
