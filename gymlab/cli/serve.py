@@ -35,7 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @dataclass
 class Planned:
     spec: Any
-    port: int
     url: str
     config: dict
 
@@ -55,7 +54,7 @@ def plan(config) -> list[Planned]:
         port = spec.port or free_port(spec.host)
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(spec.host, spec.host)  # reachable, not a wildcard
         url = urls[spec.instance] = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-        planned.append(Planned(spec, port, url, spec.launch_config(urls, host=spec.host, port=port)))
+        planned.append(Planned(spec, url, spec.launch_config(urls, host=spec.host, port=port)))
     return planned
 
 
