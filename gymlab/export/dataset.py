@@ -94,21 +94,23 @@ def card_text(
 ) -> str:
     """The dataset card's Markdown, YAML front matter first; its one config is named after the data file's
     SHA-256 (``datasets`` caches a build by config name: docs/export.md)."""
+    import yaml
+
     with open(path, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     data_file = path.name
     envs = Counter(r.env or "?" for r in records)
     agents = Counter(r.agent or "?" for r in records)
     library = "verl" if fmt.name == "verl" else "TRL"
+    config = {
+        "config_name": f"{fmt.name}-{digest[:16]}",
+        "default": True,
+        "data_files": [{"split": "train", "path": data_file}],
+    }
+    front = yaml.safe_dump({"configs": [config], "tags": ["gymlab", library.lower(), fmt.name]}, sort_keys=False)
     lines = [
         "---",
-        "configs:",
-        f"- config_name: {fmt.name}-{digest[:16]}",
-        "  default: true",
-        "  data_files:",
-        "  - split: train",
-        f"    path: {data_file}",
-        f"tags: [gymlab, {library.lower()}, {fmt.name}]",
+        front.rstrip(),  # YAML quotes a file name that needs it
         "---",
         "",
         f"# {data_file}: {fmt.title}",
