@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from gymlab.examples import example_rows, load_environment
     from gymlab.lab import Lab
 
@@ -43,7 +45,5 @@ def main(args: argparse.Namespace) -> int:
             row = (env_name, agent_kind, str(n), f"{rollouts.mean_reward:.3f}")
             summary.append((*row, f"{steps / n:.1f}", f"{n / elapsed:.0f}", str(path)))
     header = ("environment", "agent", "episodes", "mean reward", "steps/ep", "episodes/s", "rollouts")
-    widths = [max(len(h), *(len(r[i]) for r in summary)) for i, h in enumerate(header)]
-    for r in (header, tuple("-" * w for w in widths), *summary):
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print(pd.DataFrame(summary, columns=header).to_string(index=False, justify="left"))
     return 0

@@ -58,19 +58,11 @@ def main(args: argparse.Namespace) -> int:
     from gymlab.export import FORMATS, export_dataset
     from gymlab.export.dataset import DEFAULTS
 
-    given = {
-        "min_reward": args.min_reward,
-        "drop_masked": not args.keep_masked,
-        "best_of_n": args.best_of_n,
-        "min_margin": args.min_margin,
-        "label_threshold": args.label_threshold,
-        "ground_truth": args.ground_truth[0]
-        if args.ground_truth and len(args.ground_truth) == 1
-        else args.ground_truth,
-        "data_source": args.data_source,
-        "ability": args.ability,
-        "split": args.split,
-    }
+    given = {k: getattr(args, k) for k in DEFAULTS if hasattr(args, k)}  # each option's flag is its name
+    given["drop_masked"] = not args.keep_masked
+    given["ground_truth"] = (
+        args.ground_truth[0] if args.ground_truth and len(args.ground_truth) == 1 else args.ground_truth
+    )
     applies = FORMATS[args.format].options
     options = {k: v for k, v in given.items() if k in applies}
     ignored = [k for k, v in given.items() if k not in applies and v != DEFAULTS[k]]

@@ -28,7 +28,10 @@ def files(name: str, gymnasium: bool) -> dict[str, str]:
         cls = "Env" + cls
     agent, server = ("gymnasium_agent", f"{cls}Env") if gymnasium else ("simple_agent", f"{cls}Server")
     values = {"name": name, "cls": cls, "agent": agent, "server": server}
-    values["contract"] = Template(t.GYMNASIUM_CONTRACT if gymnasium else t.SIMPLE_CONTRACT).substitute(values)
+    values["seed"] = '{"task_data": {"expected_count": 2}}' if gymnasium else '{"task_data": {}}'
+    values["verify_body"] = (
+        "None" if gymnasium else '{**ROWS[0], "response": {"output": []}}'
+    )  # a GymnasiumServer has no /verify
     fill = lambda text: Template(text).substitute(values)  # noqa: E731
     rows = [
         {

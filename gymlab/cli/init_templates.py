@@ -208,7 +208,12 @@ def test_every_row_earns_reward_1():
 
 
 def test_session_contract():
-$contract
+    # An episode's state lives in session_state from its seed until the episode ends.
+    server = app.$server()
+    rules = check_resources_session_contract(server, $seed, keeps_state=True, verify_body=$verify_body,
+                                             holds_state=lambda sid: sid in server.session_state)
+    assert "state released exactly once" in rules
+    assert server.session_state == {}
 
 
 def test_config_loads():
@@ -224,21 +229,6 @@ if __name__ == "__main__":  # `python test_app.py`: the same tests, where pytest
         raise SystemExit("test_app.py: no test ran (no function named test_...)")
     print(f"{len(tests)} passed")
 '''
-
-SIMPLE_CONTRACT = """    # An episode's state lives in session_state from seed to verify or close.
-    server = app.$server()
-    rules = check_resources_session_contract(server, {"task_data": {}}, keeps_state=True,
-                                             holds_state=lambda sid: sid in server.session_state,
-                                             verify_body={**ROWS[0], "response": {"output": []}})
-    assert "state released exactly once" in rules
-    assert server.session_state == {}"""
-
-GYMNASIUM_CONTRACT = """    # An episode's state lives in session_state from seed (reset) to close; /verify is not served.
-    server = app.$server()
-    rules = check_resources_session_contract(server, {"task_data": {"expected_count": 2}}, keeps_state=True,
-                                             holds_state=lambda sid: sid in server.session_state)
-    assert "state released exactly once" in rules
-    assert server.session_state == {}"""
 
 README = """# $name
 

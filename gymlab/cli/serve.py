@@ -35,8 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @dataclass
 class Planned:
     spec: Any
-    target: str
-    port: int
     url: str
     config: dict
 
@@ -56,7 +54,7 @@ def plan(config) -> list[Planned]:
         port = spec.port or free_port(spec.host)
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(spec.host, spec.host)  # reachable, not a wildcard
         url = urls[spec.instance] = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-        planned.append(Planned(spec, spec.target(), port, url, spec.launch_config(urls, host=spec.host, port=port)))
+        planned.append(Planned(spec, url, spec.launch_config(urls, host=spec.host, port=port)))
     return planned
 
 
@@ -73,10 +71,6 @@ def _stop(procs: list[tuple[Planned, subprocess.Popen]], timeout: float = 10.0) 
             proc.wait()
 
 
-def _on_sigterm(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(args: argparse.Namespace) -> int:
     from gymlab.collection.config import load_config
 
@@ -85,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
         planned = plan(config)
         for p in planned:
             url = p.url + ("" if p.spec.port else " (a free port)")
-            print(f"{p.spec.instance:<28} {p.spec.server_type:<22} {url:<37} {p.target}")
+            print(f"{p.spec.instance:<28} {p.spec.server_type:<22} {url:<37} {p.spec.target()}")
         print(f"gymlab serve: {len(planned)} servers; config OK (dry run, nothing started)")
         return 0
     try:
@@ -99,11 +93,11 @@ def serve_processes(planned: list[Planned], args: argparse.Namespace) -> int:
     """Each planned server as its own process, until one exits or Ctrl-C."""
     from gymlab.collection.serve_one import spawn, wait_healthy
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C
     procs: list[tuple[Planned, subprocess.Popen]] = []
     try:
         for p in planned:
-            procs.append((p, spawn(p.config, p.target, p.spec.where)))
+            procs.append((p, spawn(p.config, p.spec.target(), p.spec.where)))
         for p, proc in procs:
             if why := wait_healthy(proc, p.url, args.startup_timeout):
                 raise GymlabError(f"{p.spec.where}: server {p.spec.instance} {why} (its output is above)")
@@ -127,7 +121,7 @@ def serve_ray(config, args: argparse.Namespace) -> int:
     from gymlab.cluster.front import serve_fronts
 
     with config_pool(config, **ray_options(args)) as pool:
-        signal.signal(signal.SIGTERM, _on_sigterm)  # after ray.init, which installs its own
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # after ray.init, which installs its own
         fronts = serve_fronts(pool, args.host, args.port)
         try:
             for agent, runner in fronts.items():

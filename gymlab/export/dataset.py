@@ -6,19 +6,19 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import math
 import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import fmean, pstdev
 from typing import Any
 
 from gymlab._version import __version__
 from gymlab.errors import DatasetError, ExportError
-from gymlab.export.ground_truth import described, inputs_by_task, sibling_inputs
+from gymlab.export.ground_truth import Inputs, inputs_by_task, sibling_inputs
 from gymlab.export.rows import as_records
-from gymlab.export.trainers import FORMATS, Built, Format, Inputs, Options, format_of
+from gymlab.export.trainers import FORMATS, Built, Format, Options, format_of
 from gymlab.jsonl import atomic_file, iter_jsonl, write_atomic, write_jsonl_atomic
 from gymlab.protocol import Rollout
 
@@ -32,24 +32,17 @@ def schema(format_name: str, tokens: bool = False):
     message = pa.struct(
         [("role", s), ("content", s), ("reasoning_content", s), ("tool_calls", pa.list_(call)), ("tool_call_id", s)]
     )
-    messages = pa.list_(message)
-    prompt, tools = ("prompt", messages), ("tools", s)
-    scores = [("score_chosen", f64), ("score_rejected", f64)]
-    extra = [("index", i64), ("split", s), ("task_index", i64), tools, ("reward_mean", f64), ("episodes", i64)]
-    reward_model = pa.struct([("style", s), ("ground_truth", s)])
-    fields = {
-        "trl-sft": [("messages", messages), tools],
-        "trl-dpo": [prompt, ("chosen", messages), ("rejected", messages), tools, *scores],
-        "trl-kto": [prompt, ("completion", messages), ("label", pa.bool_()), tools, ("reward", f64)],
-        "trl-grpo": [prompt, ("ground_truth", s), tools, ("reward_mean", f64), ("episodes", i64)],
-        "verl": [
-            ("data_source", s),
-            prompt,
-            ("ability", s),
-            ("reward_model", reward_model),
-            ("extra_info", pa.struct(extra)),
-        ],
-    }[format_name]
+    extra = [("index", i64), ("split", s), ("task_index", i64), ("tools", s), ("reward_mean", f64), ("episodes", i64)]
+    kinds = {
+        **dict.fromkeys(("str", "str?", "tools"), s),
+        **dict.fromkeys(("float", "float?"), f64),
+        "int": i64,
+        "bool": pa.bool_(),
+        "messages": pa.list_(message),
+        "reward_model": pa.struct([("style", s), ("ground_truth", s)]),
+        "extra_info": pa.struct(extra),
+    }
+    fields = [(name, kinds[kind]) for name, (kind, _) in FORMATS[format_name].columns.items()]
     if tokens:
         turn = [("prompt_token_ids", pa.list_(i64)), ("generation_token_ids", pa.list_(i64))]
         fields = [*fields, ("token_turns", pa.list_(pa.struct([*turn, ("generation_log_probs", pa.list_(f64))])))]
@@ -85,9 +78,8 @@ def tool_config(rows: list[dict[str, Any]], tool_class: str) -> dict[str, Any] |
 def reward_stats(rewards: list[float]) -> dict[str, Any]:
     """Count, mean, standard deviation, min and max (None when there are no rewards)."""
     if not rewards:
-        return {"count": 0, "mean": None, "std": None, "min": None, "max": None}
-    mean = math.fsum(rewards) / len(rewards)
-    std = math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / len(rewards))
+        return {"count": 0, **dict.fromkeys(("mean", "std", "min", "max"))}
+    mean, std = fmean(rewards), pstdev(rewards)
     return {"count": len(rewards), "mean": mean, "std": std, "min": min(rewards), "max": max(rewards)}
 
 
@@ -102,21 +94,23 @@ def card_text(
 ) -> str:
     """The dataset card's Markdown, YAML front matter first; its one config is named after the data file's
     SHA-256 (``datasets`` caches a build by config name: docs/export.md)."""
+    import yaml
+
     with open(path, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     data_file = path.name
     envs = Counter(r.env or "?" for r in records)
     agents = Counter(r.agent or "?" for r in records)
     library = "verl" if fmt.name == "verl" else "TRL"
+    config = {
+        "config_name": f"{fmt.name}-{digest[:16]}",
+        "default": True,
+        "data_files": [{"split": "train", "path": data_file}],
+    }
+    front = yaml.safe_dump({"configs": [config], "tags": ["gymlab", library.lower(), fmt.name]}, sort_keys=False)
     lines = [
         "---",
-        "configs:",
-        f"- config_name: {fmt.name}-{digest[:16]}",
-        "  default: true",
-        "  data_files:",
-        "  - split: train",
-        f"    path: {data_file}",
-        f"tags: [gymlab, {library.lower()}, {fmt.name}]",
+        front.rstrip(),  # YAML quotes a file name that needs it
         "---",
         "",
         f"# {data_file}: {fmt.title}",
@@ -153,7 +147,7 @@ def card_text(
         "",
         "| column | what |",
         "|---|---|",
-        *[f"| `{k}` | {v} |" for k, v in fmt.columns.items()],
+        *[f"| `{k}` | {v} |" for k, (_, v) in fmt.columns.items()],
         "",
     ]
     return "\n".join(lines)
@@ -187,15 +181,10 @@ def _records(rollouts: Any) -> tuple[list[Rollout], list[str], list[Path]]:
         rollouts = [rollouts]
     rollouts = list(rollouts)
     if rollouts and all(isinstance(r, (str, os.PathLike)) for r in rollouts):
-        records: list[Rollout] = []
-        sources, inputs = [], []
-        for path in rollouts:
-            some = as_records(path)
-            records += some
-            sources.append(f"`{path}` ({len(some)} episodes)")
-            inputs.append(sibling_inputs(path))
-        found = [p for p in inputs if p is not None]
-        return records, sources, found if len(found) == len(inputs) else []  # every file's inputs, or none
+        read = [as_records(path) for path in rollouts]
+        sources = [f"`{path}` ({len(some)} episodes)" for path, some in zip(rollouts, read)]
+        inputs = [sibling_inputs(path) for path in rollouts]
+        return [r for some in read for r in some], sources, [] if None in inputs else inputs  # every file's, or none
     records = as_records(rollouts)
     return records, [f"in-memory rollouts ({len(records)} episodes)"], []
 
@@ -206,10 +195,9 @@ def _inputs(opts: Options, found: list[Path]) -> Inputs:
         return Inputs()
     if opts.rows is not None:
         where = f"`{opts.rows}`" if isinstance(opts.rows, (str, os.PathLike)) else "the rows given"
-        return Inputs(inputs_by_task([(where, opts.rows)]), [where])
+        return inputs_by_task([(where, opts.rows)])
     if found:
-        names = [f"`{p}`" for p in found]
-        return Inputs(inputs_by_task(list(zip(names, found))), names)
+        return inputs_by_task([(f"`{p}`", p) for p in found])
     return Inputs()
 
 
@@ -223,14 +211,10 @@ def build(rollouts: Any, format: str, **options: Any) -> tuple[list[Rollout], li
             raise ValueError(f"{key} does not apply to {fmt.name}; it takes {', '.join(sorted(fmt.options))}")
     opts = Options(**options)
     records, sources, found = _records(rollouts)
-    inputs = _inputs(opts, found) if "rows" in fmt.options else None
-    built = fmt.build(records, opts, inputs) if inputs is not None else fmt.build(records, opts)
-    if inputs is not None:
-        built.ground_truth = described(opts.ground_truth, inputs.by_task, inputs.where)
-    check = fmt.check
+    built = fmt.build(records, opts, _inputs(opts, found) if "rows" in fmt.options else Inputs())
     for i, row in enumerate(built.rows, 1):
         try:
-            check(row)
+            fmt.check(row)
         except ValueError as exc:
             raise ExportError(
                 f"{format} row {i} would not be valid: {exc}; filter such episodes out (drop_masked, min_reward)"
@@ -261,9 +245,8 @@ def export_dataset(
             pq.write_table(table(format, built.rows), f)
     else:
         write_jsonl_atomic(path, built.rows)
-    tools = tool_config(built.rows, opts.tool_class) if format == "verl" else None
     tools_path = None
-    if tools:
+    if format == "verl" and (tools := tool_config(built.rows, opts.tool_class)):
         import yaml
 
         tools_path = write_atomic(
@@ -271,9 +254,8 @@ def export_dataset(
         )
     rewards = reward_stats(built.rewards)
     if format == "trl-dpo" and built.rows:
-        n = len(built.rows)
-        rewards["mean_chosen"] = sum(r["score_chosen"] for r in built.rows) / n
-        rewards["mean_rejected"] = sum(r["score_rejected"] for r in built.rows) / n
+        rewards["mean_chosen"] = fmean(r["score_chosen"] for r in built.rows)
+        rewards["mean_rejected"] = fmean(r["score_rejected"] for r in built.rows)
         rewards["mean_margin"] = rewards["mean_chosen"] - rewards["mean_rejected"]
     card_path = None
     if card:
@@ -333,9 +315,6 @@ def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dic
             if format is None:
                 raise DatasetError(str(path), line, f"keys {sorted(row)} are none of {', '.join(FORMATS)}")
         try:
-            missing = [c for c in FORMATS[format].columns if c not in row]
-            if missing:
-                raise ValueError(f"no {missing[0]!r}")
             FORMATS[format].check(row)
         except ValueError as exc:
             cause = f"not a {format} row: {exc}"

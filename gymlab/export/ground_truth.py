@@ -7,6 +7,7 @@ import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,18 @@ Rows = Iterable[dict[str, Any]] | str | os.PathLike | None
 ANSWER_FIELDS = ("answer", "expected_answer", "reference_answer", "ground_truth", "solution")
 
 
-class TaskInputs(dict):
-    """Each task's own input fields, by task; ``answer_field``: the first of ``ANSWER_FIELDS`` every task has."""
+@dataclass
+class Inputs:
+    """Each task's own input fields (None: no rows given), and where they were read."""
+
+    by_task: dict[Any, dict[str, Any]] | None = None
+    where: list[str] = field(default_factory=list)
 
     @functools.cached_property
     def answer_field(self) -> str | None:
-        return next((name for name in ANSWER_FIELDS if self and all(name in f for f in self.values())), None)
+        """The first of ``ANSWER_FIELDS`` every task has."""
+        rows = self.by_task or {}
+        return next((name for name in ANSWER_FIELDS if rows and all(name in f for f in rows.values())), None)
 
 
 def sibling_inputs(path: str | os.PathLike) -> Path | None:
@@ -38,12 +45,12 @@ def sibling_inputs(path: str | os.PathLike) -> Path | None:
     return found if found.is_file() else None
 
 
-def inputs_by_task(sources: list[tuple[str, Rows]]) -> dict[Any, dict[str, Any]]:
+def inputs_by_task(sources: list[tuple[str, Rows]]) -> Inputs:
     """Each task's own input fields (by ``_ng_task_index``, else the row's position), from
     ``(where, rows)`` pairs; one task with two different rows is an ``ExportError``."""
     from gymlab.jsonl import iter_jsonl
 
-    out = TaskInputs()
+    out: dict[Any, dict[str, Any]] = {}
     seen: dict[Any, str] = {}
     for where, rows in sources:
         if isinstance(rows, (str, os.PathLike)):
@@ -59,7 +66,7 @@ def inputs_by_task(sources: list[tuple[str, Rows]]) -> dict[Any, dict[str, Any]]
                     "export the runs one at a time, or pass rows= or ground_truth="
                 )
             out[task], seen[task] = fields, where
-    return out
+    return Inputs(out, [where for where, _ in sources])
 
 
 def episode_where(record: Rollout) -> str:
@@ -72,26 +79,27 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None) -> str | None:
+def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: Inputs) -> str | None:
     """The task's ground truth as a string (None: a row without fields of its own), as ``spec`` says: a
     field name, several, a function of the record, or None: the default of docs/export.md."""
     if callable(spec):
         return _as_text(spec(record))
     if spec is None:
-        if inputs is None:
+        rows = inputs.by_task
+        if rows is None:
             raise ExportError(
                 f"{episode_where(record)}: the default ground truth is the task row's own input fields, and these "
                 "records come without their rows; pass rows= (the dataset rows, or the materialized inputs "
                 "JSONL a collection writes beside its rollouts) or name the field(s): ground_truth="
             )
         task = record.task_index
-        if task not in inputs:
+        if task not in rows:
             raise ExportError(
-                f"{episode_where(record)}: no dataset row for task {task!r} among the {len(inputs)} rows given"
+                f"{episode_where(record)}: no dataset row for task {task!r} among the {len(rows)} rows given"
             )
-        if (name := getattr(inputs, "answer_field", None)) is not None:
-            return _as_text(inputs[task][name])
-        return _as_text(inputs[task]) if inputs[task] else None
+        if inputs.answer_field is not None:
+            return _as_text(rows[task][inputs.answer_field])
+        return _as_text(rows[task]) if rows[task] else None
     fields = own_fields(record.__pydantic_extra__ or {})  # its row's fields and its verifier's echoes
     names = [spec] if isinstance(spec, str) else list(spec)
     missing = [n for n in names if n not in fields]
@@ -105,19 +113,20 @@ def ground_truth_of(record: Rollout, spec: GroundTruth, inputs: dict[Any, dict[s
     return _as_text({n: fields[n] for n in names})
 
 
-def described(spec: GroundTruth, inputs: dict[Any, dict[str, Any]] | None, where: list[str]) -> str:
+def described(spec: GroundTruth, inputs: Inputs) -> str:
     """What the ground truth is, for the dataset card."""
     if callable(spec):
         return f"{getattr(spec, '__name__', 'a function')}(record)"
     if spec is not None:
         return f"field {spec}" if isinstance(spec, str) else f"fields {', '.join(spec)} (a JSON object)"
-    if (name := getattr(inputs, "answer_field", None)) is not None:
+    where = ", ".join(inputs.where)
+    if inputs.answer_field is not None:
         return (
-            f"the task row's `{name}` field (every row has one), from {', '.join(where)}; "
+            f"the task row's `{inputs.answer_field}` field (every row has one), from {where}; "
             "ground_truth=[field, ...] gives a JSON object of several fields"
         )
-    names = sorted({k for fields in (inputs or {}).values() for k in fields})
+    names = sorted({k for fields in (inputs.by_task or {}).values() for k in fields})
     return (
         f"the task row's own input fields ({', '.join(names) or 'none: null'}) as a JSON object, "
-        f"from {', '.join(where)}; never the verifier's echoes"
+        f"from {where}; never the verifier's echoes"
     )

@@ -52,21 +52,17 @@ def select(
     not masked (``drop_masked``), among the ``best_of_n`` of their task (ties keep the earlier)."""
     records = as_records(rollouts)
     keep = [
-        (i, r)
-        for i, r in enumerate(records)
-        if not (drop_masked and r.mask_sample) and (min_reward is None or r.reward >= min_reward)
+        r for r in records if not (drop_masked and r.mask_sample) and (min_reward is None or r.reward >= min_reward)
     ]
     if best_of_n is not None:
         if best_of_n < 1:
             raise ValueError(f"best_of_n must be at least 1, got {best_of_n}")
-        groups: dict[Any, list[tuple[int, Rollout]]] = defaultdict(list)
-        for i, r in keep:
-            groups[group_key(r)].append((i, r))
-        chosen = {
-            i for group in groups.values() for i, _ in sorted(group, key=lambda ir: (-ir[1].reward, ir[0]))[:best_of_n]
-        }
-        keep = [(i, r) for i, r in keep if i in chosen]
-    return [r for _, r in keep]
+        groups: dict[Any, list[int]] = defaultdict(list)
+        for i, r in enumerate(keep):
+            groups[group_key(r)].append(i)
+        chosen = {i for group in groups.values() for i in sorted(group, key=lambda i: -keep[i].reward)[:best_of_n]}
+        keep = [r for i, r in enumerate(keep) if i in chosen]
+    return keep
 
 
 @dataclass
@@ -138,8 +134,7 @@ def export_rollouts(
     rollouts: Iterable[Rollout | dict], path: str | os.PathLike, *, gymlab_fields: bool = True, **filters: Any
 ) -> Path:
     """Write rollout rows to ``path`` atomically (filters as in ``select``; none by default)."""
-    records = select(rollouts, **filters) if filters else as_records(rollouts)
-    return write_jsonl_atomic(path, (rollout_row(r, gymlab_fields) for r in records))
+    return write_jsonl_atomic(path, (rollout_row(r, gymlab_fields) for r in select(rollouts, **filters)))
 
 
 def sft_row(record: Rollout, where: str = "") -> dict[str, Any]:
@@ -164,14 +159,13 @@ def with_tokens(row: dict[str, Any], record: Rollout) -> dict[str, Any]:
 def rl_row(record: Rollout, where: str = "") -> dict[str, Any]:
     """One episode as an RL row: prompt, completion, reward, ids (and ``token_turns`` when kept)."""
     params = record.responses_create_params
-    extra = record.__pydantic_extra__ or {}
     row = {
         "prompt": chat_messages(prompt_items(params), where),
         "completion": chat_messages(record.response.output, where),
         "tools": chat_tools(params.tools),
         "reward": record.reward,
-        "_ng_task_index": extra.get("_ng_task_index"),
-        "_ng_rollout_index": extra.get("_ng_rollout_index"),
+        "_ng_task_index": record.task_index,
+        "_ng_rollout_index": record.repeat,
     }
     return with_tokens(row, record)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gymlab.collection.readers import check_chat_messages, check_tools
-from gymlab.export.ground_truth import GroundTruth, Rows, episode_where, ground_truth_of
+from gymlab.export.ground_truth import GroundTruth, Inputs, Rows, described, episode_where, ground_truth_of
 from gymlab.export.rows import by_task, preference_pairs, select, with_tokens
 from gymlab.models.chat_convert import chat_messages, chat_tools, prompt_items
 from gymlab.protocol import Rollout
@@ -30,14 +30,6 @@ class Options:
     ability: str | None = None
     split: str = "train"
     tool_class: str = "verl.tools.base_tool.BaseTool"  # verl: each tool's class_name in the tool config
-
-
-@dataclass
-class Inputs:
-    """Each task's own input fields (``ground_truth.inputs_by_task``), and where they were read."""
-
-    by_task: dict[Any, dict[str, Any]] | None = None
-    where: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -63,17 +55,29 @@ def _completion(record: Rollout) -> list[dict[str, Any]]:
     return chat_messages(record.response.output, episode_where(record))
 
 
-def _mean(values: list[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None
-
-
-def trl_sft(records: list[Rollout], o: Options) -> Built:
+def _per_episode(records: list[Rollout], o: Options, row: Callable[[Rollout], dict]) -> Built:
+    """One row per kept episode, with its ``token_turns`` when it kept them."""
     kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
-    rows = [with_tokens({"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)}, r) for r in kept]
+    rows = [with_tokens(row(r), r) for r in kept]
     return Built(rows, [r.reward for r in kept], {"episodes_kept": len(kept)})
 
 
-def trl_dpo(records: list[Rollout], o: Options) -> Built:
+def _per_task(records: list[Rollout], o: Options, inputs: Inputs, row: Callable[..., dict]) -> Built:
+    """One row per task of the kept episodes: ``row(index, first record, ground truth, reward stats)``."""
+    rows, rewards = [], []
+    for index, group in enumerate(by_task(select(records, drop_masked=o.drop_masked)).values()):
+        kept = [r.reward for r in group if not r.mask_sample]
+        stats = {"reward_mean": math.fsum(kept) / len(kept) if kept else None, "episodes": len(group)}
+        rows.append(row(index, group[0], ground_truth_of(group[0], o.ground_truth, inputs), stats))
+        rewards += kept
+    return Built(rows, rewards, {"tasks": len(rows)}, described(o.ground_truth, inputs))
+
+
+def trl_sft(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
+    return _per_episode(records, o, lambda r: {"messages": [*_prompt(r), *_completion(r)], "tools": tools_json(r)})
+
+
+def trl_dpo(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
     pairing = preference_pairs(records, min_margin=o.min_margin)
     pairs = [(c, r) for c, r in pairing.pairs if o.min_reward is None or c.reward >= o.min_reward]
     rows = [
@@ -97,70 +101,48 @@ def trl_dpo(records: list[Rollout], o: Options) -> Built:
     return Built(rows, [r.reward for pair in pairs for r in pair], counts)
 
 
-def trl_kto(records: list[Rollout], o: Options) -> Built:
-    kept = select(records, min_reward=o.min_reward, drop_masked=o.drop_masked, best_of_n=o.best_of_n)
-    rows = [
-        with_tokens(
-            {
-                "prompt": _prompt(r),
-                "completion": _completion(r),
-                "label": r.reward >= o.label_threshold,
-                "tools": tools_json(r),
-                "reward": r.reward,
-            },
-            r,
-        )
-        for r in kept
-    ]
-    desirable = sum(row["label"] for row in rows)
-    return Built(
-        rows,
-        [r.reward for r in kept],
-        {"episodes_kept": len(kept), "desirable": desirable, "undesirable": len(rows) - desirable},
-    )
+def trl_kto(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
+    def row(r: Rollout) -> dict:
+        label = r.reward >= o.label_threshold
+        return {
+            "prompt": _prompt(r),
+            "completion": _completion(r),
+            "label": label,
+            "tools": tools_json(r),
+            "reward": r.reward,
+        }
 
-
-def _tasks(records: list[Rollout], o: Options) -> list[tuple[int, Rollout, list[float], int]]:
-    """(index, first record, unmasked rewards, episodes) per task of the kept records."""
-    groups = by_task(select(records, drop_masked=o.drop_masked)).values()
-    return [(i, group[0], [r.reward for r in group if not r.mask_sample], len(group)) for i, group in enumerate(groups)]
+    built = _per_episode(records, o, row)
+    desirable = sum(kto["label"] for kto in built.rows)
+    built.counts.update(desirable=desirable, undesirable=len(built.rows) - desirable)
+    return built
 
 
 def trl_grpo(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
-    tasks = _tasks(records, o)
-    rows = [
-        {
-            "prompt": _prompt(first),
-            "ground_truth": ground_truth_of(first, o.ground_truth, inputs.by_task),
-            "tools": tools_json(first),
-            "reward_mean": _mean(rewards),
-            "episodes": n,
-        }
-        for _, first, rewards, n in tasks
-    ]
-    return Built(rows, [x for _, _, rewards, _ in tasks for x in rewards], {"tasks": len(rows)})
+    def row(index: int, first: Rollout, truth: str | None, stats: dict) -> dict:
+        return {"prompt": _prompt(first), "ground_truth": truth, "tools": tools_json(first), **stats}
+
+    return _per_task(records, o, inputs, row)
 
 
 def verl(records: list[Rollout], o: Options, inputs: Inputs) -> Built:
-    tasks = _tasks(records, o)
-    rows = [
-        {
+    def row(index: int, first: Rollout, truth: str | None, stats: dict) -> dict:
+        task_index = first.task_index if isinstance(first.task_index, int) else None
+        return {
             "data_source": o.data_source or first.env or first.agent or "gymlab",
             "prompt": _prompt(first),
             "ability": o.ability or ("tool_use" if first.responses_create_params.tools else "chat"),
-            "reward_model": {"style": "rule", "ground_truth": ground_truth_of(first, o.ground_truth, inputs.by_task)},
+            "reward_model": {"style": "rule", "ground_truth": truth},
             "extra_info": {
                 "index": index,
                 "split": o.split,
-                "task_index": first.task_index if isinstance(first.task_index, int) else None,
+                "task_index": task_index,
                 "tools": tools_json(first),
-                "reward_mean": _mean(rewards),
-                "episodes": n,
+                **stats,
             },
         }
-        for index, first, rewards, n in tasks
-    ]
-    return Built(rows, [x for _, _, rewards, _ in tasks for x in rewards], {"tasks": len(rows)})
+
+    return _per_task(records, o, inputs, row)
 
 
 # -- the checks of a row as a reader gets it back; each raises ``ValueError`` saying why
@@ -177,28 +159,30 @@ def _messages(row: dict, key: str) -> None:
         raise ValueError(f"{key} is empty: it needs at least one message")
 
 
-def _tools(value: Any, key: str = "tools") -> None:
+def _tools(row: dict, key: str = "tools", label: str = "tools") -> None:
+    value = row.get(key)
     if not isinstance(value, str):
-        raise ValueError(f"{key} must be a JSON string of tool schemas, got {type(value).__name__}")
+        raise ValueError(f"{label} must be a JSON string of tool schemas, got {type(value).__name__}")
     try:
         tools = json.loads(value)
     except ValueError as exc:
-        raise ValueError(f"{key} is not valid JSON: {exc}") from None
-    check_tools(tools, key)
+        raise ValueError(f"{label} is not valid JSON: {exc}") from None
+    check_tools(tools, label)
 
 
-def _number(row: dict, key: str, *, optional: bool = False) -> float | None:
-    value = row.get(key)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"{key} must be a number, got {value!r}")
-    return float(value)
+#: A scalar column's kind (``?``: or null) -> its test and what it must be.
+_SCALARS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+}
 
 
-def _string(row: dict, key: str, *, optional: bool = False) -> None:
-    if not isinstance(row.get(key), str) and not (optional and row.get(key) is None):
-        raise ValueError(f"{key} must be a string{' or null' * optional}, got {row.get(key)!r:.80}")
+def _scalar(row: dict, key: str, kind: str) -> None:
+    test, what = _SCALARS[kind.rstrip("?")]
+    value, optional = row.get(key), kind.endswith("?")
+    if not test(value) and not (optional and value is None):
+        raise ValueError(f"{key} must be {what}{' or null' * optional}, got {value!r:.80}")
 
 
 def _token_turns(row: dict) -> None:
@@ -214,70 +198,59 @@ def _token_turns(row: dict) -> None:
             raise ValueError(f"token_turns[{n}] needs generation_token_ids and as many generation_log_probs")
 
 
-def check_sft(row: dict) -> None:
-    _token_turns(row)
-    _messages(row, "messages")
+def _has_assistant(row: dict) -> None:
     if not any(m.get("role") == "assistant" for m in row["messages"]):
         raise ValueError("messages has no assistant message: nothing to train on")
-    _tools(row.get("tools"))
 
 
-def check_dpo(row: dict) -> None:
-    for key in ("prompt", "chosen", "rejected"):
-        _messages(row, key)
-    _tools(row.get("tools"))
-    chosen, rejected = _number(row, "score_chosen"), _number(row, "score_rejected")
-    if not chosen > rejected:
-        raise ValueError(f"score_chosen {chosen} is not above score_rejected {rejected}")
+def _scores_ordered(row: dict) -> None:
+    if not row["score_chosen"] > row["score_rejected"]:
+        raise ValueError(f"score_chosen {row['score_chosen']} is not above score_rejected {row['score_rejected']}")
 
 
-def check_kto(row: dict) -> None:
-    _token_turns(row)
-    _messages(row, "prompt")
-    _messages(row, "completion")
-    if not isinstance(row.get("label"), bool):
-        raise ValueError(f"label must be true or false, got {row.get('label')!r}")
-    _tools(row.get("tools"))
-    _number(row, "reward")
-
-
-def check_grpo(row: dict) -> None:
-    _messages(row, "prompt")
-    _string(row, "ground_truth", optional=True)  # null: a task row without fields of its own
-    _tools(row.get("tools"))
-    _number(row, "reward_mean", optional=True)
-
-
-def check_verl(row: dict) -> None:
-    _string(row, "data_source")
-    _messages(row, "prompt")
-    _string(row, "ability")
+def _verl_nested(row: dict) -> None:
     reward_model = row.get("reward_model")
     if not isinstance(reward_model, dict) or not isinstance(reward_model.get("style"), str):
         raise ValueError(f"reward_model must be {{style, ground_truth}}, got {reward_model!r:.80}")
-    _string(reward_model, "ground_truth", optional=True)
+    _scalar(reward_model, "ground_truth", "str?")
     extra = row.get("extra_info")
     if not isinstance(extra, dict) or not isinstance(extra.get("index"), int):
         raise ValueError(f"extra_info must be an object with an integer index, got {extra!r:.80}")
-    _tools(extra.get("tools"), "extra_info.tools")
+    _tools(extra, "tools", "extra_info.tools")
 
 
 @dataclass(frozen=True)
 class Format:
-    """One export format: its builder, the options it reads, its columns and where they are documented."""
+    """One export format: its builder, the options it reads, its columns (name -> kind, what) and docs."""
 
     name: str
     title: str
     docs: str
-    build: Callable[..., Built]  # (records, options) -> Built; with "rows" among its options, also Inputs
-    check: Callable[[dict], None]
+    build: Callable[[list[Rollout], Options, Inputs], Built]
     options: frozenset[str]
-    columns: dict[str, str]
+    columns: dict[str, tuple[str, str]]
+    extra: Callable[[dict], None] | None = None  # a check across columns, after each column's own
+
+    def check(self, row: dict) -> None:
+        """Raise ``ValueError`` unless ``row`` is a row of this format (absent keys as nulls)."""
+        missing = [c for c in self.columns if c not in row]
+        if missing:
+            raise ValueError(f"no {missing[0]!r}")
+        _token_turns(row)
+        for key, (kind, _) in self.columns.items():
+            if kind.rstrip("?") in _SCALARS:
+                _scalar(row, key, kind)
+            elif kind in ("messages", "tools"):
+                {"messages": _messages, "tools": _tools}[kind](row, key)
+        if self.extra is not None:
+            self.extra(row)
 
 
 _TRL = "https://huggingface.co/docs/trl/dataset_formats"
 _VERL = "https://verl.readthedocs.io/en/latest/preparation/prepare_data.html"
 _FILTERS = frozenset({"min_reward", "drop_masked", "best_of_n"})
+_TOOLS = ("tools", "JSON string: the tool schemas")
+_PROMPT = ("messages", "the request's messages")
 
 FORMATS: dict[str, Format] = {
     f.name: f
@@ -287,39 +260,38 @@ FORMATS: dict[str, Format] = {
             "TRL SFT: conversational language modeling with tool calling",
             _TRL + "#tool-calling",
             trl_sft,
-            check_sft,
             _FILTERS,
-            {"messages": "the whole episode, prompt included", "tools": "JSON string: the tool schemas"},
+            {"messages": ("messages", "the whole episode, prompt included"), "tools": _TOOLS},
+            _has_assistant,
         ),
         Format(
             "trl-dpo",
             "TRL DPO: preference, conversational, explicit prompt",
             _TRL + "#preference",
             trl_dpo,
-            check_dpo,
             frozenset({"min_reward", "min_margin"}),
             {
-                "prompt": "the request's messages",
-                "chosen": "the best episode's messages",
-                "rejected": "the worst episode's messages",
-                "tools": "JSON string: the tool schemas",
-                "score_chosen": "reward of the chosen episode",
-                "score_rejected": "reward of the rejected episode",
+                "prompt": _PROMPT,
+                "chosen": ("messages", "the best episode's messages"),
+                "rejected": ("messages", "the worst episode's messages"),
+                "tools": _TOOLS,
+                "score_chosen": ("float", "reward of the chosen episode"),
+                "score_rejected": ("float", "reward of the rejected episode"),
             },
+            _scores_ordered,
         ),
         Format(
             "trl-kto",
             "TRL KTO: unpaired preference, conversational",
             _TRL + "#unpaired-preference",
             trl_kto,
-            check_kto,
             _FILTERS | {"label_threshold"},
             {
-                "prompt": "the request's messages",
-                "completion": "the episode's messages",
-                "label": "reward at or above the label threshold",
-                "tools": "JSON string: the tool schemas",
-                "reward": "the episode's reward",
+                "prompt": _PROMPT,
+                "completion": ("messages", "the episode's messages"),
+                "label": ("bool", "reward at or above the label threshold"),
+                "tools": _TOOLS,
+                "reward": ("float", "the episode's reward"),
             },
         ),
         Format(
@@ -327,14 +299,16 @@ FORMATS: dict[str, Format] = {
             "TRL GRPO: prompt-only, one row per task, with its ground truth",
             _TRL + "#prompt-only",
             trl_grpo,
-            check_grpo,
             frozenset({"drop_masked", "ground_truth", "rows"}),
             {
-                "prompt": "the request's messages",
-                "ground_truth": "string: the task's ground truth (reaches reward functions as a keyword); null: none",
-                "tools": "JSON string: the tool schemas",
-                "reward_mean": "mean reward of the task's collected unmasked episodes",
-                "episodes": "how many episodes of the task were collected",
+                "prompt": _PROMPT,
+                "ground_truth": (
+                    "str?",  # null: a task row without fields of its own
+                    "string: the task's ground truth (reaches reward functions as a keyword); null: none",
+                ),
+                "tools": _TOOLS,
+                "reward_mean": ("float?", "mean reward of the task's collected unmasked episodes"),
+                "episodes": ("int", "how many episodes of the task were collected"),
             },
         ),
         Format(
@@ -342,30 +316,24 @@ FORMATS: dict[str, Format] = {
             "verl: RL prompt rows (Parquet), one per task",
             _VERL,
             verl,
-            check_verl,
             frozenset({"drop_masked", "ground_truth", "rows", "data_source", "ability", "split", "tool_class"}),
             {
-                "data_source": "dataset name; picks verl's reward function (default: the environment)",
-                "prompt": "the request's messages",
-                "ability": "task category",
-                "reward_model": "{style: 'rule', ground_truth: string (null: none)}",
-                "extra_info": "{index, split, task_index, tools (JSON string), reward_mean, episodes}",
+                "data_source": ("str", "dataset name; picks verl's reward function (default: the environment)"),
+                "prompt": _PROMPT,
+                "ability": ("str", "task category"),
+                "reward_model": ("reward_model", "{style: 'rule', ground_truth: string (null: none)}"),
+                "extra_info": ("extra_info", "{index, split, task_index, tools (JSON string), reward_mean, episodes}"),
             },
+            _verl_nested,
         ),
     )
 }
 
 
-#: The columns that tell each format, asked in this order (a verl row also has a ground truth).
-_TELLING = (
-    ("trl-sft", {"messages"}),
-    ("trl-dpo", {"chosen", "rejected"}),
-    ("trl-kto", {"label"}),
-    ("verl", {"data_source", "reward_model"}),
-    ("trl-grpo", {"ground_truth"}),
-)
-
-
 def format_of(columns: set[str]) -> str | None:
-    """Which trainer format a set of columns is (None: none of them)."""
-    return next((name for name, telling in _TELLING if telling <= columns), None)
+    """Which trainer format a set of columns is: the first holding a column no other format has (None: none)."""
+    for name, fmt in FORMATS.items():
+        others = {c for other in FORMATS.values() if other is not fmt for c in other.columns}
+        if columns & (fmt.columns.keys() - others):
+            return name
+    return None

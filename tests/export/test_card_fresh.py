@@ -51,6 +51,12 @@ def test_a_folder_loads_the_latest_export_in_this_process(tmp_path, suffix):
         assert len(rows) == n and rows == [{**r, "tools": r["tools"]} for r in read_dataset(path)], (folder, n)
 
 
+def test_a_file_name_yaml_would_misread_is_quoted_in_the_card(tmp_path):
+    folder = tmp_path / "odd"
+    path = export_dataset(records(3), folder / "sft #1.jsonl", "trl-sft").path
+    assert len(loaded(folder, tmp_path / "hf-cache")) == 3 and path.name == "sft #1.jsonl"
+
+
 def test_a_folder_loads_the_latest_export_in_a_new_process(tmp_path):
     cache, folder = tmp_path / "hf-cache", tmp_path / "data"
     export_dataset(records(3), folder / "sft.parquet", "trl-sft")

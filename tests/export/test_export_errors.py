@@ -75,6 +75,27 @@ def test_an_invalid_parquet_row_is_reported_with_its_row(tmp_path, collected):
         read_dataset(path, "trl-kto")
 
 
+def test_a_row_with_a_column_missing_or_of_the_wrong_kind_is_named(tmp_path, collected):
+    _, count = collected
+    path = export_dataset(count, tmp_path / "grpo.jsonl", "trl-grpo", ground_truth="target").path
+    good = json.loads(path.read_text().splitlines()[0])
+    cases = [
+        ({**good, "reward_mean": "high"}, r"reward_mean must be a number or null, got 'high'"),
+        ({**good, "reward_mean": None, "ground_truth": None}, None),  # nulls where the format allows them
+        ({**good, "ground_truth": 7}, r"ground_truth must be a string or null, got 7"),
+        ({k: v for k, v in good.items() if k != "tools"}, r"not a trl-grpo row: no 'tools'"),
+        ({"prompt": good["prompt"], "completion": []}, r"not a trl-kto row: no 'label'"),  # told by completion
+        ({"prompt": good["prompt"], "tools": "[]"}, r"keys \['prompt', 'tools'\] are none of"),
+    ]
+    for row, error in cases:
+        path.write_text(json.dumps(row) + "\n")
+        if error is None:
+            assert read_dataset(path) == [row]
+            continue
+        with pytest.raises(DatasetError, match=rf"grpo\.jsonl:1: .*{error}"):
+            read_dataset(path)
+
+
 def test_a_failed_export_leaves_the_old_file_whole(tmp_path, collected):
     _, count = collected
     path = export_dataset(count, tmp_path / "grpo.parquet", "trl-grpo", ground_truth="target").path
