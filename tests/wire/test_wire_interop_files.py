@@ -31,9 +31,9 @@ NOT_RECORDS = {
     "over_refusal_detection": "not valid JSON",
     "tavily_search": "not valid JSON",
     # a judge's own report rows (policy_response, answer_judgment), no request or response
-    "bbq": "needs responses_create_params",
+    "bbq": "missing 'responses_create_params'",
     # an environment server's result (``_ng_result_type``): a conversation's invocations, no response
-    "nemo_user_sim": "needs responses_create_params",
+    "nemo_user_sim": "missing 'responses_create_params'",
 }
 TOOL_CALLS = {"function_call", "mcp_call", "custom_tool_call", "computer_call"}
 
