@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from gymlab._http.client import Client
 from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.errors import EpisodeError
-from gymlab.lab.display import clip, episode_html, step_html, step_summary
+from gymlab.lab.display import clip, episode_html, flags, step_html, step_summary
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession, LoopState
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams, Rollout, StepRecord
 from gymlab.protocol import record as records
@@ -58,10 +58,9 @@ class Step(_Transition):
         return step_html(self.record, observation=self.observation)
 
     def __repr__(self) -> str:
-        flags = " terminated" * self.terminated + " truncated" * self.truncated
         action = f"{step_summary(self.record)} -> " if self.record is not None else ""
         observation = f"; observation {clip(self.observation, 80)!r}" if self.observation else ""
-        return f"<Step {action}reward {self.reward:g}{flags}{observation}>"
+        return f"<Step {action}reward {self.reward:g}{flags(self)}{observation}>"
 
 
 def _add_sync_forms(cls: type) -> None:

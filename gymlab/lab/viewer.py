@@ -11,10 +11,9 @@ from typing import Any
 
 import ipywidgets as w
 
-from gymlab.lab.display import clip, item_row
+from gymlab.lab.display import clip, conversation, episode_steps, flags
 from gymlab.models.chat_convert import prompt_items
 from gymlab.protocol import Message, Rollout, StepRecord
-from gymlab.protocol.derived_steps import derived_steps
 from gymlab.protocol.record import failure_counts, own_fields
 
 _CSS = """<style>
@@ -51,33 +50,19 @@ def _as_rollout(source: Any) -> Rollout:
     raise TypeError(f"a viewer shows a Rollout, a rollout dict or an episode, not {type(source).__name__}")
 
 
-def episode_steps(record: Rollout) -> list[StepRecord]:
-    """The record's steps; a record with none (a failed episode's) has them from its output (``derived_steps``)."""
-    if record.steps:
-        return list(record.steps)
-    fields = record.model_dump(mode="json", include={"response", "reward", "terminated", "truncated"})
-    return [StepRecord.model_validate(s) for s in derived_steps(fields)]
-
-
-#: (class, label) of a bubble by ``item_row``'s who; another message is a system one.
-_BUBBLE = {"call": ("gl-call", "tool call"), "output": ("gl-output", "tool output")}
+#: (class, label) of a bubble by ``conversation``'s who; another is a system message's, or an item's.
+_BUBBLE = {"call": ("gl-call", "tool call"), "output": ("gl-output", "tool output"), "observation": ("gl-user", "user")}
 _BUBBLE |= {name: (f"gl-{name}", name) for name in ("user", "assistant", "reasoning")}
 
 
-def _bubble(item: Any, now: bool) -> str:
-    who, text = item_row(item)
-    cls, who = _BUBBLE.get(who, ("gl-system" if isinstance(item, Message) else "gl-assistant", who))
+def _bubble(who: str, text: str, now: bool) -> str:
+    cls, who = _BUBBLE.get(who, ("gl-system" if who in ("system", "developer") else "gl-assistant", who))
     return f"<div class='gl-b {cls}{' gl-now' * now}'><span class='gl-who'>{html.escape(who)}</span>{html.escape(text)}</div>"
 
 
 def conversation_html(record: Rollout, upto: int) -> str:
     """The prompt and steps ``0..upto`` as chat bubbles; step ``upto``'s items are outlined."""
-    parts = [_bubble(i, False) for i in prompt_items(record.responses_create_params)]
-    for step in episode_steps(record)[: upto + 1]:
-        now = step.index == upto
-        parts.extend(_bubble(i, now) for i in [*step.action, *step.tool_outputs])
-        if step.observation:
-            parts.append(_bubble(Message(role="user", content=step.observation), now))
+    parts = [_bubble(who, text, step == upto) for who, text, step in conversation(record, upto)]
     return f"{_CSS}<div class='gl-chat gl-row'>{''.join(parts)}</div>"
 
 
@@ -383,9 +368,8 @@ class EpisodeViewer(w.VBox):
             )
             return
         cumulative = sum(rewards[: k + 1])
-        flags = " · terminated" * self.steps[k].terminated + " · truncated" * self.steps[k].truncated
         self.status.value = (
             f"<span class='gl-step'>step {k} of 0–{n - 1}</span> · "
             f"<span class='gl-reward'>reward {rewards[k]:g}</span> · "
-            f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags}{masked}"
+            f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags(self.steps[k], ' · ')}{masked}"
         )
