@@ -268,34 +268,30 @@ class Lab:
         the rows checked first (``check=False`` skips); returns ``Rollouts``, failures summarised in one line.
         An Interrupt or a stopped run keeps the finished episodes in ``lab.last_run``."""
         __tracebackhide__ = True
-        state, since = RunState(), time.time()
+        state = RunState()
         options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
         options.update(max_retries=max_retries)  # retries of a transport or provider failure (runs.arun_many)
         try:
-            result = run_sync(self._run_many(agent, rows, state, **options))
+            return run_sync(self._run_many(agent, rows, state, **options))
         except KeyboardInterrupt:
             raise Interrupted(state.cancelled_line()) from None  # one line under the cell, no traceback
         except asyncio.CancelledError as exc:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise type(exc)(state.cancelled_line()) from None
-        report_failures(result, self._book, since)
-        return result
 
     async def arun_many(self, agent: AgentHandle, rows: list[dict[str, Any]], **options: Any):
         """``run_many`` for async code, with its keywords (``await lab.arun_many(...)`` in a cell, or a task)."""
-        state, since = RunState(), time.time()
+        state = RunState()
         try:
-            result = await self._run_many(agent, rows, state, **options)
+            return await self._run_many(agent, rows, state, **options)
         except asyncio.CancelledError:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise
-        report_failures(result, self._book, since)
-        return result
 
     async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
         if check and not (report := self.check(agent, rows)).ok:
             raise ConfigError(f"{report} (fix the rows or the server; run_many(..., check=False) skips this check)")
-        task = asyncio.current_task()
+        task, since = asyncio.current_task(), time.time()
         self._running.add(task)
         try:
             with self._book.quiet():
@@ -309,6 +305,7 @@ class Lab:
         env = None if is_pool(agent) else self._env_handle(agent)
         result.reward_range = getattr(getattr(env, "server", None), "reward_range", None)
         self.last_run = result
+        report_failures(result, self._book, since)
         return result
 
     def _env_handle(self, agent: AgentHandle) -> ServerHandle | None:
