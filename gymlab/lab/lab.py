@@ -17,9 +17,9 @@ from gymlab._runtime.serve import LoopServer
 from gymlab._sync import background_loop, run_sync
 from gymlab._traces import Interrupted, is_user_file, logbook
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
+from gymlab.lab.display import LogView
 from gymlab.lab.gymnasium_episode import GymnasiumEpisode
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
-from gymlab.lab.logs import LogView
 from gymlab.lab.runs import Rollouts, arun_many, report_failures
 from gymlab.lab.seed_verify import SeedVerifyEpisode
 from gymlab.run.engine import RunState
