@@ -6,7 +6,8 @@ from __future__ import annotations
 import html
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as w
@@ -231,7 +232,7 @@ class EpisodeViewer(w.VBox):
         self.rollouts: list[Rollout] = []
         self.shown: list[int] = []  # the run's episodes that match the filters (their indices)
         self._run = RunFilter([])
-        self._quiet = False  # set while the bar's options are rebuilt (their observers then do nothing)
+        self._quiet = False
         self._note = ""
         if source is not None:
             self.load(source, step)
@@ -241,13 +242,10 @@ class EpisodeViewer(w.VBox):
         if isinstance(source, Sequence) and not isinstance(source, str | bytes):  # a run: records or Rollouts
             self.rollouts = [_as_rollout(r) for r in source]
             self._run = RunFilter(self.rollouts)
-            self._quiet = True
-            try:
-                options = (self._run.reward_options(), self._run.task_options(), self._run.failure_options())
+            options = (self._run.reward_options(), self._run.task_options(), self._run.failure_options())
+            with self._quietly():
                 for dropdown, offered in zip(self._filters, options):
                     dropdown.options, dropdown.value = offered, ANY
-            finally:
-                self._quiet = False
             self.run_bar.layout.display = ""
             self._refilter(step, keep=False)
             return self
@@ -258,8 +256,7 @@ class EpisodeViewer(w.VBox):
         (``""``: episodes without one); each must be one the bar offers (``ValueError`` names the choices)."""
         if isinstance(reward, int | float):
             reward = ("=", float(reward))
-        self._quiet = True
-        try:
+        with self._quietly():
             for dropdown, value in zip(self._filters, (reward, task, failure)):
                 offered = [v for _, v in dropdown.options]
                 if value not in offered:
@@ -267,10 +264,17 @@ class EpisodeViewer(w.VBox):
                         f"{dropdown.description} filter {value!r} is not offered by this run; choose one of {offered}"
                     )
                 dropdown.value = value
-        finally:
-            self._quiet = False
         self._refilter()
         return self
+
+    @contextmanager
+    def _quietly(self) -> Iterator[None]:
+        """While the bar's options or values are set, their observers do nothing."""
+        self._quiet = True
+        try:
+            yield
+        finally:
+            self._quiet = False
 
     @property
     def step(self) -> int:
@@ -305,12 +309,9 @@ class EpisodeViewer(w.VBox):
         self.shown = self._run.match(self.reward_filter.value, self.task_filter.value, self.failure_filter.value)
         current = self.episode.value if keep else None
         chosen = current if current in self.shown else (self.shown[0] if self.shown else None)
-        self._quiet = True
-        try:
+        with self._quietly():
             self.episode.options = [(self._run.label(i), i) for i in self.shown]
             self.episode.value = chosen
-        finally:
-            self._quiet = False
         if chosen is None:
             self.record, self.steps, self._note = None, [], "no episode of this run matches the filters"
             self._set_range(0, None)
