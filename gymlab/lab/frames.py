@@ -151,7 +151,7 @@ def episodes_frame(records: Any, *, full: bool = False):
     with ``full=True`` also timing, token usage and the model's name."""
     store = store_of(records)
     cols: dict[str, list] = {c: [] for c in EPISODE_COLUMNS}
-    row_fields: dict[str, list] = {}
+    own: list[dict[str, Any]] = []
     components: list[dict | None] = []
     for position, r in enumerate(store.dicts()):
         components.append(r.get("reward_components"))
@@ -181,16 +181,12 @@ def episodes_frame(records: Any, *, full: bool = False):
         cols["model"].append((r.get("response") or {}).get("model") or None)
         cols["environment"].append(r.get("env_name"))
         cols["agent"].append(agent if agent is not None else r.get("agent_name"))
-        for key, value in own_fields(r).items():
-            value = dumps(value).decode() if isinstance(value, (dict, list)) else value
-            row_fields.setdefault(key, [None] * position).append(value)
-        for values in row_fields.values():
-            if len(values) <= position:
-                values.append(None)
+        own.append({k: dumps(v).decode() if isinstance(v, (dict, list)) else v for k, v in own_fields(r).items()})
     frame = add_component_columns(typed_frame(cols, EPISODE_DTYPES), components)
-    extra = {(f"row.{k}" if k in frame else k): v for k, v in row_fields.items()}
-    if extra:
-        frame = pd.concat([frame, pd.DataFrame(extra).convert_dtypes()], axis=1)
+    extra = pd.DataFrame(own, index=frame.index).convert_dtypes()
+    extra = extra.rename(columns=lambda k: f"row.{k}" if k in frame else k)
+    if len(extra.columns):
+        frame = pd.concat([frame, extra], axis=1)
     components = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
     if full:
         return frame
