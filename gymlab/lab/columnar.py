@@ -127,7 +127,8 @@ def _cut(buffer: bytes, starts: list[int], keys: Sequence[int] | None = None) ->
     """The lines ``buffer[starts[i]:starts[i + 1]]`` as the steps reader is given them: a line whose
     ``"response"`` key comes before its own ``"steps"`` key (``keys[i]``, found when not given) from the
     steps key on, behind ``{"response":{},``; any other line whole (docs/frames.md)."""
-    find, view, parts = buffer.find, memoryview(buffer), []
+    find, view = buffer.find, memoryview(buffer)
+    parts: list[bytes | memoryview] = []
     for i, (a, b) in enumerate(zip(starts, starts[1:])):
         at = find(STEPS_KEY, a, b) if keys is None else keys[i]
         response = find(_RESPONSE_KEY, a, at) if at > a else -1

@@ -72,7 +72,9 @@ def episode_steps(record: Rollout) -> list[StepRecord]:
 def conversation(record: Rollout, upto: int | None = None) -> list[tuple[str, str, int | None]]:
     """(who, what, step index) of the prompt's items (no step), then of steps ``0..upto`` (default: all):
     their items and observation (who: ``observation``)."""
-    rows = [(*item_row(i), None) for i in prompt_items(record.responses_create_params)]
+    rows: list[tuple[str, str, int | None]] = [
+        (*item_row(i), None) for i in prompt_items(record.responses_create_params)
+    ]
     for step in episode_steps(record)[: None if upto is None else upto + 1]:
         rows += [(*item_row(i), step.index) for i in [*step.action, *step.tool_outputs]]
         if step.observation:

@@ -187,10 +187,10 @@ def episodes_frame(records: Any, *, full: bool = False):
     extra = extra.rename(columns=lambda k: f"row.{k}" if k in frame else k)
     if len(extra.columns):
         frame = pd.concat([frame, extra], axis=1)
-    components = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
     if full:
         return frame
-    return distinguishing_first(concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=[*components, *extra]), extra)
+    rubric = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
+    return distinguishing_first(concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=[*rubric, *extra]), extra)
 
 
 def distinguishing_first(frame, fields: Iterable[str]):

@@ -20,7 +20,7 @@ from gymlab.errors import ConfigError, EpisodeError, ServerStartError
 from gymlab.lab.display import LogView
 from gymlab.lab.gymnasium_episode import GymnasiumEpisode
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
-from gymlab.lab.runs import Rollouts, arun_many, report_failures
+from gymlab.lab.runs import Rollouts, arun_many
 from gymlab.lab.seed_verify import SeedVerifyEpisode
 from gymlab.run.engine import RunState
 from gymlab.server import BaseServer
@@ -291,12 +291,11 @@ class Lab:
     async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
         if check and not (report := self.check(agent, rows)).ok:
             raise ConfigError(f"{report} (fix the rows or the server; run_many(..., check=False) skips this check)")
-        task, since = asyncio.current_task(), time.time()
+        task = asyncio.current_task()
         self._running.add(task)
         try:
-            with self._book.quiet():
-                env_name = agent.env_name() if is_pool(agent) else getattr(self._env_handle(agent), "name", None)
-                result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
+            env_name = agent.env_name() if is_pool(agent) else getattr(self._env_handle(agent), "name", None)
+            result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
         except BaseException:  # an Interrupt, on_error="raise", RunStopped: the finished episodes are kept
             self.last_run = Rollouts(state.finished)
             raise
@@ -305,7 +304,6 @@ class Lab:
         env = None if is_pool(agent) else self._env_handle(agent)
         result.reward_range = getattr(getattr(env, "server", None), "reward_range", None)
         self.last_run = result
-        report_failures(result, self._book, since)
         return result
 
     def _env_handle(self, agent: AgentHandle) -> ServerHandle | None:

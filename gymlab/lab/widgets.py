@@ -14,9 +14,8 @@ from typing import Any
 import ipywidgets as w
 
 from gymlab._sync import run_sync
-from gymlab._traces import logbook
 from gymlab.errors import GymlabError
-from gymlab.lab.runs import arun_many, report_failures
+from gymlab.lab.runs import arun_many
 from gymlab.lab.viewer import EpisodeViewer, add_classes
 from gymlab.protocol import Rollout
 from gymlab.protocol.record import failure_counts
@@ -223,18 +222,14 @@ class LivePanel(w.VBox):
         concurrency: int = 16,
         env_name: str | None = None,
     ):
-        """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes; the end prints
-        one line naming the most common cause of failure."""
-        self.total, since = len(rows) * repeats, time.time()
+        """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes."""
+        self.total = len(rows) * repeats
         try:
-            with logbook().quiet():
-                run = await arun_many(
-                    agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name, observe=self.add
-                )
+            return await arun_many(
+                agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name, observe=self.add
+            )
         finally:
             self.finish()
-        report_failures(run, logbook(), since)
-        return run
 
     def run(self, agent: Any, rows: list[dict[str, Any]], **options: Any):
         """Sync form of ``arun`` (the same keywords); returns the ``Rollouts``."""
