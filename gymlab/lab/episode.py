@@ -11,6 +11,7 @@ import threading
 import time
 import warnings
 import weakref
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, NamedTuple
 
 from gymlab._http.client import Client
@@ -121,7 +122,7 @@ def _release_dropped(session: _Session) -> None:
         run_sync(release())
 
 
-class Episode:
+class Episode(AbstractContextManager, AbstractAsyncContextManager):
     """One episode against a served environment, driven by hand or by a model (``lab.episode(...)``);
     ``history``, ``steps``, ``frame`` and ``rollout`` describe it at any point. Use it as a context
     manager, or call ``close()``."""
@@ -241,14 +242,8 @@ class Episode:
         self._finalizer.detach()
         await self._session.release()
 
-    def __enter__(self) -> Episode:
-        return self
-
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    async def __aenter__(self) -> Episode:
-        return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()

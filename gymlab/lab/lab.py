@@ -10,6 +10,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from gymlab._http.client import Client
@@ -28,7 +29,7 @@ from gymlab.server import BaseServer
 _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
-class Lab:
+class Lab(AbstractContextManager):
     """Servers in background threads of this process; serving a running name again replaces it on the same URL.
     Calls between them go into the target's ASGI app (``wire=True``: over loopback HTTP) through ``lab.client``,
     the Lab's own registry and client (docs/guide.md)."""
@@ -355,9 +356,6 @@ class Lab:
             background_loop().create_task(self.client.close())
         else:
             run_sync(self.client.close())
-
-    def __enter__(self) -> Lab:
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
