@@ -6,7 +6,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,10 +142,6 @@ class Rollouts(Sequence):
         if not -n <= index < n:
             raise IndexError(f"episode {index} of {n} (Rollouts holds {n} records)")
         return self.store.record(index % n)
-
-    def __iter__(self) -> Iterator[Rollout]:
-        record = self.store.record
-        return (record(i) for i in range(len(self)))
 
     def __add__(self, other: Iterable[Rollout]) -> Rollouts:
         other_store = other.store if isinstance(other, Rollouts) else RecordStore.from_records(other)
