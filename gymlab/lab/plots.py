@@ -94,9 +94,7 @@ def _drawn(artist) -> bool:
 
 def _labelled(fig, ax, title: str, xlabel: str, ylabel: str, legend: bool = True):
     """``fig`` with ``ax``'s title, axis labels and a legend of what is drawn (no entry for an empty line)."""
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if legend:
         handles, labels = ax.get_legend_handles_labels()
         shown = [(h, label) for h, label in zip(handles, labels) if _drawn(h)]
@@ -153,7 +151,6 @@ def reward_curve(
     window: int | None = None,
     order: str = "repeat",
     ax: Any = None,
-    label: str = "reward",
     reward_range: Any = None,
 ):
     """Reward per episode with a rolling mean over ``window`` kept episodes (default: one repeat) and its
@@ -166,7 +163,7 @@ def reward_curve(
         window = n_tasks if n_tasks > 1 else 20
     x = np.arange(len(ordered))
     kept = _kept(ordered)
-    ax.plot(x[kept.index], kept["reward"], "o", markersize=3, alpha=0.4, label=label)
+    ax.plot(x[kept.index], kept["reward"], "o", markersize=3, alpha=0.4, label="reward")
     rolling = kept["reward"].rolling(window, min_periods=1)
     mean, scale = rolling.mean(), _scale(kept["reward"], reward_range)
     low, high = interval(mean, rolling.std(), rolling.count(), **scale)
