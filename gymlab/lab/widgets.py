@@ -130,21 +130,15 @@ class LivePanel(w.VBox):
     """Progress, running mean reward and failures by kind while a run collects, redrawn at most every
     ``interval`` seconds; ``panel.run(agent, rows, repeats=...)`` collects through ``gymlab.lab.runs``."""
 
-    def __init__(
-        self,
-        total: int = 0,
-        *,
-        interval: float = 0.1,
-        clock: Callable[[], float] = time.monotonic,
-        description: str = "episodes",
-        **kwargs: Any,
-    ):
-        self.progress = w.IntProgress(value=0, min=0, max=max(total, 1), description=description)
+    interval = 0.1  #: seconds between redraws while a run collects
+
+    def __init__(self, total: int = 0, *, clock: Callable[[], float] = time.monotonic, **kwargs: Any):
+        self.progress = w.IntProgress(value=0, min=0, max=max(total, 1), description="episodes")
         self.summary = w.HTML()
         self.failures = w.HTML()
         add_classes(self, "gl-live", "progress summary failures")
         super().__init__([self.progress, self.summary, self.failures], **kwargs)
-        self.total, self.interval, self.clock = total, interval, clock
+        self.total, self.clock = total, clock
         self.done, self.kept, self.reward_sum = 0, 0, 0.0
         self.failed: Counter[str] = Counter()
         self.stages: dict[str, Counter[str]] = {}  # failure kind -> the stages it happened at
