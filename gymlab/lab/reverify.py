@@ -144,11 +144,10 @@ def reverify(
     """Grade stored rollouts again with ``environment``; returns old vs new reward per episode (a frame),
     and old vs new value per rubric component (``old_<c>``, ``new_<c>``, ``delta_<c>``).
 
-    ``environment`` is a ``SimpleResourcesServer`` subclass (built with ``config``) or instance,
-    served in a background thread (real HTTP, its lifespan run) for the duration of the call, or a
-    running server's handle or URL. ``rollouts``: a ``Rollouts``, a list of records or a rollouts
-    JSONL path. ``rows`` (the dataset rows, or a materialized-inputs JSONL path) restores row fields
-    the stored verify answers dropped, to seed a stateful environment as it was. No model is asked."""
+    ``environment``: a ``SimpleResourcesServer`` subclass (built with ``config``) or instance, served in a
+    background thread (real HTTP, its lifespan run) for the call, or a running server's handle or URL.
+    ``rollouts``: a ``Rollouts``, a list of records or a rollouts JSONL path. ``rows`` (the dataset rows, or a
+    materialized-inputs JSONL path) restores row fields the stored verify answers dropped. No model is asked."""
     if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
         from gymlab.collection.readers import read_rollouts
 

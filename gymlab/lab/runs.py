@@ -165,9 +165,8 @@ class Rollouts(Sequence):
 
 
 def failure_line(run: Rollouts, *, logged: bool = False) -> str | None:
-    """One line for a run's failures (None without any): how many by kind, and the most common cause,
-    so a summary says why without one line per failed episode; it points to ``lab.logs()`` only when
-    ``logged`` (the servers logged errors during the run: a model's refusal or a timeout logs none)."""
+    """One line for a run's failures (None without any): how many by kind and the most common cause; it points
+    to ``lab.logs()`` only when ``logged`` (servers logged errors: a model's refusal or a timeout logs none)."""
     if not (failed := run.failures):
         return None
     causes = Counter(
