@@ -102,10 +102,6 @@ class Rollouts(Sequence):
 
     def _summaries(self) -> list[tuple[float, bool, str | None, int]]:
         """(reward, mask_sample, failure_kind, steps) of every record, parsed once."""
-        if self._summary is None and len(self) > 1000:  # a large run: read the four fields through Arrow
-            from gymlab.lab.columnar import summaries_arrow
-
-            self._summary = summaries_arrow(self.store)
         if self._summary is None:
             self._summary = summaries(self.store)
         return self._summary
