@@ -41,13 +41,9 @@ def add_classes(owner: w.DOMWidget, own: str, names: str) -> None:
 
 
 def _as_rollout(source: Any) -> Rollout:
-    if isinstance(source, Rollout):
-        return source
-    if isinstance(source, dict):
-        return Rollout.model_validate(source)
-    rollout = getattr(source, "rollout", None)
-    if isinstance(rollout, Rollout):
-        return rollout
+    record = source if isinstance(source, Rollout | dict) else getattr(source, "rollout", None)  # an episode's
+    if isinstance(record, Rollout | dict):
+        return Rollout.model_validate(record)
     raise TypeError(f"a viewer shows a Rollout, a rollout dict or an episode, not {type(source).__name__}")
 
 
