@@ -212,19 +212,12 @@ def distinguishing_first(frame, fields: Iterable[str]):
 
 def calls_frame(records: Any):
     """One row per function call, with the output that answered it (matched by ``call_id``)."""
-    cols: dict[str, list] = {c: [] for c in CALL_COLUMNS}
+    rows: list[tuple] = []
     for position, r in enumerate(store_of(records).dicts()):
         for s in r.get("steps") or ():
             outputs = {o.get("call_id"): o.get("output") for o in s.get("tool_outputs") or ()}
-            n = 0
-            for item in s.get("action") or ():
-                if item.get("type") == "function_call":
-                    cols["episode"].append(position)
-                    cols["step"].append(s["index"])
-                    cols["call"].append(n)
-                    cols["tool"].append(item.get("name"))
-                    cols["call_id"].append(item.get("call_id"))
-                    cols["arguments"].append(item.get("arguments"))
-                    cols["output"].append(outputs.get(item.get("call_id")))
-                    n += 1
-    return typed_frame(cols, CALL_DTYPES)
+            calls = [i for i in s.get("action") or () if i.get("type") == "function_call"]
+            for n, c in enumerate(calls):
+                call_id = c.get("call_id")
+                rows.append((position, s["index"], n, c.get("name"), call_id, c.get("arguments"), outputs.get(call_id)))
+    return typed_frame({c: [row[k] for row in rows] for k, c in enumerate(CALL_COLUMNS)}, CALL_DTYPES)
