@@ -174,8 +174,6 @@ class Episode(AbstractContextManager, AbstractAsyncContextManager):
         """The episode's session, released by ``/close``; it must not hold the episode (the finalizer releases it)."""
         return _Session(self.client, self.env_url, "/close", server=self.env_name)
 
-    # -- plumbing shared by both protocols ---------------------------------------------------
-
     def _spawn(self) -> Episode:
         names = ("client", "env_name", "model_url", "model_name", "agent_name", "max_steps")
         return type(self)(self.env_url, self.row, **{n: getattr(self, n) for n in names})

@@ -190,7 +190,6 @@ class EpisodeViewer(w.VBox):
         self.status = w.HTML()
         self.sparkline = w.HTML()
         self.conversation = w.HTML()
-        # the run bar, shown once a run is loaded
         self.reward_filter = w.Dropdown(description="reward", options=[("any reward", ANY)])
         self.task_filter = w.Dropdown(description="task", options=[("every task", ANY)])
         self.failure_filter = w.Dropdown(description="failure", options=[("any outcome", ANY)])
