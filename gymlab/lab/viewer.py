@@ -95,7 +95,7 @@ _MAX_REWARD_VALUES = 12  # more distinct rewards than this are offered as above/
 
 def failure_of(record: Rollout) -> str:
     """The failure kind a record counts under (``failure_counts``' rule): "" when it is not masked."""
-    return (record.failure_kind or "masked") if record.mask_sample else ""
+    return next(iter(failure_counts([record])), "")
 
 
 def _prompt_snippet(record: Rollout, width: int = 40) -> str:

@@ -16,9 +16,8 @@ import ipywidgets as w
 from gymlab._sync import run_sync
 from gymlab.errors import GymlabError
 from gymlab.lab.runs import arun_many
-from gymlab.lab.viewer import EpisodeViewer, add_classes
+from gymlab.lab.viewer import EpisodeViewer, add_classes, failure_of
 from gymlab.protocol import Rollout
-from gymlab.protocol.record import failure_counts
 from gymlab.resources.tools import example_arguments
 
 
@@ -153,9 +152,8 @@ class LivePanel(w.VBox):
 
     def add(self, record: Rollout) -> None:
         """Count one finished episode; a masked one under its failure kind, out of the mean."""
-        kinds = failure_counts((record,))
-        if kinds:
-            return self.add_failure(next(iter(kinds)), record.failure_stage)
+        if kind := failure_of(record):
+            return self.add_failure(kind, record.failure_stage)
         with self._lock:
             self.done += 1
             self.kept += 1
