@@ -116,18 +116,17 @@ def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | Serv
         cols["new_failure_kind"].append(None if failed else answer.get("failure_kind"))
         cols["replay_matches"].append(None if failed else answer["replay_matches"])
         cols["error"].append(str(answer) if failed else None)
-    import numpy as np
+    import pandas as pd
 
     from gymlab.lab.frames import typed_frame
 
     frame = typed_frame(cols, DTYPES)
     # old_<c>, new_<c> and delta_<c> for each rubric component on either side (NaN when absent)
-    old = [r.reward_components or {} for r in records]
-    new = [{} if isinstance(a, ServerError) else (a.get("reward_components") or {}) for a in answers]
-    names = list(dict.fromkeys(n for side in (old, new) for c in side for n in c))
-    for name in names:
-        before = np.array([np.nan if c.get(name) is None else c[name] for c in old], dtype="float64")
-        after = np.array([np.nan if c.get(name) is None else c[name] for c in new], dtype="float64")
+    old = pd.DataFrame([r.reward_components or {} for r in records], index=frame.index, dtype="float64")
+    got = [{} if isinstance(a, ServerError) else (a.get("reward_components") or {}) for a in answers]
+    new = pd.DataFrame(got, index=frame.index, dtype="float64")
+    for name in dict.fromkeys([*old, *new]):
+        before, after = old.get(name, float("nan")), new.get(name, float("nan"))
         frame[f"old_{name}"], frame[f"new_{name}"], frame[f"delta_{name}"] = before, after, after - before
     return frame
 
