@@ -32,13 +32,13 @@ def parse_output(text: str) -> Any:
         return text
 
 
-def answering(response: NeMoGymResponse):
-    """A model call that answers ``response`` (an action given by hand, pushed through the loop)."""
+def answering(answer: Any):
+    """A model or tool call that answers ``answer`` (an action given by hand, or its recorded output)."""
 
-    async def call_model(_body: dict) -> NeMoGymResponse:
-        return response
+    async def call(*_: Any) -> Any:
+        return answer
 
-    return call_model
+    return call
 
 
 class _Transition(NamedTuple):
