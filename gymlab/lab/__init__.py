@@ -12,7 +12,6 @@ _NAMES = {
     "Lab": "gymlab.lab.lab",
     "ServerHandle": "gymlab.lab.handles",
     "Episode": "gymlab.lab.episode",
-    "ForkDivergedError": "gymlab.errors",
     "SeedVerifyEpisode": "gymlab.lab.seed_verify",
     "GymnasiumEpisode": "gymlab.lab.gymnasium_episode",
     "Step": "gymlab.lab.gymnasium_episode",
@@ -23,7 +22,6 @@ __all__ = sorted(_NAMES)
 __getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gymlab.errors import ForkDivergedError
     from gymlab.lab.episode import Episode
     from gymlab.lab.gymnasium_episode import GymnasiumEpisode, Step
     from gymlab.lab.handles import AgentHandle, ServerHandle

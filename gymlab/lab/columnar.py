@@ -127,7 +127,8 @@ def _cut(buffer: bytes, starts: list[int], keys: Sequence[int] | None = None) ->
     """The lines ``buffer[starts[i]:starts[i + 1]]`` as the steps reader is given them: a line whose
     ``"response"`` key comes before its own ``"steps"`` key (``keys[i]``, found when not given) from the
     steps key on, behind ``{"response":{},``; any other line whole (docs/frames.md)."""
-    find, view, parts = buffer.find, memoryview(buffer), []
+    find, view = buffer.find, memoryview(buffer)
+    parts: list[bytes | memoryview] = []
     for i, (a, b) in enumerate(zip(starts, starts[1:])):
         at = find(STEPS_KEY, a, b) if keys is None else keys[i]
         response = find(_RESPONSE_KEY, a, at) if at > a else -1
@@ -315,33 +316,3 @@ def steps_frame_arrow(store: Any):
         components = [s.get("reward_components") for r in store.dicts() for s in r.get("steps") or ()]
         frame = add_component_columns(frame, components)
     return frame
-
-
-_SUMMARY = pj.ParseOptions(
-    explicit_schema=pa.schema(
-        [
-            ("reward", pa.float64()),
-            ("mask_sample", pa.bool_()),
-            ("failure_kind", pa.string()),
-            ("steps", pa.list_(pa.struct([("index", pa.int64())]))),
-            ("response", pa.struct([("id", pa.string())])),
-        ]
-    ),
-    unexpected_field_behavior="ignore",
-)
-
-
-def summaries_arrow(store: Any) -> list[tuple[float, bool, str | None, int]] | None:
-    """(reward, mask_sample, failure_kind, steps) of every record, or None to leave it to orjson."""
-    data = pa.py_buffer(store.buffer).slice(store.starts[0], store.starts[-1] - store.starts[0])
-    table = _parse(data, _longest(store), _SUMMARY)  # every record read whole
-    if table is None:
-        return None
-    return list(
-        zip(
-            pc.fill_null(table["reward"], 0.0).to_pylist(),
-            pc.fill_null(table["mask_sample"], False).to_pylist(),
-            table["failure_kind"].to_pylist(),
-            pc.fill_null(pc.list_value_length(table["steps"]), 0).to_pylist(),
-        )
-    )

@@ -1,9 +1,15 @@
-"""HTML for notebooks: an episode's conversation with its rewards, a run's summary. Standard library only."""
+"""HTML for notebooks: an episode's conversation with its rewards, a run's summary, ``lab.logs()``; a record's
+conversation as (who, what, step) rows, which the viewer draws as bubbles and the probe report as a table."""
 
 from __future__ import annotations
 
 import html
 from typing import Any
+
+from gymlab.models.chat_convert import prompt_items
+from gymlab.protocol import Message, Rollout, StepRecord
+from gymlab.protocol.derived_steps import derived_steps
+from gymlab.protocol.record import mean_reward_text
 
 _STYLE = (
     "<style>.gl-ep{font-family:monospace;font-size:12px;border-collapse:collapse}"
@@ -31,8 +37,8 @@ def _table(head: str, rows: list[str]) -> str:
     return f"{_STYLE}<div style='text-align:left'>{head}<table {_TABLE}>{''.join(rows)}</table></div>"
 
 
-def _flags(step: Any) -> str:
-    return " terminated" * step.terminated + " truncated" * step.truncated
+def flags(step: Any, sep: str = " ") -> str:
+    return f"{sep}terminated" * step.terminated + f"{sep}truncated" * step.truncated
 
 
 def _item_html(item: Any, mark: str = "") -> str:
@@ -55,6 +61,27 @@ def item_row(item: Any) -> tuple[str, str]:
     return kind, str(getattr(item, "model_dump", lambda: item)())
 
 
+def episode_steps(record: Rollout) -> list[StepRecord]:
+    """The record's steps; a record with none (a failed episode's) has them from its output (``derived_steps``)."""
+    if record.steps:
+        return list(record.steps)
+    fields = record.model_dump(mode="json", include={"response", "reward", "terminated", "truncated"})
+    return [StepRecord.model_validate(s) for s in derived_steps(fields)]
+
+
+def conversation(record: Rollout, upto: int | None = None) -> list[tuple[str, str, int | None]]:
+    """(who, what, step index) of the prompt's items (no step), then of steps ``0..upto`` (default: all):
+    their items and observation (who: ``observation``)."""
+    rows: list[tuple[str, str, int | None]] = [
+        (*item_row(i), None) for i in prompt_items(record.responses_create_params)
+    ]
+    for step in episode_steps(record)[: None if upto is None else upto + 1]:
+        rows += [(*item_row(i), step.index) for i in [*step.action, *step.tool_outputs]]
+        if step.observation:
+            rows.append(("observation", step.observation, step.index))
+    return rows
+
+
 def episode_html(ep: Any) -> str:
     """The conversation so far, each model turn's items next to its step's reward, and the totals."""
     history = list(ep.history)
@@ -63,10 +90,8 @@ def episode_html(ep: Any) -> str:
     for step in ep.steps:
         # The marker goes on the step's last item in the conversation (a terminal step's outputs are not).
         for item in [i for i in [*step.action, *step.tool_outputs] if id(i) in shown][-1:]:
-            mark_at[id(item)] = f"step {step.index}: {step.reward:g}{_flags(step)}"
+            mark_at[id(item)] = f"step {step.index}: {step.reward:g}{flags(step)}"
     if ep.done and ep.steps and ep.steps[-1].observation and ep.protocol == "gymnasium":
-        from gymlab.protocol import Message
-
         history.append(Message(role="user", content=ep.steps[-1].observation))
     rows = [_item_html(item, mark_at.get(id(item), "")) for item in history]
     result = ep.result or {}
@@ -101,7 +126,7 @@ def step_html(record: Any, *, observation: str | None = None) -> str:
     head = "<b>step</b>"
     if record is not None:
         rows = [_item_html(item) for item in [*record.action, *record.tool_outputs]]
-        head = f"<b>step {record.index}</b>: reward {record.reward:g}{_flags(record)}"
+        head = f"<b>step {record.index}</b>: reward {record.reward:g}{flags(record)}"
     if observation:
         rows.append(_row("observation", html.escape(clip(observation, 600)), ""))
     return _table(head, rows)
@@ -109,8 +134,6 @@ def step_html(record: Any, *, observation: str | None = None) -> str:
 
 def rollouts_html(rollouts: Any) -> str:
     """A run's size, mean reward, masked and failed counts."""
-    from gymlab.protocol.record import mean_reward_text
-
     n = len(rollouts)
     counts = rollouts.failures
     kinds = ", ".join(f"{html.escape(k)} {v}" for k, v in counts.items())
@@ -120,3 +143,25 @@ def rollouts_html(rollouts: Any) -> str:
         "<code>.episodes</code>, <code>.steps</code>, <code>.calls</code> are pandas frames "
         "(<code>.episodes_frame(full=True)</code> for every column).</div>"
     )
+
+
+class LogView(list):
+    """Log entries (``gymlab._traces.Entry``): the full text in ``repr``, collapsible traces in HTML."""
+
+    def __repr__(self) -> str:
+        return "\n\n".join(map(str, self)) or "<no errors logged>"
+
+    def _repr_html_(self) -> str:
+        if not self:
+            return "<p><i>no errors logged</i></p>"
+        parts = []
+        for entry in self:
+            line = html.escape(str(entry).splitlines()[0])
+            trace = html.escape(entry.trace) if entry.trace else ""
+            body = f"<pre style='text-align:left;white-space:pre-wrap'>{trace}</pre>" if trace else ""
+            parts.append(f"<details style='text-align:left'><summary><code>{line}</code></summary>{body}</details>")
+        return "<div class='gymlab-logs'>" + "".join(parts) + "</div>"
+
+    def __getitem__(self, index):
+        item = super().__getitem__(index)
+        return LogView(item) if isinstance(index, slice) else item

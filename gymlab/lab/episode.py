@@ -11,12 +11,13 @@ import threading
 import time
 import warnings
 import weakref
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, NamedTuple
 
 from gymlab._http.client import Client
 from gymlab._sync import background_loop, on_background_loop, run_sync
 from gymlab.errors import EpisodeError
-from gymlab.lab.display import clip, episode_html, step_html, step_summary
+from gymlab.lab.display import clip, episode_html, flags, step_html, step_summary
 from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession, LoopState
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams, Rollout, StepRecord
 from gymlab.protocol import record as records
@@ -31,13 +32,13 @@ def parse_output(text: str) -> Any:
         return text
 
 
-def answering(response: NeMoGymResponse):
-    """A model call that answers ``response`` (an action given by hand, pushed through the loop)."""
+def answering(answer: Any):
+    """A model or tool call that answers ``answer`` (an action given by hand, or its recorded output)."""
 
-    async def call_model(_body: dict) -> NeMoGymResponse:
-        return response
+    async def call(*_: Any) -> Any:
+        return answer
 
-    return call_model
+    return call
 
 
 class _Transition(NamedTuple):
@@ -58,10 +59,9 @@ class Step(_Transition):
         return step_html(self.record, observation=self.observation)
 
     def __repr__(self) -> str:
-        flags = " terminated" * self.terminated + " truncated" * self.truncated
         action = f"{step_summary(self.record)} -> " if self.record is not None else ""
         observation = f"; observation {clip(self.observation, 80)!r}" if self.observation else ""
-        return f"<Step {action}reward {self.reward:g}{flags}{observation}>"
+        return f"<Step {action}reward {self.reward:g}{flags(self)}{observation}>"
 
 
 def _add_sync_forms(cls: type) -> None:
@@ -122,7 +122,7 @@ def _release_dropped(session: _Session) -> None:
         run_sync(release())
 
 
-class Episode:
+class Episode(AbstractContextManager, AbstractAsyncContextManager):
     """One episode against a served environment, driven by hand or by a model (``lab.episode(...)``);
     ``history``, ``steps``, ``frame`` and ``rollout`` describe it at any point. Use it as a context
     manager, or call ``close()``."""
@@ -173,8 +173,6 @@ class Episode:
     def _make_session(self) -> _Session:
         """The episode's session, released by ``/close``; it must not hold the episode (the finalizer releases it)."""
         return _Session(self.client, self.env_url, "/close", server=self.env_name)
-
-    # -- plumbing shared by both protocols ---------------------------------------------------
 
     def _spawn(self) -> Episode:
         names = ("client", "env_name", "model_url", "model_name", "agent_name", "max_steps")
@@ -242,14 +240,8 @@ class Episode:
         self._finalizer.detach()
         await self._session.release()
 
-    def __enter__(self) -> Episode:
-        return self
-
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    async def __aenter__(self) -> Episode:
-        return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()

@@ -151,7 +151,7 @@ def episodes_frame(records: Any, *, full: bool = False):
     with ``full=True`` also timing, token usage and the model's name."""
     store = store_of(records)
     cols: dict[str, list] = {c: [] for c in EPISODE_COLUMNS}
-    row_fields: dict[str, list] = {}
+    own: list[dict[str, Any]] = []
     components: list[dict | None] = []
     for position, r in enumerate(store.dicts()):
         components.append(r.get("reward_components"))
@@ -181,20 +181,16 @@ def episodes_frame(records: Any, *, full: bool = False):
         cols["model"].append((r.get("response") or {}).get("model") or None)
         cols["environment"].append(r.get("env_name"))
         cols["agent"].append(agent if agent is not None else r.get("agent_name"))
-        for key, value in own_fields(r).items():
-            value = dumps(value).decode() if isinstance(value, (dict, list)) else value
-            row_fields.setdefault(key, [None] * position).append(value)
-        for values in row_fields.values():
-            if len(values) <= position:
-                values.append(None)
+        own.append({k: dumps(v).decode() if isinstance(v, (dict, list)) else v for k, v in own_fields(r).items()})
     frame = add_component_columns(typed_frame(cols, EPISODE_DTYPES), components)
-    extra = {(f"row.{k}" if k in frame else k): v for k, v in row_fields.items()}
-    if extra:
-        frame = pd.concat([frame, pd.DataFrame(extra).convert_dtypes()], axis=1)
-    components = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
+    extra = pd.DataFrame(own, index=frame.index).convert_dtypes()
+    extra = extra.rename(columns=lambda k: f"row.{k}" if k in frame else k)
+    if len(extra.columns):
+        frame = pd.concat([frame, extra], axis=1)
     if full:
         return frame
-    return distinguishing_first(concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=[*components, *extra]), extra)
+    rubric = [c for c in frame if c.startswith(COMPONENT_PREFIX)]
+    return distinguishing_first(concise(frame, EPISODE_CONCISE, EPISODE_OPTIONAL, extra=[*rubric, *extra]), extra)
 
 
 def distinguishing_first(frame, fields: Iterable[str]):
@@ -216,19 +212,12 @@ def distinguishing_first(frame, fields: Iterable[str]):
 
 def calls_frame(records: Any):
     """One row per function call, with the output that answered it (matched by ``call_id``)."""
-    cols: dict[str, list] = {c: [] for c in CALL_COLUMNS}
+    rows: list[tuple] = []
     for position, r in enumerate(store_of(records).dicts()):
         for s in r.get("steps") or ():
             outputs = {o.get("call_id"): o.get("output") for o in s.get("tool_outputs") or ()}
-            n = 0
-            for item in s.get("action") or ():
-                if item.get("type") == "function_call":
-                    cols["episode"].append(position)
-                    cols["step"].append(s["index"])
-                    cols["call"].append(n)
-                    cols["tool"].append(item.get("name"))
-                    cols["call_id"].append(item.get("call_id"))
-                    cols["arguments"].append(item.get("arguments"))
-                    cols["output"].append(outputs.get(item.get("call_id")))
-                    n += 1
-    return typed_frame(cols, CALL_DTYPES)
+            calls = [i for i in s.get("action") or () if i.get("type") == "function_call"]
+            for n, c in enumerate(calls):
+                call_id = c.get("call_id")
+                rows.append((position, s["index"], n, c.get("name"), call_id, c.get("arguments"), outputs.get(call_id)))
+    return typed_frame({c: [row[k] for row in rows] for k, c in enumerate(CALL_COLUMNS)}, CALL_DTYPES)

@@ -30,9 +30,7 @@ def response_of_action(action: Any = None, call: str | None = None, arguments: A
         action = (call, arguments or {})
     if action is None:
         return None
-    if isinstance(action, NeMoGymResponse):
-        return action
-    if isinstance(action, dict):
+    if isinstance(action, NeMoGymResponse | dict):
         return NeMoGymResponse.model_validate(action)
     if isinstance(action, str):
         items = [assistant_message(action)]

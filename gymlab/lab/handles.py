@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from gymlab._runtime.serve import LoopServer
@@ -12,7 +13,7 @@ from gymlab.protocol import Rollout
 from gymlab.server import BaseServer
 
 
-class ServerHandle:
+class ServerHandle(AbstractContextManager):
     """A running server: ``.url``, ``.server`` (the instance), ``.stop()``; a context manager."""
 
     def __init__(self, server: BaseServer, runner: LoopServer, lab: Any = None):
@@ -43,9 +44,6 @@ class ServerHandle:
         """POST JSON to this server from sync code; an error status raises ``ServerError``."""
         __tracebackhide__ = True
         return run_sync(self.apost(path, body))
-
-    def __enter__(self) -> ServerHandle:
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()

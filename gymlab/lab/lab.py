@@ -10,6 +10,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from gymlab._http.client import Client
@@ -17,10 +18,10 @@ from gymlab._runtime.serve import LoopServer
 from gymlab._sync import background_loop, run_sync
 from gymlab._traces import Interrupted, is_user_file, logbook
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
+from gymlab.lab.display import LogView
 from gymlab.lab.gymnasium_episode import GymnasiumEpisode
 from gymlab.lab.handles import AgentHandle, ServerHandle, is_pool
-from gymlab.lab.logs import LogView
-from gymlab.lab.runs import Rollouts, arun_many, report_failures
+from gymlab.lab.runs import Rollouts, arun_many
 from gymlab.lab.seed_verify import SeedVerifyEpisode
 from gymlab.run.engine import RunState
 from gymlab.server import BaseServer
@@ -28,7 +29,7 @@ from gymlab.server import BaseServer
 _labs: weakref.WeakSet[Lab] = weakref.WeakSet()
 
 
-class Lab:
+class Lab(AbstractContextManager):
     """Servers in background threads of this process; serving a running name again replaces it on the same URL.
     Calls between them go into the target's ASGI app (``wire=True``: over loopback HTTP) through ``lab.client``,
     the Lab's own registry and client (docs/guide.md)."""
@@ -268,29 +269,25 @@ class Lab:
         the rows checked first (``check=False`` skips); returns ``Rollouts``, failures summarised in one line.
         An Interrupt or a stopped run keeps the finished episodes in ``lab.last_run``."""
         __tracebackhide__ = True
-        state, since = RunState(), time.time()
+        state = RunState()
         options = dict(repeats=repeats, concurrency=concurrency, on_error=on_error, progress=progress, check=check)
         options.update(max_retries=max_retries)  # retries of a transport or provider failure (runs.arun_many)
         try:
-            result = run_sync(self._run_many(agent, rows, state, **options))
+            return run_sync(self._run_many(agent, rows, state, **options))
         except KeyboardInterrupt:
             raise Interrupted(state.cancelled_line()) from None  # one line under the cell, no traceback
         except asyncio.CancelledError as exc:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise type(exc)(state.cancelled_line()) from None
-        report_failures(result, self._book, since)
-        return result
 
     async def arun_many(self, agent: AgentHandle, rows: list[dict[str, Any]], **options: Any):
         """``run_many`` for async code, with its keywords (``await lab.arun_many(...)`` in a cell, or a task)."""
-        state, since = RunState(), time.time()
+        state = RunState()
         try:
-            result = await self._run_many(agent, rows, state, **options)
+            return await self._run_many(agent, rows, state, **options)
         except asyncio.CancelledError:
             print(state.cancelled_line(), file=sys.stderr, flush=True)
             raise
-        report_failures(result, self._book, since)
-        return result
 
     async def _run_many(self, agent: AgentHandle, rows: list[dict[str, Any]], state, *, check: bool = True, **options):
         if check and not (report := self.check(agent, rows)).ok:
@@ -298,9 +295,8 @@ class Lab:
         task = asyncio.current_task()
         self._running.add(task)
         try:
-            with self._book.quiet():
-                env_name = agent.env_name() if is_pool(agent) else getattr(self._env_handle(agent), "name", None)
-                result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
+            env_name = agent.env_name() if is_pool(agent) else getattr(self._env_handle(agent), "name", None)
+            result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
         except BaseException:  # an Interrupt, on_error="raise", RunStopped: the finished episodes are kept
             self.last_run = Rollouts(state.finished)
             raise
@@ -360,9 +356,6 @@ class Lab:
             background_loop().create_task(self.client.close())
         else:
             run_sync(self.client.close())
-
-    def __enter__(self) -> Lab:
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()

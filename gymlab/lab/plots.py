@@ -31,8 +31,11 @@ def interval(mean, std, n, *, binary: bool, low: float, high: float):
     return np.where(np.isinf(lower), np.nan, lower), np.where(np.isinf(upper), np.nan, upper)
 
 
-def declared_range(reward_range: Any) -> tuple[float, float] | None:
-    """``(low, high)`` from ``reward_range``: a pair, or a server class or instance declaring ``reward_range``."""
+def declared_range(reward_range: Any, frame: Any = None) -> tuple[float, float] | None:
+    """``(low, high)`` from ``reward_range`` (else ``frame``'s ``attrs``): a pair, or a server class or instance
+    declaring ``reward_range``."""
+    if reward_range is None:
+        reward_range = getattr(frame, "attrs", {}).get("reward_range")
     if reward_range is not None and not isinstance(reward_range, (tuple, list)):
         reward_range = getattr(reward_range, "reward_range", None)
     if reward_range is None:
@@ -46,10 +49,8 @@ def declared_range(reward_range: Any) -> tuple[float, float] | None:
 def _scale(rewards, reward_range: Any = None) -> dict:
     """``interval``'s keywords: 0/1 rewards or not, and the declared range (given, else the frame's
     ``attrs``), else [0, 1] for 0/1 rewards, else unbounded; never the observed range."""
-    if reward_range is None:
-        reward_range = getattr(rewards, "attrs", {}).get("reward_range")
     values = np.asarray(rewards, dtype="float64")
-    declared = declared_range(reward_range)
+    declared = declared_range(reward_range, rewards)
     binary = bool(len(values)) and bool(np.isin(values, (0.0, 1.0)).all()) and declared in (None, (0.0, 1.0))
     low, high = declared or ((0.0, 1.0) if binary else (-np.inf, np.inf))
     return {"binary": binary, "low": low, "high": high}
@@ -93,9 +94,7 @@ def _drawn(artist) -> bool:
 
 def _labelled(fig, ax, title: str, xlabel: str, ylabel: str, legend: bool = True):
     """``fig`` with ``ax``'s title, axis labels and a legend of what is drawn (no entry for an empty line)."""
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if legend:
         handles, labels = ax.get_legend_handles_labels()
         shown = [(h, label) for h, label in zip(handles, labels) if _drawn(h)]
@@ -152,7 +151,6 @@ def reward_curve(
     window: int | None = None,
     order: str = "repeat",
     ax: Any = None,
-    label: str = "reward",
     reward_range: Any = None,
 ):
     """Reward per episode with a rolling mean over ``window`` kept episodes (default: one repeat) and its
@@ -165,7 +163,7 @@ def reward_curve(
         window = n_tasks if n_tasks > 1 else 20
     x = np.arange(len(ordered))
     kept = _kept(ordered)
-    ax.plot(x[kept.index], kept["reward"], "o", markersize=3, alpha=0.4, label=label)
+    ax.plot(x[kept.index], kept["reward"], "o", markersize=3, alpha=0.4, label="reward")
     rolling = kept["reward"].rolling(window, min_periods=1)
     mean, scale = rolling.mean(), _scale(kept["reward"], reward_range)
     low, high = interval(mean, rolling.std(), rolling.count(), **scale)
@@ -254,7 +252,7 @@ def reward_heatmap(steps, *, episodes: Any = None, ax: Any = None, max_episodes:
     values = grid.to_numpy()
     last = kept.groupby("episode")["step"].max().reindex(grid.index).to_numpy()
     neutral = (values == 0) & (grid.columns.to_numpy()[None, :] < last[:, None])
-    declared = declared_range(reward_range if reward_range is not None else steps.attrs.get("reward_range"))
+    declared = declared_range(reward_range, steps)
     low, high = declared or (np.nanmin(values, initial=0.0), np.nanmax(values, initial=1.0))
     image = ax.imshow(
         np.where(neutral, np.nan, values),

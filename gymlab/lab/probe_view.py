@@ -7,7 +7,7 @@ import html
 import math
 from typing import Any
 
-from gymlab.lab.display import clip, item_row
+from gymlab.lab.display import clip, conversation
 from gymlab.protocol.record import failure_counts
 
 #: The row of the real policy's run, beside the probes'.
@@ -122,14 +122,9 @@ def _cell_html(report: Any, c: Any) -> str:
 
 def transcript_html(record: Any) -> str:
     """An episode's conversation as a small table: the prompt, each step's items and observation, the reward."""
-    lines = [item_row(i) for i in record.responses_create_params.input_items()]
-    for step in record.steps:
-        lines.extend(item_row(i) for i in [*step.action, *step.tool_outputs])
-        if step.observation:
-            lines.append(("observation", str(step.observation)))
     rows = "".join(
         f"<tr><td>{html.escape(who)}</td><td>{html.escape(clip(' '.join(what.split()), 200))}</td></tr>"
-        for who, what in lines
+        for who, what, _ in conversation(record)
     )
     failures = failure_counts([record])
     tail = f" masked ({html.escape(', '.join(failures))})" if failures else ""

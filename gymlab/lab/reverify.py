@@ -116,72 +116,19 @@ def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | Serv
         cols["new_failure_kind"].append(None if failed else answer.get("failure_kind"))
         cols["replay_matches"].append(None if failed else answer["replay_matches"])
         cols["error"].append(str(answer) if failed else None)
-    import numpy as np
+    import pandas as pd
 
     from gymlab.lab.frames import typed_frame
 
     frame = typed_frame(cols, DTYPES)
     # old_<c>, new_<c> and delta_<c> for each rubric component on either side (NaN when absent)
-    old = [r.reward_components or {} for r in records]
-    new = [{} if isinstance(a, ServerError) else (a.get("reward_components") or {}) for a in answers]
-    names = list(dict.fromkeys(n for side in (old, new) for c in side for n in c))
-    for name in names:
-        before = np.array([np.nan if c.get(name) is None else c[name] for c in old], dtype="float64")
-        after = np.array([np.nan if c.get(name) is None else c[name] for c in new], dtype="float64")
+    old = pd.DataFrame([r.reward_components or {} for r in records], index=frame.index, dtype="float64")
+    got = [{} if isinstance(a, ServerError) else (a.get("reward_components") or {}) for a in answers]
+    new = pd.DataFrame(got, index=frame.index, dtype="float64")
+    for name in dict.fromkeys([*old, *new]):
+        before, after = old.get(name, float("nan")), new.get(name, float("nan"))
         frame[f"old_{name}"], frame[f"new_{name}"], frame[f"delta_{name}"] = before, after, after - before
     return frame
-
-
-async def areverify(
-    environment: Any,
-    rollouts: Iterable[Rollout | dict] | str,
-    *,
-    rows: Any = None,
-    replay_tools: bool = True,
-    concurrency: int = 8,
-    **config: Any,
-):
-    """Async form of ``reverify``."""
-    if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
-        from gymlab.collection.readers import read_jsonl
-
-        rollouts = read_jsonl(rollouts, "rollout")
-    records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
-    by_task, sem = rows_by_task(rows), asyncio.Semaphore(max(1, concurrency))
-
-    async def answers(client: Client, url: str, server: str) -> list[dict[str, Any] | ServerError]:
-        async def one(record: Rollout):
-            async with sem:
-                try:
-                    return await averify_one(
-                        client, url, record, replay_tools=replay_tools, server=server, rows=by_task
-                    )
-                except ServerError as exc:
-                    return exc
-
-        return list(await asyncio.gather(*(one(r) for r in records)))
-
-    if isinstance(environment, ServerHandle):
-        return comparison_frame(records, await answers(environment.server.client, environment.url, environment.name))
-    if isinstance(environment, str):
-        async with Client() as client:
-            return comparison_frame(records, await answers(client, environment, environment))
-    from gymlab.resources.simple import SimpleResourcesServer
-
-    cls = environment if isinstance(environment, type) else type(environment)
-    if not issubclass(cls, SimpleResourcesServer):
-        raise TypeError(
-            f"reverify grades with a seed/verify environment (a SimpleResourcesServer subclass); "
-            f"{cls.__name__} is not one. A Gymnasium environment's rewards come from /step: "
-            "step a replay with lab.episode(...) instead"
-        )
-    lab = Lab()
-    try:
-        handle = await asyncio.to_thread(lab.serve, environment, **config)
-        new = await answers(lab.client, handle.url, handle.name)
-    finally:
-        await asyncio.to_thread(lab.close)
-    return comparison_frame(records, new)
 
 
 def reverify(
@@ -196,11 +143,49 @@ def reverify(
     """Grade stored rollouts again with ``environment``; returns old vs new reward per episode (a frame),
     and old vs new value per rubric component (``old_<c>``, ``new_<c>``, ``delta_<c>``).
 
-    ``environment`` is a ``SimpleResourcesServer`` subclass (built with ``config``) or instance,
-    served in a background thread (real HTTP, its lifespan run) for the duration of the call, or a
-    running server's handle or URL. ``rollouts``: a ``Rollouts``, a list of records or a rollouts
-    JSONL path. ``rows`` (the dataset rows, or a materialized-inputs JSONL path) restores row fields
-    the stored verify answers dropped, to seed a stateful environment as it was. No model is asked."""
-    return run_sync(
-        areverify(environment, rollouts, rows=rows, replay_tools=replay_tools, concurrency=concurrency, **config)
-    )
+    ``environment``: a ``SimpleResourcesServer`` subclass (built with ``config``) or instance, served in a
+    background thread (real HTTP, its lifespan run) for the call, or a running server's handle or URL.
+    ``rollouts``: a ``Rollouts``, a list of records or a rollouts JSONL path. ``rows`` (the dataset rows, or a
+    materialized-inputs JSONL path) restores row fields the stored verify answers dropped. No model is asked."""
+    if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
+        from gymlab.collection.readers import read_jsonl
+
+        rollouts = read_jsonl(rollouts, "rollout")
+    records = [r if isinstance(r, Rollout) else Rollout.model_validate(r) for r in rollouts]
+    by_task = rows_by_task(rows)
+
+    async def answers(client: Client | None, url: str, server: str) -> list[dict[str, Any] | ServerError]:
+        if client is None:  # a URL: a client of its own
+            async with Client() as own:
+                return await answers(own, url, server)
+        sem = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(record: Rollout):
+            async with sem:
+                try:
+                    return await averify_one(
+                        client, url, record, replay_tools=replay_tools, server=server, rows=by_task
+                    )
+                except ServerError as exc:
+                    return exc
+
+        return list(await asyncio.gather(*(one(r) for r in records)))
+
+    if isinstance(environment, ServerHandle):
+        return comparison_frame(
+            records, run_sync(answers(environment.server.client, environment.url, environment.name))
+        )
+    if isinstance(environment, str):
+        return comparison_frame(records, run_sync(answers(None, environment, environment)))
+    from gymlab.resources.simple import SimpleResourcesServer
+
+    cls = environment if isinstance(environment, type) else type(environment)
+    if not issubclass(cls, SimpleResourcesServer):
+        raise TypeError(
+            f"reverify grades with a seed/verify environment (a SimpleResourcesServer subclass); "
+            f"{cls.__name__} is not one. A Gymnasium environment's rewards come from /step: "
+            "step a replay with lab.episode(...) instead"
+        )
+    with Lab() as lab:
+        handle = lab.serve(environment, **config)
+        return comparison_frame(records, run_sync(answers(lab.client, handle.url, handle.name)))

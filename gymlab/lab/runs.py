@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gymlab._traces import logbook
 from gymlab.collection.config_rows import iter_expand
 from gymlab.collection.readers import kind_of, read_jsonl
 from gymlab.jsonl import iter_jsonl, write_atomic
@@ -100,10 +102,6 @@ class Rollouts(Sequence):
 
     def _summaries(self) -> list[tuple[float, bool, str | None, int]]:
         """(reward, mask_sample, failure_kind, steps) of every record, parsed once."""
-        if self._summary is None and len(self) > 1000:  # a large run: read the four fields through Arrow
-            from gymlab.lab.columnar import summaries_arrow
-
-            self._summary = summaries_arrow(self.store)
         if self._summary is None:
             self._summary = summaries(self.store)
         return self._summary
@@ -141,10 +139,6 @@ class Rollouts(Sequence):
             raise IndexError(f"episode {index} of {n} (Rollouts holds {n} records)")
         return self.store.record(index % n)
 
-    def __iter__(self) -> Iterator[Rollout]:
-        record = self.store.record
-        return (record(i) for i in range(len(self)))
-
     def __add__(self, other: Iterable[Rollout]) -> Rollouts:
         other_store = other.store if isinstance(other, Rollouts) else RecordStore.from_records(other)
         return Rollouts(store=RecordStore.concat([self.store, other_store]))
@@ -167,9 +161,8 @@ class Rollouts(Sequence):
 
 
 def failure_line(run: Rollouts, *, logged: bool = False) -> str | None:
-    """One line for a run's failures (None without any): how many by kind, and the most common cause,
-    so a summary says why without one line per failed episode; it points to ``lab.logs()`` only when
-    ``logged`` (the servers logged errors during the run: a model's refusal or a timeout logs none)."""
+    """One line for a run's failures (None without any): how many by kind and the most common cause; it points
+    to ``lab.logs()`` only when ``logged`` (servers logged errors: a model's refusal or a timeout logs none)."""
     if not (failed := run.failures):
         return None
     causes = Counter(
@@ -182,12 +175,6 @@ def failure_line(run: Rollouts, *, logged: bool = False) -> str | None:
     return f"gymlab: {sum(failed.values())} of {len(run)} episodes failed ({kinds}){common}; they are masked" + (
         ", and lab.logs() has the server-side traces" if logged else ""
     )
-
-
-def report_failures(run: Rollouts, book: Any, since: float) -> None:
-    """Print ``failure_line`` to stderr; it points to ``lab.logs()`` when ``book`` logged an error ``since`` the run began."""
-    if line := failure_line(run, logged=any(e.time >= since for e in list(book.entries))):
-        print(line, file=sys.stderr, flush=True)
 
 
 def summaries(store: RecordStore) -> list[tuple[float, bool, str | None, int]]:
@@ -220,12 +207,12 @@ async def arun_many(
     progress: bool = False,
     state: RunState | None = None,
     max_retries: int = 0,
-    backoff_s: float = 0.5,
     observe: Callable[[Rollout], None] | None = None,
 ) -> Rollouts:
     """Every row ``repeats`` times through ``agent`` on the run engine, ``concurrency`` at a time, in "aabbcc"
     order; a failure whose kind may pass is retried ``max_retries`` times, then masked (``on_error="raise"``:
-    raised). ``state`` follows the run; ``observe(record)`` sees each record as it finishes (a live panel)."""
+    raised). ``state`` follows the run; ``observe(record)`` sees each record as it finishes (a live panel).
+    The servers' error logs stay out of the cell; the end prints one ``failure_line``."""
     if on_error not in ("record", "raise"):
         raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
     rows = list(rows)
@@ -244,10 +231,14 @@ async def arun_many(
     held = StoreBuilder(total)
     sink = MemorySink(held, name, env_name, raise_errors=on_error == "raise", state=state, bar=bar, observe=observe)
     jobs = (Job(i, row, pool, name) for i, row in enumerate(iter_expand(rows, repeats)))
-    policy = Policy(max_retries, backoff_s, budget)
+    policy, book, since = Policy(max_retries, timeout_s=budget), logbook(), time.time()
     try:
-        await run_jobs(jobs, sink, concurrency=concurrency, policy=policy, state=state)
-        return Rollouts(store=held.finish(), completed=sink.completed())
+        with book.quiet():
+            await run_jobs(jobs, sink, concurrency=concurrency, policy=policy, state=state)
+        run = Rollouts(store=held.finish(), completed=sink.completed())
     finally:
         if bar is not None:
             bar.close()
+    if line := failure_line(run, logged=any(e.time >= since for e in list(book.entries))):
+        print(line, file=sys.stderr, flush=True)
+    return run

@@ -66,13 +66,8 @@ class SeedVerifyEpisode(Episode):
                 error_message(reply.text),
                 "the call was not recorded; check the tool name and arguments",
             )
-
-        async def recorded(_name: str, _args: Any) -> str:
-            return reply.text
-
-        await self._turn(
-            NeMoGymResponse(model="by hand", output=[function_call(tool, arguments)]), recorded, by_hand=True
-        )
+        response = NeMoGymResponse(model="by hand", output=[function_call(tool, arguments)])
+        await self._turn(response, answering(reply.text), by_hand=True)
         return parse_output(reply.text)
 
     async def asay(self, text: str, role: str = "assistant") -> Message:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import html
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as w
 
-from gymlab.lab.display import clip, item_row
+from gymlab.lab.display import clip, conversation, episode_steps, flags
 from gymlab.models.chat_convert import prompt_items
 from gymlab.protocol import Message, Rollout, StepRecord
-from gymlab.protocol.derived_steps import derived_steps
 from gymlab.protocol.record import failure_counts, own_fields
 
 _CSS = """<style>
@@ -41,43 +41,25 @@ def add_classes(owner: w.DOMWidget, own: str, names: str) -> None:
 
 
 def _as_rollout(source: Any) -> Rollout:
-    if isinstance(source, Rollout):
-        return source
-    if isinstance(source, dict):
-        return Rollout.model_validate(source)
-    rollout = getattr(source, "rollout", None)
-    if isinstance(rollout, Rollout):
-        return rollout
+    record = source if isinstance(source, Rollout | dict) else getattr(source, "rollout", None)  # an episode's
+    if isinstance(record, Rollout | dict):
+        return Rollout.model_validate(record)
     raise TypeError(f"a viewer shows a Rollout, a rollout dict or an episode, not {type(source).__name__}")
 
 
-def episode_steps(record: Rollout) -> list[StepRecord]:
-    """The record's steps; a record with none (a failed episode's) has them from its output (``derived_steps``)."""
-    if record.steps:
-        return list(record.steps)
-    fields = record.model_dump(mode="json", include={"response", "reward", "terminated", "truncated"})
-    return [StepRecord.model_validate(s) for s in derived_steps(fields)]
-
-
-#: (class, label) of a bubble by ``item_row``'s who; another message is a system one.
-_BUBBLE = {"call": ("gl-call", "tool call"), "output": ("gl-output", "tool output")}
+#: (class, label) of a bubble by ``conversation``'s who; another is a system message's, or an item's.
+_BUBBLE = {"call": ("gl-call", "tool call"), "output": ("gl-output", "tool output"), "observation": ("gl-user", "user")}
 _BUBBLE |= {name: (f"gl-{name}", name) for name in ("user", "assistant", "reasoning")}
 
 
-def _bubble(item: Any, now: bool) -> str:
-    who, text = item_row(item)
-    cls, who = _BUBBLE.get(who, ("gl-system" if isinstance(item, Message) else "gl-assistant", who))
+def _bubble(who: str, text: str, now: bool) -> str:
+    cls, who = _BUBBLE.get(who, ("gl-system" if who in ("system", "developer") else "gl-assistant", who))
     return f"<div class='gl-b {cls}{' gl-now' * now}'><span class='gl-who'>{html.escape(who)}</span>{html.escape(text)}</div>"
 
 
 def conversation_html(record: Rollout, upto: int) -> str:
     """The prompt and steps ``0..upto`` as chat bubbles; step ``upto``'s items are outlined."""
-    parts = [_bubble(i, False) for i in prompt_items(record.responses_create_params)]
-    for step in episode_steps(record)[: upto + 1]:
-        now = step.index == upto
-        parts.extend(_bubble(i, now) for i in [*step.action, *step.tool_outputs])
-        if step.observation:
-            parts.append(_bubble(Message(role="user", content=step.observation), now))
+    parts = [_bubble(who, text, step == upto) for who, text, step in conversation(record, upto)]
     return f"{_CSS}<div class='gl-chat gl-row'>{''.join(parts)}</div>"
 
 
@@ -113,7 +95,7 @@ _MAX_REWARD_VALUES = 12  # more distinct rewards than this are offered as above/
 
 def failure_of(record: Rollout) -> str:
     """The failure kind a record counts under (``failure_counts``' rule): "" when it is not masked."""
-    return (record.failure_kind or "masked") if record.mask_sample else ""
+    return next(iter(failure_counts([record])), "")
 
 
 def _prompt_snippet(record: Rollout, width: int = 40) -> str:
@@ -208,7 +190,6 @@ class EpisodeViewer(w.VBox):
         self.status = w.HTML()
         self.sparkline = w.HTML()
         self.conversation = w.HTML()
-        # the run bar, shown once a run is loaded
         self.reward_filter = w.Dropdown(description="reward", options=[("any reward", ANY)])
         self.task_filter = w.Dropdown(description="task", options=[("every task", ANY)])
         self.failure_filter = w.Dropdown(description="failure", options=[("any outcome", ANY)])
@@ -246,7 +227,7 @@ class EpisodeViewer(w.VBox):
         self.rollouts: list[Rollout] = []
         self.shown: list[int] = []  # the run's episodes that match the filters (their indices)
         self._run = RunFilter([])
-        self._quiet = False  # set while the bar's options are rebuilt (their observers then do nothing)
+        self._quiet = False
         self._note = ""
         if source is not None:
             self.load(source, step)
@@ -256,13 +237,10 @@ class EpisodeViewer(w.VBox):
         if isinstance(source, Sequence) and not isinstance(source, str | bytes):  # a run: records or Rollouts
             self.rollouts = [_as_rollout(r) for r in source]
             self._run = RunFilter(self.rollouts)
-            self._quiet = True
-            try:
-                options = (self._run.reward_options(), self._run.task_options(), self._run.failure_options())
+            options = (self._run.reward_options(), self._run.task_options(), self._run.failure_options())
+            with self._quietly():
                 for dropdown, offered in zip(self._filters, options):
                     dropdown.options, dropdown.value = offered, ANY
-            finally:
-                self._quiet = False
             self.run_bar.layout.display = ""
             self._refilter(step, keep=False)
             return self
@@ -273,8 +251,7 @@ class EpisodeViewer(w.VBox):
         (``""``: episodes without one); each must be one the bar offers (``ValueError`` names the choices)."""
         if isinstance(reward, int | float):
             reward = ("=", float(reward))
-        self._quiet = True
-        try:
+        with self._quietly():
             for dropdown, value in zip(self._filters, (reward, task, failure)):
                 offered = [v for _, v in dropdown.options]
                 if value not in offered:
@@ -282,10 +259,17 @@ class EpisodeViewer(w.VBox):
                         f"{dropdown.description} filter {value!r} is not offered by this run; choose one of {offered}"
                     )
                 dropdown.value = value
-        finally:
-            self._quiet = False
         self._refilter()
         return self
+
+    @contextmanager
+    def _quietly(self) -> Iterator[None]:
+        """While the bar's options or values are set, their observers do nothing."""
+        self._quiet = True
+        try:
+            yield
+        finally:
+            self._quiet = False
 
     @property
     def step(self) -> int:
@@ -320,12 +304,9 @@ class EpisodeViewer(w.VBox):
         self.shown = self._run.match(self.reward_filter.value, self.task_filter.value, self.failure_filter.value)
         current = self.episode.value if keep else None
         chosen = current if current in self.shown else (self.shown[0] if self.shown else None)
-        self._quiet = True
-        try:
+        with self._quietly():
             self.episode.options = [(self._run.label(i), i) for i in self.shown]
             self.episode.value = chosen
-        finally:
-            self._quiet = False
         if chosen is None:
             self.record, self.steps, self._note = None, [], "no episode of this run matches the filters"
             self._set_range(0, None)
@@ -383,9 +364,8 @@ class EpisodeViewer(w.VBox):
             )
             return
         cumulative = sum(rewards[: k + 1])
-        flags = " · terminated" * self.steps[k].terminated + " · truncated" * self.steps[k].truncated
         self.status.value = (
             f"<span class='gl-step'>step {k} of 0–{n - 1}</span> · "
             f"<span class='gl-reward'>reward {rewards[k]:g}</span> · "
-            f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags}{masked}"
+            f"cumulative {cumulative:g} · episode reward {self.record.reward:g}{flags(self.steps[k], ' · ')}{masked}"
         )

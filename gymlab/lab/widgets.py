@@ -14,12 +14,10 @@ from typing import Any
 import ipywidgets as w
 
 from gymlab._sync import run_sync
-from gymlab._traces import logbook
 from gymlab.errors import GymlabError
-from gymlab.lab.runs import arun_many, report_failures
-from gymlab.lab.viewer import EpisodeViewer, add_classes
+from gymlab.lab.runs import arun_many
+from gymlab.lab.viewer import EpisodeViewer, add_classes, failure_of
 from gymlab.protocol import Rollout
-from gymlab.protocol.record import failure_counts
 from gymlab.resources.tools import example_arguments
 
 
@@ -131,21 +129,15 @@ class LivePanel(w.VBox):
     """Progress, running mean reward and failures by kind while a run collects, redrawn at most every
     ``interval`` seconds; ``panel.run(agent, rows, repeats=...)`` collects through ``gymlab.lab.runs``."""
 
-    def __init__(
-        self,
-        total: int = 0,
-        *,
-        interval: float = 0.1,
-        clock: Callable[[], float] = time.monotonic,
-        description: str = "episodes",
-        **kwargs: Any,
-    ):
-        self.progress = w.IntProgress(value=0, min=0, max=max(total, 1), description=description)
+    interval = 0.1  #: seconds between redraws while a run collects
+
+    def __init__(self, total: int = 0, *, clock: Callable[[], float] = time.monotonic, **kwargs: Any):
+        self.progress = w.IntProgress(value=0, min=0, max=max(total, 1), description="episodes")
         self.summary = w.HTML()
         self.failures = w.HTML()
         add_classes(self, "gl-live", "progress summary failures")
         super().__init__([self.progress, self.summary, self.failures], **kwargs)
-        self.total, self.interval, self.clock = total, interval, clock
+        self.total, self.clock = total, clock
         self.done, self.kept, self.reward_sum = 0, 0, 0.0
         self.failed: Counter[str] = Counter()
         self.stages: dict[str, Counter[str]] = {}  # failure kind -> the stages it happened at
@@ -160,9 +152,8 @@ class LivePanel(w.VBox):
 
     def add(self, record: Rollout) -> None:
         """Count one finished episode; a masked one under its failure kind, out of the mean."""
-        kinds = failure_counts((record,))
-        if kinds:
-            return self.add_failure(next(iter(kinds)), record.failure_stage)
+        if kind := failure_of(record):
+            return self.add_failure(kind, record.failure_stage)
         with self._lock:
             self.done += 1
             self.kept += 1
@@ -223,18 +214,14 @@ class LivePanel(w.VBox):
         concurrency: int = 16,
         env_name: str | None = None,
     ):
-        """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes; the end prints
-        one line naming the most common cause of failure."""
-        self.total, since = len(rows) * repeats, time.time()
+        """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes."""
+        self.total = len(rows) * repeats
         try:
-            with logbook().quiet():
-                run = await arun_many(
-                    agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name, observe=self.add
-                )
+            return await arun_many(
+                agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name, observe=self.add
+            )
         finally:
             self.finish()
-        report_failures(run, logbook(), since)
-        return run
 
     def run(self, agent: Any, rows: list[dict[str, Any]], **options: Any):
         """Sync form of ``arun`` (the same keywords); returns the ``Rollouts``."""
