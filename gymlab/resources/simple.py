@@ -271,7 +271,7 @@ class SimpleResourcesServer(EpisodeServer):
         try:
             return await call()
         except AnswerError as exc:  # the model's own answer broke grading: its 0 (docs/servers.md)
-            return JSONResponse(answer_error_verification(_body_of(call), str(exc)).model_dump(mode="json"))
+            return JSONResponse(_echoed(_body_of(call), answer_error=str(exc)).model_dump(mode="json"))
         except (WorkBudgetExceeded, WorkerDied) as exc:  # the grader, not the answer: masked
             return JSONResponse(masked_verification(_body_of(call), "verifier_error", str(exc)).model_dump(mode="json"))
         finally:
@@ -350,12 +350,8 @@ def masked_verification(body: BaseVerifyRequest, kind: str, reason: str) -> Base
     return _echoed(body, mask_sample=True, failure_kind=kind, failure_reason=reason)
 
 
-def answer_error_verification(body: BaseVerifyRequest, reason: str) -> BaseVerifyResponse:
-    """The ``/verify`` answer when the model's own answer broke grading: reward 0, not masked."""
-    return _echoed(body, answer_error=reason)
-
-
 def _echoed(body: BaseVerifyRequest, **fields: Any) -> BaseVerifyResponse:
+    """``body`` echoed as a verify answer of reward 0 with ``fields`` (``answer_error``: the model's own, unmasked)."""
     echoed = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
     return _EchoedVerifyResponse.model_validate({**echoed, "reward": 0.0, **fields})
 

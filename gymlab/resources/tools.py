@@ -11,16 +11,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from gymlab.loop import RESERVED_ROUTES
+from gymlab.resources.simple import _hints
 from gymlab.server import BaseServer
 
 
 def _body_model(endpoint: Any) -> type[BaseModel] | None:
-    try:
-        hints = inspect.get_annotations(endpoint, eval_str=True)
-    except Exception:
-        hints = getattr(endpoint, "__annotations__", {})
-    models = (a for name, a in hints.items() if name != "return" and isinstance(a, type) and issubclass(a, BaseModel))
-    return next(models, None)
+    """The first pydantic model among ``endpoint``'s parameter annotations: its body."""
+    hints = _hints(endpoint).items()
+    return next((a for n, a in hints if n != "return" and isinstance(a, type) and issubclass(a, BaseModel)), None)
 
 
 def _clean(schema: Any) -> Any:
