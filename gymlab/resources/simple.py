@@ -54,9 +54,7 @@ def reward_stats(rewards: list[float]) -> dict[str, float]:
     n, ordered = len(rewards), sorted(rewards)
     exponent = math.frexp(max(-ordered[0], ordered[-1]))[1]
     scaled = [math.ldexp(r, -exponent) for r in ordered]
-    mean = math.fsum(scaled) / n
-    half = n // 2
-    median = scaled[half] if n % 2 else (scaled[half - 1] + scaled[half]) / 2
+    mean, median = math.fsum(scaled) / n, statistics.median(scaled)
     return {
         "mean/reward": math.ldexp(mean, exponent),
         "max/reward": ordered[-1],
