@@ -365,8 +365,9 @@ class _EchoedVerifyResponse(BaseVerifyResponse):
     model_config = ConfigDict(extra="allow")
 
 
-def with_request(hook, run, invoke=None):
-    """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``."""
+def with_request(hook, run, invoke):
+    """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``, where
+    ``call()`` is ``invoke(hook, ...)`` with the request's arguments."""
     signature, hints = inspect.signature(hook), _hints(hook)
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
     params = _typed(hook, params)
@@ -377,9 +378,7 @@ def with_request(hook, run, invoke=None):
     @functools.wraps(hook)
     async def endpoint(**kwargs):
         request: Request = kwargs[own] if own is not None else kwargs.pop("_gymlab_request")
-        return await run(
-            request, functools.partial(invoke, hook, **kwargs) if invoke else functools.partial(hook, **kwargs)
-        )
+        return await run(request, functools.partial(invoke, hook, **kwargs))
 
     returns = hints.get("return", signature.return_annotation)
     endpoint.__signature__ = signature.replace(parameters=params, return_annotation=returns)
@@ -426,7 +425,7 @@ def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
     return [p.replace(annotation=typed.get(p.name, p.annotation)) for p in params]
 
 
-def _episode_aware(seed_session, episodes: EpisodeSessions, invoke=None):
+def _episode_aware(seed_session, episodes: EpisodeSessions, invoke):
     """``seed_session`` as ``/seed_session`` under the episode-session rules (the raw body tells the form)."""
 
     async def seed(request: Request, call):
