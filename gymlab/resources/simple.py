@@ -38,6 +38,7 @@ from gymlab.protocol import (
     ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
 )
+from gymlab.resources.tools import type_hints as _hints
 from gymlab.server import BaseServer
 
 #: The failure kind of a verify for a session the server no longer holds.
@@ -392,14 +393,6 @@ def _base_hints(hook) -> dict[str, Any]:
         if (method := base.__dict__.get(name)) is not None:
             return {k: v for k, v in _hints(method).items() if k != "return"}
     return {}
-
-
-def _hints(fn) -> dict[str, Any]:
-    """``fn``'s resolved annotations; none when one only its own scope can resolve (left to FastAPI)."""
-    try:
-        return typing.get_type_hints(fn)
-    except NameError:
-        return {}
 
 
 def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:

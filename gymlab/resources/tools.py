@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import random
+import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,13 +12,20 @@ from typing import Any
 from pydantic import BaseModel
 
 from gymlab.loop import RESERVED_ROUTES
-from gymlab.resources.simple import _hints
 from gymlab.server import BaseServer
+
+
+def type_hints(fn: Any) -> dict[str, Any]:
+    """``fn``'s resolved annotations; none when one only its own scope can resolve (left to FastAPI)."""
+    try:
+        return typing.get_type_hints(fn)
+    except NameError:
+        return {}
 
 
 def _body_model(endpoint: Any) -> type[BaseModel] | None:
     """The first pydantic model among ``endpoint``'s parameter annotations: its body."""
-    hints = _hints(endpoint).items()
+    hints = type_hints(endpoint).items()
     return next((a for n, a in hints if n != "return" and isinstance(a, type) and issubclass(a, BaseModel)), None)
 
 
