@@ -316,9 +316,9 @@ class Judge:
         async def ask() -> Any:
             judgement["attempts"] = judgement.get("attempts", 0) + 1
             server = f"judge {self.name!r}"
-            client = self.client or getattr(getattr(self.model, "server", None), "client", None)
-            async with contextlib.nullcontext(client) if client else Client() as asking:  # none kept between calls
-                return await asking.ask_model(self.url, request, server=server, timeout=self.timeout_s)
+            given = self.client or getattr(getattr(self.model, "server", None), "client", None)
+            async with contextlib.nullcontext(given) if given else Client() as client:  # none kept between calls
+                return await client.ask_model(self.url, request, server=server, timeout=self.timeout_s)
 
         def again(exc: Exception, n: int) -> float | None:
             # a transport failure, a 5xx, a 429 or a 200 non-answer is worth another try; a 4xx is not
