@@ -68,15 +68,6 @@ def validate_failure_kind(name: str | None) -> str | None:
     return name
 
 
-def describe(name: str) -> str:
-    """What a failure kind means (server-specific kinds are described by their server)."""
-    if name in FAILURE_KINDS:
-        return FAILURE_KINDS[name]
-    if is_server_kind(name):
-        return f"specific to the server {name.split(':', 1)[0]!r}"
-    return "unregistered"
-
-
 class Failure(BaseModel):
     """Why an episode failed, as data: what an error body's ``failure`` field carries."""
 

@@ -276,16 +276,10 @@ def identity(
     *, task_index: Any = None, repeat: Any = None, agent: str | dict[str, Any] | None = None, env: str | None = None
 ) -> dict[str, Any]:
     """A row's identity fields under the one set of names (None left out); ``agent``: a name or an ``agent_ref``."""
-    fields: dict[str, Any] = {}
-    if task_index is not None:
-        fields["_ng_task_index"] = task_index
-    if repeat is not None:
-        fields["_ng_rollout_index"] = repeat
-    if agent is not None:
-        fields["agent_ref"] = agent if isinstance(agent, dict) else {"type": "responses_api_agents", "name": agent}
-    if env is not None:
-        fields["env_name"] = env
-    return fields
+    if isinstance(agent, str):
+        agent = {"type": "responses_api_agents", "name": agent}
+    fields = {"_ng_task_index": task_index, "_ng_rollout_index": repeat, "agent_ref": agent, "env_name": env}
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def with_identity(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -23,6 +22,7 @@ from gymlab.protocol import (
 )
 from gymlab.protocol.record import own_fields
 from gymlab.resources.simple import SimpleResourcesServer, lost_session_verification
+from gymlab.rewards.rubric import finite_reward
 
 #: The names a verify function may take (any subset, by name).
 VERIFY_PARAMETERS = ("row", "answer", "state", "response")
@@ -87,12 +87,6 @@ def _tool_route(fn: Callable[..., Any], model: type[BaseModel], wants_state: boo
     return route
 
 
-def _reward(value: Any, env: str) -> float:
-    if isinstance(value, (bool, int, float)) and math.isfinite(value):
-        return float(value)
-    raise TypeError(f"{env} verify returned {value!r:.80}; return the reward, a finite number (or a bool)")
-
-
 def environment(
     name: str,
     *,
@@ -147,7 +141,7 @@ def environment(
         result = await self.call_hook(verify, **{k: v for k, v in given.items() if k in params})
         if isinstance(result, BaseVerifyResponse):
             return result
-        return BaseVerifyResponse(**body.model_dump(), reward=_reward(result, name))
+        return BaseVerifyResponse(**body.model_dump(), reward=finite_reward(result, f"{name} verify"))
 
     seed_session.__annotations__ = {
         "request": Request,

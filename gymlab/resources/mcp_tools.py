@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
@@ -89,8 +90,9 @@ class McpTools:
         if method == "GET":  # no server-initiated messages, so no standalone SSE stream: the spec's 405
             cause = "this server sends no messages of its own"
             return await self._refusal(scope, 405, cause, headers={"allow": "POST, DELETE"})(scope, receive, send)
-        sid = _header(scope["headers"], b"mcp-session-id")
-        opens = sid is None and method == "POST" and _handshake_era(scope["headers"])
+        headers = Headers(scope=scope)
+        sid = headers.get("mcp-session-id")
+        opens = sid is None and method == "POST" and _handshake_era(headers)
         if opens and not await self._room(manager):
             cause = f"all {self.server.mcp_max_sessions} MCP sessions (mcp_max_sessions) have a request in flight"
             hint = "retry after Retry-After seconds, or raise mcp_max_sessions"
@@ -106,7 +108,7 @@ class McpTools:
             if message["type"] == "http.response.start" and opens:  # the new session, if any, is known
                 opens = False
                 self._opening -= 1
-                if opened := _header(message.get("headers") or (), b"mcp-session-id"):
+                if opened := Headers(raw=message.get("headers") or []).get("mcp-session-id"):
                     held.append(opened)
                     self._use(opened, 1)
             await send(message)
@@ -191,15 +193,11 @@ class McpTools:
         return LocalApp(self.server.app, asyncio.get_running_loop(), host, port, self.server.name, state=lambda: state)
 
 
-def _header(headers: Any, name: bytes) -> str | None:
-    return next((v.decode("latin-1") for k, v in headers if k.lower() == name), None)
-
-
-def _handshake_era(headers: Any) -> bool:
+def _handshake_era(headers: Headers) -> bool:
     """A request the SDK answers in a session (the 2026 era's requests are sessionless)."""
     from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-    version = _header(headers, b"mcp-protocol-version")
+    version = headers.get("mcp-protocol-version")
     return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 

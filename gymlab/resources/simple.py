@@ -38,6 +38,7 @@ from gymlab.protocol import (
     ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
 )
+from gymlab.resources.tools import type_hints as _hints
 from gymlab.server import BaseServer
 
 #: The failure kind of a verify for a session the server no longer holds.
@@ -54,9 +55,7 @@ def reward_stats(rewards: list[float]) -> dict[str, float]:
     n, ordered = len(rewards), sorted(rewards)
     exponent = math.frexp(max(-ordered[0], ordered[-1]))[1]
     scaled = [math.ldexp(r, -exponent) for r in ordered]
-    mean = math.fsum(scaled) / n
-    half = n // 2
-    median = scaled[half] if n % 2 else (scaled[half - 1] + scaled[half]) / 2
+    mean, median = math.fsum(scaled) / n, statistics.median(scaled)
     return {
         "mean/reward": math.ldexp(mean, exponent),
         "max/reward": ordered[-1],
@@ -271,7 +270,7 @@ class SimpleResourcesServer(EpisodeServer):
         try:
             return await call()
         except AnswerError as exc:  # the model's own answer broke grading: its 0 (docs/servers.md)
-            return JSONResponse(answer_error_verification(_body_of(call), str(exc)).model_dump(mode="json"))
+            return JSONResponse(_echoed(_body_of(call), answer_error=str(exc)).model_dump(mode="json"))
         except (WorkBudgetExceeded, WorkerDied) as exc:  # the grader, not the answer: masked
             return JSONResponse(masked_verification(_body_of(call), "verifier_error", str(exc)).model_dump(mode="json"))
         finally:
@@ -350,12 +349,8 @@ def masked_verification(body: BaseVerifyRequest, kind: str, reason: str) -> Base
     return _echoed(body, mask_sample=True, failure_kind=kind, failure_reason=reason)
 
 
-def answer_error_verification(body: BaseVerifyRequest, reason: str) -> BaseVerifyResponse:
-    """The ``/verify`` answer when the model's own answer broke grading: reward 0, not masked."""
-    return _echoed(body, answer_error=reason)
-
-
 def _echoed(body: BaseVerifyRequest, **fields: Any) -> BaseVerifyResponse:
+    """``body`` echoed as a verify answer of reward 0 with ``fields`` (``answer_error``: the model's own, unmasked)."""
     echoed = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
     return _EchoedVerifyResponse.model_validate({**echoed, "reward": 0.0, **fields})
 
@@ -371,8 +366,9 @@ class _EchoedVerifyResponse(BaseVerifyResponse):
     model_config = ConfigDict(extra="allow")
 
 
-def with_request(hook, run, invoke=None):
-    """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``."""
+def with_request(hook, run, invoke):
+    """An endpoint with ``hook``'s signature (plus the Request) answered by ``run(request, call)``, where
+    ``call()`` is ``invoke(hook, ...)`` with the request's arguments."""
     signature, hints = inspect.signature(hook), _hints(hook)
     params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
     params = _typed(hook, params)
@@ -383,9 +379,7 @@ def with_request(hook, run, invoke=None):
     @functools.wraps(hook)
     async def endpoint(**kwargs):
         request: Request = kwargs[own] if own is not None else kwargs.pop("_gymlab_request")
-        return await run(
-            request, functools.partial(invoke, hook, **kwargs) if invoke else functools.partial(hook, **kwargs)
-        )
+        return await run(request, functools.partial(invoke, hook, **kwargs))
 
     returns = hints.get("return", signature.return_annotation)
     endpoint.__signature__ = signature.replace(parameters=params, return_annotation=returns)
@@ -399,14 +393,6 @@ def _base_hints(hook) -> dict[str, Any]:
         if (method := base.__dict__.get(name)) is not None:
             return {k: v for k, v in _hints(method).items() if k != "return"}
     return {}
-
-
-def _hints(fn) -> dict[str, Any]:
-    """``fn``'s resolved annotations; none when one only its own scope can resolve (left to FastAPI)."""
-    try:
-        return typing.get_type_hints(fn)
-    except NameError:
-        return {}
 
 
 def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
@@ -432,7 +418,7 @@ def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
     return [p.replace(annotation=typed.get(p.name, p.annotation)) for p in params]
 
 
-def _episode_aware(seed_session, episodes: EpisodeSessions, invoke=None):
+def _episode_aware(seed_session, episodes: EpisodeSessions, invoke):
     """``seed_session`` as ``/seed_session`` under the episode-session rules (the raw body tells the form)."""
 
     async def seed(request: Request, call):

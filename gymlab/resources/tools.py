@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import random
+import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,13 +15,18 @@ from gymlab.loop import RESERVED_ROUTES
 from gymlab.server import BaseServer
 
 
-def _body_model(endpoint: Any) -> type[BaseModel] | None:
+def type_hints(fn: Any) -> dict[str, Any]:
+    """``fn``'s resolved annotations; none when one only its own scope can resolve (left to FastAPI)."""
     try:
-        hints = inspect.get_annotations(endpoint, eval_str=True)
-    except Exception:
-        hints = getattr(endpoint, "__annotations__", {})
-    models = (a for name, a in hints.items() if name != "return" and isinstance(a, type) and issubclass(a, BaseModel))
-    return next(models, None)
+        return typing.get_type_hints(fn)
+    except NameError:
+        return {}
+
+
+def _body_model(endpoint: Any) -> type[BaseModel] | None:
+    """The first pydantic model among ``endpoint``'s parameter annotations: its body."""
+    hints = type_hints(endpoint).items()
+    return next((a for n, a in hints if n != "return" and isinstance(a, type) and issubclass(a, BaseModel)), None)
 
 
 def _clean(schema: Any) -> Any:

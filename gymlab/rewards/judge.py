@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
@@ -315,11 +316,9 @@ class Judge:
         async def ask() -> Any:
             judgement["attempts"] = judgement.get("attempts", 0) + 1
             server = f"judge {self.name!r}"
-            client = self.client or getattr(getattr(self.model, "server", None), "client", None)
-            if client is not None:
+            given = self.client or getattr(getattr(self.model, "server", None), "client", None)
+            async with contextlib.nullcontext(given) if given else Client() as client:  # none kept between calls
                 return await client.ask_model(self.url, request, server=server, timeout=self.timeout_s)
-            async with Client() as own:  # a judge keeps no client between calls
-                return await own.ask_model(self.url, request, server=server, timeout=self.timeout_s)
 
         def again(exc: Exception, n: int) -> float | None:
             # a transport failure, a 5xx, a 429 or a 200 non-answer is worth another try; a 4xx is not

@@ -189,13 +189,12 @@ def _spread(entry: dict[str, Any], v: Any, col: str, names: tuple[str, ...], tag
     n = len(v)
     if not n:
         return
-    std = float(v.std(ddof=1)) if n > 1 else 0.0
-    se = std / n**0.5
-    stats = {"mean": float(v.mean()), "median": float(v.median()), "std": std, "sem": se, "se": se}
-    stats.update(min=float(v.min()), max=float(v.max()), p25=float(v.quantile(0.25)), p75=float(v.quantile(0.75)))
+    d = v.describe().rename({"50%": "median", "25%": "p25", "75%": "p75"}).astype(float).to_dict()
+    d["std"] = d["std"] if n > 1 else 0.0
+    stats = {**d, "sem": d["std"] / n**0.5, "se": d["std"] / n**0.5}
     entry.update({f"{name}{tag}/{col}": stats[name] for name in names})
     if n > 1:
-        entry[f"ci_low_95{tag}/{col}"], entry[f"ci_high_95{tag}/{col}"] = t_interval_95(stats["mean"], se, n)
+        entry[f"ci_low_95{tag}/{col}"], entry[f"ci_high_95{tag}/{col}"] = t_interval_95(stats["mean"], stats["se"], n)
 
 
 def _repeat_level(frame: Any) -> list[dict[str, Any]]:

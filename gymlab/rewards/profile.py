@@ -5,7 +5,6 @@ from __future__ import annotations
 import html
 import math
 import os
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,13 +15,10 @@ from gymlab.rewards.nemo_profile import nemo_profile, order_key, write_nemo_prof
 from gymlab.rewards.stats import majority_at_k, pass_at_k
 
 
-def _describe(values: list[float]) -> dict[str, float]:
-    """mean, sample std (ddof 1; 0.0 for one value, as NeMo Gym's profiler), min, median, max."""
-    if not values:
-        return dict.fromkeys(("mean", "std", "min", "median", "max"), math.nan)
-    n, mean = len(values), math.fsum(values) / len(values)
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    return {"mean": mean, "std": std, "min": min(values), "median": statistics.median(values), "max": max(values)}
+def _stats(values: Any) -> dict[str, Any]:
+    """mean, sample std (ddof 1; 0.0 for one value, as NeMo Gym's profiler), min, median, max of each group."""
+    std = values.std().where(values.count() != 1, 0.0)
+    return {"mean": values.mean(), "std": std, "min": values.min(), "median": values.median(), "max": values.max()}
 
 
 def _why(row: dict[str, Any]) -> str:
@@ -50,61 +46,58 @@ class Profile:
         for r in self.records:
             by_task[r.task_index].append(r)
         self.by_task = dict(sorted(by_task.items(), key=lambda kv: order_key(kv[0])))
+        self._by_index = list(enumerate(self.by_task.values()))  # a task's position: the key it is grouped by
         self.max_k = max((sum(not r.mask_sample for r in rs) for rs in self.by_task.values()), default=0)
         self.tasks = self._tasks_frame()
         self.components = self._components_frame()
 
-    def _task_row(self, task: Any, records: list[Any]) -> dict[str, Any]:
-        scored = [float(r.reward) for r in records if not r.mask_sample]
-        n, c = len(scored), sum(v >= self.threshold for v in scored)
-        row: dict[str, Any] = {
-            "task": task,
-            "episodes": len(records),
-            "scored": n,
-            "masked": sum(bool(r.mask_sample) for r in records),
-            "failed": sum(bool(r.mask_sample and r.failure_kind) for r in records),
-            **_describe(scored),
-        }
-        for name, at_k in (("pass", pass_at_k), ("majority", majority_at_k)):
-            row.update({f"{name}@{k}": at_k(n, c, k) if k <= n else math.nan for k in range(1, self.max_k + 1)})
-        row["always_0"] = bool(scored) and all(v <= 0.0 for v in scored)
-        row["always_1"] = bool(scored) and c == n
-        row["zero_variance"] = n >= 2 and len(set(scored)) == 1
-        row["why"] = _why(row)
-        return row
-
     def _tasks_frame(self):
         import pandas as pd
 
-        rows = [self._task_row(task, rs) for task, rs in self.by_task.items()]
-        frame = pd.DataFrame(rows)
-        if not rows:
-            return frame
-        frame = frame.astype(dict.fromkeys(("episodes", "scored", "masked", "failed"), "int64"))
+        if not self.by_task:
+            return pd.DataFrame()
+        records = [(i, float(r.reward), r.mask_sample, bool(r.failure_kind)) for i, rs in self._by_index for r in rs]
+        f = pd.DataFrame(records, columns=["i", "reward", "masked", "failed"])
+        f["reward"], f["failed"] = f["reward"].mask(f["masked"]), f["failed"] & f["masked"]  # a masked reward: none
+        groups = f.groupby("i")
+        reward, n, c = groups["reward"], groups["reward"].count(), (f["reward"] >= self.threshold).groupby(f["i"]).sum()
+        frame = pd.DataFrame({"task": list(self.by_task), "episodes": groups.size(), "scored": n})
+        frame = frame.assign(masked=groups["masked"].sum(), failed=groups["failed"].sum(), **_stats(reward))
+        for name, at_k in (("pass", pass_at_k), ("majority", majority_at_k)):
+            for k in range(1, self.max_k + 1):
+                frame[f"{name}@{k}"] = [at_k(m, j, k) if k <= m else math.nan for m, j in zip(n, c)]
+        frame["always_0"] = (n > 0) & (reward.max() <= 0.0)
+        frame["always_1"] = (n > 0) & (c == n)
+        frame["zero_variance"] = (n >= 2) & (reward.min() == reward.max())
+        frame["why"] = [_why(row) for row in frame.to_dict("records")]
         if all(isinstance(t, int) or t is None for t in self.by_task):
             frame["task"] = pd.array(list(self.by_task), dtype="Int64")  # as the episodes frame has it
-        return frame
+        return frame.reset_index(drop=True)
 
     def _components_frame(self):
         import pandas as pd
 
         rows = []
-        for task, records in self.by_task.items():
-            for name in dict.fromkeys(n for r in records for n in r.reward_components or ()):
-                values = [(r.reward_components or {}).get(name) for r in records if r.reward_components]
-                kept = [float(v) for v in values if v is not None]
-                rows.append(
-                    {
-                        "task": task,
-                        "component": name,
-                        "n": len(kept),
-                        "missing": len(values) - len(kept),
-                        **_describe(kept),
-                        "always_0": bool(kept) and all(v <= 0.0 for v in kept),
-                        "always_1": bool(kept) and all(v >= self.threshold for v in kept),
-                    }
-                )
-        return pd.DataFrame(rows, columns=None if rows else ["task", "component", "n", "missing", "mean", "std"])
+        for i, records in self._by_index:
+            graded = [r.reward_components for r in records if r.reward_components]
+            rows += [(i, name, g.get(name)) for name in dict.fromkeys(n for g in graded for n in g) for g in graded]
+        if not rows:
+            return pd.DataFrame(columns=["task", "component", "n", "missing", "mean", "std"])
+        f = pd.DataFrame(rows, columns=["i", "component", "value"]).astype({"value": "float64"})
+        values = f.groupby(["i", "component"], sort=False)["value"]
+        n = values.count()
+        frame = pd.DataFrame(
+            {
+                "n": n,
+                "missing": values.size() - n,
+                **_stats(values),
+                "always_0": (n > 0) & (values.max() <= 0.0),
+                "always_1": (n > 0) & (values.min() >= self.threshold),
+            }
+        ).reset_index()
+        tasks = list(self.by_task)
+        frame.insert(0, "task", [tasks[i] for i in frame.pop("i")])
+        return frame
 
     @property
     def summary(self) -> dict[str, Any]:

@@ -41,7 +41,7 @@ class Component:
         value = self.fn(body)
         if inspect.isawaitable(value):
             value = await value
-        return _number(self.name, value), None
+        return finite_reward(value, f"component {self.name!r}"), None
 
 
 @dataclass
@@ -163,7 +163,8 @@ def _gate(component: Component) -> str | None:
     return getattr(component, "gate", None)  # a Judge has none
 
 
-def _number(name: str, value: Any) -> float:
+def finite_reward(value: Any, who: str) -> float:
+    """``value`` as a float when it is a finite number or a bool, else a ``TypeError`` naming ``who``."""
     if isinstance(value, (int, float)) and math.isfinite(value):  # a bool too
         return float(value)
-    raise TypeError(f"component {name!r} must return a finite number or a bool, got {value!r:.100}")
+    raise TypeError(f"{who} must return a finite number or a bool, got {value!r:.100}")

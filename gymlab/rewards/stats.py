@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 
@@ -23,43 +24,20 @@ def majority_at_k(n: int, c: int, k: int) -> float:
     return total / math.comb(n, k)
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
+def t_cdf(t: float, df: int) -> float:
+    """CDF of Student's t distribution with ``df`` (whole) degrees of freedom: the finite series of
+    Abramowitz and Stegun 26.7.3-4."""
+    import numpy as np
+
+    theta, even, j = math.atan(t / math.sqrt(df)), df % 2 == 0, np.arange(1, df // 2)
+    ratios = math.cos(theta) ** 2 * ((2 * j - 1) / (2 * j) if even else 2 * j / (2 * j + 1))
+    terms = np.cumprod(np.concatenate(([1.0 if even else math.cos(theta)], ratios)))[: df // 2]
+    series = math.sin(theta) * float(terms.sum())
+    return 0.5 + (series if even else (theta + series) * 2 / math.pi) / 2
 
 
-def _betainc(a: float, b: float, x: float) -> float:
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """CDF of Student's t distribution with ``df`` degrees of freedom."""
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
+@functools.cache
+def t_quantile(p: float, df: int) -> float:
     """Inverse of ``t_cdf`` by bisection (to 1e-12)."""
     low, high = -1e3, 1e3
     for _ in range(200):

@@ -182,6 +182,7 @@ def test_a_verify_that_returns_no_number_is_a_masked_failure_never_a_zero(served
     agent = lab.serve_agent("simple_agent", name="sloppy_agent", resources=env, model=says_yes)
     (record,) = lab.run_many(agent, example_rows("calculator")[:1], check=False)
     assert record.mask_sample and record.failure_kind == "verifier_error" and record.reward == 0.0
+    assert "Sloppy verify must return a finite number or a bool, got 'yes'" in record.failure_reason
 
 
 # -- hooks written without annotations ---------------------------------------------------------------

@@ -13,7 +13,7 @@ from gymlab import Rollouts
 from gymlab.cli import main as cli
 from gymlab.jsonl import iter_jsonl
 from gymlab.rewards.nemo_profile import profile_paths
-from gymlab.rewards.stats import majority_at_k, pass_at_k
+from gymlab.rewards.stats import majority_at_k, pass_at_k, t_quantile
 
 INTEROP = Path(__file__).resolve().parents[1] / "data" / "nemo_gym"  # NeMo Gym 0.7.0's own files, verbatim
 NEMO = INTEROP / "nemo_gym_0.7.0_rollouts.jsonl"
@@ -155,6 +155,15 @@ def test_nemo_files_of_gymlab_records_can_count_masked_records_as_missing(rollou
     lo, hi = agent["ci_low_95_across_repeats/mean/reward"], agent["ci_high_95_across_repeats/mean/reward"]
     se = agent["se_across_repeats/mean/reward"]
     assert hi - lo == pytest.approx(2 * 2.7764451051977987 * se)  # t(0.975, df=4)
+
+
+@pytest.mark.parametrize(
+    ("df", "t"),
+    [(1, 12.706204736174704), (2, 4.302652729749464), (3, 3.1824463052837095), (4, 2.7764451051977943)]
+    + [(30, 2.0422724563012383), (10000, 1.9602012398906262)],  # t(0.975, df) to 16 digits (an exact reference)
+)
+def test_t_quantile_series(df, t):
+    assert t_quantile(0.975, df) == pytest.approx(t, rel=1e-12)
 
 
 def _same(mine, nemo, where=""):
