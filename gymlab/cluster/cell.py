@@ -88,18 +88,10 @@ class Cell:
             "protocols": {n: protocol_of(s) for n, s in self.servers.items() if self.roles[n] == "resources"},
         }
 
-    async def run(self, agent: str, job: dict[str, Any], timeout: float | None = None) -> tuple[int, bytes]:
-        """``POST /run`` of ``job`` to the cell's ``agent``: the answer's status and body, as sent."""
-        from gymlab._sync import on_background_loop
-
-        reply = await on_background_loop(self.client.post(self.urls[agent], "/run", job, server=agent, timeout=timeout))
-        return reply.status, reply.body
-
     async def request(
         self, server: str, path: str, body: bytes, headers: dict[str, str], timeout: float | None = None
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """One POST to ``server`` of this cell (in-process unless it runs several workers): ``(status,
-        headers, body)`` as it answered."""
+        """One POST to ``server`` of this cell (in-process unless it runs several workers), as it answered."""
         from gymlab._sync import on_background_loop
 
         call = self.client.request(

@@ -7,15 +7,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from gymlab.cluster.bridge import bridged_urls, unbridge
 from gymlab.cluster.cell import Cell, CellGone
-from gymlab.cluster.connect import connect, require_ray
-from gymlab.cluster.recipe import Recipe, pack
-from gymlab.cluster.replica import CellReplica
-from gymlab.errors import ConfigError, ServerError, ServerStartError
+from gymlab.cluster.recipe import Recipe, from_config, pack
+from gymlab.errors import ConfigError, GymlabError, ReplicaGone, ServerError, ServerStartError
+from gymlab.protocol.failure_kinds import Failure
 from gymlab.run.engine import Job, Policy, attempt
 from gymlab.run.pool import ReplicaPool
 
@@ -26,6 +29,49 @@ _pool_ids = itertools.count()
 
 #: Seconds a cell may take to check a run's rows against its environment's routes.
 CHECK_TIMEOUT_S = 30.0
+
+#: Ray's switch for clusters of several machines on Windows and macOS, read once at import; off
+#: ("0"), the address of a node this process starts is 127.0.0.1 (Linux reads the same switch).
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def require_ray(local: bool = False):
+    """The ``ray`` module, or a ``ConfigError`` saying how to install it. ``local``: the process will start a
+    local cluster, so a first import makes that cluster's address loopback (docs/cluster.md)."""
+    first = "ray" not in sys.modules
+    saved = os.environ.get(LOOPBACK_ENV)
+    if local and first and saved is None:
+        os.environ[LOOPBACK_ENV] = "0"
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "Ray is not installed: pip install 'gymlab[ray]' (plain ray is enough; no dashboard needed)"
+        ) from None
+    finally:
+        if saved is None:
+            os.environ.pop(LOOPBACK_ENV, None)  # read once at import; processes started later join as usual
+    return ray
+
+
+def connect(address: str | None = None, runtime_env: dict[str, Any] | None = None, **init_options: Any):
+    """The ``ray`` module, connected: the running connection, else ``ray.init`` of a local cluster (``address=None``:
+    no dashboard, loopback), this host's (``"auto"``) or ``"HOST:PORT"``'s, with the job's ``runtime_env``."""
+    ray = require_ray(local=address is None)
+    if ray.is_initialized():
+        return ray
+    options: dict[str, Any] = {"include_dashboard": False} if address is None else {}
+    if runtime_env:
+        options["runtime_env"] = runtime_env
+    options.update(init_options)
+    try:
+        ray.init(address=address, **options)
+    except ConnectionError as exc:
+        raise ConfigError(
+            f"cannot join the Ray cluster at {address!r}: {exc}; start it with `ray start --head` "
+            "or give its address (HOST:PORT)"
+        ) from None
+    return ray
 
 
 @dataclass(eq=False)
@@ -71,6 +117,60 @@ class CellRef:
     def __repr__(self) -> str:
         state = f"{self.in_flight} in flight, {self.done} done{'' if self.alive else ' dead'}"
         return f"<cell {self.index} node {self.node_ip} ({self.node_id[:6]}) {state}>"
+
+
+def cell_budget(timeout_s: float | None) -> float | None:
+    """The part of a rollout's budget the cell's own ``/run`` gets: a tenth less, at most a second."""
+    return None if timeout_s is None else timeout_s - min(1.0, timeout_s / 10)
+
+
+class CellReplica:
+    """``agent`` in ``cell`` as a run replica (``gymlab.run.pool.Replica``): ``run`` is its ``POST /run``."""
+
+    def __init__(self, cell: CellRef, agent: str):
+        self.cell, self.agent = cell, agent
+        self.name = f"{agent}@cell{cell.index}"
+
+    async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
+        """The ``/run`` answer within ``timeout_s``; ``ReplicaGone`` when the cell died, ``ServerError``
+        when the rollout failed (a ``transport_timeout`` one when the cell did not answer in time)."""
+        from gymlab._http.client import Reply, parsed, transport_error
+
+        cell, body = self.cell, orjson.dumps(job)
+        cell.in_flight += 1
+        try:
+            status, _, body = await cell.call(
+                "request",
+                self.agent,
+                "/run",
+                body,
+                {"Content-Type": "application/json"},
+                cell_budget(timeout_s),
+                budget=timeout_s,
+            )
+        except CellGone as exc:
+            failure = Failure(kind="transport_peer_drop", server=self.name, message=str(exc))
+            raise ReplicaGone(self.name, str(exc), failure) from None
+        except TimeoutError as exc:
+            where = f"cell {cell.index} on node {cell.node_ip or '?'}"
+            raise transport_error(self.name, where, "/run", exc, timeout_s) from None
+        except (GymlabError, OSError):
+            raise
+        except Exception as exc:  # the cell's own code failed (not the rollout's servers): still one record
+            cause = f"cell {cell.index} raised {type(exc).__name__}: {exc}"
+            failure = Failure(kind="agent_run_error", server=self.name, message=cause)
+            raise ServerError(self.name, "POST /run", 500, cause, failure=failure) from None
+        finally:
+            cell.in_flight -= 1
+        cell.done += 1
+        return parsed(Reply(status, body), "/run", self.agent)
+
+    async def alive(self) -> bool:
+        """A dead actor does not come back (cells are not restarted)."""
+        return self.cell.alive
+
+    def __repr__(self) -> str:
+        return f"<CellReplica {self.name}>"
 
 
 class CellPool:
@@ -292,3 +392,32 @@ class CellPool:
         dead = f", {len(self.cells) - len(self.live)} dead" if len(self.live) < len(self.cells) else ""
         head = f"<CellPool {self.name}: {len(self.live)} cells on {len(self.nodes)} nodes, {in_flight} in flight{dead}"
         return head + "".join(f"\n  {c!r}" for c in self.cells) + ">"
+
+
+def replicas_of(config, replicas: int | None) -> int:
+    """``replicas`` if given, else the largest ``num_replicas`` in the config, else one cell per live node."""
+    if replicas is not None:
+        return replicas
+    declared = [s.num_replicas for s in config.servers.values() if s.num_replicas]
+    return max(declared) if declared else sum(1 for n in require_ray().nodes() if n.get("Alive"))
+
+
+def config_pool(
+    config,
+    *,
+    address: str | None = None,
+    replicas: int | None = None,
+    cpus_per_replica: float = 1.0,
+    runtime_env: dict[str, Any] | None = None,
+) -> CellPool:
+    """Cells each running every server of a YAML ``config`` (``gymlab collect/serve CONFIG --ray``)."""
+    connect(address)
+    recipes = from_config(config)
+    return CellPool(
+        recipes,
+        replicas=replicas_of(config, replicas),
+        cpus_per_replica=cpus_per_replica,
+        name=", ".join(r.name for r in recipes if r.role == "agent"),
+        address=address,
+        runtime_env=runtime_env,
+    )

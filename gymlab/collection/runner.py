@@ -105,7 +105,7 @@ async def acollect(
     ``Target``); or a config (``load_config(...)``, YAML paths), whose rows (``input``, else its
     ``dataset``/``split``) go to the agent their ``agent_ref`` names (or ``agent``), a taskset row to
     its environment server: served in this process, in the cells of ``pool`` (a ``CellPool``,
-    ``gymlab.cluster.configs.config_pool``) or at ``agent_url``. A failure whose kind may pass is retried ``max_retries``
+    ``gymlab.cluster.pool.config_pool``) or at ``agent_url``. A failure whose kind may pass is retried ``max_retries``
     times, and on while its failures span under ``retry_span_s`` (backoff ``backoff_s``, doubling), then
     written to the failures file; when the first ``stop_after`` tries all fail alike the run stops with
     ``RunStopped`` (None: never). ``shard=(i, n)`` or ``"i/n"``: only shard i of n, for ``merge``.

@@ -289,7 +289,7 @@ def test_num_replicas_is_a_positive_whole_number(tmp_path, value):
 
 
 def test_num_replicas_sets_the_cells_of_a_config(tmp_path):
-    from gymlab.cluster.configs import replicas_of
+    from gymlab.cluster.pool import replicas_of
     from gymlab.collection.config import load_config
 
     config = load_config(write_config(tmp_path))
@@ -300,7 +300,7 @@ def test_num_replicas_sets_the_cells_of_a_config(tmp_path):
 def test_num_workers_keeps_its_meaning_in_a_cell(ray_cluster, tmp_path):
     """A counter with num_workers: 2 runs in its cell as gymlab serve runs it: a process and two
     workers; sessions still reach their own worker's counter."""
-    from gymlab.cluster.configs import config_pool
+    from gymlab.cluster.pool import config_pool
     from gymlab.collection.config import load_config
     from gymlab.collection.runner import collect
 
