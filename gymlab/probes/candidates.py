@@ -77,12 +77,12 @@ def field_values(row: dict[str, Any], depth: int = 3) -> list[str]:
     return list(leaves(own_fields(row), depth))
 
 
-def short_values(rows: Iterable[dict[str, Any]], words: int = 3) -> Iterator[str]:
-    """The field values of at most ``words`` words (the ones that look like answers), in order, once each."""
+def short_values(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """The field values of at most three words (the ones that look like answers), in order, once each."""
     seen: set[str] = set()
     for row in rows:
         for value in field_values(row):
-            if value not in seen and len(value.split()) <= words:
+            if value not in seen and len(value.split()) <= 3:
                 seen.add(value)
                 yield value
 
@@ -118,8 +118,7 @@ def permutations(tokens: Iterable[str]) -> Iterator[str]:
 
 
 def task_candidates(prompt: str, rows: list[dict[str, Any]], common: Iterable[str] = ()) -> Iterator[str]:
-    """Candidate answers for a task: the rows' fields, the prompt's tokens, numbers, permutations
-    (quoted tokens first, then tokens that are not ``common`` words, shortest and latest first), edits."""
+    """Candidate answers for a task: the rows' fields, the prompt's tokens, numbers, permutations, edits."""
     values = [v for row in rows for v in field_values(row)]
     yield from values
     quoted = QUOTED.findall(prompt)
@@ -166,8 +165,7 @@ MAX_ANSWER_CHARS = 1_000
 
 
 def in_answer_format(prompt: str, text: str) -> str:
-    """``text`` as the prompt asks answers to be written: inside ``<answer>`` tags when it names them,
-    in ``\\boxed{}`` when it names that, else bare."""
+    """``text`` as the prompt asks answers to be written: in ``<answer>`` tags, in ``\\boxed{}``, else bare."""
     if "<answer>" in prompt.lower():
         return f"<answer>{text}</answer>"
     if "\\boxed" in prompt:
@@ -185,8 +183,7 @@ def spelled(word: str, prompt: str) -> str:
 
 
 def prompt_number(text: str, which: str) -> str:
-    """The ``which``-th distinct number of ``text`` (1-based, or ``last``); the last one when it has fewer;
-    "" when it has none."""
+    """The ``which``-th distinct number of ``text`` (1-based, or ``last``; the last when it has fewer), or ""."""
     numbers = list(dict.fromkeys(NUMBER.findall(text)))
     if not numbers:
         return ""
@@ -194,8 +191,7 @@ def prompt_number(text: str, which: str) -> str:
 
 
 def answer_values(row: dict[str, Any]) -> list[str]:
-    """A row's answers of up to ``MAX_ANSWER_CHARS``: its first ``ANSWER_KEYS`` field with a value (a
-    non-string as JSON), else its short top-level values (strings of at most three words, numbers); each once."""
+    """A row's answers of up to ``MAX_ANSWER_CHARS``: its first ``ANSWER_KEYS`` field, else its short top-level values."""
     found = next((row[key] for key in ANSWER_KEYS if row.get(key) is not None), None)
     if found is not None:
         values = [found if isinstance(found, str) else json.dumps(found)]

@@ -31,18 +31,8 @@ def probe(
     progress: bool = False,
     **agent_config: Any,
 ) -> ProbeReport:
-    """Run every probe policy over ``rows`` against ``env`` and report which ones earn reward.
-
-    ``env``: a server handle (run on ``agent``, by default simple_agent, or gymnasium_agent for a
-    Gymnasium server) or an agent handle (each probe runs on a copy of it). ``probes``: name -> policy
-    (default ``BUILTIN_PROBES``) or built-in names; a policy with a ``rows`` parameter gets the rows.
-    ``real_policy``: a policy or model server whose reward is shown beside each probe's (an agent
-    handle's own model by default). A probe is flagged when its mean reward is above ``threshold`` or
-    its episodes are masked more often than the real policy's. ``agent_config`` goes to every agent.
-    A probe with ``variants`` (``short_constant``: one per constant) runs once per variant on one model
-    and agent, each run reported as ``name:variant``; one with a ``max_steps`` parameter gets the
-    agent's step limit.
-    """
+    """Run every probe policy over ``rows`` against ``env`` (a server or agent handle) and report which ones earn
+    reward or are masked more than ``real_policy``'s episodes (the arguments: docs/probes.md)."""
     chosen = _chosen(probes)
     rows = list(rows)
     if not rows:
