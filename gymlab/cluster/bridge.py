@@ -18,7 +18,7 @@ from gymlab.protocol.failure_kinds import Failure
 _HOP_HEADERS = frozenset({b"host", b"content-length"})
 
 
-def bridge_app(cell: Any, server: str, timeout: float | None = None):
+def bridge_app(cell: Any, server: str):
     """An ASGI app answering every POST by forwarding it to ``server`` in ``cell`` (a ``CellRef``)."""
     from gymlab.cluster.cell import CellGone
 
@@ -29,7 +29,7 @@ def bridge_app(cell: Any, server: str, timeout: float | None = None):
         }
         path = scope["path"] + (f"?{scope['query_string'].decode()}" if scope.get("query_string") else "")
         try:
-            status, answer_headers, body = await cell.call("request", server, path, body, headers, timeout)
+            status, answer_headers, body = await cell.call("request", server, path, body, headers)
         except CellGone as exc:
             failure = Failure(kind="session_lost", server=server, status=410, message=str(exc))
             status, answer_headers = 410, [(b"content-type", b"application/json")]
@@ -71,13 +71,12 @@ def pinned(pool: Any, registry: Registry, agent: str | None = None) -> dict[str,
     from gymlab.errors import EpisodeError
 
     agent = agent or pool.agent
-    env = pool.env_name(agent)
+    recipe = pool.recipe(agent)
+    env, model = recipe.refs.get("resources_server"), recipe.refs.get("model_server")
     if not env:
         raise EpisodeError(f"{pool.name}: the agent {agent!r} has no resources_server; lab.episode needs one")
     cell = pool.pick()
     urls = bridged_urls(pool, cell, registry)
-    model = pool.model_name(agent)
-    recipe = pool.recipe(agent)
     field = recipe.server.model_fields.get("max_steps")
     max_steps = recipe.config.get("max_steps", field.default if field is not None else None)
     return {

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gymlab._http.inproc import Registry
 
 _pool_ids = itertools.count()
+_JSON = {"Content-Type": "application/json"}
 
 #: Seconds a cell may take to check a run's rows against its environment's routes.
 CHECK_TIMEOUT_S = 30.0
@@ -119,11 +120,6 @@ class CellRef:
         return f"<cell {self.index} node {self.node_ip} ({self.node_id[:6]}) {state}>"
 
 
-def cell_budget(timeout_s: float | None) -> float | None:
-    """The part of a rollout's budget the cell's own ``/run`` gets: a tenth less, at most a second."""
-    return None if timeout_s is None else timeout_s - min(1.0, timeout_s / 10)
-
-
 class CellReplica:
     """``agent`` in ``cell`` as a run replica (``gymlab.run.pool.Replica``): ``run`` is its ``POST /run``."""
 
@@ -137,17 +133,10 @@ class CellReplica:
         from gymlab._http.client import Reply, parsed, transport_error
 
         cell, body = self.cell, orjson.dumps(job)
+        inner = None if timeout_s is None else timeout_s - min(1.0, timeout_s / 10)  # the cell's /run: a bit less
         cell.in_flight += 1
         try:
-            status, _, body = await cell.call(
-                "request",
-                self.agent,
-                "/run",
-                body,
-                {"Content-Type": "application/json"},
-                cell_budget(timeout_s),
-                budget=timeout_s,
-            )
+            status, _, body = await cell.call("request", self.agent, "/run", body, _JSON, inner, budget=timeout_s)
         except CellGone as exc:
             failure = Failure(kind="transport_peer_drop", server=self.name, message=str(exc))
             raise ReplicaGone(self.name, str(exc), failure) from None
@@ -195,8 +184,7 @@ class CellPool:
         agents = [r.name for r in recipes if r.role == "agent"]
         if not agents:
             raise ConfigError("a cell needs an agent (or environment) server to answer /run; none was given")
-        ray = require_ray(local=address is None)  # a first import binds a local cluster to loopback
-        job_level = not ray.is_initialized()  # then runtime_env is the job's (a local folder uploads)
+        job_level = not require_ray(local=address is None).is_initialized()  # runtime_env: the job's, uploaded
         ray = connect(address, runtime_env)
         self.recipes = recipes
         self.agents = agents
@@ -249,8 +237,7 @@ class CellPool:
         return [c for c in self.cells if c.alive]
 
     def pick(self) -> CellRef:
-        """The live cell with the fewest rollouts in flight (where an episode is pinned); none left
-        raises ``CellGone``."""
+        """The live cell with the fewest rollouts in flight (where an episode is pinned), else ``CellGone``."""
         live = self.live
         if not live:
             raise CellGone(f"{self.name}: no live cell left of {len(self.cells)}")
@@ -264,8 +251,7 @@ class CellPool:
         return self._replicas[agent]
 
     def urls(self, registry: Registry) -> dict[str, str]:
-        """Driver-side URLs of one live cell's servers, in-process through ``registry`` (a collection's
-        client's): they name a collection's targets, and its resources server answers ``/aggregate_metrics``."""
+        """Driver-side URLs of one live cell's servers, in-process through ``registry``: a collection's targets."""
         return bridged_urls(self, self.pick(), registry)
 
     async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
@@ -319,9 +305,6 @@ class CellPool:
         except ValueError:  # an environment server's own timeouts field: the agent defaults
             bounds = default
         return (bounds.episode or default.episode or 0.0) + (bounds.cleanup or default.cleanup or 0.0) + 1.0
-
-    def model_name(self, agent: str | None = None) -> str | None:
-        return self.recipe(agent).refs.get("model_server")
 
     def check(self, rows: list[dict[str, Any]]):
         """The rows' declared tools against the environment's routes, checked in one cell."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import sysconfig
 from dataclasses import dataclass, field
+from graphlib import TopologicalSorter
 from pathlib import Path
 from typing import Any
 
@@ -48,23 +49,10 @@ class Recipe:
 
 
 def ordered(recipes: list[Recipe]) -> list[Recipe]:
-    """Every recipe after the ones it refers to (a cell starts them in this order)."""
-    by_name = {r.name: r for r in recipes}
-    out: list[Recipe] = []
-    seen: set[str] = set()
-
-    def visit(recipe: Recipe) -> None:
-        if recipe.name in seen:
-            return
-        seen.add(recipe.name)
-        for name in recipe.refs.values():
-            if name in by_name:
-                visit(by_name[name])
-        out.append(recipe)
-
-    for recipe in sorted(recipes, key=lambda r: ROLES.index(r.role) if r.role in ROLES else len(ROLES)):
-        visit(recipe)
-    return out
+    """Every recipe after the ones it refers to (a cell starts them in this order), models first."""
+    by_name = {r.name: r for r in sorted(recipes, key=lambda r: ROLES.index(r.role) if r.role in ROLES else 3)}
+    graph = {name: [n for n in r.refs.values() if n in by_name] for name, r in by_name.items()}
+    return [by_name[name] for name in TopologicalSorter(graph).static_order()]
 
 
 def _installed(path: str | None) -> bool:
