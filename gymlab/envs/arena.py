@@ -92,8 +92,7 @@ class TextArenaServer(GymnasiumServer):
         return game
 
     def _move(self, state: dict, move: str) -> bool:
-        """``move`` played by the seat to move; whether the game ended. One too long or unreadable is an invalid
-        move under the game's own rules, never stored."""
+        """``move`` played by the seat to move (too long or unreadable: an invalid move); whether the game ended."""
         game, why = state["game"], None
         if len(move) > self.max_move_chars:
             why = f"the move is {len(move)} characters, over the {self.max_move_chars} this game reads"

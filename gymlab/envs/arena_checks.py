@@ -59,8 +59,7 @@ def check_offline(env_id: str) -> None:
 
 
 def game_sources(root: Path, module: str, env_id: str) -> dict[str, str]:
-    """The source of ``module`` and of every ``textarena.envs`` module it imports, transitively, by file; a
-    ``GameUnavailable`` for one that does not parse on this Python."""
+    """The source of ``module`` and of every ``textarena.envs`` module it imports, transitively, by file."""
     found: dict[str, str] = {}
     todo, seen = [module], set()
     while todo:

@@ -28,8 +28,7 @@ _NOT_SHOWN = ("reward", "done", "metadata")
 
 
 class LocalEpisode:
-    """One ``Environment`` on a thread of its own (it may keep thread-bound state, as OpenEnv's server
-    allows), its own ``*_async`` methods on the loop."""
+    """One ``Environment`` on a thread of its own (it may keep thread-bound state), its ``*_async`` on the loop."""
 
     def __init__(self, env: Any, action_cls: type, executor: ThreadPoolExecutor):
         self.env, self.action_cls, self.executor = env, action_cls, executor
@@ -204,8 +203,7 @@ class OpenEnvServer(GymnasiumServer):
                     self.tool_output(c, {"error": "not an action of this environment"}) for c in calls
                 ]
             return state.get("observation"), 0.0, False, False, info
-        observation = self.observe(answer["observation"])
-        state["observation"] = observation
+        state["observation"] = observation = self.observe(answer["observation"])
         if calls:
             info["tool_outputs"] = [self.tool_output(calls[0], answer["observation"])]
         return observation, float(answer["reward"] or 0.0), bool(answer["done"]), False, info

@@ -141,8 +141,7 @@ def prompt_messages(data: Any) -> list[Any]:
 
 
 def episode_messages(output: list[Any]) -> list[Any]:
-    """A response's items as verifiers messages: a model turn's text and calls one assistant message, each
-    function output a tool message."""
+    """A response's items as verifiers messages: a model turn one assistant message, an output a tool message."""
     from verifiers.v1.types import AssistantMessage, ToolCall, ToolMessage
 
     messages: list[Any] = []
