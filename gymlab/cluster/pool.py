@@ -184,7 +184,8 @@ class CellPool:
         agents = [r.name for r in recipes if r.role == "agent"]
         if not agents:
             raise ConfigError("a cell needs an agent (or environment) server to answer /run; none was given")
-        job_level = not require_ray(local=address is None).is_initialized()  # runtime_env: the job's, uploaded
+        ray = require_ray(local=address is None)  # a first import binds a local cluster to loopback
+        job_level = not ray.is_initialized()  # then runtime_env is the job's (a local folder uploads)
         ray = connect(address, runtime_env)
         self.recipes = recipes
         self.agents = agents
