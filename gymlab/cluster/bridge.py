@@ -44,7 +44,7 @@ def bridge_app(cell: Any, server: str):
 
 def bridged_urls(pool: Any, cell: Any, registry: Registry) -> dict[str, str]:
     """Driver-side URLs of ``cell``'s servers, in-process through ``registry`` (a Lab's or a run's
-    client's; registered once per cell and registry, dropped by ``unbridge``)."""
+    client's; registered once per cell and registry, dropped when the pool closes)."""
     from gymlab._sync import background_loop
 
     entries = pool._bridges.setdefault((registry, cell.index), {})
@@ -56,14 +56,6 @@ def bridged_urls(pool: Any, cell: Any, registry: Registry) -> dict[str, str]:
             registry.register(entry)
             entries[server] = entry
     return {server: entry.url for server, entry in entries.items()}
-
-
-def unbridge(pool: Any) -> None:
-    """Unregister every bridged URL of ``pool``."""
-    for (registry, _), entries in pool._bridges.items():
-        for entry in entries.values():
-            registry.unregister(entry)
-    pool._bridges.clear()
 
 
 def pinned(pool: Any, registry: Registry, agent: str | None = None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gymlab.cluster.bridge import bridged_urls, unbridge
+from gymlab.cluster.bridge import bridged_urls
 from gymlab.cluster.cell import Cell, CellGone
 from gymlab.cluster.recipe import Recipe, from_config, pack
 from gymlab.errors import ConfigError, GymlabError, ReplicaGone, ServerError, ServerStartError
@@ -231,8 +231,6 @@ class CellPool:
             self.close()
             raise
 
-    # -- dispatch ---------------------------------------------------------------------------------
-
     @property
     def live(self) -> list[CellRef]:
         return [c for c in self.cells if c.alive]
@@ -284,8 +282,6 @@ class CellPool:
         from gymlab._sync import run_sync
 
         return run_sync(self.arun(row))
-
-    # -- what the Lab asks ------------------------------------------------------------------------
 
     def recipe(self, agent: str | None = None) -> Recipe:
         """The recipe of ``agent`` (default: the pool's agent)."""
@@ -339,8 +335,10 @@ class CellPool:
         self._closed = True
         import ray
 
-        unbridge(self)
-
+        for (registry, _), entries in self._bridges.items():
+            for entry in entries.values():
+                registry.unregister(entry)
+        self._bridges.clear()
         if not ray.is_initialized():
             return
         live = [c.actor.close.remote() for c in self.cells if c.alive]
