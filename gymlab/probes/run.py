@@ -12,9 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gymlab._sync import run_sync
+from gymlab.errors import ConfigError
 from gymlab.probes.candidates import index_rows
 from gymlab.probes.policies import BUILTIN_PROBES, VARIANT_KEY, runs
 from gymlab.probes.report import REAL, ProbeReport
+from gymlab.registry import agent_class
+from gymlab.resources.gymnasium import GymnasiumServer
 
 
 def probe(
@@ -100,9 +103,6 @@ def _step_limit(env: Any, kind: Any, base: dict[str, Any]) -> int | None:
         return base["max_steps"]
     if _is_agent(env):
         return getattr(env.server, "max_steps", None)
-    from gymlab.errors import ConfigError
-    from gymlab.registry import agent_class
-
     try:
         cls = agent_class(kind) if isinstance(kind, str) else kind
     except ConfigError:  # serve_agent names the unknown agent
@@ -154,8 +154,6 @@ def _agent_kind(env: Any, agent: Any, config: dict[str, Any]) -> tuple[Any, dict
         return type(env.server), {**own, **config}
     if agent is not None:
         return agent, {"resources": env, **config}
-    from gymlab.resources.gymnasium import GymnasiumServer
-
     server = getattr(env, "server", None)
     if server is None:
         raise TypeError(
