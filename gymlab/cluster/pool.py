@@ -30,6 +30,8 @@ _JSON = {"Content-Type": "application/json"}
 
 #: Seconds a cell may take to check a run's rows against its environment's routes.
 CHECK_TIMEOUT_S = 30.0
+#: Seconds the cells of a pool may take to start.
+STARTUP_TIMEOUT_S = 120.0
 
 #: Ray's switch for clusters of several machines on Windows and macOS, read once at import; off
 #: ("0"), the address of a node this process starts is 127.0.0.1 (Linux reads the same switch).
@@ -175,9 +177,7 @@ class CellPool:
         name: str | None = None,
         address: str | None = None,
         runtime_env: dict[str, Any] | None = None,
-        startup_timeout: float = 120.0,
         log_level: str = "warning",
-        ray_options: dict[str, Any] | None = None,
     ):
         if replicas < 1:
             raise ConfigError(f"replicas must be at least 1, got {replicas}")
@@ -199,7 +199,6 @@ class CellPool:
         options: dict[str, Any] = {"num_cpus": cpus_per_replica, "scheduling_strategy": "SPREAD"}
         if runtime_env and not job_level:
             options["runtime_env"] = runtime_env  # per cell: env_vars, pip, URIs (not a local folder)
-        options.update(ray_options or {})
         files, blob = pack(recipes, (runtime_env or {}).get("working_dir"))
         try:
             remote = ray.remote(Cell).options(**options)
@@ -209,15 +208,15 @@ class CellPool:
                 f"{self.name}: runtime_env: {exc} (give a local working_dir to the first serve_pool of the "
                 "process, or to ray.init(runtime_env=...))"
             ) from None
-        self._start(ray, startup_timeout)
+        self._start(ray)
 
-    def _start(self, ray, timeout: float) -> None:
+    def _start(self, ray) -> None:
         refs = {cell.actor.info.remote(): cell for cell in self.cells}
-        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=STARTUP_TIMEOUT_S)
         try:
             if pending:
                 raise ServerStartError(
-                    f"{self.name}: {len(pending)} of {len(self.cells)} cells did not start within {timeout:.0f}s; "
+                    f"{self.name}: {len(pending)} of {len(self.cells)} cells did not start within {STARTUP_TIMEOUT_S:.0f}s; "
                     f"each asks for {self.cpus_per_replica:g} CPU and the cluster has "
                     f"{ray.available_resources().get('CPU', 0):g} free of {ray.cluster_resources().get('CPU', 0):g}: "
                     "ask for fewer replicas or cpus_per_replica, or add nodes"
