@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import HTTPException
 from pydantic import Field, PrivateAttr, ValidationError
 
+from gymlab._http.client import fetch
 from gymlab.envs.extras import need
 from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool, seeded_rows
 from gymlab.protocol.responses import read_arguments
@@ -245,8 +246,6 @@ def text_field(schema: dict[str, Any]) -> str | None:
 
 def get_json(url: str, path: str, *, timeout: float = 30.0, limit: int = 5_000_000) -> Any:
     """``GET url+path``'s JSON, up to ``limit`` bytes; any other answer a ``RuntimeError`` naming it."""
-    from gymlab._http.client import fetch
-
     reply = fetch("GET", url.rstrip("/"), path, timeout=timeout)
     if len(reply.body) > limit:
         raise RuntimeError(f"{url}{path} answered more than {limit} bytes; is it the server you meant?")
