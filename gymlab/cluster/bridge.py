@@ -11,7 +11,8 @@ import orjson
 
 from gymlab._http.inproc import LocalApp, Registry
 from gymlab._runtime.bodies import request_body
-from gymlab.errors import error_body
+from gymlab._sync import background_loop
+from gymlab.errors import EpisodeError, error_body
 from gymlab.protocol.failure_kinds import Failure
 
 #: Headers the forwarding call sets again itself.
@@ -45,8 +46,6 @@ def bridge_app(cell: Any, server: str):
 def bridged_urls(pool: Any, cell: Any, registry: Registry) -> dict[str, str]:
     """Driver-side URLs of ``cell``'s servers, in-process through ``registry`` (a Lab's or a run's
     client's; registered once per cell and registry, dropped when the pool closes)."""
-    from gymlab._sync import background_loop
-
     entries = pool._bridges.setdefault((registry, cell.index), {})
     for server in cell.info.get("urls", {}):
         if server not in entries:
@@ -60,8 +59,6 @@ def bridged_urls(pool: Any, cell: Any, registry: Registry) -> dict[str, str]:
 
 def pinned(pool: Any, registry: Registry, agent: str | None = None) -> dict[str, Any]:
     """What ``lab.episode(pool, row)`` opens: one cell's environment (and model) URLs and names."""
-    from gymlab.errors import EpisodeError
-
     agent = agent or pool.agent
     recipe = pool.recipe(agent)
     env, model = recipe.refs.get("resources_server"), recipe.refs.get("model_server")

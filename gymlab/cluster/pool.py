@@ -10,14 +10,18 @@ import itertools
 import os
 import sys
 from dataclasses import dataclass, field
+from html import escape
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gymlab._http.client import Reply, parsed, transport_error
+from gymlab._sync import on_background_loop, run_sync
 from gymlab.cluster.bridge import bridged_urls
 from gymlab.cluster.cell import Cell, CellGone
 from gymlab.cluster.recipe import Recipe, from_config, pack
 from gymlab.errors import ConfigError, GymlabError, ReplicaGone, ServerError, ServerStartError
+from gymlab.protocol import Rollout
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.run.engine import Job, Policy, attempt
 from gymlab.run.pool import ReplicaPool
@@ -132,8 +136,6 @@ class CellReplica:
     async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
         """The ``/run`` answer within ``timeout_s``; ``ReplicaGone`` when the cell died, ``ServerError``
         when the rollout failed (a ``transport_timeout`` one when the cell did not answer in time)."""
-        from gymlab._http.client import Reply, parsed, transport_error
-
         cell, body = self.cell, orjson.dumps(job)
         inner = None if timeout_s is None else timeout_s - min(1.0, timeout_s / 10)  # the cell's /run: a bit less
         cell.in_flight += 1
@@ -270,16 +272,11 @@ class CellPool:
 
     async def arun(self, row: dict[str, Any]):
         """One episode of ``row`` through the pool's agent: a ``Rollout`` (what ``run_many`` calls)."""
-        from gymlab._sync import on_background_loop
-        from gymlab.protocol import Rollout
-
         return Rollout.model_validate(await on_background_loop(self.apost_run(row)))
 
     def run(self, row: dict[str, Any]):
         """``arun`` from sync code."""
         __tracebackhide__ = True
-        from gymlab._sync import run_sync
-
         return run_sync(self.arun(row))
 
     def recipe(self, agent: str | None = None) -> Recipe:
@@ -355,8 +352,6 @@ class CellPool:
 
     def _repr_html_(self) -> str:
         """A notebook's view: one row per cell with its node and load."""
-        from html import escape
-
         rows = "".join(
             f"<tr><td>{c.index}</td><td>{escape(c.node_ip)}</td><td><code>{escape(c.node_id[:12])}</code></td>"
             f"<td>{c.in_flight}</td><td>{c.done}</td><td>{'live' if c.alive else 'dead'}</td></tr>"

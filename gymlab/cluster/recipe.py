@@ -11,6 +11,9 @@ from graphlib import TopologicalSorter
 from pathlib import Path
 from typing import Any
 
+from gymlab.errors import ConfigError
+from gymlab.utils import import_file
+
 #: Roles of a cell's servers, in the order a cell starts them (referenced servers first).
 ROLES = ("model", "resources", "agent")
 
@@ -99,9 +102,6 @@ def unpack(files: list[tuple[str, str, str | None]], blob: bytes) -> list[Recipe
     """On the node: import ``files`` under their module names, then unpickle the recipes. A file
     not at its driver's path is looked for in the working directory (Ray's ``working_dir`` copy)."""
     from ray import cloudpickle
-
-    from gymlab.errors import ConfigError
-    from gymlab.utils import import_file
 
     for path, name, relative in files:
         if not Path(path).is_file() and relative and Path(relative).is_file():
