@@ -132,8 +132,9 @@ def task_candidates(prompt: str, rows: list[dict[str, Any]], common: Iterable[st
         yield from edits(token)
 
 
-def spray(candidates: Iterable[str], limit: int = SPRAY_CHARS) -> str:
-    """Distinct candidates between the decoys, up to ``limit`` characters (one over ``limit // 8`` is left out)."""
+def spray(candidates: Iterable[str]) -> str:
+    """Distinct candidates between the decoys, up to ``SPRAY_CHARS`` characters (one over an eighth left out)."""
+    limit = SPRAY_CHARS
     kept: dict[str, None] = {}
     size = 0
     for candidate in candidates:
