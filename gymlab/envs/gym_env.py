@@ -20,10 +20,8 @@ from gymlab.resources.tools import function_tool, rows_from
 
 #: The discrete actions' names of Gymnasium's own envs, by the env spec's name.
 ACTION_NAMES = {
-    "FrozenLake": ["left", "down", "right", "up"],
-    "FrozenLake8x8": ["left", "down", "right", "up"],
-    "CliffWalking": ["up", "right", "down", "left"],
-    "CliffWalkingSlippery": ["up", "right", "down", "left"],
+    **dict.fromkeys(("FrozenLake", "FrozenLake8x8"), ["left", "down", "right", "up"]),
+    **dict.fromkeys(("CliffWalking", "CliffWalkingSlippery"), ["up", "right", "down", "left"]),
     "Taxi": ["south", "north", "east", "west", "pickup", "dropoff"],
     "Blackjack": ["stick", "hit"],
     "CartPole": ["left", "right"],

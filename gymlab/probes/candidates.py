@@ -41,18 +41,14 @@ def row_prompt(row: dict[str, Any]) -> str:
 
 
 class RowIndex(dict):
-    """Rows by their prompt, and ``cached``: what the probes compute once over all of them."""
+    """Rows by their prompt (``row_prompt``): the rows a request may be of; ``cached``: what the probes
+    compute once over all of them."""
 
-    cached: dict[str, Any]
-
-
-def index_rows(rows: Iterable[dict[str, Any]]) -> RowIndex:
-    """Rows by their prompt (``row_prompt``): the rows a request may be of."""
-    index = RowIndex()
-    index.cached = {}
-    for row in rows:
-        index.setdefault(row_prompt(row), []).append(row)
-    return index
+    def __init__(self, rows: Iterable[dict[str, Any]] = ()):
+        super().__init__()
+        self.cached: dict[str, Any] = {}
+        for row in rows:
+            self.setdefault(row_prompt(row), []).append(row)
 
 
 def rows_of(messages: Iterable[str], index: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

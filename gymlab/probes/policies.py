@@ -18,7 +18,6 @@ from gymlab.probes.candidates import (
     AnswerCounts,
     RowIndex,
     in_answer_format,
-    index_rows,
     leaves,
     prompt_number,
     rows_of,
@@ -92,7 +91,7 @@ def _marked(**attributes: Any) -> Callable[[Callable], Callable]:
 
 def _task_rows(request: ResponseCreateParams, rows: Any) -> tuple[list[dict[str, Any]], RowIndex]:
     """The rows ``request`` may be of, and the index of every row (``rows``: the probe's rows, or their index)."""
-    index = rows if isinstance(rows, RowIndex) else index_rows(rows)
+    index = rows if isinstance(rows, RowIndex) else RowIndex(rows)
     return rows_of((i.text for i in request.input_items() if i.type == "message"), index), index
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from gymlab._sync import run_sync
 from gymlab.errors import ConfigError
-from gymlab.probes.candidates import index_rows
+from gymlab.probes.candidates import RowIndex
 from gymlab.probes.policies import BUILTIN_PROBES, VARIANT_KEY, runs
 from gymlab.probes.report import REAL, ProbeReport
 from gymlab.registry import agent_class
@@ -47,7 +47,7 @@ def probe(
     served: dict[str, tuple[Any, Any]] = {}
     jobs: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run name -> (agent, its rows)
     owners: dict[str, str] = {}  # run name -> probe name
-    index, limit = index_rows(rows), _step_limit(env, kind, base)
+    index, limit = RowIndex(rows), _step_limit(env, kind, base)
     try:
         for name, policy in policies.items():
             label = "probe-real" if name == REAL else f"probe-{name}"
