@@ -62,7 +62,11 @@ class ReasoningGymServer(SimpleResourcesServer):
         ref = body.reasoning_gym
         spec = (ref.dataset, ref.config, ref.index, (self.max_cache_bytes, self.max_datasets))
         try:
-            check_spec(ref, self, issued=spec_key(ref.dataset, ref.config) in self._issued)
+            check_config(
+                ref.dataset, ref.config, "config", self, issued=spec_key(ref.dataset, ref.config) in self._issued
+            )
+            if isinstance(size := ref.config.get("size"), int) and ref.index >= size:  # before anything is built
+                raise SpecError(f"index: {ref.index} is past {ref.dataset}'s size {size}")
             graded = await self._grade(spec, body.response.output_text)
         except SpecError as exc:
             raise HTTPException(422, f"{self.name}: reasoning_gym.{exc}") from None
@@ -232,15 +236,8 @@ def spec_key(name: str, config: dict[str, Any]) -> str:
     return json.dumps([name, config], sort_keys=True, default=str)
 
 
-def check_spec(ref: Any, server: Any, *, issued: bool) -> None:
-    """``SpecError`` naming the first field of ``ref`` (dataset, config, index) out of bounds or of the wrong type."""
-    check_config(ref.dataset, ref.config, "config", server, issued=issued)
-    size = ref.config.get("size")
-    if isinstance(size, int) and ref.index >= size:
-        raise SpecError(f"index: {ref.index} is past {ref.dataset}'s size {size}")
-
-
 def check_config(name: Any, config: Any, where: str, server: Any, *, issued: bool) -> None:
+    """``SpecError`` naming the first field of ``config`` out of bounds or of the wrong type."""
     from reasoning_gym.factory import DATASETS
 
     if not isinstance(name, str) or name not in DATASETS:
