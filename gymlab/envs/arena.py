@@ -206,9 +206,8 @@ def textarena(
     name: str | None = None,
     **make_kwargs: Any,
 ) -> tuple[TextArenaServer, list[dict[str, Any]]]:
-    """``(server, rows)`` for the TextArena game ``env_id``, one row per seed. ``opponent`` plays the other
-    seats: a function of the seat's observation text returning its move, or a model server (a Lab handle or
-    URL). ``tools=True`` declares a ``move`` tool on the rows (else the model's text is its move)."""
+    """``(server, rows)`` for the TextArena game ``env_id``, one row per seed, ``opponent`` playing the other
+    seats (the arguments: docs/envs.md)."""
     need("textarena")
     check_offline(env_id)
     server = TextArenaServer(

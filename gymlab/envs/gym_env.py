@@ -183,8 +183,7 @@ def gymnasium(
     **make_kwargs: Any,
 ) -> tuple[GymEnvServer, list[dict[str, Any]]]:
     """``(server, rows)`` for an env id (made with ``make_kwargs``) or an env (each episode plays a deep copy),
-    one row per seed. ``formatter(env, obs)``: the model's text (default ``text_observation``); ``actions``:
-    the discrete actions' names (``ACTION_NAMES`` known); ``tools=True`` declares one function per action."""
+    one row per seed (the other arguments: docs/envs.md)."""
     gym = need("gymnasium")
     env_id = env if isinstance(env, str) else None
     server = GymEnvServer(

@@ -267,10 +267,8 @@ def openenv(
     action: type | None = None,
     name: str | None = None,
 ) -> tuple[OpenEnvServer, list[dict[str, Any]]]:
-    """``(server, rows)``, one row per seed, for an ``Environment`` class (one instance per episode), an
-    instance (each episode a deep copy) or a running OpenEnv server's URL. ``formatter(fields)``: the model's
-    text (default: their JSON); ``tools=True`` declares one function of the action's fields (an
-    ``MCPEnvironment`` declares its tools); ``action``: the ``Action`` class, if ``step`` does not annotate it."""
+    """``(server, rows)``, one row per seed, for an ``Environment`` class or instance or a running OpenEnv
+    server's URL (the arguments: docs/envs.md)."""
     need("openenv")
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction

@@ -195,9 +195,8 @@ def final_answer(text: str) -> str | None:
 def reasoning_gym(
     name: str, *, size: int = 8, seed: int = 0, system_prompt: str | None = "default", **config: Any
 ) -> tuple[ReasoningGymServer, list[dict[str, Any]]]:
-    """``(server, rows)``: ``size`` entries of reasoning-gym's dataset ``name`` from ``seed`` (``config``: its
-    fields; ``composite``: ``datasets=[{name, weight, config}]``). ``system_prompt``: a name of
-    ``reasoning_gym.utils.SYSTEM_PROMPTS`` (``"default"`` asks for ``<answer>`` tags), your own text, or None."""
+    """``(server, rows)``: ``size`` entries of reasoning-gym's dataset ``name`` from ``seed``, ``config`` its
+    fields (the arguments: docs/envs.md)."""
     spec = {"size": size, "seed": seed, **config}
     dataset = build(name, spec)
     from reasoning_gym.utils import SYSTEM_PROMPTS
