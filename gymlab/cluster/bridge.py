@@ -12,6 +12,7 @@ import orjson
 from gymlab._http.inproc import LocalApp, Registry
 from gymlab._runtime.bodies import request_body
 from gymlab._sync import background_loop
+from gymlab.cluster.cell import CellGone
 from gymlab.errors import EpisodeError, error_body
 from gymlab.protocol.failure_kinds import Failure
 
@@ -21,7 +22,6 @@ _HOP_HEADERS = frozenset({b"host", b"content-length"})
 
 def bridge_app(cell: Any, server: str):
     """An ASGI app answering every POST by forwarding it to ``server`` in ``cell`` (a ``CellRef``)."""
-    from gymlab.cluster.cell import CellGone
 
     async def app(scope: dict, receive, send) -> None:
         body, _ = await request_body(scope, receive)

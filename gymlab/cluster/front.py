@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request  # at module level: the route's annotations
 from fastapi.responses import JSONResponse
 
 from gymlab._runtime.bodies import BodyGuardMiddleware, parse_json
+from gymlab._runtime.serve import LoopServer
 from gymlab.errors import ServerError, error_body
 from gymlab.server import BaseServer
 
@@ -61,7 +62,5 @@ def _refused(agent: str, cause: str) -> JSONResponse:
 
 def serve_fronts(pool: Any, host: str = "127.0.0.1", port: int = 0) -> dict[str, Any]:
     """One door per agent of ``pool`` (``LoopServer``s on gymlab's loop), ``port`` the first's: agent -> runner."""
-    from gymlab._runtime.serve import LoopServer
-
     ports = [port] + [0] * (len(pool.agents) - 1)
     return {agent: LoopServer(front_app(pool, agent), host, p, agent).start() for agent, p in zip(pool.agents, ports)}
