@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from gymlab._http.client import Reply, parsed, transport_error
 from gymlab._sync import on_background_loop, run_sync
 from gymlab.cluster.bridge import bridged_urls
 from gymlab.cluster.cell import Cell, CellGone
 from gymlab.cluster.recipe import Recipe, from_config, pack
 from gymlab.errors import ConfigError, GymlabError, ReplicaGone, ServerError, ServerStartError
+from gymlab.jsonl import dumps
 from gymlab.protocol import Rollout
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.run.engine import Job, Policy, attempt
@@ -136,7 +135,7 @@ class CellReplica:
     async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
         """The ``/run`` answer within ``timeout_s``; ``ReplicaGone`` when the cell died, ``ServerError``
         when the rollout failed (a ``transport_timeout`` one when the cell did not answer in time)."""
-        cell, body = self.cell, orjson.dumps(job)
+        cell, body = self.cell, dumps(job)  # orjson, big ints by the standard library
         inner = None if timeout_s is None else timeout_s - min(1.0, timeout_s / 10)  # the cell's /run: a bit less
         cell.in_flight += 1
         try:

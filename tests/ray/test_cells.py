@@ -101,6 +101,12 @@ def test_pool_run_equals_local_run(lab, pool):
     assert got.failures == {}
 
 
+def test_a_row_orjson_refuses_reaches_its_cell_whole(pool):
+    """A row holding an int past 64 bits (orjson refuses it) still goes to a cell's /run, and back in its record."""
+    record = pool.run({**counter_rows(1)[0], "big": 10**30})
+    assert (record.reward, record.mask_sample, record.model_dump().get("big")) == (1.0, False, 10**30)
+
+
 def test_100_concurrent_counter_sessions_each_graded_on_its_own_state(lab, pool):
     rows = counter_rows(100)
     records = lab.run_many(pool, rows, concurrency=100)
