@@ -60,21 +60,20 @@ class ReasoningGymServer(SimpleResourcesServer):
 
     async def verify(self, body: ReasoningGymVerify) -> BaseVerifyResponse:
         ref = body.reasoning_gym
-        spec = (ref.dataset, ref.config, ref.index, (self.max_cache_bytes, self.max_datasets))
         try:
             check_config(
                 ref.dataset, ref.config, "config", self, issued=spec_key(ref.dataset, ref.config) in self._issued
             )
             if isinstance(size := ref.config.get("size"), int) and ref.index >= size:  # before anything is built
                 raise SpecError(f"index: {ref.index} is past {ref.dataset}'s size {size}")
-            graded = await self._grade(spec, body.response.output_text)
+            graded = await self._grade(ref, body.response.output_text)
         except SpecError as exc:
             raise HTTPException(422, f"{self.name}: reasoning_gym.{exc}") from None
         except (WorkBudgetExceeded, ScoreError) as exc:
             if getattr(exc, "stage", None) == "prepare":
                 return masked_verification(body, "verifier_error", f"{exc}: building {ref.dataset} from {ref.config}")
             try:  # the entry grades with an empty answer: this answer's failure (its 0); else the grader's (masked)
-                graded = await self._grade(spec, "")
+                graded = await self._grade(ref, "")
                 graded.update(reward=0.0, answer_error=f"grading this answer failed: {exc}")
             except (WorkBudgetExceeded, ScoreError, WorkerDied):
                 return masked_verification(body, "verifier_error", f"{self.name}: grading failed on any answer: {exc}")
@@ -92,16 +91,19 @@ class ReasoningGymServer(SimpleResourcesServer):
         """A worker keeps its datasets within ``max_cache_bytes``; one far past it (a build's leftovers) restarts."""
         return 2 * self.max_cache_bytes + (1 << 30)
 
-    async def _grade(self, spec: tuple, text: str) -> dict[str, Any]:
+    async def _grade(self, ref: DatasetRef, text: str) -> dict[str, Any]:
         """``grade`` in a worker, the dataset built there first (within ``build_budget_seconds``)."""
-        name, config, _, cache = spec
+        cache = (self.max_cache_bytes, self.max_datasets)
         return await self.worker_pool().run(
             grade,
-            *spec,
+            ref.dataset,
+            ref.config,
+            ref.index,
+            cache,
             text,
             self.max_answer_chars,
             budget_s=self.work_budget_seconds,
-            prepare=(_dataset, name, config, cache),
+            prepare=(_dataset, ref.dataset, ref.config, cache),
             prepare_s=self.build_budget_seconds,
         )
 
