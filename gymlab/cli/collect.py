@@ -107,7 +107,7 @@ def _json_object(flag: str, text: str | None) -> dict | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from gymlab.cluster.configs import config_pool
+    from gymlab.cluster.pool import config_pool
     from gymlab.collection.config import load_config
     from gymlab.collection.runner import collect
 

@@ -212,7 +212,7 @@ def probe_reasoning_gym(
     import gymlab.envs as envs
     from gymlab.lab import Lab
     from gymlab.probes import BUILTIN_PROBES, ProbeReport, probe
-    from gymlab.probes.candidates import index_rows
+    from gymlab.probes.candidates import RowIndex
     from gymlab.probes.policies import answer_spray, majority_answer, prompt_number_alone
 
     started = time.perf_counter()
@@ -227,7 +227,7 @@ def probe_reasoning_gym(
     tasks: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
         tasks.setdefault(row["reasoning_gym"]["dataset"], []).append(i)
-    by_dataset = {name: index_rows(rows[i] for i in found) for name, found in tasks.items()}
+    by_dataset = {name: RowIndex(rows[i] for i in found) for name, found in tasks.items()}
 
     def question(request) -> str:
         return [i.text for i in request.input_items() if i.type == "message" and i.role == "user"][-1]

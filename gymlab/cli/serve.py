@@ -117,8 +117,8 @@ def serve_processes(planned: list[Planned], args: argparse.Namespace) -> int:
 def serve_ray(config, args: argparse.Namespace) -> int:
     """The config's servers in Ray cells, each agent behind one door on this host, until Ctrl-C."""
     from gymlab.cli.collect import ray_options
-    from gymlab.cluster.configs import config_pool
     from gymlab.cluster.front import serve_fronts
+    from gymlab.cluster.pool import config_pool
 
     with config_pool(config, **ray_options(args)) as pool:
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # after ray.init, which installs its own

@@ -11,16 +11,17 @@ import orjson
 
 from gymlab._http.inproc import LocalApp, Registry
 from gymlab._runtime.bodies import request_body
-from gymlab.errors import error_body
+from gymlab._sync import background_loop
+from gymlab.cluster.cell import CellGone
+from gymlab.errors import EpisodeError, error_body
 from gymlab.protocol.failure_kinds import Failure
 
 #: Headers the forwarding call sets again itself.
 _HOP_HEADERS = frozenset({b"host", b"content-length"})
 
 
-def bridge_app(cell: Any, server: str, timeout: float | None = None):
+def bridge_app(cell: Any, server: str):
     """An ASGI app answering every POST by forwarding it to ``server`` in ``cell`` (a ``CellRef``)."""
-    from gymlab.cluster.cell import CellGone
 
     async def app(scope: dict, receive, send) -> None:
         body, _ = await request_body(scope, receive)
@@ -29,7 +30,7 @@ def bridge_app(cell: Any, server: str, timeout: float | None = None):
         }
         path = scope["path"] + (f"?{scope['query_string'].decode()}" if scope.get("query_string") else "")
         try:
-            status, answer_headers, body = await cell.call("request", server, path, body, headers, timeout)
+            status, answer_headers, body = await cell.call("request", server, path, body, headers)
         except CellGone as exc:
             failure = Failure(kind="session_lost", server=server, status=410, message=str(exc))
             status, answer_headers = 410, [(b"content-type", b"application/json")]
@@ -44,9 +45,7 @@ def bridge_app(cell: Any, server: str, timeout: float | None = None):
 
 def bridged_urls(pool: Any, cell: Any, registry: Registry) -> dict[str, str]:
     """Driver-side URLs of ``cell``'s servers, in-process through ``registry`` (a Lab's or a run's
-    client's; registered once per cell and registry, dropped by ``unbridge``)."""
-    from gymlab._sync import background_loop
-
+    client's; registered once per cell and registry, dropped when the pool closes)."""
     entries = pool._bridges.setdefault((registry, cell.index), {})
     for server in cell.info.get("urls", {}):
         if server not in entries:
@@ -58,26 +57,15 @@ def bridged_urls(pool: Any, cell: Any, registry: Registry) -> dict[str, str]:
     return {server: entry.url for server, entry in entries.items()}
 
 
-def unbridge(pool: Any) -> None:
-    """Unregister every bridged URL of ``pool``."""
-    for (registry, _), entries in pool._bridges.items():
-        for entry in entries.values():
-            registry.unregister(entry)
-    pool._bridges.clear()
-
-
 def pinned(pool: Any, registry: Registry, agent: str | None = None) -> dict[str, Any]:
     """What ``lab.episode(pool, row)`` opens: one cell's environment (and model) URLs and names."""
-    from gymlab.errors import EpisodeError
-
     agent = agent or pool.agent
-    env = pool.env_name(agent)
+    recipe = pool.recipe(agent)
+    env, model = recipe.refs.get("resources_server"), recipe.refs.get("model_server")
     if not env:
         raise EpisodeError(f"{pool.name}: the agent {agent!r} has no resources_server; lab.episode needs one")
     cell = pool.pick()
     urls = bridged_urls(pool, cell, registry)
-    model = pool.model_name(agent)
-    recipe = pool.recipe(agent)
     field = recipe.server.model_fields.get("max_steps")
     max_steps = recipe.config.get("max_steps", field.default if field is not None else None)
     return {

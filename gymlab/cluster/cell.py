@@ -1,6 +1,6 @@
 """One cell: the servers of one replica, in a Ray actor on one node, run as a ``Lab`` runs them
 (127.0.0.1, calls in-process; a ``num_workers`` > 1 server as ``gymlab serve`` runs it). The driver
-reaches it only through ``run`` and ``request`` (docs/cluster.md).
+reaches its servers only through ``request`` (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import os
 import subprocess
 from typing import Any
 
-from gymlab._runtime.serve import free_port
+from gymlab._http.client import Client
+from gymlab._runtime.serve import LoopServer, free_port
+from gymlab._sync import on_background_loop, run_sync
 from gymlab.cluster.recipe import ordered, unpack
 from gymlab.errors import ConfigError
 
@@ -23,9 +25,6 @@ class Cell:
 
     def __init__(self, files: list[tuple[str, str, str | None]], blob: bytes, index: int, log_level: str = "warning"):
         """``files`` and ``blob``: the recipes as ``gymlab.cluster.recipe.pack`` made them."""
-        from gymlab._http.client import Client
-        from gymlab._runtime.serve import LoopServer
-
         recipes = unpack(files, blob)
         self.index = index
         self.client = Client()  # the cell's servers reach each other in-process, through its registry
@@ -88,20 +87,10 @@ class Cell:
             "protocols": {n: protocol_of(s) for n, s in self.servers.items() if self.roles[n] == "resources"},
         }
 
-    async def run(self, agent: str, job: dict[str, Any], timeout: float | None = None) -> tuple[int, bytes]:
-        """``POST /run`` of ``job`` to the cell's ``agent``: the answer's status and body, as sent."""
-        from gymlab._sync import on_background_loop
-
-        reply = await on_background_loop(self.client.post(self.urls[agent], "/run", job, server=agent, timeout=timeout))
-        return reply.status, reply.body
-
     async def request(
         self, server: str, path: str, body: bytes, headers: dict[str, str], timeout: float | None = None
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """One POST to ``server`` of this cell (in-process unless it runs several workers): ``(status,
-        headers, body)`` as it answered."""
-        from gymlab._sync import on_background_loop
-
+        """One POST to ``server`` of this cell (in-process unless it runs several workers), as it answered."""
         call = self.client.request(
             "POST", self.urls[server], path, body, headers=headers, server=server, timeout=timeout
         )
@@ -116,8 +105,6 @@ class Cell:
 
     def close(self) -> None:
         """Stop the cell's servers and close its client (the pool kills the actor after)."""
-        from gymlab._sync import run_sync
-
         for runner in reversed(self._runners):
             runner.stop()
         self._runners.clear()

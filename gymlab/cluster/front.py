@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request  # at module level: the route's annotations
 from fastapi.responses import JSONResponse
 
 from gymlab._runtime.bodies import BodyGuardMiddleware, parse_json
+from gymlab._runtime.serve import LoopServer
 from gymlab.errors import ServerError, error_body
 from gymlab.server import BaseServer
 
@@ -17,11 +18,11 @@ from gymlab.server import BaseServer
 MAX_BODY_BYTES: int = BaseServer.model_fields["max_body_bytes"].default
 
 
-def front_app(pool: Any, agent: str, timeout_s: float | None = None, max_body_bytes: int = MAX_BODY_BYTES):
+def front_app(pool: Any, agent: str):
     """A FastAPI app: ``POST /run`` of ``agent`` in ``pool``'s cells, ``GET /health``; a body past
-    ``max_body_bytes`` is answered 413, one that is not a JSON object 422, as the servers answer them."""
+    ``MAX_BODY_BYTES`` is answered 413, one that is not a JSON object 422, as the servers answer them."""
     app = FastAPI(title=f"{agent} on Ray cells")
-    app.add_middleware(BodyGuardMiddleware, server_name=agent, max_bytes=max_body_bytes)
+    app.add_middleware(BodyGuardMiddleware, server_name=agent, max_bytes=MAX_BODY_BYTES)
 
     @app.post("/run")
     async def run(request: Request) -> Any:
@@ -33,7 +34,7 @@ def front_app(pool: Any, agent: str, timeout_s: float | None = None, max_body_by
         if not isinstance(job, dict):
             return _refused(agent, f"the body is a JSON {type(job).__name__}, not an object (a /run row)")
         try:
-            return await pool.apost_run(job, agent=agent, timeout=timeout_s)
+            return await pool.apost_run(job, agent=agent)
         except ServerError as exc:
             body = error_body(exc.server, exc.route, exc.cause, hint=exc.hint or None, failure=exc.failure)
             return JSONResponse(body, status_code=exc.status or 503)
@@ -60,9 +61,6 @@ def _refused(agent: str, cause: str) -> JSONResponse:
 
 
 def serve_fronts(pool: Any, host: str = "127.0.0.1", port: int = 0) -> dict[str, Any]:
-    """One door per agent of ``pool`` (``LoopServer``s on gymlab's loop): agent -> its runner.
-    ``port`` is the first agent's (0: free ports); the next agents take free ports."""
-    from gymlab._runtime.serve import LoopServer
-
+    """One door per agent of ``pool`` (``LoopServer``s on gymlab's loop), ``port`` the first's: agent -> runner."""
     ports = [port] + [0] * (len(pool.agents) - 1)
     return {agent: LoopServer(front_app(pool, agent), host, p, agent).start() for agent, p in zip(pool.agents, ports)}

@@ -7,15 +7,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
+import sys
 from dataclasses import dataclass, field
+from html import escape
 from typing import TYPE_CHECKING, Any
 
-from gymlab.cluster.bridge import bridged_urls, unbridge
+from gymlab._http.client import Reply, parsed, transport_error
+from gymlab._sync import on_background_loop, run_sync
+from gymlab.cluster.bridge import bridged_urls
 from gymlab.cluster.cell import Cell, CellGone
-from gymlab.cluster.connect import connect, require_ray
-from gymlab.cluster.recipe import Recipe, pack
-from gymlab.cluster.replica import CellReplica
-from gymlab.errors import ConfigError, ServerError, ServerStartError
+from gymlab.cluster.recipe import Recipe, from_config, pack
+from gymlab.errors import ConfigError, GymlabError, ReplicaGone, ServerError, ServerStartError
+from gymlab.jsonl import dumps
+from gymlab.protocol import Rollout
+from gymlab.protocol.failure_kinds import Failure
 from gymlab.run.engine import Job, Policy, attempt
 from gymlab.run.pool import ReplicaPool
 
@@ -23,9 +29,55 @@ if TYPE_CHECKING:
     from gymlab._http.inproc import Registry
 
 _pool_ids = itertools.count()
+_JSON = {"Content-Type": "application/json"}
 
 #: Seconds a cell may take to check a run's rows against its environment's routes.
 CHECK_TIMEOUT_S = 30.0
+#: Seconds the cells of a pool may take to start.
+STARTUP_TIMEOUT_S = 120.0
+
+#: Ray's switch for clusters of several machines on Windows and macOS, read once at import; off
+#: ("0"), the address of a node this process starts is 127.0.0.1 (Linux reads the same switch).
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def require_ray(local: bool = False):
+    """The ``ray`` module, or a ``ConfigError`` saying how to install it. ``local``: the process will start a
+    local cluster, so a first import makes that cluster's address loopback (docs/cluster.md)."""
+    first = "ray" not in sys.modules
+    saved = os.environ.get(LOOPBACK_ENV)
+    if local and first and saved is None:
+        os.environ[LOOPBACK_ENV] = "0"
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "Ray is not installed: pip install 'gymlab[ray]' (plain ray is enough; no dashboard needed)"
+        ) from None
+    finally:
+        if saved is None:
+            os.environ.pop(LOOPBACK_ENV, None)  # read once at import; processes started later join as usual
+    return ray
+
+
+def connect(address: str | None = None, runtime_env: dict[str, Any] | None = None, **init_options: Any):
+    """The ``ray`` module, connected: the running connection, else ``ray.init`` of a local cluster (``address=None``:
+    no dashboard, loopback), this host's (``"auto"``) or ``"HOST:PORT"``'s, with the job's ``runtime_env``."""
+    ray = require_ray(local=address is None)
+    if ray.is_initialized():
+        return ray
+    options: dict[str, Any] = {"include_dashboard": False} if address is None else {}
+    if runtime_env:
+        options["runtime_env"] = runtime_env
+    options.update(init_options)
+    try:
+        ray.init(address=address, **options)
+    except ConnectionError as exc:
+        raise ConfigError(
+            f"cannot join the Ray cluster at {address!r}: {exc}; start it with `ray start --head` "
+            "or give its address (HOST:PORT)"
+        ) from None
+    return ray
 
 
 @dataclass(eq=False)
@@ -73,6 +125,46 @@ class CellRef:
         return f"<cell {self.index} node {self.node_ip} ({self.node_id[:6]}) {state}>"
 
 
+class CellReplica:
+    """``agent`` in ``cell`` as a run replica (``gymlab.run.pool.Replica``): ``run`` is its ``POST /run``."""
+
+    def __init__(self, cell: CellRef, agent: str):
+        self.cell, self.agent = cell, agent
+        self.name = f"{agent}@cell{cell.index}"
+
+    async def run(self, job: dict[str, Any], timeout_s: float | None) -> Any:
+        """The ``/run`` answer within ``timeout_s``; ``ReplicaGone`` when the cell died, ``ServerError``
+        when the rollout failed (a ``transport_timeout`` one when the cell did not answer in time)."""
+        cell, body = self.cell, dumps(job)  # orjson, big ints by the standard library
+        inner = None if timeout_s is None else timeout_s - min(1.0, timeout_s / 10)  # the cell's /run: a bit less
+        cell.in_flight += 1
+        try:
+            status, _, body = await cell.call("request", self.agent, "/run", body, _JSON, inner, budget=timeout_s)
+        except CellGone as exc:
+            failure = Failure(kind="transport_peer_drop", server=self.name, message=str(exc))
+            raise ReplicaGone(self.name, str(exc), failure) from None
+        except TimeoutError as exc:
+            where = f"cell {cell.index} on node {cell.node_ip or '?'}"
+            raise transport_error(self.name, where, "/run", exc, timeout_s) from None
+        except (GymlabError, OSError):
+            raise
+        except Exception as exc:  # the cell's own code failed (not the rollout's servers): still one record
+            cause = f"cell {cell.index} raised {type(exc).__name__}: {exc}"
+            failure = Failure(kind="agent_run_error", server=self.name, message=cause)
+            raise ServerError(self.name, "POST /run", 500, cause, failure=failure) from None
+        finally:
+            cell.in_flight -= 1
+        cell.done += 1
+        return parsed(Reply(status, body), "/run", self.agent)
+
+    async def alive(self) -> bool:
+        """A dead actor does not come back (cells are not restarted)."""
+        return self.cell.alive
+
+    def __repr__(self) -> str:
+        return f"<CellReplica {self.name}>"
+
+
 class CellPool:
     """Replicas of a set of servers on a Ray cluster, one actor ("cell") per replica. ``run_many`` and
     ``lab.episode`` take a pool as they take an agent handle; ``close()`` kills the actors."""
@@ -86,9 +178,7 @@ class CellPool:
         name: str | None = None,
         address: str | None = None,
         runtime_env: dict[str, Any] | None = None,
-        startup_timeout: float = 120.0,
         log_level: str = "warning",
-        ray_options: dict[str, Any] | None = None,
     ):
         if replicas < 1:
             raise ConfigError(f"replicas must be at least 1, got {replicas}")
@@ -110,7 +200,6 @@ class CellPool:
         options: dict[str, Any] = {"num_cpus": cpus_per_replica, "scheduling_strategy": "SPREAD"}
         if runtime_env and not job_level:
             options["runtime_env"] = runtime_env  # per cell: env_vars, pip, URIs (not a local folder)
-        options.update(ray_options or {})
         files, blob = pack(recipes, (runtime_env or {}).get("working_dir"))
         try:
             remote = ray.remote(Cell).options(**options)
@@ -120,15 +209,15 @@ class CellPool:
                 f"{self.name}: runtime_env: {exc} (give a local working_dir to the first serve_pool of the "
                 "process, or to ray.init(runtime_env=...))"
             ) from None
-        self._start(ray, startup_timeout)
+        self._start(ray)
 
-    def _start(self, ray, timeout: float) -> None:
+    def _start(self, ray) -> None:
         refs = {cell.actor.info.remote(): cell for cell in self.cells}
-        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=STARTUP_TIMEOUT_S)
         try:
             if pending:
                 raise ServerStartError(
-                    f"{self.name}: {len(pending)} of {len(self.cells)} cells did not start within {timeout:.0f}s; "
+                    f"{self.name}: {len(pending)} of {len(self.cells)} cells did not start within {STARTUP_TIMEOUT_S:.0f}s; "
                     f"each asks for {self.cpus_per_replica:g} CPU and the cluster has "
                     f"{ray.available_resources().get('CPU', 0):g} free of {ray.cluster_resources().get('CPU', 0):g}: "
                     "ask for fewer replicas or cpus_per_replica, or add nodes"
@@ -142,15 +231,12 @@ class CellPool:
             self.close()
             raise
 
-    # -- dispatch ---------------------------------------------------------------------------------
-
     @property
     def live(self) -> list[CellRef]:
         return [c for c in self.cells if c.alive]
 
     def pick(self) -> CellRef:
-        """The live cell with the fewest rollouts in flight (where an episode is pinned); none left
-        raises ``CellGone``."""
+        """The live cell with the fewest rollouts in flight (where an episode is pinned), else ``CellGone``."""
         live = self.live
         if not live:
             raise CellGone(f"{self.name}: no live cell left of {len(self.cells)}")
@@ -164,8 +250,7 @@ class CellPool:
         return self._replicas[agent]
 
     def urls(self, registry: Registry) -> dict[str, str]:
-        """Driver-side URLs of one live cell's servers, in-process through ``registry`` (a collection's
-        client's): they name a collection's targets, and its resources server answers ``/aggregate_metrics``."""
+        """Driver-side URLs of one live cell's servers, in-process through ``registry``: a collection's targets."""
         return bridged_urls(self, self.pick(), registry)
 
     async def apost_run(self, job: dict[str, Any], *, agent: str | None = None, timeout: float | None = None) -> Any:
@@ -186,19 +271,12 @@ class CellPool:
 
     async def arun(self, row: dict[str, Any]):
         """One episode of ``row`` through the pool's agent: a ``Rollout`` (what ``run_many`` calls)."""
-        from gymlab._sync import on_background_loop
-        from gymlab.protocol import Rollout
-
         return Rollout.model_validate(await on_background_loop(self.apost_run(row)))
 
     def run(self, row: dict[str, Any]):
         """``arun`` from sync code."""
         __tracebackhide__ = True
-        from gymlab._sync import run_sync
-
         return run_sync(self.arun(row))
-
-    # -- what the Lab asks ------------------------------------------------------------------------
 
     def recipe(self, agent: str | None = None) -> Recipe:
         """The recipe of ``agent`` (default: the pool's agent)."""
@@ -219,9 +297,6 @@ class CellPool:
         except ValueError:  # an environment server's own timeouts field: the agent defaults
             bounds = default
         return (bounds.episode or default.episode or 0.0) + (bounds.cleanup or default.cleanup or 0.0) + 1.0
-
-    def model_name(self, agent: str | None = None) -> str | None:
-        return self.recipe(agent).refs.get("model_server")
 
     def check(self, rows: list[dict[str, Any]]):
         """The rows' declared tools against the environment's routes, checked in one cell."""
@@ -255,8 +330,10 @@ class CellPool:
         self._closed = True
         import ray
 
-        unbridge(self)
-
+        for (registry, _), entries in self._bridges.items():
+            for entry in entries.values():
+                registry.unregister(entry)
+        self._bridges.clear()
         if not ray.is_initialized():
             return
         live = [c.actor.close.remote() for c in self.cells if c.alive]
@@ -274,8 +351,6 @@ class CellPool:
 
     def _repr_html_(self) -> str:
         """A notebook's view: one row per cell with its node and load."""
-        from html import escape
-
         rows = "".join(
             f"<tr><td>{c.index}</td><td>{escape(c.node_ip)}</td><td><code>{escape(c.node_id[:12])}</code></td>"
             f"<td>{c.in_flight}</td><td>{c.done}</td><td>{'live' if c.alive else 'dead'}</td></tr>"
@@ -292,3 +367,32 @@ class CellPool:
         dead = f", {len(self.cells) - len(self.live)} dead" if len(self.live) < len(self.cells) else ""
         head = f"<CellPool {self.name}: {len(self.live)} cells on {len(self.nodes)} nodes, {in_flight} in flight{dead}"
         return head + "".join(f"\n  {c!r}" for c in self.cells) + ">"
+
+
+def replicas_of(config, replicas: int | None) -> int:
+    """``replicas`` if given, else the largest ``num_replicas`` in the config, else one cell per live node."""
+    if replicas is not None:
+        return replicas
+    declared = [s.num_replicas for s in config.servers.values() if s.num_replicas]
+    return max(declared) if declared else sum(1 for n in require_ray().nodes() if n.get("Alive"))
+
+
+def config_pool(
+    config,
+    *,
+    address: str | None = None,
+    replicas: int | None = None,
+    cpus_per_replica: float = 1.0,
+    runtime_env: dict[str, Any] | None = None,
+) -> CellPool:
+    """Cells each running every server of a YAML ``config`` (``gymlab collect/serve CONFIG --ray``)."""
+    connect(address)
+    recipes = from_config(config)
+    return CellPool(
+        recipes,
+        replicas=replicas_of(config, replicas),
+        cpus_per_replica=cpus_per_replica,
+        name=", ".join(r.name for r in recipes if r.role == "agent"),
+        address=address,
+        runtime_env=runtime_env,
+    )

@@ -7,8 +7,12 @@ from __future__ import annotations
 import sys
 import sysconfig
 from dataclasses import dataclass, field
+from graphlib import TopologicalSorter
 from pathlib import Path
 from typing import Any
+
+from gymlab.errors import ConfigError
+from gymlab.utils import import_file
 
 #: Roles of a cell's servers, in the order a cell starts them (referenced servers first).
 ROLES = ("model", "resources", "agent")
@@ -48,23 +52,10 @@ class Recipe:
 
 
 def ordered(recipes: list[Recipe]) -> list[Recipe]:
-    """Every recipe after the ones it refers to (a cell starts them in this order)."""
-    by_name = {r.name: r for r in recipes}
-    out: list[Recipe] = []
-    seen: set[str] = set()
-
-    def visit(recipe: Recipe) -> None:
-        if recipe.name in seen:
-            return
-        seen.add(recipe.name)
-        for name in recipe.refs.values():
-            if name in by_name:
-                visit(by_name[name])
-        out.append(recipe)
-
-    for recipe in sorted(recipes, key=lambda r: ROLES.index(r.role) if r.role in ROLES else len(ROLES)):
-        visit(recipe)
-    return out
+    """Every recipe after the ones it refers to (a cell starts them in this order), models first."""
+    by_name = {r.name: r for r in sorted(recipes, key=lambda r: ROLES.index(r.role) if r.role in ROLES else 3)}
+    graph = {name: [n for n in r.refs.values() if n in by_name] for name, r in by_name.items()}
+    return [by_name[name] for name in TopologicalSorter(graph).static_order()]
 
 
 def _installed(path: str | None) -> bool:
@@ -111,9 +102,6 @@ def unpack(files: list[tuple[str, str, str | None]], blob: bytes) -> list[Recipe
     """On the node: import ``files`` under their module names, then unpickle the recipes. A file
     not at its driver's path is looked for in the working directory (Ray's ``working_dir`` copy)."""
     from ray import cloudpickle
-
-    from gymlab.errors import ConfigError
-    from gymlab.utils import import_file
 
     for path, name, relative in files:
         if not Path(path).is_file() and relative and Path(relative).is_file():

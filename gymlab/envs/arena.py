@@ -92,8 +92,7 @@ class TextArenaServer(GymnasiumServer):
         return game
 
     def _move(self, state: dict, move: str) -> bool:
-        """``move`` played by the seat to move; whether the game ended. One too long or unreadable is an invalid
-        move under the game's own rules, never stored."""
+        """``move`` played by the seat to move (too long or unreadable: an invalid move); whether the game ended."""
         game, why = state["game"], None
         if len(move) > self.max_move_chars:
             why = f"the move is {len(move)} characters, over the {self.max_move_chars} this game reads"
@@ -207,9 +206,8 @@ def textarena(
     name: str | None = None,
     **make_kwargs: Any,
 ) -> tuple[TextArenaServer, list[dict[str, Any]]]:
-    """``(server, rows)`` for the TextArena game ``env_id``, one row per seed. ``opponent`` plays the other
-    seats: a function of the seat's observation text returning its move, or a model server (a Lab handle or
-    URL). ``tools=True`` declares a ``move`` tool on the rows (else the model's text is its move)."""
+    """``(server, rows)`` for the TextArena game ``env_id``, one row per seed, ``opponent`` playing the other
+    seats (the arguments: docs/envs.md)."""
     need("textarena")
     check_offline(env_id)
     server = TextArenaServer(

@@ -59,8 +59,7 @@ def check_offline(env_id: str) -> None:
 
 
 def game_sources(root: Path, module: str, env_id: str) -> dict[str, str]:
-    """The source of ``module`` and of every ``textarena.envs`` module it imports, transitively, by file; a
-    ``GameUnavailable`` for one that does not parse on this Python."""
+    """The source of ``module`` and of every ``textarena.envs`` module it imports, transitively, by file."""
     found: dict[str, str] = {}
     todo, seen = [module], set()
     while todo:
@@ -140,12 +139,12 @@ def no_downloads():
         nltk.download = original
 
 
-def reset_problem(env_id: str, players: tuple[int, ...] = (1, 2)) -> str | None:
+def reset_problem(env_id: str) -> str | None:
     """Why ``env_id`` does not make and reset here (a file or module its wheel lacks, a download), or None.
-    Tried with each count of ``players``; a game refusing only the player count is not a problem."""
+    Tried with one and two players; a game refusing only the player count is not a problem."""
     ta = need("textarena")
     failures: list[BaseException] = []
-    for count in players:
+    for count in (1, 2):
         try:
             with no_downloads(), contextlib.redirect_stdout(io.StringIO()):
                 ta.make(env_id).reset(num_players=count, seed=0)
@@ -153,6 +152,4 @@ def reset_problem(env_id: str, players: tuple[int, ...] = (1, 2)) -> str | None:
         except Exception as exc:  # whatever the game raises is reported, as its type and message
             failures.append(exc)
     real = [e for e in failures if not isinstance(e, (AssertionError, ValueError))]
-    if not real:
-        return None
-    return f"does not reset here: {type(real[0]).__name__}: {str(real[0])[:160]}"
+    return f"does not reset here: {type(real[0]).__name__}: {str(real[0])[:160]}" if real else None

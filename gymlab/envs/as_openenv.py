@@ -12,6 +12,7 @@ from typing import Any, Literal
 from gymlab._http.client import Client, Cookies
 from gymlab._sync import run_sync
 from gymlab.envs.extras import need
+from gymlab.envs.open_env import get_json
 from gymlab.loop import refusal
 from gymlab.protocol import (
     FunctionCall,
@@ -58,8 +59,6 @@ def as_openenv(
     need("openenv")
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.types import State
-
-    from gymlab.envs.open_env import get_json
 
     rows = [dict(r) for r in rows]
     if not rows:

@@ -20,10 +20,8 @@ from gymlab.resources.tools import function_tool, rows_from
 
 #: The discrete actions' names of Gymnasium's own envs, by the env spec's name.
 ACTION_NAMES = {
-    "FrozenLake": ["left", "down", "right", "up"],
-    "FrozenLake8x8": ["left", "down", "right", "up"],
-    "CliffWalking": ["up", "right", "down", "left"],
-    "CliffWalkingSlippery": ["up", "right", "down", "left"],
+    **dict.fromkeys(("FrozenLake", "FrozenLake8x8"), ["left", "down", "right", "up"]),
+    **dict.fromkeys(("CliffWalking", "CliffWalkingSlippery"), ["up", "right", "down", "left"]),
     "Taxi": ["south", "north", "east", "west", "pickup", "dropoff"],
     "Blackjack": ["stick", "hit"],
     "CartPole": ["left", "right"],
@@ -185,8 +183,7 @@ def gymnasium(
     **make_kwargs: Any,
 ) -> tuple[GymEnvServer, list[dict[str, Any]]]:
     """``(server, rows)`` for an env id (made with ``make_kwargs``) or an env (each episode plays a deep copy),
-    one row per seed. ``formatter(env, obs)``: the model's text (default ``text_observation``); ``actions``:
-    the discrete actions' names (``ACTION_NAMES`` known); ``tools=True`` declares one function per action."""
+    one row per seed (the other arguments: docs/envs.md)."""
     gym = need("gymnasium")
     env_id = env if isinstance(env, str) else None
     server = GymEnvServer(

@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import HTTPException
 from pydantic import Field, PrivateAttr, ValidationError
 
+from gymlab._http.client import fetch
 from gymlab.envs.extras import need
 from gymlab.envs.gym_env import LOST, plain, row_seed, row_tool, seeded_rows
 from gymlab.protocol.responses import read_arguments
@@ -28,8 +29,7 @@ _NOT_SHOWN = ("reward", "done", "metadata")
 
 
 class LocalEpisode:
-    """One ``Environment`` on a thread of its own (it may keep thread-bound state, as OpenEnv's server
-    allows), its own ``*_async`` methods on the loop."""
+    """One ``Environment`` on a thread of its own (it may keep thread-bound state), its ``*_async`` on the loop."""
 
     def __init__(self, env: Any, action_cls: type, executor: ThreadPoolExecutor):
         self.env, self.action_cls, self.executor = env, action_cls, executor
@@ -204,8 +204,7 @@ class OpenEnvServer(GymnasiumServer):
                     self.tool_output(c, {"error": "not an action of this environment"}) for c in calls
                 ]
             return state.get("observation"), 0.0, False, False, info
-        observation = self.observe(answer["observation"])
-        state["observation"] = observation
+        state["observation"] = observation = self.observe(answer["observation"])
         if calls:
             info["tool_outputs"] = [self.tool_output(calls[0], answer["observation"])]
         return observation, float(answer["reward"] or 0.0), bool(answer["done"]), False, info
@@ -247,8 +246,6 @@ def text_field(schema: dict[str, Any]) -> str | None:
 
 def get_json(url: str, path: str, *, timeout: float = 30.0, limit: int = 5_000_000) -> Any:
     """``GET url+path``'s JSON, up to ``limit`` bytes; any other answer a ``RuntimeError`` naming it."""
-    from gymlab._http.client import fetch
-
     reply = fetch("GET", url.rstrip("/"), path, timeout=timeout)
     if len(reply.body) > limit:
         raise RuntimeError(f"{url}{path} answered more than {limit} bytes; is it the server you meant?")
@@ -270,10 +267,8 @@ def openenv(
     action: type | None = None,
     name: str | None = None,
 ) -> tuple[OpenEnvServer, list[dict[str, Any]]]:
-    """``(server, rows)``, one row per seed, for an ``Environment`` class (one instance per episode), an
-    instance (each episode a deep copy) or a running OpenEnv server's URL. ``formatter(fields)``: the model's
-    text (default: their JSON); ``tools=True`` declares one function of the action's fields (an
-    ``MCPEnvironment`` declares its tools); ``action``: the ``Action`` class, if ``step`` does not annotate it."""
+    """``(server, rows)``, one row per seed, for an ``Environment`` class or instance or a running OpenEnv
+    server's URL (the arguments: docs/envs.md)."""
     need("openenv")
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction

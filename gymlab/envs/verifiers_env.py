@@ -10,6 +10,7 @@ from fastapi import Body, FastAPI, HTTPException, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, Field, PrivateAttr
 
+from gymlab._sync import run_sync
 from gymlab.envs.extras import need
 from gymlab.loop import refusal
 from gymlab.protocol import (
@@ -141,8 +142,7 @@ def prompt_messages(data: Any) -> list[Any]:
 
 
 def episode_messages(output: list[Any]) -> list[Any]:
-    """A response's items as verifiers messages: a model turn's text and calls one assistant message, each
-    function output a tool message."""
+    """A response's items as verifiers messages: a model turn one assistant message, an output a tool message."""
     from verifiers.v1.types import AssistantMessage, ToolCall, ToolMessage
 
     messages: list[Any] = []
@@ -209,8 +209,6 @@ def verifiers(taskset: Any, *, name: str = "verifiers") -> tuple[VerifiersServer
         raise ValueError(f"{type(taskset).__name__} is endless; select a bounded part of it first")
     server = VerifiersServer(name=name)
     server._tasks = list(taskset)
-    from gymlab._sync import run_sync
-
     rows = []
     for index, task in enumerate(server._tasks):
         server._listed[index] = run_sync(server.tool_server(index).list_tools())

@@ -41,18 +41,14 @@ def row_prompt(row: dict[str, Any]) -> str:
 
 
 class RowIndex(dict):
-    """Rows by their prompt, and ``cached``: what the probes compute once over all of them."""
+    """Rows by their prompt (``row_prompt``): the rows a request may be of; ``cached``: what the probes
+    compute once over all of them."""
 
-    cached: dict[str, Any]
-
-
-def index_rows(rows: Iterable[dict[str, Any]]) -> RowIndex:
-    """Rows by their prompt (``row_prompt``): the rows a request may be of."""
-    index = RowIndex()
-    index.cached = {}
-    for row in rows:
-        index.setdefault(row_prompt(row), []).append(row)
-    return index
+    def __init__(self, rows: Iterable[dict[str, Any]] = ()):
+        super().__init__()
+        self.cached: dict[str, Any] = {}
+        for row in rows:
+            self.setdefault(row_prompt(row), []).append(row)
 
 
 def rows_of(messages: Iterable[str], index: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -77,12 +73,12 @@ def field_values(row: dict[str, Any], depth: int = 3) -> list[str]:
     return list(leaves(own_fields(row), depth))
 
 
-def short_values(rows: Iterable[dict[str, Any]], words: int = 3) -> Iterator[str]:
-    """The field values of at most ``words`` words (the ones that look like answers), in order, once each."""
+def short_values(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """The field values of at most three words (the ones that look like answers), in order, once each."""
     seen: set[str] = set()
     for row in rows:
         for value in field_values(row):
-            if value not in seen and len(value.split()) <= words:
+            if value not in seen and len(value.split()) <= 3:
                 seen.add(value)
                 yield value
 
@@ -118,8 +114,7 @@ def permutations(tokens: Iterable[str]) -> Iterator[str]:
 
 
 def task_candidates(prompt: str, rows: list[dict[str, Any]], common: Iterable[str] = ()) -> Iterator[str]:
-    """Candidate answers for a task: the rows' fields, the prompt's tokens, numbers, permutations
-    (quoted tokens first, then tokens that are not ``common`` words, shortest and latest first), edits."""
+    """Candidate answers for a task: the rows' fields, the prompt's tokens, numbers, permutations, edits."""
     values = [v for row in rows for v in field_values(row)]
     yield from values
     quoted = QUOTED.findall(prompt)
@@ -133,8 +128,9 @@ def task_candidates(prompt: str, rows: list[dict[str, Any]], common: Iterable[st
         yield from edits(token)
 
 
-def spray(candidates: Iterable[str], limit: int = SPRAY_CHARS) -> str:
-    """Distinct candidates between the decoys, up to ``limit`` characters (one over ``limit // 8`` is left out)."""
+def spray(candidates: Iterable[str]) -> str:
+    """Distinct candidates between the decoys, up to ``SPRAY_CHARS`` characters (one over an eighth left out)."""
+    limit = SPRAY_CHARS
     kept: dict[str, None] = {}
     size = 0
     for candidate in candidates:
@@ -166,8 +162,7 @@ MAX_ANSWER_CHARS = 1_000
 
 
 def in_answer_format(prompt: str, text: str) -> str:
-    """``text`` as the prompt asks answers to be written: inside ``<answer>`` tags when it names them,
-    in ``\\boxed{}`` when it names that, else bare."""
+    """``text`` as the prompt asks answers to be written: in ``<answer>`` tags, in ``\\boxed{}``, else bare."""
     if "<answer>" in prompt.lower():
         return f"<answer>{text}</answer>"
     if "\\boxed" in prompt:
@@ -185,8 +180,7 @@ def spelled(word: str, prompt: str) -> str:
 
 
 def prompt_number(text: str, which: str) -> str:
-    """The ``which``-th distinct number of ``text`` (1-based, or ``last``); the last one when it has fewer;
-    "" when it has none."""
+    """The ``which``-th distinct number of ``text`` (1-based, or ``last``; the last when it has fewer), or ""."""
     numbers = list(dict.fromkeys(NUMBER.findall(text)))
     if not numbers:
         return ""
@@ -194,8 +188,7 @@ def prompt_number(text: str, which: str) -> str:
 
 
 def answer_values(row: dict[str, Any]) -> list[str]:
-    """A row's answers of up to ``MAX_ANSWER_CHARS``: its first ``ANSWER_KEYS`` field with a value (a
-    non-string as JSON), else its short top-level values (strings of at most three words, numbers); each once."""
+    """A row's answers of up to ``MAX_ANSWER_CHARS``: its first ``ANSWER_KEYS`` field, else its short top-level values."""
     found = next((row[key] for key in ANSWER_KEYS if row.get(key) is not None), None)
     if found is not None:
         values = [found if isinstance(found, str) else json.dumps(found)]

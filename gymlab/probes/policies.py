@@ -18,7 +18,6 @@ from gymlab.probes.candidates import (
     AnswerCounts,
     RowIndex,
     in_answer_format,
-    index_rows,
     leaves,
     prompt_number,
     rows_of,
@@ -92,7 +91,7 @@ def _marked(**attributes: Any) -> Callable[[Callable], Callable]:
 
 def _task_rows(request: ResponseCreateParams, rows: Any) -> tuple[list[dict[str, Any]], RowIndex]:
     """The rows ``request`` may be of, and the index of every row (``rows``: the probe's rows, or their index)."""
-    index = rows if isinstance(rows, RowIndex) else index_rows(rows)
+    index = rows if isinstance(rows, RowIndex) else RowIndex(rows)
     return rows_of((i.text for i in request.input_items() if i.type == "message"), index), index
 
 
@@ -127,9 +126,7 @@ def short_answer_spray(request: ResponseCreateParams, rows: Any = ()) -> str:
 
 
 def answer_aware_spray(request: ResponseCreateParams, rows: Any = ()) -> str:
-    """Every answer the task suggests, at once: the row's field values, the prompt's tokens, their edits,
-    the numbers' neighbours and sums, every permutation of a short token, between decoys
-    (``gymlab.probes.candidates``)."""
+    """Every answer the task suggests, at once, between decoys (``candidates.task_candidates``)."""
     return spray(task_candidates(prompt_text(request), _task_rows(request, rows)[0], COMMON_WORDS))
 
 
@@ -143,8 +140,7 @@ def short_constant(request: ResponseCreateParams) -> str:
 
 @_marked(variants=PROMPT_NUMBERS, guess=True)
 def prompt_number_alone(request: ResponseCreateParams) -> str:
-    """One number of the task's prompt, alone, in the answer format it asks for; one run per position
-    (``PROMPT_NUMBERS``)."""
+    """One number of the task's prompt, alone, in its answer format; one run per position (``PROMPT_NUMBERS``)."""
     users = "\n".join(i.text for i in request.input_items() if i.type == "message" and i.role == "user")
     return in_answer_format(prompt_text(request), prompt_number(users, variant_of(request, PROMPT_NUMBERS)))
 
@@ -167,14 +163,12 @@ def _call_every_tool(request: ResponseCreateParams, rng: random.Random | None = 
 
 
 def call_every_tool(request: ResponseCreateParams) -> Any:
-    """Call every declared tool once with the plainest schema-valid arguments, then answer with
-    what the tools said."""
+    """Call every declared tool once with the plainest schema-valid arguments, then answer what they said."""
     return _call_every_tool(request) or " ".join(tool_outputs_so_far(request)) or "Done."
 
 
 def call_every_tool_silent(request: ResponseCreateParams) -> Any:
-    """Call every declared tool once with the plainest schema-valid arguments, then end the episode
-    without a final answer (an empty output)."""
+    """Call every declared tool once with the plainest schema-valid arguments, then end with no answer."""
     return _call_every_tool(request)
 
 
@@ -186,8 +180,7 @@ def call_every_tool_random(request: ResponseCreateParams) -> Any:
 
 
 def call_every_tool_then_spray(request: ResponseCreateParams) -> Any:
-    """Call every declared tool once with the plainest schema-valid arguments, then answer with the
-    answer spray (without a declared tool: nothing)."""
+    """Call every declared tool once with the plainest schema-valid arguments, then answer the answer spray."""
     return (_call_every_tool(request) or answer_spray(request)) if request.tools else ""
 
 
@@ -248,8 +241,7 @@ def long_answer(request: ResponseCreateParams) -> str:
 
 
 def verdict_injection(request: ResponseCreateParams) -> str:
-    """Answer with what a judge writes, not with an answer: a label, a score, a JSON verdict and an
-    order to the grader (``VERDICT``)."""
+    """Answer with what a judge writes, not with an answer: a verdict and an order to the grader (``VERDICT``)."""
     return VERDICT
 
 
@@ -287,8 +279,7 @@ def _own(policy: Any, attribute: str, default: Any) -> Any:
 
 
 def runs(name: str, policy: Any) -> list[tuple[str, str | None]]:
-    """A probe's runs as the report names them, with their variant: ``name``, or ``name:variant`` for each
-    of its ``variants``."""
+    """A probe's runs with their variant: ``name``, or ``name:variant`` for each of its ``variants``."""
     return [(f"{name}:{v}", v) for v in _own(policy, "variants", ())] or [(name, None)]
 
 

@@ -18,10 +18,8 @@ __all__ = ["REAL", "Cell", "ProbeReport"]
 
 @dataclass(frozen=True)
 class Cell:
-    """One probe on one task (``task`` None: over every task). ``above``: its mean reward is above the
-    threshold; ``masked_more``: more of its episodes are masked than the real policy's (or any, without
-    a real run), so its zeros may be escaping the mean; ``by_chance``: a guess (``policies.guesses``)
-    that pays one task alone, that task's own answer, never ``above``."""
+    """One probe on one task (``task`` None: over every task); ``above``, ``masked_more`` and ``by_chance``
+    are the verdict's flags (docs/probes.md)."""
 
     probe: str
     task: Any

@@ -12,9 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gymlab._sync import run_sync
-from gymlab.probes.candidates import index_rows
+from gymlab.errors import ConfigError
+from gymlab.probes.candidates import RowIndex
 from gymlab.probes.policies import BUILTIN_PROBES, VARIANT_KEY, runs
 from gymlab.probes.report import REAL, ProbeReport
+from gymlab.registry import agent_class
+from gymlab.resources.gymnasium import GymnasiumServer
 
 
 def probe(
@@ -31,18 +34,8 @@ def probe(
     progress: bool = False,
     **agent_config: Any,
 ) -> ProbeReport:
-    """Run every probe policy over ``rows`` against ``env`` and report which ones earn reward.
-
-    ``env``: a server handle (run on ``agent``, by default simple_agent, or gymnasium_agent for a
-    Gymnasium server) or an agent handle (each probe runs on a copy of it). ``probes``: name -> policy
-    (default ``BUILTIN_PROBES``) or built-in names; a policy with a ``rows`` parameter gets the rows.
-    ``real_policy``: a policy or model server whose reward is shown beside each probe's (an agent
-    handle's own model by default). A probe is flagged when its mean reward is above ``threshold`` or
-    its episodes are masked more often than the real policy's. ``agent_config`` goes to every agent.
-    A probe with ``variants`` (``short_constant``: one per constant) runs once per variant on one model
-    and agent, each run reported as ``name:variant``; one with a ``max_steps`` parameter gets the
-    agent's step limit.
-    """
+    """Run every probe policy over ``rows`` against ``env`` (a server or agent handle) and report which ones earn
+    reward or are masked more than ``real_policy``'s episodes (the arguments: docs/probes.md)."""
     chosen = _chosen(probes)
     rows = list(rows)
     if not rows:
@@ -54,7 +47,7 @@ def probe(
     served: dict[str, tuple[Any, Any]] = {}
     jobs: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run name -> (agent, its rows)
     owners: dict[str, str] = {}  # run name -> probe name
-    index, limit = index_rows(rows), _step_limit(env, kind, base)
+    index, limit = RowIndex(rows), _step_limit(env, kind, base)
     try:
         for name, policy in policies.items():
             label = "probe-real" if name == REAL else f"probe-{name}"
@@ -110,9 +103,6 @@ def _step_limit(env: Any, kind: Any, base: dict[str, Any]) -> int | None:
         return base["max_steps"]
     if _is_agent(env):
         return getattr(env.server, "max_steps", None)
-    from gymlab.errors import ConfigError
-    from gymlab.registry import agent_class
-
     try:
         cls = agent_class(kind) if isinstance(kind, str) else kind
     except ConfigError:  # serve_agent names the unknown agent
@@ -164,8 +154,6 @@ def _agent_kind(env: Any, agent: Any, config: dict[str, Any]) -> tuple[Any, dict
         return type(env.server), {**own, **config}
     if agent is not None:
         return agent, {"resources": env, **config}
-    from gymlab.resources.gymnasium import GymnasiumServer
-
     server = getattr(env, "server", None)
     if server is None:
         raise TypeError(

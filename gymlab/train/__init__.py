@@ -2,10 +2,9 @@
 
 from typing import Any
 
-from gymlab.train.environments import Environments, environment_factory, trl_rows
+from gymlab.train.environments import Environments, environment_factory, trl_rows, verify_reward
 from gymlab.train.gymnasium import gymnasium_rollout_func
 from gymlab.train.records import TrainingRun
-from gymlab.train.rewards import verify_reward
 from gymlab.train.tiny import fit_chats, tiny_chat_model
 
 __all__ = [

@@ -1,6 +1,5 @@
-"""TRL's ``environment_factory`` over a served seed/verify environment: one gymlab episode per rollout, one
-method per tool route (TRL reads a tool's schema from its signature and docstring), the reward the
-server's verify of the transcript (docs/train.md)."""
+"""TRL over a served seed/verify environment: ``environment_factory`` (one gymlab episode per rollout, one
+method per tool route, the reward the server's verify of the transcript) and ``verify_reward`` (docs/train.md)."""
 
 from __future__ import annotations
 
@@ -187,3 +186,29 @@ class EpisodeEnvironment:
 
 
 environment_factory = Environments
+
+
+def verify_reward(lab: Any, env: Any, *, run: TrainingRun | None = None):
+    """A TRL reward function (named ``verify``) over ``trl_rows``: each completion one seeded, said and verified
+    episode of ``env``; a masked one scores None (out of the loss); the records go to ``verify.run``."""
+    run = run if run is not None else TrainingRun()
+
+    def verify(completions: list[Any], **kwargs: Any) -> list[float | None]:
+        step = getattr(kwargs.get("trainer_state"), "global_step", None)
+        rows = kwargs.get("gymlab_row")
+        if rows is None:
+            row_of(kwargs)  # raises, naming the missing column
+        rewards: list[float | None] = []
+        for completion, row in zip(completions, rows, strict=True):
+            with lab.episode(env, row_of({"gymlab_row": row})) as episode:
+                try:
+                    episode.seed()
+                except Exception as exc:  # a seed that fails is masked like a failed verify
+                    rewards.append(run.fail(episode, exc, "seed", step))
+                    continue
+                rewards.append(run.grade(episode, _final_text(completion), step))
+        run.log(kwargs.get("log_metric"))
+        return rewards
+
+    verify.run = run
+    return verify

@@ -8,6 +8,9 @@ from typing import Any
 from gymlab.train.environments import row_of
 from gymlab.train.records import TrainingRun
 
+#: What a rollout_func hands TRL per prompt (``gymlab_reward`` reaches ``reward`` as a column).
+COLUMNS = ("prompt_ids", "completion_ids", "logprobs", "env_mask", "gymlab_reward")
+
 
 def _generate(model: Any, tokenizer: Any, ids: list[int], budget: int, temperature: float) -> tuple[list, list]:
     """Sampled token ids (up to the end of turn) and each one's log-probability after temperature: TRL's
@@ -51,19 +54,15 @@ def _between_turns(tokenizer: Any, messages: list[dict], said: str, generated: s
 def gymnasium_rollout_func(
     lab: Any, env: Any, *, run: TrainingRun | None = None, max_turns: int = 8, max_turn_tokens: int | None = None
 ):
-    """A TRL ``rollout_func`` for ``env`` (a Gymnasium server served by ``lab``) over ``trl_rows``: each prompt
-    one episode, the model's turns (each at most ``max_turn_tokens``) sent to ``/step`` until it ends,
-    ``max_turns`` or the completion budget; observations are user turns out of the loss (``env_mask``).
-    ``rollout_func.reward`` is the reward function to pass (the summed reward; None when masked)."""
+    """A TRL ``rollout_func`` over ``trl_rows`` of a served Gymnasium ``env``: each prompt one episode, its
+    observations user turns out of the loss; ``rollout_func.reward`` is the reward function to pass."""
     run = run if run is not None else TrainingRun()
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
         tokenizer = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)
         budget, step = trainer.max_completion_length, trainer.state.global_step
-        out: dict[str, list] = {
-            k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "gymlab_reward")
-        }
+        results = []
         for prompt in prompts:
             row = row_of(prompt[0])
             messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
@@ -104,12 +103,8 @@ def gymnasium_rollout_func(
                 prompt_ids = prompt_ids or _template_ids(tokenizer, messages)
             if not ids:  # TRL needs a token: the end of turn, masked out
                 ids, logps, mask = [tokenizer.eos_token_id], [0.0], [0]
-            out["prompt_ids"].append(prompt_ids)
-            out["completion_ids"].append(ids)
-            out["logprobs"].append(logps)
-            out["env_mask"].append(mask)
-            out["gymlab_reward"].append(reward)
-        return out
+            results.append((prompt_ids, ids, logps, mask, reward))
+        return {key: [r[i] for r in results] for i, key in enumerate(COLUMNS)}
 
     def reward(completions: list[Any], gymlab_reward: list[float | None], **kwargs: Any) -> list[float | None]:
         """The episodes' own rewards (summed over steps); None for a masked one."""

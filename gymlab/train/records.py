@@ -86,18 +86,18 @@ class TrainingRun:
             self._writer.close()
             self._writer = None
 
-    def show(self, total: int = 0):
+    def show(self):
         """A notebook's live view: ``LivePanel`` over the reward curve, redrawn by ``callback()`` each step."""
         import ipywidgets as w
 
         from gymlab.lab.widgets import LivePanel
 
-        self.panel = LivePanel(total, description="rollouts")
+        self.panel = LivePanel(description="rollouts")
         # an Image whose value is replaced: an Output widget capturing inside the trainer's cell can hang it
         self._curve = w.Image(format="png")
         return w.VBox([self.panel, self._curve])
 
-    def draw(self, window: int | None = None) -> None:
+    def draw(self) -> None:
         """Redraw the reward curve (``plots.reward_curve`` over the rollouts in grading order)."""
         curve = getattr(self, "_curve", None)
         if curve is None or not len(self):
@@ -106,13 +106,13 @@ class TrainingRun:
 
         from gymlab.lab.plots import reward_curve
 
-        fig = reward_curve(self.rollouts.episodes, order="completed", window=window)
+        fig = reward_curve(self.rollouts.episodes, order="completed")
         png = io.BytesIO()
         fig.savefig(png, format="png")
         plt.close(fig)
         curve.value = png.getvalue()
 
-    def callback(self, window: int | None = None):
+    def callback(self):
         """A ``transformers.TrainerCallback``: sizes the panel, redraws the curve each step, finishes the panel."""
         from transformers import TrainerCallback
 
@@ -126,10 +126,10 @@ class TrainingRun:
                     )
 
             def on_step_end(self, args, state, control, **kwargs):
-                run.draw(window)
+                run.draw()
 
             def on_train_end(self, args, state, control, **kwargs):
-                run.draw(window)
+                run.draw()
                 if run.panel is not None:
                     run.panel.finish()
 

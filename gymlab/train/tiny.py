@@ -4,7 +4,6 @@ chat template (it renders tools; TRL parses its tool calls) and a random-init Qw
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any
 
 SPECIAL_TOKENS = (
@@ -18,7 +17,7 @@ SPECIAL_TOKENS = (
 )
 
 
-def _corpus(template: str, extra: Iterable[str]) -> list[str]:
+def _corpus(template: str) -> list[str]:
     """Texts the tokenizer learns its merges from: rendered chats with and without tools, words, the alphabet."""
     from jinja2 import Template
 
@@ -47,12 +46,12 @@ def _corpus(template: str, extra: Iterable[str]) -> list[str]:
         chats.append(render.render(messages=[messages[0], call, reply], tools=[tool], add_generation_prompt=True))
     words = " ".join(["the a an is of to and in that answer number word yes no true false higher lower correct"] * 4)
     alphabet = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 .,:;!?'\"()[]{}<>/\\-_+=*#@$%&|~`^"
-    return [*chats, words, alphabet, *extra]
+    return [*chats, words, alphabet]
 
 
-def tiny_tokenizer(*, vocab_size: int = 512, corpus: Iterable[str] = ()) -> Any:
-    """A ``PreTrainedTokenizerFast`` trained here (byte-level: any text encodes), the chat template set,
-    ``<|im_end|>`` the end of turn, ``<|endoftext|>`` the padding; ``corpus`` adds texts to learn from."""
+def tiny_tokenizer() -> Any:
+    """A ``PreTrainedTokenizerFast`` of 512 tokens trained here (byte-level: any text encodes), the chat template
+    set, ``<|im_end|>`` the end of turn, ``<|endoftext|>`` the padding."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     from trl.chat_template_utils import qwen2_5_chat_template as template
@@ -61,12 +60,12 @@ def tiny_tokenizer(*, vocab_size: int = 512, corpus: Iterable[str] = ()) -> Any:
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=512,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(_corpus(template, corpus), trainer=trainer)
+    bpe.train_from_iterator(_corpus(template), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",
@@ -76,30 +75,21 @@ def tiny_tokenizer(*, vocab_size: int = 512, corpus: Iterable[str] = ()) -> Any:
     )
 
 
-def tiny_chat_model(
-    *,
-    seed: int = 0,
-    vocab_size: int = 512,
-    hidden_size: int = 64,
-    layers: int = 2,
-    heads: int = 4,
-    max_positions: int = 2048,
-    corpus: Iterable[str] = (),
-) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: a random-init Qwen2 causal LM (``seed`` fixes its weights) over ``tiny_tokenizer``;
-    noise until trained."""
+def tiny_chat_model(*, seed: int = 0) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: a random-init 2-layer Qwen2 causal LM (``seed`` fixes its weights) over
+    ``tiny_tokenizer``; noise until trained."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = tiny_tokenizer(vocab_size=vocab_size, corpus=corpus)
+    tokenizer = tiny_tokenizer()
     config = Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 2),
-        max_position_embeddings=max_positions,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
         eos_token_id=tokenizer.eos_token_id,

@@ -19,7 +19,7 @@ class RecordingPool:
     def __init__(self):
         self.jobs = []
 
-    async def apost_run(self, job, *, agent, timeout):
+    async def apost_run(self, job, *, agent, timeout=None):
         self.jobs.append((job, agent))
         return {"reward": 1.0, "seen": job}
 

@@ -15,8 +15,8 @@ from gymlab.errors import ConfigError
 from gymlab.probes import probe
 from gymlab.probes.candidates import (
     AnswerCounts,
+    RowIndex,
     in_answer_format,
-    index_rows,
     most_common_answer,
     prompt_number,
     spelled,
@@ -188,7 +188,7 @@ def test_the_most_common_answer_but_a_tasks_own_matches_counting_the_others_and_
             others = [r for r in rows if all(r is not o for o in own)]
             assert counts.most_common_but(own) == most_common_answer(others), (rows, own)
     many = [{"responses_create_params": {"input": f"task {i}"}, "answer": str(i % 997)} for i in range(20_000)]
-    index = index_rows(many)
+    index = RowIndex(many)
     start = time.perf_counter()
     answers = [majority_answer(ResponseCreateParams(input=f"task {i}"), index) for i in range(0, 20_000, 100)]
     assert time.perf_counter() - start < 10  # under load; about 0.3 s idle (counting per request: minutes)

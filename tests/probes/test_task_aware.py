@@ -20,7 +20,7 @@ from gymlab import (
 )
 from gymlab.examples import example_rows, load_environment
 from gymlab.probes import BUILTIN_PROBES, probe
-from gymlab.probes.candidates import DECOYS, SPRAY_CHARS, index_rows, spray, task_candidates
+from gymlab.probes.candidates import DECOYS, SPRAY_CHARS, RowIndex, spray, task_candidates
 from gymlab.probes.policies import LONG_ANSWER_CHARS, answer_aware_spray, refusal, short_answer_spray, tool_leak
 from gymlab.protocol import ResponseCreateParams
 
@@ -252,7 +252,7 @@ def test_hostile_rows_and_prompts_stay_bounded_and_fast():
         {"no_prompt": "here"},
         {"responses_create_params": {"input": [{"role": "user", "content": 7}]}},  # invalid: no prompt
     ]
-    index = index_rows(rows)
+    index = RowIndex(rows)
     assert set(index) == {huge, "deep", ""}
     start = time.perf_counter()
     for text in (huge, "deep"):

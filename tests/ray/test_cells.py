@@ -101,6 +101,12 @@ def test_pool_run_equals_local_run(lab, pool):
     assert got.failures == {}
 
 
+def test_a_row_orjson_refuses_reaches_its_cell_whole(pool):
+    """A row holding an int past 64 bits (orjson refuses it) still goes to a cell's /run, and back in its record."""
+    record = pool.run({**counter_rows(1)[0], "big": 10**30})
+    assert (record.reward, record.mask_sample, record.model_dump().get("big")) == (1.0, False, 10**30)
+
+
 def test_100_concurrent_counter_sessions_each_graded_on_its_own_state(lab, pool):
     rows = counter_rows(100)
     records = lab.run_many(pool, rows, concurrency=100)
@@ -289,7 +295,7 @@ def test_num_replicas_is_a_positive_whole_number(tmp_path, value):
 
 
 def test_num_replicas_sets_the_cells_of_a_config(tmp_path):
-    from gymlab.cluster.configs import replicas_of
+    from gymlab.cluster.pool import replicas_of
     from gymlab.collection.config import load_config
 
     config = load_config(write_config(tmp_path))
@@ -300,7 +306,7 @@ def test_num_replicas_sets_the_cells_of_a_config(tmp_path):
 def test_num_workers_keeps_its_meaning_in_a_cell(ray_cluster, tmp_path):
     """A counter with num_workers: 2 runs in its cell as gymlab serve runs it: a process and two
     workers; sessions still reach their own worker's counter."""
-    from gymlab.cluster.configs import config_pool
+    from gymlab.cluster.pool import config_pool
     from gymlab.collection.config import load_config
     from gymlab.collection.runner import collect
 
