@@ -156,6 +156,10 @@ async def test_a_damaged_complete_line_is_an_error_not_a_loss(calc_agent, tmp_pa
 async def test_resuming_onto_other_inputs_is_refused(calc_agent, tmp_path):
     agent, _env = calc_agent
     rows = example_rows("calculator")
+    big = [{**rows[0], "source_id": 2**70 + 1}]  # past 64 bits: read back exact, so the same row resumes
+    await acollect(big, tmp_path / "big.jsonl", agent_url=agent.url, progress=False)
+    again = await acollect(big, tmp_path / "big.jsonl", agent_url=agent.url, progress=False)
+    assert (again.n_skipped, again.n_new) == (1, 0)
     await acollect(rows[:1], tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
     with pytest.raises(ConfigError, match="task 0 repeat 0 was collected from a different input row"):
         await acollect(rows[1:2], tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
