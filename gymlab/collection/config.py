@@ -84,12 +84,9 @@ class ServerSpec:
     def check_fields(self) -> None:
         """Refuse keys the server class does not declare (imports the class)."""
         cls = self.server_cls()
-        known = set(cls.model_fields)
-        for key in self.fields:
-            if key not in known:
-                raise ConfigError(
-                    f"{self.where}.{key}: unknown key for {cls.__name__}; its fields are: {', '.join(sorted(known))}"
-                )
+        if unknown := [k for k in self.fields if k not in cls.model_fields]:
+            known = ", ".join(sorted(cls.model_fields))
+            raise ConfigError(f"{self.where}.{unknown[0]}: unknown key for {cls.__name__}; its fields are: {known}")
 
     def launch_config(self, urls: dict[str, str], **overrides: Any) -> dict[str, Any]:
         """The server's config as one process gets it: its fields, with refs as URLs."""
