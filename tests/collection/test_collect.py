@@ -60,6 +60,24 @@ def calc_agent(lab, calculator):
     return agent, env
 
 
+class BrokenMetrics(CalculatorServer):
+    """The calculator whose /aggregate_metrics crashes."""
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        raise RuntimeError("metrics crashed")
+
+
+def test_a_failed_aggregate_metrics_is_computed_here_from_the_streamed_body(lab, calculator, tmp_path, capsys):
+    env = lab.serve(BrokenMetrics, name="broken")
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(calculator.policy))
+    rows = [{**row, "source_id": 2**70 + 1} for row in example_rows("calculator")]  # a past-64-bit field in the body
+    result = collect(rows, tmp_path / "run.jsonl", agent_url=agent.url, resources_url=env.url, progress=False)
+    assert "calculator_simple_agent: /aggregate_metrics failed" in capsys.readouterr().err  # the rows' agent_ref
+    metrics = result.aggregate_metrics["calculator_simple_agent"]
+    assert metrics == aggregate_metrics(result.rollouts).model_dump(mode="json")
+    assert metrics["agent_metrics"]["num_samples"] == len(rows)
+
+
 def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
