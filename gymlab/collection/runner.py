@@ -107,8 +107,7 @@ async def acollect(
         raise ConfigError("give rows and agent_url= (an agent server) or route= (row -> Target), or a config")
     if agent_url is not None and route is not None:
         raise ConfigError("give one of agent_url= (one agent server) or route= (row -> Target)")
-    rows = read_rows(rows, flat="auto")
-    rows = rows[:limit] if limit is not None else rows
+    rows = read_rows(rows, flat="auto")[:limit]
     from gymlab._http.client import Client  # the server stack, imported only when a collection runs
 
     own = client is None  # then its connections are made on first use and closed with the run
