@@ -119,27 +119,17 @@ def main(args: argparse.Namespace) -> int:
     with config_pool(source, **ray_options(args)) if args.ray else contextlib.nullcontext() as pool:
         if pool is not None:
             print(f"gymlab collect: {pool!r}", file=sys.stderr, flush=True)
+        same = ("dataset", "split", "agent", "agent_url", "resources_url", "repeats", "concurrency", "limit")  # flags
         result = collect(
             source,
             args.output,
             input=args.input if args.configs else None,
-            dataset=args.dataset,
-            split=args.split,
-            agent=args.agent,
-            agent_url=args.agent_url,
-            resources_url=args.resources_url,
             pool=pool,
-            repeats=args.repeats,
-            concurrency=args.concurrency,
-            max_retries=args.max_retries,
             retry_span_s=args.retry_span,
-            stop_after=args.stop_after,
             timeout_s=args.timeout,
             responses_create_params=_json_object("--responses-create-params", args.responses_create_params),
-            num_repeats_add_seed=args.num_repeats_add_seed,
-            limit=args.limit,
-            shard=args.shard,
             progress=not args.no_progress,
+            **{k: getattr(args, k) for k in (*same, "max_retries", "stop_after", "num_repeats_add_seed", "shard")},
         )
     print(
         f"gymlab collect: {result.n_rollouts} rollouts in {result.output} ({result.n_new} new, "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -58,19 +57,6 @@ def plan(config) -> list[Planned]:
     return planned
 
 
-def _stop(procs: list[tuple[Planned, subprocess.Popen]], timeout: float = 10.0) -> None:
-    for _p, proc in reversed(procs):
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + timeout
-    for _p, proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def main(args: argparse.Namespace) -> int:
     from gymlab.collection.config import load_config
 
@@ -91,10 +77,10 @@ def main(args: argparse.Namespace) -> int:
 
 def serve_processes(planned: list[Planned], args: argparse.Namespace) -> int:
     """Each planned server as its own process, until one exits or Ctrl-C."""
-    from gymlab.collection.serve_one import spawn, wait_healthy
+    from gymlab.collection.serve_one import spawn, stop, wait_healthy
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C
-    procs: list[tuple[Planned, subprocess.Popen]] = []
+    procs: list[tuple[Planned, Any]] = []
     try:
         for p in planned:
             procs.append((p, spawn(p.config, p.spec.target(), p.spec.where)))
@@ -111,7 +97,7 @@ def serve_processes(planned: list[Planned], args: argparse.Namespace) -> int:
                     )
             time.sleep(0.2)
     finally:
-        _stop(procs)
+        stop([proc for _, proc in procs])
 
 
 def serve_ray(config, args: argparse.Namespace) -> int:

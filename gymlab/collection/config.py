@@ -84,12 +84,9 @@ class ServerSpec:
     def check_fields(self) -> None:
         """Refuse keys the server class does not declare (imports the class)."""
         cls = self.server_cls()
-        known = set(cls.model_fields)
-        for key in self.fields:
-            if key not in known:
-                raise ConfigError(
-                    f"{self.where}.{key}: unknown key for {cls.__name__}; its fields are: {', '.join(sorted(known))}"
-                )
+        if unknown := [k for k in self.fields if k not in cls.model_fields]:
+            known = ", ".join(sorted(cls.model_fields))
+            raise ConfigError(f"{self.where}.{unknown[0]}: unknown key for {cls.__name__}; its fields are: {known}")
 
     def launch_config(self, urls: dict[str, str], **overrides: Any) -> dict[str, Any]:
         """The server's config as one process gets it: its fields, with refs as URLs."""
@@ -229,28 +226,20 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _absolutize(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Path keys of every implementation block and its datasets made absolute against ``base``, in place."""
-
-    def fix(block: dict[str, Any]) -> dict[str, Any]:
-        block = dict(block)
-        for key in _PATH_KEYS:  # a file path, not ``pkg.module:attr``
-            value = block.get(key)
-            if isinstance(value, str) and not (":" in value and "/" not in value and ".py" not in value):
-                block[key] = str((base / value).resolve())
-        module, _, attr = str(block.get("policy", "")).rpartition(":")
-        if isinstance(block.get("policy"), str) and (module.endswith(".py") or "/" in module):
+def _absolutize(block: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A copy of an implementation block (and its datasets) with its path keys made absolute against ``base``."""
+    block = dict(block)
+    for key in _PATH_KEYS:  # a file path, not ``pkg.module:attr``
+        value = block.get(key)
+        if isinstance(value, str) and not (":" in value and "/" not in value and ".py" not in value):
+            block[key] = str((base / value).resolve())
+    if isinstance(policy := block.get("policy"), str):
+        module, _, attr = policy.rpartition(":")
+        if module.endswith(".py") or "/" in module:
             block["policy"] = f"{(base / module).resolve()}:{attr}"
-        if isinstance(block.get("datasets"), list):
-            block["datasets"] = [fix(d) if isinstance(d, dict) else d for d in block["datasets"]]
-        return block
-
-    for inst, body in data.items():
-        if isinstance(body, dict) and inst not in TOP_LEVEL_KEYS:
-            for impls in body.values():
-                if isinstance(impls, dict):
-                    impls.update({impl: fix(b) for impl, b in impls.items() if isinstance(b, dict)})
-    return data
+    if isinstance(block.get("datasets"), list):
+        block["datasets"] = [_absolutize(d, base) if isinstance(d, dict) else d for d in block["datasets"]]
+    return block
 
 
 def load_config(*paths: str | Path) -> Config:
@@ -259,36 +248,34 @@ def load_config(*paths: str | Path) -> Config:
         raise ConfigError("no config file given")
     merged: dict[str, Any] = {}
     sources: dict[str, Path] = {}
-    files = []
-    for p in paths:
-        path = Path(p).resolve()
-        files.append(path)
-        data = _absolutize(_read_yaml(path), path.parent)
-        for key in data:
-            sources[key] = path
+    files = [Path(p).resolve() for p in paths]
+    for path in files:
+        data = _read_yaml(path)
+        for inst, body in data.items():
+            sources[inst] = path
+            if isinstance(body, dict) and inst not in TOP_LEVEL_KEYS:
+                for impls in body.values():
+                    if isinstance(impls, dict):
+                        impls.update({i: _absolutize(b, path.parent) for i, b in impls.items() if isinstance(b, dict)})
         merged = deep_merge(merged, data)
-    servers: dict[str, ServerSpec] = {}
-    routes: dict[str, str] = {}
-    for inst, body in merged.items():
-        src = sources.get(inst, files[-1])
-        if inst == "environment_server_routes":
-            if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
-                raise ConfigError(
-                    f"{src}: environment_server_routes: expected a mapping of taskset -> "
-                    "environment server instance name"
-                )
-            routes = dict(body)
-            continue
-        if isinstance(body, dict) and inst not in TOP_LEVEL_KEYS:  # anything else is a setting no server reads
-            servers[inst] = _parse_instance(inst, body, src)
-    config = Config(servers=servers, environment_server_routes=routes, files=files)
-    _check_refs(config, sources)
+    routes = merged.get("environment_server_routes", {})
+    if not isinstance(routes, dict) or not all(isinstance(v, str) for v in routes.values()):
+        raise ConfigError(
+            f"{sources['environment_server_routes']}: environment_server_routes: expected a mapping of taskset -> "
+            "environment server instance name"
+        )
+    servers = {  # a top-level key whose value is not a mapping is a setting no server reads
+        inst: _parse_instance(inst, body, sources[inst])
+        for inst, body in merged.items()
+        if isinstance(body, dict) and inst not in TOP_LEVEL_KEYS
+    }
+    config = Config(servers=servers, environment_server_routes=dict(routes), files=files)
+    _check_refs(config, sources.get("environment_server_routes"))
     return config
 
 
 def _parse_instance(inst: str, body: dict[str, Any], src: Path) -> ServerSpec:
-    unknown = [k for k in body if k not in SERVER_TYPES]
-    if unknown:
+    if unknown := [k for k in body if k not in SERVER_TYPES]:
         raise ConfigError(
             f"{src}: {inst}.{unknown[0]}: unknown server type {unknown[0]!r}; expected one of {', '.join(SERVER_TYPES)}"
         )
@@ -303,36 +290,23 @@ def _parse_instance(inst: str, body: dict[str, Any], src: Path) -> ServerSpec:
     ((impl, block),) = impls.items()
     if block is not None and not isinstance(block, dict):
         raise ConfigError(f"{src}: {inst}.{stype}.{impl}: expected a mapping of fields, got {block!r}")
-    block = dict(block or {})
-    spec = ServerSpec(
-        instance=inst,
-        server_type=stype,
-        implementation=impl,
-        fields={},
-        refs={},
-        source=src,
-        entrypoint=block.get("entrypoint"),
-        server_class=block.get("server_class"),
-        domain=block.get("domain"),
-    )
+    block = block or {}
+    spec = ServerSpec(inst, stype, impl, {}, {}, src, *(block.get(k) for k in ("entrypoint", "server_class", "domain")))
     for key, value in block.items():
         if key in LAUNCH_KEYS:
             continue
-        if isinstance(value, dict) and set(value) == {"type", "name"}:
-            if value["type"] not in SERVER_TYPES:
-                raise ConfigError(
-                    f"{spec.where}.{key}.type: unknown server type {value['type']!r}; "
-                    f"expected one of {', '.join(SERVER_TYPES)}"
-                )
+        if not (isinstance(value, dict) and set(value) == {"type", "name"}):
+            spec.fields[key] = value
+        elif value["type"] in SERVER_TYPES:
             spec.refs[key] = (value["type"], str(value["name"]))
         else:
-            spec.fields[key] = value
+            raise ConfigError(
+                f"{spec.where}.{key}.type: unknown server type {value['type']!r}; expected one of {', '.join(SERVER_TYPES)}"
+            )
     spec.datasets = _parse_datasets(block.get("datasets"), spec)
-    replicas = block.get("num_replicas")
-    if replicas is not None:
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-            raise ConfigError(f"{spec.where}.num_replicas: a positive whole number of Ray cells, got {replicas!r}")
-        spec.num_replicas = replicas
+    replicas = spec.num_replicas = block.get("num_replicas")
+    if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
+        raise ConfigError(f"{spec.where}.num_replicas: a positive whole number of Ray cells, got {replicas!r}")
     return spec
 
 
@@ -344,59 +318,49 @@ def _parse_datasets(raw: Any, spec: ServerSpec) -> list[DatasetSpec]:
         key = f"{spec.where}.datasets[{i}]"
         if not isinstance(d, dict):
             raise ConfigError(f"{key}: expected a mapping with name, type and jsonl_fpath")
-        for need in ("name", "jsonl_fpath"):
-            if not d.get(need):
-                raise ConfigError(f"{key}.{need}: missing")
+        if missing := next((need for need in ("name", "jsonl_fpath") if not d.get(need)), None):
+            raise ConfigError(f"{key}.{missing}: missing")
         taskset = d.get("taskset")
         if taskset is not None and (not isinstance(taskset, str) or "/" in taskset or not taskset):
             raise ConfigError(f"{key}.taskset: a taskset name is a non-empty string without '/', got {taskset!r}")
-        out.append(
-            DatasetSpec(
-                name=str(d["name"]),
-                type=str(d.get("type", "example")),
-                jsonl_fpath=Path(d["jsonl_fpath"]),
-                owner=spec.instance,
-                taskset=taskset,
-                source=spec.source,
-            )
-        )
+        name, kind, path = str(d["name"]), str(d.get("type", "example")), Path(d["jsonl_fpath"])
+        out.append(DatasetSpec(name, kind, path, spec.instance, taskset, spec.source))
     return out
 
 
-def _check_refs(config: Config, sources: dict[str, Path]) -> None:
+def _defined(config: Config, server_type: str) -> str:
+    return ", ".join(sorted(config.of_type(server_type))) or "none"
+
+
+def _check_refs(config: Config, route_src: Path | None) -> None:
     for spec in config.servers.values():
         for key, (stype, name) in spec.refs.items():
             target = config.servers.get(name)
             if target is None or target.server_type != stype:
-                defined = sorted(config.of_type(stype))
                 extra = f" ({name!r} is a {target.server_type} instance)" if target is not None else ""
                 raise ConfigError(
                     f"{spec.where}.{key}.name: refers to {stype} {name!r}, which this config does not "
-                    f"define{extra}; defined {stype}: {', '.join(defined) or 'none'}"
+                    f"define{extra}; defined {stype}: {_defined(config, stype)}"
                 )
-    route_src = sources.get("environment_server_routes")
-    for taskset, env in config.environment_server_routes.items():
-        target = config.servers.get(env)
-        if target is None or target.server_type != "environment_servers":
+    routes = config.environment_server_routes
+    for taskset, env in routes.items():
+        if env not in config.of_type("environment_servers"):
             raise ConfigError(
                 f"{route_src}: environment_server_routes.{taskset}: {env!r} is not an environment_servers "
-                f"instance of this config; defined: {', '.join(sorted(config.of_type('environment_servers'))) or 'none'}"
+                f"instance of this config; defined: {_defined(config, 'environment_servers')}"
             )
-    for ds in config.datasets:
-        if ds.taskset is None:
-            continue
-        if ds.taskset not in config.environment_server_routes:
+    for ds in (d for d in config.datasets if d.taskset is not None):
+        where = f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r}"
+        if ds.taskset not in routes:
             raise ConfigError(
-                f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} is not mapped in "
-                "environment_server_routes; add 'environment_server_routes: {"
-                + f"{ds.taskset}: <environment server>"
-                + "}'"
+                f"{where} is not mapped in environment_server_routes; add 'environment_server_routes: "
+                f"{{{ds.taskset}: <environment server>}}'"
             )
-        server = config.servers[config.environment_server_routes[ds.taskset]]
+        server = config.servers[routes[ds.taskset]]
         bound = {name for _t, name in server.refs.values()}
         if ds.owner != server.instance and ds.owner not in bound:
             raise ConfigError(
-                f"{ds.source}: {ds.owner} dataset {ds.name!r}.taskset: {ds.taskset!r} routes to {server.instance}, "
-                f"which does not bind {ds.owner} (it binds {', '.join(sorted(bound)) or 'nothing'}); declare "
-                "the dataset on a server the environment server refers to"
+                f"{where} routes to {server.instance}, which does not bind {ds.owner} (it binds "
+                f"{', '.join(sorted(bound)) or 'nothing'}); declare the dataset on a server the environment server "
+                "refers to"
             )

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gymlab.collection.config import deep_merge
-from gymlab.collection.files import Key, key_of
+from gymlab.collection.files import Key
 from gymlab.errors import ConfigError, DatasetError
 from gymlab.jsonl import iter_jsonl
 
@@ -125,7 +125,7 @@ def iter_expand(
 
     if repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {repeats}")
-    seen: dict[Key, int] = {}
+    seen: dict[Key, int] = {}  # one key a row: the memory of a run of many repeats is its rows', not its jobs'
     for position, row in enumerate(rows):
         if "task_input" in row and (responses_create_params or num_repeats_add_seed):
             what = "run-level responses_create_params overrides" if responses_create_params else "num_repeats_add_seed"
@@ -133,34 +133,28 @@ def iter_expand(
                 f"row {position + 1} ({row.get('task_id')}): taskset rows refuse {what}; "
                 "set response parameters in the source row before collation"
             )
-        task = row.get("_ng_task_index", position)
-        for name, index in (("_ng_task_index", task), ("_ng_rollout_index", row.get("_ng_rollout_index", 0))):
+        k = task, repeat = row.get("_ng_task_index", position), row.get("_ng_rollout_index", 0)
+        for name, index in (("_ng_task_index", task), ("_ng_rollout_index", repeat)):
             if isinstance(index, bool) or not isinstance(index, int) or index < 0:
                 raise DatasetError(
                     "rows",
                     position + 1,
                     f"{name} is a whole number >= 0 (it names the task in every file), got {index!r}",
                 )
+        if "_ng_rollout_index" in row and repeats != 1:
+            raise ConfigError(
+                f"row {position + 1} is already materialized (has _ng_rollout_index); "
+                "run materialized inputs with repeats=1"
+            )
+        if k in seen:
+            raise DatasetError(
+                "rows",
+                position + 1,
+                f"(task {task}, repeat {repeat}) already comes from row {seen[k] + 1}; "
+                "each row needs its own _ng_task_index",
+            )
+        seen[k] = position
         if "_ng_rollout_index" in row:
-            if repeats != 1:
-                raise ConfigError(
-                    f"row {position + 1} is already materialized (has _ng_rollout_index); "
-                    "run materialized inputs with repeats=1"
-                )
-            expanded: Iterable[dict[str, Any]] = [dict(row)]
+            yield dict(row)
         else:
-            expanded = ({**_base(row, r), "_ng_task_index": task, "_ng_rollout_index": r} for r in range(repeats))
-        for job in expanded:
-            k = key_of(job)
-            # With repeats, no row is materialized: two rows collide when they share a task, so one
-            # key a row is enough (the memory of a run of many repeats is its rows', not its jobs').
-            if k[1] == 0 or repeats == 1:
-                if k in seen:
-                    raise DatasetError(
-                        "rows",
-                        position + 1,
-                        f"(task {k[0]}, repeat {k[1]}) already comes from row "
-                        f"{seen[k] + 1}; each row needs its own _ng_task_index",
-                    )
-                seen[k] = position
-            yield job
+            yield from ({**_base(row, r), "_ng_task_index": task, "_ng_rollout_index": r} for r in range(repeats))

@@ -12,7 +12,7 @@ from typing import Any
 from gymlab.collection.files import Key, key_of, output_paths, sort_key
 from gymlab.collection.runner import CollectResult, aggregate, sync_form
 from gymlab.errors import DatasetError
-from gymlab.jsonl import iter_jsonl, write_atomic, write_jsonl_atomic
+from gymlab.jsonl import iter_jsonl, loads, write_atomic, write_jsonl_atomic
 from gymlab.protocol.failure_kinds import Failure
 from gymlab.protocol.record import mean_reward
 from gymlab.run.sinks import failure_row
@@ -66,7 +66,7 @@ def _same_inputs(parts: list[dict[str, Path]]) -> None:
         if not p["shard"].exists():
             continue
         try:
-            record = json.loads(p["shard"].read_bytes())
+            record = loads(p["shard"].read_bytes())
             mine = (record["inputs_sha256"], record["shard"][1])
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             raise DatasetError(

@@ -21,7 +21,7 @@ from gymlab.collection.config_rows import config_rows, iter_expand, read_rows
 from gymlab.collection.files import in_shard, output_paths, record_shard, rewrite_sorted
 from gymlab.collection.serving import Target, config_of, config_route, served
 from gymlab.errors import ConfigError, DatasetError, ServerError
-from gymlab.jsonl import atomic_file, dumps, iter_appendable, read_appendable, write_atomic
+from gymlab.jsonl import atomic_file, dumps, iter_appendable, loads, read_appendable, write_atomic
 from gymlab.protocol.record import mean_reward_text
 from gymlab.run.engine import STOP_AFTER, Job, Policy, run_jobs
 from gymlab.run.pool import HttpReplica, ReplicaPool, agent_pool
@@ -107,8 +107,7 @@ async def acollect(
         raise ConfigError("give rows and agent_url= (an agent server) or route= (row -> Target), or a config")
     if agent_url is not None and route is not None:
         raise ConfigError("give one of agent_url= (one agent server) or route= (row -> Target)")
-    rows = read_rows(rows, flat="auto")
-    rows = rows[:limit] if limit is not None else rows
+    rows = read_rows(rows, flat="auto")[:limit]
     from gymlab._http.client import Client  # the server stack, imported only when a collection runs
 
     own = client is None  # then its connections are made on first use and closed with the run
@@ -239,7 +238,7 @@ def _recorded_inputs(path: Path, jobs: Iterator[tuple[dict[str, Any], Any]], don
                 k = key_of(job)
                 if (place := old.pop(k, None)) is not None and k in done:
                     source.seek(place[0])
-                    if orjson.loads(source.read(place[1])) != job:
+                    if loads(source.read(place[1])) != job:
                         raise ConfigError(
                             f"{path}: task {k[0]} repeat {k[1]} was collected from a different input row; "
                             "write to another output, or delete the old files to start over"
@@ -289,7 +288,7 @@ async def aggregate(
                 file=sys.stderr,
             )
         tally = MetricsTally()
-        for r in orjson.loads(body):
+        for r in loads(bytes(body)):
             tally.add(r)
         out[agent] = tally.result().model_dump(mode="json")
     return out

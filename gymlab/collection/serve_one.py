@@ -4,8 +4,10 @@ runs it); its config comes in the private file ``CONFIG_ENV`` names, its import 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 #: The import target of the server class (``/abs/app.py``, ``/abs/app.py:Class``, ``module:Class``).
@@ -16,8 +18,6 @@ WHERE_ENV = "GYMLAB_SERVER_WHERE"
 
 def spawn(config: dict, target: str, where: str, **popen):
     """Start one server of a config as ``python -m gymlab.collection.serve_one`` (``popen``: more Popen options)."""
-    import subprocess
-
     from gymlab._runtime.env import CONFIG_ENV, PARENT_ENV, write_config
 
     path = write_config(config)
@@ -41,6 +41,20 @@ def wait_healthy(process: Any, url: str, timeout: float) -> str | None:
             return f"did not answer {url}/health within {timeout:.0f}s"
         time.sleep(0.05)  # a process that is starting has nothing to wait on but its port
     return None
+
+
+def stop(processes: Sequence[subprocess.Popen], timeout: float = 10.0) -> None:
+    """Terminate ``processes`` (the last started first); kill those still running after ``timeout`` seconds."""
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def main() -> int:

@@ -60,6 +60,24 @@ def calc_agent(lab, calculator):
     return agent, env
 
 
+class BrokenMetrics(CalculatorServer):
+    """The calculator whose /aggregate_metrics crashes."""
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        raise RuntimeError("metrics crashed")
+
+
+def test_a_failed_aggregate_metrics_is_computed_here_from_the_streamed_body(lab, calculator, tmp_path, capsys):
+    env = lab.serve(BrokenMetrics, name="broken")
+    agent = lab.serve_agent("simple_agent", resources=env, model=lab.serve_model(calculator.policy))
+    rows = [{**row, "source_id": 2**70 + 1} for row in example_rows("calculator")]  # a past-64-bit field in the body
+    result = collect(rows, tmp_path / "run.jsonl", agent_url=agent.url, resources_url=env.url, progress=False)
+    assert "calculator_simple_agent: /aggregate_metrics failed" in capsys.readouterr().err  # the rows' agent_ref
+    metrics = result.aggregate_metrics["calculator_simple_agent"]
+    assert metrics == aggregate_metrics(result.rollouts).model_dump(mode="json")
+    assert metrics["agent_metrics"]["num_samples"] == len(rows)
+
+
 def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -156,6 +174,10 @@ async def test_a_damaged_complete_line_is_an_error_not_a_loss(calc_agent, tmp_pa
 async def test_resuming_onto_other_inputs_is_refused(calc_agent, tmp_path):
     agent, _env = calc_agent
     rows = example_rows("calculator")
+    big = [{**rows[0], "source_id": 2**70 + 1}]  # past 64 bits: read back exact, so the same row resumes
+    await acollect(big, tmp_path / "big.jsonl", agent_url=agent.url, progress=False)
+    again = await acollect(big, tmp_path / "big.jsonl", agent_url=agent.url, progress=False)
+    assert (again.n_skipped, again.n_new) == (1, 0)
     await acollect(rows[:1], tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
     with pytest.raises(ConfigError, match="task 0 repeat 0 was collected from a different input row"):
         await acollect(rows[1:2], tmp_path / "run.jsonl", agent_url=agent.url, progress=False)
