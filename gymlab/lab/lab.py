@@ -125,17 +125,15 @@ class Lab(AbstractContextManager):
         ``hf=model_or_path`` (and ``tokenizer``, else loaded from the same path) an ``HFModel`` generating here."""
         if sum(x is not None for x in (policy, openai, hf)) > 1:
             raise TypeError("serve_model takes one of a policy, openai=... or hf=...")
+        from gymlab.registry import builtin_class
+
         if hf is not None:
-            from gymlab.models.hf import HFModel
-
-            return self.serve(HFModel, name=name or "hf_model", hf=hf, tokenizer=tokenizer, **config)
-        if openai is not None:
-            from gymlab.models.openai import OpenAIModel
-
-            return self.serve(OpenAIModel, name=name or "openai_model", **{**openai, **config})
-        from gymlab.models.policy import PolicyModel
-
-        return self.serve(PolicyModel, name=name or "policy_model", policy=policy, **config)
+            kind, config = "hf_model", {"hf": hf, "tokenizer": tokenizer, **config}
+        elif openai is not None:
+            kind, config = "openai_model", {**openai, **config}
+        else:
+            kind, config = "policy_model", {"policy": policy, **config}
+        return self.serve(builtin_class("responses_api_models", kind), name=name or kind, **config)
 
     def serve_agent(
         self,
