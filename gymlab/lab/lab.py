@@ -17,6 +17,7 @@ from gymlab._http.client import Client
 from gymlab._runtime.serve import LoopServer
 from gymlab._sync import background_loop, run_sync
 from gymlab._traces import Interrupted, is_user_file, logbook
+from gymlab.cluster.cell import protocol_of
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
 from gymlab.lab.display import LogView
 from gymlab.lab.gymnasium_episode import GymnasiumEpisode
@@ -341,17 +342,14 @@ class Lab(AbstractContextManager):
 
 def _protocol_of(server: Any, agent: Any) -> str:
     """'seed/verify' or 'gymnasium', from the environment's routes (or the agent's kind if it is remote)."""
-    if server is not None:
-        paths = {getattr(r, "path", None) for r in server.app.routes}
-        if "/seed_session" in paths and "/verify" in paths:
-            return "seed/verify"
-        if "/reset" in paths and "/step" in paths:
-            return "gymnasium"
-        raise EpisodeError(
-            f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
-            "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)"
-        )
-    return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
+    if server is None:
+        return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
+    if protocol := protocol_of(server):
+        return protocol
+    raise EpisodeError(
+        f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
+        "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)"
+    )
 
 
 @atexit.register
