@@ -199,6 +199,7 @@ class Lab(AbstractContextManager):
 
             at = pinned(target, self.client.registry)
             at["model_url"] = getattr(model, "url", model) or at["model_url"]
+            at["max_steps"] = max_steps if max_steps is not None else at["max_steps"]
         else:
             agent = target.server if isinstance(target, AgentHandle) else None
             if agent is not None:
@@ -221,10 +222,9 @@ class Lab(AbstractContextManager):
                 "model_url": model if isinstance(model, str) else getattr(model, "url", None),
                 "model_name": by_url.get(model, model) if isinstance(model, str) else getattr(model, "name", ""),
                 "agent_name": target.name if agent is not None else "",
+                "max_steps": max_steps,
                 "protocol": _protocol_of(env_handle.server if env_handle is not None else None, agent),
             }
-        if max_steps is not None or "max_steps" not in at:
-            at["max_steps"] = max_steps
         cls = SeedVerifyEpisode if at["protocol"] == "seed/verify" else GymnasiumEpisode
         fields = ("env_name", "model_url", "model_name", "agent_name", "max_steps")
         return cls(at["env_url"], row, client=self.client, **{k: at[k] for k in fields})
