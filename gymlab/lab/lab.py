@@ -93,10 +93,10 @@ class Lab(AbstractContextManager):
             old._runner.stop()
             if not port and instance.host == old._runner.host:
                 port = old._runner.port  # the same URL, so everything bound to it keeps working
-        args = (instance.app, instance.host, port, instance.name, self.log_level, self.wire, self.client.registry)
+        rest = (instance.name, self.log_level, self.wire, self.client.registry)
         try:
             with self._book.held():  # a failed start prints its error alone (lab.logs() keeps the log)
-                runner = LoopServer(*args).start()
+                runner = LoopServer(instance.app, instance.host, port, *rest).start()
         except ServerStartError:
             if old is None or port == instance.port:
                 raise
@@ -105,7 +105,7 @@ class Lab(AbstractContextManager):
                 "serve the agents bound to it again",
                 stacklevel=2,
             )
-            runner = LoopServer(*args[:2], 0, *args[3:]).start()
+            runner = LoopServer(instance.app, instance.host, 0, *rest).start()
         handle = old if old is not None and type(old) is handle_cls else handle_cls(instance, runner, self)
         handle.server, handle._runner = instance, runner  # the handle a cell already holds follows too
         self._handles[instance.name] = handle
@@ -283,7 +283,7 @@ class Lab(AbstractContextManager):
         self.last_run = result
         return result
 
-    def _env_handle(self, agent: AgentHandle) -> ServerHandle | None:
+    def _env_handle(self, agent: ServerHandle) -> ServerHandle | None:
         """The handle of the resources server ``agent`` is bound to, when this lab serves it."""
         url = getattr(agent.server, "resources_server", None)
         return next((h for h in self._handles.values() if h.url == url), None)
