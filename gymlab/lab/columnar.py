@@ -41,13 +41,8 @@ STEP_COLUMNS = list(STEP_DTYPES)
 
 def messages_text(items: list[dict[str, Any]], role: str | None = "assistant") -> str | None:
     """The text of ``items``' messages (of ``role``), one message a line; None when there is none."""
-    texts = [
-        t
-        for i in items
-        if isinstance(i, dict) and (role is None or i.get("role", "assistant") == role)
-        for t in (item_text(i),)
-        if t is not None
-    ]
+    picked = (item_text(i) for i in items if isinstance(i, dict) and role in (None, i.get("role", "assistant")))
+    texts = [t for t in picked if t is not None]
     return "\n".join(texts) if texts else None
 
 
@@ -94,20 +89,15 @@ _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="igno
 _POOL = pa.system_memory_pool()
 
 
-def _parse(data: Any, longest: int, parse: pj.ParseOptions, threads: bool = True, rows: int = -1) -> pa.Table | None:
-    """JSON lines read with ``parse`` (None when a record does not fit the schema, has no response,
-    or, with ``rows``, a line is not one object). A block holds whole records: twice the longest."""
+def _parse(data: Any, longest: int, threads: bool = True, rows: int = -1) -> pa.Table | None:
+    """JSON lines read to ``SCHEMA`` (None when a record does not fit it, has no response, or, with
+    ``rows``, a line is not one object). A block holds whole records: twice the longest."""
     options = pj.ReadOptions(block_size=max(1 << 24, 2 * longest + 1), use_threads=threads)
     try:
-        table = pj.read_json(pa.BufferReader(data), read_options=options, parse_options=parse, memory_pool=_POOL)
+        table = pj.read_json(pa.BufferReader(data), read_options=options, parse_options=_PARSE, memory_pool=_POOL)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     return None if table["response"].null_count or rows not in (-1, table.num_rows) else table
-
-
-def _longest(store: Any) -> int:
-    starts = np.asarray(store.starts, dtype="int64")
-    return int(np.diff(starts).max()) if len(starts) > 1 else 0
 
 
 _RESPONSE_KEY = b'"response":'
@@ -151,10 +141,10 @@ def _read_and_derive(store: Any) -> list[dict[str, Any]]:
     """The frame's columns of every record: pieces cut on this thread, each read and derived on a pool
     of a thread a core, at most two pieces a core ahead; the columns read are kept with the store."""
     first, starts, buffer, keys, n = 0, store.starts, store.buffer, store.steps_keys, len(store)
-    longest = _longest(store) + len(_CUT)
+    longest = (int(np.diff(np.asarray(starts, dtype="int64")).max()) if n else 0) + len(_CUT)
 
     def read(data: bytes, rows: int) -> tuple[pa.Table, list[dict[str, Any]]] | None:
-        return _derived(_parse(pa.py_buffer(data), longest, _PARSE, False, rows))
+        return _derived(_parse(pa.py_buffer(data), longest, False, rows))
 
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(workers, thread_name_prefix="gymlab-frames") as pool:
@@ -185,7 +175,7 @@ def _fitted(store: Any) -> pa.Table:
                 if isinstance(item, dict) and isinstance(item.get("content"), str):
                     item["content"] = [{"text": item["content"]}]
         lines.append(dumps({"steps": steps, "response": {}}))
-    table = _parse(b"\n".join(lines), max(map(len, lines), default=0), _PARSE)
+    table = _parse(b"\n".join(lines), max(map(len, lines), default=0))
     if table is None:
         _misfit(store)
     return table

@@ -17,6 +17,7 @@ from gymlab._http.client import Client
 from gymlab._runtime.serve import LoopServer
 from gymlab._sync import background_loop, run_sync
 from gymlab._traces import Interrupted, is_user_file, logbook
+from gymlab.cluster.cell import protocol_of
 from gymlab.errors import ConfigError, EpisodeError, ServerStartError
 from gymlab.lab.display import LogView
 from gymlab.lab.gymnasium_episode import GymnasiumEpisode
@@ -67,18 +68,16 @@ class Lab(AbstractContextManager):
         **config: Any,
     ) -> ServerHandle:
         """Start ``server`` (a class, built with ``config``, or an instance) in a background thread."""
+        from gymlab.resources.simple import release_gap
+
         if isinstance(server, type):
-            if name:
-                config["name"] = name
-            instance = server(**config)
+            instance = server(**config, **({"name": name} if name else {}))
+        elif config:
+            raise TypeError("config keywords apply to a server class; an instance already has its config")
         else:
-            if config:
-                raise TypeError("config keywords apply to a server class; an instance already has its config")
             instance = server
             if name:
                 instance.name = name
-        from gymlab.resources.simple import release_gap
-
         if gap := release_gap(instance):
             warnings.warn(gap, stacklevel=2)
         if "error_traces" not in instance.model_fields_set:
@@ -88,40 +87,29 @@ class Lab(AbstractContextManager):
                 f"{instance.name}: num_workers={instance.num_workers}, but a Lab serves in threads of this "
                 "process (one worker); run several workers with `gymlab serve CONFIG` and point handles at its URL"
             )
-        old = self._handles.pop(instance.name, None)
-        port = instance.port
+        instance.use_client(self.client)
+        old, port = self._handles.pop(instance.name, None), instance.port
         if old is not None:
             old._runner.stop()
             if not port and instance.host == old._runner.host:
                 port = old._runner.port  # the same URL, so everything bound to it keeps working
-        runner = self._start(instance, port, fallback=old is not None and port != instance.port)
-        if old is not None and type(old) is handle_cls:
-            old.server, old._runner = instance, runner  # the handle a cell already holds follows too
-            handle = old
-        else:
-            handle = handle_cls(instance, runner, self)
-        self._handles[instance.name] = handle
-        return handle
-
-    def _start(self, instance: BaseServer, port: int, *, fallback: bool) -> LoopServer:
-        instance.use_client(self.client)
-
-        def start(at: int) -> LoopServer:
-            args = (instance.app, instance.host, at, instance.name, self.log_level, self.wire, self.client.registry)
-            return LoopServer(*args).start()
-
+        rest = (instance.name, self.log_level, self.wire, self.client.registry)
         try:
             with self._book.held():  # a failed start prints its error alone (lab.logs() keeps the log)
-                return start(port)
+                runner = LoopServer(instance.app, instance.host, port, *rest).start()
         except ServerStartError:
-            if not fallback:
+            if old is None or port == instance.port:
                 raise
-        warnings.warn(
-            f"{instance.name}: port {port} was taken while re-serving, so it now listens on a new URL; "
-            "serve the agents bound to it again",
-            stacklevel=3,
-        )
-        return start(0)
+            warnings.warn(
+                f"{instance.name}: port {port} was taken while re-serving, so it now listens on a new URL; "
+                "serve the agents bound to it again",
+                stacklevel=2,
+            )
+            runner = LoopServer(instance.app, instance.host, 0, *rest).start()
+        handle = old if old is not None and type(old) is handle_cls else handle_cls(instance, runner, self)
+        handle.server, handle._runner = instance, runner  # the handle a cell already holds follows too
+        self._handles[instance.name] = handle
+        return handle
 
     def serve_model(
         self,
@@ -138,17 +126,15 @@ class Lab(AbstractContextManager):
         ``hf=model_or_path`` (and ``tokenizer``, else loaded from the same path) an ``HFModel`` generating here."""
         if sum(x is not None for x in (policy, openai, hf)) > 1:
             raise TypeError("serve_model takes one of a policy, openai=... or hf=...")
+        from gymlab.registry import builtin_class
+
         if hf is not None:
-            from gymlab.models.hf import HFModel
-
-            return self.serve(HFModel, name=name or "hf_model", hf=hf, tokenizer=tokenizer, **config)
-        if openai is not None:
-            from gymlab.models.openai import OpenAIModel
-
-            return self.serve(OpenAIModel, name=name or "openai_model", **{**openai, **config})
-        from gymlab.models.policy import PolicyModel
-
-        return self.serve(PolicyModel, name=name or "policy_model", policy=policy, **config)
+            kind, config = "hf_model", {"hf": hf, "tokenizer": tokenizer, **config}
+        elif openai is not None:
+            kind, config = "openai_model", {**openai, **config}
+        else:
+            kind, config = "policy_model", {"policy": policy, **config}
+        return self.serve(builtin_class("responses_api_models", kind), name=name or kind, **config)
 
     def serve_agent(
         self,
@@ -212,21 +198,16 @@ class Lab(AbstractContextManager):
             from gymlab.cluster.bridge import pinned
 
             at = pinned(target, self.client.registry)
-            env_url, protocol = at["env_url"], at["protocol"]
-            env_name, model_name, agent_name = at["env_name"], at["model_name"], at["agent_name"]
-            model_url = model.url if hasattr(model, "url") else model or at["model_url"]
-            max_steps = max_steps if max_steps is not None else at["max_steps"]
+            at["model_url"] = getattr(model, "url", model) or at["model_url"]
+            at["max_steps"] = max_steps if max_steps is not None else at["max_steps"]
         else:
-            agent, agent_name = None, ""
-            if isinstance(target, AgentHandle):
-                agent, agent_name = target.server, target.name
-                env_url = getattr(agent, "resources_server", "")
+            agent = target.server if isinstance(target, AgentHandle) else None
+            if agent is not None:
+                env_url, env_handle = getattr(agent, "resources_server", ""), self._env_handle(target)
                 if not env_url:
                     raise EpisodeError(f"{target.name}: the agent has no resources_server; serve it with resources=...")
                 model = model if model is not None else (getattr(agent, "model_server", "") or None)
-                if max_steps is None:
-                    max_steps = getattr(agent, "max_steps", None)
-                env_handle = self._env_handle(target)
+                max_steps = max_steps if max_steps is not None else getattr(agent, "max_steps", None)
             elif isinstance(target, ServerHandle):
                 env_url, env_handle = target.url, target
             else:
@@ -234,24 +215,19 @@ class Lab(AbstractContextManager):
                     f"lab.episode takes a server handle or an agent handle (from lab.serve / lab.serve_agent), "
                     f"not {type(target).__name__}"
                 )
-            if isinstance(model, str):
-                by_url = {h.url: h.name for h in self._handles.values()}
-                model_url, model_name = model, by_url.get(model, model)
-            else:
-                model_url, model_name = getattr(model, "url", None), getattr(model, "name", "")
-            env_name = env_handle.name if env_handle else env_url
-            protocol = _protocol_of(env_handle.server if env_handle is not None else None, agent)
-        cls = SeedVerifyEpisode if protocol == "seed/verify" else GymnasiumEpisode
-        return cls(
-            env_url,
-            row,
-            client=self.client,
-            env_name=env_name,
-            model_url=model_url,
-            model_name=model_name,
-            agent_name=agent_name,
-            max_steps=max_steps,
-        )
+            by_url = {h.url: h.name for h in self._handles.values()}
+            at = {
+                "env_url": env_url,
+                "env_name": env_handle.name if env_handle else env_url,
+                "model_url": model if isinstance(model, str) else getattr(model, "url", None),
+                "model_name": by_url.get(model, model) if isinstance(model, str) else getattr(model, "name", ""),
+                "agent_name": target.name if agent is not None else "",
+                "max_steps": max_steps,
+                "protocol": _protocol_of(env_handle.server if env_handle is not None else None, agent),
+            }
+        cls = SeedVerifyEpisode if at["protocol"] == "seed/verify" else GymnasiumEpisode
+        fields = ("env_name", "model_url", "model_name", "agent_name", "max_steps")
+        return cls(at["env_url"], row, client=self.client, **{k: at[k] for k in fields})
 
     def run_many(
         self,
@@ -294,20 +270,20 @@ class Lab(AbstractContextManager):
             raise ConfigError(f"{report} (fix the rows or the server; run_many(..., check=False) skips this check)")
         task = asyncio.current_task()
         self._running.add(task)
+        env = None if is_pool(agent) else self._env_handle(agent)
         try:
-            env_name = agent.env_name() if is_pool(agent) else getattr(self._env_handle(agent), "name", None)
+            env_name = agent.env_name() if is_pool(agent) else getattr(env, "name", None)
             result = await arun_many(agent, rows, env_name=env_name, state=state, **options)
         except BaseException:  # an Interrupt, on_error="raise", RunStopped: the finished episodes are kept
             self.last_run = Rollouts(state.finished)
             raise
         finally:
             self._running.discard(task)
-        env = None if is_pool(agent) else self._env_handle(agent)
         result.reward_range = getattr(getattr(env, "server", None), "reward_range", None)
         self.last_run = result
         return result
 
-    def _env_handle(self, agent: AgentHandle) -> ServerHandle | None:
+    def _env_handle(self, agent: ServerHandle) -> ServerHandle | None:
         """The handle of the resources server ``agent`` is bound to, when this lab serves it."""
         url = getattr(agent.server, "resources_server", None)
         return next((h for h in self._handles.values() if h.url == url), None)
@@ -366,17 +342,14 @@ class Lab(AbstractContextManager):
 
 def _protocol_of(server: Any, agent: Any) -> str:
     """'seed/verify' or 'gymnasium', from the environment's routes (or the agent's kind if it is remote)."""
-    if server is not None:
-        paths = {getattr(r, "path", None) for r in server.app.routes}
-        if "/seed_session" in paths and "/verify" in paths:
-            return "seed/verify"
-        if "/reset" in paths and "/step" in paths:
-            return "gymnasium"
-        raise EpisodeError(
-            f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
-            "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)"
-        )
-    return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
+    if server is None:
+        return "gymnasium" if "gymnasium" in type(agent).__name__.lower() else "seed/verify"
+    if protocol := protocol_of(server):
+        return protocol
+    raise EpisodeError(
+        f"{server.name}: serves neither /seed_session+/verify nor /reset+/step; "
+        "lab.episode needs a resources server (SimpleResourcesServer or GymnasiumServer)"
+    )
 
 
 @atexit.register

@@ -210,7 +210,6 @@ def step_rewards(
     kept, n, what = _drawn_steps(steps, episodes, max_episodes)
     last = kept["step"].to_numpy() == kept.groupby("episode")["step"].transform("max").to_numpy()
     scale = _scale(kept["reward"], reward_range)
-    colours = {}
     for label, part, style in (
         ("mean reward at a step on the way", kept[~last], "o-"),
         ("mean reward at the episode's last step", kept[last], "s"),
@@ -221,7 +220,6 @@ def step_rewards(
             continue
         low, high = interval(mean, by_step.std(), count, **scale)
         (line,) = ax.plot(mean.index, mean, style, label=label)
-        colours[label] = line.get_color()
         ax.fill_between(mean.index, low, high, alpha=0.15, color=line.get_color())
         for step, k in count.items():
             if k < n:  # fewer episodes are in this mean: say how many

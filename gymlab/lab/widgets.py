@@ -205,21 +205,11 @@ class LivePanel(w.VBox):
         self.render()
         self.progress.bar_style = "success" if not self.failed else "danger" if not self.kept else "warning"
 
-    async def arun(
-        self,
-        agent: Any,
-        rows: list[dict[str, Any]],
-        *,
-        repeats: int = 1,
-        concurrency: int = 16,
-        env_name: str | None = None,
-    ):
-        """Collect with ``gymlab.lab.runs.arun_many``, counting each episode as it finishes."""
+    async def arun(self, agent: Any, rows: list[dict[str, Any]], *, repeats: int = 1, **options: Any):
+        """Collect with ``gymlab.lab.runs.arun_many`` (its keywords), counting each episode as it finishes."""
         self.total = len(rows) * repeats
         try:
-            return await arun_many(
-                agent, rows, repeats=repeats, concurrency=concurrency, env_name=env_name, observe=self.add
-            )
+            return await arun_many(agent, rows, repeats=repeats, observe=self.add, **options)
         finally:
             self.finish()
 
