@@ -244,7 +244,7 @@ class BaseAgent(BaseServer):
                 raise
             return {**graded, "reward": 0.0, "response_too_large": str(exc)}
         if not body.get("close_follows") and run.session is not None:
-            run.session.ended()
+            run.session.open = False  # the verify released it
         return answer
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
@@ -312,12 +312,12 @@ class BaseAgent(BaseServer):
         run.session = EpisodeSession(
             self.client, url, release_path, server="resources server", cookies=run.cookies, release_body=release_body
         )
-        run.session.opened()
+        run.session.open = True
         try:
             answer = await self.post_resources(path, body, run.cookies, self.timeouts.seed)
         except ServerError as exc:
             if exc.status == 409:
-                run.session.ended()
+                run.session.open = False
             raise
         run.stage = "agent"
         return answer

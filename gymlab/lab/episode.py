@@ -179,7 +179,7 @@ class Episode(AbstractContextManager, AbstractAsyncContextManager):
                 f"{self.env_name}: the episode is already {done}; use ep.fork() or a new lab.episode(...)"
             )
         answer = await self._env(path, self.row)
-        self._session.opened()
+        self._session.open = True
         self._started = time.perf_counter()
         return answer
 
