@@ -241,7 +241,7 @@ def gymnasium_transition(
 @dataclass(eq=False, slots=True)
 class EpisodeSession:
     """The environment session one episode holds, released once: from the request that may open it (a lost
-    reply may have taken effect) until the server ends it or ``release()``; ``take()`` is true once (thread-safe)."""
+    reply may have taken effect) until ``ended()`` or ``release()``; ``take()`` is true once (thread-safe)."""
 
     client: Client
     url: str
@@ -250,13 +250,15 @@ class EpisodeSession:
     server: str = ""
     cookies: Cookies = field(default_factory=Cookies)
     release_body: dict | Callable[[], dict] | None = None
-    #: Whether the episode holds the session (or may: its seed went out); false once the server released it
-    #: itself (a verify, a terminal step) or it was taken for release.
-    open: bool = False
+    open: bool = False  # whether the episode holds the session (or may: its seed went out)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.server = self.server or self.url
+
+    def ended(self) -> None:
+        """The server released the session itself (a verify, a terminal step): nothing to release."""
+        self.open = False
 
     def take(self) -> bool:
         """True exactly once per opened session: the caller then releases it."""

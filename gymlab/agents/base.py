@@ -244,7 +244,7 @@ class BaseAgent(BaseServer):
                 raise
             return {**graded, "reward": 0.0, "response_too_large": str(exc)}
         if not body.get("close_follows") and run.session is not None:
-            run.session.open = False  # the verify released it
+            run.session.ended()
         return answer
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:

@@ -52,7 +52,7 @@ class GymnasiumAgent(BaseAgent):
             if state.stop_reason is None:
                 state.stop_reason = "max_steps"
             elif not refused:  # a terminal step releases the episode itself
-                run.session.open = False
+                run.session.ended()
             return records.from_transitions(
                 params,
                 state.final_response(),

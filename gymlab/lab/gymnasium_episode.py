@@ -93,7 +93,7 @@ class GymnasiumEpisode(Episode):
         answer = self.last_step = self.state.transition
         self.observation = answer.observation
         if answer.terminated or answer.truncated:
-            self._session.open = False  # the server released the state itself
+            self._session.ended()  # the server released the state itself
             self._finalizer.detach()
             self.result = {}
         elif self.max_steps is not None and len(self.steps) >= self.max_steps:
