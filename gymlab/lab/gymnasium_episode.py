@@ -90,9 +90,8 @@ class GymnasiumEpisode(Episode):
                 raise
 
         record = await gymnasium_turn(self.state, self.call_model if given is None else answering(given), post_step)
-        answer = self.last_step = self.state.transition
-        self.observation = answer.observation
-        if answer.terminated or answer.truncated:
+        self.last_step, self.observation = self.state.transition, record.observation
+        if record.terminated or record.truncated:
             self._session.ended()  # the server released the state itself
             self._finalizer.detach()
             self.result = {}
@@ -101,7 +100,7 @@ class GymnasiumEpisode(Episode):
             self.state.stop_reason = "max_steps"
             self.result = {}
             await self.aclose()
-        step = Step(answer.observation, record.reward, record.terminated, record.truncated, answer.info)
+        step = Step(record.observation, record.reward, record.terminated, record.truncated, record.info)
         step.record = record
         return step
 
