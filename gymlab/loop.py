@@ -26,6 +26,7 @@ from gymlab.protocol import (
     Usage,
     dump_item,
 )
+from gymlab.protocol.gymnasium import GymnasiumStepResponse
 from gymlab.protocol.responses import read_arguments
 
 ModelCall = Callable[[dict], Awaitable[NeMoGymResponse]]
@@ -67,6 +68,7 @@ class LoopState:
     usage: Usage | None = None
     last: NeMoGymResponse | None = None
     stop_reason: str | None = None
+    transition: GymnasiumStepResponse | None = None  # the last Gymnasium step's answer
     max_tool_calls_per_turn: int | None = DEFAULT_MAX_TOOL_CALLS_PER_TURN
     _wire: tuple[Any, dict] | None = field(default=None, repr=False, compare=False)
 
@@ -189,7 +191,19 @@ def with_user_message(params: ResponseCreateParams, observation: str | None) -> 
     return params.model_copy(update={"input": [*params.input_items(), Message(role="user", content=observation)]})
 
 
-def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: Any, duration_s: float) -> StepRecord:
+async def gymnasium_turn(
+    state: LoopState, call_model: ModelCall, post_step: Callable[[NeMoGymResponse], Awaitable[Any]]
+) -> StepRecord:
+    """One Gymnasium step: the model's response, ``post_step(response)`` (the ``/step`` reply), recorded."""
+    t0 = time.perf_counter()
+    response = await ask_model(state, call_model)
+    answer = GymnasiumStepResponse.model_validate(await post_step(response))
+    return gymnasium_transition(state, response, answer, time.perf_counter() - t0)
+
+
+def gymnasium_transition(
+    state: LoopState, response: NeMoGymResponse, answer: GymnasiumStepResponse, duration_s: float
+) -> StepRecord:
     """Record the ``/step`` reply ``answer`` in ``state``: the step, and if it goes on, its tool outputs and observation."""
     raw = answer.info.get("tool_outputs") or []
     try:
@@ -214,6 +228,7 @@ def gymnasium_transition(state: LoopState, response: NeMoGymResponse, answer: An
         duration_s=duration_s,
     )
     state.steps.append(record)
+    state.transition = answer
     if answer.terminated or answer.truncated:
         state.stop_reason = "terminated" if answer.terminated else "truncated"
     else:
@@ -235,15 +250,11 @@ class EpisodeSession:
     server: str = ""
     cookies: Cookies = field(default_factory=Cookies)
     release_body: dict | Callable[[], dict] | None = None
-    open: bool = False
+    open: bool = False  # whether the episode holds the session (or may: its seed went out)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.server = self.server or self.url
-
-    def opened(self) -> None:
-        """The episode now holds the session (or may: its seed went out)."""
-        self.open = True
 
     def ended(self) -> None:
         """The server released the session itself (a verify, a terminal step): nothing to release."""

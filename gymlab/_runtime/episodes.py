@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -231,12 +232,8 @@ class EpisodeSessions:
             return 0
         now = self._last_sweep = self._clock()
         cutoff = now - self.ttl_seconds
-        expired = []
-        for sid, seen in self._seen.items():
-            if seen > cutoff:
-                break
-            if sid not in self._busy:
-                expired.append(sid)
+        idle = itertools.takewhile(lambda held: held[1] <= cutoff, self._seen.items())  # least recent first
+        expired = [sid for sid, _ in idle if sid not in self._busy]
         released = 0
         for i, sid in enumerate(expired):
             if i % 500 == 499:

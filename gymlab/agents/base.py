@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -312,12 +312,12 @@ class BaseAgent(BaseServer):
         run.session = EpisodeSession(
             self.client, url, release_path, server="resources server", cookies=run.cookies, release_body=release_body
         )
-        run.session.opened()
+        run.session.open = True
         try:
             answer = await self.post_resources(path, body, run.cookies, self.timeouts.seed)
         except ServerError as exc:
             if exc.status == 409:
-                run.session.ended()
+                run.session.open = False
             raise
         run.stage = "agent"
         return answer
@@ -355,20 +355,14 @@ def with_notes(message: str, exc: BaseException) -> str:
     return message + "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
 
 
-class typed:  # noqa: N801  (used as ``with typed("model"):``, once per hop)
-    """Give a ``ServerError`` raised inside the failure of a request to a ``role`` server (a class: every hop)."""
-
-    __slots__ = ("role", "stage")
-
-    def __init__(self, role: Role, stage: Stage | None = None):
-        self.role, self.stage = role, stage
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, trace) -> None:
-        if isinstance(exc, ServerError):
-            exc.failure = failure_of(exc, role=self.role, stage=self.stage)
+@contextlib.contextmanager
+def typed(role: Role, stage: Stage | None = None) -> Iterator[None]:
+    """Give a ``ServerError`` raised inside the failure of a request to a ``role`` server."""
+    try:
+        yield
+    except ServerError as exc:
+        exc.failure = failure_of(exc, role=role, stage=stage)
+        raise
 
 
 async def episode_failed(request: Request, exc: EpisodeFailed) -> JSONResponse:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import ClassVar
 
 from fastapi import FastAPI
@@ -10,9 +9,10 @@ from pydantic import Field
 
 from gymlab.agents.base import AgentRunRequest, BaseAgent, EpisodeRun, dump_row
 from gymlab.errors import ServerError
-from gymlab.loop import LoopState, ask_model, gymnasium_transition, with_user_message
+from gymlab.loop import LoopState, gymnasium_turn, with_user_message
+from gymlab.protocol import NeMoGymResponse
 from gymlab.protocol import record as records
-from gymlab.protocol.gymnasium import GymnasiumResetResponse, GymnasiumStepResponse
+from gymlab.protocol.gymnasium import GymnasiumResetResponse
 from gymlab.protocol.record import Rollout
 
 
@@ -34,31 +34,31 @@ class GymnasiumAgent(BaseAgent):
         async def play(run: EpisodeRun) -> Rollout:
             reset = GymnasiumResetResponse.model_validate(await self.open_session(run, "/reset", row, "/close"))
             params = with_user_message(body.responses_create_params, reset.observation)
-            state, last = LoopState(params), None
-            while len(state.steps) < self.max_steps:
-                t1 = time.perf_counter()
-                response = await ask_model(state, self.call_model)
+            state, refused = LoopState(params), False
+
+            async def post_step(response: NeMoGymResponse) -> dict:
+                nonlocal refused
                 step_body = {**row, "response": response.model_dump(mode="json", exclude_none=True)}
                 try:
-                    answer, refused = await self.post_resources("/step", step_body, run.cookies, self.timeouts.step), 0
+                    return await self.post_resources("/step", step_body, run.cookies, self.timeouts.step)
                 except ServerError as exc:
                     if exc.status != 413:
                         raise
-                    answer, refused = {"truncated": True, "info": {"response_too_large": str(exc)}}, 413
-                last = GymnasiumStepResponse.model_validate(answer)
-                gymnasium_transition(state, response, last, time.perf_counter() - t1)
-                if last.terminated or last.truncated:
-                    if not refused:  # a terminal step releases the episode; a refused one is closed by run_episode
-                        run.session.ended()
-                    break
-            else:
+                    refused = True  # a refused step ends the episode; run_episode closes its session
+                    return {"truncated": True, "info": {"response_too_large": str(exc)}}
+
+            while state.stop_reason is None and len(state.steps) < self.max_steps:
+                await gymnasium_turn(state, self.call_model, post_step)
+            if state.stop_reason is None:
                 state.stop_reason = "max_steps"
+            elif not refused:  # a terminal step releases the episode itself
+                run.session.ended()
             return records.from_transitions(
                 params,
                 state.final_response(),
                 state.steps,
                 row=row,
-                last=last,
+                last=state.transition,
                 cut_by_limit=state.stop_reason == "max_steps",
                 duration_s=run.elapsed(),
             )

@@ -62,12 +62,9 @@ def parse_task(body: dict[str, Any]) -> Task:
     """The task of a ``/run`` body; a malformed one raises ``ValueError`` saying what is wrong."""
     if not isinstance(body, dict):
         raise ValueError(f"a task must be a JSON object, got {type(body).__name__}")
-    if "task_input" in body:
-        row = body["task_input"]
-        if not isinstance(row, dict):
-            raise ValueError(f"task_input must be an object (the task's flat row), got {type(row).__name__}")
-    else:
-        row = {k: v for k, v in body.items() if k not in RUN_KEYS}
+    row = body["task_input"] if "task_input" in body else {k: v for k, v in body.items() if k not in RUN_KEYS}
+    if not isinstance(row, dict):
+        raise ValueError(f"task_input must be an object (the task's flat row), got {type(row).__name__}")
     if "responses_create_params" not in row:
         raise ValueError(
             "the task has no responses_create_params (send task_id + task_input, or a row "
@@ -85,22 +82,16 @@ def parse_task(body: dict[str, Any]) -> Task:
     task_data = row.get("task_data", {})
     if not isinstance(task_data, dict):
         raise ValueError(f"task_data must be an object, got {type(task_data).__name__}")
-    task_data = dict(task_data)
-    for key, value in row.items():
-        if key in ("responses_create_params", "task_data"):
-            continue
+    fields = {k: v for k, v in row.items() if k not in ("responses_create_params", "task_data")}
+    for key, value in fields.items():
         if key in task_data and task_data[key] != value:
             raise ValueError(
                 f"field {key!r} is {json.dumps(value)[:80]} in the row but "
                 f"{json.dumps(task_data[key])[:80]} in task_data; give it once, or the same value"
             )
-        task_data[key] = value
+    task_data = {**task_data, **fields}
     return Task(
-        responses_create_params=authored,
-        params=params,
-        task_data=task_data,
-        task_id=task_id,
-        episode_id=episode_id,
+        responses_create_params=authored, params=params, task_data=task_data, task_id=task_id, episode_id=episode_id
     )
 
 

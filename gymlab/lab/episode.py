@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 import threading
 import time
 import warnings
@@ -22,14 +21,6 @@ from gymlab.loop import DEFAULT_MAX_STEPS, EpisodeSession, LoopState
 from gymlab.protocol import NeMoGymResponse, ResponseCreateParams, Rollout, StepRecord
 from gymlab.protocol import record as records
 from gymlab.protocol.resources import AgentRunRequest, dump_row
-
-
-def parse_output(text: str) -> Any:
-    """A tool output as JSON when it is JSON, else the text."""
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
 
 
 def answering(answer: Any):
@@ -188,7 +179,7 @@ class Episode(AbstractContextManager, AbstractAsyncContextManager):
                 f"{self.env_name}: the episode is already {done}; use ep.fork() or a new lab.episode(...)"
             )
         answer = await self._env(path, self.row)
-        self._session.opened()
+        self._session.open = True
         self._started = time.perf_counter()
         return answer
 

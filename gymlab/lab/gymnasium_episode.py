@@ -9,7 +9,7 @@ from typing import Any
 
 from gymlab.errors import ForkDivergedError, ServerError
 from gymlab.lab.episode import Episode, Step, answering
-from gymlab.loop import ask_model, gymnasium_transition, with_user_message
+from gymlab.loop import gymnasium_turn, with_user_message
 from gymlab.protocol import (
     NeMoGymResponse,
     Rollout,
@@ -18,7 +18,7 @@ from gymlab.protocol import (
     function_call,
 )
 from gymlab.protocol import record as records
-from gymlab.protocol.gymnasium import GymnasiumResetResponse, GymnasiumStepResponse
+from gymlab.protocol.gymnasium import GymnasiumResetResponse
 
 
 def response_of_action(action: Any = None, call: str | None = None, arguments: Any = None) -> NeMoGymResponse | None:
@@ -73,23 +73,25 @@ class GymnasiumEpisode(Episode):
         """One transition: the action (or the model's answer) to ``/step``; returns the ``Step``."""
         self._require_open("step()")
         given = response_of_action(action, call, arguments)
-        t0 = time.perf_counter()
-        response = await ask_model(self.state, self.call_model if given is None else answering(given))
-        self._actions.append(("response", response))
-        body = {**self.row, "response": response.model_dump(mode="json", exclude_none=True)}
-        try:
-            answer = GymnasiumStepResponse.model_validate(await self._env("/step", body))
-        except ServerError as exc:
-            # The agents' rule: a failed episode releases its session once (a step that raised released
-            # it on the server already, and the close says so; one that timed out did not).
+
+        async def post_step(response: NeMoGymResponse) -> Any:
+            self._actions.append(("response", response))
             try:
-                await self.aclose()
-            except ServerError as also:
-                exc.add_note(f"closing the episode also failed: {also}")
-            raise
-        record = gymnasium_transition(self.state, response, answer, time.perf_counter() - t0)
-        self.last_step, self.observation = answer, answer.observation
-        if answer.terminated or answer.truncated:
+                return await self._env(
+                    "/step", {**self.row, "response": response.model_dump(mode="json", exclude_none=True)}
+                )
+            except ServerError as exc:
+                # The agents' rule: a failed episode releases its session once (a step that raised released
+                # it on the server already, and the close says so; one that timed out did not).
+                try:
+                    await self.aclose()
+                except ServerError as also:
+                    exc.add_note(f"closing the episode also failed: {also}")
+                raise
+
+        record = await gymnasium_turn(self.state, self.call_model if given is None else answering(given), post_step)
+        self.last_step, self.observation = self.state.transition, record.observation
+        if record.terminated or record.truncated:
             self._session.ended()  # the server released the state itself
             self._finalizer.detach()
             self.result = {}
@@ -98,7 +100,7 @@ class GymnasiumEpisode(Episode):
             self.state.stop_reason = "max_steps"
             self.result = {}
             await self.aclose()
-        step = Step(answer.observation, record.reward, record.terminated, record.truncated, answer.info)
+        step = Step(record.observation, record.reward, record.terminated, record.truncated, record.info)
         step.record = record
         return step
 
@@ -127,7 +129,7 @@ class GymnasiumEpisode(Episode):
             self.steps,
             cut_by_limit=self.state.stop_reason == "max_steps",
             row=self.row,
-            last=self.last_step,
+            last=self.state.transition,
             duration_s=time.perf_counter() - self._started,
         )
 

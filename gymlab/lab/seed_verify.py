@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from gymlab._http.client import error_message
 from gymlab.errors import EpisodeError, ForkDivergedError, ServerError
-from gymlab.lab.episode import Episode, _Session, answering, parse_output
+from gymlab.lab.episode import Episode, _Session, answering
 from gymlab.loop import model_turn, refusal, run_loop
 from gymlab.protocol import (
     Message,
@@ -27,14 +28,10 @@ class SeedVerifyEpisode(Episode):
     _start_name = "seed"
     _other_protocol_methods = frozenset({"reset", "areset", "step", "astep"})
 
-    def tool_caller(self):
-        """A ``call_tool`` for the loop: POST /{name} with the episode's cookie; the body is the output."""
-
-        async def call_tool(name: str, args: Any) -> str:
-            reply = await self.client.post(self.env_url, f"/{name}", args, self._session.cookies, self.env_name)
-            return reply.text
-
-        return call_tool
+    async def _call_tool(self, name: str, args: Any) -> str:
+        """The loop's ``call_tool``: POST /{name} with the episode's cookie; the body is the output."""
+        reply = await self.client.post(self.env_url, f"/{name}", args, self._session.cookies, self.env_name)
+        return reply.text
 
     async def aseed(self) -> dict[str, Any]:
         """POST /seed_session with the row; returns the server's answer."""
@@ -43,7 +40,7 @@ class SeedVerifyEpisode(Episode):
     async def _turn(self, response: NeMoGymResponse, call_tool=None, *, by_hand: bool = False) -> StepRecord:
         """Push ``response`` through the loop as if the model had answered it (``by_hand``: a call the
         researcher made, which may name a tool the row does not declare)."""
-        await model_turn(self.state, answering(response), call_tool or self.tool_caller(), check_tools=not by_hand)
+        await model_turn(self.state, answering(response), call_tool or self._call_tool, check_tools=not by_hand)
         self._actions.append(("call" if by_hand else "response", response))
         return self.state.steps[-1]
 
@@ -68,7 +65,10 @@ class SeedVerifyEpisode(Episode):
             )
         response = NeMoGymResponse(model="by hand", output=[function_call(tool, arguments)])
         await self._turn(response, answering(reply.text), by_hand=True)
-        return parse_output(reply.text)
+        try:
+            return json.loads(reply.text)
+        except ValueError:
+            return reply.text
 
     async def asay(self, text: str, role: str = "assistant") -> Message:
         """Add a message: the assistant's (a final answer, as a model turn) or the user's (a follow-up)."""
@@ -84,7 +84,7 @@ class SeedVerifyEpisode(Episode):
     async def amodel_turn(self) -> StepRecord:
         """One model call and each of its tool calls (``gymlab.loop.model_turn``); returns the step."""
         self._require_open("model_turn()")
-        await model_turn(self.state, self.call_model, self.tool_caller())
+        await model_turn(self.state, self.call_model, self._call_tool)
         self._actions.append(("response", self.state.last))
         return self.state.steps[-1]
 
@@ -93,7 +93,7 @@ class SeedVerifyEpisode(Episode):
         self._require_open("run()")
         before = len(self.state.steps)
         limit = before + self._step_limit(max_steps)
-        await run_loop(self.state, self._recording_model, self.tool_caller(), limit)
+        await run_loop(self.state, self._recording_model, self._call_tool, limit)
         return self.state.steps[before:]
 
     async def _recording_model(self, body: dict) -> NeMoGymResponse:
