@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-_PACKAGE = str(Path(__file__).resolve().parent) + os.sep
+
+def _folder(path: str | os.PathLike) -> str:
+    return str(Path(path).resolve()) + os.sep
+
+
+_PACKAGE = _folder(Path(__file__).parent)
 _EXAMPLES = _PACKAGE + "environments" + os.sep
 _LIBRARY = tuple(
-    {
-        str(Path(p).resolve()) + os.sep
-        for key in ("stdlib", "platstdlib", "purelib", "platlib")
-        if (p := sysconfig.get_path(key))
-    }
+    {_folder(p) for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_path(key))}
 )
 
 
@@ -84,15 +85,9 @@ def _file_label(filename: str) -> str:
 
 
 #: The folders an error body leaves out (longest first, so a folder inside another goes whole).
-_ROOTS = sorted(
-    {
-        _PACKAGE,
-        *_LIBRARY,
-        *(str(f) + os.sep for p in (os.getcwd(), Path.home(), tempfile.gettempdir()) if (f := Path(p).resolve()).name),
-    },
-    key=len,
-    reverse=True,
-)  # a folder that is the file system's root (a server started in /) is not left out: it starts every path
+#: A folder that is the file system's root (a server started in /) is not left out: it starts every path.
+_HOMES = (_folder(p) for p in (os.getcwd(), Path.home(), tempfile.gettempdir()) if Path(p).resolve().name)
+_ROOTS = sorted({_PACKAGE, *_LIBRARY, *_HOMES}, key=len, reverse=True)
 _FILE = re.compile(r'File "([^"]*)"')
 
 

@@ -83,12 +83,6 @@ def reward_stats(rewards: list[float]) -> dict[str, Any]:
     return {"count": len(rewards), "mean": mean, "std": std, "min": min(rewards), "max": max(rewards)}
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "—" if value is None else str(value)
-
-
 def card_text(
     fmt: Format, path: Path, sources: list[str], records: list[Rollout], options: dict, built: Built, rewards: dict
 ) -> str:
@@ -98,59 +92,45 @@ def card_text(
 
     with open(path, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
-    data_file = path.name
-    envs = Counter(r.env or "?" for r in records)
-    agents = Counter(r.agent or "?" for r in records)
     library = "verl" if fmt.name == "verl" else "TRL"
-    config = {
-        "config_name": f"{fmt.name}-{digest[:16]}",
-        "default": True,
-        "data_files": [{"split": "train", "path": data_file}],
-    }
+    config = {"config_name": f"{fmt.name}-{digest[:16]}", "default": True}
+    config["data_files"] = [{"split": "train", "path": path.name}]  # YAML quotes a file name that needs it
     front = yaml.safe_dump({"configs": [config], "tags": ["gymlab", library.lower(), fmt.name]}, sort_keys=False)
-    lines = [
-        "---",
-        front.rstrip(),  # YAML quotes a file name that needs it
-        "---",
-        "",
-        f"# {data_file}: {fmt.title}",
-        "",
-        f"Written by gymlab {__version__} on {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}. "
-        f"Column names as documented by {library}: {fmt.docs}",
-        "",
-        "## Source runs",
-        "",
-        *[f"- {s}" for s in sources],
-        f"- environments: {', '.join(f'{k} ({v})' for k, v in envs.items()) or '—'}",
-        f"- agents: {', '.join(f'{k} ({v})' for k, v in agents.items()) or '—'}",
-        "",
-        "## Filters",
-        "",
-        *[f"- `{k}`: {json.dumps(v)}" for k, v in options.items()],
-        "",
-        "## Counts",
-        "",
-        "| what | count |",
-        "|---|---|",
-        f"| episodes read | {len(records)} |",
-        f"| masked episodes among them | {sum(bool(r.mask_sample) for r in records)} |",
-        *[f"| {k.replace('_', ' ')} | {v} |" for k, v in built.counts.items()],
-        f"| rows written | {len(built.rows)} |",
-        "",
-        "## Rewards (of the episodes the rows came from)",
-        "",
-        "| statistic | value |",
-        "|---|---|",
-        *[f"| {k.replace('_', ' ')} | {_fmt(v)} |" for k, v in rewards.items()],
-        "",
-        "## Columns",
-        "",
-        "| column | what |",
-        "|---|---|",
-        *[f"| `{k}` | {v} |" for k, (_, v) in fmt.columns.items()],
-        "",
-    ]
+    runs = [f"- {s}" for s in sources]
+    for what, key in (("environments", "env"), ("agents", "agent")):
+        seen = Counter(getattr(r, key) or "?" for r in records)
+        runs.append(f"- {what}: {', '.join(f'{k} ({v})' for k, v in seen.items()) or '—'}")
+    counts = {
+        "episodes read": len(records),
+        "masked episodes among them": sum(bool(r.mask_sample) for r in records),
+        **{k.replace("_", " "): v for k, v in built.counts.items()},
+        "rows written": len(built.rows),
+    }
+    sections = {
+        "Source runs": runs,
+        "Filters": [f"- `{k}`: {json.dumps(v)}" for k, v in options.items()],
+        "Counts": _table("what | count", counts),
+        "Rewards (of the episodes the rows came from)": _table(
+            "statistic | value", {k.replace("_", " "): _fmt(v) for k, v in rewards.items()}
+        ),
+        "Columns": _table("column | what", {f"`{k}`": v for k, (_, v) in fmt.columns.items()}),
+    }
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = ["---", front.rstrip(), "---", "", f"# {path.name}: {fmt.title}", ""]
+    lines += [f"Written by gymlab {__version__} on {stamp}. Column names as documented by {library}: {fmt.docs}", ""]
+    for title, body in sections.items():
+        lines += [f"## {title}", "", *body, ""]
     return "\n".join(lines)
+
+
+def _table(head: str, rows: dict[str, Any]) -> list[str]:
+    return [f"| {head} |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows.items())]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "—" if value is None else str(value)
 
 
 DEFAULTS = asdict(Options())  # every export option's default
@@ -286,39 +266,33 @@ def read_dataset(path: str | os.PathLike, format: str | None = None) -> list[dic
         except OSError as exc:
             raise DatasetError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
         except pa.ArrowException as exc:
-            raise DatasetError(
-                str(path), None, f"not a readable Parquet file ({exc}); was the write interrupted? export it again"
-            ) from None
-        format = format or format_of(set(data.schema.names))
+            why = f"not a readable Parquet file ({exc}); was the write interrupted? export it again"
+            raise DatasetError(str(path), None, why) from None
+        names = data.schema.names
+        format = format or format_of(set(names))
         if format is None:
-            raise DatasetError(str(path), None, f"columns {data.schema.names} are none of {', '.join(FORMATS)}")
-        expected = schema(format)
-        for name in expected.names:
-            if name not in data.schema.names:
-                raise DatasetError(
-                    str(path),
-                    None,
-                    f"not a {format} file: no column {name!r} (columns: {', '.join(data.schema.names)})",
-                )
-            found, want = data.schema.field(name).type, expected.field(name).type
-            if not found.equals(want):
-                raise DatasetError(str(path), None, f"column {name!r} has type {found}, {format} expects {want}")
-        numbered: Iterable[tuple[str | None, int | None, Any]] = (
-            (f"row {n}", None, row) for n, row in enumerate(data.to_pylist(), 1)
+            raise DatasetError(str(path), None, f"columns {names} are none of {', '.join(FORMATS)}")
+        for want in schema(format):
+            if want.name not in names:
+                why = f"not a {format} file: no column {want.name!r} (columns: {', '.join(names)})"
+                raise DatasetError(str(path), None, why)
+            if not (found := data.schema.field(want.name).type).equals(want.type):
+                why = f"column {want.name!r} has type {found}, {format} expects {want.type}"
+                raise DatasetError(str(path), None, why)
+        numbered: Iterable[tuple[str, int | None, Any]] = (
+            (f"row {n}: ", None, row) for n, row in enumerate(data.to_pylist(), 1)
         )
     else:
-        numbered = ((None, n, row) for n, row in iter_jsonl(path))
+        numbered = (("", n, row) for n, row in iter_jsonl(path))
     rows = []
-    for row_label, line, row in numbered:
+    for where, line, row in numbered:
+        format = format or format_of(set(row))
         if format is None:
-            format = format_of(set(row))
-            if format is None:
-                raise DatasetError(str(path), line, f"keys {sorted(row)} are none of {', '.join(FORMATS)}")
+            raise DatasetError(str(path), line, f"keys {sorted(row)} are none of {', '.join(FORMATS)}")
         try:
             FORMATS[format].check(row)
         except ValueError as exc:
-            cause = f"not a {format} row: {exc}"
-            raise DatasetError(str(path), line, f"{row_label}: {cause}" if row_label else cause) from None
+            raise DatasetError(str(path), line, f"{where}not a {format} row: {exc}") from None
         rows.append(row)
     return rows
 

@@ -85,8 +85,7 @@ def preference_pairs(records: Iterable[Rollout], *, min_margin: float = 0.0) -> 
         if len(group) < 2:
             out.single += 1
             continue
-        best = group[min(range(len(group)), key=lambda i: (-group[i].reward, i))]
-        worst = group[min(range(len(group)), key=lambda i: (group[i].reward, i))]
+        best, worst = max(group, key=lambda r: r.reward), min(group, key=lambda r: r.reward)  # the earlier of ties
         margin = best.reward - worst.reward
         if margin <= 0:
             out.ties += 1

@@ -97,17 +97,12 @@ def nemo_profile(
     dumped = (r if isinstance(r, dict) else r.model_dump(mode="json", exclude_unset=True) for r in records)
     results = sorted(dumped, key=lambda r: tuple(map(order_key, _key(r))))
     skip = RESULT_KEYS | {"response", "_ng_result_type"}  # without inputs, a record's own row fields stand in
-    every_row = rows = (
-        list(inputs) if inputs is not None else [{k: v for k, v in r.items() if k not in skip} for r in results]
-    )
-    row_by_key = {_key(row): row for row in rows}
-    extra = [_key(r) for r in results if _key(r) not in row_by_key]
-    if extra:
+    every_row = list(inputs) if inputs is not None else [{k: v for k, v in r.items() if k not in skip} for r in results]
+    known = {_key(row) for row in every_row}
+    if extra := [_key(r) for r in results if _key(r) not in known]:
         raise ValueError(f"{len(extra)} record(s) have no input row; first (task, repeat) keys: {extra[:10]}")
-    masked_keys = {_key(r) for r in results if r.get("mask_sample")}
-    measured = [{k: v for k, v in r.items() if k != "mask_sample"} for r in results if not r.get("mask_sample")]
-    if not masked_as_missing:
-        rows = [row for row in rows if _key(row) not in masked_keys]
+    masked = {_key(r) for r in results if r.get("mask_sample")}
+    rows = every_row if masked_as_missing else [row for row in every_row if _key(row) not in masked]
     label = _labels(rows)
 
     def agent_of(row: dict[str, Any]) -> Any:
@@ -120,7 +115,11 @@ def nemo_profile(
 
     expected = Counter(group_of(row) for row in rows)
     kept = {_key(row): row for row in rows}
+    measured = [{k: v for k, v in r.items() if k != "mask_sample"} for r in results if not r.get("mask_sample")]
     pairs = [(kept[_key(r)], r) for r in measured if _key(r) in kept]
+    by_group: dict[Any, list] = defaultdict(list)
+    for pair in pairs:
+        by_group[group_of(pair[0])].append(pair)
     groups, agent_rows, repeat_rows = [], [], []
     if pairs:
         frame = pd.DataFrame.from_records(
@@ -129,25 +128,20 @@ def nemo_profile(
                 for row, r in pairs
             ]
         )
-        infos: dict[Any, list] = defaultdict(list)
-        first_row: dict[Any, dict] = {}
-        for row, r in pairs:
-            infos[group_of(row)].append(_rollout_info(r))
-            first_row.setdefault(group_of(row), row)
         by = [_TASK, "agent_name"] if per_agent else _TASK
         for key, part in frame.drop(columns=[_REPEAT] if per_agent else [_REPEAT, "agent_name"]).groupby(by):
             group = tuple(map(_plain, key)) if per_agent else _plain(key)
             entry = {_TASK: group[0] if per_agent else group, **_describe(part.drop(columns=by))}
             if per_agent:
                 entry["agent_ref"] = {"name": group[1]}
-            n, want = len(infos[group]), expected[group]
+            some, want = by_group[group], expected[group]
             entry.update(
-                sample={k: v for k, v in first_row[group].items() if k not in (_TASK, _REPEAT)},
-                num_rollouts=n,
+                sample={k: v for k, v in some[0][0].items() if k not in (_TASK, _REPEAT)},
+                num_rollouts=len(some),
                 expected_num_rollouts=want,
-                missing_num_rollouts=want - n,
-                reward_profile_completion_pct=100.0 if not want else 100.0 * n / want,
-                rollout_infos=sorted(infos[group], key=lambda i: order_key(i[_REPEAT])),
+                missing_num_rollouts=want - len(some),
+                reward_profile_completion_pct=100.0 if not want else 100.0 * len(some) / want,
+                rollout_infos=sorted((_rollout_info(r) for _, r in some), key=lambda i: order_key(i[_REPEAT])),
             )
             groups.append(entry)
         for name, part in frame.drop(columns=[_REPEAT, _TASK]).groupby("agent_name"):
