@@ -4,6 +4,7 @@ over aiohttp; cookies kept per rollout, a broken exchange a typed ``TransportErr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -270,13 +271,11 @@ def parsed(reply: Reply, path: str, server: str) -> Any:
 def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
     """A model server's answer as a Responses object, or ``ServerError`` with a provider failure."""
     if reply.ok:  # the common case, validated straight from the bytes in one pass
-        try:
+        with contextlib.suppress(ValueError, TypeError):
             response = NeMoGymResponse.model_validate_json(reply.body)
-        except (ValueError, TypeError):
-            response = None
-        if response is not None and "output" in response.model_fields_set and not getattr(response, "error", None):
-            if _non_answer(response) is None:
-                return response
+            if "output" in response.model_fields_set and not getattr(response, "error", None):
+                if _non_answer(response) is None:
+                    return response
     answer = parsed(reply, "/v1/responses", server)
     problem = None
     if not (isinstance(answer, dict) and isinstance(answer.get("output"), list)) or answer.get("error"):
