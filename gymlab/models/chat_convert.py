@@ -72,7 +72,6 @@ def chat_messages(
         items, first, where = list(source), 0, where or "items"
     messages: list[dict[str, Any]] = []
     reasoning: list[str] = []
-    open_turn = False  # the last message is an assistant turn that later calls may join
 
     def assistant(content: Any) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -91,19 +90,17 @@ def chat_messages(
                 )
             role = "system" if item.role == "developer" else item.role
             messages.append(assistant(content) if role == "assistant" else {"role": role, "content": content})
-            open_turn = role == "assistant" and isinstance(content, str)
         elif isinstance(item, FunctionCall):
-            if not open_turn:
-                messages.append(assistant(None))
-                open_turn = True
-            last = messages[-1]
+            last = messages[-1] if messages else {}
+            if last.get("role") != "assistant" or isinstance(last["content"], list):  # no text turn to join
+                last = assistant(None)
+                messages.append(last)
             function = {"name": item.name, "arguments": item.arguments}
             last.setdefault("tool_calls", []).append({"id": item.call_id, "type": "function", "function": function})
             if last["content"] == "":
                 last["content"] = None
         elif isinstance(item, FunctionCallOutput):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
-            open_turn = False
         elif isinstance(item, Reasoning):
             if not request:  # Chat endpoints ignore or refuse reasoning in their input (docs/models.md)
                 reasoning.append(" ".join(s.text for s in item.summary))
