@@ -4,6 +4,7 @@ over aiohttp; cookies kept per rollout, a broken exchange a typed ``TransportErr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -112,28 +113,21 @@ def transport_error(
 ) -> TransportError:
     """A broken exchange as its ``TransportError``, by type: nothing sent is unreachable, a timeout is a
     timeout, anything else broke after the request went out."""
-    route = f"{method} {path}"
+    kind: type[TransportError]
     if isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
-        return TransportUnreachable(
-            server, route, f"cannot connect to {url}: {exc}", "is the server running, and is the URL right?"
-        )
-    if isinstance(exc, AnswerTooLarge):
-        return TransportAnswerTooLarge(
-            server, route, f"{url} answered too much: {exc}", "the server's answer is endless or runaway; see its log"
-        )
-    if isinstance(exc, TimeoutError):
-        return TransportTimeout(
-            server,
-            route,
-            f"no answer from {url} within {timeout:g} s" if timeout is not None else f"no answer from {url}",
-            "the server is slow or stuck; raise the timeout in the server's config or the run's options",
-        )
-    return TransportPeerDrop(
-        server,
-        route,
-        f"{url} dropped the connection after the request went out: {exc}",
-        "the server process may have died or restarted; the request was not sent again",
-    )
+        kind, cause = TransportUnreachable, f"cannot connect to {url}: {exc}"
+        hint = "is the server running, and is the URL right?"
+    elif isinstance(exc, AnswerTooLarge):
+        kind, cause = TransportAnswerTooLarge, f"{url} answered too much: {exc}"
+        hint = "the server's answer is endless or runaway; see its log"
+    elif isinstance(exc, TimeoutError):
+        within = f" within {timeout:g} s" if timeout is not None else ""
+        kind, cause = TransportTimeout, f"no answer from {url}{within}"
+        hint = "the server is slow or stuck; raise the timeout in the server's config or the run's options"
+    else:
+        kind, cause = TransportPeerDrop, f"{url} dropped the connection after the request went out: {exc}"
+        hint = "the server process may have died or restarted; the request was not sent again"
+    return kind(server, f"{method} {path}", cause, hint)
 
 
 def _resend_delay(exc: BaseException, attempt: int) -> float | None:
@@ -270,13 +264,11 @@ def parsed(reply: Reply, path: str, server: str) -> Any:
 def _model_response(reply: Reply, server: str) -> NeMoGymResponse:
     """A model server's answer as a Responses object, or ``ServerError`` with a provider failure."""
     if reply.ok:  # the common case, validated straight from the bytes in one pass
-        try:
+        with contextlib.suppress(ValueError, TypeError):
             response = NeMoGymResponse.model_validate_json(reply.body)
-        except (ValueError, TypeError):
-            response = None
-        if response is not None and "output" in response.model_fields_set and not getattr(response, "error", None):
-            if _non_answer(response) is None:
-                return response
+            if "output" in response.model_fields_set and not getattr(response, "error", None):
+                if _non_answer(response) is None:
+                    return response
     answer = parsed(reply, "/v1/responses", server)
     problem = None
     if not (isinstance(answer, dict) and isinstance(answer.get("output"), list)) or answer.get("error"):

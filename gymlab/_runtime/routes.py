@@ -60,12 +60,9 @@ class RouteKinds:
             if match == Match.FULL:
                 path = getattr(route, "path", scope["path"])
                 uses = path not in docs and uses_session(route)
-                if path in self.starts:
-                    return START, uses, route
-                if path in self.ends:
-                    return END, uses, route
-                if path == "/verify":
-                    return VERIFY, uses, route
+                for kind, paths in ((START, self.starts), (END, self.ends), (VERIFY, ("/verify",))):
+                    if path in paths:
+                        return kind, uses, route
                 return (USE, True, route) if uses else (NONE, False, route)
         return NONE, False, None  # no route: a 404 (or 405) that no session is needed for
 

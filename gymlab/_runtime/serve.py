@@ -228,7 +228,5 @@ def answers_health(url: str, timeout: float = 2.0) -> bool:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free on ``host`` now (for a server process that binds it itself)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    with bind_socket(host, 0) as sock:
+        return sock.getsockname()[1]

@@ -19,6 +19,7 @@ from gymlab.protocol import (
     ResponseCreateParams,
     Usage,
     assistant_message,
+    function_call,
     new_id,
 )
 from gymlab.protocol.responses import InputTokensDetails, OutputTokensDetails, SummaryText
@@ -71,7 +72,6 @@ def chat_messages(
         items, first, where = list(source), 0, where or "items"
     messages: list[dict[str, Any]] = []
     reasoning: list[str] = []
-    open_turn = False  # the last message is an assistant turn that later calls may join
 
     def assistant(content: Any) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -88,28 +88,19 @@ def chat_messages(
                 raise ConversionError(
                     f"{at}: a message has image content, which a text chat row cannot hold; filter such episodes out"
                 )
-            if item.role == "assistant":
-                messages.append(assistant(content))
-                open_turn = isinstance(content, (str, type(None)))
-            else:
-                messages.append({"role": "system" if item.role == "developer" else item.role, "content": content})
-                open_turn = False
+            role = "system" if item.role == "developer" else item.role
+            messages.append(assistant(content) if role == "assistant" else {"role": role, "content": content})
         elif isinstance(item, FunctionCall):
-            call = {
-                "id": item.call_id,
-                "type": "function",
-                "function": {"name": item.name, "arguments": item.arguments},
-            }
-            if not open_turn:
-                messages.append(assistant(None))
-                open_turn = True
-            last = messages[-1]
-            last.setdefault("tool_calls", []).append(call)
+            last = messages[-1] if messages else {}
+            if last.get("role") != "assistant" or isinstance(last["content"], list):  # no text turn to join
+                last = assistant(None)
+                messages.append(last)
+            function = {"name": item.name, "arguments": item.arguments}
+            last.setdefault("tool_calls", []).append({"id": item.call_id, "type": "function", "function": function})
             if last["content"] == "":
                 last["content"] = None
         elif isinstance(item, FunctionCallOutput):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
-            open_turn = False
         elif isinstance(item, Reasoning):
             if not request:  # Chat endpoints ignore or refuse reasoning in their input (docs/models.md)
                 reasoning.append(" ".join(s.text for s in item.summary))
@@ -179,8 +170,7 @@ def chat_request(params: ResponseCreateParams, model: str = "", extra_body: dict
         if (value := getattr(params, key)) is not None:
             body["max_tokens" if key == "max_output_tokens" else key] = value
     if params.top_logprobs is not None:
-        body["logprobs"] = True
-        body["top_logprobs"] = params.top_logprobs
+        body.update(logprobs=True, top_logprobs=params.top_logprobs)
     if params.reasoning and params.reasoning.get("effort"):
         body["reasoning_effort"] = params.reasoning["effort"]
     if params.text and (fmt := _response_format(params.text)):
@@ -223,10 +213,7 @@ def _function_call(raw: dict, n: int) -> FunctionCall:
     if not fn.get("name"):
         raise ConversionError(f"choices[0].message.tool_calls[{n}] has no function name: {json.dumps(raw)[:200]}")
     args = fn.get("arguments")
-    args = "{}" if args is None else args if isinstance(args, str) else json.dumps(args)  # some send an object
-    return FunctionCall(
-        name=fn["name"], arguments=args, call_id=raw.get("id") or new_id("call"), id=new_id("fc"), status="completed"
-    )
+    return function_call(fn["name"], "{}" if args is None else args, raw.get("id"))  # some send an object
 
 
 def response_from_chat(body: dict, params: ResponseCreateParams | None = None) -> NeMoGymResponse:

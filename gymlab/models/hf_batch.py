@@ -103,19 +103,14 @@ class Batcher:
         batch = [await queue.get()]
         start = loop.time()
         while len(batch) < self.max_batch:
-            if not queue.empty():
-                batch.append(queue.get_nowait())
-                continue
             now = loop.time()
             left = start + self.window_s - now
             if left <= 0 and self.arriving and now < start + self.window_s + ARRIVING_S:
                 left = 0.002  # look again shortly: the arriving ones join, a refused one stops being counted
-            if left <= 0:
+            if left <= 0 and queue.empty():
                 break
-            try:
-                batch.append(await asyncio.wait_for(queue.get(), left))
-            except TimeoutError:
-                continue
+            with contextlib.suppress(TimeoutError):
+                batch.append(queue.get_nowait() if not queue.empty() else await asyncio.wait_for(queue.get(), left))
         return batch
 
     async def _dispatch(self) -> None:
@@ -127,13 +122,11 @@ class Batcher:
             for row in batch:
                 if row.cancelled or row.future.done():  # its caller left while it waited
                     self.finished["cancelled"] += 1
-                    continue
-                if now >= row.deadline:  # waited out its budget in the queue
+                elif now >= row.deadline:  # waited out its budget in the queue
                     row.finish = "timeout"
-                    self.finished["timeout"] += 1
-                    row.future.set_result(row)
-                    continue
-                live.append(row)
+                    self._answer(row)
+                else:
+                    live.append(row)
             if not live:
                 continue
             self.batches += 1
@@ -193,13 +186,13 @@ class CountArrivals:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] != self.path:
             return await self.app(scope, receive, send)
-        batcher, counted = self.batcher, [True]
+        batcher, counted = self.batcher, True
         batcher.arriving += 1
 
         def arrived() -> None:
-            if counted[0]:
-                counted[0] = False
-                batcher.arriving -= 1
+            nonlocal counted
+            if counted:
+                counted, batcher.arriving = False, batcher.arriving - 1
 
         token = _arrival.set(arrived)
         try:

@@ -59,14 +59,13 @@ def to_response(answer: Any) -> NeMoGymResponse:
 def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGymResponse:
     """A policy's answer as a full response, with a word-count usage when it gave none."""
     response = to_response(answer)
-    update: dict[str, Any] = {}
+    update: dict[str, Any] = {"tools": params.tools}
     if not response.model:
         update["model"] = params.model or model
     if response.usage is None:
         i, o = _words(params.input_items()), _words(response.output)
         update["usage"] = Usage(input_tokens=i, output_tokens=o, total_tokens=i + o)
-    update.setdefault("tools", params.tools)
-    return response.model_copy(update=update) if update else response
+    return response.model_copy(update=update)
 
 
 class DaemonThreads:

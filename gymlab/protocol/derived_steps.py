@@ -45,9 +45,7 @@ def derived_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
             closed = True
         elif kind == "message" and item.get("role") == "user":
             if step is not None:
-                step["observation"] = (
-                    item_text(item) if step.get("observation") is None else step["observation"] + item_text(item)
-                )
+                step["observation"] = (step.get("observation") or "") + (item_text(item) or "")
                 closed = True
         else:
             if closed or step is None:

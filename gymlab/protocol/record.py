@@ -181,13 +181,9 @@ def _echoes(echo: Any, sent: Any) -> bool:
     if echo == sent:
         return True
     if isinstance(echo, dict) and isinstance(sent, dict):
-        for key, value in echo.items():
-            if key in sent:
-                if not _echoes(value, sent[key]):
-                    return False
-            elif value is not None:
-                return False
-        return all(key in echo for key in sent)
+        return sent.keys() <= echo.keys() and all(
+            _echoes(value, sent[key]) if key in sent else value is None for key, value in echo.items()
+        )
     if isinstance(echo, list) and isinstance(sent, list):
         return len(echo) == len(sent) and all(map(_echoes, echo, sent))
     return False
@@ -226,12 +222,12 @@ def from_transitions(
             "responses_create_params": params.model_dump(mode="json", exclude_none=True),
             "response": response.model_dump(mode="json", exclude_none=True),
             "reward": math.fsum(s.reward for s in steps),
-            "terminated": bool(last is not None and last.terminated),
-            "truncated": bool(cut_by_limit or (last is not None and last.truncated)),
-            "info": last.info if last is not None else {},
-            "mask_sample": bool(last is not None and last.mask_sample),
-            "failure_kind": last.failure_kind if last is not None else None,
-            "failure_reason": last.failure_reason if last is not None else None,
+            "terminated": bool(getattr(last, "terminated", False)),
+            "truncated": bool(cut_by_limit or getattr(last, "truncated", False)),
+            "info": getattr(last, "info", {}),
+            "mask_sample": bool(getattr(last, "mask_sample", False)),
+            "failure_kind": getattr(last, "failure_kind", None),
+            "failure_reason": getattr(last, "failure_reason", None),
             "duration_s": duration_s,
             "reward_components": _summed_components(s.reward_components for s in steps),
             "judgements": judgements or None,
