@@ -25,7 +25,7 @@ from gymlab._runtime.app import on_stop
 from gymlab._runtime.bodies import BODY_KEY, close_follows
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.offload import WorkerPool
-from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
+from gymlab.errors import WorkBudgetExceeded
 from gymlab.protocol import (
     SESSION_ID_KEY,
     AggregateMetrics,
@@ -39,6 +39,7 @@ from gymlab.protocol import (
     ResourcesSeedSessionRequest,
 )
 from gymlab.resources.tools import type_hints as _hints
+from gymlab.rewards.rubric import GRADING_FAILURES, grading_failure, masked_fields
 from gymlab.server import BaseServer
 
 #: The failure kind of a verify for a session the server no longer holds.
@@ -269,10 +270,8 @@ class SimpleResourcesServer(EpisodeServer):
         sid = request.session.get(SESSION_ID_KEY)
         try:
             return await call()
-        except AnswerError as exc:  # the model's own answer broke grading: its 0 (docs/servers.md)
-            return JSONResponse(_echoed(_body_of(call), answer_error=str(exc)).model_dump(mode="json"))
-        except (WorkBudgetExceeded, WorkerDied) as exc:  # the grader, not the answer: masked
-            return JSONResponse(masked_verification(_body_of(call), "verifier_error", str(exc)).model_dump(mode="json"))
+        except GRADING_FAILURES as exc:  # the model's own 0, or the grader's failure masked (docs/servers.md)
+            return JSONResponse(_echoed(_body_of(call), **grading_failure(exc)).model_dump(mode="json"))
         finally:
             if sid in self.session_state and not close_follows(request.scope.get(BODY_KEY)):
                 await self._release(sid)
@@ -346,7 +345,7 @@ def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> Base
 
 def masked_verification(body: BaseVerifyRequest, kind: str, reason: str) -> BaseVerifyResponse:
     """A masked ``/verify`` answer of failure ``kind`` (infrastructure: not a real zero); ``body`` echoed."""
-    return _echoed(body, mask_sample=True, failure_kind=kind, failure_reason=reason)
+    return _echoed(body, **masked_fields(kind, reason))
 
 
 def _echoed(body: BaseVerifyRequest, **fields: Any) -> BaseVerifyResponse:

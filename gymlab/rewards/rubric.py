@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gymlab.errors import GymlabError
+from gymlab.errors import AnswerError, GymlabError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol.failure_kinds import Failure
 
 #: The key of a step's ``info`` (and of a verify response) that holds the component values.
@@ -64,7 +64,7 @@ class Score:
         if self.judgements:
             fields[JUDGEMENTS_KEY] = list(self.judgements)
         if self.failure is not None:
-            fields.update(mask_sample=True, failure_kind=self.failure.kind, failure_reason=self.failure.message)
+            fields.update(masked_fields(self.failure.kind, self.failure.message))
         return fields
 
     def info(self, **extra: Any) -> dict[str, Any]:
@@ -168,3 +168,20 @@ def finite_reward(value: Any, who: str) -> float:
     if isinstance(value, (int, float)) and math.isfinite(value):  # a bool too
         return float(value)
     raise TypeError(f"{who} must return a finite number or a bool, got {value!r:.100}")
+
+
+#: What grading code may raise and still be answered: the model's own answer, or the worker that graded it.
+GRADING_FAILURES = (AnswerError, WorkBudgetExceeded, WorkerDied)
+
+
+def masked_fields(kind: str, reason: str) -> dict[str, Any]:
+    """The fields of a masked verify or step answer: infrastructure failed (``kind``), not the task."""
+    return {"mask_sample": True, "failure_kind": kind, "failure_reason": reason}
+
+
+def grading_failure(exc: BaseException) -> dict[str, Any]:
+    """The answer's fields for one of ``GRADING_FAILURES``: an ``AnswerError`` is the model's own 0, unmasked;
+    a worker that ran past its budget or died is masked (``verifier_error``)."""
+    if isinstance(exc, AnswerError):
+        return {"answer_error": str(exc)}
+    return masked_fields("verifier_error", str(exc))
