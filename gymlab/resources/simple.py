@@ -126,11 +126,10 @@ def _finite(value: Any) -> float | None:
     """``value`` as a finite float, or None (not a JSON number, or past the float range)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    try:
-        value = float(value)
-    except OverflowError:
-        return None
-    return value if math.isfinite(value) else None
+    with contextlib.suppress(OverflowError):
+        if math.isfinite(value := float(value)):
+            return value
+    return None
 
 
 def _unreadable(i: int, key: str, value: Any, expected: str) -> dict[str, Any]:
@@ -397,23 +396,16 @@ def _base_hints(hook) -> dict[str, Any]:
 def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
     """``params`` with each unannotated one typed (the Request, or the overridden body), else a ``TypeError``."""
     untyped = [p for p in params if p.annotation is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if not untyped:
-        return params
-    base = [t for t in _base_hints(hook).values() if t is not Request]
-    typed = {}
-    for p in untyped:
-        if p.name == "request":
-            typed[p.name] = Request
-        elif len(base) == 1 and len([q for q in untyped if q.name != "request"]) == 1:
-            typed[p.name] = base[0]
-        else:
-            owner = type(getattr(hook, "__self__", None)).__name__
-            name = getattr(hook, "__name__", "the hook")
-            raise TypeError(
-                f"{owner}.{name}: parameter {p.name!r} has no type annotation, so every request would fail "
-                f"(FastAPI reads it as a query parameter); annotate it: `{p.name}: YourRequestModel` "
-                "(a pydantic model of the body) or `request: Request`"
-            )
+    bodies = [p for p in untyped if p.name != "request"]
+    base = [t for t in _base_hints(hook).values() if t is not Request] if bodies else []
+    if bodies and not (len(base) == 1 and len(bodies) == 1):
+        owner, name = type(getattr(hook, "__self__", None)).__name__, getattr(hook, "__name__", "the hook")
+        raise TypeError(
+            f"{owner}.{name}: parameter {bodies[0].name!r} has no type annotation, so every request would fail "
+            f"(FastAPI reads it as a query parameter); annotate it: `{bodies[0].name}: YourRequestModel` "
+            "(a pydantic model of the body) or `request: Request`"
+        )
+    typed = {p.name: Request if p.name == "request" else base[0] for p in untyped}
     return [p.replace(annotation=typed.get(p.name, p.annotation)) for p in params]
 
 
