@@ -120,27 +120,18 @@ class Rubric:
     async def score(self, body: Any) -> Score:
         """Run every component concurrently; a failed judge masks the score, the others keep their values."""
         results = await asyncio.gather(*(c.evaluate(body) for c in self.components), return_exceptions=True)
-        components: dict[str, float | None] = {}
-        judgements: list[dict[str, Any]] = []
-        failure: Failure | None = None
-        for component, result in zip(self.components, results):
-            if isinstance(result, ComponentFailed):
-                value, judgement, failure = None, result.judgement, failure or result.failure
-            elif isinstance(result, BaseException):
-                raise result  # the environment's own grading code failed: its server answers verifier_error
-            else:
-                value, judgement = result
-            components[component.name] = value
-            if judgement is not None:
-                judgements.append(judgement)
-        raw = dict(components)
+        if errors := [r for r in results if isinstance(r, BaseException) and not isinstance(r, ComponentFailed)]:
+            raise errors[0]  # the environment's own grading code failed: its server answers verifier_error
+        pairs = [(None, r.judgement) if isinstance(r, ComponentFailed) else r for r in results]
+        raw = {c.name: value for c, (value, _) in zip(self.components, pairs)}
+        components = dict(raw)
         for c in self.components:  # a gate without a value (its judge failed) leaves the masked value as it is
-            gate = _gate(c)
-            if gate is not None and (value := raw[c.name]) is not None and (paid := raw[gate]) is not None:
-                components[c.name] = value * paid
+            if (gate := _gate(c)) is not None and raw[c.name] is not None and raw[gate] is not None:
+                components[c.name] = raw[c.name] * raw[gate]
+        failure = next((r.failure for r in results if isinstance(r, ComponentFailed)), None)
         weights = self.weights
         reward = 0.0 if failure else math.fsum(weights[n] * v for n, v in components.items())
-        return Score(reward, components, weights, judgements, failure)
+        return Score(reward, components, weights, [j for _, j in pairs if j is not None], failure)
 
     async def verify(self, body: Any, response_model: type[Any] | None = None, **extra: Any) -> Any:
         """The verify response for ``body``: every field of the body echoed, plus the score's fields."""
