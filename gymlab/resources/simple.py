@@ -19,7 +19,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
 from gymlab._runtime.app import on_stop
 from gymlab._runtime.bodies import BODY_KEY, close_follows
@@ -279,9 +279,9 @@ class SimpleResourcesServer(EpisodeServer):
 def release_gap(server: BaseServer) -> str | None:
     """Why a server's per-episode state may outlive its episodes (a private dict only verify frees), or None."""
     cls = type(server)
-    if not isinstance(server, SimpleResourcesServer):
-        return None
-    if any("close_resources_session" in vars(c) for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)]):
+    if not isinstance(server, SimpleResourcesServer) or any(
+        "close_resources_session" in vars(c) for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)]
+    ):
         return None
     own = SimpleResourcesServer.__private_attributes__
     maps = [
@@ -358,10 +358,8 @@ def _body_of(call) -> Any:
     return next(v for v in call.keywords.values() if isinstance(v, BaseVerifyRequest))
 
 
-class _EchoedVerifyResponse(BaseVerifyResponse):
+class _EchoedVerifyResponse(BaseVerifyResponse, extra="allow"):
     """A verify answer that keeps the request's own fields, so a subclass response model validates it."""
-
-    model_config = ConfigDict(extra="allow")
 
 
 def with_request(hook, run, invoke):
