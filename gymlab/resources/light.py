@@ -22,7 +22,7 @@ from gymlab.protocol import (
 )
 from gymlab.protocol.record import own_fields
 from gymlab.resources.simple import SimpleResourcesServer, lost_session_verification
-from gymlab.rewards.rubric import finite_reward
+from gymlab.rewards.rubric import finite_reward, verify_answer
 
 #: The names a verify function may take (any subset, by name).
 VERIFY_PARAMETERS = ("row", "answer", "state", "response")
@@ -136,7 +136,7 @@ def environment(
         result = await self.call_hook(verify, **{k: v for k, v in given.items() if k in params})
         if isinstance(result, BaseVerifyResponse):
             return result
-        return BaseVerifyResponse(**body.model_dump(), reward=finite_reward(result, f"{name} verify"))
+        return verify_answer(body, {"reward": finite_reward(result, f"{name} verify")})
 
     seed_session.__annotations__ = {
         "request": Request,

@@ -39,7 +39,7 @@ from gymlab.protocol import (
     ResourcesSeedSessionRequest,
 )
 from gymlab.resources.tools import type_hints as _hints
-from gymlab.rewards.rubric import GRADING_FAILURES, grading_failure, masked_fields
+from gymlab.rewards.rubric import GRADING_FAILURES, grading_failure, masked_fields, verify_answer
 from gymlab.server import BaseServer
 
 #: The failure kind of a verify for a session the server no longer holds.
@@ -270,7 +270,8 @@ class SimpleResourcesServer(EpisodeServer):
         try:
             return await call()
         except GRADING_FAILURES as exc:  # the model's own 0, or the grader's failure masked (docs/servers.md)
-            return JSONResponse(_echoed(_body_of(call), **grading_failure(exc)).model_dump(mode="json"))
+            answer = verify_answer(_body_of(call), {"reward": 0.0, **grading_failure(exc)}, _EchoedVerifyResponse)
+            return JSONResponse(answer.model_dump(mode="json"))
         finally:
             if sid in self.session_state and not close_follows(request.scope.get(BODY_KEY)):
                 await self._release(sid)
@@ -344,13 +345,7 @@ def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> Base
 
 def masked_verification(body: BaseVerifyRequest, kind: str, reason: str) -> BaseVerifyResponse:
     """A masked ``/verify`` answer of failure ``kind`` (infrastructure: not a real zero); ``body`` echoed."""
-    return _echoed(body, **masked_fields(kind, reason))
-
-
-def _echoed(body: BaseVerifyRequest, **fields: Any) -> BaseVerifyResponse:
-    """``body`` echoed as a verify answer of reward 0 with ``fields`` (``answer_error``: the model's own, unmasked)."""
-    echoed = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
-    return _EchoedVerifyResponse.model_validate({**echoed, "reward": 0.0, **fields})
+    return verify_answer(body, {"reward": 0.0, **masked_fields(kind, reason)}, _EchoedVerifyResponse)
 
 
 def _body_of(call) -> Any:

@@ -135,11 +135,8 @@ class Rubric:
 
     async def verify(self, body: Any, response_model: type[Any] | None = None, **extra: Any) -> Any:
         """The verify response for ``body``: every field of the body echoed, plus the score's fields."""
-        from gymlab.protocol.resources import BaseVerifyResponse
-
         score = await self.score(body)
-        fields = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
-        return (response_model or BaseVerifyResponse).model_validate({**fields, **extra, **score.verify_fields()})
+        return verify_answer(body, {**extra, **score.verify_fields()}, response_model)
 
     def __repr__(self) -> str:
         parts = ", ".join(
@@ -163,6 +160,14 @@ def finite_reward(value: Any, who: str) -> float:
 
 #: What grading code may raise and still be answered: the model's own answer, or the worker that graded it.
 GRADING_FAILURES = (AnswerError, WorkBudgetExceeded, WorkerDied)
+
+
+def verify_answer(body: Any, fields: dict[str, Any], model: type[Any] | None = None) -> Any:
+    """A verify answer (``model``, else ``BaseVerifyResponse``) echoing every field of ``body``, then ``fields``."""
+    from gymlab.protocol.resources import BaseVerifyResponse
+
+    echoed = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
+    return (model or BaseVerifyResponse).model_validate({**echoed, **fields})
 
 
 def masked_fields(kind: str, reason: str) -> dict[str, Any]:
