@@ -10,7 +10,6 @@ from fastapi import FastAPI, Request
 
 from gymlab._runtime.episodes import mount_episode_routes
 from gymlab._runtime.routes import SESSION_ENDED
-from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol import SESSION_ID_KEY, NeMoGymResponse
 from gymlab.protocol.failure_kinds import validate_failure_kind
 from gymlab.protocol.gymnasium import (
@@ -23,6 +22,7 @@ from gymlab.protocol.gymnasium import (
 )
 from gymlab.protocol.sessions import ResourcesSeedSessionRequest
 from gymlab.resources.simple import EpisodeServer
+from gymlab.rewards.rubric import GRADING_FAILURES, grading_failure
 
 
 class GymnasiumServer(EpisodeServer):
@@ -80,11 +80,9 @@ class GymnasiumServer(EpisodeServer):
         try:
             try:
                 result = await self.call_hook(self.step, action, metadata, session_id)
-            except AnswerError as exc:  # the model's own action broke the step: its 0, the episode over
-                result = (None, 0.0, True, False, {"answer_error": str(exc)})
-            except (WorkBudgetExceeded, WorkerDied) as exc:  # the environment's own work failed: masked
-                failed = {"mask_sample": True, "failure_kind": "verifier_error", "failure_reason": str(exc)}
-                result = (None, 0.0, False, True, failed)
+            except GRADING_FAILURES as exc:  # the model's own action: its 0, terminated; the work's: masked, truncated
+                failed = grading_failure(exc)
+                result = (None, 0.0, "answer_error" in failed, "mask_sample" in failed, failed)
             shape = "(observation, reward, terminated, truncated, info)"
             observation, reward, terminated, truncated, info = _unpacked(self, "step", result, shape)
             info = dict(info or {})

@@ -22,22 +22,18 @@ from gymlab.protocol import (
 )
 from gymlab.protocol.record import own_fields
 from gymlab.resources.simple import SimpleResourcesServer, lost_session_verification
-from gymlab.rewards.rubric import finite_reward
+from gymlab.rewards.rubric import finite_reward, verify_answer
 
 #: The names a verify function may take (any subset, by name).
 VERIFY_PARAMETERS = ("row", "answer", "state", "response")
 
 
-class RowSeed(BaseSeedSessionRequest):
+class RowSeed(BaseSeedSessionRequest, extra="allow"):
     """A seed body that keeps the row's fields."""
 
-    model_config = ConfigDict(extra="allow")
 
-
-class RowVerify(BaseVerifyRequest):
+class RowVerify(BaseVerifyRequest, extra="allow"):
     """A verify body that keeps the row's fields."""
-
-    model_config = ConfigDict(extra="allow")
 
 
 def row_of(body: BaseModel) -> dict[str, Any]:
@@ -51,11 +47,10 @@ def arguments_model(fn: Callable[..., Any], env: str) -> tuple[type[BaseModel], 
         hints = typing.get_type_hints(fn)
     except NameError as exc:
         raise TypeError(f"{fn.__qualname__}: an annotation does not resolve ({exc}); define its types first") from None
+    parameters = inspect.signature(fn).parameters
     fields: dict[str, Any] = {}
-    wants_state = False
-    for p in inspect.signature(fn).parameters.values():
+    for p in parameters.values():
         if p.name == "state":
-            wants_state = True
             continue
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise TypeError(f"{env} tool {fn.__name__}: *{p.name} cannot be a tool argument; name each one")
@@ -66,7 +61,7 @@ def arguments_model(fn: Callable[..., Any], env: str) -> tuple[type[BaseModel], 
             )
         fields[p.name] = (hints[p.name], ... if p.default is p.empty else p.default)
     model = create_model(f"{fn.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-    return model, wants_state
+    return model, "state" in parameters
 
 
 def _tool_route(fn: Callable[..., Any], model: type[BaseModel], wants_state: bool, env: str):
@@ -141,7 +136,7 @@ def environment(
         result = await self.call_hook(verify, **{k: v for k, v in given.items() if k in params})
         if isinstance(result, BaseVerifyResponse):
             return result
-        return BaseVerifyResponse(**body.model_dump(), reward=finite_reward(result, f"{name} verify"))
+        return verify_answer(body, {"reward": finite_reward(result, f"{name} verify")})
 
     seed_session.__annotations__ = {
         "request": Request,

@@ -19,13 +19,13 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
 from gymlab._runtime.app import on_stop
 from gymlab._runtime.bodies import BODY_KEY, close_follows
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.offload import WorkerPool
-from gymlab.errors import AnswerError, WorkBudgetExceeded, WorkerDied
+from gymlab.errors import WorkBudgetExceeded
 from gymlab.protocol import (
     SESSION_ID_KEY,
     AggregateMetrics,
@@ -39,6 +39,7 @@ from gymlab.protocol import (
     ResourcesSeedSessionRequest,
 )
 from gymlab.resources.tools import type_hints as _hints
+from gymlab.rewards.rubric import GRADING_FAILURES, grading_failure, masked_fields, verify_answer
 from gymlab.server import BaseServer
 
 #: The failure kind of a verify for a session the server no longer holds.
@@ -125,11 +126,10 @@ def _finite(value: Any) -> float | None:
     """``value`` as a finite float, or None (not a JSON number, or past the float range)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    try:
-        value = float(value)
-    except OverflowError:
-        return None
-    return value if math.isfinite(value) else None
+    with contextlib.suppress(OverflowError):
+        if math.isfinite(value := float(value)):
+            return value
+    return None
 
 
 def _unreadable(i: int, key: str, value: Any, expected: str) -> dict[str, Any]:
@@ -269,10 +269,9 @@ class SimpleResourcesServer(EpisodeServer):
         sid = request.session.get(SESSION_ID_KEY)
         try:
             return await call()
-        except AnswerError as exc:  # the model's own answer broke grading: its 0 (docs/servers.md)
-            return JSONResponse(_echoed(_body_of(call), answer_error=str(exc)).model_dump(mode="json"))
-        except (WorkBudgetExceeded, WorkerDied) as exc:  # the grader, not the answer: masked
-            return JSONResponse(masked_verification(_body_of(call), "verifier_error", str(exc)).model_dump(mode="json"))
+        except GRADING_FAILURES as exc:  # the model's own 0, or the grader's failure masked (docs/servers.md)
+            answer = verify_answer(_body_of(call), {"reward": 0.0, **grading_failure(exc)}, _EchoedVerifyResponse)
+            return JSONResponse(answer.model_dump(mode="json"))
         finally:
             if sid in self.session_state and not close_follows(request.scope.get(BODY_KEY)):
                 await self._release(sid)
@@ -281,9 +280,9 @@ class SimpleResourcesServer(EpisodeServer):
 def release_gap(server: BaseServer) -> str | None:
     """Why a server's per-episode state may outlive its episodes (a private dict only verify frees), or None."""
     cls = type(server)
-    if not isinstance(server, SimpleResourcesServer):
-        return None
-    if any("close_resources_session" in vars(c) for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)]):
+    if not isinstance(server, SimpleResourcesServer) or any(
+        "close_resources_session" in vars(c) for c in cls.__mro__[: cls.__mro__.index(SimpleResourcesServer)]
+    ):
         return None
     own = SimpleResourcesServer.__private_attributes__
     maps = [
@@ -346,13 +345,7 @@ def lost_session_verification(body: BaseVerifyRequest, reason: str = "") -> Base
 
 def masked_verification(body: BaseVerifyRequest, kind: str, reason: str) -> BaseVerifyResponse:
     """A masked ``/verify`` answer of failure ``kind`` (infrastructure: not a real zero); ``body`` echoed."""
-    return _echoed(body, mask_sample=True, failure_kind=kind, failure_reason=reason)
-
-
-def _echoed(body: BaseVerifyRequest, **fields: Any) -> BaseVerifyResponse:
-    """``body`` echoed as a verify answer of reward 0 with ``fields`` (``answer_error``: the model's own, unmasked)."""
-    echoed = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
-    return _EchoedVerifyResponse.model_validate({**echoed, "reward": 0.0, **fields})
+    return verify_answer(body, {"reward": 0.0, **masked_fields(kind, reason)}, _EchoedVerifyResponse)
 
 
 def _body_of(call) -> Any:
@@ -360,10 +353,8 @@ def _body_of(call) -> Any:
     return next(v for v in call.keywords.values() if isinstance(v, BaseVerifyRequest))
 
 
-class _EchoedVerifyResponse(BaseVerifyResponse):
+class _EchoedVerifyResponse(BaseVerifyResponse, extra="allow"):
     """A verify answer that keeps the request's own fields, so a subclass response model validates it."""
-
-    model_config = ConfigDict(extra="allow")
 
 
 def with_request(hook, run, invoke):
@@ -398,23 +389,16 @@ def _base_hints(hook) -> dict[str, Any]:
 def _typed(hook, params: list[inspect.Parameter]) -> list[inspect.Parameter]:
     """``params`` with each unannotated one typed (the Request, or the overridden body), else a ``TypeError``."""
     untyped = [p for p in params if p.annotation is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if not untyped:
-        return params
-    base = [t for t in _base_hints(hook).values() if t is not Request]
-    typed = {}
-    for p in untyped:
-        if p.name == "request":
-            typed[p.name] = Request
-        elif len(base) == 1 and len([q for q in untyped if q.name != "request"]) == 1:
-            typed[p.name] = base[0]
-        else:
-            owner = type(getattr(hook, "__self__", None)).__name__
-            name = getattr(hook, "__name__", "the hook")
-            raise TypeError(
-                f"{owner}.{name}: parameter {p.name!r} has no type annotation, so every request would fail "
-                f"(FastAPI reads it as a query parameter); annotate it: `{p.name}: YourRequestModel` "
-                "(a pydantic model of the body) or `request: Request`"
-            )
+    bodies = [p for p in untyped if p.name != "request"]
+    base = [t for t in _base_hints(hook).values() if t is not Request] if bodies else []
+    if bodies and not (len(base) == 1 and len(bodies) == 1):
+        owner, name = type(getattr(hook, "__self__", None)).__name__, getattr(hook, "__name__", "the hook")
+        raise TypeError(
+            f"{owner}.{name}: parameter {bodies[0].name!r} has no type annotation, so every request would fail "
+            f"(FastAPI reads it as a query parameter); annotate it: `{bodies[0].name}: YourRequestModel` "
+            "(a pydantic model of the body) or `request: Request`"
+        )
+    typed = {p.name: Request if p.name == "request" else base[0] for p in untyped}
     return [p.replace(annotation=typed.get(p.name, p.annotation)) for p in params]
 
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gymlab.errors import GymlabError
+from gymlab.errors import AnswerError, GymlabError, WorkBudgetExceeded, WorkerDied
 from gymlab.protocol.failure_kinds import Failure
 
 #: The key of a step's ``info`` (and of a verify response) that holds the component values.
@@ -64,7 +64,7 @@ class Score:
         if self.judgements:
             fields[JUDGEMENTS_KEY] = list(self.judgements)
         if self.failure is not None:
-            fields.update(mask_sample=True, failure_kind=self.failure.kind, failure_reason=self.failure.message)
+            fields.update(masked_fields(self.failure.kind, self.failure.message))
         return fields
 
     def info(self, **extra: Any) -> dict[str, Any]:
@@ -120,35 +120,23 @@ class Rubric:
     async def score(self, body: Any) -> Score:
         """Run every component concurrently; a failed judge masks the score, the others keep their values."""
         results = await asyncio.gather(*(c.evaluate(body) for c in self.components), return_exceptions=True)
-        components: dict[str, float | None] = {}
-        judgements: list[dict[str, Any]] = []
-        failure: Failure | None = None
-        for component, result in zip(self.components, results):
-            if isinstance(result, ComponentFailed):
-                value, judgement, failure = None, result.judgement, failure or result.failure
-            elif isinstance(result, BaseException):
-                raise result  # the environment's own grading code failed: its server answers verifier_error
-            else:
-                value, judgement = result
-            components[component.name] = value
-            if judgement is not None:
-                judgements.append(judgement)
-        raw = dict(components)
+        if errors := [r for r in results if isinstance(r, BaseException) and not isinstance(r, ComponentFailed)]:
+            raise errors[0]  # the environment's own grading code failed: its server answers verifier_error
+        pairs = [(None, r.judgement) if isinstance(r, ComponentFailed) else r for r in results]
+        raw = {c.name: value for c, (value, _) in zip(self.components, pairs)}
+        components = dict(raw)
         for c in self.components:  # a gate without a value (its judge failed) leaves the masked value as it is
-            gate = _gate(c)
-            if gate is not None and (value := raw[c.name]) is not None and (paid := raw[gate]) is not None:
-                components[c.name] = value * paid
+            if (gate := _gate(c)) is not None and raw[c.name] is not None and raw[gate] is not None:
+                components[c.name] = raw[c.name] * raw[gate]
+        failure = next((r.failure for r in results if isinstance(r, ComponentFailed)), None)
         weights = self.weights
         reward = 0.0 if failure else math.fsum(weights[n] * v for n, v in components.items())
-        return Score(reward, components, weights, judgements, failure)
+        return Score(reward, components, weights, [j for _, j in pairs if j is not None], failure)
 
     async def verify(self, body: Any, response_model: type[Any] | None = None, **extra: Any) -> Any:
         """The verify response for ``body``: every field of the body echoed, plus the score's fields."""
-        from gymlab.protocol.resources import BaseVerifyResponse
-
         score = await self.score(body)
-        fields = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
-        return (response_model or BaseVerifyResponse).model_validate({**fields, **extra, **score.verify_fields()})
+        return verify_answer(body, {**extra, **score.verify_fields()}, response_model)
 
     def __repr__(self) -> str:
         parts = ", ".join(
@@ -168,3 +156,28 @@ def finite_reward(value: Any, who: str) -> float:
     if isinstance(value, (int, float)) and math.isfinite(value):  # a bool too
         return float(value)
     raise TypeError(f"{who} must return a finite number or a bool, got {value!r:.100}")
+
+
+#: What grading code may raise and still be answered: the model's own answer, or the worker that graded it.
+GRADING_FAILURES = (AnswerError, WorkBudgetExceeded, WorkerDied)
+
+
+def verify_answer(body: Any, fields: dict[str, Any], model: type[Any] | None = None) -> Any:
+    """A verify answer (``model``, else ``BaseVerifyResponse``) echoing every field of ``body``, then ``fields``."""
+    from gymlab.protocol.resources import BaseVerifyResponse
+
+    echoed = body.model_dump(mode="json") if hasattr(body, "model_dump") else dict(body)
+    return (model or BaseVerifyResponse).model_validate({**echoed, **fields})
+
+
+def masked_fields(kind: str, reason: str) -> dict[str, Any]:
+    """The fields of a masked verify or step answer: infrastructure failed (``kind``), not the task."""
+    return {"mask_sample": True, "failure_kind": kind, "failure_reason": reason}
+
+
+def grading_failure(exc: BaseException) -> dict[str, Any]:
+    """The answer's fields for one of ``GRADING_FAILURES``: an ``AnswerError`` is the model's own 0, unmasked;
+    a worker that ran past its budget or died is masked (``verifier_error``)."""
+    if isinstance(exc, AnswerError):
+        return {"answer_error": str(exc)}
+    return masked_fields("verifier_error", str(exc))
