@@ -149,16 +149,24 @@ class LoopServer(inproc.Bound):
             except RuntimeError:
                 on_loop = False
             if not on_loop:
-                try:
+                with contextlib.suppress(Exception):
                     future.result(timeout)
-                except concurrent.futures.TimeoutError:
+                if not future.done():  # requests past the grace are cut, so the lifespan still ends as usual
+                    self.loop.call_soon_threadsafe(_cut, self.server.server_state.tasks)
+                    with contextlib.suppress(Exception):
+                        future.result(timeout)
+                if not future.done():
                     self.server.force_exit = True
                     with contextlib.suppress(Exception):
                         future.result(timeout)
-                except Exception:
-                    pass
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def _cut(tasks: set[asyncio.Task]) -> None:
+    """Cancel the requests still running (uvicorn's own set of them) once a stop's grace has passed."""
+    for task in list(tasks):
+        task.cancel()
 
 
 class ThreadedServer(LoopServer):
