@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,7 +13,7 @@ from gymlab._sync import run_sync
 from gymlab.errors import ServerError
 from gymlab.lab.handles import ServerHandle
 from gymlab.lab.lab import Lab
-from gymlab.protocol import FunctionCall, Rollout
+from gymlab.protocol import FunctionCall, FunctionCallOutput, Rollout
 from gymlab.protocol.record import RESULT_KEYS
 
 #: Frame columns and dtypes, one row per stored episode.
@@ -52,7 +53,7 @@ def rows_by_task(rows: Iterable[dict] | str | None) -> dict[Any, dict] | None:
     """Dataset rows (or a materialized-inputs JSONL path) keyed by ``_ng_task_index`` (else position)."""
     if rows is None:
         return None
-    if isinstance(rows, str) or hasattr(rows, "__fspath__"):
+    if isinstance(rows, (str, os.PathLike)):
         from gymlab.jsonl import iter_jsonl
 
         rows = [row for _, row in iter_jsonl(rows)]
@@ -61,10 +62,8 @@ def rows_by_task(rows: Iterable[dict] | str | None) -> dict[Any, dict] | None:
 
 def recorded_calls(record: Rollout) -> list[tuple[FunctionCall, str | None]]:
     """Every function call of the episode, in order, with the output recorded for it (if any)."""
-    outputs = {o.call_id: o.output for s in record.steps for o in s.tool_outputs}
-    outputs.update(
-        {i.call_id: i.output for i in record.response.output if getattr(i, "type", "") == "function_call_output"}
-    )
+    items = [*(o for s in record.steps for o in s.tool_outputs), *record.response.output]
+    outputs = {o.call_id: o.output for o in items if isinstance(o, FunctionCallOutput)}
     return [(i, outputs.get(i.call_id)) for i in record.response.output if isinstance(i, FunctionCall)]
 
 
@@ -103,7 +102,8 @@ def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | Serv
     for n, (record, answer) in enumerate(zip(records, answers)):
         extra = record.__pydantic_extra__ or {}
         failed = isinstance(answer, ServerError)
-        new = float("nan") if failed else float(answer.get("reward", 0.0))
+        got: dict[str, Any] = {} if isinstance(answer, ServerError) else answer
+        new = float("nan") if failed else float(got.get("reward", 0.0))
         cols["episode"].append(n)
         cols["task"].append(extra.get("_ng_task_index"))
         cols["repeat"].append(extra.get("_ng_rollout_index"))
@@ -112,9 +112,9 @@ def comparison_frame(records: list[Rollout], answers: list[dict[str, Any] | Serv
         cols["delta"].append(new - record.reward)
         cols["changed"].append(failed or new != record.reward)
         cols["old_mask_sample"].append(bool(record.mask_sample))
-        cols["new_mask_sample"].append(None if failed else bool(answer.get("mask_sample", False)))
-        cols["new_failure_kind"].append(None if failed else answer.get("failure_kind"))
-        cols["replay_matches"].append(None if failed else answer["replay_matches"])
+        cols["new_mask_sample"].append(None if failed else bool(got.get("mask_sample", False)))
+        cols["new_failure_kind"].append(None if failed else got.get("failure_kind"))
+        cols["replay_matches"].append(None if failed else got["replay_matches"])
         cols["error"].append(str(answer) if failed else None)
     import pandas as pd
 
@@ -147,7 +147,7 @@ def reverify(
     background thread (real HTTP, its lifespan run) for the call, or a running server's handle or URL.
     ``rollouts``: a ``Rollouts``, a list of records or a rollouts JSONL path. ``rows`` (the dataset rows, or a
     materialized-inputs JSONL path) restores row fields the stored verify answers dropped. No model is asked."""
-    if isinstance(rollouts, str) or hasattr(rollouts, "__fspath__"):
+    if isinstance(rollouts, (str, os.PathLike)):
         from gymlab.collection.readers import read_jsonl
 
         rollouts = read_jsonl(rollouts, "rollout")
