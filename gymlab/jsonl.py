@@ -85,11 +85,29 @@ _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * 19
 
 
+def _long_int(raw: bytes) -> bool:
+    """Whether ``raw`` holds a run of 19 or more digits that is no float's fraction, exponent or mantissa
+    (orjson reads such an integer as a float; the standard library exactly)."""
+    flat = raw.translate(_DIGITS_AS_ZERO)
+    at = flat.find(_LONG_RUN)
+    while at != -1:
+        end = at + len(_LONG_RUN)
+        while end < len(flat) and flat[end] == 48:  # b"0"
+            end += 1
+        if flat[at - 1 : at] not in _FLOAT_EDGES and flat[end : end + 1] not in _FLOAT_EDGES:
+            return True
+        at = flat.find(_LONG_RUN, end)
+    return False
+
+
+_FLOAT_EDGES = (b".", b"e", b"E")
+
+
 def loads(data: bytes | str) -> Any:
-    """``data`` parsed as the standard library parses it, by orjson where it can (not 19-digit runs, NaN, surrogates)."""
+    """``data`` parsed as the standard library parses it, by orjson where it can (not long integers, NaN, surrogates)."""
     raw = data.encode() if isinstance(data, str) else data
     try:
-        if _LONG_RUN not in raw.translate(_DIGITS_AS_ZERO):
+        if not _long_int(raw):
             return orjson.loads(raw)
     except ValueError:
         pass

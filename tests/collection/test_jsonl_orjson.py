@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gymlab import DatasetError
-from gymlab.jsonl import LineWriter, iter_jsonl, read_appendable, read_lines, write_jsonl_atomic
+from gymlab.jsonl import LineWriter, iter_jsonl, loads, read_appendable, read_lines, write_jsonl_atomic
 
 
 def test_the_writer_appends_one_whole_line_per_record(tmp_path):
@@ -73,3 +73,20 @@ def test_the_atomic_writer_writes_models_and_dicts(tmp_path):
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     assert json.loads(lines[0])["reward"] == 1.0 and json.loads(lines[1]) == {"x": "ü"}
     assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 12345678901234567890}',  # an integer past orjson's 64 bits, alone
+        "[-99999999999999999999, 0.1]",
+        "[0.00012345678901234567, 123, 99999999999999999999]",  # a long fraction beside a long integer
+        '{"duration_s": 0.0012345678901234567}',  # a long fraction only: orjson's way, the same floats
+        "[12345678901234567890.5, 1234567890123456789012e3, 1.5e0000000000000000000001]",  # long mantissas
+        '["12345678901234567890", "x1234567890123456789012"]',  # digits in strings
+        "[" + ", ".join(["0.1234567890123456789"] * 200) + ", 2]",  # many fraction runs
+    ],
+)
+def test_loads_reads_numbers_as_the_standard_library_does(text):
+    got, want = loads(text), json.loads(text)
+    assert got == want and repr(got) == repr(want)  # ints stay ints, floats the same floats
