@@ -52,6 +52,8 @@ def _scan(
             whole = line.endswith(b"\n")  # else the last line: a whole record missing only its newline, or torn
             try:
                 record = orjson.loads(line)
+                if _long_int(line):  # orjson read an integer past 64 bits as a float: read it exactly
+                    record = json.loads(line)
             except ValueError as exc:
                 if whole:
                     why = f"damaged {what} line ({exc}); fix or delete that line, then rerun to redo its rollout"

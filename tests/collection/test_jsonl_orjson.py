@@ -16,7 +16,7 @@ def test_the_writer_appends_one_whole_line_per_record(tmp_path):
     try:
         writer.write({"text": "naïve ✓", "n": 1})
         writer.write({1: "int key", "when": datetime.date(2026, 1, 2), "nested": {"a": [1.5, None]}})
-        writer.write({"big": 2**70})  # past orjson's 64 bits: written exactly, by the standard library
+        writer.write({"big": 2**70 + 1})  # past orjson's 64 bits: written exactly, by the standard library
     finally:
         writer.close()
     data = path.read_bytes()
@@ -25,7 +25,9 @@ def test_the_writer_appends_one_whole_line_per_record(tmp_path):
     first, second, third = (json.loads(line) for line in data.splitlines())
     assert first == {"text": "naïve ✓", "n": 1}
     assert second == {"1": "int key", "when": "2026-01-02", "nested": {"a": [1.5, None]}}
-    assert third == {"big": 2**70}
+    assert third == {"big": 2**70 + 1}
+    assert [record for _, record in iter_jsonl(path)][2] == {"big": 2**70 + 1}  # and read back exactly
+    assert read_appendable(path)[2] == {"big": 2**70 + 1}
 
 
 def test_a_torn_append_is_cut_off_and_a_bad_complete_line_named(tmp_path, capsys):
