@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import re
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -37,6 +38,8 @@ CONNECT_TIMEOUT_S = 10.0
 SEND_ATTEMPTS = 3
 #: What a socket hop raises when it got no whole answer (ValueErrors, a bad URL or header, are the caller's).
 _BROKEN = (TimeoutError, OSError, aiohttp.ClientError)
+_JSON_HEADERS = {"Content-Type": "application/json"}  # copied by ``request``
+_UNBOUNDED = contextlib.nullcontext()  # a hop without a timeout skips asyncio.timeout's timer work
 
 
 @dataclass
@@ -86,7 +89,7 @@ class Reply:
             value = loads(self.body)
         except RecursionError:
             raise ValueError("nested too deeply") from None
-        return _whole_characters(value) if _SURROGATE_ESCAPE.search(self.body) else value
+        return _whole_characters(value) if b"\\u" in self.body and _SURROGATE_ESCAPE.search(self.body) else value
 
     @property
     def ok(self) -> bool:
@@ -168,7 +171,7 @@ class Client:
         local = self.registry.lookup(url)
         answer: Answer
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) if timeout is not None else _UNBOUNDED:
                 if local is not None:  # a server of this registry: into its ASGI app, same answers and failures
                     answer = await call(local, method, path, data or b"", sent)
                 else:
@@ -185,7 +188,7 @@ class Client:
             cookies.update_from_values(url, [v for k, v in heads if k.lower() == b"set-cookie"])
         return Reply(status, body, heads)
 
-    async def post(
+    def post(
         self,
         url: str,
         path: str,
@@ -195,10 +198,10 @@ class Client:
         timeout: float | None = None,
         *,
         headers: dict[str, str] | None = None,
-    ) -> Reply:
-        """POST ``payload`` as JSON and return the answer, whatever the status (``request``)."""
-        sent = {"Content-Type": "application/json", **(headers or {})}
-        return await self.request(
+    ) -> Coroutine[Any, Any, Reply]:
+        """POST ``payload`` as JSON and return the answer, whatever the status (``request``, awaited by the caller)."""
+        sent = {"Content-Type": "application/json", **headers} if headers else _JSON_HEADERS
+        return self.request(
             "POST", url, path, _dumps(payload), headers=sent, cookies=cookies, server=server, timeout=timeout
         )
 

@@ -37,6 +37,9 @@ class LocalApp(Bound):
     name: str = ""
     state: Callable[[], dict[str, Any]] = field(default=dict)  # the app's lifespan state, as uvicorn passes it
 
+    def __post_init__(self) -> None:
+        self.host_header = f"{self.host}:{self.port}".encode()  # the Host header of every request to it
+
 
 class AppDropped(ConnectionError):
     """The app raised after it had started answering: what a client sees as a dropped connection."""
@@ -66,6 +69,7 @@ class Registry:
 async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
     """One request through ``entry.app``: ``(status, headers, body)``, as uvicorn would deliver it."""
     raw_path, _, query = path.partition("?")
+    sent = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
     scope = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -77,9 +81,9 @@ async def call(entry: LocalApp, method: str, path: str, body: bytes, headers: di
         "query_string": query.encode(),
         "root_path": "",
         "headers": [
-            (b"host", f"{entry.host}:{entry.port}".encode()),
+            (b"host", entry.host_header),
             (b"content-length", str(len(body)).encode()),
-            *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
+            *sent,
         ],
         "client": ("127.0.0.1", 0),
         "server": (entry.host, entry.port),
