@@ -9,12 +9,11 @@ from collections.abc import Iterable, Iterator
 from itertools import accumulate
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from gymlab.errors import DatasetError
-from gymlab.jsonl import dumps, read_lines
-from gymlab.protocol.derived_steps import STEPS_KEY, derived_steps, has_steps, steps_filled
+from gymlab.jsonl import dumps, loads, read_lines
+from gymlab.protocol.derived_steps import STEPS_KEY, derived_steps, has_steps
 from gymlab.protocol.record import Rollout, record_json
 from gymlab.protocol.validation import describe_validation
 
@@ -29,9 +28,20 @@ def _line_of(record: Any) -> bytes:
     return dumps(record)
 
 
+def _steps_filled(line: bytes) -> bytes:
+    """A record's line with ``derived_steps`` added when it has none (NeMo Gym's); else, or not a record, as it is."""
+    try:
+        data = loads(line)
+    except (ValueError, RecursionError):  # not JSON: the line is kept, and reported where it is read
+        return line
+    if not isinstance(data, dict) or "steps" in data or not isinstance(data.get("response"), dict):
+        return line
+    return dumps({**data, "steps": derived_steps(data)})
+
+
 class RecordStore:
     """Records as JSON lines in one buffer with each line's start and number: ``record(i)`` validates one,
-    ``dicts()`` parses all (orjson), pyarrow reads ``buffer`` for the steps frame and keeps ``columns``."""
+    ``dicts()`` parses all, pyarrow reads ``buffer`` for the steps frame and keeps ``columns``."""
 
     __slots__ = ("buffer", "starts", "numbers", "source", "columns", "steps_keys")
 
@@ -54,7 +64,7 @@ class RecordStore:
         if bare or (numbers and numbers[-1] != len(numbers)):  # blank lines: keep the records only (what pyarrow reads)
             lines = [data[a:b].strip() for a, b in zip(starts, ends)]
             for i in bare:  # records written without steps (NeMo Gym's) get them from their output
-                lines[i] = steps_filled(lines[i]) or lines[i]
+                lines[i] = _steps_filled(lines[i])
             return cls._joined(lines, numbers, str(path))
         store = cls(data, [*starts, len(data)], numbers, str(path))
         store.steps_keys = array("q", keys)  # 8 bytes a record, not a list's 36
@@ -99,12 +109,12 @@ class RecordStore:
             raise self.error(i, f"not a rollout record: {describe_validation(exc, 'record')}") from None
 
     def dicts(self) -> Iterator[dict[str, Any]]:
-        """Every record parsed (not validated) by orjson where it lies in the buffer; a bad line raises."""
-        loads, view, starts = orjson.loads, memoryview(self.buffer), self.starts
+        """Every record parsed (not validated) where it lies in the buffer (``jsonl.loads``); a bad line raises."""
+        view, starts = memoryview(self.buffer), self.starts
         for i in range(len(starts) - 1):
             try:
-                value = loads(view[starts[i] : starts[i + 1]])
-            except orjson.JSONDecodeError as exc:
+                value = loads(bytes(view[starts[i] : starts[i + 1]]))
+            except (ValueError, RecursionError) as exc:
                 raise self.error(i, f"not valid JSON: {exc}") from None
             if not isinstance(value, dict) or "response" not in value:
                 raise self.error(i, "not a rollout record: a record is a JSON object with a response")

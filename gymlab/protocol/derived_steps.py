@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import orjson
-
 _TOOL_OUTPUTS = frozenset(
     {"function_call_output", "mcp_call_output", "custom_tool_call_output", "computer_call_output"}
 )
@@ -76,17 +74,3 @@ def has_steps(buffer: bytes, start: int = 0, end: int | None = None) -> bool:
     if buffer.find(b'"steps":[', start, end) >= 0 or buffer.find(b'"steps": [', start, end) >= 0:
         return True
     return buffer.find(b'"steps"', start, end) >= 0 and _STEPS_KEY.search(buffer, start, end) is not None
-
-
-def steps_filled(line: bytes) -> bytes | None:
-    """A record's JSON line with ``derived_steps`` added when it has no ``steps`` (None: kept as it is)."""
-    if has_steps(line):
-        return None
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict) or "steps" in data or not isinstance(data.get("response"), dict):
-        return None
-    data["steps"] = derived_steps(data)
-    return orjson.dumps(data)

@@ -195,3 +195,24 @@ def test_the_row_field_that_tells_tasks_apart_comes_right_after_task_and_repeat(
     assert columns[:5] == ["episode", "task", "repeat", "target", "notes"], columns  # they differ task to task
     assert columns[-1] == "level" and columns.index("reward") > columns.index("target")  # the same for all: last
     assert list(frame["target"]) == [3 + r.task_index for r in records]
+
+
+def test_an_integer_past_64_bits_reaches_the_frame_exactly(tmp_path):
+    """A row field such as a big answer is read as the standard library reads it (orjson alone makes it a float),
+    in a gymlab record and in one written without steps (NeMo Gym's), whose steps are derived on load."""
+    record = json.loads(synthetic_rollouts(1, 1)[0].model_dump_json())
+    bare = {k: v for k, v in record.items() if k != "steps"}
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps({**r, "answer_id": 2**70 + 1}) + "\n" for r in (record, bare)))
+    loaded = Rollouts.load(path)
+    assert list(loaded.episodes_frame()["answer_id"]) == [2**70 + 1, 2**70 + 1]
+    assert [r.model_extra["answer_id"] for r in loaded] == [2**70 + 1, 2**70 + 1]
+    assert len(loaded.steps_frame()) == 2 * len(record["steps"])  # the bare record's steps were derived
+
+
+def test_a_deeply_nested_line_is_a_clear_error_in_a_frame(tmp_path):
+    good = synthetic_rollouts(1, 1)[0].model_dump_json()
+    path = tmp_path / "deep.jsonl"
+    path.write_text(good + "\n" + '{"response": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(DatasetError, match=r"deep.jsonl:2: not valid JSON"):
+        Rollouts.load(path).episodes_frame()
