@@ -3,11 +3,11 @@ close body's session ID becomes the session's (docs/runtime.md)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 import uuid
 from base64 import b64decode, b64encode
+from collections import OrderedDict
 
 from itsdangerous import BadSignature, TimestampSigner
 from starlette.responses import JSONResponse
@@ -48,12 +48,23 @@ _MAX_AGE = 14 * 24 * 60 * 60
 _FLAGS = "httponly; samesite=lax"
 
 
+class _Signer(TimestampSigner):
+    """itsdangerous's timestamp signer, keeping the timestamp it last signed with."""
+
+    last = 0
+
+    def get_timestamp(self) -> int:
+        self.last = super().get_timestamp()
+        return self.last
+
+
 class SessionCookie:
-    """A server's signed session cookie, read by the session middleware and the worker router, verified once."""
+    """A server's signed session cookie, read by the session middleware and the worker router, verified once
+    (a value this server signed is known without verifying it)."""
 
     def __init__(self, secret: str, name: str):
-        self.name, self.signer = name, TimestampSigner(secret)
-        self._verified = functools.lru_cache(maxsize=_CACHE_SIZE)(self._verify)  # value -> (session, signed at)
+        self.name, self.signer = name, _Signer(secret)
+        self._verified: OrderedDict[str, tuple[dict, float]] = OrderedDict()  # value -> (session, signed at)
         self._attrs = set_cookie_attributes("/", _MAX_AGE, _FLAGS)
 
     def read(self, scope) -> dict | None:
@@ -61,10 +72,16 @@ class SessionCookie:
         value = scope_cookie(scope["headers"], self.name)
         if value is None:
             return None
-        try:
-            session, signed_at = self._verified(value)  # a value that fails raises, so it is never kept
-        except (BadSignature, ValueError, TypeError):
-            return None
+        known = self._verified.get(value)
+        if known is None:
+            try:
+                known = self._verify(value)
+            except (BadSignature, ValueError, TypeError):
+                return None  # a value that fails is never kept
+            self._remember(value, known)
+        else:
+            self._verified.move_to_end(value)
+        session, signed_at = known
         return session if time.time() - signed_at <= _MAX_AGE else None
 
     def sid(self, scope) -> str | None:
@@ -76,7 +93,15 @@ class SessionCookie:
         """The ``Set-Cookie`` value holding ``session`` (an empty one clears the cookie)."""
         if not session:
             return expired_cookie(self.name, "/", _FLAGS)
-        return set_cookie(self.name, self.signer.sign(b64encode(json.dumps(session).encode())).decode(), self._attrs)
+        text = json.dumps(session)
+        value = self.signer.sign(b64encode(text.encode())).decode()
+        self._remember(value, (json.loads(text), float(self.signer.last)))  # as verifying it would read it
+        return set_cookie(self.name, value, self._attrs)
+
+    def _remember(self, value: str, known: tuple[dict, float]) -> None:
+        self._verified[value] = known
+        if len(self._verified) > _CACHE_SIZE:
+            self._verified.popitem(last=False)  # the least recently used
 
     def _verify(self, value: str) -> tuple[dict, float]:
         data, signed = self.signer.unsign(value.encode(), max_age=_MAX_AGE, return_timestamp=True)
