@@ -26,12 +26,16 @@ def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] |
     """``(key, id)`` of the session a JSON body names, or None; the parsed body is left in ``scope``."""
     if not body or b"_session_id" not in body:
         return None
-    try:
-        data = parse_json(body)
-    except (ValueError, RecursionError):
-        return None
-    if scope is not None:
-        scope[PARSED_KEY] = (body, data)
+    parsed = scope.get(PARSED_KEY) if scope is not None else None
+    if parsed is not None and parsed[0] is body:
+        data = parsed[1]
+    else:
+        try:
+            data = parse_json(body)
+        except (ValueError, RecursionError):
+            return None
+        if scope is not None:
+            scope[PARSED_KEY] = (body, data)
     if isinstance(data, dict):
         for key in BODY_ID_KEYS:
             sid = data.get(key)
