@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import secrets
 from collections.abc import AsyncIterator
@@ -90,7 +91,6 @@ class BaseServer(BaseModel):
     )
 
     _app: Any = PrivateAttr(default=None)
-    _client: Client | None = PrivateAttr(default=None)
     _owns_client: bool = PrivateAttr(default=True)
 
     #: With several workers, route each session's requests to the worker holding it (False: no state to route).
@@ -139,21 +139,22 @@ class BaseServer(BaseModel):
             self._app = app
         return self._app
 
-    @property
+    @functools.cached_property
     def client(self) -> Client:
-        """The server's HTTP client: its Lab's (``use_client``), else its own, closed at shutdown."""
-        if self._client is None:
-            self._client, self._owns_client = Client(), True
-        return self._client
+        """The server's HTTP client: its Lab's (``use_client``), else its own, closed at shutdown (a cached
+        property: read at every hop, where a private attribute's read is pydantic's slow path)."""
+        self._owns_client = True
+        return Client()
 
     def use_client(self, client: Client) -> None:
         """Make ``client`` (its owner's, which closes it) the one this server's hops use."""
-        self._client, self._owns_client = client, False
+        self.client, self._owns_client = client, False
 
     async def close_client(self) -> None:
         """Close the client this server made itself (a handed one is its owner's to close)."""
-        if self._owns_client and self._client is not None:
-            client, self._client = self._client, None
+        if self._owns_client and "client" in vars(self):
+            client = self.client
+            del self.client
             await client.close()
 
     def middleware_parts(self) -> list[Middleware]:

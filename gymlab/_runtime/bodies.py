@@ -7,14 +7,16 @@ import json
 import math
 import re
 
+import orjson
 from starlette.responses import JSONResponse
 
 from gymlab.errors import error_body
+from gymlab.jsonl import _long_int
 from gymlab.jsonl import loads as parse_json  # noqa: F401 (the session layer parses with it)
 
 #: Where the guard (outside every session middleware) leaves the whole request body for inner ones.
 BODY_KEY = "gymlab.body"
-#: Where a middleware that had to parse the JSON body leaves ``(body, parsed)`` for the route.
+#: Where the guard (or a middleware or route that had to parse the JSON body) leaves ``(body, parsed)``.
 PARSED_KEY = "gymlab.json"
 #: What may make a JSON body unsendable: a non-finite number, or a surrogate (escaped, or as UTF-8 bytes).
 _SUSPECT = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
@@ -95,10 +97,16 @@ class BodyGuardMiddleware:
             return await self._too_large(scope, None, limit)(scope, receive, send)
         if left is not None:
             return  # the client left before its body arrived: nobody to answer
-        if _SUSPECT.search(body) and is_json(headers.get(b"content-type"), missing=True):
-            found = _unsendable(body)
-            if found is not None:
-                return await self._unsendable(scope, *found)(scope, receive, send)
+        if body and is_json(headers.get(b"content-type"), missing=True):
+            try:  # orjson refuses NaN, Infinity and lone surrogates: what it reads is sendable
+                data = orjson.loads(body)
+            except ValueError:
+                found = _unsendable(body) if _SUSPECT.search(body) else None
+                if found is not None:
+                    return await self._unsendable(scope, *found)(scope, receive, send)
+            else:
+                if not _long_int(body):  # read as ``parse_json`` reads it: inner layers and the route use it
+                    scope[PARSED_KEY] = (body, data)
         scope[BODY_KEY] = body  # inner middlewares read it here instead of reading it again
         await self.app(scope, replaying(body, receive), send)
 

@@ -85,9 +85,14 @@ async def _answer(endpoint, body_name, body, request_name, answer, request: Requ
     """The route's answer, or None when the body is not declared JSON, does not parse or does not validate."""
     if not raw or not is_json(_content_type(request.scope["headers"]), missing=False):
         return None  # no declared JSON content type: FastAPI's way, whose rule for it varies by release
-    parsed = request.scope.get(PARSED_KEY)
+    scope = request.scope
+    parsed = scope.get(PARSED_KEY)
     try:
-        data = parsed[1] if parsed is not None and parsed[0] is raw else parse_json(raw)
+        if parsed is not None and parsed[0] is raw:
+            data = parsed[1]
+        else:
+            data = parse_json(raw)
+            scope[PARSED_KEY] = (raw, data)  # the route may read it too (a seed's form)
         value = body.validate_python(data, from_attributes=True)
     except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
         return None

@@ -3,11 +3,11 @@ close body's session ID becomes the session's (docs/runtime.md)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 import uuid
 from base64 import b64decode, b64encode
+from collections import OrderedDict
 
 from itsdangerous import BadSignature, TimestampSigner
 from starlette.responses import JSONResponse
@@ -26,12 +26,16 @@ def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] |
     """``(key, id)`` of the session a JSON body names, or None; the parsed body is left in ``scope``."""
     if not body or b"_session_id" not in body:
         return None
-    try:
-        data = parse_json(body)
-    except (ValueError, RecursionError):
-        return None
-    if scope is not None:
-        scope[PARSED_KEY] = (body, data)
+    parsed = scope.get(PARSED_KEY) if scope is not None else None
+    if parsed is not None and parsed[0] is body:
+        data = parsed[1]
+    else:
+        try:
+            data = parse_json(body)
+        except (ValueError, RecursionError):
+            return None
+        if scope is not None:
+            scope[PARSED_KEY] = (body, data)
     if isinstance(data, dict):
         for key in BODY_ID_KEYS:
             sid = data.get(key)
@@ -48,12 +52,23 @@ _MAX_AGE = 14 * 24 * 60 * 60
 _FLAGS = "httponly; samesite=lax"
 
 
+class _Signer(TimestampSigner):
+    """itsdangerous's timestamp signer, keeping the timestamp it last signed with."""
+
+    last = 0
+
+    def get_timestamp(self) -> int:
+        self.last = super().get_timestamp()
+        return self.last
+
+
 class SessionCookie:
-    """A server's signed session cookie, read by the session middleware and the worker router, verified once."""
+    """A server's signed session cookie, read by the session middleware and the worker router, verified once
+    (a value this server signed is known without verifying it)."""
 
     def __init__(self, secret: str, name: str):
-        self.name, self.signer = name, TimestampSigner(secret)
-        self._verified = functools.lru_cache(maxsize=_CACHE_SIZE)(self._verify)  # value -> (session, signed at)
+        self.name, self.signer = name, _Signer(secret)
+        self._verified: OrderedDict[str, tuple[dict, float]] = OrderedDict()  # value -> (session, signed at)
         self._attrs = set_cookie_attributes("/", _MAX_AGE, _FLAGS)
 
     def read(self, scope) -> dict | None:
@@ -61,10 +76,16 @@ class SessionCookie:
         value = scope_cookie(scope["headers"], self.name)
         if value is None:
             return None
-        try:
-            session, signed_at = self._verified(value)  # a value that fails raises, so it is never kept
-        except (BadSignature, ValueError, TypeError):
-            return None
+        known = self._verified.get(value)
+        if known is None:
+            try:
+                known = self._verify(value)
+            except (BadSignature, ValueError, TypeError):
+                return None  # a value that fails is never kept
+            self._remember(value, known)
+        else:
+            self._verified.move_to_end(value)
+        session, signed_at = known
         return session if time.time() - signed_at <= _MAX_AGE else None
 
     def sid(self, scope) -> str | None:
@@ -76,7 +97,15 @@ class SessionCookie:
         """The ``Set-Cookie`` value holding ``session`` (an empty one clears the cookie)."""
         if not session:
             return expired_cookie(self.name, "/", _FLAGS)
-        return set_cookie(self.name, self.signer.sign(b64encode(json.dumps(session).encode())).decode(), self._attrs)
+        text = json.dumps(session)
+        value = self.signer.sign(b64encode(text.encode())).decode()
+        self._remember(value, (json.loads(text), float(self.signer.last)))  # as verifying it would read it
+        return set_cookie(self.name, value, self._attrs)
+
+    def _remember(self, value: str, known: tuple[dict, float]) -> None:
+        self._verified[value] = known
+        if len(self._verified) > _CACHE_SIZE:
+            self._verified.popitem(last=False)  # the least recently used
 
     def _verify(self, value: str) -> tuple[dict, float]:
         data, signed = self.signer.unsign(value.encode(), max_age=_MAX_AGE, return_timestamp=True)

@@ -65,7 +65,11 @@ def as_response(answer: Any, params: ResponseCreateParams, model: str) -> NeMoGy
     if response.usage is None:
         i, o = _words(params.input_items()), _words(response.output)
         update["usage"] = Usage(input_tokens=i, output_tokens=o, total_tokens=i + o)
-    return response.model_copy(update=update)
+    if response is answer:  # the policy's own object (it may keep it): a copy
+        return response.model_copy(update=update)
+    for key, value in update.items():  # built here: completed in place
+        setattr(response, key, value)
+    return response
 
 
 class DaemonThreads:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 from gymlab.protocol.responses import NeMoGymResponse, ResponseCreateParams, dump_params
 
@@ -44,8 +44,10 @@ class BaseVerifyRequest(BaseRunRequest):
     response: NeMoGymResponse
 
 
-#: Fields gymlab adds to a verify answer, written only when set (the reference's own are always written).
-OPTIONAL_VERIFY_KEYS = ("reward_components", "judgements", "answer_error", "response_too_large")
+def _unset(value: Any) -> bool:
+    """Whether an optional field gymlab adds to a verify answer is unset: then it is not written (the
+    reference's own fields always are)."""
+    return value is None
 
 
 class BaseVerifyResponse(BaseVerifyRequest):
@@ -54,20 +56,21 @@ class BaseVerifyResponse(BaseVerifyRequest):
     failure_kind: str | None = None
     failure_reason: str | None = None
     reward_components: dict[str, float | None] | None = Field(
-        None, description="Optional: the reward by rubric component (gymlab.rewards); None for a failed judge."
+        None,
+        exclude_if=_unset,
+        description="Optional: the reward by rubric component (gymlab.rewards); None for a failed judge.",
     )
-    judgements: list[dict[str, Any]] | None = Field(None, description="Optional: what each judge asked and answered.")
+    judgements: list[dict[str, Any]] | None = Field(
+        None, exclude_if=_unset, description="Optional: what each judge asked and answered."
+    )
     answer_error: str | None = Field(
-        None, description="Optional: why the model's own answer broke grading (graded 0, not masked: AnswerError)."
+        None,
+        exclude_if=_unset,
+        description="Optional: why the model's own answer broke grading (graded 0, not masked: AnswerError).",
     )
     response_too_large: str | None = Field(
-        None, description="Optional: why the answer was too large to grade (graded 0, not masked)."
+        None, exclude_if=_unset, description="Optional: why the answer was too large to grade (graded 0, not masked)."
     )
-
-    @model_serializer(mode="wrap")
-    # unannotated on purpose: pydantic would make a return type this model's serialization schema
-    def _omit_unset_options(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
-        return {k: v for k, v in handler(self).items() if v is not None or k not in OPTIONAL_VERIFY_KEYS}
 
 
 class AggregateMetricsRequest(BaseModel):

@@ -168,3 +168,13 @@ def test_an_int_past_64_bits_keeps_its_value_through_an_agent(lab):
     row["responses_create_params"]["top_logprobs"] = 10**30
     reply = httpx.post(agent.url + "/run", json=row, timeout=60)
     assert reply.status_code == 422 and "responses_create_params.top_logprobs" in reply.json()["message"]
+
+
+def test_what_the_guard_parses_is_what_the_session_layer_and_the_route_read(counter_env):
+    """The guard parses a JSON body once for every layer: a seed naming its session through an escaped key is
+    the episode seed the plain key makes, its cookie set (an int past 64 bits: the test above)."""
+    escaped = json.dumps(seed_body("esc-1")).replace('"resources_session_id"', '"\\u0072esources_session_id"')
+    with httpx.Client(base_url=counter_env.url, timeout=60) as client:
+        reply = client.post("/seed_session", content=escaped, headers={"content-type": "application/json"})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["resources_session_id"] == "esc-1" and reply.headers.get("set-cookie")

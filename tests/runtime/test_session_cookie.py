@@ -69,5 +69,26 @@ def test_only_verified_cookie_values_are_remembered():
     forged = SessionCookie("another secret", "gymlab_s").header({"session_id": "abc"}).decode()
     hostile = [forged.split(";")[0].split("=", 1)[1], "x" * 4000, "", "e30=.AAAA.BBBB", *(f"g{i}" for i in range(3000))]
     assert all(read(raw) is None for raw in hostile)
-    assert cookie._verified.cache_info().currsize == 1  # only the signed value
+    assert len(cookie._verified) == 1  # only the signed value
     assert read(value) == {"session_id": "abc"}
+
+
+def test_the_values_a_server_signs_are_remembered_within_the_bound():
+    """What a server signs is known without verifying it, within the cache's bound: past it the least recently
+    used is dropped, and read again it is verified (still good), its age checked as before."""
+    from gymlab._runtime import sessions
+
+    cookie = sessions.SessionCookie("secret", "gymlab_s")
+
+    def read(raw: str):
+        return cookie.read({"headers": [(b"cookie", f"gymlab_s={raw}".encode())]})
+
+    values = [
+        cookie.header({"session_id": f"s{i}"}).decode().split(";")[0].split("=", 1)[1]
+        for i in range(sessions._CACHE_SIZE + 1)
+    ]
+    assert len(cookie._verified) == sessions._CACHE_SIZE and values[0] not in cookie._verified
+    assert read(values[0]) == {"session_id": "s0"} and read(values[-1]) == {"session_id": f"s{sessions._CACHE_SIZE}"}
+    assert len(cookie._verified) == sessions._CACHE_SIZE
+    session, signed_at = cookie._verified[values[-1]]
+    assert (session, signed_at) == cookie._verify(values[-1])  # remembered exactly as verifying reads it
