@@ -52,7 +52,7 @@ def _scan(
             whole = line.endswith(b"\n")  # else the last line: a whole record missing only its newline, or torn
             try:
                 record = orjson.loads(line)
-                if _long_int(line):  # orjson read an integer past 64 bits as a float: read it exactly
+                if long_int(line):  # orjson read an integer past 64 bits as a float: read it exactly
                     record = json.loads(line)
             except ValueError as exc:
                 if whole:
@@ -87,7 +87,7 @@ _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * 19
 
 
-def _long_int(raw: bytes) -> bool:
+def long_int(raw: bytes) -> bool:
     """Whether ``raw`` holds a run of 19 or more digits that is no float's fraction, exponent or mantissa
     (orjson reads such an integer as a float; the standard library exactly)."""
     flat = raw.translate(_DIGITS_AS_ZERO)
@@ -109,7 +109,7 @@ def loads(data: bytes | str) -> Any:
     """``data`` parsed as the standard library parses it, by orjson where it can (not long integers, NaN, surrogates)."""
     raw = data.encode() if isinstance(data, str) else data
     try:
-        if not _long_int(raw):
+        if not long_int(raw):
             return orjson.loads(raw)
     except ValueError:
         pass

@@ -11,8 +11,8 @@ import orjson
 from starlette.responses import JSONResponse
 
 from gymlab.errors import error_body
-from gymlab.jsonl import _long_int
 from gymlab.jsonl import loads as parse_json  # noqa: F401 (the session layer parses with it)
+from gymlab.jsonl import long_int
 
 #: Where the guard (outside every session middleware) leaves the whole request body for inner ones.
 BODY_KEY = "gymlab.body"
@@ -105,7 +105,7 @@ class BodyGuardMiddleware:
                 if found is not None:
                     return await self._unsendable(scope, *found)(scope, receive, send)
             else:
-                if not _long_int(body):  # read as ``parse_json`` reads it: inner layers and the route use it
+                if not long_int(body):  # read as ``parse_json`` reads it: inner layers and the route use it
                     scope[PARSED_KEY] = (body, data)
         scope[BODY_KEY] = body  # inner middlewares read it here instead of reading it again
         await self.app(scope, replaying(body, receive), send)
