@@ -308,7 +308,7 @@ def _gymlab_serve(config: Path):
     try:
         urls: dict[str, str] = {}
         for line in proc.stdout:
-            found = re.match(r"(\S+) -> (http://\S+)", line.strip())
+            found = re.match(r"(\S+) -> (http://[\w.-]+:\d+)", line.strip())  # the servers share this pipe
             if found:
                 urls[found[1]] = found[2]
             if "all" in line and "servers are up" in line:
