@@ -6,8 +6,9 @@ each beside its ceiling, measured on this machine. Not part of the package: they
 same server stack doing the same hops, and the ratio. They run in a subprocess of their own, so
 ``--against DIR`` runs the very same measurement with another checkout's ``gymlab`` in the same run
 and prints both with the ratio. Other sections: import time, start-up, the async
-HTTP clients, frames, collection, workers, the reward probes and hf_model (a local transformers model: one request
-alone, then 8 and 16 at once).
+HTTP clients, frames, collection, workers, the reward probes, hf_model (a local transformers model: one request
+alone, then 8 and 16 at once) and instructions (a Lab episode's instructions under valgrind, beside ``--against``'s:
+a count the machine's load barely moves).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--against",
         metavar="DIR",
-        help="also measure the process and Lab layouts with the gymlab of another checkout (DIR on PYTHONPATH)",
+        help="also measure the process and Lab layouts and the instructions with the gymlab of another checkout (DIR on PYTHONPATH)",
     )
     parser.add_argument(
         "--against-stack",
@@ -190,6 +191,9 @@ def main(args: argparse.Namespace) -> int:
         "import": lambda: bench_import(3 if args.quick else 10),
         "start": lambda: bench_start(5 if args.quick else 20),
         "clients": lambda: bench_clients(n),
+        "instructions": lambda: importlib.import_module("benchmarks.instructions").instructions_benchmark(
+            args.against, 100 if args.quick else 300
+        ),
     }
     for name, (module, func, full, quick) in SECTIONS.items():
         kwargs = dict(quick if args.quick else full)
