@@ -109,14 +109,9 @@ class Cell:
             runner.stop()
         self._runners.clear()
         run_sync(self.client.close())
-        for process in self.processes.values():
-            process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        from gymlab.collection.serve_one import stop
+
+        stop(list(self.processes.values()))
         self.processes.clear()
 
 
