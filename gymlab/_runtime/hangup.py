@@ -18,6 +18,9 @@ class CancelOnHangup:
         if scope["type"] != "http" or scope["path"] not in self.paths:
             return await self.app(scope, receive, send)
         body_read = asyncio.Event()
+        handler = asyncio.current_task()
+        assert handler is not None  # an ASGI app runs in a task
+        hung_up = done = False
 
         async def tracking_receive():
             message = await receive()
@@ -25,24 +28,24 @@ class CancelOnHangup:
                 body_read.set()
             return message
 
-        work = asyncio.ensure_future(self.app(scope, tracking_receive, send))
-        hung_up = False
-
         async def watch() -> None:
             nonlocal hung_up
             await body_read.wait()
             # After the body, the server's receive() returns only when the client disconnects or
             # the answer is complete; only the first, with the handler still running, is a hang-up.
-            if (await receive())["type"] == "http.disconnect" and not work.done():
+            if (await receive())["type"] == "http.disconnect" and not done:
                 hung_up = True
-                work.cancel()
+                handler.cancel()
 
-        watcher = asyncio.ensure_future(watch())
+        watcher = asyncio.ensure_future(watch())  # the handler runs in this task: one task per request, not two
         try:
-            await work
+            await self.app(scope, tracking_receive, send)
         except asyncio.CancelledError:
-            if not hung_up:
+            if not hung_up or handler.cancelling() > 1:  # cancelled by another too: that cancellation goes on
                 raise
             log.info("%s %s: the client hung up; its work was cancelled", scope["method"], scope["path"])
         finally:
+            done = True
             watcher.cancel()
+            if hung_up:
+                handler.uncancel()  # the hang-up's own cancellation ends here
