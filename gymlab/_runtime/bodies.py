@@ -6,18 +6,32 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any
 
 import orjson
 from starlette.responses import JSONResponse
 
 from gymlab.errors import error_body
-from gymlab.jsonl import loads as parse_json  # noqa: F401 (the session layer parses with it)
+from gymlab.jsonl import loads as parse_json
 from gymlab.jsonl import long_int
 
 #: Where the guard (outside every session middleware) leaves the whole request body for inner ones.
 BODY_KEY = "gymlab.body"
 #: Where the guard (or a middleware or route that had to parse the JSON body) leaves ``(body, parsed)``.
 PARSED_KEY = "gymlab.json"
+
+
+def parsed_body(scope: dict, body: bytes) -> Any:
+    """``body`` as ``parse_json`` reads it: the parse an outer layer left in ``scope``, else parsed now and
+    left there for the layers inside (ValueError or RecursionError: no JSON)."""
+    held = scope.get(PARSED_KEY)
+    if held is not None and held[0] is body:
+        return held[1]
+    data = parse_json(body)
+    scope[PARSED_KEY] = (body, data)
+    return data
+
+
 #: What may make a JSON body unsendable: a non-finite number, or a surrogate (escaped, or as UTF-8 bytes).
 _SUSPECT = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 _PAIR_HINT = "send the character itself, or both halves of its UTF-16 pair (\\ud83d\\ude00), or U+FFFD"

@@ -17,7 +17,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, is_json, parse_json
+from gymlab._runtime.bodies import BODY_KEY, is_json, parsed_body
 
 #: The route's ``response_model_*`` settings its answer is dumped with, as FastAPI does.
 _OPTIONS = ("include", "exclude", "by_alias", "exclude_unset", "exclude_defaults", "exclude_none")
@@ -85,14 +85,8 @@ async def _answer(endpoint, body_name, body, request_name, answer, request: Requ
     """The route's answer, or None when the body is not declared JSON, does not parse or does not validate."""
     if not raw or not is_json(_content_type(request.scope["headers"]), missing=False):
         return None  # no declared JSON content type: FastAPI's way, whose rule for it varies by release
-    scope = request.scope
-    parsed = scope.get(PARSED_KEY)
     try:
-        if parsed is not None and parsed[0] is raw:
-            data = parsed[1]
-        else:
-            data = parse_json(raw)
-            scope[PARSED_KEY] = (raw, data)  # the route may read it too (a seed's form)
+        data = parsed_body(request.scope, raw)  # the route may read it too (a seed's form)
         value = body.validate_python(data, from_attributes=True)
     except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
         return None

@@ -13,7 +13,7 @@ from itsdangerous import BadSignature, TimestampSigner
 from starlette.responses import JSONResponse
 
 from gymlab._http.cookies import expired_cookie, scope_cookie, set_cookie, set_cookie_attributes
-from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, error_response, parse_json
+from gymlab._runtime.bodies import BODY_KEY, error_response, parse_json, parsed_body
 from gymlab._runtime.routes import BODY_ID_KEYS, END, NONE, START, RouteKinds
 from gymlab.protocol.resources import SESSION_ID_KEY
 from gymlab.protocol.sessions import MAX_SESSION_ID_LENGTH
@@ -26,16 +26,10 @@ def body_session_id(body: bytes, scope: dict | None = None) -> tuple[str, str] |
     """``(key, id)`` of the session a JSON body names, or None; the parsed body is left in ``scope``."""
     if not body or b"_session_id" not in body:
         return None
-    parsed = scope.get(PARSED_KEY) if scope is not None else None
-    if parsed is not None and parsed[0] is body:
-        data = parsed[1]
-    else:
-        try:
-            data = parse_json(body)
-        except (ValueError, RecursionError):
-            return None
-        if scope is not None:
-            scope[PARSED_KEY] = (body, data)
+    try:
+        data = parse_json(body) if scope is None else parsed_body(scope, body)
+    except (ValueError, RecursionError):
+        return None
     if isinstance(data, dict):
         for key in BODY_ID_KEYS:
             sid = data.get(key)

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field, PrivateAttr, ValidationError
 
 from gymlab._runtime.app import on_stop
-from gymlab._runtime.bodies import BODY_KEY, PARSED_KEY, close_follows
+from gymlab._runtime.bodies import BODY_KEY, close_follows, parsed_body
 from gymlab._runtime.episodes import EpisodeSessions, with_cookie_session
 from gymlab._runtime.offload import WorkerPool
 from gymlab.errors import WorkBudgetExceeded
@@ -406,14 +406,11 @@ def _episode_aware(seed_session, episodes: EpisodeSessions, invoke):
     """``seed_session`` as ``/seed_session`` under the episode-session rules (the raw body tells the form)."""
 
     async def seed(request: Request, call):
-        parsed = request.scope.get(PARSED_KEY)
-        if parsed is not None and parsed[0] is request.scope.get(BODY_KEY):
-            raw = parsed[1]  # parsed once already, on the way in
-        else:
-            try:
-                raw = await request.json()
-            except (ValueError, RecursionError):
-                raw = None
+        body = request.scope.get(BODY_KEY)
+        try:  # parsed once, on the way in
+            raw = parsed_body(request.scope, await request.body() if body is None else body)
+        except (ValueError, RecursionError):
+            raw = None
         if not (isinstance(raw, dict) and "resources_session_id" in raw):
             answer = await call()
             episodes.track_flat(request.session[SESSION_ID_KEY])  # held until its verify or close
