@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import MutableMapping
 from typing import Any
 
 import orjson
@@ -21,7 +22,7 @@ BODY_KEY = "gymlab.body"
 PARSED_KEY = "gymlab.json"
 
 
-def parsed_body(scope: dict, body: bytes) -> Any:
+def parsed_body(scope: MutableMapping[str, Any], body: bytes) -> Any:
     """``body`` as ``parse_json`` reads it: the parse an outer layer left in ``scope``, else parsed now and
     left there for the layers inside (ValueError or RecursionError: no JSON)."""
     held = scope.get(PARSED_KEY)
